@@ -1,0 +1,208 @@
+"""Batched inside–outside for a PCFG in Chomsky normal form.
+
+Why this is exact and fast:
+
+* **Scaled probabilities instead of logs.** Inside and outside scores are multilinear in
+  the leaf emission vectors: every tree covering a span uses exactly one emission per
+  leaf. Dividing leaf ``t``'s emission vector by a constant ``s_t`` therefore divides
+  every score by the product of the ``s`` of the leaves it involves — a per-sentence
+  (or per-leaf) constant that cancels in every quantity we report (conditionals,
+  span posteriors, argmax labels) and is added back as ``sum(log s)`` for the
+  log-likelihood. This is log-space arithmetic with the exponent factored out, and it
+  keeps the hot loop in plain multiply–adds on float64.
+* **Pruned splits.** ``Grammar.possible_lengths`` tells which yield lengths each symbol
+  can have; a rule ``A -> B C`` only takes part in a (span length ``l``, split ``m``)
+  pair when ``B`` can yield ``m`` words and ``C`` ``l - m``. For a layered grammar this
+  skips most of the chart.
+* **Batch-vectorised.** The Python loops run over span lengths and splits (the chart
+  shape), never over sentences, tokens or rules.
+
+* **Dense blocks per span length.** The rules of one group (see ``_child_groups``)
+  that can build spans of one length form a dense ``[parents, lefts, rights]`` block;
+  each (length, block) costs one matrix multiply over the whole batch plus one outer
+  product per split.
+
+Chart layout: ``chart[l]`` is ``[N, batch, T - l + 1]``, the score of symbol ``A`` over
+the span ``[i, i + l)`` (index 0 unused). Symbol-major, so gathering and scattering
+symbols touch contiguous rows.
+
+The outside score of a leaf does not involve that leaf's own word, so one outside
+pass gives ``P(x_t = w | the other unmasked words)`` at every position at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .pcfg_grammar import Grammar
+
+
+@dataclass(frozen=True)
+class _Block:
+    """The rules of one group that can build a span of one length, as a dense block.
+
+    ``splits``: the left-child lengths ``m`` at which some rule of the block applies.
+    ``top_only``: every parent only ever tops a tree (needed on the whole sentence only).
+    ``parents``, ``lefts``, ``rights``: the distinct symbols involved (index tensors).
+    ``rules``: ``[|A|, |B|, |C|]`` float64, ``P(A -> B C)``.
+
+    A rule that cannot apply at some split contributes exact zeros there (its children's
+    chart entries for that length are zero), so one block serves every split of the
+    length: the inside pass sums the children's outer products over splits *before*
+    the one matrix multiply with ``rules``, and the outside pass multiplies the parent
+    scores by ``rules`` once and reuses that for every split.
+    """
+
+    splits: tuple[int, ...]
+    top_only: bool
+    parents: torch.Tensor
+    lefts: torch.Tensor
+    rights: torch.Tensor
+    rules: torch.Tensor
+
+
+def _make_block(splits, parent, left, right, prob, top_only: bool) -> _Block:
+    parents, a = torch.unique(parent, return_inverse=True)
+    lefts, b = torch.unique(left, return_inverse=True)
+    rights, c = torch.unique(right, return_inverse=True)
+    rules = torch.zeros(len(parents), len(lefts), len(rights), dtype=torch.float64)
+    rules.index_put_((a, b, c), prob, accumulate=True)
+    return _Block(tuple(splits), top_only, parents, lefts, rights, rules)
+
+
+def _child_groups(grammar: Grammar) -> torch.Tensor:
+    """``[R]`` group id per rule: rules whose children are connected (share a symbol,
+    transitively) form one group. One dense block per group keeps blocks small: in a
+    layered grammar each level is its own group, instead of one block spanning
+    every level's parents times every level's child pairs."""
+    parent = list(range(grammar.n_nonterminals))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for b, c in zip(grammar.rule_left.tolist(), grammar.rule_right.tolist()):
+        parent[find(b)] = find(c)
+    return torch.tensor([find(b) for b in grammar.rule_left.tolist()], dtype=torch.long)
+
+
+class InsideOutside:
+    """Inside and outside passes over a batch of sentences that all have length ``T``.
+
+    Equal lengths (the caller buckets sentences by length, see ``by_length``) mean no
+    chart cell is spent on padding, the root span is always ``[0, T)``, and rules whose
+    parents can only ever be the top of a tree (``S1 .. S9`` of the released grammar)
+    are evaluated on that one span only.
+    """
+
+    def __init__(self, grammar: Grammar, max_len: int):
+        self.grammar = grammar
+        self.max_len = max_len
+        can = grammar.possible_lengths(max_len)
+        g = grammar
+        groups = _child_groups(g)
+        is_child = torch.zeros(g.n_nonterminals, dtype=torch.bool)
+        is_child[g.rule_left] = True
+        is_child[g.rule_right] = True
+        top_only = ~is_child  # never inside a tree: only over the whole sentence
+        self.blocks: list[list[_Block]] = [[] for _ in range(max_len + 1)]
+        for length in range(2, max_len + 1):
+            # usable[r, m]: rule r can build a span of this length with split m
+            usable = torch.stack([can[g.rule_left, m] & can[g.rule_right, length - m] & (g.rule_prob > 0)
+                                  for m in range(1, length)], dim=1)
+            for group in torch.unique(groups[usable.any(dim=1)]).tolist():
+                sel = usable.any(dim=1) & (groups == group)
+                splits = [m + 1 for m in torch.nonzero(usable[sel].any(dim=0)).flatten().tolist()]
+                self.blocks[length].append(_make_block(
+                    splits, g.rule_parent[sel], g.rule_left[sel], g.rule_right[sel], g.rule_prob[sel],
+                    top_only=bool(top_only[g.rule_parent[sel]].all())))
+        self.emission = g.emission  # [N, W]
+        self.emission_total = g.emission.sum(dim=1)  # [N]: a masked leaf, any word
+
+    def _blocks(self, length: int, T: int) -> list[_Block]:
+        return [b for b in self.blocks[length] if length == T or not b.top_only]
+
+    # ---- leaves ---------------------------------------------------------------------
+    def leaves(self, tokens: torch.Tensor, masked: torch.Tensor):
+        """Scaled leaf scores ``[N, B, T]`` and their log scale factors ``[B, T]``.
+
+        Observed word: ``P(A -> w)``; masked: ``sum_w P(A -> w)``.
+        """
+        n_words = self.emission.shape[1]
+        leaf = self.emission.T[tokens.clamp(0, n_words - 1)]  # [B, T, N]
+        leaf = torch.where(masked[..., None], self.emission_total.expand_as(leaf), leaf)
+        scale = leaf.sum(dim=-1)
+        # a word no symbol emits keeps scale 1: the sentence's scores are then all zero
+        scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+        return (leaf / scale[..., None]).permute(2, 0, 1).contiguous(), scale.log()
+
+    # ---- passes ---------------------------------------------------------------------
+    def inside(self, leaf: torch.Tensor) -> list[torch.Tensor | None]:
+        """``chart[l][A, b, i]`` = scaled P(A yields words i..i+l-1 of sentence b)."""
+        n, batch, T = leaf.shape
+        chart: list[torch.Tensor | None] = [None, leaf]
+        for length in range(2, T + 1):
+            starts = T - length + 1
+            acc = leaf.new_zeros(n, batch, starts)
+            for blk in self._blocks(length, T):
+                pairs = None  # sum over splits of outer(left child, right child)
+                for m in blk.splits:
+                    left = chart[m][:, :, :starts][blk.lefts]
+                    right = chart[length - m][:, :, m:m + starts][blk.rights]
+                    outer = left[:, None] * right[None, :]
+                    pairs = outer if pairs is None else pairs.add_(outer)
+                scores = blk.rules.reshape(len(blk.parents), -1) @ pairs.reshape(-1, batch * starts)
+                # parents within a block are distinct: gather-add-scatter is an exact,
+                # and on CPU much faster, index_add_
+                acc[blk.parents] += scores.view(-1, batch, starts)
+            chart.append(acc)
+        return chart
+
+    def outside(self, inside: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
+        """``chart[l][A, b, i]`` = scaled P(words outside [i, i+l), A spans [i, i+l)).
+
+        The root span ``[0, T)`` gets the start distribution.
+        """
+        leaf = inside[1]
+        n, batch, T = leaf.shape
+        out: list[torch.Tensor | None] = [None] + [leaf.new_zeros(n, batch, T - l + 1) for l in range(1, T + 1)]
+        out[T][:, :, 0] = self.grammar.start.to(leaf.dtype)[:, None]
+        for length in range(T, 1, -1):
+            starts = T - length + 1
+            for blk in self._blocks(length, T):
+                n_a, n_b, n_c = blk.rules.shape
+                parent = out[length][blk.parents].reshape(n_a, -1)
+                # through[B, C] = sum_A P(A -> B C) * outside(A): shared by every split
+                through = (blk.rules.reshape(n_a, -1).T @ parent).view(n_b, n_c, batch, starts)
+                for m in blk.splits:
+                    left_in = inside[m][:, :, :starts][blk.lefts]
+                    right_in = inside[length - m][:, :, m:m + starts][blk.rights]
+                    left_out = out[m][:, :, :starts]
+                    left_out[blk.lefts] += (through * right_in[None, :]).sum(dim=1)
+                    right_out = out[length - m][:, :, m:m + starts]
+                    right_out[blk.rights] += (through * left_in[:, None]).sum(dim=0)
+        return out
+
+    # ---- derived quantities ---------------------------------------------------------
+    def leaf_conditionals(self, outside: list[torch.Tensor | None], query: torch.Tensor) -> torch.Tensor:
+        """``[Q, W]`` P(x_t = w | rest) at the query positions (rows of ``query.nonzero()``)."""
+        unnorm = outside[1].permute(1, 2, 0)[query] @ self.emission
+        return unnorm / unnorm.sum(dim=-1, keepdim=True)
+
+    def log_likelihood(self, tokens: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+        """``[B]`` log P(the unmasked words at their positions, sentence length T), exact
+        (masked words summed out)."""
+        leaf, log_scale = self.leaves(tokens, masked)
+        chart = self.inside(leaf)
+        z = self.grammar.start.to(leaf.dtype) @ chart[-1][:, :, 0]
+        return z.log() + log_scale.sum(dim=1)
+
+
+def by_length(lengths: torch.Tensor):
+    """Yield ``(length, row indices)`` for each distinct sentence length."""
+    for length in torch.unique(lengths).tolist():
+        yield int(length), torch.nonzero(lengths == length).flatten()

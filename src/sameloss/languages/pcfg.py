@@ -1,0 +1,297 @@
+"""The PCFG language: sampling, exact masked-token conditionals, parse-tree tasks.
+
+Grammars come from a file (``PCFG.from_file``: the authors' released format or ours,
+see ``pcfg_grammar``), from ``PCFG.random`` (a layered random grammar), or from a preset
+(``PCFG.preset("tiny" | "paper")``).
+
+Conditionals are exact given the sentence length (the model sees the padding, so it
+knows the length too); sentences longer than ``max_len`` are rejected at sampling time,
+which conditions on the length and so leaves those conditionals unchanged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..errors import UserError
+from .base import Batch, Language, Task
+from .inside_outside import InsideOutside, by_length
+from .pcfg_grammar import Grammar, random_layered
+
+# Keyword arguments of ``random_layered`` for each preset.
+PRESETS: dict[str, dict] = {
+    # The paper's sizes (App. A.1): 200 words, 50 non-terminals, sentences <= 32 tokens.
+    "paper": dict(n_words=200, n_roots=9, n_levels=5, symbols_per_level=8,
+                  binary_rules_per_symbol=20, emit_prob=0.1, words_per_last_symbol=80),
+    # Small enough that a ~100k-parameter model saturates on a 2-core CPU in minutes:
+    # 24 words, 3 roots, 3 levels of 4 symbols, sentences of 2..8 tokens.
+    "tiny": dict(n_words=24, n_roots=3, n_levels=3, symbols_per_level=4,
+                 binary_rules_per_symbol=3, emit_prob=0.2, words_per_last_symbol=6),
+}
+
+# Tasks of the released code: the symbol over the first k tokens (k = None: the root).
+RELEASED_TASKS = {"A": None, "B": 4, "C": 2}
+
+
+class PCFG(Language):
+    name = "pcfg"
+
+    def __init__(self, grammar: Grammar, max_len: int = 32, paper_spans: tuple[int, int, int] | None = None):
+        if max_len < 1:
+            raise UserError(f"max_len must be >= 1, got {max_len}")
+        self.grammar = grammar
+        self.max_len = max_len
+        self.n_words = grammar.n_words
+        self.words = list(grammar.words)
+        # the paper's tasks A, B, C: spans [0, L) with L = 32, 16, 8 at max_len 32
+        self.paper_spans = paper_spans or (max_len, max(max_len // 2, 1), max(max_len // 4, 1))
+        self.parser = InsideOutside(grammar, max_len)
+        self._build_sampling_tables()
+
+    # ---- construction ---------------------------------------------------------------
+    @classmethod
+    def from_file(cls, path: str | Path, max_len: int | None = None) -> PCFG:
+        """Read a grammar file; ``max_len`` defaults to the longest sentence the grammar
+        can yield, capped at 32 (the paper's limit) for recursive grammars."""
+        grammar = Grammar.from_file(path)
+        return cls(grammar, max_len or _longest_yield(grammar, cap=32))
+
+    @classmethod
+    def random(cls, seed: int = 0, max_len: int | None = None, **kwargs) -> PCFG:
+        """A layered random grammar (see ``pcfg_grammar.random_layered`` for the knobs)."""
+        grammar = random_layered(seed=seed, **kwargs)
+        return cls(grammar, max_len or _longest_yield(grammar, cap=32))
+
+    @classmethod
+    def preset(cls, name: str, seed: int = 0) -> PCFG:
+        if name not in PRESETS:
+            raise UserError(f"unknown PCFG preset {name!r}; choose from {', '.join(sorted(PRESETS))}")
+        return cls.random(seed=seed, **PRESETS[name])
+
+    def _build_sampling_tables(self) -> None:
+        """Per non-terminal, one categorical over its outcomes: binary rules first, then
+        emissions. Outcome tables are padded to the widest symbol."""
+        g = self.grammar
+        n = g.n_nonterminals
+        outcomes: list[list[tuple[int, int, float]]] = [[] for _ in range(n)]  # (left, right or -1-word, p)
+        for r in range(g.n_rules):
+            outcomes[int(g.rule_parent[r])].append((int(g.rule_left[r]), int(g.rule_right[r]), float(g.rule_prob[r])))
+        for a, w in torch.nonzero(g.emission > 0).tolist():
+            outcomes[a].append((-1, w, float(g.emission[a, w])))
+        width = max(len(o) for o in outcomes)
+        self._cdf = torch.ones(n, width, dtype=torch.float64)
+        self._left = torch.full((n, width), -1, dtype=torch.long)
+        self._right = torch.zeros(n, width, dtype=torch.long)
+        for a, outs in enumerate(outcomes):
+            if not outs:
+                continue
+            probs = torch.tensor([p for _, _, p in outs], dtype=torch.float64)
+            cdf = probs.cumsum(0) / probs.sum()
+            self._cdf[a, : len(outs)] = cdf
+            self._left[a, : len(outs)] = torch.tensor([l for l, _, _ in outs])
+            self._right[a, : len(outs)] = torch.tensor([r for _, r, _ in outs])
+            # outcomes past the end are unreachable (cdf already 1); copy the last one
+            self._left[a, len(outs):] = self._left[a, len(outs) - 1]
+            self._right[a, len(outs):] = self._right[a, len(outs) - 1]
+        start = g.start / g.start.sum()
+        self._start_cdf = start.cumsum(0)
+
+    # ---- sampling -------------------------------------------------------------------
+    def sample(self, n: int, generator: torch.Generator | None = None) -> Batch:
+        """``n`` sentences of length <= ``max_len``; latent = constituents
+        ``(sentence, start, end, symbol)``.
+
+        Trees are grown top-down, all sentences at once: the frontier is one flat tensor
+        of items in left-to-right order, and each round replaces every non-terminal by
+        its one or two children with ``repeat_interleave`` (which keeps the order).
+        Sentences that grow past ``max_len`` are dropped and redrawn.
+        """
+        tokens, lengths, latents, have = [], [], [], 0
+        while have < n:
+            # redraws (after rejections) ask for a few extra to avoid many tiny rounds
+            batch = self._sample_round(n if not have else max(n - have, 16), generator)
+            keep = min(len(batch), n - have)
+            spans = batch.latent[batch.latent[:, 0] < keep]
+            spans[:, 0] += have
+            tokens.append(batch.tokens[:keep])
+            lengths.append(batch.lengths[:keep])
+            latents.append(spans)
+            have += keep
+        return Batch(torch.cat(tokens), torch.cat(lengths), torch.cat(latents))
+
+    def _sample_round(self, n: int, generator: torch.Generator | None) -> Batch:
+        nt = self.grammar.n_nonterminals
+        u = torch.rand(n, generator=generator, dtype=torch.float64)
+        sym = torch.searchsorted(self._start_cdf, u[:, None]).flatten().clamp(max=nt - 1)
+        sent = torch.arange(n)
+        # item codes: 0..nt-1 non-terminals, nt + w for word w
+        alive = torch.ones(n, dtype=torch.bool)
+        # per round, how items map back to the previous round's items (and, for an
+        # expansion, which items were expanded) — used to recover constituent spans
+        history = []
+        while True:
+            is_nt = sym < nt
+            if not is_nt.any():
+                break
+            idx = torch.nonzero(is_nt).flatten()
+            a = sym[idx]
+            u = torch.rand(idx.numel(), generator=generator, dtype=torch.float64)
+            choice = torch.searchsorted(self._cdf[a], u[:, None]).flatten().clamp(max=self._cdf.shape[1] - 1)
+            left, right = self._left[a, choice], self._right[a, choice]
+            emits = left < 0
+            counts = torch.ones_like(sym)
+            counts[idx] = torch.where(emits, 1, 2)
+            new_index = torch.repeat_interleave(torch.arange(sym.numel()), counts)
+            first = torch.cumsum(counts, 0) - counts  # position of each item's first child
+            new_sym = sym[new_index].clone()
+            new_sym[first[idx]] = torch.where(emits, nt + right, left)
+            binary = idx[~emits]
+            new_sym[first[binary] + 1] = right[~emits]
+            history.append(("expand", new_index, (sent[idx], a, idx)))
+            sym, sent = new_sym, sent[new_index]
+            # drop sentences that are already too long (items only ever multiply)
+            too_long = torch.bincount(sent, minlength=n) > self.max_len
+            if too_long.any():
+                alive &= ~too_long
+                kept = torch.nonzero(alive[sent]).flatten()
+                sym, sent = sym[kept], sent[kept]
+                history.append(("filter", kept, None))
+        return self._assemble(n, sym - nt, sent, alive, history)
+
+    def _assemble(self, n, words, sent, alive, history) -> Batch:
+        """Turn the final flat list of words into padded sentences, and the recorded
+        rounds into constituent spans (the leaves under each expanded item)."""
+        lengths_all = torch.bincount(sent, minlength=n)
+        order_in_sentence = torch.arange(sent.numel()) - (torch.cumsum(lengths_all, 0) - lengths_all)[sent]
+        # map each final leaf back through the rounds to its ancestor item in each round
+        spans = []
+        leaf_item = torch.arange(sent.numel())  # index of the leaf's ancestor in the current round
+        big = torch.iinfo(torch.long).max
+        for kind, to_previous, expanded in reversed(history):
+            leaf_item = to_previous[leaf_item]  # ancestor one round earlier
+            if kind == "filter":
+                continue
+            s, a, idx = expanded
+            n_previous = int(to_previous.max()) + 1
+            owner = torch.full((n_previous,), -1, dtype=torch.long)
+            owner[idx] = torch.arange(idx.numel())
+            owner = owner[leaf_item]  # which expanded item each leaf descends from
+            has = owner >= 0
+            lo = torch.full((idx.numel(),), big, dtype=torch.long).scatter_reduce(
+                0, owner[has], order_in_sentence[has], reduce="amin")
+            hi = torch.full((idx.numel(),), -1, dtype=torch.long).scatter_reduce(
+                0, owner[has], order_in_sentence[has], reduce="amax")
+            spans.append(torch.stack([s, lo, hi + 1, a], dim=1))
+        latent = torch.cat(spans) if spans else torch.zeros(0, 4, dtype=torch.long)
+        # renumber the surviving sentences 0..k-1
+        new_id = torch.cumsum(alive, 0) - 1
+        latent = latent[alive[latent[:, 0]]]
+        latent[:, 0] = new_id[latent[:, 0]]
+        k = int(alive.sum())
+        lengths = lengths_all[alive]
+        tokens = torch.full((k, self.max_len), self.pad_id, dtype=torch.long)
+        tokens[new_id[sent], order_in_sentence] = words
+        return Batch(tokens, lengths, latent)
+
+    # ---- exact conditionals ---------------------------------------------------------
+    def _check_tokens(self, tokens: torch.Tensor) -> None:
+        if tokens.dim() != 2 or tokens.shape[1] > self.max_len:
+            raise ValueError(f"tokens must be [n, T] with T <= {self.max_len}, got {tuple(tokens.shape)}")
+
+    def conditionals(self, tokens, masked, query=None) -> torch.Tensor:
+        """Exact conditionals (see ``Language.conditionals``): one inside and one outside
+        pass per distinct sentence length in the batch. A context no sentence of the
+        grammar matches gives a row of NaN."""
+        self._check_tokens(tokens)
+        query = masked if query is None else query
+        lengths = self.lengths_of(tokens)
+        rows = torch.zeros_like(query, dtype=torch.long)
+        rows[query] = torch.arange(int(query.sum()))  # output row of each query position
+        result = torch.empty(int(query.sum()), self.n_words, dtype=torch.float64)
+        for length, idx in by_length(lengths):
+            q = query[idx, :length]
+            if not q.any():
+                continue
+            leaf, _ = self.parser.leaves(tokens[idx, :length], masked[idx, :length])
+            out = self.parser.outside(self.parser.inside(leaf))
+            result[rows[idx, :length][q]] = self.parser.leaf_conditionals(out, q)
+        return result
+
+    def log_likelihood(self, tokens: torch.Tensor, masked: torch.Tensor | None = None) -> torch.Tensor:
+        """``[n]`` exact log P(sentence) (masked words summed out)."""
+        self._check_tokens(tokens)
+        masked = torch.zeros_like(tokens, dtype=torch.bool) if masked is None else masked
+        result = torch.empty(tokens.shape[0], dtype=torch.float64)
+        for length, idx in by_length(self.lengths_of(tokens)):
+            result[idx] = self.parser.log_likelihood(tokens[idx, :length], masked[idx, :length])
+        return result
+
+    # ---- tasks ----------------------------------------------------------------------
+    def span_inside(self, tokens: torch.Tensor, span: int | None) -> torch.Tensor:
+        """``[n, N]`` inside score (up to a per-sentence constant) of every symbol for
+        the first ``span`` tokens read as a string of their own (``span=None``: the whole
+        sentence) — the released code's labels. Zero rows: no symbol derives them, or
+        the sentence is shorter than ``span``."""
+        lengths = self.lengths_of(tokens)
+        width = lengths if span is None else torch.full_like(lengths, span)
+        result = torch.zeros(tokens.shape[0], self.grammar.n_nonterminals, dtype=torch.float64)
+        for length, idx in by_length(width):
+            idx = idx[lengths[idx] >= length]
+            if idx.numel() == 0 or length > tokens.shape[1]:
+                continue
+            leaf, _ = self.parser.leaves(tokens[idx, :length], torch.zeros(idx.numel(), length, dtype=torch.bool))
+            result[idx] = self.parser.inside(leaf)[length][:, :, 0].T
+        return result
+
+    def span_posterior(self, tokens: torch.Tensor, span: int) -> torch.Tensor:
+        """``[n, N]`` P(symbol A spans [0, span) | sentence), exactly; a row sums to the
+        probability that [0, span) is a constituent at all (zero: it cannot be, or the
+        sentence is shorter than ``span``)."""
+        lengths = self.lengths_of(tokens)
+        result = torch.zeros(tokens.shape[0], self.grammar.n_nonterminals, dtype=torch.float64)
+        start = self.grammar.start
+        for length, idx in by_length(lengths):
+            if length < span:
+                continue
+            leaf, _ = self.parser.leaves(tokens[idx, :length], torch.zeros(idx.numel(), length, dtype=torch.bool))
+            ins = self.parser.inside(leaf)
+            out = self.parser.outside(ins)
+            z = start @ ins[length][:, :, 0]
+            result[idx] = (ins[span][:, :, 0] * out[span][:, :, 0]).T / z[:, None]
+        return result
+
+    def _argmax_label(self, scores: torch.Tensor, classes: list[int] | None = None) -> torch.Tensor:
+        if classes is not None:
+            scores = scores[:, classes]
+        labels = scores.argmax(dim=1)
+        return torch.where(scores.amax(dim=1) > 0, labels, torch.full_like(labels, -1))
+
+    @property
+    def tasks(self) -> dict[str, Task]:
+        g = self.grammar
+        n_nt = g.n_nonterminals
+        roots = g.start_symbols
+        tasks = {
+            "A": Task("A", len(roots),
+                      lambda b: self._argmax_label(self.span_inside(b.tokens, None), roots),
+                      "released code: argmax inside probability of the start symbol (S1..) of the sentence"),
+        }
+        for name in ("B", "C"):
+            k = RELEASED_TASKS[name]
+            tasks[name] = Task(
+                name, n_nt, lambda b, k=k: self._argmax_label(self.span_inside(b.tokens, k)),
+                f"released code: argmax inside probability of the symbol over the first {k} tokens")
+        for name, span in zip(("A", "B", "C"), self.paper_spans):
+            tasks[f"{name}-paper"] = Task(
+                f"{name}-paper", n_nt, lambda b, s=span: self._argmax_label(self.span_posterior(b.tokens, s)),
+                f"paper: most likely symbol spanning [0, {span}) given the sentence (posterior argmax)")
+        return tasks
+
+
+def _longest_yield(grammar: Grammar, cap: int) -> int:
+    can = grammar.possible_lengths(cap)
+    top = can[grammar.start > 0].any(dim=0)
+    lengths = torch.nonzero(top).flatten()
+    return int(lengths.max()) if lengths.numel() else cap
