@@ -57,10 +57,20 @@ class _Block:
 
     splits: tuple[int, ...]
     top_only: bool
-    parents: torch.Tensor
-    lefts: torch.Tensor
-    rights: torch.Tensor
+    parents: torch.Tensor | slice
+    lefts: torch.Tensor | slice
+    rights: torch.Tensor | slice
     rules: torch.Tensor
+
+
+def _as_index(symbols: torch.Tensor) -> torch.Tensor | slice:
+    """A run of consecutive symbol ids becomes a slice: indexing with it is a view, not
+    a copy, and adding into it needs no scatter. (Levels of a layered grammar are
+    numbered consecutively, so this is the common case.)"""
+    lo = int(symbols[0])
+    if torch.equal(symbols, torch.arange(lo, lo + len(symbols))):
+        return slice(lo, lo + len(symbols))
+    return symbols
 
 
 def _make_block(splits, parent, left, right, prob, top_only: bool) -> _Block:
@@ -69,7 +79,7 @@ def _make_block(splits, parent, left, right, prob, top_only: bool) -> _Block:
     rights, c = torch.unique(right, return_inverse=True)
     rules = torch.zeros(len(parents), len(lefts), len(rights), dtype=torch.float64)
     rules.index_put_((a, b, c), prob, accumulate=True)
-    return _Block(tuple(splits), top_only, parents, lefts, rights, rules)
+    return _Block(tuple(splits), top_only, _as_index(parents), _as_index(lefts), _as_index(rights), rules)
 
 
 def _child_groups(grammar: Grammar) -> torch.Tensor:
@@ -155,7 +165,7 @@ class InsideOutside:
                     right = chart[length - m][:, :, m:m + starts][blk.rights]
                     outer = left[:, None] * right[None, :]
                     pairs = outer if pairs is None else pairs.add_(outer)
-                scores = blk.rules.reshape(len(blk.parents), -1) @ pairs.reshape(-1, batch * starts)
+                scores = blk.rules.reshape(blk.rules.shape[0], -1) @ pairs.reshape(-1, batch * starts)
                 # parents within a block are distinct: gather-add-scatter is an exact,
                 # and on CPU much faster, index_add_
                 acc[blk.parents] += scores.view(-1, batch, starts)

@@ -1,0 +1,134 @@
+"""The ``sameloss`` command.
+
+Every error a user can cause ends in one line on stderr and exit code 2; anything else
+is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import __version__
+from .errors import UserError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (the house rule for bad input)."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="sameloss", description=(
+        "Same pre-training loss, different downstream: languages with exact masked-token "
+        "conditionals, MLM pre-training and flatness measures (Liu, Xie, Li, Ma, ICML 2023)."))
+    parser.add_argument("--version", action="version", version=f"sameloss {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+
+    language = commands.add_parser("language", help="synthetic languages with exact conditionals")
+    language_commands = language.add_subparsers(dest="language_command", metavar="ACTION", parser_class=_Parser)
+    language_commands.required = True
+    describe = language_commands.add_parser(
+        "describe", help="vocabulary, sentence lengths, optimal MLM loss, tasks and examples of a language",
+        description="Describe a language: vocabulary, sentence lengths, the entropy of the true masked-token "
+                    "conditionals (the optimal MLM loss, with its standard error), each downstream task's "
+                    "class count and majority-class rate, and a few sample sentences.")
+    describe.add_argument("name", choices=["pcfg", "hmm", "dyck"], help="which language")
+    describe.add_argument("--grammar", metavar="FILE",
+                          help="PCFG grammar file (the released rule_deep_mlm.txt format or ours); "
+                               "overrides --preset")
+    describe.add_argument("--preset", default="tiny", help="named size: tiny (default) or paper")
+    describe.add_argument("--seed", type=int, default=0, help="seed for the random language and the samples")
+    describe.add_argument("--n-sentences", type=_positive_int, default=4096,
+                          help="sentences sampled for the statistics (default 4096)")
+    describe.add_argument("--json", action="store_true", help="print the summary as JSON")
+    describe.set_defaults(run=_language_describe)
+    return parser
+
+
+def _language_describe(args) -> None:
+    from .languages import make_language
+
+    lang = make_language(args.name, preset=args.preset, seed=args.seed, grammar=args.grammar)
+    summary = lang.describe(n_sentences=args.n_sentences, seed=args.seed)
+    summary["source"] = args.grammar or f"preset {args.preset}, seed {args.seed}"
+    grammar = getattr(lang, "grammar", None)
+    if grammar is not None:
+        summary["nonterminals"] = grammar.n_nonterminals
+        summary["notes"] = _grammar_notes(grammar)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(format_summary(summary))
+
+
+def _grammar_notes(grammar) -> list[str]:
+    notes = []
+    if grammar.renormalised:
+        worst = max(grammar.renormalised, key=lambda kv: abs(kv[1] - 1))
+        notes.append(f"rules of {len(grammar.renormalised)} symbols summed to 1 only up to rounding and were "
+                     f"renormalised (worst: {worst[0]} summed to {worst[1]:.6f})")
+    if grammar.unreachable:
+        notes.append(f"unreachable symbols kept but never used: {', '.join(grammar.unreachable)}")
+    return notes
+
+
+def format_summary(s: dict) -> str:
+    ent, ent15, length = s["entropy"], s["entropy_masked"], s["length"]
+    lines = [
+        f"language    {s['language']} ({s['source']})",
+        f"vocabulary  {s['n_words']} words + {s['vocab_size'] - s['n_words']} special tokens "
+        f"(pad, mask, cls) = {s['vocab_size']}",
+    ]
+    if "nonterminals" in s:
+        lines.append(f"grammar     {s['nonterminals']} non-terminals")
+    lines += [
+        f"length      {length['min']}-{length['max']} tokens, mean {length['mean']:.2f} ± sd {length['std']:.2f} "
+        f"(max_len {s['max_len']}, {ent['n_sentences']} sentences)",
+        f"entropy     {ent['mean']:.4f} ± {ent['stderr']:.4f} nats/token  "
+        "(optimal MLM loss: one masked position, token-weighted)",
+        f"            {ent15['mean']:.4f} ± {ent15['stderr']:.4f} nats/token  "
+        f"(optimal MLM loss at {ent15['mask_rate']:.0%} masking)",
+        "tasks",
+        f"  {'name':<10}{'classes':>8}{'seen':>6}{'majority':>10}{'kept':>7}  description",
+    ]
+    for name, t in s["tasks"].items():
+        lines.append(f"  {name:<10}{t['n_classes']:>8}{t['classes_seen']:>6}{t['majority_rate']:>10.3f}"
+                     f"{t['kept_fraction']:>7.3f}  {t['description']}")
+    lines.append("examples")
+    lines += [f"  {e}" for e in s["examples"]]
+    for note in s.get("notes", []):
+        lines.append(f"note: {note}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.run(args)
+    except UserError as exc:
+        print(f"sameloss: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("sameloss: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
