@@ -1,0 +1,145 @@
+"""A bidirectional LSTM masked language model (the paper's HMM experiments, App. A.4).
+
+    e      = E[x]                                    tok_emb      [n, T, d_model]
+    h      = BiLSTM(e)                               lstm         [n, T, 2·d_hidden]
+    logits = E · (P h + p) + b                       proj, bias   [n, T, V]
+
+The paper uses "the implementation of PyTorch" with d_hidden in {128, 256, 512, 768, 1024}
+and {4, 6, 8, 12, 16} layers; ``nn.LSTM(bidirectional=True)`` is that. A masked LM must
+see both sides of a position, hence bidirectional: d_hidden is the size *per direction*.
+
+Output layer. ``proj`` maps the ``2·d_hidden`` LSTM output to ``d_model``, the width of
+the token embedding, so the decoder can always be tied to the embedding as in the
+transformer (``tie_weights=True``, default). With ``tie_weights=False`` there is a separate
+``decoder = nn.Linear(d_model, V)`` instead of ``bias``.
+
+Features. ``features`` returns the top LSTM layer's output (both directions
+concatenated, ``[n, T, 2·d_hidden]``, see ``d_features``): that is the model's final
+hidden state; ``proj`` is a linear map of it and belongs to the MLM head.
+
+Padding. Sentences are right-padded with ``pad_id`` (``sameloss.languages.base``). A plain
+bidirectional LSTM would read the pads into the backward direction's state; packing the
+batch (``pack_padded_sequence`` with each sentence's length) starts the backward pass at
+the last real token, so non-pad outputs do not depend on the padding. Pad positions get
+zero features. (On CUDA, cuDNN's packed LSTM has no double backward; Hessian-vector
+products of an LSTM need the CPU or ``torch.backends.cudnn.flags(enabled=False)``.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from sameloss.errors import UserError
+
+
+@dataclass(frozen=True)
+class LSTMConfig:
+    """Shape and regularisation of an ``LSTMMLM``.
+
+    d_model: token-embedding width (also the decoder's input width).
+    d_hidden: LSTM state size per direction. n_layers: stacked bidirectional layers.
+    dropout: on the embeddings, between LSTM layers and on the LSTM output.
+    max_len: longest input accepted (the LSTM itself has no limit; kept so every model
+        config describes the data it was built for).
+    tie_weights: decoder weight = token embedding (plus an output bias).
+    init_std: std of the normal initialisation of the embedding, ``proj`` and decoder;
+        the LSTM keeps PyTorch's uniform(±1/√d_hidden) initialisation.
+    """
+
+    vocab_size: int
+    max_len: int
+    d_model: int
+    d_hidden: int
+    n_layers: int
+    pad_id: int
+    dropout: float = 0.1
+    tie_weights: bool = True
+    init_std: float = 0.02
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "max_len", "d_model", "d_hidden", "n_layers"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise UserError(f"lstm {name} must be a positive integer, got {value!r}")
+        if not 0 <= self.pad_id < self.vocab_size:
+            raise UserError(f"pad_id {self.pad_id} is outside the vocabulary [0, {self.vocab_size})")
+        if not 0.0 <= self.dropout < 1.0:
+            raise UserError(f"lstm dropout must be in [0, 1), got {self.dropout}")
+
+
+class LSTMMLM(nn.Module):
+    """Bidirectional LSTM MLM with the transformer's interface: ``forward(tokens)`` gives
+    logits ``[n, T, vocab_size]``, ``features(tokens)`` ``[n, T, 2·d_hidden]``."""
+
+    def __init__(self, config: LSTMConfig):
+        super().__init__()
+        self.config = cfg = config
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.lstm = nn.LSTM(
+            cfg.d_model,
+            cfg.d_hidden,
+            num_layers=cfg.n_layers,
+            batch_first=True,
+            bidirectional=True,
+            dropout=cfg.dropout if cfg.n_layers > 1 else 0.0,
+        )
+        self.drop = nn.Dropout(cfg.dropout)
+        self.proj = nn.Linear(2 * cfg.d_hidden, cfg.d_model)
+        if cfg.tie_weights:
+            self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        else:
+            self.decoder = nn.Linear(cfg.d_model, cfg.vocab_size)
+        self.reset_parameters()
+
+    @property
+    def d_features(self) -> int:
+        """Width of ``features``' last axis."""
+        return 2 * self.config.d_hidden
+
+    @property
+    def output_weight(self) -> nn.Parameter:
+        """The decoder's weight (the token embedding when tied)."""
+        return self.tok_emb.weight if self.config.tie_weights else self.decoder.weight
+
+    def reset_parameters(self) -> None:
+        std = self.config.init_std
+        nn.init.normal_(self.tok_emb.weight, std=std)
+        nn.init.normal_(self.proj.weight, std=std)
+        nn.init.zeros_(self.proj.bias)
+        self.lstm.reset_parameters()
+        if self.config.tie_weights:
+            nn.init.zeros_(self.bias)
+        else:
+            nn.init.normal_(self.decoder.weight, std=std)
+            nn.init.zeros_(self.decoder.bias)
+
+    def features(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Top-layer LSTM outputs ``[n, T, 2·d_hidden]``; zero at pad positions."""
+        n, T = tokens.shape
+        if T > self.config.max_len:
+            raise ValueError(f"sequence length {T} exceeds max_len {self.config.max_len}")
+        # right padding: a sentence's length is its number of non-pad tokens
+        lengths = (tokens != self.config.pad_id).sum(dim=1).clamp(min=1).cpu()
+        x = self.drop(self.tok_emb(tokens))
+        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        out, _ = self.lstm(packed)
+        h, _ = pad_packed_sequence(out, batch_first=True, total_length=T)
+        return h
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """MLM logits ``[n, T, vocab_size]``."""
+        z = self.proj(self.drop(self.features(tokens)))
+        if self.config.tie_weights:
+            return F.linear(z, self.tok_emb.weight, self.bias)
+        return self.decoder(z)
+
+    def num_parameters(self, embeddings: bool = True) -> int:
+        """Number of parameters (the tied embedding counted once); ``embeddings=False``
+        leaves out the token embedding."""
+        total = sum(p.numel() for p in self.parameters())
+        return total if embeddings else total - self.tok_emb.weight.numel()
