@@ -52,20 +52,63 @@ def build_parser() -> argparse.ArgumentParser:
                           help="PCFG grammar file (the released rule_deep_mlm.txt format or ours); "
                                "overrides --preset")
     describe.add_argument("--preset", default="tiny", help="named size: tiny (default) or paper")
-    describe.add_argument("--seed", type=int, default=0, help="seed for the random language and the samples")
+    describe.add_argument("--seed", type=int, default=None,
+                          help="draw another random language of the preset's shape, and seed the samples "
+                               "(default: the preset's own language, samples seeded 0)")
     describe.add_argument("--n-sentences", type=_positive_int, default=4096,
                           help="sentences sampled for the statistics (default 4096)")
     describe.add_argument("--json", action="store_true", help="print the summary as JSON")
     describe.set_defaults(run=_language_describe)
+
+    pretrain = commands.add_parser(
+        "pretrain", help="pre-train an MLM on a language, with exact loss evaluation and checkpoints",
+        description="Pre-train a masked language model on fresh sentences of a language every step. "
+                    "Writes runs/<name>/: config.toml (resolved), metrics.jsonl (train loss, tokens/s, and "
+                    "the exact held-out loss = entropy + KL), checkpoints/step_*/ (safetensors + optimiser "
+                    "and RNG state) and summary.json. Settings come from --config and KEY=VALUE overrides, "
+                    "e.g. steps=3000 optim.lr=3e-4 model.size=t3-128 language.name=hmm.")
+    pretrain.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides (TOML values)")
+    pretrain.add_argument("--config", metavar="FILE", help="TOML config file")
+    pretrain.add_argument("--out", default="runs", metavar="DIR", help="parent folder of run folders (default runs)")
+    pretrain.add_argument("--resume", action="store_true", help="continue the run from its newest checkpoint")
+    pretrain.add_argument("--fresh", action="store_true", help="delete an existing run of the same name first")
+    pretrain.add_argument("--no-progress", action="store_true", help="no progress bar")
+    pretrain.set_defaults(run=_pretrain)
     return parser
+
+
+def _pretrain(args) -> None:
+    import shutil
+    from pathlib import Path
+
+    from . import config as configlib
+    from .training import PretrainConfig, pretrain
+    from .training.distributed import setup
+
+    cfg = configlib.load(PretrainConfig, args.config, args.overrides)
+    run_dir = Path(args.out) / cfg.name
+    if args.resume and args.fresh:
+        raise UserError("--resume and --fresh contradict each other")
+    rank, _ = setup()
+    if run_dir.exists() and any(run_dir.iterdir()) and not args.resume:
+        if not args.fresh:
+            raise UserError(f"{run_dir} already holds a run; pass --resume to continue it, --fresh to replace it, "
+                            "or name=... for a new run")
+        if rank == 0:
+            shutil.rmtree(run_dir)
+    result = pretrain(cfg, run_dir, resume=args.resume, progress=not args.no_progress)
+    if rank == 0 and result:
+        print(f"{run_dir}: exact held-out loss {result['loss']:.4f} (entropy {result['entropy']:.4f} + "
+              f"KL {result['kl']:.5f} ± {result['kl_std']:.5f} over {result['n_tokens']} masked tokens)")
 
 
 def _language_describe(args) -> None:
     from .languages import make_language
 
     lang = make_language(args.name, preset=args.preset, seed=args.seed, grammar=args.grammar)
-    summary = lang.describe(n_sentences=args.n_sentences, seed=args.seed)
-    summary["source"] = args.grammar or f"preset {args.preset}, seed {args.seed}"
+    summary = lang.describe(n_sentences=args.n_sentences, seed=args.seed or 0)
+    seed = "" if args.seed is None else f", seed {args.seed}"
+    summary["source"] = args.grammar or f"preset {args.preset}{seed}"
     grammar = getattr(lang, "grammar", None)
     if grammar is not None:
         summary["nonterminals"] = grammar.n_nonterminals
@@ -104,10 +147,10 @@ def format_summary(s: dict) -> str:
         f"            {ent15['mean']:.4f} ± {ent15['stderr']:.4f} nats/token  "
         f"(optimal MLM loss at {ent15['mask_rate']:.0%} masking)",
         "tasks",
-        f"  {'name':<10}{'classes':>8}{'seen':>6}{'majority':>10}{'kept':>7}  description",
+        f"  {'name':<16}{'classes':>8}{'seen':>6}{'majority':>10}{'kept':>7}  description",
     ]
     for name, t in s["tasks"].items():
-        lines.append(f"  {name:<10}{t['n_classes']:>8}{t['classes_seen']:>6}{t['majority_rate']:>10.3f}"
+        lines.append(f"  {name:<16}{t['n_classes']:>8}{t['classes_seen']:>6}{t['majority_rate']:>10.3f}"
                      f"{t['kept_fraction']:>7.3f}  {t['description']}")
     lines.append("examples")
     lines += [f"  {e}" for e in s["examples"]]
@@ -118,7 +161,14 @@ def format_summary(s: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # KEY=VALUE overrides may come after options (``--out runs steps=10``), which plain
+    # argparse positionals do not allow: collect the leftovers that look like overrides
+    args, extra = parser.parse_known_args(argv)
+    bad = [a for a in extra if a.startswith("-") or "=" not in a or not hasattr(args, "overrides")]
+    if bad:
+        parser.error(f"unrecognized arguments: {' '.join(bad)}")
+    if extra:
+        args.overrides = list(args.overrides) + extra
     try:
         args.run(args)
     except UserError as exc:

@@ -1,0 +1,149 @@
+"""Configuration: frozen dataclasses, loaded from TOML, overridden with ``key=value``.
+
+A config is a (possibly nested) frozen dataclass whose leaves are bool, int, float, str,
+lists of those, or ``None``. ``load(cls, path, overrides)`` reads a TOML file (tables
+for nested sections), applies overrides such as ``optim.lr=3e-4`` or
+``checkpoints=[100,200]`` (values parsed as TOML, bare words as strings), checks every
+key and type, and returns the dataclass. ``to_toml`` writes it back, so every run can
+save its fully resolved config. Every mistake is a ``UserError`` naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from .errors import UserError
+
+
+def load(cls, path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()):
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.exists():
+            raise UserError(f"config file not found: {path}")
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise UserError(f"{path}: invalid TOML: {exc}") from None
+    for item in overrides:
+        key, value = parse_override(item)
+        _set_dotted(data, key, value)
+    return from_dict(cls, data)
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    if "=" not in item:
+        raise UserError(f"override {item!r} is not of the form key=value")
+    key, text = (s.strip() for s in item.split("=", 1))
+    if not key:
+        raise UserError(f"override {item!r} has an empty key")
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text  # a bare word: a string
+    return key, value
+
+
+def _set_dotted(data: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = data
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise UserError(f"override {key}: {part!r} is not a section")
+    node[parts[-1]] = value
+
+
+def from_dict(cls, data: dict, prefix: str = ""):
+    if not isinstance(data, dict):
+        raise UserError(f"{prefix.rstrip('.') or 'config'}: expected a table")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise UserError(f"unknown config key {prefix + unknown[0]!r}; valid keys here: {', '.join(fields)}")
+    kwargs = {}
+    for name, value in data.items():
+        kwargs[name] = _coerce(hints[name], value, prefix + name)
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"invalid config{' section ' + prefix.rstrip('.') if prefix else ''}: {exc}") from None
+
+
+def _coerce(hint, value, key: str):
+    origin = typing.get_origin(hint)
+    if dataclasses.is_dataclass(hint):
+        return from_dict(hint, value, key + ".")
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _coerce(option, value, key)
+            except UserError as exc:
+                errors.append(str(exc))
+        raise UserError(errors[0] if errors else f"config key {key!r}: bad value {value!r}")
+    if origin in (list, tuple):
+        if not isinstance(value, list):
+            raise UserError(f"config key {key!r}: expected a list, got {value!r}")
+        (item,) = typing.get_args(hint)[:1] or (Any,)
+        items = [_coerce(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if hint is Any:
+        return value
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint is bool and not isinstance(value, bool):
+        raise UserError(f"config key {key!r}: expected true or false, got {value!r}")
+    if hint in (int, float, str) and (not isinstance(value, hint) or isinstance(value, bool) and hint is not bool):
+        raise UserError(f"config key {key!r}: expected {hint.__name__}, got {value!r}")
+    if origin is typing.Literal:
+        if value not in typing.get_args(hint):
+            choices = ", ".join(map(str, typing.get_args(hint)))
+            raise UserError(f"config key {key!r}: {value!r} is not one of {choices}")
+    return value
+
+
+def to_dict(config) -> dict:
+    return dataclasses.asdict(config)
+
+
+def to_toml(config) -> str:
+    """TOML text of a config (``None`` values are left out: they are the defaults)."""
+    lines: list[str] = []
+    _emit(dataclasses.asdict(config), [], lines)
+    return "\n".join(lines).strip() + "\n"
+
+
+def _emit(data: dict, path: list[str], lines: list[str]) -> None:
+    tables = {k: v for k, v in data.items() if isinstance(v, dict)}
+    if path and any(not isinstance(v, dict) and v is not None for v in data.values()):
+        lines.append(f"\n[{'.'.join(path)}]")
+    for key, value in data.items():
+        if isinstance(value, dict) or value is None:
+            continue
+        lines.append(f"{key} = {_toml_value(value)}")
+    for key, value in tables.items():
+        _emit(value, path + [key], lines)
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} as TOML")

@@ -1,0 +1,101 @@
+"""The pre-training configuration (``sameloss pretrain``), with the paper's defaults
+where they fit a CPU (App. A.5: AdamW, betas (0.9, 0.98), constant lr 1e-3 after a linear
+warm-up, dropout 0.1, weight decay 0.01; the paper's batch is 4096)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class LanguageConfig:
+    name: Literal["pcfg", "hmm", "dyck"] = "pcfg"
+    preset: str = "tiny"
+    seed: int | None = None  # another random language of the preset's shape (None: the preset's own)
+    grammar: str | None = None  # PCFG grammar file; overrides the preset
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    kind: Literal["transformer", "lstm"] = "transformer"
+    size: str = "tiny"
+    dropout: float = 0.1
+    norm: Literal["post", "pre"] = "post"  # transformer only
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    name: Literal["adamw", "sgd"] = "adamw"
+    lr: float = 1e-3
+    betas: tuple[float, ...] = (0.9, 0.98)
+    eps: float = 1e-6
+    weight_decay: float = 0.01  # decoupled (AdamW); SGD applies it the same way
+    momentum: float = 0.0  # SGD only
+    warmup_steps: int = 1000
+    warmup_fraction: float | None = None  # if set, warm-up = fraction * steps (paper's SGD: 0.12)
+    grad_clip: float | None = None  # max global gradient norm
+
+    def __post_init__(self):
+        if self.lr <= 0:
+            raise ValueError(f"optim.lr must be positive, got {self.lr}")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"optim.betas must be two numbers in [0, 1), got {self.betas}")
+        if self.warmup_steps < 0:
+            raise ValueError("optim.warmup_steps must be >= 0")
+        if self.warmup_fraction is not None and not 0 <= self.warmup_fraction <= 1:
+            raise ValueError("optim.warmup_fraction must be in [0, 1]")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    every: int = 200  # steps between exact evaluations (0: only at the end)
+    n_sentences: int = 2000  # held-out sentences (fixed for the whole run)
+    n_subsets: int = 5  # standard deviations over this many disjoint subsets (App. A.7)
+    seed: int = 1_000_003  # the held-out set's seed, apart from the training stream
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    name: str = "pretrain"
+    seed: int = 0
+    steps: int = 2000
+    batch_size: int = 256  # global batch (split across processes under DDP)
+    masking: Literal["rate", "single"] = "rate"  # 'single': exactly one position per sentence
+    mask_rate: float = 0.15
+    checkpoints: tuple[int, ...] = ()  # steps to keep a checkpoint at (besides the last)
+    checkpoints_log: int = 0  # this many more, log-spaced between 1 and steps
+    save_every: int = 200  # rolling 'latest' checkpoint for --resume
+    log_every: int = 20
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    language: LanguageConfig = field(default_factory=LanguageConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def __post_init__(self):
+        if self.steps < 1:
+            raise ValueError("steps must be >= 1")
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        if not 0 < self.mask_rate <= 1:
+            raise ValueError(f"mask_rate must be in (0, 1], got {self.mask_rate}")
+        if any(s < 1 or s > self.steps for s in self.checkpoints):
+            raise ValueError(f"checkpoints must lie in [1, steps={self.steps}]")
+
+    @property
+    def warmup(self) -> int:
+        if self.optim.warmup_fraction is not None:
+            return round(self.optim.warmup_fraction * self.steps)
+        return self.optim.warmup_steps
+
+    def checkpoint_steps(self) -> list[int]:
+        """Every step whose checkpoint is kept: the listed ones, the log-spaced ones and
+        the last."""
+        steps = set(self.checkpoints) | {self.steps}
+        if self.checkpoints_log > 0:
+            import math
+            n = self.checkpoints_log
+            for i in range(n):
+                steps.add(max(1, round(math.exp(math.log(self.steps) * (i + 1) / n))))
+        return sorted(steps)

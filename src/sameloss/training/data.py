@@ -1,0 +1,58 @@
+"""The training stream: fresh sentences every step, a pure function of (seed, step).
+
+The paper trains in the population setting (every batch is new data). Drawing batch
+``step`` from a generator seeded by ``(seed, step)`` makes a run reproducible, lets
+``--resume`` continue without replaying anything, and lets every DDP process build
+the same global batch and keep its own slice — so a multi-process run sees exactly
+the data of a single-process run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..languages.base import Language, sample_mask
+
+
+@dataclass(frozen=True)
+class MaskedBatch:
+    inputs: torch.Tensor  # [n, T] ids, masked positions replaced by mask_id
+    targets: torch.Tensor  # [n, T] the original ids
+    masked: torch.Tensor  # [n, T] bool, the prediction targets
+
+
+def step_generator(seed: int, step: int, stream: int = 0) -> torch.Generator:
+    """A generator for one step, independent across steps, seeds and streams."""
+    # Knuth's multiplicative hash spreads nearby (seed, step) pairs apart.
+    mixed = (seed * 0x9E3779B1 + step * 0x85EBCA77 + stream * 0xC2B2AE3D) % (2**63 - 1)
+    return torch.Generator().manual_seed(mixed)
+
+
+def mask_batch(language: Language, tokens: torch.Tensor, lengths: torch.Tensor, rate: float | None,
+               generator: torch.Generator) -> MaskedBatch:
+    """Hide positions (rate, at least one per sentence; ``rate=None``: exactly one) and
+    replace every hidden token by the mask token, so the exact conditionals apply."""
+    masked = sample_mask(lengths, tokens.shape[1], rate, generator)
+    return MaskedBatch(tokens.masked_fill(masked, language.mask_id), tokens, masked)
+
+
+def training_batch(language: Language, seed: int, step: int, batch_size: int, rate: float | None,
+                   rank: int = 0, world_size: int = 1) -> tuple[MaskedBatch, int]:
+    """Batch ``step`` of the stream — under DDP, this process's contiguous slice of it —
+    and the number of prediction targets in the whole (global) batch."""
+    gen = step_generator(seed, step)
+    batch = language.sample(batch_size, gen)
+    full = mask_batch(language, batch.tokens, batch.lengths, rate, gen)
+    n_targets = int(full.masked.sum())
+    if world_size == 1:
+        return full, n_targets
+    lo, hi = shard_bounds(batch_size, rank, world_size)
+    return MaskedBatch(full.inputs[lo:hi], full.targets[lo:hi], full.masked[lo:hi]), n_targets
+
+
+def shard_bounds(n: int, rank: int, world_size: int) -> tuple[int, int]:
+    per, extra = divmod(n, world_size)
+    lo = rank * per + min(rank, extra)
+    return lo, lo + per + (1 if rank < extra else 0)
