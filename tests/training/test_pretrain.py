@@ -156,3 +156,28 @@ def test_bad_config_values_are_one_line_errors():
         small_config(**{"model.kind": "gru"})
     with pytest.raises(UserError, match="mask_rate must be in"):
         small_config(mask_rate=1.5)
+
+
+def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    from sameloss.training import loop
+
+    real = loop.mlm_loss
+    calls = {"n": 0}
+
+    def poisoned(*args):
+        calls["n"] += 1
+        loss, summed = real(*args)
+        if calls["n"] == 7:
+            return loss * float("nan"), summed * float("nan")
+        return loss, summed
+
+    monkeypatch.setattr(loop, "mlm_loss", poisoned)
+    with pytest.raises(loop.TrainingDiverged, match=r"became nan at step 7; the last good checkpoint is .*step_0000004"):
+        pretrain(small_config(), tmp_path / "r", progress=False)
+    assert [p.name for p in complete_checkpoints(tmp_path / "r")] == ["step_0000004"]
+
+
+def test_lstm_pretrains_and_resumes(tmp_path):
+    cfg = small_config(steps=6, **{"model.kind": "lstm", "language.name": "hmm"})
+    result = pretrain(cfg, tmp_path / "lstm", progress=False)
+    assert result["kl"] > 0 and result["loss"] == pytest.approx(result["entropy"] + result["kl"])

@@ -56,6 +56,35 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
+class SAMConfig:
+    """Sharpness-aware minimisation (paper App. A.5: rho 0.05, no dropout or weight decay)."""
+
+    rho: float = 0.0  # 0: off
+    adaptive: bool = False
+
+    def __post_init__(self):
+        if self.rho < 0:
+            raise ValueError(f"sam.rho must be >= 0, got {self.rho}")
+
+
+@dataclass(frozen=True)
+class AdversarialConfig:
+    """The adversarial meta-learning objective (App. A.5): L_MLM - weight * downstream loss."""
+
+    weight: float = 0.0  # lambda; 0: off
+    task: str = ""  # a task of the language, e.g. "C" for the PCFG
+    batch_size: int = 256  # labelled examples per step, split into halves D1, D2
+    pool_size: int = 10_000  # the downstream training examples drawn from
+    ridge: float = 1e-2  # relative ridge of the closed-form head
+
+    def __post_init__(self):
+        if self.weight < 0:
+            raise ValueError(f"adversarial.weight must be >= 0, got {self.weight}")
+        if self.weight > 0 and not self.task:
+            raise ValueError("adversarial.task must name a downstream task when adversarial.weight > 0")
+
+
+@dataclass(frozen=True)
 class PretrainConfig:
     name: str = "pretrain"
     seed: int = 0
@@ -72,6 +101,8 @@ class PretrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    sam: SAMConfig = field(default_factory=SAMConfig)
+    adversarial: AdversarialConfig = field(default_factory=AdversarialConfig)
 
     def __post_init__(self):
         if self.steps < 1:
@@ -82,6 +113,10 @@ class PretrainConfig:
             raise ValueError(f"mask_rate must be in (0, 1], got {self.mask_rate}")
         if any(s < 1 or s > self.steps for s in self.checkpoints):
             raise ValueError(f"checkpoints must lie in [1, steps={self.steps}]")
+        if self.sam.rho > 0 and self.adversarial.weight > 0:
+            raise ValueError("SAM and the adversarial objective cannot be combined")
+        if self.sam.rho > 0 and self.batch_size < 2:
+            raise ValueError("SAM needs batch_size >= 2 (it splits the batch in halves)")
 
     @property
     def warmup(self) -> int:

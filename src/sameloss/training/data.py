@@ -22,6 +22,25 @@ class MaskedBatch:
     targets: torch.Tensor  # [n, T] the original ids
     masked: torch.Tensor  # [n, T] bool, the prediction targets
 
+    @property
+    def n_targets(self) -> int:
+        return int(self.masked.sum())
+
+    def rows(self, lo: int, hi: int) -> MaskedBatch:
+        return MaskedBatch(self.inputs[lo:hi], self.targets[lo:hi], self.masked[lo:hi])
+
+    def shard(self, rank: int, world_size: int) -> MaskedBatch:
+        """This process's contiguous slice under DDP."""
+        return self.rows(*shard_bounds(self.inputs.shape[0], rank, world_size))
+
+    def halves(self) -> tuple[MaskedBatch, MaskedBatch]:
+        """First and second half of the sentences (SAM's ascent and update batches)."""
+        mid = self.inputs.shape[0] // 2
+        return self.rows(0, mid), self.rows(mid, self.inputs.shape[0])
+
+    def to(self, device) -> MaskedBatch:
+        return MaskedBatch(self.inputs.to(device), self.targets.to(device), self.masked.to(device))
+
 
 def step_generator(seed: int, step: int, stream: int = 0) -> torch.Generator:
     """A generator for one step, independent across steps, seeds and streams."""
@@ -42,14 +61,15 @@ def training_batch(language: Language, seed: int, step: int, batch_size: int, ra
                    rank: int = 0, world_size: int = 1) -> tuple[MaskedBatch, int]:
     """Batch ``step`` of the stream — under DDP, this process's contiguous slice of it —
     and the number of prediction targets in the whole (global) batch."""
+    full = global_batch(language, seed, step, batch_size, rate)
+    return full.shard(rank, world_size), full.n_targets
+
+
+def global_batch(language: Language, seed: int, step: int, batch_size: int, rate: float | None) -> MaskedBatch:
+    """The whole batch of step ``step`` (every process builds the same one)."""
     gen = step_generator(seed, step)
     batch = language.sample(batch_size, gen)
-    full = mask_batch(language, batch.tokens, batch.lengths, rate, gen)
-    n_targets = int(full.masked.sum())
-    if world_size == 1:
-        return full, n_targets
-    lo, hi = shard_bounds(batch_size, rank, world_size)
-    return MaskedBatch(full.inputs[lo:hi], full.targets[lo:hi], full.masked[lo:hi]), n_targets
+    return mask_batch(language, batch.tokens, batch.lengths, rate, gen)
 
 
 def shard_bounds(n: int, rank: int, world_size: int) -> tuple[int, int]:

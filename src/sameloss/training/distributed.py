@@ -8,6 +8,7 @@ the run is single-process.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -33,6 +34,13 @@ def local_rank() -> int:
 def wrap(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     ids = [device.index] if device.type == "cuda" else None
     return DistributedDataParallel(model, device_ids=ids)
+
+
+def no_sync(model: torch.nn.Module):
+    """DDP's ``no_sync`` (gradients stay local), or a no-op for a plain module."""
+    if isinstance(model, DistributedDataParallel):
+        return model.no_sync()
+    return contextlib.nullcontext()
 
 
 def barrier() -> None:

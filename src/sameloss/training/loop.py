@@ -27,8 +27,10 @@ from ..models import build_model
 from . import checkpoint as ckpt
 from . import distributed as dist
 from .config import PretrainConfig
-from .data import training_batch
+from .adversarial import AdversarialObjective
+from .data import global_batch
 from .evaluate import ExactEvaluator
+from .sam import SAM
 
 # Config keys that may differ when a run is resumed (they do not change the trajectory).
 RESUMABLE_CHANGES = {"steps", "checkpoints", "checkpoints_log", "save_every", "log_every", "device",
@@ -64,6 +66,8 @@ def build(cfg: PretrainConfig, language, device: torch.device):
     warmup = cfg.warmup
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup > 0 else 1.0)
+    if cfg.sam.rho > 0:
+        optimizer = SAM(model.parameters(), optimizer, cfg.sam.rho, cfg.sam.adaptive)
     return model, optimizer, schedule
 
 
@@ -123,6 +127,12 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, pro
     language = build_language(cfg)
     model, optimizer, schedule = build(cfg, language, device)
     train_model = dist.wrap(model, device) if world_size > 1 else model
+    adversary = None
+    if cfg.adversarial.weight > 0:
+        if world_size > 1:
+            raise UserError("the adversarial objective does not support DDP yet; run it in one process")
+        a = cfg.adversarial
+        adversary = AdversarialObjective(language, a.task, a.weight, a.batch_size, a.pool_size, a.ridge, cfg.seed)
     rate = None if cfg.masking == "single" else cfg.mask_rate
     keep = set(cfg.checkpoint_steps())
     config_path = run_dir / "config.toml"
@@ -155,22 +165,37 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, pro
     last_eval: dict = {}
     last_train_loss = float("nan")
     tokens_seen, window_loss, window_targets, window_start = 0, 0.0, 0, time.perf_counter()
+    window_downstream, window_steps = 0.0, 0
     bar = tqdm(total=cfg.steps, initial=start - 1, desc=cfg.name, unit="step",
                disable=not progress or rank != 0, dynamic_ncols=True, leave=True)
     train_model.train()
     step = start - 1
     for step in range(start, cfg.steps + 1):
-        batch, n_targets = training_batch(language, cfg.seed, step, cfg.batch_size, rate, rank, world_size)
-        batch = dataclasses.replace(batch, inputs=batch.inputs.to(device), targets=batch.targets.to(device),
-                                    masked=batch.masked.to(device))
+        full = global_batch(language, cfg.seed, step, cfg.batch_size, rate)
+        n_targets = full.n_targets
+        optimizer.zero_grad(set_to_none=True)
+        if isinstance(optimizer, SAM):
+            ascent, update = full.halves()
+            # ascent: this process's own half-batch gradient, not averaged across processes
+            with dist.no_sync(train_model), autocast:
+                ascent_loss, _ = mlm_loss(train_model, ascent.shard(rank, world_size).to(device),
+                                          ascent.n_targets, world_size)
+            ascent_loss.backward()
+            optimizer.ascend()
+            optimizer.zero_grad(set_to_none=True)
+            batch, n_targets = update.shard(rank, world_size).to(device), update.n_targets
+        else:
+            batch = full.shard(rank, world_size).to(device)
         with autocast:
             loss, summed = mlm_loss(train_model, batch, n_targets, world_size)
+            if adversary is not None:
+                adv_loss, downstream = adversary.loss(model, step, device)
+                loss = loss + adv_loss
         if not torch.isfinite(summed):
             good = ckpt.complete_checkpoints(run_dir)
             where = f"; the last good checkpoint is {good[-1]}" if good else ""
             bar.close()
             raise TrainingDiverged(f"the training loss became {summed.item()} at step {step}{where}")
-        optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.optim.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
@@ -180,6 +205,9 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, pro
         tokens_seen += int((batch.inputs != language.pad_id).sum()) * world_size
         window_loss += float(summed) * world_size
         window_targets += n_targets
+        if adversary is not None:
+            window_downstream += float(downstream)
+        window_steps += 1
         bar.update(1)
         record = None
         if step % cfg.log_every == 0 or step == cfg.steps:
@@ -187,7 +215,10 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, pro
             record = {"step": step, "lr": schedule.get_last_lr()[0],
                       "train_loss": window_loss / max(window_targets, 1),
                       "tokens_per_s": tokens_seen / max(elapsed, 1e-9)}
+            if adversary is not None:
+                record["adversarial_downstream_loss"] = window_downstream / window_steps
             tokens_seen, window_loss, window_targets, window_start = 0, 0.0, 0, time.perf_counter()
+            window_downstream, window_steps = 0.0, 0
         if rank == 0 and ((cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.steps):
             last_eval = evaluator.evaluate(model, device)
             record = (record or {"step": step}) | {"eval": last_eval}

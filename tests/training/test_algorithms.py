@@ -1,0 +1,108 @@
+"""SAM and the adversarial objective."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sameloss.languages import PCFG
+from sameloss.training import pretrain
+from sameloss.training.adversarial import AdversarialObjective
+from sameloss.training.checkpoint import complete_checkpoints
+from sameloss.training.sam import SAM
+
+from training.test_pretrain import small_config, weights
+
+
+def _quadratic():
+    torch.manual_seed(0)
+    w = torch.nn.Parameter(torch.randn(5, dtype=torch.float64))
+    a = torch.randn(5, 5, dtype=torch.float64)
+    h = a @ a.T + torch.eye(5, dtype=torch.float64)
+
+    def loss(x):
+        return 0.5 * x @ h @ x + x.sum() ** 3 / 10
+
+    return w, loss
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_sam_step_is_the_base_step_with_the_gradient_at_the_ascent_point(adaptive):
+    w, loss = _quadratic()
+    start = w.detach().clone()
+    opt = SAM([w], torch.optim.SGD([w], lr=0.1), rho=0.05, adaptive=adaptive)
+    loss(w).backward()
+    g = w.grad.clone()
+    opt.ascend()
+    t = start.abs() if adaptive else torch.ones_like(start)
+    eps = 0.05 * t * t * g / (t * g).norm()
+    assert torch.allclose(w.detach() - start, eps, atol=1e-14)
+    if not adaptive:
+        assert (w.detach() - start).norm().item() == pytest.approx(0.05, abs=1e-12)
+    opt.zero_grad()
+    loss(w).backward()
+    g_at_ascent = w.grad.clone()
+    opt.step()
+    assert torch.allclose(w.detach(), start - 0.1 * g_at_ascent, atol=1e-14)
+
+
+def test_sam_state_round_trips():
+    w, loss = _quadratic()
+    opt = SAM([w], torch.optim.AdamW([w], lr=0.1), rho=0.07, adaptive=True)
+    loss(w).backward()
+    opt.ascend()
+    opt.step()
+    w2, _ = _quadratic()
+    opt2 = SAM([w2], torch.optim.AdamW([w2], lr=0.1), rho=0.05)
+    opt2.load_state_dict(opt.state_dict())
+    assert opt2.rho == 0.07 and opt2.adaptive
+    assert torch.equal(opt2.base.state_dict()["state"][0]["exp_avg"], opt.base.state_dict()["state"][0]["exp_avg"])
+
+
+def test_sam_pretraining_resumes_bit_identically(tmp_path):
+    cfg = small_config(**{"sam.rho": 0.05, "model.dropout": 0.0, "optim.weight_decay": 0.0})
+    pretrain(cfg, tmp_path / "whole", progress=False)
+    pretrain(cfg, tmp_path / "split", progress=False, stop_after=5)
+    pretrain(cfg, tmp_path / "split", progress=False, resume=True)
+    a, b = weights(tmp_path / "whole"), weights(tmp_path / "split")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    # and SAM changed the trajectory
+    plain = small_config(**{"model.dropout": 0.0, "optim.weight_decay": 0.0})
+    pretrain(plain, tmp_path / "plain", progress=False)
+    c = weights(tmp_path / "plain")
+    assert any(not torch.equal(a[k], c[k]) for k in a)
+
+
+def test_closed_form_head_is_the_ridge_solution_and_differentiable():
+    lang = PCFG.preset("tiny")
+    adv = AdversarialObjective(lang, "A", weight=1.0, pool_size=200, ridge=0.1)
+    torch.manual_seed(0)
+    feats = torch.randn(40, 3, 4, dtype=torch.float64, requires_grad=True)
+    labels = torch.randint(0, 3, (40,))
+    got = adv.downstream_loss(feats, labels)
+    # primal ridge: W = (X1^T X1 + lam I)^-1 X1^T Y1
+    x = torch.cat([feats.detach().flatten(1), torch.ones(40, 1, dtype=torch.float64)], 1)
+    y = torch.nn.functional.one_hot(labels, adv.n_classes).double()
+    x1, x2, y1, y2 = x[:20], x[20:], y[:20], y[20:]
+    lam = 0.1 * (x1 * x1).sum(1).mean()
+    w = torch.linalg.solve(x1.T @ x1 + lam * torch.eye(x.shape[1], dtype=torch.float64), x1.T @ y1)
+    want = (x2 @ w - y2).pow(2).sum(1).mean()
+    assert got.item() == pytest.approx(want.item(), rel=1e-10)
+    got.backward()
+    assert feats.grad is not None and feats.grad.abs().sum() > 0
+
+
+def test_adversarial_pretraining_runs_and_logs_the_downstream_loss(tmp_path):
+    cfg = small_config(**{"adversarial.weight": 0.5, "adversarial.task": "A", "adversarial.batch_size": 32,
+                          "adversarial.pool_size": 200})
+    result = pretrain(cfg, tmp_path / "adv", progress=False)
+    assert result["kl"] > 0
+    text = (tmp_path / "adv" / "metrics.jsonl").read_text()
+    assert "adversarial_downstream_loss" in text
+    assert complete_checkpoints(tmp_path / "adv")
+
+
+def test_adversarial_task_must_exist():
+    from sameloss.errors import UserError
+    with pytest.raises(UserError, match="adversarial.task 'Z' is not a task of pcfg"):
+        AdversarialObjective(PCFG.preset("tiny"), "Z", 1.0)
