@@ -74,7 +74,39 @@ def build_parser() -> argparse.ArgumentParser:
     pretrain.add_argument("--fresh", action="store_true", help="delete an existing run of the same name first")
     pretrain.add_argument("--no-progress", action="store_true", help="no progress bar")
     pretrain.set_defaults(run=_pretrain)
+
+    embed = commands.add_parser(
+        "embed", help="embed a small transformer checkpoint function-preservingly into a larger shape",
+        description="Write a checkpoint of a larger transformer that computes exactly the same function as "
+                    "the small one (App. B.4): width x K by replicating weights, N extra blocks that act as "
+                    "the identity. Use it to compare the trace of Hessian of different sizes in one "
+                    "architecture.")
+    embed.add_argument("checkpoint", metavar="SMALL_CHECKPOINT", help="checkpoint directory (runs/NAME/checkpoints/step_N)")
+    embed.add_argument("--out", required=True, metavar="DIR", help="folder for the embedded checkpoint")
+    embed.add_argument("--into", metavar="SIZE", help="target size name (e.g. t4-640); sets width and depth")
+    embed.add_argument("--width-factor", type=_positive_int, metavar="K", help="widen by K (heads x K)")
+    embed.add_argument("--extra-layers", type=_non_negative_int, default=0, metavar="N",
+                       help="blocks added after the last one (default 0)")
+    embed.set_defaults(run=_embed)
     return parser
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _embed(args) -> None:
+    from .models.embed import embed_checkpoint
+
+    path = embed_checkpoint(args.checkpoint, args.out, into=args.into, width_factor=args.width_factor,
+                            extra_layers=args.extra_layers)
+    print(path)
 
 
 def _pretrain(args) -> None:

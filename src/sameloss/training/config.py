@@ -22,6 +22,16 @@ class ModelConfig:
     size: str = "tiny"
     dropout: float = 0.1
     norm: Literal["post", "pre"] = "post"  # transformer only
+    # optional changes to the named size's shape (None: the size's own value)
+    d_model: int | None = None
+    n_heads: int | None = None
+    n_layers: int | None = None
+    d_inter: int | None = None  # transformer only
+    d_hidden: int | None = None  # LSTM only
+
+    def shape_overrides(self) -> dict:
+        names = ("d_model", "n_heads", "n_layers", "d_inter", "d_hidden")
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ def build_language(cfg: PretrainConfig):
 def build(cfg: PretrainConfig, language, device: torch.device):
     """Model, optimiser and learning-rate schedule, freshly initialised from the seed."""
     torch.manual_seed(cfg.seed)
-    overrides = {"dropout": cfg.model.dropout}
+    overrides = {"dropout": cfg.model.dropout, **cfg.model.shape_overrides()}
     if cfg.model.kind == "transformer":
         # the paper's "dropout 0.1" is BERT's: hidden and attention-probability dropout
         overrides.update(norm=cfg.model.norm, attn_dropout=cfg.model.dropout)
