@@ -88,7 +88,86 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument("--extra-layers", type=_non_negative_int, default=0, metavar="N",
                        help="blocks added after the last one (default 0)")
     embed.set_defaults(run=_embed)
+
+    measure = commands.add_parser(
+        "measure", help="loss, flatness and downstream accuracy of a checkpoint or of every checkpoint of a run",
+        description="Measure one checkpoint (runs/NAME/checkpoints/step_N) or every checkpoint of a run "
+                    "(runs/NAME): one row per checkpoint, printed as a table (or --json) and written to --out "
+                    "(.csv or .json). Defaults are sized for a CPU; the paper's sizes are given in each "
+                    "option's help.")
+    measure.add_argument("path", metavar="RUN_OR_CHECKPOINT")
+    measure.add_argument("--loss", action="store_true", help="exact held-out loss = entropy + KL (and log-KL)")
+    measure.add_argument("--trace", action="append", default=[], choices=["fisher", "hutchinson"],
+                         help="trace of Hessian: 'fisher' = the paper's estimator (labels sampled from the "
+                              "model), 'hutchinson' = probes on the loss with the true tokens; repeatable")
+    measure.add_argument("--top-eig", action="store_true", help="largest Hessian eigenvalue (Lanczos)")
+    measure.add_argument("--sharpness", action="store_true", help="SAM sharpness in an L2 ball of radius --rho")
+    measure.add_argument("--probe", action="append", default=[], metavar="TASK", help="linear probe on TASK")
+    measure.add_argument("--finetune", action="append", default=[], metavar="TASK", help="fine-tune on TASK")
+    measure.add_argument("--lookup-table", action="append", default=[], metavar="TASK",
+                         help="look-up-table baseline (probe on the true conditionals) on TASK")
+    measure.add_argument("--params", metavar="REGEX", help="only parameters whose name matches (default: all)")
+    measure.add_argument("--contexts", type=_positive_int, default=1000,
+                         help="contexts for the Fisher trace (default 1000; paper 10000)")
+    measure.add_argument("--labels", type=_positive_int, default=50, help="labels per context (paper 50)")
+    measure.add_argument("--probes", type=_positive_int, default=100, help="Hutchinson probes (default 100)")
+    measure.add_argument("--rho", type=float, default=0.05, help="SAM radius (default 0.05)")
+    measure.add_argument("--task-size", type=_positive_int, default=2000,
+                         help="training examples per task (validation 1/4, test 1/2 of it; paper 0.1M in all)")
+    measure.add_argument("--seeds", type=_positive_int, default=5, help="probe/fine-tune seeds (default 5)")
+    measure.add_argument("--probe-method", choices=["lbfgs", "adamw"], default="lbfgs",
+                         help="lbfgs: exact convex solve (default); adamw: the paper's (lr 1e-3, --probe-epochs)")
+    measure.add_argument("--probe-epochs", type=_positive_int, default=50, help="AdamW probe epochs (paper 100)")
+    measure.add_argument("--finetune-epochs", type=_positive_int, default=10, help="fine-tuning epochs (paper 10)")
+    measure.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    measure.add_argument("--seed", type=int, default=0)
+    measure.add_argument("--out", metavar="FILE", help="write the rows to FILE (.csv, else JSON)")
+    measure.add_argument("--json", action="store_true", help="print the rows as JSON")
+    measure.add_argument("--no-progress", action="store_true")
+    measure.set_defaults(run=_measure)
     return parser
+
+
+def _measure(args) -> None:
+    from .measures.run import MeasureSpec, measure_path, write_rows
+    from .training.loop import resolve_device
+
+    spec = MeasureSpec(
+        loss=args.loss, traces=tuple(args.trace), top_eig=args.top_eig, sharpness=args.sharpness,
+        probe=tuple(args.probe), finetune=tuple(args.finetune), lookup=tuple(args.lookup_table),
+        n_contexts=args.contexts, n_labels=args.labels, n_probes=args.probes, params=args.params, rho=args.rho,
+        task_train=args.task_size, task_validation=max(args.task_size // 4, 1),
+        task_test=max(args.task_size // 2, 1), probe_method=args.probe_method, probe_epochs=args.probe_epochs,
+        finetune_epochs=args.finetune_epochs, seeds=tuple(range(args.seeds)), seed=args.seed,
+        device=str(resolve_device(args.device)))
+    rows = measure_path(args.path, spec, progress=not args.no_progress)
+    if args.out:
+        write_rows(rows, args.out)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(format_rows(rows))
+
+
+def format_rows(rows: list[dict]) -> str:
+    """A plain table: one line per checkpoint, value ± error columns merged."""
+    if not rows:
+        return "(no rows)"
+    skip = {"checkpoint", "run"}
+    keys = [k for k in rows[0] if k not in skip and not k.endswith(("_std", "_se"))]
+
+    def cell(row, key):
+        value = row.get(key)
+        if value is None:
+            return "-"
+        if isinstance(value, float):
+            err = row.get(f"{key}_std", row.get(f"{key}_se"))
+            return f"{value:.4g}" + (f" ± {err:.2g}" if isinstance(err, float) else "")
+        return str(value)
+
+    table = [keys] + [[cell(r, k) for k in keys] for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(keys))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in table)
 
 
 def _non_negative_int(text: str) -> int:
@@ -209,6 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("sameloss: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stderr.close()
+        return 0
     return 0
 
 

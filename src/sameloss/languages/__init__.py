@@ -31,7 +31,7 @@ def make_language(name: str, preset: str = "tiny", seed: int | None = None, gram
         return Dyck.preset(preset)  # nothing random about it
     if name == "hmm":
         return HMM.preset(preset, seed=seed)
-    return PCFG.preset(preset, seed=0 if seed is None else seed)
+    return PCFG.preset(preset, seed=seed)
 
 
 __all__ = ["Batch", "Dyck", "Estimate", "Grammar", "HMM", "LANGUAGES", "Language", "PCFG", "Task",

@@ -29,7 +29,15 @@ PRESETS: dict[str, dict] = {
     # 24 words, 3 roots, 3 levels of 4 symbols, sentences of 2..8 tokens.
     "tiny": dict(n_words=24, n_roots=3, n_levels=3, symbols_per_level=4,
                  binary_rules_per_symbol=3, emit_prob=0.2, words_per_last_symbol=6),
+    # Smaller still, for runs that must reach the saturation regime (KL < 0.01) on a CPU:
+    # 12 words, 2 roots, 3 levels of 3 symbols, sentences of 2..8 tokens.
+    "micro": dict(n_words=12, n_roots=2, n_levels=3, symbols_per_level=3,
+                  binary_rules_per_symbol=2, emit_prob=0.2, words_per_last_symbol=4),
 }
+
+# The preset's own seed where 0 is not the best draw (micro seed 0 has an 84% majority
+# class on task A).
+PRESET_SEEDS = {"micro": 1}
 
 # Tasks of the released code: the symbol over the first k tokens (k = None: the root).
 RELEASED_TASKS = {"A": None, "B": 4, "C": 2}
@@ -65,9 +73,13 @@ class PCFG(Language):
         return cls(grammar, max_len or _longest_yield(grammar, cap=32))
 
     @classmethod
-    def preset(cls, name: str, seed: int = 0) -> PCFG:
+    def preset(cls, name: str, seed: int | None = None) -> PCFG:
+        """A named random grammar; ``seed`` draws another of the same shape (default:
+        the preset's own, 1 for micro and 0 otherwise)."""
         if name not in PRESETS:
             raise UserError(f"unknown PCFG preset {name!r}; choose from {', '.join(sorted(PRESETS))}")
+        if seed is None:
+            seed = PRESET_SEEDS.get(name, 0)
         return cls.random(seed=seed, **PRESETS[name])
 
     def _build_sampling_tables(self) -> None:
