@@ -181,3 +181,19 @@ def test_lstm_pretrains_and_resumes(tmp_path):
     cfg = small_config(steps=6, **{"model.kind": "lstm", "language.name": "hmm"})
     result = pretrain(cfg, tmp_path / "lstm", progress=False)
     assert result["kl"] > 0 and result["loss"] == pytest.approx(result["entropy"] + result["kl"])
+
+
+def test_schedule_warms_up_holds_and_optionally_decays():
+    cfg = small_config(steps=100, **{"optim.warmup_steps": 10, "optim.decay_steps": 20,
+                                     "optim.final_lr_factor": 0.1})
+    f = [cfg.lr_factor(s) for s in range(100)]
+    assert f[0] == pytest.approx(0.1) and f[9] == 1.0 and f[79] == 1.0
+    assert f[99] == pytest.approx(0.1) and all(a >= b for a, b in zip(f[79:], f[80:]))
+    assert small_config(steps=100, **{"optim.warmup_fraction": 0.12}).warmup == 12
+
+
+def test_resume_refuses_more_steps_when_the_schedule_depends_on_them(tmp_path):
+    cfg = small_config(**{"optim.decay_steps": 4})
+    pretrain(cfg, tmp_path / "r", progress=False, stop_after=4)
+    with pytest.raises(UserError, match="config key 'steps' was 12 and is now 20"):
+        pretrain(small_config(steps=20, **{"optim.decay_steps": 4}), tmp_path / "r", progress=False, resume=True)

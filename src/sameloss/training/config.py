@@ -44,6 +44,10 @@ class OptimConfig:
     momentum: float = 0.0  # SGD only
     warmup_steps: int = 1000
     warmup_fraction: float | None = None  # if set, warm-up = fraction * steps (paper's SGD: 0.12)
+    # optional linear decay over the last decay_steps to final_lr_factor * lr (the paper
+    # keeps lr constant; a short decay removes the constant-lr noise floor of the loss)
+    decay_steps: int = 0
+    final_lr_factor: float = 0.0
     grad_clip: float | None = None  # max global gradient norm
 
     def __post_init__(self):
@@ -55,6 +59,8 @@ class OptimConfig:
             raise ValueError("optim.warmup_steps must be >= 0")
         if self.warmup_fraction is not None and not 0 <= self.warmup_fraction <= 1:
             raise ValueError("optim.warmup_fraction must be in [0, 1]")
+        if self.decay_steps < 0 or not 0 <= self.final_lr_factor <= 1:
+            raise ValueError("optim.decay_steps must be >= 0 and optim.final_lr_factor in [0, 1]")
 
 
 @dataclass(frozen=True)
@@ -133,6 +139,16 @@ class PretrainConfig:
         if self.optim.warmup_fraction is not None:
             return round(self.optim.warmup_fraction * self.steps)
         return self.optim.warmup_steps
+
+    def lr_factor(self, step: int) -> float:
+        """Multiplier of ``optim.lr`` for (0-based) step ``step``: linear warm-up, constant,
+        then the optional linear decay."""
+        factor = min(1.0, (step + 1) / self.warmup) if self.warmup > 0 else 1.0
+        decay = self.optim.decay_steps
+        if decay > 0 and step >= self.steps - decay:
+            done = (step - (self.steps - decay) + 1) / decay
+            factor *= 1.0 - done * (1.0 - self.optim.final_lr_factor)
+        return factor
 
     def checkpoint_steps(self) -> list[int]:
         """Every step whose checkpoint is kept: the listed ones, the log-spaced ones and

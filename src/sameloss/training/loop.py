@@ -63,9 +63,7 @@ def build(cfg: PretrainConfig, language, device: torch.device):
         overrides.update(norm=cfg.model.norm, attn_dropout=cfg.model.dropout)
     model = build_model(cfg.model.kind, cfg.model.size, language.vocab_size, language.max_len, **overrides).to(device)
     optimizer = make_optimizer(cfg, model)
-    warmup = cfg.warmup
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup > 0 else 1.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, cfg.lr_factor)
     if cfg.sam.rho > 0:
         optimizer = SAM(model.parameters(), optimizer, cfg.sam.rho, cfg.sam.adaptive)
     return model, optimizer, schedule
@@ -103,8 +101,10 @@ def _check_resumable(saved: dict, current: dict) -> None:
         return out
 
     a, b = flat(saved), flat(current)
+    # the number of steps shapes the schedule when warm-up or decay depend on it
+    schedule_uses_steps = b.get("optim.warmup_fraction") is not None or b.get("optim.decay_steps", 0) > 0
     for key in sorted(set(a) | set(b)):
-        if key in RESUMABLE_CHANGES:
+        if key in RESUMABLE_CHANGES and not (key == "steps" and schedule_uses_steps):
             continue
         va, vb = a.get(key), b.get(key)
         if isinstance(va, list):
