@@ -1,0 +1,166 @@
+"""Measure checkpoints: one row of numbers per checkpoint (``sameloss measure``).
+
+``MeasureSpec`` says what to compute; ``measure_checkpoint`` turns one checkpoint into a
+flat dict (loss, KL, traces, eigenvalue, sharpness, probe / fine-tune / look-up-table
+accuracies, each with its error); ``measure_path`` does every checkpoint of a run (or
+one checkpoint) and ``write_rows`` saves them as CSV or JSON.
+
+The look-up-table baseline does not depend on the checkpoint (it probes the true
+conditionals), so it is computed once per language and repeated in every row.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm import tqdm
+
+from ..errors import UserError
+from ..training.checkpoint import complete_checkpoints, read_meta
+from ..training.evaluate import ExactEvaluator
+from ..training.loop import load_model_from_checkpoint
+from . import curvature
+from .finetune import finetune
+from .lookup import lookup_table_probe
+from .probe import linear_probe
+from .tasks import make_task_data
+
+
+@dataclass(frozen=True)
+class MeasureSpec:
+    loss: bool = False
+    traces: tuple[str, ...] = ()  # "fisher", "hutchinson"
+    top_eig: bool = False
+    sharpness: bool = False
+    probe: tuple[str, ...] = ()  # task names
+    finetune: tuple[str, ...] = ()
+    lookup: tuple[str, ...] = ()
+    # sizes (paper defaults in comments; these defaults suit a CPU)
+    loss_sentences: int = 2000  # paper: 10^6
+    n_contexts: int = 1000  # paper: 10^4
+    n_labels: int = 50  # paper: 50
+    repeats: int = 5  # paper: 5
+    n_probes: int = 100
+    curvature_sentences: int = 256
+    params: str | None = None
+    rho: float = 0.05
+    task_train: int = 2000  # paper: 0.1M examples in all
+    task_validation: int = 500
+    task_test: int = 1000
+    probe_method: str = "lbfgs"
+    probe_epochs: int = 50  # paper: 100 (AdamW)
+    finetune_epochs: int = 10
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    seed: int = 0
+    device: str = "cpu"
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        bad = [t for t in self.traces if t not in ("fisher", "hutchinson")]
+        if bad:
+            raise UserError(f"unknown trace estimator {bad[0]!r}; choose fisher or hutchinson")
+        if not (self.loss or self.traces or self.top_eig or self.sharpness or self.probe or self.finetune
+                or self.lookup):
+            raise UserError("nothing to measure: pass --loss, --trace, --top-eig, --sharpness, --probe, "
+                            "--finetune or --lookup-table")
+
+
+def checkpoints_of(path: str | Path) -> list[Path]:
+    """A checkpoint directory itself, or every complete checkpoint of a run directory."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"no such run or checkpoint: {path}")
+    if (path / "meta.json").exists():
+        return [path]
+    found = complete_checkpoints(path)
+    if not found:
+        raise UserError(f"{path} holds no checkpoint (expected a run folder or a checkpoints/step_* folder)")
+    return found
+
+
+def measure_checkpoint(path: Path, spec: MeasureSpec, cache: dict | None = None) -> dict:
+    cache = {} if cache is None else cache
+    model, language, cfg = load_model_from_checkpoint(path, spec.device)
+    row: dict = {"checkpoint": str(path), "run": cfg.name, "step": read_meta(path)["step"],
+                 "parameters": sum(p.numel() for p in model.parameters())}
+    if spec.loss:
+        key = ("evaluator", cfg.language, cfg.masking, cfg.mask_rate)
+        if key not in cache:
+            rate = None if cfg.masking == "single" else cfg.mask_rate
+            cache[key] = ExactEvaluator(language, spec.loss_sentences, rate, cfg.eval.seed, cfg.eval.n_subsets)
+        result = cache[key].evaluate(model, spec.device)
+        row.update({k: result[k] for k in ("loss", "loss_std", "kl", "kl_std", "log_kl", "entropy", "n_tokens")})
+    for name in spec.traces:
+        if name == "fisher":
+            r = curvature.trace_fisher(model, language, n_contexts=spec.n_contexts, n_labels=spec.n_labels,
+                                       params=spec.params, seed=spec.seed, repeats=spec.repeats)
+        else:
+            r = curvature.trace_hutchinson(model, language, n_probes=spec.n_probes, params=spec.params,
+                                           n_sentences=spec.curvature_sentences, seed=spec.seed)
+        row[f"trace_{name}"] = r.estimate
+        row[f"trace_{name}_se"] = r.stderr
+        if "repeat_std" in r.extra:
+            row[f"trace_{name}_repeat_std"] = r.extra["repeat_std"]
+        row["n_params_measured"] = r.n_params
+    if spec.top_eig:
+        r = curvature.top_eigenvalue(model, language, params=spec.params, n_sentences=spec.curvature_sentences,
+                                     seed=spec.seed)
+        row["top_eigenvalue"] = r.estimate
+    if spec.sharpness:
+        r = curvature.sam_sharpness(model, language, rho=spec.rho, params=spec.params,
+                                    n_sentences=spec.curvature_sentences, seed=spec.seed)
+        row["sam_sharpness"] = r.estimate
+    for kind, tasks in (("probe", spec.probe), ("finetune", spec.finetune), ("lookup", spec.lookup)):
+        for task in tasks:
+            data = _task_data(cache, language, cfg, task, spec)
+            if kind == "probe":
+                r = linear_probe(model, data, method=spec.probe_method, seeds=spec.seeds, epochs=spec.probe_epochs)
+            elif kind == "finetune":
+                r = finetune(model, data, seeds=spec.seeds, epochs=spec.finetune_epochs)
+            else:
+                key = ("lookup", cfg.language, task)
+                if key not in cache:
+                    cache[key] = lookup_table_probe(language, data, method=spec.probe_method, seeds=spec.seeds,
+                                                    epochs=spec.probe_epochs)
+                r = cache[key]
+            row[f"{kind}_{task}"] = r.mean
+            row[f"{kind}_{task}_std"] = r.std
+            row[f"{task}_majority"] = r.majority_rate
+    return row
+
+
+def _task_data(cache, language, cfg, task, spec):
+    key = ("task", cfg.language, task)
+    if key not in cache:
+        cache[key] = make_task_data(language, task, spec.task_train, spec.task_validation, spec.task_test,
+                                    seed=spec.seed)
+    return cache[key]
+
+
+def measure_path(path: str | Path, spec: MeasureSpec, progress: bool = True) -> list[dict]:
+    found = checkpoints_of(path)
+    cache: dict = {}
+    rows = []
+    for ckpt in tqdm(found, desc="measuring", unit="checkpoint", disable=not progress or len(found) < 2):
+        rows.append(measure_checkpoint(ckpt, spec, cache))
+    return rows
+
+
+def write_rows(rows: list[dict], out: str | Path) -> None:
+    """CSV (``.csv``) or JSON (anything else), written to a temporary name first so an
+    interrupted write never replaces earlier results."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    if out.suffix == ".csv":
+        columns = list(dict.fromkeys(k for row in rows for k in row))
+        with tmp.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(rows)
+    else:
+        tmp.write_text(json.dumps(rows, indent=2))
+    tmp.replace(out)

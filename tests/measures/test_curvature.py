@@ -1,0 +1,401 @@
+"""Curvature measures against exact Hessians of models small enough to form them (float64).
+
+The transformer here has a few hundred parameters, so the full Hessian of a fixed-batch
+loss, and the full Jacobian of every context's log-probabilities, are computed directly
+(``torch.func.hessian`` / ``jacrev``, independently of the module's own machinery) and
+each estimator is checked against the exact value of the quantity it estimates.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, jacrev
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from sameloss.errors import UserError
+from sameloss.languages import make_language
+from sameloss.languages.base import Batch, Language
+from sameloss.measures.curvature import (
+    loss_batch,
+    sam_sharpness,
+    sample_contexts,
+    select_parameters,
+    top_eigenvalue,
+    trace_fisher,
+    trace_hutchinson,
+)
+from sameloss.models import LSTMConfig, LSTMMLM, TransformerConfig, TransformerMLM
+
+
+# ---- fixtures -------------------------------------------------------------------------------
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """These models are tiny: intra-op threads only add synchronisation, which on a busy
+    2-core machine makes the tests ~10× slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def language():
+    return make_language("pcfg", "tiny")  # 24 words, variable lengths (padding is exercised)
+
+
+@pytest.fixture(scope="module")
+def model(language):
+    torch.manual_seed(0)
+    cfg = TransformerConfig(vocab_size=language.vocab_size, max_len=language.max_len, d_model=4, n_heads=1,
+                            n_layers=1, d_inter=8, pad_id=language.pad_id, dropout=0.1, attn_dropout=0.1,
+                            init_std=0.5)
+    m = TransformerMLM(cfg).double()
+    m.eval()
+    return m
+
+
+@pytest.fixture(scope="module")
+def batch(language):
+    return loss_batch(language, n_sentences=32, mask_rate=0.15, seed=1)
+
+
+def flat_loss(model, batch, names=None):
+    """``(f, θ₀)``: the fixed-batch loss as a function of the flattened parameters
+    ``names`` (default: all), written independently of the module under test."""
+    named = dict(model.named_parameters())
+    names = list(named) if names is None else names
+    shapes = [named[n].shape for n in names]
+    sizes = [named[n].numel() for n in names]
+    fixed = {n: p.detach() for n, p in named.items() if n not in names}
+
+    def f(flat):
+        values = {n: x.view(s) for n, x, s in zip(names, flat.split(sizes), shapes)}
+        out = functional_call(model, {**fixed, **values}, (batch.inputs,))
+        return F.cross_entropy(out[batch.masked], batch.targets[batch.masked])
+
+    return f, torch.cat([named[n].detach().reshape(-1) for n in names])
+
+
+def exact_hessian_of(f, theta):
+    """The Hessian by reverse-over-reverse autograd. Not ``torch.func.hessian``: on torch
+    2.13 it returns a wrong, asymmetric Hessian for LayerNorm gains (the rows and columns
+    of ``F.layer_norm``'s weight; checked against finite differences)."""
+    return torch.autograd.functional.hessian(f, theta, vectorize=True)
+
+
+@pytest.fixture(scope="module")
+def exact_hessian(model, batch):
+    f, theta = flat_loss(model, batch)
+    with sdpa_kernel(SDPBackend.MATH):
+        H = exact_hessian_of(f, theta)
+    assert float((H - H.T).abs().max()) < 1e-10
+    return H
+
+
+# ---- Hutchinson -------------------------------------------------------------------------------
+def test_hutchinson_matches_the_exact_trace(model, language, batch, exact_hessian):
+    H = exact_hessian
+    trace = float(H.trace())
+    off = H - torch.diag(H.diagonal())
+    results = {}
+    for dist, per_probe_var in (("rademacher", 2 * float(off.square().sum())),
+                                ("gaussian", 2 * float(H.square().sum()))):
+        r = trace_hutchinson(model, language, batch=batch, n_probes=300, distribution=dist, probe_chunk=100)
+        assert r.n_params == H.shape[0]
+        assert abs(r.estimate - trace) < 4 * r.stderr, (dist, r.estimate, trace, r.stderr)
+        # the reported standard error is the theoretical one, sqrt(Var(vᵀHv) / n)
+        assert 0.7 < r.stderr / math.sqrt(per_probe_var / 300) < 1.4, dist
+        results[dist] = r
+    few = trace_hutchinson(model, language, batch=batch, n_probes=20, probe_chunk=100)
+    assert results["rademacher"].stderr < 0.5 * few.stderr  # 15× the probes: SE / 3.9 in expectation
+
+
+def test_hutchinson_engines_agree(model, language, batch):
+    a = trace_hutchinson(model, language, batch=batch, n_probes=6, engine="func")
+    b = trace_hutchinson(model, language, batch=batch, n_probes=6, engine="autograd")
+    assert a.estimate == pytest.approx(b.estimate, rel=1e-10)
+    assert a.settings["engine"] == "func" and b.settings["engine"] == "autograd"
+
+
+# ---- the paper's (Fisher) estimator ---------------------------------------------------------
+def exact_fisher_trace(model, contexts):
+    """Mean over contexts of Σ_y f_y ‖∇_θ log f_θ(x)_y‖², every label enumerated, with
+    plain autograd (one backward per context and label)."""
+    params = list(model.parameters())
+    values = []
+    with sdpa_kernel(SDPBackend.MATH):
+        for i in range(contexts.inputs.shape[0]):
+            pos = int(contexts.masked[i].nonzero())
+            logp = torch.log_softmax(model(contexts.inputs[i:i + 1])[0, pos], -1)
+            total = 0.0
+            for y in range(logp.shape[0]):
+                grads = torch.autograd.grad(logp[y], params, retain_graph=True, allow_unused=True)
+                total += float(logp[y].detach().exp()) * sum(float(g.square().sum()) for g in grads if g is not None)
+            values.append(total)
+    return sum(values) / len(values)
+
+
+@pytest.fixture(scope="module")
+def contexts(language):
+    return sample_contexts(language, 24, seed=3)
+
+
+@pytest.fixture(scope="module")
+def fisher_target(model, contexts):
+    return exact_fisher_trace(model, contexts)
+
+
+def test_fisher_estimator_matches_its_exact_target(model, language, contexts, fisher_target):
+    exact = trace_fisher(model, language, contexts=contexts, n_labels=None)
+    assert exact.estimate == pytest.approx(fisher_target, rel=1e-10)
+    sampled = trace_fisher(model, language, contexts=contexts, n_labels=50)
+    assert abs(sampled.estimate - fisher_target) < 4 * sampled.stderr
+    assert sampled.n_samples == 24 and sampled.n_params == exact.n_params
+    # merging repeated labels changes nothing, and far fewer gradients are needed
+    assert sampled.extra["n_gradients"] < 24 * 50
+
+
+def test_fisher_engines_ghost_norms_and_chunking_agree(model, language, contexts):
+    a = trace_fisher(model, language, contexts=contexts, n_labels=7, engine="func", max_chunk_bytes=1)
+    b = trace_fisher(model, language, contexts=contexts, n_labels=7, engine="func")
+    c = trace_fisher(model, language, contexts=contexts, n_labels=7, engine="autograd", block_size=5)
+    d = trace_fisher(model, language, contexts=contexts, n_labels=7, engine="func", ghost_norms=False)
+    assert b.settings["ghost_norms"] and not d.settings["ghost_norms"]
+    assert a.estimate == pytest.approx(b.estimate, rel=1e-12)
+    assert c.estimate == pytest.approx(b.estimate, rel=1e-10)
+    assert d.estimate == pytest.approx(b.estimate, rel=1e-10)
+    # a selection of linear layers only (weights without their biases, and biases alone)
+    for regex in (r"mlp\.up\.weight|attn\.qkv", r"\.bias$", r"head"):
+        g = trace_fisher(model, language, contexts=contexts, n_labels=None, params=regex)
+        m = trace_fisher(model, language, contexts=contexts, n_labels=None, params=regex, ghost_norms=False)
+        assert g.estimate == pytest.approx(m.estimate, rel=1e-10), regex
+        assert g.n_params == m.n_params
+
+
+def test_fisher_repeats_and_sampled_contexts(model, language):
+    r = trace_fisher(model, language, n_contexts=16, n_labels=4, repeats=3, seed=5)
+    assert len(r.extra["repeat_estimates"]) == 3
+    assert r.n_samples == 48 and r.settings["n_contexts"] == 16
+    reps = torch.tensor(r.extra["repeat_estimates"], dtype=torch.float64)
+    assert r.extra["repeat_std"] == pytest.approx(float(reps.std()))
+    assert r.estimate == pytest.approx(float(reps.mean()))  # equal-sized repeats
+    again = trace_fisher(model, language, n_contexts=16, n_labels=4, repeats=3, seed=5)
+    assert again.estimate == r.estimate  # a pure function of the seed
+    with pytest.raises(UserError, match="exactly one masked position"):
+        trace_fisher(model, language, contexts=loss_batch(language, 64, 1.0, seed=0))
+
+
+# ---- top eigenvalue and SAM -----------------------------------------------------------------
+def test_lanczos_finds_the_top_eigenvalue(model, language, batch, exact_hessian):
+    eig = torch.linalg.eigvalsh(exact_hessian)
+    r = top_eigenvalue(model, language, batch=batch, max_iter=exact_hessian.shape[0], tol=1e-10)
+    assert r.extra["converged"]
+    assert r.estimate == pytest.approx(float(eig[-1]), rel=1e-6)
+    assert r.extra["smallest_ritz_value"] >= float(eig[0]) - 1e-8
+    assert r.n_samples < exact_hessian.shape[0]
+
+
+def test_sam_sharpness_matches_a_direct_computation(model, language, batch):
+    f, theta = flat_loss(model, batch)
+    theta = theta.clone().requires_grad_(True)
+    with sdpa_kernel(SDPBackend.MATH):
+        (g,) = torch.autograd.grad(f(theta), theta)
+        with torch.no_grad():
+            eps = 0.05 * g / g.norm()
+            direct = float(f(theta + eps) - f(theta))
+    r = sam_sharpness(model, language, batch=batch, rho=0.05)
+    assert r.estimate == pytest.approx(direct, rel=1e-10)
+    assert r.extra["grad_norm"] == pytest.approx(float(g.norm()), rel=1e-12)
+
+
+# ---- parameter selection, modes, serialisation ---------------------------------------------
+def test_params_regex_selects_a_subset(model, language, batch, exact_hessian):
+    everything = select_parameters(model, None)
+    assert everything.n_params == model.num_parameters()  # the tied embedding once
+    names = [n for n, _ in model.named_parameters()]
+    chosen = [n for n in names if n.startswith("head.") or n == "tok_emb.weight"]
+    sizes = {n: p.numel() for n, p in model.named_parameters()}
+    index, start = [], 0
+    for n in names:
+        if n in chosen:
+            index.extend(range(start, start + sizes[n]))
+        start += sizes[n]
+    index = torch.tensor(index)
+    block = exact_hessian[index][:, index]
+    r = top_eigenvalue(model, language, batch=batch, params=r"^head\.|tok_emb", max_iter=len(index), tol=1e-10)
+    assert r.n_params == len(index) == sum(sizes[n] for n in chosen)
+    assert r.params == r"^head\.|tok_emb"
+    assert r.estimate == pytest.approx(float(torch.linalg.eigvalsh(block)[-1]), rel=1e-6)
+    h = trace_hutchinson(model, language, batch=batch, params=r"^head\.|tok_emb", n_probes=100, probe_chunk=100)
+    assert h.n_params == len(index)
+    assert abs(h.estimate - float(block.trace())) < 4 * h.stderr
+    f = trace_fisher(model, language, n_contexts=4, n_labels=2, params=r"blocks\.0\.mlp")
+    assert f.n_params == sum(sizes[n] for n in names if "blocks.0.mlp" in n)
+    with pytest.raises(UserError, match="matches no parameter"):
+        sam_sharpness(model, language, batch=batch, params="nothing-like-this")
+    with pytest.raises(UserError, match="invalid parameter regex"):
+        sam_sharpness(model, language, batch=batch, params="(")
+
+
+def test_dropout_is_off_while_measuring_and_the_mode_is_restored(model, language, batch):
+    model.train()
+    try:
+        a = sam_sharpness(model, language, batch=batch)
+        b = sam_sharpness(model, language, batch=batch)
+        h1 = trace_hutchinson(model, language, batch=batch, n_probes=3)
+        h2 = trace_hutchinson(model, language, batch=batch, n_probes=3)
+        assert model.training
+    finally:
+        model.eval()
+    assert a.estimate == b.estimate and h1.estimate == h2.estimate
+    assert a.estimate == sam_sharpness(model, language, batch=batch).estimate
+
+
+def test_results_serialise_to_json(model, language, batch):
+    for r in (trace_hutchinson(model, language, batch=batch, n_probes=2),
+              trace_fisher(model, language, n_contexts=3, n_labels=2, repeats=2),
+              top_eigenvalue(model, language, batch=batch, max_iter=3),
+              sam_sharpness(model, language, batch=batch)):
+        text = json.dumps(r.to_dict(), allow_nan=False)
+        back = json.loads(text)
+        assert back["measure"] == r.measure and back["n_params"] == r.n_params
+        assert back["seconds"] >= 0 and isinstance(back["settings"], dict)
+
+
+def test_lstm_models_use_the_autograd_engine(language):
+    torch.manual_seed(0)
+    lstm = LSTMMLM(LSTMConfig(vocab_size=language.vocab_size, max_len=language.max_len, d_model=4, d_hidden=3,
+                              n_layers=1, pad_id=language.pad_id)).double()
+    lstm.eval()  # for the exact reference below (the measures switch dropout off themselves)
+    f = trace_fisher(lstm, language, n_contexts=4, n_labels=3)
+    h = trace_hutchinson(lstm, language, n_sentences=8, n_probes=2)
+    e = top_eigenvalue(lstm, language, n_sentences=8, max_iter=4)
+    assert f.settings["engine"] == h.settings["engine"] == e.settings["engine"] == "autograd"
+    assert math.isfinite(f.estimate) and f.estimate > 0 and math.isfinite(h.estimate)
+    # the autograd Fisher path against the exact enumeration
+    ctx = sample_contexts(language, 3, seed=2)
+    exact = trace_fisher(lstm, language, contexts=ctx, n_labels=None)
+    assert exact.estimate == pytest.approx(exact_fisher_trace(lstm, ctx), rel=1e-10)
+
+
+# ---- Lemma 3.2: the Bartlett identity at a well-specified global minimiser --------------------
+class PairLanguage(Language):
+    """Two-word sentences from a known joint ``P(x₁, x₂)`` over three words."""
+
+    name = "pair"
+    n_words = 3
+    max_len = 2
+    words = ["a", "b", "c"]
+
+    def __init__(self, joint: torch.Tensor):
+        self.joint = joint
+
+    def sample(self, n, generator=None):
+        idx = torch.multinomial(self.joint.flatten(), n, replacement=True, generator=generator)
+        return Batch(torch.stack([idx // 3, idx % 3], dim=1), torch.full((n,), 2))
+
+    def conditionals(self, tokens, masked, query=None):
+        query = masked if query is None else query
+        rows = []
+        for i, t in query.nonzero().tolist():
+            other = tokens[i, 1 - t]
+            if masked[i, 1 - t]:
+                rows.append(self.joint.sum(dim=1 - t))
+            else:
+                row = self.joint[:, other] if t == 0 else self.joint[other]
+                rows.append(row / row.sum())
+        return torch.stack(rows)
+
+
+class TableMLM(nn.Module):
+    """Logits at position t are ``table[t, token at the other position]``: a full table,
+    so any conditional is representable (a well-specified model). Special tokens get a
+    fixed −10⁴ (probability exactly 0 in float64)."""
+
+    def __init__(self, vocab: int, n_words: int):
+        super().__init__()
+        self.table = nn.Parameter(torch.zeros(2, vocab, vocab, dtype=torch.float64))
+        offset = torch.zeros(vocab, dtype=torch.float64)
+        offset[n_words:] = -1e4
+        self.register_buffer("offset", offset)
+
+    def forward(self, tokens):
+        vocab = self.table.shape[1]
+        other = (tokens.flip(1)[..., None] == torch.arange(vocab)).to(self.table.dtype)  # [n, 2, V]
+        return torch.einsum("ntv,tvw->ntw", other, self.table) + self.offset
+
+
+@pytest.fixture(scope="module")
+def pair():
+    joint = torch.tensor([[0.20, 0.05, 0.10], [0.05, 0.25, 0.05], [0.10, 0.05, 0.15]], dtype=torch.float64)
+    lang = PairLanguage(joint)
+    model = TableMLM(lang.vocab_size, 3)
+    with torch.no_grad():  # the global minimiser: log of the true conditionals
+        model.table[0, :3, :3] = (joint / joint.sum(0, keepdim=True)).log().T  # P(x1 | x2 = row)
+        model.table[1, :3, :3] = (joint / joint.sum(1, keepdim=True)).log()  # P(x2 | x1 = row)
+    return lang, model
+
+
+def expected_loss_and_gradients(model, lang, theta):
+    """The exact MLM loss (one uniform mask, all sentences enumerated) as a function of
+    the flat table, and the per-outcome gradients with their probabilities."""
+    shape = model.table.shape
+    tokens, weights = [], []
+    for a in range(3):
+        for b in range(3):
+            for t in range(2):
+                x = torch.tensor([a, b])
+                inp = x.clone()
+                inp[t] = lang.mask_id
+                tokens.append((inp, t, int(x[t])))
+                weights.append(float(lang.joint[a, b]) / 2)
+    weights = torch.tensor(weights, dtype=torch.float64)
+
+    def losses(flat):
+        out = []
+        for inp, t, y in tokens:
+            logits = functional_call(model, {"table": flat.view(shape)}, (inp[None],))[0, t]
+            out.append(-torch.log_softmax(logits, -1)[y])
+        return torch.stack(out)
+
+    def loss(flat):
+        return (weights * losses(flat)).sum()
+
+    return loss, jacrev(losses)(theta), weights
+
+
+def test_bartlett_identity_holds_at_the_minimiser_and_only_there(pair):
+    lang, model = pair
+    theta_star = model.table.detach().reshape(-1).clone()
+    for theta, at_minimum in ((theta_star, True), (theta_star + 0.3 * torch.randn(theta_star.shape,
+                              generator=torch.Generator().manual_seed(0), dtype=torch.float64), False)):
+        loss, G, w = expected_loss_and_gradients(model, lang, theta)
+        H = exact_hessian_of(loss, theta)
+        mean = w @ G
+        cov = G.T @ (w[:, None] * G) - torch.outer(mean, mean)
+        if at_minimum:
+            assert float(mean.abs().max()) < 1e-12  # a stationary point
+            assert float((cov - H).abs().max()) < 1e-10
+        else:
+            assert float((cov - H).abs().max()) > 1e-2
+
+
+def test_fisher_estimator_agrees_with_hutchinson_at_the_minimiser(pair):
+    lang, model = pair
+    theta = model.table.detach().reshape(-1).clone()
+    loss, _, _ = expected_loss_and_gradients(model, lang, theta)
+    exact_trace = float(exact_hessian_of(loss, theta).trace())
+    fisher = trace_fisher(model, lang, n_contexts=4000, n_labels=50, seed=0)
+    assert fisher.n_params == theta.numel()
+    assert abs(fisher.estimate - exact_trace) < 4 * fisher.stderr
+    # Hutchinson on the expected-loss Hessian, through a batch of true tokens (single mask)
+    hutch = trace_hutchinson(model, lang, n_sentences=4000, mask_rate=None, n_probes=400, probe_chunk=100)
+    combined = math.hypot(fisher.stderr, hutch.stderr)
+    assert abs(fisher.estimate - hutch.estimate) < 4 * combined
+    assert abs(hutch.estimate - exact_trace) < 4 * combined
