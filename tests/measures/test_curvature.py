@@ -34,16 +34,6 @@ from sameloss.models import LSTMConfig, LSTMMLM, TransformerConfig, TransformerM
 
 
 # ---- fixtures -------------------------------------------------------------------------------
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """These models are tiny: intra-op threads only add synchronisation, which on a busy
-    2-core machine makes the tests ~10× slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def language():
     return make_language("pcfg", "tiny")  # 24 words, variable lengths (padding is exercised)

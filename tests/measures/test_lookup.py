@@ -13,13 +13,6 @@ from sameloss.measures.lookup import lookup_features, lookup_table_probe
 from sameloss.measures.tasks import make_task_data
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: intra-op threads only add synchronisation (and the CPU is shared)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("language", [HMM.preset("tiny"), PCFG.preset("tiny")], ids=["hmm", "pcfg"])

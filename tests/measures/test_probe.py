@@ -8,7 +8,6 @@ import json
 import pytest
 import torch
 
-from sameloss import config as configlib
 from sameloss.errors import UserError
 from sameloss.languages import HMM, PCFG, Batch
 from sameloss.measures.probe import (
@@ -21,17 +20,9 @@ from sameloss.measures.probe import (
 )
 from sameloss.measures.tasks import SPLITS, Split, TaskData, make_task_data, split_seed
 from sameloss.models import build_model
-from sameloss.training import PretrainConfig, load_model_from_checkpoint, pretrain
-from sameloss.training.checkpoint import complete_checkpoints
+from sameloss.training import load_model_from_checkpoint
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: intra-op threads only add synchronisation (and the CPU is shared)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 # ---- task data ------------------------------------------------------------------------------
@@ -170,14 +161,6 @@ def test_features_concatenate_positions_and_zero_pads(kind):
     assert (f[~real] == 0).all()
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    run = tmp_path_factory.mktemp("probe_run")
-    cfg = configlib.load(PretrainConfig, None, [
-        "steps=120", "batch_size=64", "model.size=micro", "language.name=hmm", "eval.every=0",
-        "eval.n_sentences=64", "save_every=1000", "log_every=40", "optim.warmup_steps=20", "device=cpu"])
-    pretrain(cfg, run, progress=False)
-    return complete_checkpoints(run)[-1]
 
 
 def test_probe_of_a_tiny_checkpoint(checkpoint):

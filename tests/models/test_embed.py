@@ -30,13 +30,6 @@ from sameloss.training import checkpoint as ckpt
 from sameloss.training.loop import build, build_language
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: intra-op threads only add synchronisation (and the CPU is shared)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def perturbed(cfg: TransformerConfig, dtype=torch.float64, seed: int = 0, scale: float = 0.3) -> TransformerMLM:

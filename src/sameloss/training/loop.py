@@ -11,7 +11,6 @@ number of targets, so the update equals the single-process one.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from pathlib import Path

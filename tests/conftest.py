@@ -1,0 +1,31 @@
+"""Shared fixtures."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sameloss import config as configlib
+from sameloss.training import PretrainConfig, pretrain
+from sameloss.training.checkpoint import complete_checkpoints
+
+
+@pytest.fixture(autouse=True, scope="session")
+def one_thread():
+    """The tests use tiny tensors, where intra-op threads only add synchronisation —
+    and on a shared 2-core machine they slow tiny ops down many times over."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def checkpoint(tmp_path_factory):
+    """A micro transformer pre-trained for 120 steps on the tiny HMM."""
+    run = tmp_path_factory.mktemp("micro_hmm_run")
+    cfg = configlib.load(PretrainConfig, None, [
+        "steps=120", "batch_size=64", "model.size=micro", "language.name=hmm", "eval.every=0",
+        "eval.n_sentences=64", "save_every=1000", "log_every=40", "optim.warmup_steps=20", "device=cpu"])
+    pretrain(cfg, run, progress=False)
+    return complete_checkpoints(run)[-1]

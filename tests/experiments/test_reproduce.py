@@ -1,0 +1,217 @@
+"""``sameloss reproduce figure1 --preset smoke`` end to end in a temporary folder: the
+report's structure, every number of its tables against the results files, reuse of
+finished runs and measured rows, resume of an interrupted run, ``--fresh``."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from sameloss.errors import UserError
+from sameloss.experiments import reproduce
+from sameloss.experiments.cli import add_reproduce_parser
+
+NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
+MARKER = re.compile(r"<!-- table source=(\S+) key=(\S+) columns=(\S*) -->")
+COLUMN = re.compile(r"^(?P<key>[^±\[\]*!]+)(?:±(?P<err>[^\[\]*]+))?(?:\[(?P<lo>[^,]+),(?P<hi>[^\]]+)\])?"
+                    r"(?:\*(?P<scale>[0-9.eE+-]+))?(?P<text>!text)?$")
+
+
+def run_cli(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser()
+    commands = parser.add_subparsers(dest="command")
+    add_reproduce_parser(commands)
+    args = parser.parse_args(["reproduce", *argv])
+    args.run(args)
+
+
+def half_ulp(text: str) -> float:
+    """Half a unit in the last printed digit of a number."""
+    mantissa, _, exponent = text.lower().partition("e")
+    decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+    return 0.5 * 10.0 ** (-decimals) * 10.0 ** (int(exponent) if exponent else 0)
+
+
+def close(printed: str, value: str, scale: float) -> bool:
+    v = float(value) * scale
+    return abs(float(printed) - v) <= half_ulp(printed) * (1 + 1e-9) + 1e-12
+
+
+def parse_tables(report: str):
+    """Yield (source, key, column specs, rows of cells) for every marked table."""
+    lines = report.splitlines()
+    for i, line in enumerate(lines):
+        m = MARKER.fullmatch(line.strip())
+        if not m:
+            continue
+        source, key, columns = m.group(1), m.group(2), [c for c in m.group(3).split(",") if c]
+        # the spec separates columns with commas, and [low,high] contains one: rejoin those
+        specs, buf = [], ""
+        for part in columns:
+            buf = f"{buf},{part}" if buf else part
+            if buf.count("[") == buf.count("]"):
+                specs.append(buf)
+                buf = ""
+        header = [c.strip() for c in lines[i + 1].strip().strip("|").split("|")]
+        assert len(header) == len(specs) + 1, (header, specs)
+        assert set(lines[i + 2].replace("|", "").strip()) == {"-"}
+        rows = []
+        for row_line in lines[i + 3:]:
+            if not row_line.startswith("|"):
+                break
+            rows.append([c.strip() for c in row_line.strip().strip("|").split("|")])
+        yield source, key, specs, rows
+
+
+def check_tables(root: Path) -> int:
+    """Every number in every table equals (to its printed precision) the value in its
+    results file; returns how many numbers were checked."""
+    report = (root / "report.md").read_text()
+    checked = 0
+    tables = list(parse_tables(report))
+    assert tables
+    for source, key, specs, rows in tables:
+        with (root / source).open(newline="") as f:
+            data = {r[key]: r for r in csv.DictReader(f)}
+        assert rows, f"empty table from {source}"
+        for cells in rows:
+            assert cells[0] in data, f"{cells[0]!r} is not a {key} of {source}"
+            row = data[cells[0]]
+            for spec, cell in zip(specs, cells[1:]):
+                m = COLUMN.match(spec)
+                assert m, spec
+                if m.group("text"):
+                    assert cell == (row[m.group("key")] or "–")
+                    continue
+                scale = float(m.group("scale") or 1)
+                keys = [m.group("key")] + ([m.group("err")] if m.group("err") else []) + \
+                    ([m.group("lo"), m.group("hi")] if m.group("lo") else [])
+                if cell == "–":
+                    assert row[keys[0]] in ("", "nan", "None") or not math.isfinite(float(row[keys[0]]))
+                    continue
+                numbers = NUMBER.findall(cell)
+                assert len(numbers) == len(keys), (cell, keys)
+                for printed, k in zip(numbers, keys):
+                    assert close(printed, row[k], scale), f"{source} {cells[0]} {k}: printed {printed}, file {row[k]}"
+                    checked += 1
+    return checked
+
+
+def test_figure1_smoke_end_to_end(tmp_path):
+    start = time.perf_counter()
+    run_cli(["figure1", "--preset", "smoke", "--out", str(tmp_path), "--no-progress"])
+    elapsed = time.perf_counter() - start
+    root = tmp_path / "figure1-smoke"
+    report = (root / "report.md").read_text()
+
+    # structure: the three experiments, figure 1, claims, figures that exist
+    for heading in ("# Figure 1: loss, flatness and downstream accuracy — preset `smoke`", "## Runs",
+                    "## Training past convergence", "## Model size at the same loss",
+                    "## Pre-training algorithms at the same loss", "## Figure 1: loss, flatness",
+                    "### Claims of the paper, checked"):
+        assert heading in report, heading
+    assert "Command: `sameloss reproduce figure1 --preset smoke`" in report
+    figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report)
+    assert {"steps-pcfg.png", "sizes-pcfg.png", "algorithms-pcfg.png", "figure1-pcfg.png"} <= set(figures)
+    for name in figures:
+        assert (root / name).stat().st_size > 1000
+    claims = re.findall(r"\*\*Direction:\*\* ([^.]+)\.", report)
+    assert len(claims) >= 10
+    assert set(claims) <= {"agrees", "disagrees", "agrees in direction, but the interval includes 0",
+                           "disagrees in direction, but the interval includes 0", "cannot be judged"}
+    assert "Kendall τ" in report and "Spearman ρ" in report
+
+    # every number in the tables comes from results.csv / correlations.csv / runs.csv
+    assert check_tables(root) > 100
+
+    # results: one row per model, with the measures
+    with (root / "results.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    models = [r["model"] for r in rows]
+    assert len(models) == len(set(models))
+    assert {"pcfg-micro-adamw@12", "pcfg-micro-sgd@24", "pcfg-d8-adamw@24", "pcfg-micro-adversarial@24",
+            "pcfg-micro-noreg@24", "pcfg-micro-noreg-sam@24", "pcfg-lookup-table"} <= set(models)
+    for r in rows:
+        assert float(r["loss"]) > 0 and r["probe_B"] != ""
+        if r["model"] != "pcfg-lookup-table":
+            assert float(r["trace_fisher"]) > 0
+    shared = next(r for r in rows if r["model"] == "pcfg-micro-adamw@24")
+    assert shared["experiment"] == "steps+sizes+algorithms"
+    d8 = next(r for r in rows if r["model"] == "pcfg-d8-adamw@24")
+    assert float(d8["embedded_loss"]) == pytest.approx(float(d8["loss"]), abs=1e-6)  # the function is kept
+
+    # every run's folder is complete
+    runs = sorted(p.name for p in (root / "runs").iterdir())
+    assert len(runs) == 6
+    for name in runs:
+        for f in ("config.toml", "metrics.jsonl", "summary.json", "checkpoints"):
+            assert (root / "runs" / name / f).exists(), (name, f)
+    print(f"smoke end to end: {elapsed:.1f} s")
+    assert elapsed < 60
+
+    # a second call reuses every run and every measured row, and writes the same numbers
+    before = (root / "results.csv").read_text()
+    run_cli(["figure1", "--preset", "smoke", "--out", str(tmp_path), "--no-progress"])
+    report2 = (root / "report.md").read_text()
+    assert "6 runs (6 reused from an earlier call), 0 rows measured" in report2
+    assert _drop_seconds(before) == _drop_seconds((root / "results.csv").read_text())
+
+    # an interrupted run (checkpoints, no summary.json) is resumed, not retrained
+    (root / "runs" / "pcfg-micro-noreg" / "summary.json").unlink()
+    reproduce("figure1", "smoke", out=tmp_path, progress=False)
+    with (root / "runs.csv").open(newline="") as f:
+        status = {r["run"]: r["status"] for r in csv.DictReader(f)}
+    assert status["pcfg-micro-noreg"] == "resumed"
+    assert {s for n, s in status.items() if n != "pcfg-micro-noreg"} == {"reused"}
+
+    # --fresh redoes everything
+    run_cli(["figure1", "--preset", "smoke", "--out", str(tmp_path), "--no-progress", "--fresh"])
+    with (root / "runs.csv").open(newline="") as f:
+        assert {r["status"] for r in csv.DictReader(f)} == {"trained"}
+    cache = json.loads((root / "measurements.json").read_text())
+    assert len(cache) >= 12
+
+
+def _drop_seconds(text: str) -> str:
+    """results.csv without the measure_seconds column (timings differ between calls)."""
+    rows = list(csv.reader(text.splitlines()))
+    if "measure_seconds" not in rows[0]:
+        return text
+    i = rows[0].index("measure_seconds")
+    return "\n".join(",".join(r[:i] + r[i + 1:]) for r in rows)
+
+
+def test_changed_config_of_a_finished_run_is_refused(tmp_path):
+    reproduce("sizes", "smoke", out=tmp_path, progress=False)
+    cfg = tmp_path / "sizes-smoke" / "runs" / "pcfg-d8-adamw" / "config.toml"
+    cfg.write_text(cfg.read_text().replace("batch_size = 32", "batch_size = 16"))
+    with pytest.raises(UserError, match="another config.*--fresh"):
+        reproduce("sizes", "smoke", out=tmp_path, progress=False)
+
+
+def test_unknown_experiment_or_preset():
+    with pytest.raises(UserError, match="unknown experiment"):
+        reproduce("figure9", "smoke")
+    with pytest.raises(UserError, match="unknown preset"):
+        reproduce("steps", "huge")
+
+
+def test_the_cli_lists_every_recipe_and_preset():
+    from sameloss.experiments import EXPERIMENTS, PRESET_NAMES, all_recipes
+
+    assert list(EXPERIMENTS) == list(all_recipes())
+    for name, recipe in all_recipes().items():
+        assert set(recipe.PRESETS) == set(PRESET_NAMES), name
+        doc = recipe.__doc__
+        assert "sameloss reproduce" in doc and "Runtime" in doc and "Expected result" in doc, name
+    parser = argparse.ArgumentParser()
+    add_reproduce_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["reproduce"])
+    assert (args.experiment, args.preset, args.out, args.seed, args.fresh) == ("figure1", "tiny", "runs", 0, False)

@@ -1,0 +1,132 @@
+"""Rank correlations, bootstrap intervals, verdicts and claim sentences (hand-computed cases)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from sameloss.experiments.claims import difference_claim, quantity_se, trend_claim
+from sameloss.experiments.stats import (AGREES, AGREES_WEAKLY, DISAGREES, DISAGREES_WEAKLY, UNDEFINED, Interval,
+                                        bootstrap_ci, diff_interval, kendall_tau, rankdata, spearman_rho, verdict)
+
+
+def test_rankdata_averages_ties():
+    assert rankdata([10, 30, 20]).tolist() == [1, 3, 2]
+    assert rankdata([1, 2, 2, 3]).tolist() == [1, 2.5, 2.5, 4]
+    assert rankdata([5, 5, 5]).tolist() == [2, 2, 2]
+
+
+def test_kendall_and_spearman_without_ties():
+    # one discordant pair (2,3) of 6: tau = (5 - 1) / 6; sum d^2 = 2: rho = 1 - 6*2 / (4*15)
+    x, y = [1, 2, 3, 4], [1, 3, 2, 4]
+    assert kendall_tau(x, y) == pytest.approx(4 / 6)
+    assert spearman_rho(x, y) == pytest.approx(0.8)
+    assert kendall_tau(x, x[::-1]) == pytest.approx(-1)
+    assert spearman_rho(x, [-v for v in x]) == pytest.approx(-1)
+
+
+def test_kendall_tau_b_and_spearman_with_ties():
+    # x ties one pair: S = 5 concordant, n0 = 6, n1 = 1, n2 = 0 -> 5 / sqrt(5 * 6)
+    x, y = [1, 2, 2, 3], [1, 2, 3, 4]
+    assert kendall_tau(x, y) == pytest.approx(5 / math.sqrt(30))
+    # Pearson of ranks [1, 2.5, 2.5, 4] and [1, 2, 3, 4]: 4.5 / sqrt(4.5 * 5)
+    assert spearman_rho(x, y) == pytest.approx(4.5 / math.sqrt(22.5))
+
+
+def test_undefined_correlations_are_nan():
+    assert math.isnan(kendall_tau([1], [2]))
+    assert math.isnan(kendall_tau([1, 1, 1], [1, 2, 3]))
+    assert math.isnan(spearman_rho([2, 2], [1, 5]))
+    with pytest.raises(ValueError):
+        kendall_tau([1, 2], [1, 2, 3])
+
+
+def test_against_scipy_when_available():
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        x = rng.integers(0, 5, size=12).astype(float)  # many ties
+        y = x + rng.integers(-2, 3, size=12)
+        assert kendall_tau(x, y) == pytest.approx(stats.kendalltau(x, y).statistic, abs=1e-12)
+        assert spearman_rho(x, y) == pytest.approx(stats.spearmanr(x, y).statistic, abs=1e-12)
+
+
+def test_bootstrap_interval_is_reproducible_and_sane():
+    rng = np.random.default_rng(1)
+    x = np.arange(30, dtype=float)
+    y = -x + rng.normal(0, 3, size=30)
+    a = bootstrap_ci(kendall_tau, x, y, n_boot=500, seed=3)
+    b = bootstrap_ci(kendall_tau, x, y, n_boot=500, seed=3)
+    assert a == b
+    assert a.low <= a.estimate <= a.high < 0
+    assert a.n == 30 and a.n_boot == 500
+    # a perfectly monotone sample: every resample with two distinct x has tau -1
+    c = bootstrap_ci(kendall_tau, [1, 2, 3, 4, 5], [5, 4, 3, 2, 1], n_boot=200)
+    assert (c.estimate, c.low, c.high) == (-1, -1, -1)
+    assert c.n_undefined >= 0
+
+
+def test_bootstrap_of_a_mean_matches_the_normal_interval_roughly():
+    rng = np.random.default_rng(2)
+    v = rng.normal(10, 2, size=400)
+    iv = bootstrap_ci(np.mean, v, n_boot=2000, seed=0)
+    half = 1.96 * v.std(ddof=1) / math.sqrt(v.size)
+    assert iv.low == pytest.approx(v.mean() - half, abs=0.1 * half)
+    assert iv.high == pytest.approx(v.mean() + half, abs=0.1 * half)
+
+
+def test_diff_interval():
+    iv = diff_interval(1.0, 0.3, 2.0, 0.4)  # b - a = 1, se 0.5
+    assert iv.estimate == pytest.approx(1.0)
+    assert iv.low == pytest.approx(1 - 1.96 * 0.5, abs=1e-3)
+    assert iv.high == pytest.approx(1 + 1.96 * 0.5, abs=1e-3)
+
+
+@pytest.mark.parametrize("est,lo,hi,sign,expected", [
+    (1.0, 0.5, 1.5, +1, AGREES),
+    (1.0, -0.5, 2.5, +1, AGREES_WEAKLY),
+    (-1.0, -1.5, -0.5, +1, DISAGREES),
+    (-1.0, -2.0, 0.5, +1, DISAGREES_WEAKLY),
+    (-1.0, -1.5, -0.5, -1, AGREES),
+    (0.0, -1.0, 1.0, -1, UNDEFINED),
+    (float("nan"), float("nan"), float("nan"), +1, UNDEFINED),
+])
+def test_verdict(est, lo, hi, sign, expected):
+    assert verdict(Interval(est, lo, hi), sign) == expected
+
+
+def _row(acc, std, trace=None, se=None, kl=0.01):
+    row = {"probe_B": acc, "probe_B_std": std, "kl": kl}
+    if trace is not None:
+        row.update(trace_fisher=trace, trace_fisher_se=se)
+    return row
+
+
+def test_difference_claim_is_computed_from_the_data():
+    a, b = _row(0.50, 0.01), _row(0.60, 0.01)  # +10 points, se 0.01/sqrt(5) each
+    claim = difference_claim("accuracy rises", "probe B", "probe_B", a, b, "first", "last", +1, scale=100,
+                             unit=" pts", n_seeds=5)
+    assert claim.verdict == AGREES
+    assert "difference 10 pts" in claim.measured
+    half = 1.96 * math.sqrt(2) * 1 / math.sqrt(5)
+    assert f"[{10 - half:.3g}, {10 + half:.3g}]" in claim.measured
+    # the same data against the opposite claim, and a noisy version
+    assert difference_claim("falls", "probe B", "probe_B", a, b, "a", "b", -1, scale=100, n_seeds=5).verdict \
+        == DISAGREES
+    noisy = difference_claim("rises", "probe B", "probe_B", _row(0.50, 0.2), _row(0.52, 0.2), "a", "b", +1,
+                             scale=100, n_seeds=5)
+    assert noisy.verdict == AGREES_WEAKLY
+    # the trace uses its own standard error
+    t = difference_claim("falls", "trace", "trace_fisher", _row(0.5, 0.0, 20.0, 1.0), _row(0.5, 0.0, 15.0, 1.0),
+                         "a", "b", -1)
+    assert t.verdict == AGREES and "difference -5" in t.measured
+    assert quantity_se(_row(0.5, 0.0, 20.0, 1.0), "trace_fisher") == 1.0
+
+
+def test_trend_claim():
+    claim, iv = trend_claim("falls", "trace vs step", [1, 2, 3, 4, 5, 6], [9, 8, 7, 6, 5, 4], -1, n_boot=300)
+    assert iv.estimate == -1 and claim.verdict == AGREES
+    claim, iv = trend_claim("falls", "trace vs step", [1, 2, 3, 4, 5, 6], [4, 5, 6, 7, 8, 9], -1, n_boot=300)
+    assert claim.verdict == DISAGREES
