@@ -44,7 +44,7 @@ class MeasureSpec:
     n_labels: int = 50  # paper: 50
     repeats: int = 5  # paper: 5
     n_probes: int = 100
-    curvature_sentences: int = 256
+    curvature_sentences: int = 1024  # the fixed batch of Hutchinson, eigenvalue, sharpness
     params: str | None = None
     rho: float = 0.05
     task_train: int = 2000  # paper: 0.1M examples in all
@@ -98,8 +98,10 @@ def measure_checkpoint(path: Path, spec: MeasureSpec, cache: dict | None = None)
             r = curvature.trace_fisher(model, language, n_contexts=spec.n_contexts, n_labels=spec.n_labels,
                                        params=spec.params, seed=spec.seed, repeats=spec.repeats)
         else:
+            # one masked position per sentence, as the Fisher estimator's contexts: near
+            # saturation the two then estimate the same trace
             r = curvature.trace_hutchinson(model, language, n_probes=spec.n_probes, params=spec.params,
-                                           n_sentences=spec.curvature_sentences, seed=spec.seed)
+                                           n_sentences=spec.curvature_sentences, mask_rate=None, seed=spec.seed)
         row[f"trace_{name}"] = r.estimate
         row[f"trace_{name}_se"] = r.stderr
         if "repeat_std" in r.extra:
