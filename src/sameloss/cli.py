@@ -132,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     measure.add_argument("--json", action="store_true", help="print the rows as JSON")
     measure.add_argument("--no-progress", action="store_true")
     measure.set_defaults(run=_measure)
+
+    from .experiments.cli import add_reproduce_parser
+    add_reproduce_parser(commands)
     return parser
 
 

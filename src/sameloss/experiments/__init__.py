@@ -1,0 +1,143 @@
+"""Reproduce the paper's results, one recipe per result (``sameloss reproduce``).
+
+``reproduce(experiment, preset)`` trains the runs of a recipe (or reuses / resumes them),
+measures their checkpoints (cached), and writes ``<out>/<experiment>-<preset>/``:
+``report.md`` (what was run, tables with error bars, figures, and for each claim of the
+paper what this run measured and whether the direction agrees), ``results.csv`` (one
+row per model), ``runs.csv``, ``*.png`` and the run folders under ``runs/``.
+
+Recipes (``recipes/``): ``steps`` (Fig. 2/4), ``sizes`` (Fig. 3/5), ``algorithms``
+(Tables 1–2), ``figure1`` (Fig. 1: all of them together, with rank correlations).
+Presets: ``smoke`` (seconds), ``tiny`` (a CPU in minutes), ``small`` and ``paper`` (GPU).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ..errors import UserError
+
+# (kept free of heavy imports: ``sameloss --help`` builds the parser from these)
+EXPERIMENTS = {
+    "steps": "training past convergence: loss, trace of Hessian, probe accuracy per checkpoint (Fig. 2, 4)",
+    "sizes": "model sizes at the same loss, trace also in the embedded view (Fig. 3, 5)",
+    "algorithms": "AdamW, adversarial, -dropout-WD, +SAM, look-up table (Tables 1, 2)",
+    "figure1": "all of the above together: loss/trace vs accuracy, rank correlations (Fig. 1)",
+}
+PRESET_NAMES = ("smoke", "tiny", "small", "paper")
+DEFAULT_EXPERIMENT = "figure1"
+DEFAULT_PRESET = "tiny"
+
+
+def all_recipes() -> dict:
+    from .recipes import RECIPES
+    return RECIPES
+
+
+def reproduce(experiment: str = DEFAULT_EXPERIMENT, preset: str = DEFAULT_PRESET, out: str | Path = "runs",
+              seed: int = 0, fresh: bool = False, progress: bool = True, device: str | None = None,
+              command: str | None = None) -> Path:
+    """Run one recipe with one preset; returns the path of ``report.md``."""
+    from .common import experiment_dir_name
+    from .core import Context
+
+    recipes = all_recipes()
+    if experiment not in recipes:
+        raise UserError(f"unknown experiment {experiment!r}; choose from {', '.join(recipes)}")
+    recipe = recipes[experiment]
+    if preset not in recipe.PRESETS:
+        raise UserError(f"unknown preset {preset!r}; choose from {', '.join(recipe.PRESETS)}")
+    p = recipe.PRESETS[preset]
+    root = Path(out) / experiment_dir_name(experiment, preset, seed)
+    start = time.perf_counter()
+    ctx = Context(root, fresh=fresh, progress=progress, device=device or p["device"])
+    ctx.log(f"reproduce {experiment} --preset {preset} (seed {seed}) in {root}")
+    result = recipe.collect(ctx, p, seed)
+    from .report import write_report
+
+    sections = result if isinstance(result, list) else [result]
+    wall = time.perf_counter() - start
+    runs_section = _runs_section(ctx, sections)
+    header = _header(recipe, experiment, preset, seed, ctx, wall, command)
+    path = write_report(root, f"{recipe.TITLE} — preset `{preset}`", header, [runs_section, *sections])
+    ctx.log(f"wrote {path} ({wall:.0f} s)")
+    return path
+
+
+def _doc_section(doc: str, heading: str) -> str:
+    """The indented paragraph under ``heading`` in a recipe's docstring."""
+    lines = (doc or "").splitlines()
+    out, inside = [], False
+    for line in lines:
+        if line.startswith(heading):
+            inside = True
+            continue
+        if inside:
+            if line and not line.startswith(" "):
+                break
+            out.append(line.strip())
+    return " ".join(x for x in out if x)
+
+
+def _header(recipe, experiment: str, preset: str, seed: int, ctx, wall: float, command: str | None
+            ) -> list[str]:
+    import torch
+
+    cmd = command or f"sameloss reproduce {experiment} --preset {preset}" + (f" --seed {seed}" if seed else "")
+    reused = sum(1 for r in ctx.runs.values() if r.status == "reused")
+    machine = (f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__} "
+               f"({torch.get_num_threads()} threads)")
+    if torch.cuda.is_available():
+        machine += f", GPU {torch.cuda.get_device_name(0)}"
+    lines = [
+        f"Command: `{cmd}` — written {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} on {machine}.",
+        f"Wall time of this call: {wall:.0f} s (training {ctx.timings['train']:.0f} s, measuring "
+        f"{ctx.timings['measure']:.0f} s); {len(ctx.runs)} runs ({reused} reused from an earlier call), "
+        f"{ctx.counts['measured']} rows measured, {ctx.counts['earlier']} taken from an earlier call's "
+        "`measurements.json`." + (" Reused work is not in the wall time." if reused or ctx.counts["earlier"] else ""),
+    ]
+    expected = _doc_section(recipe.__doc__, "Expected result")
+    if expected:
+        lines.append(f"What the paper reports: {expected}")
+    lines.append("Every claim sentence below is computed from `results.csv` by the recipe; intervals are 95%. "
+                 "\"Agrees\" means the interval excludes 0 on the paper's side, \"agrees in direction\" that only "
+                 "the point estimate does.")
+    if preset == "smoke":
+        lines.append("**Preset `smoke` checks the pipeline only: models of a few dozen steps, measures of a few "
+                     "dozen samples. Its numbers mean nothing.**")
+    return lines
+
+
+def _runs_section(ctx, sections: list):
+    from .report import Column, Section, Table, write_csv
+
+    rows, seen = [], set()
+    for s in sections:
+        for info in s.runs:
+            if info.spec.name in seen:
+                continue
+            seen.add(info.spec.name)
+            ev = info.summary.get("eval", {}) or {}
+            rows.append({"run": info.spec.name, "label": info.spec.label, "status": info.status,
+                         "steps": info.config.steps, "parameters": info.summary.get("parameters"),
+                         "final_kl": ev.get("kl"), "seconds": info.seconds,
+                         "folder": ctx.rel(info.path), "overrides": " ".join(info.spec.overrides)})
+    write_csv(rows, ctx.root / "runs.csv")
+    section = Section("Runs")
+    section.text.append("Pre-training runs (folders under `runs/`, each with `config.toml`, `metrics.jsonl`, "
+                        "`checkpoints/`, `summary.json`); status says whether this call trained, resumed or "
+                        "reused it; seconds are this call's. Final KL is the run's own held-out evaluation; the "
+                        "tables below use the larger measure set.")
+    section.tables.append(Table("Runs", [Column("status", "status", text=True), Column("steps", "steps", fmt="d"),
+                                         Column("parameters", "parameters", fmt="d"),
+                                         Column("final KL", "final_kl", fmt=".3g"),
+                                         Column("seconds", "seconds", fmt=".0f")],
+                                rows, source="runs.csv", key="run", key_header="run"))
+    return section
+
+
+__all__ = ["DEFAULT_EXPERIMENT", "DEFAULT_PRESET", "EXPERIMENTS", "PRESET_NAMES", "all_recipes", "reproduce"]

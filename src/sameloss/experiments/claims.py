@@ -1,0 +1,67 @@
+"""Claim sentences: what the paper says, what this run measured, and whether the direction
+agrees — all computed from result rows.
+
+``difference_claim`` compares one quantity between two models (``b - a`` with its normal
+95% interval from the two standard errors); ``trend_claim`` is a rank correlation
+(Kendall's tau) between two quantities over several models, with a bootstrap interval.
+The verdict is ``stats.verdict``: "agrees" / "disagrees" when the interval excludes 0,
+the weak forms when only the point estimate has a side.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .report import Claim
+from .stats import Interval, bootstrap_ci, diff_interval, kendall_tau, std_to_se, verdict
+
+
+def fmt(v: float | None, spec: str = ".3g") -> str:
+    if v is None or not math.isfinite(v):
+        return "n/a"
+    return format(v, spec)
+
+
+def quantity_se(row: dict, key: str, n_seeds: int | None = None, n_subsets: int = 5) -> float:
+    """Standard error of the mean of ``key`` in a measured row: the trace's own ``_se``;
+    for a probe, the std over seeds / √seeds; for the loss and KL, the std over the
+    held-out subsets / √subsets."""
+    if f"{key}_se" in row and row[f"{key}_se"] is not None:
+        return _f(row[f"{key}_se"])
+    std = _f(row.get(f"{key}_std"))
+    if key.startswith(("probe_", "lookup_")):
+        return std_to_se(std, n_seeds or 1)
+    return std_to_se(std, n_subsets)
+
+
+def _f(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def difference_claim(paper: str, what: str, key: str, a: dict, b: dict, a_name: str, b_name: str,
+                     expected_sign: int, scale: float = 1.0, unit: str = "", n_seeds: int | None = None,
+                     spec: str = ".3g") -> Claim:
+    """``b[key] - a[key]`` (times ``scale``) with its 95% interval; the paper expects its
+    sign to be ``expected_sign``."""
+    va, vb = _f(a.get(key)), _f(b.get(key))
+    ea, eb = quantity_se(a, key, n_seeds), quantity_se(b, key, n_seeds)
+    iv = diff_interval(va * scale, ea * scale, vb * scale, eb * scale)
+    kl = ""
+    if a.get("kl") is not None and b.get("kl") is not None:
+        kl = f" (KL to the true conditionals {fmt(_f(a['kl']))} and {fmt(_f(b['kl']))} nats)"
+    measured = (f"{what}: {a_name} {fmt(va * scale, spec)}{unit}, {b_name} {fmt(vb * scale, spec)}{unit}{kl}; "
+                f"difference {fmt(iv.estimate, spec)}{unit}, 95% interval [{fmt(iv.low, spec)}, {fmt(iv.high, spec)}]"
+                f"{unit} (± 1.96 × the combined standard error).")
+    return Claim(paper, measured, verdict(iv, expected_sign))
+
+
+def trend_claim(paper: str, what: str, x: list[float], y: list[float], expected_sign: int, seed: int = 0,
+                n_boot: int = 2000) -> tuple[Claim, Interval]:
+    """Kendall's tau of ``(x, y)`` with a 95% bootstrap interval over the points."""
+    iv = bootstrap_ci(kendall_tau, x, y, n_boot=n_boot, seed=seed)
+    measured = (f"{what}: Kendall τ = {fmt(iv.estimate)} over {iv.n} points, 95% bootstrap interval "
+                f"[{fmt(iv.low)}, {fmt(iv.high)}].")
+    return Claim(paper, measured, verdict(iv, expected_sign)), iv

@@ -1,0 +1,60 @@
+"""``sameloss reproduce``: the command-line entry of the recipes.
+
+Hooked into ``sameloss.cli.build_parser`` by ``add_reproduce_parser(commands)``; the
+handler ``_reproduce(args)`` raises ``UserError`` for mistakes a user can make (the CLI
+turns them into one line and exit code 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _epilog() -> str:
+    from . import EXPERIMENTS
+
+    lines = ["experiments:"]
+    for name, what in EXPERIMENTS.items():
+        lines.append(f"  {name:<11} {what}")
+    lines += ["", "presets: smoke (the pipeline in seconds), tiny (a 2-core CPU in minutes), small and paper (GPU; "
+              "runtimes in each recipe's docstring: src/sameloss/experiments/recipes/<experiment>.py)"]
+    return "\n".join(lines)
+
+
+def add_reproduce_parser(commands) -> argparse.ArgumentParser:
+    """Add ``reproduce`` to the ``sameloss`` sub-command parsers ``commands``."""
+    from . import DEFAULT_EXPERIMENT, DEFAULT_PRESET, EXPERIMENTS, PRESET_NAMES
+
+    reproduce = commands.add_parser(
+        "reproduce", help="reproduce a result of the paper end to end: train, measure, report",
+        description="Train the runs of one experiment (or reuse / resume them), measure every checkpoint "
+                    "(exact loss, trace of Hessian, probe accuracy; cached), and write "
+                    "OUT/EXPERIMENT-PRESET/: report.md (tables with error bars, figures, and whether each claim "
+                    "of the paper holds in this run), results.csv, figures and every run's folder. Without an "
+                    "experiment: figure1 --preset tiny (about 15 minutes on a 2-core CPU).",
+        epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    reproduce.add_argument("experiment", nargs="?", default=DEFAULT_EXPERIMENT, choices=list(EXPERIMENTS),
+                           metavar="EXPERIMENT", help=f"one of {', '.join(EXPERIMENTS)} (default {DEFAULT_EXPERIMENT})")
+    reproduce.add_argument("--preset", default=DEFAULT_PRESET, choices=list(PRESET_NAMES),
+                           help=f"settings: {', '.join(PRESET_NAMES)} (default {DEFAULT_PRESET})")
+    reproduce.add_argument("--out", default="runs", metavar="DIR", help="parent folder (default runs)")
+    reproduce.add_argument("--seed", type=int, default=0,
+                           help="seed of every run and measure (default 0; other seeds get their own folder)")
+    reproduce.add_argument("--fresh", action="store_true",
+                           help="delete the experiment's folder first and redo everything")
+    reproduce.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
+                           help="where to train and measure (default: the preset's; auto = CUDA when present)")
+    reproduce.add_argument("--no-progress", action="store_true", help="no progress bars")
+    reproduce.set_defaults(run=_reproduce)
+    return reproduce
+
+
+def _reproduce(args) -> None:
+    from . import reproduce
+
+    command = f"sameloss reproduce {args.experiment} --preset {args.preset}"
+    if args.seed:
+        command += f" --seed {args.seed}"
+    path = reproduce(args.experiment, args.preset, out=args.out, seed=args.seed, fresh=args.fresh,
+                     progress=not args.no_progress, device=args.device, command=command)
+    print(path)

@@ -1,0 +1,329 @@
+"""The machinery shared by the recipes: train a run (or reuse / resume it), measure a
+checkpoint (or reuse the cached row), embed a checkpoint, the look-up-table baseline.
+
+An experiment lives in one folder, ``<out>/<experiment>-<preset>[-seed<N>]/``:
+
+* ``runs/<run>/`` — every pre-training run (``config.toml``, ``metrics.jsonl``,
+  ``checkpoints/``, ``summary.json`` once finished);
+* ``embedded/<run>-step<N>/`` — checkpoints embedded into a larger shape (App. B.4);
+* ``measurements.json`` — every measured row, keyed by checkpoint, the checkpoint's
+  ``meta.json`` and the measure settings, written after each measurement;
+* ``results.csv``, ``report.md``, ``*.png`` — written by ``report.py``.
+
+Re-running reuses: a run with ``summary.json`` and the same config is not trained again; a
+run with checkpoints but no ``summary.json`` (interrupted) is resumed; a row in
+``measurements.json`` with the same key is not measured again. ``fresh=True`` deletes the
+experiment folder first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import config as configlib
+from ..errors import UserError
+from ..training.checkpoint import checkpoint_dir, complete_checkpoints
+from ..training.config import PretrainConfig
+from ..training.loop import RESUMABLE_CHANGES, pretrain, read_config_dict
+
+MEASUREMENTS = "measurements.json"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One pre-training run of a recipe.
+
+    name: folder name (unique in the experiment); overrides: ``key=value`` config
+    overrides (the preset's base first, the variant's after); measure_steps: the
+    checkpoints to measure (empty: the last one); label: a short human name;
+    group: what it is compared with (e.g. ``"steps/adamw"``).
+    """
+
+    name: str
+    overrides: tuple[str, ...]
+    label: str = ""
+    group: str = ""
+    measure_steps: tuple[int, ...] = ()
+
+    def config(self) -> PretrainConfig:
+        return configlib.load(PretrainConfig, None, [*self.overrides, f"name={self.name}"])
+
+
+@dataclass
+class RunInfo:
+    spec: RunSpec
+    config: PretrainConfig
+    path: Path
+    status: str  # trained | resumed | extended | reused
+    seconds: float
+    summary: dict = field(default_factory=dict)
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, prefix + k + "."))
+        else:
+            out[prefix + k] = tuple(v) if isinstance(v, list) else v
+    return out
+
+
+def config_differences(saved: dict, wanted: dict) -> list[str]:
+    """Dotted keys whose values differ (a key missing from the TOML means ``None``)."""
+    a, b = _flat(saved), _flat(wanted)
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+
+
+def _fingerprint(obj) -> str:
+    text = json.dumps(obj, sort_keys=True, default=str)
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def spec_fingerprint(spec) -> str:
+    d = dataclasses.asdict(spec)
+    d.pop("device", None)
+    return _fingerprint(d)
+
+
+class Context:
+    """One experiment folder: trains, measures and caches (see the module docstring)."""
+
+    def __init__(self, root: str | Path, *, fresh: bool = False, progress: bool = True, device: str = "auto",
+                 log=None):
+        self._bar = None
+        self.root = Path(root)
+        if fresh and self.root.exists():
+            shutil.rmtree(self.root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.runs_dir = self.root / "runs"
+        self.progress = progress
+        self.device = device
+        self._log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self.cache_path = self.root / MEASUREMENTS
+        self.cache: dict = {}
+        if self.cache_path.exists():
+            try:
+                self.cache = json.loads(self.cache_path.read_text())
+            except json.JSONDecodeError:
+                self.log(f"note: {self.cache_path} is not valid JSON; measuring again")
+                self.cache = {}
+        self._earlier = set(self.cache)  # rows measured by an earlier call
+        self._measure_state: dict[str, dict] = {}  # per measure spec: evaluators, task data
+        self.runs: dict[str, RunInfo] = {}
+        self.timings: dict[str, float] = {"train": 0.0, "measure": 0.0}
+        self.counts: dict[str, int] = {"measured": 0, "cached": 0, "earlier": 0}
+
+    def log(self, msg: str) -> None:
+        if self._bar is not None:
+            self._bar.write(msg, file=sys.stderr)
+        else:
+            self._log(msg)
+
+    def bar(self, items: list, desc: str):
+        """A progress bar over the checkpoints being measured (a plain list when off)."""
+        from tqdm import tqdm
+
+        if not self.progress or len(items) < 2:
+            return items
+        bar = tqdm(items, desc=desc, unit="checkpoint", leave=False, dynamic_ncols=True)
+        self._bar = bar
+
+        def gen():
+            try:
+                yield from bar
+            finally:
+                bar.close()
+                self._bar = None
+        return gen()
+
+    # ---- training ---------------------------------------------------------------------
+    def train(self, spec: RunSpec) -> RunInfo:
+        if spec.name in self.runs:
+            known = self.runs[spec.name]
+            if known.spec.overrides != spec.overrides:
+                raise RuntimeError(f"two recipes define run {spec.name!r} differently:\n{known.spec.overrides}\n"
+                                   f"{spec.overrides}")
+            return known
+        cfg = spec.config()
+        if self.device != "auto" and cfg.device != self.device:
+            cfg = dataclasses.replace(cfg, device=self.device)
+        run_dir = self.runs_dir / spec.name
+        start = time.perf_counter()
+        summary_path = run_dir / "summary.json"
+        wanted = configlib.to_dict(cfg)
+        if summary_path.exists():
+            diff = config_differences(read_config_dict(run_dir / "config.toml"), wanted)
+            if not diff:
+                status = "reused"
+            elif set(diff) <= RESUMABLE_CHANGES:
+                self.log(f"run {spec.name}: continuing to {cfg.steps} steps ({', '.join(diff)} changed)")
+                self._pretrain(cfg, run_dir, resume=True)
+                status = "extended"
+            else:
+                raise UserError(f"{run_dir} holds a finished run with another config ({', '.join(diff[:3])} "
+                                "differ); pass --fresh to redo the experiment or remove that folder")
+        elif complete_checkpoints(run_dir):
+            self.log(f"run {spec.name}: resuming an interrupted run")
+            self._pretrain(cfg, run_dir, resume=True)
+            status = "resumed"
+        else:
+            if run_dir.exists():
+                shutil.rmtree(run_dir)  # started but no complete checkpoint: nothing to keep
+            self.log(f"run {spec.name}: training {cfg.steps} steps")
+            self._pretrain(cfg, run_dir, resume=False)
+            status = "trained"
+        seconds = time.perf_counter() - start
+        self.timings["train"] += seconds
+        summary = json.loads(summary_path.read_text())
+        info = RunInfo(spec, cfg, run_dir, status, seconds, summary)
+        self.runs[spec.name] = info
+        return info
+
+    def _pretrain(self, cfg: PretrainConfig, run_dir: Path, resume: bool) -> None:
+        try:
+            pretrain(cfg, run_dir, resume=resume, progress=self.progress)
+        except UserError as exc:
+            if resume and "cannot resume" in str(exc):
+                raise UserError(f"{exc}; pass --fresh to redo the experiment") from None
+            raise
+
+    def checkpoints(self, info: RunInfo, steps: tuple[int, ...] = ()) -> list[Path]:
+        """The checkpoints at ``steps`` of a trained run (empty: the last one)."""
+        steps = steps or (info.config.steps,)
+        out = []
+        for step in steps:
+            path = checkpoint_dir(info.path, step)
+            if not (path / "meta.json").exists():
+                raise UserError(f"run {info.spec.name} has no checkpoint at step {step} (was it trained with "
+                                "another checkpoint list?); pass --fresh to redo it")
+            out.append(path)
+        return out
+
+    # ---- measuring --------------------------------------------------------------------
+    def _key(self, kind: str, path_or_name: str, spec, extra: str = "") -> str:
+        return f"{kind}|{path_or_name}|{extra}|{spec_fingerprint(spec)}"
+
+    def _cached(self, key: str) -> dict:
+        self.counts["cached"] += 1
+        self.counts["earlier"] += key in self._earlier
+        return dict(self.cache[key])
+
+    def _store(self, key: str, row: dict) -> dict:
+        self.cache[key] = row
+        tmp = self.cache_path.with_name(self.cache_path.name + ".tmp")
+        tmp.write_text(json.dumps(self.cache, indent=1, default=_json_default))
+        tmp.replace(self.cache_path)
+        return row
+
+    def measure(self, checkpoint: Path, spec) -> dict:
+        """``measures.run.measure_checkpoint`` of one checkpoint, cached."""
+        from ..measures.run import measure_checkpoint
+
+        checkpoint = Path(checkpoint)
+        rel = self.rel(checkpoint)
+        meta = (checkpoint / "meta.json").read_text()
+        key = self._key("checkpoint", rel, spec, _fingerprint(meta))
+        if key in self.cache:
+            return self._cached(key)
+        start = time.perf_counter()
+        state = self._measure_state.setdefault(spec_fingerprint(spec), {})
+        row = measure_checkpoint(checkpoint, dataclasses.replace(spec, device=self._device_name()), state)
+        row["checkpoint"] = rel
+        row["measure_seconds"] = time.perf_counter() - start
+        self.timings["measure"] += row["measure_seconds"]
+        self.counts["measured"] += 1
+        return dict(self._store(key, row))
+
+    def lookup(self, language_cfg, masking: str, mask_rate: float, tasks: tuple[str, ...], spec) -> dict:
+        """The look-up table (App. A.5): loss = entropy of the true conditionals (KL 0) on
+        the same held-out set as the models' loss, and a probe on the true conditionals
+        for each task (same task data as the models' probes)."""
+        from ..languages import make_language
+        from ..measures.lookup import lookup_table_probe
+        from ..measures.tasks import make_task_data
+        from ..training.config import EvalConfig
+        from ..training.evaluate import ExactEvaluator
+
+        lc = language_cfg
+        name = f"{lc.name}/{lc.preset}/{lc.seed}/{lc.grammar}"
+        key = self._key("lookup", name, spec, f"{masking}/{mask_rate}/{','.join(tasks)}")
+        if key in self.cache:
+            return self._cached(key)
+        start = time.perf_counter()
+        language = make_language(lc.name, preset=lc.preset, seed=lc.seed, grammar=lc.grammar)
+        ev = EvalConfig()
+        rate = None if masking == "single" else mask_rate
+        evaluator = ExactEvaluator(language, spec.loss_sentences, rate, ev.seed, ev.n_subsets)
+        ent = evaluator.entropy
+        subsets = [float(ent[evaluator.subset == k].mean()) for k in range(evaluator.n_subsets)]
+        mean = float(ent.mean())
+        std = _std(subsets)
+        row: dict = {"step": None, "parameters": None, "loss": mean, "loss_std": std, "kl": 0.0, "kl_std": 0.0,
+                     "entropy": mean, "n_tokens": int(ent.numel())}
+        for task in tasks:
+            data = make_task_data(language, task, spec.task_train, spec.task_validation, spec.task_test,
+                                  seed=spec.seed)
+            r = lookup_table_probe(language, data, method=spec.probe_method, seeds=spec.seeds,
+                                   epochs=spec.probe_epochs, device=self._device_name())
+            row[f"probe_{task}"] = r.mean
+            row[f"probe_{task}_std"] = r.std
+            row[f"{task}_majority"] = r.majority_rate
+        row["measure_seconds"] = time.perf_counter() - start
+        self.timings["measure"] += row["measure_seconds"]
+        self.counts["measured"] += 1
+        return dict(self._store(key, row))
+
+    def embed(self, checkpoint: Path, into: str) -> Path:
+        """The checkpoint embedded function-preservingly into the transformer shape named
+        ``into`` (``models.embed``, App. B.4); reused when already written. ``UserError``
+        when that shape cannot hold the model (the message says why)."""
+        from ..models.embed import embed_checkpoint
+        from ..training.checkpoint import read_meta
+
+        checkpoint = Path(checkpoint)
+        step = read_meta(checkpoint)["step"]
+        run = checkpoint.parent.parent.name
+        out = self.root / "embedded" / f"{run}-step{step}-into-{into}"
+        target = checkpoint_dir(out, step)
+        if (target / "meta.json").exists() and \
+                (target / "meta.json").stat().st_mtime >= (checkpoint / "meta.json").stat().st_mtime:
+            return target
+        if out.exists():
+            shutil.rmtree(out)
+        return embed_checkpoint(checkpoint, out, into=into)
+
+    # ---- helpers ----------------------------------------------------------------------
+    def rel(self, path: Path) -> str:
+        try:
+            return str(Path(path).resolve().relative_to(self.root.resolve()))
+        except ValueError:
+            return str(path)
+
+    def _device_name(self) -> str:
+        from ..training.loop import resolve_device
+        return str(resolve_device(self.device))
+
+
+def _std(values: list[float]) -> float:
+    n = len(values)
+    if n < 2:
+        return float("nan")
+    m = sum(values) / n
+    return math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
+
+
+def _json_default(obj):
+    if isinstance(obj, Path):
+        return str(obj)
+    if dataclasses.is_dataclass(obj):
+        return dataclasses.asdict(obj)
+    return str(obj)

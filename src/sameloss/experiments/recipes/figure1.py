@@ -1,0 +1,148 @@
+"""Loss, flatness and downstream accuracy of every model (paper Fig. 1; §4).
+
+Command
+    sameloss reproduce                               (= figure1 --preset tiny)
+    sameloss reproduce figure1 --preset tiny        [--out runs] [--seed N] [--fresh]
+
+Runtime (it runs the PCFG parts of ``steps``, ``sizes`` and ``algorithms`` in one folder;
+runs they share — the AdamW reference run — are trained once)
+    smoke   ~10 s on a CPU (the whole pipeline; the numbers mean nothing)
+    tiny    ~14 min on a 2-core CPU: measured 847 s (train 723 s, measure 121 s) with one
+            torch thread on an otherwise idle machine; 7 pre-training runs of 2500 steps on
+            the micro PCFG, 23 measured checkpoints
+    small   ~7 h on one H100 (estimate, not measured: 7 runs of 20k steps, ~30 checkpoints)
+    paper   ~4–5 days on one H100 (estimate, not measured: 10 runs of 100k steps)
+
+What it computes
+    All models of the three experiments on the PCFG — checkpoints past convergence (AdamW,
+    SGD), sizes, algorithms (the look-up table has no trace and is left out) — in three
+    panels: loss vs probe accuracy, trace of Hessian vs probe accuracy, loss vs trace
+    (task B, as the paper's Fig. 1). Among the models whose KL to the true conditionals is
+    within the preset's tolerance ("the same loss"), Kendall's tau and Spearman's rho of
+    loss → accuracy and of trace → accuracy, each with a 95% bootstrap interval over
+    models, and the paired-bootstrap difference |τ(trace, acc)| − |τ(loss, acc)|.
+
+Expected result (paper)
+    Near the optimal loss, the trace of Hessian ranks the models' downstream accuracy
+    (strong negative correlation) while the loss does not (Fig. 1: losses 3.204–3.208,
+    optimum 3.196).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..claims import fmt
+from ..common import COMMON
+from ..core import Context
+from ..plots import scatter_figure
+from ..report import Claim, Column, Section, Table, merge_rows
+from ..stats import Interval, bootstrap_ci, kendall_tau, spearman_rho, verdict
+from . import algorithms, sizes, steps
+
+TITLE = "Figure 1: loss, flatness and downstream accuracy"
+
+PRESETS: dict[str, dict] = {
+    name: {**COMMON[name], "use": ("pcfg",), "task": "B", "n_boot": 2000,
+           "steps": steps.PRESETS[name], "sizes": sizes.PRESETS[name], "algorithms": algorithms.PRESETS[name]}
+    for name in ("smoke", "tiny", "small", "paper")
+}
+
+
+def _abs_diff(stat):
+    def f(x1, y1, x2, y2):
+        return abs(stat(x2, y2)) - abs(stat(x1, y1))
+    return f
+
+
+def correlation_rows(models: list[dict], task: str, n_boot: int, seed: int) -> list[dict]:
+    acc = np.array([float(m[f"probe_{task}"]) for m in models])
+    out = []
+    for x_key, name in (("loss", "loss → accuracy"), ("trace_fisher", "trace → accuracy")):
+        x = np.array([float(m[x_key]) for m in models])
+        row = {"pair": name, "x": x_key, "y": f"probe_{task}", "n": len(models)}
+        for stat_name, stat in (("kendall_tau", kendall_tau), ("spearman_rho", spearman_rho)):
+            iv = bootstrap_ci(stat, x, acc, n_boot=n_boot, seed=seed)
+            row[stat_name] = iv.estimate
+            row[f"{stat_name}_low"] = iv.low
+            row[f"{stat_name}_high"] = iv.high
+        out.append(row)
+    return out
+
+
+def collect(ctx: Context, p: dict, seed: int = 0, languages: tuple[str, ...] | None = None) -> list[Section]:
+    use = languages or p["use"]
+    parts = [steps.collect(ctx, p["steps"], seed, use), sizes.collect(ctx, p["sizes"], seed, use),
+             algorithms.collect(ctx, p["algorithms"], seed, use)]
+    task, tol = p["task"], p["kl_tolerance"]
+    section = Section(TITLE)
+    all_rows = merge_rows([r for s in parts for r in s.rows])
+    for language in use:
+        models = [r for r in all_rows if r["language"] == language and r.get("trace_fisher") is not None
+                  and r.get(f"probe_{task}") is not None]
+        same = [r for r in models if float(r["kl"]) <= tol]
+        entropy = float(np.mean([float(r["entropy"]) for r in models])) if models else float("nan")
+        section.text.append(
+            f"{language}: {len(models)} models with a trace (every measured checkpoint of the runs above; the "
+            f"look-up table has none). The optimum (entropy of the true conditionals) is {fmt(entropy, '.4f')} "
+            f"nats; {len(same)} models have KL ≤ {tol:g} nats (loss within {tol:g} of the optimum) and are "
+            f"\"the same loss\" for the correlations. Filled markers: within the tolerance; hollow: outside.")
+        groups: dict[str, list[dict]] = {}
+        for r in models:
+            groups.setdefault(_group_name(r), []).append(r)
+        fig = f"figure1-{language}.png"
+        scatter_figure(ctx.root / fig, groups,
+                       [("loss", "pre-training loss", f"probe_{task}%", f"probe accuracy task {task} (%)"),
+                        ("trace_fisher", "trace of Hessian", f"probe_{task}%", f"probe accuracy task {task} (%)"),
+                        ("loss", "pre-training loss", "trace_fisher", "trace of Hessian")],
+                       f"{language}: every model (filled: KL ≤ {tol:g} nats)",
+                       highlight=lambda r: float(r["kl"]) <= tol)
+        section.figures.append((fig, f"{language}, task {task}: loss vs accuracy, trace vs accuracy, loss vs "
+                                     "trace (cf. the paper's Fig. 1)"))
+        cols = [Column("parameters", "parameters", fmt="d"), Column("step", "step", fmt="d"),
+                Column("KL (nats)", "kl", "kl_std", fmt=".3g"), Column("loss", "loss", "loss_std", fmt=".4f"),
+                Column("tr(H)", "trace_fisher", "trace_fisher_se", fmt=".4g"),
+                Column(f"probe {task} (%)", f"probe_{task}", f"probe_{task}_std", scale=100, fmt=".1f")]
+        section.tables.append(Table(f"{language}: the models within the KL tolerance ({len(same)} of "
+                                    f"{len(models)})", cols, sorted(same, key=lambda r: float(r["trace_fisher"]))))
+        if len(same) < 3:
+            section.notes.append(f"{language}: fewer than 3 models within the tolerance; no correlations.")
+            continue
+        corr = correlation_rows(same, task, p["n_boot"], seed)
+        for c in corr:
+            c["language"] = language
+            c["pair"] = f"{language}: {c['pair']}"
+        section.files.setdefault("correlations.csv", []).extend(corr)
+        section.tables.append(Table(
+            f"{language}: rank correlations with probe accuracy (task {task}) among the {len(same)} models with "
+            f"KL ≤ {tol:g}, 95% bootstrap intervals ({p['n_boot']} resamples of the models)",
+            [Column("n", "n", fmt="d"),
+             Column("Kendall τ", "kendall_tau", ci=("kendall_tau_low", "kendall_tau_high"), fmt=".3f"),
+             Column("Spearman ρ", "spearman_rho", ci=("spearman_rho_low", "spearman_rho_high"), fmt=".3f")],
+            corr, source="correlations.csv", key="pair", key_header="pair"))
+        loss_c, trace_c = corr
+        iv_trace = Interval(trace_c["kendall_tau"], trace_c["kendall_tau_low"], trace_c["kendall_tau_high"])
+        iv_loss = Interval(loss_c["kendall_tau"], loss_c["kendall_tau_low"], loss_c["kendall_tau_high"])
+        section.claims.append(Claim(
+            "among models with the same near-optimal loss, a smaller trace of Hessian goes with higher "
+            "downstream accuracy (Fig. 1 right, §4).",
+            f"{language}, task {task}: Kendall τ(trace, accuracy) = {fmt(iv_trace.estimate)}, 95% bootstrap "
+            f"interval [{fmt(iv_trace.low)}, {fmt(iv_trace.high)}] over {len(same)} models; Spearman ρ = "
+            f"{fmt(trace_c['spearman_rho'])} [{fmt(trace_c['spearman_rho_low'])}, "
+            f"{fmt(trace_c['spearman_rho_high'])}].", verdict(iv_trace, -1)))
+        x_loss = np.array([float(r["loss"]) for r in same])
+        x_trace = np.array([float(r["trace_fisher"]) for r in same])
+        acc = np.array([float(r[f"probe_{task}"]) for r in same])
+        diff = bootstrap_ci(_abs_diff(kendall_tau), x_loss, acc, x_trace, acc, n_boot=p["n_boot"], seed=seed)
+        section.claims.append(Claim(
+            "the trace of Hessian correlates with downstream accuracy much better than the pre-training loss "
+            "does, among models of almost the same loss (Fig. 1).",
+            f"{language}, task {task}: |τ(trace, accuracy)| − |τ(loss, accuracy)| = {fmt(diff.estimate)}, 95% "
+            f"paired-bootstrap interval [{fmt(diff.low)}, {fmt(diff.high)}] (τ(loss, accuracy) = "
+            f"{fmt(iv_loss.estimate)} [{fmt(iv_loss.low)}, {fmt(iv_loss.high)}]).", verdict(diff, +1)))
+    return [*parts, section]
+
+
+def _group_name(r: dict) -> str:
+    """Markers by run: the checkpoints of one run share a marker (the paper colours by size)."""
+    return str(r.get("label") or r.get("run"))

@@ -1,0 +1,209 @@
+"""Tables, claims and the Markdown report of an experiment.
+
+Every number in a table is read from a results file: a ``Table`` holds rows (dicts) and
+``Column``s naming the keys to show, and the Markdown writes, before each table, a comment
+
+    <!-- table source=results.csv key=model columns=loss±loss_std,probe_B±probe_B_std*100 -->
+
+that says where each cell comes from: the row whose ``key`` column equals the first cell,
+then per column ``value`` (``±err``, ``[low,high]``, ``*scale`` when present). The test
+suite parses the tables back and checks every printed number against those files.
+
+Claims are sentences computed from the numbers (``claims.py``); nothing in a report is
+written in advance.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MISSING = "–"
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    key: str
+    err: str | None = None  # shown as "value ± err"
+    ci: tuple[str, str] | None = None  # shown as "value [low, high]"
+    scale: float = 1.0  # e.g. 100 for accuracies in %
+    fmt: str = ".4g"  # a format spec; "d" rounds to an integer
+    err_fmt: str | None = None  # of the error (default: ".2g" when fmt is ".Ng", else fmt)
+    text: bool = False  # shown as it is (not a number)
+
+    def spec(self) -> str:
+        if self.text:
+            return f"{self.key}!text"
+        s = self.key
+        if self.err:
+            s += f"±{self.err}"
+        if self.ci:
+            s += f"[{self.ci[0]},{self.ci[1]}]"
+        if self.scale != 1.0:
+            s += f"*{self.scale:g}"
+        return s
+
+    def cell(self, row: dict) -> str:
+        if self.text:
+            v = row.get(self.key)
+            return MISSING if v in (None, "") else str(v).replace("|", "/")
+        value = _number(row.get(self.key))
+        if value is None:
+            return MISSING
+        text = self._f(value)
+        if self.err:
+            err = _number(row.get(self.err))
+            if err is not None:
+                text += f" ± {self._f(err, self._err_fmt())}"
+        if self.ci:
+            lo, hi = (_number(row.get(k)) for k in self.ci)
+            if lo is not None and hi is not None:
+                text += f" [{self._f(lo)}, {self._f(hi)}]"
+        return text
+
+    def _err_fmt(self) -> str:
+        if self.err_fmt:
+            return self.err_fmt
+        return ".2g" if self.fmt.endswith("g") else self.fmt
+
+    def _f(self, v: float, fmt: str | None = None) -> str:
+        fmt = fmt or self.fmt
+        if fmt.endswith("d"):
+            return format(int(round(v * self.scale)), fmt)
+        return format(v * self.scale, fmt)
+
+
+def _number(v) -> float | None:
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, str):
+        try:
+            v = float(v)
+        except ValueError:
+            return None
+    v = float(v)
+    return v if math.isfinite(v) else None
+
+
+@dataclass
+class Table:
+    title: str
+    columns: list[Column]
+    rows: list[dict]
+    source: str = "results.csv"
+    key: str = "model"
+    key_header: str = "model"
+    note: str = ""
+
+    def markdown(self) -> str:
+        spec = ",".join(c.spec() for c in self.columns)
+        lines = [f"**{self.title}**", "",
+                 f"<!-- table source={self.source} key={self.key} columns={spec} -->",
+                 "| " + " | ".join([self.key_header] + [c.header for c in self.columns]) + " |",
+                 "|" + "---|" * (len(self.columns) + 1)]
+        for row in self.rows:
+            cells = [str(row[self.key])] + [c.cell(row) for c in self.columns]
+            lines.append("| " + " | ".join(cells) + " |")
+        if self.note:
+            lines += ["", self.note]
+        return "\n".join(lines)
+
+
+@dataclass
+class Claim:
+    paper: str  # what the paper claims, with its figure / table
+    measured: str  # what this run measured (numbers computed from the results)
+    verdict: str  # stats.verdict(...)
+
+    def markdown(self) -> str:
+        return f"- **Paper:** {self.paper}  \n  **This run:** {self.measured} **Direction:** {self.verdict}."
+
+
+@dataclass
+class Section:
+    title: str
+    text: list[str] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    figures: list[tuple[str, str]] = field(default_factory=list)  # (file name, caption)
+    claims: list[Claim] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    rows: list[dict] = field(default_factory=list)  # model rows for results.csv
+    files: dict[str, list[dict]] = field(default_factory=dict)  # other CSV files: name -> rows
+    runs: list = field(default_factory=list)  # core.RunInfo of the runs used
+
+    def markdown(self, level: int = 2) -> str:
+        h = "#" * level
+        parts = [f"{h} {self.title}"]
+        parts += self.text
+        for t in self.tables:
+            parts.append(t.markdown())
+        for name, caption in self.figures:
+            parts.append(f"![{caption}]({name})  \n*{caption}*")
+        if self.claims:
+            parts.append(f"{h}# Claims of the paper, checked\n\n" + "\n".join(c.markdown() for c in self.claims))
+        if self.notes:
+            parts.append(f"{h}# Notes\n\n" + "\n".join(f"- {n}" for n in self.notes))
+        return "\n\n".join(parts)
+
+
+def merge_rows(rows: list[dict], key: str = "model") -> list[dict]:
+    """One row per key (first-seen order); a key seen twice gets the union of fields,
+    and ``experiment`` / ``group`` values are joined with ``+``."""
+    out: dict[str, dict] = {}
+    for row in rows:
+        k = row[key]
+        if k not in out:
+            out[k] = dict(row)
+            continue
+        have = out[k]
+        for f, v in row.items():
+            if f in ("experiment", "group") and have.get(f) and v and v not in str(have[f]).split("+"):
+                have[f] = f"{have[f]}+{v}"
+            elif have.get(f) is None:
+                have[f] = v
+    return list(out.values())
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: _csv_value(row.get(k)) for k in columns})
+    tmp.replace(path)
+
+
+def _csv_value(v):
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return " ".join(str(x) for x in v)
+    return v
+
+
+def read_csv(path: Path) -> list[dict]:
+    with Path(path).open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def write_report(root: Path, title: str, header: list[str], sections: list[Section]) -> Path:
+    """``results.csv`` (the model rows of every section, merged by model), the other CSV
+    files, and ``report.md``."""
+    rows = merge_rows([r for s in sections for r in s.rows])
+    write_csv(rows, root / "results.csv")
+    for s in sections:
+        for name, file_rows in s.files.items():
+            write_csv(file_rows, root / name)
+    text = "\n\n".join([f"# {title}", *header, *(s.markdown() for s in sections)]) + "\n"
+    path = root / "report.md"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return path
