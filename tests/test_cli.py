@@ -74,3 +74,12 @@ def test_pretrain_then_measure_and_never_overwrite(tmp_path, capsys):
     lines = table.read_text().splitlines()
     assert len(lines) == 3  # header + checkpoints 3 and 6
     assert "trace_fisher" in lines[0] and "probe_A" in lines[0]
+
+
+def test_print_config_lists_every_key_with_the_overrides(capsys):
+    assert main(["pretrain", "--print-config", "steps=10", "sam.rho=0.05"]) == 0
+    text = capsys.readouterr().out
+    import tomllib
+    data = tomllib.loads(text)
+    assert data["steps"] == 10 and data["sam"]["rho"] == 0.05
+    assert {"language", "model", "optim", "eval", "sam", "adversarial"} <= set(data)

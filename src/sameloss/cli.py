@@ -73,13 +73,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "Writes runs/<name>/: config.toml (resolved), metrics.jsonl (train loss, tokens/s, and "
                     "the exact held-out loss = entropy + KL), checkpoints/step_*/ (safetensors + optimiser "
                     "and RNG state) and summary.json. Settings come from --config and KEY=VALUE overrides, "
-                    "e.g. steps=3000 optim.lr=3e-4 model.size=t3-128 language.name=hmm.")
+                    "e.g. steps=3000 optim.lr=3e-4 model.size=t3-128 language.name=hmm; --print-config lists "
+                    "every key with its value.")
     pretrain.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides (TOML values)")
     pretrain.add_argument("--config", metavar="FILE", help="TOML config file")
     pretrain.add_argument("--out", default="runs", metavar="DIR", help="parent folder of run folders (default runs)")
     pretrain.add_argument("--resume", action="store_true", help="continue the run from its newest checkpoint")
     pretrain.add_argument("--fresh", action="store_true", help="delete an existing run of the same name first")
     pretrain.add_argument("--no-progress", action="store_true", help="no progress bar")
+    pretrain.add_argument("--print-config", action="store_true",
+                          help="print the resolved config (every key, with the overrides applied) and exit")
     pretrain.set_defaults(run=_pretrain)
 
     embed = commands.add_parser(
@@ -197,6 +200,9 @@ def _pretrain(args) -> None:
     from .training.distributed import setup
 
     cfg = configlib.load(PretrainConfig, args.config, args.overrides)
+    if args.print_config:
+        print(configlib.to_toml(cfg), end="")
+        return
     run_dir = Path(args.out) / cfg.name
     if args.resume and args.fresh:
         raise UserError("--resume and --fresh contradict each other")
