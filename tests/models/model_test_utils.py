@@ -22,3 +22,14 @@ def padded_batch(n: int, T: int, seed: int = 0, min_len: int = 1) -> torch.Tenso
     tokens[torch.arange(T)[None, :] >= lengths[:, None]] = PAD
     return tokens
 
+
+
+def assert_every_parameter_gets_a_gradient(model: torch.nn.Module, tokens: torch.Tensor, n_targets: int = 20) -> None:
+    """A cross-entropy backward pass reaches every parameter with a finite, non-zero gradient."""
+    import torch.nn.functional as F
+
+    targets = torch.randint(0, n_targets, (tokens.numel(),))
+    F.cross_entropy(model(tokens).flatten(0, 1), targets).backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+        assert p.grad.abs().sum() > 0, name

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from models.model_test_utils import MAX_LEN, PAD, VOCAB, padded_batch
+from models.model_test_utils import MAX_LEN, PAD, VOCAB, assert_every_parameter_gets_a_gradient, padded_batch
 
 from sameloss.errors import UserError
 from sameloss.models import TransformerConfig, TransformerMLM, build_model, transformer_config
@@ -153,12 +153,7 @@ def test_float64(norm, batch):
 @pytest.mark.parametrize("norm", NORMS)
 def test_every_parameter_gets_a_gradient(norm):
     model = make(norm=norm)
-    tokens = padded_batch(8, MAX_LEN, seed=2)
-    loss = F.cross_entropy(model(tokens).flatten(0, 1), torch.randint(0, 20, (8 * MAX_LEN,)))
-    loss.backward()
-    for name, p in model.named_parameters():
-        assert p.grad is not None and torch.isfinite(p.grad).all(), name
-        assert p.grad.abs().sum() > 0, name
+    assert_every_parameter_gets_a_gradient(model, padded_batch(8, MAX_LEN, seed=2))
 
 
 @pytest.mark.parametrize("norm", NORMS)

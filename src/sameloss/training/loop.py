@@ -11,6 +11,7 @@ number of targets, so the update equals the single-process one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -160,7 +161,7 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, pro
 
     evaluator = ExactEvaluator(language, cfg.eval.n_sentences, rate, cfg.eval.seed, cfg.eval.n_subsets) \
         if rank == 0 else None
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else _no_autocast()
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
     last_eval: dict = {}
     last_train_loss = float("nan")
     tokens_seen, window_loss, window_targets, window_start = 0, 0.0, 0, time.perf_counter()
@@ -247,14 +248,6 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, pro
         summary = {"step": step, "eval": last_eval, "parameters": sum(p.numel() for p in model.parameters())}
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return last_eval
-
-
-class _no_autocast:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def read_config_dict(path: Path) -> dict:
