@@ -33,7 +33,7 @@ import torch
 
 from sameloss.experiments.core import Context, RunSpec
 from sameloss.experiments.recipes.figure1 import correlation_rows
-from sameloss.experiments.recipes.steps import model_row
+from sameloss.experiments.recipes.steps import train_and_measure
 from sameloss.measures.run import MeasureSpec
 
 NOREG = ("model.dropout=0.0", "optim.weight_decay=0.0")
@@ -96,10 +96,7 @@ def main() -> None:
     reprobe = probe_spec.probe_method != mspec.probe_method or probe_spec.task_train != mspec.task_train
     rows = []
     for spec in runs(setting):
-        info = ctx.train(spec)
-        for ck in ctx.checkpoints(info, spec.measure_steps):
-            ctx.log(f"measure {ctx.rel(ck)}")
-            row = model_row(ctx.measure(ck, mspec), "search", args.language, spec, spec.group, spec.label)
+        for ck, row in train_and_measure(ctx, spec, mspec, "search", args.language)[1]:
             if reprobe:
                 row.update({k: v for k, v in ctx.measure(ck, probe_spec).items() if k.startswith("probe_")})
             rows.append(row)

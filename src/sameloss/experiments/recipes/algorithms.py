@@ -41,7 +41,7 @@ from ..common import COMMON, base_overrides, measure_spec, reference_run
 from ..core import Context, RunSpec
 from ..plots import bars_figure
 from ..report import Column, Section, Table
-from .steps import measured_columns, model_row
+from .steps import measured_columns, train_and_measure
 
 TITLE = "Pre-training algorithms at the same loss (Tables 1–2)"
 
@@ -87,11 +87,8 @@ def collect(ctx: Context, p: dict, seed: int = 0, languages: tuple[str, ...] | N
         mspec = measure_spec(p, tasks, seed)
         rows: dict[str, dict] = {}
         for spec in algorithm_runs(p, language, seed):
-            info = ctx.train(spec)
+            info, ((_, row),) = train_and_measure(ctx, spec, mspec, "algorithms", language)
             section.runs.append(info)
-            (ck,) = ctx.checkpoints(info, ())
-            ctx.log(f"measure {ctx.rel(ck)}")
-            row = model_row(ctx.measure(ck, mspec), "algorithms", language, spec, spec.group, spec.label)
             row["algorithm"] = spec.label
             rows[spec.group] = row
         cfg = info.config

@@ -38,7 +38,7 @@ from ..common import COMMON, base_overrides, measure_spec, reference_run
 from ..core import Context, RunSpec
 from ..plots import series_figure
 from ..report import Column, Section, Table
-from .steps import measured_columns, model_row
+from .steps import measured_columns, train_and_measure
 
 TITLE = "Model size at the same loss (Fig. 3, Fig. 5)"
 
@@ -94,11 +94,8 @@ def collect(ctx: Context, p: dict, seed: int = 0, languages: tuple[str, ...] | N
         espec = measure_spec(p, (), seed)  # loss + trace of the embedded model
         rows = []
         for spec in size_runs(p, language, seed):
-            info = ctx.train(spec)
+            info, ((ck, row),) = train_and_measure(ctx, spec, mspec, "sizes", language)
             section.runs.append(info)
-            (ck,) = ctx.checkpoints(info, ())
-            ctx.log(f"measure {ctx.rel(ck)}")
-            row = model_row(ctx.measure(ck, mspec), "sizes", language, spec, "size", spec.label)
             row["size"] = spec.label
             try:
                 emb = ctx.embed(ck, into)

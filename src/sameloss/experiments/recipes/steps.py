@@ -83,6 +83,17 @@ def model_row(row: dict, experiment: str, language: str, info_or_spec, group: st
     return out
 
 
+def train_and_measure(ctx: Context, spec: RunSpec, mspec, experiment: str, language: str):
+    """Train (or reuse) one run and measure its ``spec.measure_steps`` checkpoints (empty:
+    the last one); returns the run's info and one ``(checkpoint, model_row)`` per checkpoint."""
+    info = ctx.train(spec)
+    measured = []
+    for ck in ctx.bar(ctx.checkpoints(info, spec.measure_steps), f"measuring {spec.name}"):
+        ctx.log(f"measure {ctx.rel(ck)}")
+        measured.append((ck, model_row(ctx.measure(ck, mspec), experiment, language, spec, spec.group, spec.label)))
+    return info, measured
+
+
 def measured_columns(tasks: tuple[str, ...], with_step: bool = True) -> list[Column]:
     cols = [Column("step", "step", fmt="d")] if with_step else []
     cols += [Column("loss", "loss", "loss_std", fmt=".4f"), Column("KL (nats)", "kl", "kl_std", fmt=".3g"),
@@ -106,12 +117,9 @@ def collect(ctx: Context, p: dict, seed: int = 0, languages: tuple[str, ...] | N
                  sgd_run(p, language, seed)]
         series: dict[str, list[dict]] = {}
         for spec in specs:
-            info = ctx.train(spec)
+            info, measured = train_and_measure(ctx, spec, mspec, "steps", language)
             section.runs.append(info)
-            rows = []
-            for ck in ctx.bar(ctx.checkpoints(info, spec.measure_steps), f"measuring {spec.name}"):
-                ctx.log(f"measure {ctx.rel(ck)}")
-                rows.append(model_row(ctx.measure(ck, mspec), "steps", language, spec, spec.group, spec.label))
+            rows = [row for _, row in measured]
             series[spec.label] = rows
             section.rows += rows
         lang = f"{language} ({p['languages'][language]})"
