@@ -42,8 +42,8 @@ def test_merge_rows_joins_experiments():
     assert merged[0] == {"model": "a", "experiment": "steps+sizes", "x": 1, "y": 5, "size": "d64"}
 
 
-@pytest.mark.parametrize("preset", ["smoke", "tiny", "small", "paper"])
-def test_every_run_of_every_preset_is_a_valid_config(preset):
+@pytest.mark.parametrize("scale", ["smoke", "tiny", "small", "paper"])
+def test_every_run_of_every_preset_is_a_valid_config(scale):
     """The GPU presets cannot be run here: at least every run's config must load, every
     measured checkpoint must be kept, and a run shared by two recipes must be defined
     the same way in both."""
@@ -53,10 +53,8 @@ def test_every_run_of_every_preset_is_a_valid_config(preset):
 
     seen = {}
     for language in ("pcfg", "hmm"):
-        specs = [steps.reference_run(steps.PRESETS[preset], language, 0), steps.sgd_run(steps.PRESETS[preset],
-                                                                                        language, 0)]
-        specs += sizes.size_runs(sizes.PRESETS[preset], language, 0)
-        specs += algorithms.algorithm_runs(algorithms.PRESETS[preset], language, 0)
+        specs = [spec for recipe in (steps, sizes, algorithms) for spec in recipe.runs(recipe.PRESETS[scale],
+                                                                                      language, 0)]
         for spec in specs:
             cfg = spec.config()
             assert cfg.name == spec.name and cfg.language.name == language
@@ -65,6 +63,6 @@ def test_every_run_of_every_preset_is_a_valid_config(preset):
                 assert seen[spec.name] == spec.overrides, spec.name
             seen[spec.name] = spec.overrides
         for recipe in (steps, sizes, algorithms):
-            p = recipe.PRESETS[preset]
-            measure_spec(p, p["tasks"][language])
-    assert sizes.PRESETS[preset]["embed_into"] in TRANSFORMER_SIZES
+            p = recipe.PRESETS[scale]
+            measure_spec(p, p.tasks[language])
+    assert sizes.PRESETS[scale].embed_into in TRANSFORMER_SIZES

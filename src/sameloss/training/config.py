@@ -11,9 +11,11 @@ from typing import Literal
 @dataclass(frozen=True)
 class LanguageConfig:
     name: Literal["pcfg", "hmm", "dyck"] = "pcfg"
-    preset: str = "tiny"
-    seed: int | None = None  # another random language of the preset's shape (None: the preset's own)
-    grammar: str | None = None  # PCFG grammar file; overrides the preset
+    size: str = "tiny"  # a named size of the language: micro, tiny, paper
+    seed: int | None = None  # another random language of that size's shape (None: the size's own)
+    grammar: str | None = None  # PCFG grammar file; overrides the size
+    # (configs saved before the key was renamed say ``language.preset``)
+    ALIASES = {"preset": "size"}
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ def resolve_device(name: str) -> torch.device:
 
 def build_language(cfg: PretrainConfig):
     lc = cfg.language
-    return make_language(lc.name, preset=lc.preset, seed=lc.seed, grammar=lc.grammar)
+    return make_language(lc.name, preset=lc.size, seed=lc.seed, grammar=lc.grammar)
 
 
 def build(cfg: PretrainConfig, language, device: torch.device):
@@ -254,7 +254,7 @@ def read_config_dict(path: Path) -> dict:
     import tomllib
     if not path.exists():
         raise UserError(f"cannot resume: {path} is missing")
-    return tomllib.loads(path.read_text())
+    return configlib.renamed(PretrainConfig, tomllib.loads(path.read_text()))
 
 
 def _truncate_metrics(path: Path, step: int) -> None:
