@@ -215,3 +215,5 @@ def test_the_cli_lists_every_recipe_and_scale():
     add_reproduce_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["reproduce"])
     assert (args.experiment, args.scale, args.out, args.seed, args.fresh) == ("figure1", "tiny", "runs", 0, False)
+    # --preset, the old name of --scale, still works (.ci/run and earlier commands use it)
+    assert parser.parse_args(["reproduce", "sizes", "--preset", "smoke"]).scale == "smoke"

@@ -291,4 +291,5 @@ def measured_columns(tasks: tuple[str, ...], with_step: bool = True) -> list[Col
 
 
 __all__ = ["COMMON", "Common", "LanguagePart", "MeasureSettings", "Preset", "ReferenceRun", "Shape", "Training",
-           "base_settings", "languages_of", "measure_spec", "measured_columns", "quantity_column", "reference_run", "run_name"]
+           "base_settings", "languages_of", "measure_spec", "measured_columns", "quantity_column", "reference_run",
+           "run_name"]

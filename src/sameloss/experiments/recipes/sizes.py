@@ -134,7 +134,8 @@ def _size_row(study: Study, section: Section, spec: RunSpec, lang: LanguagePart,
         return row
     study.log(f"measure {study.rel(emb)} (embedded into {into})")
     e = study.measure(emb, dataclasses.replace(lang.measure, probe=()))  # loss + trace of the embedded model
-    row.update({"trace_embedded": e.get("trace_fisher"), error_column("trace_embedded"): e.get(error_column("trace_fisher")),
+    row.update({"trace_embedded": e.get("trace_fisher"),
+                error_column("trace_embedded"): e.get(error_column("trace_fisher")),
                 "embedded_loss": e.get("loss"), "embedded_parameters": e.get("parameters")})
     return row
 
