@@ -89,7 +89,7 @@ def test_probe_error_bars_stay_within_0_and_100_percent():
     ends = [y for seg in _error_bar_segments(ax) for _, y in seg]
     assert ends and min(ends) == pytest.approx(0.0) and max(ends) <= 100
     near_top = [{"loss": 2.0, "loss_std": 0.1, "probe_B": 0.97, "probe_B_std": 0.06, "kl": 0.1}]
-    scatter_fig = scatter_plot({"g": near_top + _kl_rows([1.0])[:0] + [dict(near_top[0], probe_B=0.02)]},
+    scatter_fig = scatter_plot({"g": near_top + [dict(near_top[0], probe_B=0.02)]},
                                [("loss", "pre-training loss", "probe_B%", "probe accuracy (%)")], "t")
     ends = [y for seg in _error_bar_segments(scatter_fig.axes[0]) for _, y in seg]
     assert min(ends) == pytest.approx(0.0) and max(ends) == pytest.approx(100.0)
