@@ -42,7 +42,8 @@ def add_threads_argument(parser: argparse.ArgumentParser) -> None:
     """Add ``--threads N`` to a compute command's parser (the same flag on every command)."""
     parser.add_argument("--threads", type=parse_threads, default=None, metavar="N",
                         help=f"CPU threads for torch (default: ${ENV} if set, else {DEFAULT_THREADS}: "
-                             "more threads only pay on a machine with idle cores and large models)")
+                             "more are faster only while the cores are otherwise idle, and stall each other "
+                             "when another process runs)")
 
 
 def threads_from_env(environ=None) -> int | None:
