@@ -12,6 +12,7 @@ import sys
 
 from . import __version__
 from .errors import UserError
+from .threads import add_threads_argument, configure_threads
 
 
 class _Parser(argparse.ArgumentParser):
@@ -66,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     describe.add_argument("--n-sentences", type=_positive_int, default=4096,
                           help="sentences sampled for the statistics (default 4096)")
     describe.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_threads_argument(describe)
     describe.set_defaults(run=_language_describe)
 
     pretrain = commands.add_parser(
@@ -84,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     pretrain.add_argument("--no-progress", action="store_true", help="no progress bar")
     pretrain.add_argument("--print-config", action="store_true",
                           help="print the resolved config (every key, with the overrides applied) and exit")
+    add_threads_argument(pretrain)
     pretrain.set_defaults(run=_pretrain)
 
     embed = commands.add_parser(
@@ -98,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument("--width-factor", type=_positive_int, metavar="K", help="widen by K (heads x K)")
     embed.add_argument("--extra-layers", type=_non_negative_int, default=0, metavar="N",
                        help="blocks added after the last one (default 0)")
+    add_threads_argument(embed)
     embed.set_defaults(run=_embed)
 
     measure = commands.add_parser(
@@ -135,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     measure.add_argument("--out", metavar="FILE", help="write the rows to FILE (.csv, else JSON)")
     measure.add_argument("--json", action="store_true", help="print the rows as JSON")
     measure.add_argument("--no-progress", action="store_true")
+    add_threads_argument(measure)
     measure.set_defaults(run=_measure)
 
     from .experiments.cli import add_reproduce_parser
@@ -288,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     if extra:
         args.overrides = list(args.overrides) + extra
     try:
+        if "threads" in vars(args):  # every compute command has --threads
+            configure_threads(args.threads)
         args.run(args)
     except UserError as exc:
         print(f"sameloss: error: {exc}", file=sys.stderr)

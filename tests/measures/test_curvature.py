@@ -22,7 +22,12 @@ from sameloss.errors import UserError
 from sameloss.languages import make_language
 from sameloss.languages.base import Batch, Language
 from sameloss.measures.curvature import (
+    LossHessian,
+    MatrixOperator,
+    hutchinson_trace,
+    lanczos_top_eigenvalue,
     loss_batch,
+    map_in_chunks,
     sam_sharpness,
     sample_contexts,
     select_parameters,
@@ -272,6 +277,121 @@ def test_lstm_models_use_the_autograd_engine(language):
     ctx = sample_contexts(language, 3, seed=2)
     exact = trace_fisher(lstm, language, contexts=ctx, n_labels=None)
     assert exact.estimate == pytest.approx(exact_fisher_trace(lstm, ctx), rel=1e-10)
+
+
+# ---- operators and the estimators over them -------------------------------------------------
+def random_spd(dim: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    B = torch.randn(dim, dim, generator=g, dtype=torch.float64)
+    return B @ B.T / dim + 0.1 * torch.eye(dim, dtype=torch.float64)
+
+
+def with_spectrum(eigenvalues: list[float], seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    Q, _ = torch.linalg.qr(torch.randn(len(eigenvalues), len(eigenvalues), generator=g, dtype=torch.float64))
+    return Q @ torch.diag(torch.tensor(eigenvalues, dtype=torch.float64)) @ Q.T
+
+
+def test_hutchinson_trace_of_a_dense_spd_matrix():
+    M = random_spd(40, seed=0)
+    A = MatrixOperator(M)
+    off = M - torch.diag(M.diagonal())
+    for dist, per_probe_var in (("rademacher", 2 * float(off.square().sum())),
+                                ("gaussian", 2 * float(M.square().sum()))):
+        mean, se = hutchinson_trace(A, 3000, distribution=dist, generator=torch.Generator().manual_seed(1),
+                                    chunk=500)
+        assert abs(mean - float(M.trace())) < 4 * se, dist
+        assert 0.8 < se / math.sqrt(per_probe_var / 3000) < 1.25, dist
+    # the probes come from the generator: the same seed, the same estimate
+    again = [hutchinson_trace(A, 7, generator=torch.Generator().manual_seed(5)) for _ in range(2)]
+    assert again[0] == again[1]
+    assert hutchinson_trace(A, 1)[1] is None  # one probe: no standard error
+    with pytest.raises(UserError, match="probe distribution"):
+        hutchinson_trace(A, 4, distribution="uniform")
+
+
+def test_rademacher_probes_give_the_trace_of_a_diagonal_exactly():
+    g = torch.Generator().manual_seed(2)
+    D = torch.diag(torch.rand(30, generator=g, dtype=torch.float64) * 10 - 3)
+    trace = float(D.trace())
+    mean, se = hutchinson_trace(MatrixOperator(D), 6, generator=g)
+    assert mean == pytest.approx(trace, rel=1e-13) and se < 1e-12 * abs(trace)  # vᵀDv = tr D for v ∈ {±1}ⁿ
+    _, gaussian_se = hutchinson_trace(MatrixOperator(D), 6, distribution="gaussian", generator=g)
+    assert gaussian_se > 0.1  # Gaussian probes are not exact on it
+
+
+def test_lanczos_top_eigenvalue_of_a_dense_spd_matrix():
+    M = random_spd(60, seed=3)
+    eig = torch.linalg.eigvalsh(M)
+    r = lanczos_top_eigenvalue(MatrixOperator(M), max_iter=60, tol=1e-12, generator=torch.Generator().manual_seed(0))
+    assert r.converged and r.iterations <= 60
+    assert r.eigenvalue == pytest.approx(float(eig[-1]), rel=1e-10)
+    assert r.smallest_ritz_value >= float(eig[0]) - 1e-10
+    # three distinct eigenvalues: the Krylov space is invariant after three products and
+    # the Ritz values are exact; "top" is the largest algebraically, not in magnitude
+    S = with_spectrum([-10.0] * 5 + [1.0] * 10 + [2.0] * 5, seed=4)
+    r = lanczos_top_eigenvalue(MatrixOperator(S), max_iter=20, tol=1e-14, generator=torch.Generator().manual_seed(0))
+    assert r.converged and r.iterations == 3
+    assert r.eigenvalue == pytest.approx(2.0, abs=1e-12)
+    assert r.smallest_ritz_value == pytest.approx(-10.0, abs=1e-12)
+
+
+def test_matrix_operator_products():
+    M = torch.randn(5, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)  # not symmetric
+    A = MatrixOperator(M)
+    X = torch.randn(5, 3, dtype=torch.float64)
+    assert A.shape == (5, 5) and A.dtype == torch.float64
+    assert torch.allclose(A @ X, M @ X) and torch.allclose(A @ X[:, 0], M @ X[:, 0])
+    assert torch.allclose(A.matmat(X.T), (M @ X).T) and torch.allclose(A.matvec(X[:, 1]), M @ X[:, 1])
+    with pytest.raises(ValueError, match="rows"):
+        A.matmat(X)
+
+
+def test_loss_hessian_is_the_exact_hessian(model, batch, exact_hessian):
+    P = exact_hessian.shape[0]
+    eye = torch.eye(P, dtype=torch.float64)
+    f, theta = flat_loss(model, batch)
+    with sdpa_kernel(SDPBackend.MATH):  # in eval mode
+        loss, g = float(f(theta)), torch.autograd.functional.jacobian(f, theta)
+    model.train()  # the operator measures with dropout off, and restores the mode
+    try:
+        for engine in ("func", "autograd"):
+            H = LossHessian(model, batch, engine=engine)
+            assert model.training and H.engine == engine
+            assert H.dim == P and H.dtype == torch.float64 and H.shape == (P, P)
+            assert torch.allclose(H.matmat(eye), exact_hessian, rtol=1e-9, atol=1e-10), engine
+            v = torch.randn(P, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+            assert torch.allclose(H @ v, exact_hessian @ v, rtol=1e-9, atol=1e-10)
+            assert float(H.loss) == pytest.approx(loss, rel=1e-12)
+            assert torch.allclose(H.gradient, g, rtol=1e-10, atol=1e-12)
+    finally:
+        model.eval()
+    # a parameter selection is the matching block of the Hessian
+    names = [n for n, _ in model.named_parameters()]
+    sizes = {n: p.numel() for n, p in model.named_parameters()}
+    starts = dict(zip(names, [sum(sizes[m] for m in names[:i]) for i in range(len(names))]))
+    index = torch.cat([torch.arange(starts[n], starts[n] + sizes[n]) for n in names if n.startswith("head.")])
+    H = LossHessian(model, batch, params=r"^head\.")
+    assert H.dim == len(index) == H.selection.n_params
+    assert torch.allclose(H.matmat(torch.eye(H.dim, dtype=torch.float64)), exact_hessian[index][:, index],
+                          rtol=1e-9, atol=1e-10)
+
+
+def test_map_in_chunks_respects_the_budget_and_the_result():
+    x = torch.arange(10.0)
+    y = torch.arange(10.0) * 3
+    seen = []
+
+    def fn(a, b):
+        seen.append(a.shape[0])
+        return a * b
+
+    whole = x * y
+    assert torch.equal(map_in_chunks(fn, x, y, row_bytes=10, max_bytes=35), whole)
+    assert seen == [3, 3, 3, 1]
+    seen.clear()
+    assert torch.equal(map_in_chunks(fn, x, y, row_bytes=10, max_bytes=1), whole)  # at least one row
+    assert seen == [1] * 10
 
 
 # ---- Lemma 3.2: the Bartlett identity at a well-specified global minimiser --------------------

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..threads import add_threads_argument
+
 
 def _epilog() -> str:
     from . import EXPERIMENTS
@@ -55,6 +57,7 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
     reproduce.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
                            help="where to train and measure (default: the preset's; auto = CUDA when present)")
     reproduce.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_threads_argument(reproduce)
     reproduce.set_defaults(run=_reproduce)
     return reproduce
 

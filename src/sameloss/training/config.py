@@ -42,7 +42,9 @@ class OptimConfig:
     lr: float = 1e-3
     betas: tuple[float, ...] = (0.9, 0.98)
     eps: float = 1e-6
-    weight_decay: float = 0.01  # decoupled (AdamW); SGD applies it the same way
+    # decoupled in AdamW; torch's SGD adds it to the gradient (L2), which equals decoupled
+    # decay only without momentum
+    weight_decay: float = 0.01
     momentum: float = 0.0  # SGD only
     warmup_steps: int = 1000
     warmup_fraction: float | None = None  # if set, warm-up = fraction * steps (paper's SGD: 0.12)

@@ -78,7 +78,9 @@ def make_optimizer(cfg: PretrainConfig, model: torch.nn.Module) -> torch.optim.O
     groups = [{"params": decay, "weight_decay": o.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     if o.name == "adamw":
         return torch.optim.AdamW(groups, lr=o.lr, betas=tuple(o.betas), eps=o.eps)
-    # plain SGD: L2 and decoupled decay coincide without momentum
+    # torch's SGD couples the decay as an L2 term (weight_decay·θ is added to the gradient),
+    # unlike AdamW's decoupled decay: the two coincide only without momentum; with it the
+    # decay term is accumulated in the momentum buffer too (the steps recipe's SGD uses 0.9)
     return torch.optim.SGD(groups, lr=o.lr, momentum=o.momentum)
 
 

@@ -142,8 +142,8 @@ def _models_text_figure_table(study: Study, section: Section, p: Figure1Preset, 
                    [("loss", "pre-training loss", f"probe_{task}%", f"probe accuracy task {task} (%)"),
                     ("trace_fisher", "trace of Hessian", f"probe_{task}%", f"probe accuracy task {task} (%)"),
                     ("loss", "pre-training loss", "trace_fisher", "trace of Hessian")],
-                   f"{language}: every model (filled: KL ≤ {tol:g} nats)",
-                   highlight=lambda r: float(r["kl"]) <= tol)
+                   f"{language}: every model", highlight=lambda r: float(r["kl"]) <= tol,
+                   highlight_labels=(f"KL ≤ {tol:g} nats", f"KL > {tol:g} nats"))
     section.figures.append((fig, f"{language}, task {task}: loss vs accuracy, trace vs accuracy, loss vs "
                                  "trace (cf. the paper's Fig. 1)"))
     cols = [Column("parameters", "parameters", fmt="d"), Column("step", "step", fmt="d"),

@@ -1,0 +1,196 @@
+"""What every curvature measure shares: its result, the parameter selection, the loss
+batch, the measuring mode, and two small tensor helpers."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from ...errors import UserError
+from ...languages.base import Language
+from ...training.data import MaskedBatch, mask_batch, step_generator
+
+# Random streams of ``step_generator`` (the training stream is 0, held-out evaluation 1).
+STREAM_LOSS_BATCH = 11
+STREAM_CONTEXTS = 12
+STREAM_DRAWS = 13  # labels sampled from the model, Hutchinson probes, Lanczos start
+
+ENGINES = ("auto", "func", "autograd")
+
+
+# ---- results ----------------------------------------------------------------------------
+@dataclass
+class CurvatureResult:
+    """One measurement. ``to_dict()`` is JSON-serialisable.
+
+    measure: which quantity (``"trace_fisher"``, ``"trace_hutchinson"``,
+        ``"top_eigenvalue"``, ``"sam_sharpness"``).
+    estimate: its value; stderr: its Monte-Carlo standard error (``None`` where the
+        measure is deterministic given its batch).
+    n_params: number of parameter entries the measure is taken over; params: the regex.
+    n_samples: contexts (Fisher), probes (Hutchinson), Lanczos iterations, or sentences
+        of the batch (SAM).
+    seconds: wall-clock time of the call. settings: the options used. extra:
+        measure-specific details (repeat estimates, convergence, losses, ...).
+    """
+
+    measure: str
+    estimate: float
+    stderr: float | None
+    n_params: int
+    params: str | None
+    n_samples: int
+    seconds: float
+    settings: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @property
+    def relative_stderr(self) -> float | None:
+        if self.stderr is None or self.estimate == 0:
+            return None
+        return abs(self.stderr / self.estimate)
+
+    def __str__(self) -> str:
+        err = "" if self.stderr is None else f" ± {self.stderr:.4g}"
+        return f"{self.measure}: {self.estimate:.6g}{err} ({self.n_params} params, {self.seconds:.2f}s)"
+
+
+# ---- which parameters -------------------------------------------------------------------
+class SelectedParameters:
+    """The parameters a measure differentiates, and the model as a pure function of them.
+
+    ``values`` are detached copies-by-reference of the selected parameters (the inputs of
+    the ``torch.func`` transforms); the other parameters are passed to
+    ``functional_call`` detached, i.e. as constants. ``tensors`` are the live parameters
+    (for the autograd engine). Vectors over the selection are flattened in ``names``
+    order (``flat``/``unflat``).
+    """
+
+    def __init__(self, model: nn.Module, params: str | None):
+        named = dict(model.named_parameters())  # removes duplicates: tied weights once
+        if params is None:
+            chosen = list(named)
+        else:
+            try:
+                pattern = re.compile(params)
+            except re.error as exc:
+                raise UserError(f"invalid parameter regex {params!r}: {exc}") from None
+            chosen = [n for n in named if pattern.search(n)]
+            if not chosen:
+                raise UserError(f"parameter regex {params!r} matches no parameter; names are: "
+                                + ", ".join(named))
+        self.pattern = params
+        self.names = chosen
+        self.tensors = [named[n] for n in chosen]
+        self.values = {n: named[n].detach() for n in chosen}
+        self.fixed = {n: p.detach() for n, p in named.items() if n not in self.values}
+        self.shapes = [p.shape for p in self.tensors]
+        self.sizes = [p.numel() for p in self.tensors]
+        self.n_params = sum(self.sizes)
+        first = self.tensors[0]
+        self.dtype, self.device = first.dtype, first.device
+
+    def call(self, model: nn.Module, values: dict[str, torch.Tensor], tokens: torch.Tensor) -> torch.Tensor:
+        """``model(tokens)`` with the selected parameters replaced by ``values``."""
+        return functional_call(model, {**self.fixed, **values}, (tokens,))
+
+    def flat(self, tensors: dict[str, torch.Tensor] | list[torch.Tensor] | tuple) -> torch.Tensor:
+        """One flat vector from per-parameter tensors (a dict by name, or a list in
+        ``names`` order)."""
+        if isinstance(tensors, dict):
+            tensors = [tensors[n] for n in self.names]
+        return torch.cat([t.reshape(-1) for t in tensors])
+
+    def unflat(self, vector: torch.Tensor) -> dict[str, torch.Tensor]:
+        parts = vector.split(self.sizes)
+        return {n: p.view(s) for n, p, s in zip(self.names, parts, self.shapes)}
+
+
+def select_parameters(model: nn.Module, params: str | None = None) -> SelectedParameters:
+    """The parameters whose names match ``params`` (``re.search``; ``None``: all)."""
+    return SelectedParameters(model, params)
+
+
+def grads_or_zeros(grads: Sequence[torch.Tensor | None], tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """``torch.autograd.grad(..., allow_unused=True)`` output with each missing gradient
+    (a parameter the output does not depend on) made an explicit zero."""
+    return [g if g is not None else torch.zeros_like(p) for g, p in zip(grads, tensors)]
+
+
+# ---- data ---------------------------------------------------------------------------------
+def loss_batch(language: Language, n_sentences: int = 256, mask_rate: float | None = 0.15,
+               seed: int = 0) -> MaskedBatch:
+    """The fixed batch of the Hessian measures: ``n_sentences`` fresh sentences masked at
+    ``mask_rate`` (at least one position each; ``None``: exactly one). A pure function of
+    ``seed``, on a stream apart from training and evaluation."""
+    if n_sentences < 1:
+        raise UserError(f"the loss batch needs at least one sentence, got {n_sentences}")
+    gen = step_generator(seed, 0, stream=STREAM_LOSS_BATCH)
+    sample = language.sample(n_sentences, gen)
+    return mask_batch(language, sample.tokens, sample.lengths, mask_rate, gen)
+
+
+def sample_contexts(language: Language, n_contexts: int, seed: int = 0, repeat: int = 0) -> MaskedBatch:
+    """Contexts ``x₋ₜ`` of the paper's estimator: sentences from the language, each with
+    one masked position drawn uniformly over its tokens."""
+    if n_contexts < 1:
+        raise UserError(f"need at least one context, got {n_contexts}")
+    gen = step_generator(seed, repeat, stream=STREAM_CONTEXTS)
+    sample = language.sample(n_contexts, gen)
+    return mask_batch(language, sample.tokens, sample.lengths, None, gen)
+
+
+def batch_loss(logits: torch.Tensor, batch: MaskedBatch) -> torch.Tensor:
+    """Mean cross-entropy of the true tokens at the masked positions (in the logits'
+    precision; half precision is raised to float32)."""
+    z = logits[batch.masked]
+    if z.dtype in (torch.float16, torch.bfloat16):
+        z = z.float()
+    return F.cross_entropy(z, batch.targets[batch.masked])
+
+
+def map_in_chunks(fn: Callable[..., torch.Tensor], *batched: torch.Tensor, row_bytes: int,
+                  max_bytes: int) -> torch.Tensor:
+    """``fn(*batched)`` computed on consecutive chunks of rows (first dimension) of the
+    tensors and concatenated, each chunk of ``max_bytes // row_bytes`` rows (at least
+    one): for a ``fn`` that treats rows independently but whose working memory grows
+    by about ``row_bytes`` a row (per-sample gradients), the same result within a memory
+    budget."""
+    rows = max(1, max_bytes // max(1, row_bytes))
+    n = batched[0].shape[0]
+    return torch.cat([fn(*(t[i:i + rows] for t in batched)) for i in range(0, n, rows)])
+
+
+# ---- measuring mode -----------------------------------------------------------------------
+@contextlib.contextmanager
+def measuring(model: nn.Module) -> Iterator[None]:
+    """Dropout off and attention on the math kernel (see the package docstring); cuDNN
+    off because its RNN kernels have no double backward. Restores the model's mode."""
+    was_training = model.training
+    model.eval()
+    try:
+        with sdpa_kernel(SDPBackend.MATH), torch.backends.cudnn.flags(enabled=False):
+            yield
+    finally:
+        model.train(was_training)
+
+
+def resolve_engine(model: nn.Module, engine: str) -> str:
+    """``"func"`` or ``"autograd"``; ``"auto"``: autograd for models with an RNN."""
+    if engine not in ENGINES:
+        raise UserError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
+    if engine != "auto":
+        return engine
+    return "autograd" if any(isinstance(m, nn.RNNBase) for m in model.modules()) else "func"

@@ -1,0 +1,264 @@
+"""The paper's estimator of the trace of the Hessian (App. B.1): the trace of the Fisher,
+``E_{t, x₋ₜ} E_{y ∼ f_θ(x₋ₜ)} ‖∇_θ log f_θ(x₋ₜ)_y‖²``, with contexts from the language
+and labels sampled from the model."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Iterator
+from functools import partial
+
+import torch
+from torch import nn
+from torch.func import vjp, vmap
+
+from ...errors import UserError
+from ...languages.base import Language
+from ...training.data import MaskedBatch, step_generator
+from .base import (STREAM_DRAWS, CurvatureResult, SelectedParameters, map_in_chunks, measuring, resolve_engine,
+                   sample_contexts, select_parameters)
+from .estimators import mean_and_stderr
+
+
+def _draw_labels(probs: torch.Tensor, n_labels: int | None, gen: torch.Generator
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Labels and weights ``[n, k]`` such that a context's value is
+    ``Σ_j weight_j ‖∇ log f_{label_j}‖²``.
+
+    ``n_labels=None``: every label, weighted by its probability — the exact inner
+    expectation. Otherwise ``n_labels`` i.i.d. draws from ``probs`` (the model's full
+    softmax, special tokens included: that is the distribution the loss is defined
+    on). Repeated draws of a label are merged into one gradient with weight
+    count/n_labels: the estimate is *identical* to averaging over the draws, but a
+    near-saturated model's peaked conditionals repeat labels often, so far fewer
+    backward passes are needed. ``k`` is the largest number of distinct labels of any
+    row; shorter rows are padded with weight-0 labels.
+    """
+    n, vocab = probs.shape
+    if n_labels is None:
+        return torch.arange(vocab).expand(n, vocab), probs
+    draws = torch.multinomial(probs, n_labels, replacement=True, generator=gen)
+    counts = torch.zeros(n, vocab, dtype=probs.dtype).scatter_add_(1, draws, torch.ones_like(draws, dtype=probs.dtype))
+    k = int((counts > 0).sum(dim=1).max())
+    weights, labels = counts.topk(k, dim=1)
+    return labels, weights / n_labels
+
+
+def _ghost_linears(model: nn.Module, sel: SelectedParameters, one: torch.Tensor) -> dict[str, nn.Linear]:
+    """The ``nn.Linear`` layers whose per-sample gradient norms can be taken from their
+    activations (see ``_fisher_values_func``): with a selected parameter, weight and
+    bias registered in this module only (not tied), and called exactly once per forward
+    pass with ``[1, T, ·]`` inputs — checked by running the model on one context
+    ``one [1, T]``. Assumed: the model reads a linear layer's weight only by calling the
+    layer (true of the models here; a ``F.linear(x, layer.weight)`` elsewhere would be
+    missed)."""
+    uses = Counter(id(p) for _, p in model.named_parameters(remove_duplicate=False))
+    candidates = {}
+    for name, mod in model.named_modules():
+        if not isinstance(mod, nn.Linear):
+            continue
+        own = [p for p in (mod.weight, mod.bias) if p is not None]
+        if any(uses[id(p)] != 1 for p in own):
+            continue
+        if any(f"{name}.{k}" in sel.values for k in ("weight", "bias")):
+            candidates[name] = mod
+    calls: Counter = Counter()
+    shapes_ok: dict[str, bool] = {}
+
+    def hook(name):
+        def fn(mod, inputs, output):
+            calls[name] += 1
+            shapes_ok[name] = inputs[0].dim() == 3 and tuple(output.shape) == (1, one.shape[1], mod.out_features)
+        return fn
+
+    handles = [mod.register_forward_hook(hook(name)) for name, mod in candidates.items()]
+    try:
+        with torch.no_grad():
+            model(one)
+    finally:
+        for h in handles:
+            h.remove()
+    return {n: m for n, m in candidates.items() if calls[n] == 1 and shapes_ok[n]}
+
+
+@contextlib.contextmanager
+def _shift_outputs(linears: dict[str, nn.Linear], shifts: dict[str, torch.Tensor],
+                   inputs: dict[str, torch.Tensor]) -> Iterator[None]:
+    """While active, each layer's output gets ``+ shifts[name]`` (zeros: the function is
+    unchanged, but the gradient w.r.t. the shift is the gradient w.r.t. the layer's
+    output) and its input is recorded in ``inputs[name]``."""
+    def hook(name):
+        def fn(mod, args, output):
+            inputs[name] = args[0]
+            return output + shifts[name]
+        return fn
+
+    handles = [mod.register_forward_hook(hook(name)) for name, mod in linears.items()]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _fisher_values_func(model: nn.Module, sel: SelectedParameters, tokens: torch.Tensor,
+                        positions: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor,
+                        linears: dict[str, nn.Linear]) -> torch.Tensor:
+    """Per-context ``Σ_j w_j ‖∇_θ log f_θ(x)_{y_j}‖²``, vectorised over contexts and labels.
+
+    Sharing the forward pass. For one context, ``∂ log softmax(z)_y / ∂z = e_y − f``, so
+    the gradient of every label is a vector-Jacobian product of the *same* logits
+    ``z(θ)`` with cotangent ``e_y − f``: ``vjp`` runs the forward once and returns the
+    pullback, ``vmap`` over the k cotangents runs the k backward passes as one batched
+    pass, and the outer ``vmap`` does this for a chunk of contexts at once — one forward
+    and k backwards per context, not k of each as ``vmap(grad)`` over (context, label)
+    pairs would.
+
+    Ghost norms (``linears``, from ``_ghost_linears``; empty: none). Materialising
+    per-sample gradients costs ``k · n_params`` memory per context and, for a weight
+    ``W`` applied at T positions, a batched outer product ``Σ_t g_t a_tᵀ`` per label —
+    most of the time. But ``‖Σ_t g_t a_tᵀ‖² = Σ_{t,t'} (a_t·a_t')(g_t·g_t')``: two T×T
+    Gram matrices, of the layer's inputs ``a`` (shared by all labels) and of its output
+    gradients ``g``. So each of ``linears`` gets a zero shift added to its output, whose
+    gradient is ``g``; its weight and bias are held fixed in the VJP and their squared
+    norms come from the Gram matrices (bias: ``‖Σ_t g_t‖²``). The other parameters
+    (embeddings — the tied decoder among them —, LayerNorms, the output bias) are
+    differentiated directly. Same value, faster (see ``bench/bench_trace.py``), and the
+    memory no longer grows with the number of parameters.
+    """
+    seq_len = tokens.shape[1]
+    ghosted = {f"{n}.{k}" for n in linears for k in ("weight", "bias")}
+    direct = {n: v for n, v in sel.values.items() if n not in ghosted}
+    held = {n: v for n, v in sel.values.items() if n in ghosted}  # constants here
+    weight_in = {n: f"{n}.weight" in sel.values for n in linears}
+    bias_in = {n: f"{n}.bias" in sel.values for n in linears}
+
+    def one_context(tok, pos, lab, w):
+        def logits_at(values, shifts):
+            inputs: dict[str, torch.Tensor] = {}
+            with _shift_outputs(linears, shifts, inputs):
+                out = sel.call(model, {**held, **values}, tok[None])[0]  # [T, V]
+            # row `pos` by a one-hot product: indexing with a vmapped index would be
+            # data-dependent control flow under vmap
+            z = ((torch.arange(seq_len, device=out.device) == pos).to(out.dtype)[:, None] * out).sum(0)
+            return z, inputs
+
+        shifts = {n: torch.zeros(1, seq_len, m.out_features, dtype=sel.dtype, device=sel.device)
+                  for n, m in linears.items()}
+        z, pullback, inputs = vjp(logits_at, direct, shifts, has_aux=True)
+        f = torch.softmax(z, dim=-1)
+        onehot = (torch.arange(z.shape[-1], device=z.device) == lab[:, None]).to(z.dtype)
+        g_direct, g_out = vmap(pullback)(onehot - f)  # dicts of [k, *shape]
+        sq = torch.zeros(lab.shape[0], dtype=z.dtype, device=z.device)
+        for g in g_direct.values():
+            sq = sq + torch.linalg.vector_norm(g.reshape(g.shape[0], -1), dim=1).square()
+        for n, mod in linears.items():
+            g = g_out[n].reshape(lab.shape[0], -1, mod.out_features)  # [k, T, out]
+            if weight_in[n]:
+                a = inputs[n].reshape(-1, mod.in_features)  # [T, in]
+                sq = sq + ((g @ g.transpose(1, 2)) * (a @ a.T)).sum(dim=(1, 2))
+            if bias_in[n]:
+                sq = sq + g.sum(dim=1).square().sum(dim=1)
+        return (w.to(sq.dtype) * sq).sum()
+
+    return vmap(one_context)(tokens, positions, labels, weights)
+
+
+def _fisher_values_autograd(model: nn.Module, sel: SelectedParameters, tokens: torch.Tensor,
+                            positions: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor,
+                            linears: dict | None = None) -> torch.Tensor:
+    """The same quantity with plain autograd: a loop over contexts, one backward per
+    distinct label (the fallback for models torch.func cannot transform)."""
+    out = torch.zeros(tokens.shape[0], dtype=torch.float64)
+    for i in range(tokens.shape[0]):
+        logp = torch.log_softmax(model(tokens[i:i + 1])[0, positions[i]], dim=-1)
+        total = 0.0
+        for y, w in zip(labels[i].tolist(), weights[i].tolist()):
+            if w == 0:
+                continue
+            grads = torch.autograd.grad(logp[y], sel.tensors, retain_graph=True, allow_unused=True)
+            total += w * sum(float(g.double().square().sum()) for g in grads if g is not None)
+        out[i] = total
+    return out
+
+
+def trace_fisher(model: nn.Module, language: Language, *, n_contexts: int = 10_000,
+                 n_labels: int | None = 50, params: str | None = None, seed: int = 0,
+                 repeats: int = 1, contexts: MaskedBatch | None = None, block_size: int = 256,
+                 max_chunk_bytes: int = 2**27, ghost_norms: bool = True,
+                 engine: str = "auto") -> CurvatureResult:
+    """The paper's estimate of the trace of the Hessian (App. B.1), which is exactly the
+    trace of the Fisher ``E_{t,x₋ₜ} E_{y∼f} ‖∇_θ log f_θ(x₋ₜ)_y‖²``.
+
+    ``n_contexts`` sentences from the language (``sample_contexts``), one uniformly
+    placed mask each; for each, ``n_labels`` labels drawn from the model's own predictive
+    distribution at the mask (``None``: the exact expectation over the vocabulary, no
+    label noise). Paper: 10⁴ contexts × 50 labels, std over 5 repeats.
+
+    Each context's label average is one i.i.d. sample: ``estimate`` is their mean and
+    ``stderr`` their std / √(number of contexts). ``repeats > 1`` draws that many
+    independent sets (fresh contexts and labels; with ``contexts=`` given, fresh labels
+    only) and also reports each set's estimate and their std (``extra``), as the paper
+    does; ``estimate`` and ``stderr`` then pool all sets.
+
+    ``contexts``: a ``MaskedBatch`` with exactly one masked position per row, used
+    instead of sampling. ``block_size`` contexts share one forward pass for the label
+    draws; they are then processed in chunks whose per-sample gradients take about
+    ``max_chunk_bytes`` at most. ``ghost_norms``: take the squared gradient norms of
+    linear layers from their activations instead of materialising per-sample gradients
+    (same value, faster; see ``_fisher_values_func``).
+    """
+    if n_labels is not None and n_labels < 1:
+        raise UserError(f"n_labels must be >= 1 or None (exact), got {n_labels}")
+    if repeats < 1:
+        raise UserError(f"repeats must be >= 1, got {repeats}")
+    start = time.perf_counter()
+    engine = resolve_engine(model, engine)
+    sel = select_parameters(model, params)
+    values_fn = _fisher_values_func if engine == "func" else _fisher_values_autograd
+    if contexts is not None:
+        per_row = contexts.masked.sum(dim=1)
+        if not bool((per_row == 1).all()):
+            raise UserError("contexts must have exactly one masked position per sentence")
+    per_repeat: list[torch.Tensor] = []
+    n_grads = 0
+    with measuring(model):
+        for r in range(repeats):
+            ctx = contexts if contexts is not None else sample_contexts(language, n_contexts, seed, r)
+            gen = step_generator(seed, r, stream=STREAM_DRAWS)
+            values = []
+            one = ctx.inputs[:1].to(sel.device)
+            linears = _ghost_linears(model, sel, one) if engine == "func" and ghost_norms else {}
+            # entries held per (context, label) in the batched backward: the gradients of
+            # the directly differentiated parameters, and (roughly) the activation
+            # gradients of every layer
+            ghosted = sum(sel.values[x].numel() for n in linears for x in (f"{n}.weight", f"{n}.bias")
+                          if x in sel.values)
+            widths = sum(m.in_features + m.out_features for m in model.modules() if isinstance(m, nn.Linear))
+            per_label = sel.n_params - ghosted + 2 * one.shape[1] * widths
+            for b0 in range(0, ctx.inputs.shape[0], block_size):
+                tokens = ctx.inputs[b0:b0 + block_size].to(sel.device)
+                masked = ctx.masked[b0:b0 + block_size].to(sel.device)
+                positions = masked.long().argmax(dim=1)
+                with torch.no_grad():
+                    probs = torch.softmax(model(tokens)[masked].double(), dim=-1).cpu()
+                labels, weights = _draw_labels(probs, n_labels, gen)
+                n_grads += int((weights > 0).sum())
+                row_bytes = labels.shape[1] * per_label * sel.dtype.itemsize
+                values.append(map_in_chunks(partial(values_fn, model, sel, linears=linears), tokens, positions,
+                                            labels.to(sel.device), weights.to(sel.device), row_bytes=row_bytes,
+                                            max_bytes=max_chunk_bytes).double().cpu())
+            per_repeat.append(torch.cat(values))
+    everything = torch.cat(per_repeat)
+    estimate, stderr = mean_and_stderr(everything)
+    extra: dict = {"n_gradients": n_grads}
+    if repeats > 1:
+        reps = torch.stack([v.mean() for v in per_repeat])
+        extra.update(repeat_estimates=[float(v) for v in reps], repeat_std=float(reps.std()))
+    settings = {"n_contexts": int(per_repeat[0].numel()), "n_labels": n_labels, "repeats": repeats,
+                "seed": seed, "engine": engine, "ghost_norms": ghost_norms and engine == "func",
+                "contexts_given": contexts is not None}
+    return CurvatureResult("trace_fisher", estimate, stderr, sel.n_params, params, int(everything.numel()),
+                           time.perf_counter() - start, settings, extra)

@@ -1,0 +1,119 @@
+"""Curvature matrices as linear operators: known only through their products with
+vectors, so that trace and eigenvalue estimators (``estimators.py``) work on any of
+them — the loss Hessian of a model, or a dense matrix in a test — as in curvlinops.
+
+Vectors are flat, of length ``dim``. ``matmat`` takes a batch of them *as rows*
+(``[k, dim]``, batch first as ``torch.func.vmap``) and returns ``A v`` for each row;
+``A @ x`` is the usual product (``x`` a vector, or a ``[dim, k]`` matrix of columns).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+from torch import nn
+from torch.func import grad, vjp, vmap
+
+from ...training.data import MaskedBatch
+from .base import batch_loss, grads_or_zeros, measuring, resolve_engine, select_parameters
+
+
+class LinearOperator(ABC):
+    """A square linear map on flat vectors of length ``dim``, with the ``dtype`` and
+    ``device`` its vectors must have. Subclasses implement ``_matmat``."""
+
+    dim: int
+    dtype: torch.dtype
+    device: torch.device
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.dim, self.dim)
+
+    @abstractmethod
+    def _matmat(self, vectors: torch.Tensor) -> torch.Tensor:
+        """``[k, dim] -> [k, dim]``: the operator applied to each row."""
+
+    def matmat(self, vectors: torch.Tensor) -> torch.Tensor:
+        """The operator applied to each row of ``vectors [k, dim]``."""
+        if vectors.dim() != 2 or vectors.shape[1] != self.dim:
+            raise ValueError(f"matmat takes [k, {self.dim}] rows, got shape {tuple(vectors.shape)}")
+        return self._matmat(vectors)
+
+    def matvec(self, vector: torch.Tensor) -> torch.Tensor:
+        """The operator applied to one vector ``[dim]``."""
+        return self.matmat(vector[None])[0]
+
+    def __matmul__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 1:
+            return self.matvec(x)
+        return self.matmat(x.T).T
+
+
+class MatrixOperator(LinearOperator):
+    """An explicit square matrix as an operator."""
+
+    def __init__(self, matrix: torch.Tensor):
+        if matrix.dim() != 2 or matrix.shape[0] != matrix.shape[1]:
+            raise ValueError(f"need a square matrix, got shape {tuple(matrix.shape)}")
+        self.matrix = matrix
+        self.dim = matrix.shape[0]
+        self.dtype, self.device = matrix.dtype, matrix.device
+
+    def _matmat(self, vectors: torch.Tensor) -> torch.Tensor:
+        return vectors @ self.matrix.T
+
+
+class LossHessian(LinearOperator):
+    """The Hessian ``∇²L`` of a fixed batch's loss (mean cross-entropy of the true tokens
+    at its masked positions) with respect to the parameters matching ``params``
+    (``re.search`` in ``model.named_parameters()`` names; ``None``: all), at the current
+    parameters, as an operator on flat vectors over them (``selection.flat`` /
+    ``unflat`` convert).
+
+    Built once: the forward and the gradient run in the constructor (dropout off,
+    attention on the math kernel, the model's mode restored after), and ``loss`` and
+    ``gradient`` are kept. The gradient's graph is kept too and every product is a second
+    backward through it (reverse-over-reverse): with ``engine="func"`` the pullback of
+    ``vjp(grad(L))`` vmapped over the rows, with ``"autograd"`` (models with an RNN,
+    which ``auto`` picks) ``autograd.grad(g, θ, v)`` per row. (Forward-over-reverse,
+    ``jvp(grad(L))``, measured no faster on CPU, and needs forward AD that the fused
+    attention kernels lack.) The graph holds the activations of the whole batch until
+    the operator is dropped.
+    """
+
+    def __init__(self, model: nn.Module, batch: MaskedBatch, *, params: str | None = None, engine: str = "auto"):
+        self.engine = resolve_engine(model, engine)
+        sel = self.selection = select_parameters(model, params)
+        self.dim, self.dtype, self.device = sel.n_params, sel.dtype, sel.device
+        batch = batch.to(sel.device)
+        with measuring(model):
+            if self.engine == "func":
+                def loss_fn(values):
+                    loss = batch_loss(sel.call(model, values, batch.inputs), batch)
+                    return loss, loss
+
+                def grad_fn(values):
+                    g, loss = grad(loss_fn, has_aux=True)(values)
+                    return g, loss
+
+                gradient, self._pullback, loss = vjp(grad_fn, sel.values, has_aux=True)
+                self.gradient = sel.flat(gradient).detach()
+            else:
+                loss = batch_loss(model(batch.inputs), batch)
+                grads = torch.autograd.grad(loss, sel.tensors, create_graph=True, allow_unused=True)
+                self._grads = grads_or_zeros(grads, sel.tensors)
+                self.gradient = sel.flat([g.detach() for g in self._grads])
+        self.loss = loss.detach()
+
+    def _matmat(self, vectors: torch.Tensor) -> torch.Tensor:
+        sel = self.selection
+        if self.engine == "func":
+            return vmap(lambda v: sel.flat(self._pullback(sel.unflat(v))[0]))(vectors)
+        rows = []
+        for v in vectors:
+            hv = torch.autograd.grad(self._grads, sel.tensors, list(sel.unflat(v).values()), retain_graph=True,
+                                     allow_unused=True)
+            rows.append(sel.flat(grads_or_zeros(hv, sel.tensors)))
+        return torch.stack(rows).detach()
