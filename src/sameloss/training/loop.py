@@ -51,7 +51,8 @@ def resolve_device(name: str) -> torch.device:
 
 def build_language(cfg: PretrainConfig):
     lc = cfg.language
-    return make_language(lc.name, preset=lc.preset, seed=lc.seed, grammar=lc.grammar)
+    return make_language(lc.name, preset=lc.preset, seed=lc.seed, grammar=lc.grammar,
+                         generator=lc.generator, k=lc.k, length=lc.length, device=cfg.device)
 
 
 def build(cfg: PretrainConfig, language, device: torch.device):
