@@ -239,7 +239,7 @@ def test_bad_generator_folder_and_k_are_one_line_errors(folder, tmp_path, capsys
     for override, message in ((f"language.generator={empty}", "cannot load a causal LM"),
                               ("language.k=999", "is larger than the generator's vocabulary")):
         code = main(["pretrain", "--out", str(tmp_path / "run"), "language.name=causal",
-                     f"language.generator={folder}", override, "device=cpu"])
+                     f"language.generator={folder}", override, "masking=single", "device=cpu"])
         err = capsys.readouterr().err
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())
@@ -262,9 +262,10 @@ def test_pretrain_runs_on_the_causal_language(folder, tmp_path):
     result = pretrain(cfg, tmp_path / "run", progress=False)
     assert result["kl"] >= 0 and result["loss"] >= result["entropy"] > 0
     assert result["n_tokens"] == 32
-    # the default 15% masking hides several words at once: refused with the remedy named
+    # the default 15% masking hides several words at once: refused before anything is written
     cfg = configlib.load(PretrainConfig, None, [
-        "steps=2", "batch_size=8", "model.size=micro", "eval.n_sentences=64", "device=cpu", "mask_rate=0.9",
+        "steps=2", "batch_size=8", "model.size=micro", "eval.n_sentences=64", "device=cpu",
         "language.name=causal", f"language.generator={folder}", f"language.k={K}", f"language.length={T}"])
-    with pytest.raises(UserError, match="masking=single"):
+    with pytest.raises(UserError, match="needs masking=single"):
         pretrain(cfg, tmp_path / "refused", progress=False)
+    assert not (tmp_path / "refused").exists() or not any((tmp_path / "refused").iterdir())

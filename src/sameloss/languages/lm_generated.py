@@ -76,7 +76,10 @@ def _dtype(value) -> torch.dtype:
 def _device(value) -> torch.device:
     if value == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(value)
+    device = torch.device(value)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError("device 'cuda' requested for the generator but no CUDA device is available")
+    return device
 
 
 def _one_line(exc: BaseException) -> str:
