@@ -14,6 +14,7 @@ from sameloss import config as configlib
 from sameloss.cli import main
 from sameloss.errors import UserError
 from sameloss.languages import make_language
+from sameloss.languages.base import entropy_of
 from sameloss.languages.lm_generated import CausalLM, expected_token_counts, tokens_filename
 from sameloss.training import PretrainConfig, pretrain
 
@@ -92,8 +93,8 @@ def test_conditionals_equal_enumeration(lm, joint):
 
 def test_trailing_hidden_words_are_marginalised_for_free(lm, joint):
     x = joint[0][[5, 77, 300, 611]]
-    hidden = torch.zeros_like(x, dtype=torch.bool)
-    hidden[:, 2:] = True  # the last two words hidden (as padding would be)
+    # hidden suffixes of different lengths in one batch (as padding would be)
+    hidden = torch.arange(T)[None, :] >= torch.tensor([2, 3, T, 1])[:, None]
     query = torch.zeros_like(hidden)
     query[:, 0] = True
     got = lm.conditionals(x.masked_fill(hidden, lm.pad_id), hidden, query)
@@ -108,6 +109,16 @@ def test_two_masked_positions_are_refused(lm, joint):
     with pytest.raises(UserError, match=r"K\^2 = 5\^2") as err:
         lm.conditionals(x, masked)
     assert "\n" not in str(err.value)
+
+
+def test_entropy_estimate_matches_the_exact_optimal_loss(lm, joint):
+    strings, p = joint
+    every = torch.ones_like(strings, dtype=torch.bool)
+    h = entropy_of(lm.conditionals(strings, ~every, every)).view(-1, T).mean(dim=1)  # per sentence
+    exact = float((p * h).sum())
+    est = lm.entropy(2000, torch.Generator().manual_seed(0))
+    assert est.n == 2000 and 0 < est.stderr < 0.05
+    assert abs(est.mean - exact) < 4 * est.stderr, (est, exact)
 
 
 def test_cache_and_chunks_equal_the_plain_computation(lm, joint):
