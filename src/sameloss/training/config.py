@@ -10,10 +10,14 @@ from typing import Literal
 
 @dataclass(frozen=True)
 class LanguageConfig:
-    name: Literal["pcfg", "hmm", "dyck"] = "pcfg"
+    name: Literal["pcfg", "hmm", "dyck", "causal"] = "pcfg"
     preset: str = "tiny"
     seed: int | None = None  # another random language of the preset's shape (None: the preset's own)
     grammar: str | None = None  # PCFG grammar file; overrides the preset
+    # causal only: a local Hugging Face causal-LM folder, K allowed tokens, sentence length T
+    generator: str | None = None
+    k: int | None = None  # None: 2000 (the paper's)
+    length: int | None = None  # None: 24 (the paper's)
 
 
 @dataclass(frozen=True)
