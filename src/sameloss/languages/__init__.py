@@ -11,18 +11,33 @@ from ..errors import UserError
 from .base import Batch, Estimate, Language, Task, entropy_of, sample_mask
 from .dyck import Dyck
 from .hmm import HMM
+from .lm_generated import CausalLM
 from .pcfg import PCFG
 from .pcfg_grammar import Grammar
 
-LANGUAGES = {"pcfg": PCFG, "hmm": HMM, "dyck": Dyck}
+LANGUAGES = {"pcfg": PCFG, "hmm": HMM, "dyck": Dyck, "causal": CausalLM}
+CAUSAL_DEFAULTS = {"k": 2000, "length": 24}  # the paper's OPT data (App. A.1)
 
 
-def make_language(name: str, preset: str = "tiny", seed: int | None = None, grammar: str | None = None) -> Language:
+def make_language(name: str, preset: str = "tiny", seed: int | None = None, grammar: str | None = None,
+                  generator: str | None = None, k: int | None = None, length: int | None = None,
+                  device: str = "cpu") -> Language:
     """Build a language by name. ``seed`` draws another random language of the preset's
     shape (default: the preset's own); ``grammar`` (PCFG only) reads a grammar file
-    instead of generating a preset."""
+    instead of generating a preset. ``causal`` takes ``generator`` (a local Hugging Face
+    causal-LM folder), ``k`` and ``length`` (default 2000 and 24) and runs the generator
+    on ``device`` (``auto``: CUDA if available)."""
     if name not in LANGUAGES:
         raise UserError(f"unknown language {name!r}; choose from {', '.join(LANGUAGES)}")
+    if name == "causal":
+        if generator is None:
+            raise UserError("the causal language needs language.generator=DIR (a local Hugging Face causal LM folder)")
+        return CausalLM.from_pretrained(generator, k=CAUSAL_DEFAULTS["k"] if k is None else k,
+                                        length=CAUSAL_DEFAULTS["length"] if length is None else length,
+                                        device=device)
+    for key, value in (("generator", generator), ("k", k), ("length", length)):
+        if value is not None:
+            raise UserError(f"language.{key} applies to the causal language only")
     if grammar is not None:
         if name != "pcfg":
             raise UserError("--grammar applies to the pcfg language only")
@@ -34,5 +49,5 @@ def make_language(name: str, preset: str = "tiny", seed: int | None = None, gram
     return PCFG.preset(preset, seed=seed)
 
 
-__all__ = ["Batch", "Dyck", "Estimate", "Grammar", "HMM", "LANGUAGES", "Language", "PCFG", "Task",
+__all__ = ["Batch", "CausalLM", "Dyck", "Estimate", "Grammar", "HMM", "LANGUAGES", "Language", "PCFG", "Task",
            "entropy_of", "make_language", "sample_mask"]

@@ -51,7 +51,12 @@ def resolve_device(name: str) -> torch.device:
 
 def build_language(cfg: PretrainConfig):
     lc = cfg.language
-    return make_language(lc.name, preset=lc.size, seed=lc.seed, grammar=lc.grammar)
+    if lc.name == "causal" and cfg.masking != "single":
+        # refused before anything is written: the exact loss needs one masked word per sentence
+        raise UserError("the causal language needs masking=single: its exact conditionals take one masked "
+                        "position per sentence (m masked positions cost K^m forward passes)")
+    return make_language(lc.name, preset=lc.size, seed=lc.seed, grammar=lc.grammar,
+                         generator=lc.generator, k=lc.k, length=lc.length, device=cfg.device)
 
 
 def build(cfg: PretrainConfig, language, device: torch.device):

@@ -23,7 +23,7 @@ Expected result (paper)
     Among sizes with (almost) the same loss, larger models have a smaller trace of Hessian
     (19.8 → 12.6 on the PCFG in the embedded view) and higher probe accuracy (+6.9% PCFG,
     +4.5% HMM). The report compares the largest size with each smaller size that is within
-    the preset's KL tolerance, and gives Kendall's tau of accuracy vs parameters.
+    the scale's KL tolerance, and gives Kendall's tau of accuracy vs parameters.
 
 Caveat
     The embedding preserves the function but not the trace of Hessian in general (see

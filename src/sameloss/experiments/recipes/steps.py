@@ -33,9 +33,9 @@ Expected result (paper)
 Deviations
     The paper's SGD uses lr 1e-3 without momentum; from scratch on a CPU budget that does
     not leave the initial plateau (plain SGD at lr 0.1 is at KL 0.56 after 1000 steps where
-    AdamW is at 0.09; lr 0.5 does not train), so the smoke and tiny presets use SGD with
+    AdamW is at 0.09; lr 0.5 does not train), so the smoke and tiny scales use SGD with
     momentum 0.9 and lr 0.05 after the 12% warm-up (``PRESETS["tiny"].sgd``); small and
-    paper use the paper's plain SGD at 1e-3. Even so, SGD does not reach the tiny preset's
+    paper use the paper's plain SGD at 1e-3. Even so, SGD does not reach the tiny scale's
     tolerance in 2500 steps (KL ≈ 0.2 nats where AdamW is at 0.05).
 """
 

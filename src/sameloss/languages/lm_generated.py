@@ -1,0 +1,528 @@
+"""Text sampled from a causal language model, with exact masked-token conditionals.
+
+The paper's third data source (§2.2, App. A.1/A.3): sentences sampled from OPT-125M,
+restricted to its K most frequent tokens, of fixed length T, starting after the bos
+token. The generator's joint is known, so the MLM conditionals are exact:
+
+    P(x) = ∏_s q(x_s | bos, x_<s),   q = the generator's next-token softmax renormalised
+                                         over the K allowed tokens,
+    P(x_t = w | x_−t) ∝ P(x_1..x_{t−1}, w, x_{t+1}..x_T)
+                      ∝ q(w | x_<t) · ∏_{s>t} q(x_s | x_<t, w, x_{t+1..s−1}).
+
+Any local Hugging Face causal LM folder works (GPT-2, OPT, Llama-style):
+``CausalLM.from_pretrained(DIR, k=K, length=T)``. Language ids ``0..K−1`` follow the
+order of ``tokens`` (generator ids), then pad/mask/cls as in every language.
+
+Fast exact conditionals (``conditionals``):
+
+* one pass over ``[bos, x_1..x_{T−1}]`` gives every prefix term ``q(· | x_<t)`` and, in
+  its KV cache, the cached prefix of every position (causal attention: the cache of
+  ``bos..x_{t−1}`` is the first ``t`` entries of the full one);
+* per position ``t``, that prefix cache is repeated K ways and the K continuations
+  ``w, x_{t+1}, …`` run on top of it, in chunks of at most ``chunk_tokens`` tokens;
+* only the K rows of the output head that the allowed tokens need are applied (the
+  base model's last hidden state already carries the model's final norm).
+
+Exactness has a price beyond one masked position: marginalising m hidden words costs
+K^m continuations, so ``conditionals`` refuses that (``UserError``) — pre-train with
+``masking=single``. Hidden positions *after* every observed one are free (the sum over
+a causal model's continuations is 1), so trailing pads are fine.
+
+Allowed tokens: explicit generator ids, or the K most frequent tokens of the
+unrestricted generator, estimated from its own seeded samples (expected counts: the
+next-token probabilities summed along the sampled sentences, which ranks every token
+and has less noise than counting the sampled ones); the model's bos/eos/pad ids are
+left out. The list is written as JSON into the generator folder
+(``sameloss-tokens-k{K}-len{T}-n{N}-seed{S}.json``, never overwriting) and read back
+from there next time, so a language is reproducible.
+
+``transformers`` is an optional dependency (``pip install 'sameloss[hf]'``).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from sameloss.errors import UserError
+from sameloss.languages.base import Batch, Language, Task
+
+SAMPLE_BLOCK = 1024  # sentences per sampling block
+LOGIT_CHECK_TOL = {torch.float64: 1e-9, torch.float32: 1e-4}  # restricted head vs the model's logits
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError:
+        raise UserError("the causal language needs the transformers package: pip install 'sameloss[hf]'") from None
+    return transformers
+
+
+def _dtype(value) -> torch.dtype:
+    if isinstance(value, torch.dtype):
+        return value
+    names = {"float64": torch.float64, "double": torch.float64, "float32": torch.float32, "float": torch.float32,
+             "bfloat16": torch.bfloat16, "float16": torch.float16, "half": torch.float16}
+    if value not in names:
+        raise UserError(f"unknown dtype {value!r}; choose from {', '.join(names)}")
+    return names[value]
+
+
+def _device(value) -> torch.device:
+    if value == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(value)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError("device 'cuda' requested for the generator but no CUDA device is available")
+    return device
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def tokens_filename(k: int, length: int, n_sentences: int, seed: int) -> str:
+    """Name of the frequency-estimated token list inside the generator folder."""
+    return f"sameloss-tokens-k{k}-len{length}-n{n_sentences}-seed{seed}.json"
+
+
+# ---- KV caches across transformers versions ------------------------------------------------
+def _kv_pairs(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per-layer ``(keys, values)``, each ``[batch, heads, positions, head_dim]``."""
+    if isinstance(cache, (tuple, list)):  # legacy format
+        return [(layer[0], layer[1]) for layer in cache]
+    if hasattr(cache, "layers"):  # transformers >= 4.56
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    if hasattr(cache, "key_cache"):  # 4.40 .. 4.55
+        return list(zip(cache.key_cache, cache.value_cache))
+    raise UserError(f"unsupported KV cache type {type(cache).__name__} from the generator")
+
+
+def _make_cache(pairs, like, config):
+    """A fresh cache holding ``pairs``, of the kind the model returned (``like``)."""
+    if isinstance(like, (tuple, list)):
+        return tuple(pairs)
+    cls = type(like)
+    try:
+        return cls(ddp_cache_data=pairs, config=config)
+    except TypeError:
+        pass
+    try:
+        return cls(ddp_cache_data=pairs)
+    except TypeError:
+        return cls.from_legacy_cache(tuple(pairs))
+
+
+class CausalLM(Language):
+    """Fixed-length sentences from a causal LM restricted to K allowed tokens.
+
+    ``model``: a Hugging Face ``*ForCausalLM`` (moved to ``device``/``dtype``, eval mode);
+    ``tokens``: the K allowed generator ids, in language-id order; ``length``: T;
+    ``bos_id``: the generator id every sentence starts after. ``chunk_tokens`` bounds the
+    tokens (rows × positions) of one continuation forward pass in ``conditionals``.
+    """
+
+    name = "causal"
+
+    def __init__(self, model, tokens: Sequence[int], length: int, bos_id: int, words: list[str] | None = None,
+                 chunk_tokens: int = 1 << 15, source: str | None = None):
+        head = model.get_output_embeddings()
+        if head is None or not hasattr(head, "weight"):
+            raise UserError("the generator has no linear output head (get_output_embeddings() is None)")
+        vocab = int(head.weight.shape[0])
+        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+            raise UserError(f"causal language length must be a positive integer, got {length!r}")
+        tokens = [int(t) for t in tokens]
+        if not tokens:
+            raise UserError("causal language needs at least one allowed token")
+        if len(set(tokens)) != len(tokens):
+            raise UserError("causal language allowed tokens must be distinct")
+        bad = [t for t in tokens if not 0 <= t < vocab]
+        if bad:
+            raise UserError(f"allowed token {bad[0]} is outside the generator's vocabulary 0..{vocab - 1}")
+        if not 0 <= bos_id < vocab:
+            raise UserError(f"the generator's bos token {bos_id} is outside its vocabulary 0..{vocab - 1}")
+        positions = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
+        if positions is not None and length + 1 > positions:
+            raise UserError(f"length {length} + bos exceeds the generator's {positions} positions")
+        self.model = model.eval().requires_grad_(False)
+        self.base = model.base_model
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.n_words = len(tokens)
+        self.max_len = length
+        self.bos_id = int(bos_id)
+        self.source = source
+        self.chunk_tokens = int(chunk_tokens)
+        self.tokens = torch.tensor(tokens, dtype=torch.long)
+        self._ids = self.tokens.to(self.device)  # language id -> generator id
+        # the K rows of the output head the allowed tokens need (copied: contiguous for mm)
+        self._head_w = head.weight.detach()[self._ids].contiguous()
+        bias = getattr(head, "bias", None)
+        self._head_b = None if bias is None else bias.detach()[self._ids].contiguous()
+        self.words = self._word_names(words)
+        self._check_head()
+
+    def _word_names(self, words):
+        if words is not None:
+            words = [str(w) for w in words]
+            if len(words) != self.n_words or len(set(words)) != len(words):
+                words = None
+        return words or [f"<{t}>" for t in self.tokens.tolist()]
+
+    # ---- construction -----------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, path, k: int, length: int, tokens: Sequence[int] | str | Path | None = None,
+                        device="cpu", dtype=torch.float32, frequency_sentences: int = 4096,
+                        frequency_seed: int = 0, chunk_tokens: int = 1 << 15) -> CausalLM:
+        """Load a local HF causal LM folder as a language of K tokens and length T.
+
+        ``tokens``: allowed generator ids (a list, or a JSON file written by
+        ``save_tokens``); ``None``: the K most frequent tokens of the unrestricted
+        generator (see the module docstring; the list is cached in the folder).
+        """
+        transformers = _transformers()
+        for label, v in (("k", k), ("length", length)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise UserError(f"causal language {label} must be a positive integer, got {v!r}")
+        folder = Path(path)
+        if not folder.is_dir():
+            raise UserError(f"generator folder not found: {folder}")
+        device, dtype = _device(device), _dtype(dtype)
+        hf_logging = transformers.utils.logging
+        bar = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # a weight-loading bar per language build is noise
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model = transformers.AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True)
+        except Exception as exc:  # transformers raises OSError, ValueError, KeyError, ... for bad folders
+            raise UserError(f"cannot load a causal LM from {folder}: {_one_line(exc)}") from None
+        finally:
+            if bar:
+                hf_logging.enable_progress_bar()
+        model = model.to(device=device, dtype=dtype)
+        vocab = int(model.get_output_embeddings().weight.shape[0])
+        if k > vocab:
+            raise UserError(f"k={k} is larger than the generator's vocabulary of {vocab} tokens")
+        config = model.config
+        bos = config.bos_token_id if config.bos_token_id is not None else config.eos_token_id
+        if isinstance(bos, (list, tuple)):
+            bos = bos[0] if bos else None
+        if bos is None:
+            raise UserError(f"the generator in {folder} has neither a bos nor an eos token id in its config")
+        if isinstance(tokens, (str, Path)):
+            tokens = cls.load_tokens(tokens, k=k)
+        elif tokens is None:
+            tokens = cls._frequent_tokens(model, folder, k, length, int(bos), frequency_sentences, frequency_seed)
+        tokens = [int(t) for t in tokens]
+        if len(tokens) != k:
+            raise UserError(f"k={k} but {len(tokens)} allowed tokens were given")
+        return cls(model, tokens, length, int(bos), words=_tokenizer_words(transformers, folder, tokens),
+                   chunk_tokens=chunk_tokens, source=str(folder))
+
+    @classmethod
+    def _frequent_tokens(cls, model, folder: Path, k: int, length: int, bos: int, n_sentences: int,
+                         seed: int) -> list[int]:
+        """The cached list in ``folder`` if there is one, else estimate it and cache it."""
+        cache = folder / tokens_filename(k, length, n_sentences, seed)
+        if cache.exists():
+            return cls.load_tokens(cache, k=k)
+        config = model.config
+        special = {i for i in (config.bos_token_id, config.eos_token_id, getattr(config, "pad_token_id", None))
+                   if isinstance(i, int)}
+        vocab = int(model.get_output_embeddings().weight.shape[0])
+        if k > vocab - len(special & set(range(vocab))):
+            raise UserError(f"k={k} is larger than the generator's {vocab} tokens less its special tokens {sorted(special)}")
+        counts = expected_token_counts(model, bos, length, n_sentences, seed)
+        counts[list(special & set(range(vocab)))] = -1.0
+        # stable sort: ties (there are hardly any with expected counts) go to the smaller id
+        order = torch.sort(-counts, stable=True).indices[:k]
+        tokens = order.tolist()
+        record = {"k": k, "length": length, "n_sentences": n_sentences, "seed": seed, "bos": bos,
+                  "generator": str(folder.resolve()), "tokens": tokens,
+                  "expected_counts": [float(counts[t]) for t in tokens]}
+        try:
+            with open(cache, "x", encoding="utf-8") as f:  # 'x': never overwrite
+                json.dump(record, f)
+        except OSError as exc:
+            warnings.warn(f"could not cache the token list in {cache}: {_one_line(exc)}", stacklevel=3)
+        return tokens
+
+    def save_tokens(self, path) -> None:
+        """Write the allowed generator ids (language-id order) as JSON (never overwrites)."""
+        path = Path(path)
+        if path.exists():
+            raise UserError(f"{path} exists; not overwriting it")
+        record = {"k": self.n_words, "length": self.max_len, "bos": self.bos_id, "generator": self.source,
+                  "tokens": self.tokens.tolist()}
+        path.write_text(json.dumps(record), encoding="utf-8")
+
+    @staticmethod
+    def load_tokens(path, k: int | None = None) -> list[int]:
+        """The allowed generator ids from a JSON file of ``save_tokens`` (or the cache)."""
+        path = Path(path)
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            tokens = record["tokens"] if isinstance(record, dict) else record
+            if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+                raise ValueError("'tokens' must be a list of integer ids")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise UserError(f"{path}: not a token list: {_one_line(exc)}") from None
+        if k is not None and len(tokens) != k:
+            raise UserError(f"{path} holds {len(tokens)} tokens, not k={k}")
+        return tokens
+
+    # ---- the generator's pieces ---------------------------------------------------------
+    def _forward(self, ids: torch.Tensor, past=None):
+        """Base-model pass: (last hidden state ``[n, L, d]``, KV cache)."""
+        out = self.base(input_ids=ids, past_key_values=past, use_cache=True)
+        return out[0], out.past_key_values
+
+    def _restricted_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits of the K allowed tokens only (K rows of the head), ``[..., K]``."""
+        logits = hidden @ self._head_w.t()
+        return logits if self._head_b is None else logits + self._head_b
+
+    def _check_head(self) -> None:
+        """The restricted head must reproduce the model's own logits: refuse architectures
+        whose head is more than a linear map of the base model's output (soft-capping,
+        logit scales), where the K-row shortcut would be wrong."""
+        ids = torch.cat([torch.tensor([self.bos_id]), self.tokens[:2]])[None].to(self.device)
+        with torch.no_grad():
+            full = self.model(input_ids=ids).logits[..., self._ids]
+            mine = self._restricted_logits(self._forward(ids)[0])
+        tol = LOGIT_CHECK_TOL.get(self.dtype, 1e-2) * max(1.0, float(full.abs().max()))
+        if not torch.allclose(mine, full, rtol=0, atol=tol):
+            raise UserError("the generator's logits are not a linear head on its base model's output "
+                            "(soft-capping or logit scaling?); this architecture is not supported")
+
+    def _generator_ids(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self._ids[tokens.to(self.device)]
+
+    def _inputs(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``[bos, x_1 .. x_{T−1}]`` in generator ids (language ids in ``tokens``)."""
+        gen = self._generator_ids(tokens)
+        bos = torch.full((gen.shape[0], 1), self.bos_id, dtype=torch.long, device=self.device)
+        return torch.cat([bos, gen[:, :-1]], dim=1)
+
+    @torch.no_grad()
+    def next_log_probs(self, tokens: torch.Tensor, full_head: bool = False) -> torch.Tensor:
+        """``log q(· | bos, x_<s)`` for s = 1..T, float64 ``[n, T, K]`` (CPU).
+
+        ``full_head=True`` takes the model's full-vocabulary logits and renormalises their
+        K allowed entries (the reference for the restricted head)."""
+        ids = self._inputs(tokens)
+        if full_head:
+            logits = self.model(input_ids=ids).logits[..., self._ids]
+        else:
+            logits = self._restricted_logits(self._forward(ids)[0])
+        return torch.log_softmax(logits.double(), dim=-1).cpu()
+
+    def log_prob(self, tokens: torch.Tensor, full_head: bool = False) -> torch.Tensor:
+        """``log P(x)``, float64 ``[n]``."""
+        lq = self.next_log_probs(tokens, full_head)
+        return lq.gather(2, tokens.long().cpu()[..., None]).squeeze(2).sum(dim=1)
+
+    # ---- sampling ---------------------------------------------------------------------
+    @torch.no_grad()
+    def sample(self, n: int, generator: torch.Generator | None = None) -> Batch:
+        """Ancestral sampling by inverse CDF with the KV cache, batched over sentences.
+        The uniforms come from ``generator`` on the CPU, so a seed fixes the sentences
+        (up to the device's arithmetic)."""
+        u = torch.rand(n, self.max_len, generator=generator, dtype=torch.float64)
+        out = torch.empty(n, self.max_len, dtype=torch.long)
+        for start in range(0, n, SAMPLE_BLOCK):
+            block = u[start:start + SAMPLE_BLOCK].to(self.device)
+            out[start:start + block.shape[0]] = _ancestral(self, block, restricted=True).cpu()
+        return Batch(tokens=out, lengths=torch.full((n,), self.max_len, dtype=torch.long))
+
+    # ---- exact conditionals -------------------------------------------------------------
+    def _hidden_positions(self, tokens: torch.Tensor, masked: torch.Tensor | None) -> torch.Tensor:
+        if tokens.ndim != 2:
+            raise ValueError(f"tokens must be [n, T], got shape {tuple(tokens.shape)}")
+        if tokens.shape[1] > self.max_len:
+            raise ValueError(f"sentences of {tokens.shape[1]} positions exceed the language's length {self.max_len}")
+        hidden = (tokens == self.pad_id) | (tokens == self.mask_id)
+        if masked is not None:
+            if masked.shape != tokens.shape:
+                raise ValueError(f"masked {tuple(masked.shape)} does not match tokens {tuple(tokens.shape)}")
+            hidden = hidden | masked.bool()
+        words = tokens.masked_fill(hidden, 0)
+        if ((words < 0) | (words >= self.n_words)).any():
+            raise ValueError(f"token ids must be words 0..{self.n_words - 1}, pad or mask")
+        return hidden
+
+    def _query_spans(self, hidden: torch.Tensor, query: torch.Tensor):
+        """Per query row: sentence, position and the last position whose term counts
+        (the last observed one, or the query's own). Refuses hidden words that would
+        have to be marginalised (before that last position)."""
+        T = hidden.shape[1]
+        qi, qt = query.nonzero(as_tuple=True)
+        pos = torch.arange(T)
+        last_observed = torch.where(~hidden, pos, -1).max(dim=1).values if T else torch.zeros(0, dtype=torch.long)
+        last = torch.maximum(qt, last_observed[qi])
+        inner = hidden[qi] & (pos[None, :] < last[:, None]) & (pos[None, :] != qt[:, None])
+        if inner.any():
+            m = int(inner.sum(dim=1).max()) + 1
+            raise UserError(
+                f"the causal language's exact conditionals take one masked position per sentence; a sentence "
+                f"here has {m} hidden positions, which would cost K^{m} = {self.n_words}^{m} = "
+                f"{float(self.n_words) ** m:.3g} forward passes (pre-train with masking=single)")
+        return qi, qt, last
+
+    @torch.no_grad()
+    def conditionals(self, tokens: torch.Tensor, masked: torch.Tensor,
+                     query: torch.Tensor | None = None) -> torch.Tensor:
+        """Exact ``P(x_t = w | unmasked words other than t)``, float64 ``[Q, K]`` (CPU),
+        rows following ``query.nonzero()`` (``query`` defaults to ``masked``).
+
+        Each query may have hidden (masked/pad) words only after every observed word;
+        anything else needs marginalising and raises ``UserError`` (module docstring)."""
+        if query is None:
+            query = masked
+        if query.shape != tokens.shape:
+            raise ValueError(f"query {tuple(query.shape)} does not match tokens {tuple(tokens.shape)}")
+        tokens = tokens.long().cpu()
+        hidden = self._hidden_positions(tokens, masked.cpu() if masked is not None else None)
+        qi, qt, last = self._query_spans(hidden, query.bool().cpu())
+        K, T = self.n_words, tokens.shape[1]
+        out = torch.empty(qi.shape[0], K, dtype=torch.float64)
+        if qi.numel() == 0:
+            return out
+        words = tokens.masked_fill(hidden, 0)  # hidden words: any valid id (see _query_spans)
+        needed = torch.unique(qi)  # only sentences with a query go through the model
+        remap = torch.full((tokens.shape[0],), -1, dtype=torch.long)
+        remap[needed] = torch.arange(needed.numel())
+        words_n = words[needed]
+        hidden_states, past = self._forward(self._inputs(words_n))
+        prefix = torch.log_softmax(self._restricted_logits(hidden_states).double(), dim=-1)  # [n, T, K]
+        kv = _kv_pairs(past)
+        gen_words = self._generator_ids(words_n)  # [n, T]
+        words_n = words_n.to(self.device)
+        cand = self._ids  # [K]: the candidate at the position, in generator ids
+        for t in range(T):  # a loop over positions; everything inside is batched
+            rows = (qt == t).nonzero(as_tuple=True)[0]
+            if rows.numel() == 0:
+                continue
+            sent = remap[qi[rows]].to(self.device)
+            score = prefix[sent, t].clone()  # [b, K]: log q(w | x_<t)
+            stop = int(last[rows].max())  # continuation predicts x_{t+1} .. x_stop
+            if stop > t:
+                score += self._continuations(kv, past, sent, gen_words, words_n, t, stop,
+                                             last[rows].to(self.device), cand)
+            out[rows] = torch.softmax(score, dim=-1).cpu()
+        return out
+
+    def _continuations(self, kv, past, sent, gen_words, words, t: int, stop: int, last, cand) -> torch.Tensor:
+        """``Σ_{s=t+1}^{last} log q(x_s | x_<t, w, x_{t+1..s−1})`` for every candidate w,
+        float64 ``[b, K]``: the prefix cache (bos..x_{t−1}, ``t + 1`` entries) repeated K
+        ways under the continuations ``w, x_{t+1} .. x_{stop−1}``, in chunks."""
+        K = self.n_words
+        b = sent.shape[0]
+        length = stop - t
+        prefix_kv = [(k_[sent, :, :t + 1], v_[sent, :, :t + 1]) for k_, v_ in kv]
+        suffix = gen_words[sent, t + 1:stop]  # [b, length − 1]
+        targets = words[sent, t + 1:stop + 1]  # [b, length]
+        counts = (torch.arange(t + 1, stop + 1, device=self.device)[None, :] <= last[:, None]).double()
+        total = torch.empty(b * K, dtype=torch.float64, device=self.device)
+        rows_per_chunk = max(1, self.chunk_tokens // (t + 1 + length))
+        for lo in range(0, b * K, rows_per_chunk):
+            r = torch.arange(lo, min(lo + rows_per_chunk, b * K), device=self.device)
+            s, w = r // K, r % K  # sentence (within the b) and candidate of each row
+            ids = torch.cat([cand[w][:, None], suffix[s]], dim=1)
+            cache = _make_cache([(k_[s], v_[s]) for k_, v_ in prefix_kv], past, self.model.config)
+            h, _ = self._forward(ids, cache)
+            logq = torch.log_softmax(self._restricted_logits(h).double(), dim=-1)  # [rows, length, K]
+            picked = logq.gather(2, targets[s][..., None]).squeeze(2)
+            total[lo:lo + r.shape[0]] = (picked * counts[s]).sum(dim=1)
+        return total.view(b, K)
+
+    @torch.no_grad()
+    def conditionals_reference(self, tokens: torch.Tensor, query: torch.Tensor, chunk_rows: int = 256) -> torch.Tensor:
+        """The plain computation: for every query, score the K full sentences (the word at
+        ``t`` replaced by each candidate) independently, without a KV cache, from the
+        model's full-vocabulary logits. Same rows as ``conditionals(tokens, none masked,
+        query)``; a reference for tests and the benchmark."""
+        tokens = tokens.long().cpu()
+        qi, qt = query.bool().cpu().nonzero(as_tuple=True)
+        K = self.n_words
+        sentences = tokens[qi].repeat_interleave(K, dim=0)  # [Q·K, T]
+        sentences[torch.arange(sentences.shape[0]), qt.repeat_interleave(K)] = torch.arange(K).repeat(qi.numel())
+        scores = torch.cat([self.log_prob(sentences[i:i + chunk_rows], full_head=True)
+                            for i in range(0, sentences.shape[0], chunk_rows)]) if len(sentences) else \
+            torch.empty(0, dtype=torch.float64)
+        return torch.softmax(scores.view(-1, K), dim=-1)
+
+    # ---- downstream tasks -------------------------------------------------------------
+    @property
+    def tasks(self) -> dict[str, Task]:
+        """None yet: the paper's downstream tasks for this data are GLUE sets (SST-2,
+        QNLI) re-tokenised with the generator's tokenizer, which come from files."""
+        return {}
+
+
+@torch.no_grad()
+def _ancestral(lm_or_model, u: torch.Tensor, restricted: bool, bos: int | None = None,
+               accumulate: torch.Tensor | None = None) -> torch.Tensor:
+    """Sample ``u.shape`` tokens by inverse CDF with the KV cache. ``restricted``: over
+    the language's K tokens (returns language ids; ``lm_or_model`` is a ``CausalLM``);
+    else over the full vocabulary of a bare HF model (returns generator ids) and adds
+    each step's next-token probabilities into ``accumulate``."""
+    n, T = u.shape
+    if restricted:
+        lm = lm_or_model
+        base, head = lm.base, lm._restricted_logits
+        bos, to_gen, device = lm.bos_id, lm._ids, lm.device
+    else:
+        model = lm_or_model
+        base, head, to_gen = model.base_model, model.get_output_embeddings(), None
+        device = u.device
+    ids = torch.full((n, 1), bos, dtype=torch.long, device=device)
+    out = torch.empty(n, T, dtype=torch.long, device=device)
+    past = None
+    for s in range(T):
+        o = base(input_ids=ids, past_key_values=past, use_cache=True)
+        past = o.past_key_values
+        p = torch.softmax(head(o[0][:, -1]).double(), dim=-1)
+        if accumulate is not None:
+            accumulate += p.sum(dim=0).cpu()
+        cdf = p.cumsum(dim=1)
+        cdf = cdf / cdf[:, -1:]
+        pick = torch.searchsorted(cdf, u[:, s:s + 1].contiguous(), right=True)[:, 0].clamp(max=p.shape[1] - 1)
+        out[:, s] = pick
+        ids = (to_gen[pick] if to_gen is not None else pick)[:, None]
+    return out
+
+
+def expected_token_counts(model, bos: int, length: int, n_sentences: int, seed: int) -> torch.Tensor:
+    """Expected number of times each generator token occurs in ``n_sentences`` sentences
+    of ``length`` from the unrestricted model: its next-token probabilities summed along
+    seeded ancestral samples (an unbiased, lower-variance version of counting them),
+    float64 ``[vocab]``."""
+    vocab = int(model.get_output_embeddings().weight.shape[0])
+    device = next(model.parameters()).device
+    counts = torch.zeros(vocab, dtype=torch.float64)
+    gen = torch.Generator().manual_seed(seed)
+    u = torch.rand(n_sentences, length, generator=gen, dtype=torch.float64)
+    for start in range(0, n_sentences, SAMPLE_BLOCK // 4):
+        _ancestral(model, u[start:start + SAMPLE_BLOCK // 4].to(device), restricted=False, bos=bos, accumulate=counts)
+    return counts
+
+
+def _tokenizer_words(transformers, folder: Path, tokens: list[int]) -> list[str] | None:
+    """Token strings from the folder's tokenizer, if it has one (else ids are used)."""
+    if not any((folder / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
+        return None
+    try:
+        tok = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        return [str(w) for w in tok.convert_ids_to_tokens(tokens)]
+    except Exception:  # a tokenizer is only used for display names
+        return None
+
