@@ -4,7 +4,7 @@
     python bench/bench_threads.py --steps 100 --competitors 1 2 --max-seconds 8
 
 Trains the tiny transformer on the micro PCFG exactly as ``sameloss pretrain`` does
-(``reproduce --preset tiny``'s reference run: batch 256, AdamW, a fresh batch sampled
+(``reproduce --scale tiny``'s reference run: batch 256, AdamW, a fresh batch sampled
 every step; no evaluation, logging or checkpoints), under three thread settings:
 
 - ``policy``: what ``sameloss.threads.configure_threads(None)`` picks (``$OMP_NUM_THREADS``
@@ -46,7 +46,7 @@ BUSY = "while True: pass"
 
 def trainer(size: str, language: str, batch: int):
     cfg = configlib.load(PretrainConfig, None, [
-        f"language.name={language}", "language.preset=micro", f"model.size={size}", f"batch_size={batch}",
+        f"language.name={language}", "language.size=micro", f"model.size={size}", f"batch_size={batch}",
         "device=cpu", "optim.warmup_steps=200"])
     lang = build_language(cfg)
     model, optimizer, schedule = build(cfg, lang, torch.device("cpu"))
@@ -105,7 +105,7 @@ def main() -> None:
     ap.add_argument("--nice", type=int, default=10, help="niceness of the busy processes (default 10)")
     ap.add_argument("--size", default="tiny", help="model size (default tiny)")
     ap.add_argument("--language", default="pcfg", help="micro language (default pcfg)")
-    ap.add_argument("--batch", type=int, default=256, help="batch size (default 256, the tiny preset's)")
+    ap.add_argument("--batch", type=int, default=256, help="batch size (default 256, the tiny scale's)")
     args = ap.parse_args()
 
     policy = configure_threads(None)

@@ -136,7 +136,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = args.checkpoint or make_checkpoint(args.steps, Path(tmp) / "run")
         model, language, cfg = load_model_from_checkpoint(path)
-    print(f"checkpoint: {path.name} ({cfg.model.kind} {cfg.model.size}, {language.name} {cfg.language.preset}, "
+    print(f"checkpoint: {path.name} ({cfg.model.kind} {cfg.model.size}, {language.name} {cfg.language.size}, "
           f"{sum(p.numel() for p in model.parameters())} parameters), torch threads {torch.get_num_threads()}")
 
     batch = loss_batch(language, args.batch, 0.15, seed=0)

@@ -1,6 +1,6 @@
 """Search for a CPU-sized setting where Fig. 1's claim can be tested at *tight* equal loss.
 
-``sameloss reproduce figure1 --preset tiny`` compares models whose KL to the true
+``sameloss reproduce figure1 --scale tiny`` compares models whose KL to the true
 conditionals is up to 0.15 nats apart, so loss and convergence are confounded. This
 script trains every model long enough, with a final learning-rate decay, to bring the
 KL near 0.01 (micro languages saturate that way, see the issue-3 note), and varies what
@@ -14,7 +14,8 @@ Runtime with one thread: pcfg about an hour (9 runs of 6000 steps; SAM and the a
 objective cost ~2× and ~1.6× a step), hmm about 40 min (12 runs of 3000 steps); the two can
 run side by side on a 2-core machine; ``--probe-method lbfgs`` / ``--task-train N`` then
 re-probe the same checkpoints in minutes. Re-running reuses the
-finished runs and cached measurements (it uses ``sameloss.experiments``' machinery).
+finished runs and cached measurements (it uses ``sameloss.experiments``' machinery: a
+``core.Study`` in ``<out>/<language>``).
 
 Prints, per KL tolerance, Kendall's τ and Spearman's ρ with 95% bootstrap intervals for
 loss → accuracy and trace → accuracy, and the spread between seeds of one recipe; writes
@@ -31,33 +32,32 @@ import sys
 import numpy as np
 import torch
 
-from sameloss.experiments.core import Context, RunSpec
+from sameloss.experiments.core import RunSpec, Study
 from sameloss.experiments.recipes.figure1 import correlation_rows
-from sameloss.experiments.recipes.steps import train_and_measure
 from sameloss.measures.run import MeasureSpec
 
-NOREG = ("model.dropout=0.0", "optim.weight_decay=0.0")
-D32 = ("model.d_model=32", "model.n_heads=2", "model.n_layers=2", "model.d_inter=128")
+NOREG = (("model.dropout", 0.0), ("optim.weight_decay", 0.0))
+D32 = (("model.d_model", 32), ("model.n_heads", 2), ("model.n_layers", 2), ("model.d_inter", 128))
 
 
-def adversarial(weight: float, task: str) -> tuple[str, ...]:
+def adversarial(weight: float, task: str) -> tuple[tuple[str, object], ...]:
     """The paper's adversarial objective against one task (as the ``algorithms`` recipe)."""
-    return (f"adversarial.weight={weight}", f"adversarial.task={task}", "adversarial.batch_size=128",
-            "adversarial.pool_size=10000")
+    return (("adversarial.weight", weight), ("adversarial.task", task), ("adversarial.batch_size", 128),
+            ("adversarial.pool_size", 10000))
 
 SETTINGS = {
     "pcfg": dict(
-        language=("language.name=pcfg", "language.preset=micro"),
+        language=(("language.name", "pcfg"), ("language.size", "micro")),
         steps=6000, decay=2000, measure=(5000, 6000), tasks=("B", "C"),
-        variants=[("adamw", (), (0, 1)), ("noreg", NOREG, (0, 1)), ("sam", (*NOREG, "sam.rho=0.05"), (0, 1)),
-                  ("d32", D32, (0,)), ("sam0.02", (*NOREG, "sam.rho=0.02"), (0,)),
+        variants=[("adamw", (), (0, 1)), ("noreg", NOREG, (0, 1)), ("sam", (*NOREG, ("sam.rho", 0.05)), (0, 1)),
+                  ("d32", D32, (0,)), ("sam0.02", (*NOREG, ("sam.rho", 0.02)), (0,)),
                   ("adv0.02", adversarial(0.02, "B"), (0,))],
     ),
     "hmm": dict(
-        language=("language.name=hmm", "language.preset=micro"),
+        language=(("language.name", "hmm"), ("language.size", "micro")),
         steps=3000, decay=1000, measure=(2500, 3000), tasks=("task-3", "task-5"),
-        variants=[("adamw", (), (0, 1, 2)), ("noreg", NOREG, (0, 1)), ("sam", (*NOREG, "sam.rho=0.05"), (0, 1)),
-                  ("d32", D32, (0, 1)), ("sam0.02", (*NOREG, "sam.rho=0.02"), (0,)),
+        variants=[("adamw", (), (0, 1, 2)), ("noreg", NOREG, (0, 1)), ("sam", (*NOREG, ("sam.rho", 0.05)), (0, 1)),
+                  ("d32", D32, (0, 1)), ("sam0.02", (*NOREG, ("sam.rho", 0.02)), (0,)),
                   ("adv0.02", adversarial(0.02, "task-5"), (0,)), ("adv0.05", adversarial(0.05, "task-5"), (0,))],
     ),
 }
@@ -65,12 +65,11 @@ TOLERANCES = (0.01, 0.015, 0.02, 0.03, 0.05)
 
 
 def runs(setting: dict) -> list[RunSpec]:
-    ckpts = "checkpoints=[" + ",".join(str(s) for s in setting["measure"]) + "]"
-    base = ("batch_size=256", "optim.warmup_steps=200", f"optim.decay_steps={setting['decay']}",
-            "optim.final_lr_factor=0.05", "eval.every=1000", "eval.n_sentences=1000", "log_every=100",
-            "save_every=1000", "model.size=tiny", "device=cpu", f"steps={setting['steps']}", ckpts,
-            *setting["language"])
-    return [RunSpec(f"{name}-seed{seed}", (*base, f"seed={seed}", *extra), name, name, setting["measure"])
+    base = (("batch_size", 256), ("optim.warmup_steps", 200), ("optim.decay_steps", setting["decay"]),
+            ("optim.final_lr_factor", 0.05), ("eval.every", 1000), ("eval.n_sentences", 1000), ("log_every", 100),
+            ("save_every", 1000), ("model.size", "tiny"), ("device", "cpu"), ("steps", setting["steps"]),
+            ("checkpoints", setting["measure"]), *setting["language"])
+    return [RunSpec(f"{name}-seed{seed}", (*base, ("seed", seed), *extra), name, name, setting["measure"])
             for name, extra, seeds in setting["variants"] for seed in seeds]
 
 
@@ -87,7 +86,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     setting = SETTINGS[args.language]
-    ctx = Context(f"{args.out}/{args.language}", progress=not args.no_progress, device="cpu")
+    study = Study(f"{args.out}/{args.language}", progress=not args.no_progress, device="cpu")
     mspec = MeasureSpec(loss=True, traces=("fisher",), probe=setting["tasks"], loss_sentences=2000,
                         n_contexts=1024, n_labels=4, repeats=4, task_train=2000, task_validation=500,
                         task_test=4000, probe_method="adamw", probe_epochs=30, seeds=(0, 1, 2, 3, 4))
@@ -96,12 +95,13 @@ def main() -> None:
     reprobe = probe_spec.probe_method != mspec.probe_method or probe_spec.task_train != mspec.task_train
     rows = []
     for spec in runs(setting):
-        for ck, row in train_and_measure(ctx, spec, mspec, "search", args.language)[1]:
+        for m in study.train_and_measure(spec, mspec, "search", args.language)[1]:
             if reprobe:
-                row.update({k: v for k, v in ctx.measure(ck, probe_spec).items() if k.startswith("probe_")})
-            rows.append(row)
+                m.row.update({k: v for k, v in study.measure(m.checkpoint, probe_spec).items()
+                              if k.startswith("probe_")})
+            rows.append(m.row)
     keys = list(dict.fromkeys(k for r in rows for k in r))
-    with open(ctx.root / f"results-{args.probe_method}-{args.task_train}.csv", "w", newline="") as f:
+    with open(study.root / f"results-{args.probe_method}-{args.task_train}.csv", "w", newline="") as f:
         w = csv.DictWriter(f, keys)
         w.writeheader()
         w.writerows(rows)

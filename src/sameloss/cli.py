@@ -58,11 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     describe.add_argument("name", choices=["pcfg", "hmm", "dyck"], help="which language")
     describe.add_argument("--grammar", metavar="FILE",
                           help="PCFG grammar file (the released rule_deep_mlm.txt format or ours); "
-                               "overrides --preset")
-    describe.add_argument("--preset", default="tiny", help="named size: tiny (default) or paper")
+                               "overrides --size")
+    describe.add_argument("--size", "--preset", dest="size", default="tiny",
+                          help="named size: micro, tiny (default) or paper (--preset: its old name)")
     describe.add_argument("--seed", type=int, default=None,
-                          help="draw another random language of the preset's shape, and seed the samples "
-                               "(default: the preset's own language, samples seeded 0)")
+                          help="draw another random language of that size's shape, and seed the samples "
+                               "(default: the size's own language, samples seeded 0)")
     describe.add_argument("--n-sentences", type=_positive_int, default=4096,
                           help="sentences sampled for the statistics (default 4096)")
     describe.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -227,10 +228,10 @@ def _pretrain(args) -> None:
 def _language_describe(args) -> None:
     from .languages import make_language
 
-    lang = make_language(args.name, preset=args.preset, seed=args.seed, grammar=args.grammar)
+    lang = make_language(args.name, preset=args.size, seed=args.seed, grammar=args.grammar)
     summary = lang.describe(n_sentences=args.n_sentences, seed=args.seed or 0)
     seed = "" if args.seed is None else f", seed {args.seed}"
-    summary["source"] = args.grammar or f"preset {args.preset}{seed}"
+    summary["source"] = args.grammar or f"size {args.size}{seed}"
     grammar = getattr(lang, "grammar", None)
     if grammar is not None:
         summary["nonterminals"] = grammar.n_nonterminals

@@ -62,6 +62,7 @@ def _set_dotted(data: dict, key: str, value: Any) -> None:
 def from_dict(cls, data: dict, prefix: str = ""):
     if not isinstance(data, dict):
         raise UserError(f"{prefix.rstrip('.') or 'config'}: expected a table")
+    data = renamed(cls, data, prefix)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
     unknown = sorted(set(data) - set(fields))
@@ -74,6 +75,22 @@ def from_dict(cls, data: dict, prefix: str = ""):
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:
         raise UserError(f"invalid config{' section ' + prefix.rstrip('.') if prefix else ''}: {exc}") from None
+
+
+def renamed(cls, data: dict, prefix: str = "") -> dict:
+    """``data`` with the old names of keys (a config class's ``ALIASES``, old → new, in any
+    section) replaced by the new ones, so that configs saved before a rename still load
+    and compare equal."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for key, value in data.items():
+        key = getattr(cls, "ALIASES", {}).get(key, key)
+        if key in out:
+            raise UserError(f"config key {prefix + key!r} is given twice (once under its old name)")
+        hint = hints.get(key)
+        out[key] = renamed(hint, value, f"{prefix}{key}.") if dataclasses.is_dataclass(hint) and \
+            isinstance(value, dict) else value
+    return out
 
 
 def _coerce(hint, value, key: str):

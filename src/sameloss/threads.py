@@ -2,7 +2,7 @@
 
 ``--threads N`` wins; otherwise ``OMP_NUM_THREADS`` when it is set; otherwise
 ``DEFAULT_THREADS`` = 1. Why 1 and not torch's own default (one thread per core): the
-models and batches of the CPU presets are small, so each operation is a few microseconds
+models and batches of the CPU scales are small, so each operation is a few microseconds
 of work between OpenMP barriers. When another process takes a core, one of torch's
 threads is descheduled and every barrier waits for it: training collapsed from 33 to
 0.27 steps/s on a shared 2-core machine (issue 10). One thread has no barrier to wait

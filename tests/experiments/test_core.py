@@ -42,8 +42,8 @@ def test_merge_rows_joins_experiments():
     assert merged[0] == {"model": "a", "experiment": "steps+sizes", "x": 1, "y": 5, "size": "d64"}
 
 
-@pytest.mark.parametrize("preset", ["smoke", "tiny", "small", "paper"])
-def test_every_run_of_every_preset_is_a_valid_config(preset):
+@pytest.mark.parametrize("scale", ["smoke", "tiny", "small", "paper"])
+def test_every_run_of_every_preset_is_a_valid_config(scale):
     """The GPU presets cannot be run here: at least every run's config must load, every
     measured checkpoint must be kept, and a run shared by two recipes must be defined
     the same way in both."""
@@ -53,10 +53,8 @@ def test_every_run_of_every_preset_is_a_valid_config(preset):
 
     seen = {}
     for language in ("pcfg", "hmm"):
-        specs = [steps.reference_run(steps.PRESETS[preset], language, 0), steps.sgd_run(steps.PRESETS[preset],
-                                                                                        language, 0)]
-        specs += sizes.size_runs(sizes.PRESETS[preset], language, 0)
-        specs += algorithms.algorithm_runs(algorithms.PRESETS[preset], language, 0)
+        specs = [spec for recipe in (steps, sizes, algorithms) for spec in recipe.runs(recipe.PRESETS[scale],
+                                                                                      language, 0)]
         for spec in specs:
             cfg = spec.config()
             assert cfg.name == spec.name and cfg.language.name == language
@@ -65,6 +63,92 @@ def test_every_run_of_every_preset_is_a_valid_config(preset):
                 assert seen[spec.name] == spec.overrides, spec.name
             seen[spec.name] = spec.overrides
         for recipe in (steps, sizes, algorithms):
-            p = recipe.PRESETS[preset]
-            measure_spec(p, p["tasks"][language])
-    assert sizes.PRESETS[preset]["embed_into"] in TRANSFORMER_SIZES
+            p = recipe.PRESETS[scale]
+            measure_spec(p, p.tasks[language])
+    assert sizes.PRESETS[scale].embed_into in TRANSFORMER_SIZES
+
+
+def test_presets_are_checked_when_built():
+    """A misspelt field or an unknown size fails when the preset is built (at import),
+    not after training."""
+    from sameloss.experiments.common import COMMON, ReferenceRun, Shape
+    from sameloss.experiments.recipes.steps import SGDRun, StepsPreset
+
+    sgd = SGDRun(lr=0.05, steps=24, checkpoints=(12, 24))
+    with pytest.raises(TypeError, match="main_tsk"):
+        StepsPreset(**COMMON["smoke"].common(), use=("pcfg",), main_tsk={"pcfg": "B"}, sgd=sgd)
+    with pytest.raises(ValueError, match="main task 'C'"):
+        StepsPreset(**COMMON["smoke"].common(), use=("pcfg",), main_task={"pcfg": "C"}, sgd=sgd)
+    with pytest.raises(ValueError, match="unknown model size 'tinyy'"):
+        Shape("tinyy")
+    with pytest.raises(ValueError, match="checkpoints"):
+        ReferenceRun(Shape("micro"), label="micro", steps=24, checkpoints=(8, 30))
+
+
+def test_run_spec_writes_overrides_and_refuses_unknown_keys():
+    from sameloss.experiments.core import RunSpec
+
+    spec = RunSpec("r", (("language.size", "micro"), ("checkpoints", (8, 12)), ("optim.lr", 0.05),
+                         ("sam.adaptive", True), ("steps", 12)))
+    assert spec.overrides == ("language.size=micro", "checkpoints=[8,12]", "optim.lr=0.05", "sam.adaptive=true",
+                              "steps=12")
+    cfg = spec.config()
+    assert (cfg.language.size, cfg.checkpoints, cfg.optim.lr, cfg.sam.adaptive) == ("micro", (8, 12), 0.05, True)
+    with pytest.raises(ValueError, match="'optim.lrr' is not a config key"):
+        RunSpec("r", (("optim.lrr", 0.05),))
+
+
+def test_a_config_saved_with_language_preset_still_loads_and_matches(tmp_path):
+    """``language.preset`` is the old name of ``language.size``: a run saved with it loads,
+    and compares equal to the same config today (so it is reused or resumed)."""
+    from sameloss import config as configlib
+    from sameloss.errors import UserError
+    from sameloss.training.config import PretrainConfig
+    from sameloss.training.loop import read_config_dict
+
+    cfg = configlib.load(PretrainConfig, None, ["language.size=micro", "steps=12"])
+    old = tmp_path / "config.toml"
+    old.write_text(configlib.to_toml(cfg).replace('size = "micro"', 'preset = "micro"'))
+    assert 'preset = "micro"' in old.read_text()
+    assert configlib.load(PretrainConfig, old) == cfg
+    assert config_differences(read_config_dict(old), configlib.to_dict(cfg)) == []
+    assert configlib.load(PretrainConfig, None, ["language.preset=micro"]).language.size == "micro"
+    with pytest.raises(UserError, match="given twice"):
+        configlib.load(PretrainConfig, None, ["language.preset=micro", "language.size=tiny"])
+
+
+def test_study_lookup_is_the_measures_look_up_table_with_the_runs_eval_seed(tmp_path):
+    """The look-up table's loss is the entropy on the run's own held-out set (its
+    ``eval.seed``), with the probe columns of ``measure_lookup_table``."""
+    from sameloss import config as configlib
+    from sameloss.experiments.core import RunInfo, RunSpec, Study
+    from sameloss.languages import make_language
+    from sameloss.measures.run import MeasureSpec
+    from sameloss.training.config import PretrainConfig
+    from sameloss.training.evaluate import ExactEvaluator
+
+    spec = MeasureSpec(loss=True, lookup=("B",), loss_sentences=40, task_train=48, task_validation=16,
+                       task_test=32, probe_method="adamw", probe_epochs=1, seeds=(0,))
+    language = make_language("pcfg", preset="micro")
+    rows = {}
+    for eval_seed in (7, 8):
+        cfg = configlib.load(PretrainConfig, None, ["language.name=pcfg", "language.size=micro",
+                                                    f"eval.seed={eval_seed}"])
+        run = RunInfo(RunSpec("r", ()), cfg, tmp_path, "reused", 0.0)
+        rows[eval_seed] = Study(tmp_path / "study", progress=False, device="cpu").lookup(run, spec)
+        entropy = ExactEvaluator(language, 40, cfg.mask_rate, eval_seed, cfg.eval.n_subsets).entropy
+        assert rows[eval_seed]["loss"] == pytest.approx(float(entropy.mean()), rel=1e-12)
+        assert rows[eval_seed]["kl"] == 0.0 and 0.0 <= rows[eval_seed]["lookup_B"] <= 1.0
+    assert rows[7]["loss"] != rows[8]["loss"]
+
+
+def test_error_column_and_standard_errors():
+    from sameloss.experiments.claims import error_column, quantity_se
+
+    assert [error_column(k) for k in ("trace_fisher", "trace_embedded", "probe_B", "lookup_B", "loss")] == \
+        ["trace_fisher_se", "trace_embedded_se", "probe_B_std", "lookup_B_std", "loss_std"]
+    row = {"trace_fisher_se": 0.5, "probe_B_std": 0.4, "lookup_B_std": 0.4, "kl_std": 0.5}
+    assert quantity_se(row, "trace_fisher") == 0.5
+    assert quantity_se(row, "probe_B", n_seeds=4) == pytest.approx(0.2)
+    assert quantity_se(row, "lookup_B", n_seeds=4) == pytest.approx(0.2)
+    assert quantity_se(row, "kl", n_subsets=25) == pytest.approx(0.1)

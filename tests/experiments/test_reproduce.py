@@ -1,4 +1,4 @@
-"""``sameloss reproduce figure1 --preset smoke`` end to end in a temporary folder: the
+"""``sameloss reproduce figure1 --scale smoke`` end to end in a temporary folder: the
 report's structure, every number of its tables against the results files, reuse of
 finished runs and measured rows, resume of an interrupted run, ``--fresh``."""
 
@@ -106,18 +106,18 @@ def check_tables(root: Path) -> int:
 
 def test_figure1_smoke_end_to_end(tmp_path):
     start = time.perf_counter()
-    run_cli(["figure1", "--preset", "smoke", "--out", str(tmp_path), "--no-progress"])
+    run_cli(["figure1", "--scale", "smoke", "--out", str(tmp_path), "--no-progress"])
     elapsed = time.perf_counter() - start
     root = tmp_path / "figure1-smoke"
     report = (root / "report.md").read_text()
 
     # structure: the three experiments, figure 1, claims, figures that exist
-    for heading in ("# Figure 1: loss, flatness and downstream accuracy — preset `smoke`", "## Runs",
+    for heading in ("# Figure 1: loss, flatness and downstream accuracy — scale `smoke`", "## Runs",
                     "## Training past convergence", "## Model size at the same loss",
                     "## Pre-training algorithms at the same loss", "## Figure 1: loss, flatness",
                     "### Claims of the paper, checked"):
         assert heading in report, heading
-    assert "Command: `sameloss reproduce figure1 --preset smoke`" in report
+    assert "Command: `sameloss reproduce figure1 --scale smoke`" in report
     figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report)
     assert {"steps-pcfg.png", "sizes-pcfg.png", "algorithms-pcfg.png", "figure1-pcfg.png"} <= set(figures)
     for name in figures:
@@ -196,22 +196,24 @@ def test_changed_config_of_a_finished_run_is_refused(tmp_path):
         reproduce("sizes", "smoke", out=tmp_path, progress=False)
 
 
-def test_unknown_experiment_or_preset():
+def test_unknown_experiment_or_scale():
     with pytest.raises(UserError, match="unknown experiment"):
         reproduce("figure9", "smoke")
-    with pytest.raises(UserError, match="unknown preset"):
+    with pytest.raises(UserError, match="unknown scale"):
         reproduce("steps", "huge")
 
 
-def test_the_cli_lists_every_recipe_and_preset():
-    from sameloss.experiments import EXPERIMENTS, PRESET_NAMES, all_recipes
+def test_the_cli_lists_every_recipe_and_scale():
+    from sameloss.experiments import EXPERIMENTS, SCALE_NAMES, all_recipes
 
     assert list(EXPERIMENTS) == list(all_recipes())
     for name, recipe in all_recipes().items():
-        assert set(recipe.PRESETS) == set(PRESET_NAMES), name
+        assert set(recipe.PRESETS) == set(SCALE_NAMES), name
         doc = recipe.__doc__
         assert "sameloss reproduce" in doc and "Runtime" in doc and "Expected result" in doc, name
     parser = argparse.ArgumentParser()
     add_reproduce_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["reproduce"])
-    assert (args.experiment, args.preset, args.out, args.seed, args.fresh) == ("figure1", "tiny", "runs", 0, False)
+    assert (args.experiment, args.scale, args.out, args.seed, args.fresh) == ("figure1", "tiny", "runs", 0, False)
+    # --preset, the old name of --scale, still works (.ci/run and earlier commands use it)
+    assert parser.parse_args(["reproduce", "sizes", "--preset", "smoke"]).scale == "smoke"

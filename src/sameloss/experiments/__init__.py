@@ -1,14 +1,15 @@
 """Reproduce the paper's results, one recipe per result (``sameloss reproduce``).
 
-``reproduce(experiment, preset)`` trains the runs of a recipe (or reuses / resumes them),
-measures their checkpoints (cached), and writes ``<out>/<experiment>-<preset>/``:
+``reproduce(experiment, scale)`` trains the runs of a recipe (or reuses / resumes them),
+measures their checkpoints (cached), and writes ``<out>/<experiment>-<scale>/``:
 ``report.md`` (what was run, tables with error bars, figures, and for each claim of the
 paper what this run measured and whether the direction agrees), ``results.csv`` (one
 row per model), ``runs.csv``, ``*.png`` and the run folders under ``runs/``.
 
 Recipes (``recipes/``): ``steps`` (Fig. 2/4), ``sizes`` (Fig. 3/5), ``algorithms``
 (Tables 1–2), ``figure1`` (Fig. 1: all of them together, with rank correlations).
-Presets: ``smoke`` (seconds), ``tiny`` (a CPU in minutes), ``small`` and ``paper`` (GPU).
+Scales: ``smoke`` (seconds), ``tiny`` (a CPU in minutes), ``small`` and ``paper`` (GPU); a
+recipe's settings at one scale are its preset (``PRESETS[scale]``, typed: ``common.py``).
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ EXPERIMENTS = {
     "algorithms": "AdamW, adversarial, -dropout-WD, +SAM, look-up table (Tables 1, 2)",
     "figure1": "all of the above together: loss/trace vs accuracy, rank correlations (Fig. 1)",
 }
-PRESET_NAMES = ("smoke", "tiny", "small", "paper")
+SCALE_NAMES = ("smoke", "tiny", "small", "paper")
 DEFAULT_EXPERIMENT = "figure1"
-DEFAULT_PRESET = "tiny"
+DEFAULT_SCALE = "tiny"
 
 
 def all_recipes() -> dict:
@@ -38,34 +39,38 @@ def all_recipes() -> dict:
     return RECIPES
 
 
-def reproduce(experiment: str = DEFAULT_EXPERIMENT, preset: str = DEFAULT_PRESET, out: str | Path = "runs",
+def reproduce(experiment: str = DEFAULT_EXPERIMENT, scale: str = DEFAULT_SCALE, out: str | Path = "runs",
               seed: int = 0, fresh: bool = False, progress: bool = True, device: str | None = None,
               command: str | None = None) -> Path:
-    """Run one recipe with one preset; returns the path of ``report.md``."""
-    from .common import experiment_dir_name
-    from .core import Context
+    """Run one recipe at one scale; returns the path of ``report.md``."""
+    from .core import Study, experiment_dir_name
 
     recipes = all_recipes()
     if experiment not in recipes:
         raise UserError(f"unknown experiment {experiment!r}; choose from {', '.join(recipes)}")
     recipe = recipes[experiment]
-    if preset not in recipe.PRESETS:
-        raise UserError(f"unknown preset {preset!r}; choose from {', '.join(recipe.PRESETS)}")
-    p = recipe.PRESETS[preset]
-    root = Path(out) / experiment_dir_name(experiment, preset, seed)
+    if scale not in recipe.PRESETS:
+        raise UserError(f"unknown scale {scale!r}; choose from {', '.join(recipe.PRESETS)}")
+    p = recipe.PRESETS[scale]
+    root = Path(out) / experiment_dir_name(experiment, scale, seed)
     start = time.perf_counter()
-    ctx = Context(root, fresh=fresh, progress=progress, device=device or p["device"])
-    ctx.log(f"reproduce {experiment} --preset {preset} (seed {seed}) in {root}")
-    result = recipe.collect(ctx, p, seed)
+    study = Study(root, seed=seed, fresh=fresh, progress=progress, device=device or p.device)
+    study.log(f"reproduce {experiment} --scale {scale} (seed {seed}) in {root}")
+    result = recipe.report(study, p)
     from .report import write_report
 
     sections = result if isinstance(result, list) else [result]
     wall = time.perf_counter() - start
-    runs_section = _runs_section(ctx, sections)
-    header = _header(recipe, experiment, preset, seed, ctx, wall, command)
-    path = write_report(root, f"{recipe.TITLE} — preset `{preset}`", header, [runs_section, *sections])
-    ctx.log(f"wrote {path} ({wall:.0f} s)")
+    runs_section = _runs_section(study, sections)
+    header = _header(recipe, experiment, scale, seed, study, wall, command)
+    path = write_report(root, f"{recipe.TITLE} — scale `{scale}`", header, [runs_section, *sections])
+    study.log(f"wrote {path} ({wall:.0f} s)")
     return path
+
+
+def reproduce_command(experiment: str, scale: str, seed: int = 0) -> str:
+    """The command line that runs this experiment again."""
+    return f"sameloss reproduce {experiment} --scale {scale}" + (f" --seed {seed}" if seed else "")
 
 
 def _doc_section(doc: str, heading: str) -> str:
@@ -83,22 +88,22 @@ def _doc_section(doc: str, heading: str) -> str:
     return " ".join(x for x in out if x)
 
 
-def _header(recipe, experiment: str, preset: str, seed: int, ctx, wall: float, command: str | None
+def _header(recipe, experiment: str, scale: str, seed: int, study, wall: float, command: str | None
             ) -> list[str]:
     import torch
 
-    cmd = command or f"sameloss reproduce {experiment} --preset {preset}" + (f" --seed {seed}" if seed else "")
-    reused = sum(1 for r in ctx.runs.values() if r.status == "reused")
+    cmd = command or reproduce_command(experiment, scale, seed)
+    reused = sum(1 for r in study.runs.values() if r.status == "reused")
     machine = (f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__} "
                f"({torch.get_num_threads()} threads)")
     if torch.cuda.is_available():
         machine += f", GPU {torch.cuda.get_device_name(0)}"
     lines = [
         f"Command: `{cmd}` — written {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} on {machine}.",
-        f"Wall time of this call: {wall:.0f} s (training {ctx.timings['train']:.0f} s, measuring "
-        f"{ctx.timings['measure']:.0f} s); {len(ctx.runs)} runs ({reused} reused from an earlier call), "
-        f"{ctx.counts['measured']} rows measured, {ctx.counts['earlier']} taken from an earlier call's "
-        "`measurements.json`." + (" Reused work is not in the wall time." if reused or ctx.counts["earlier"] else ""),
+        f"Wall time of this call: {wall:.0f} s (training {study.timings['train']:.0f} s, measuring "
+        f"{study.timings['measure']:.0f} s); {len(study.runs)} runs ({reused} reused from an earlier call), "
+        f"{study.counts['measured']} rows measured, {study.counts['earlier']} taken from an earlier call's "
+        "`measurements.json`." + (" Reused work is not in the wall time." if reused or study.counts["earlier"] else ""),
     ]
     expected = _doc_section(recipe.__doc__, "Expected result")
     if expected:
@@ -106,13 +111,13 @@ def _header(recipe, experiment: str, preset: str, seed: int, ctx, wall: float, c
     lines.append("Every claim sentence below is computed from `results.csv` by the recipe; intervals are 95%. "
                  "\"Agrees\" means the interval excludes 0 on the paper's side, \"agrees in direction\" that only "
                  "the point estimate does.")
-    if preset == "smoke":
-        lines.append("**Preset `smoke` checks the pipeline only: models of a few dozen steps, measures of a few "
+    if scale == "smoke":
+        lines.append("**Scale `smoke` checks the pipeline only: models of a few dozen steps, measures of a few "
                      "dozen samples. Its numbers mean nothing.**")
     return lines
 
 
-def _runs_section(ctx, sections: list):
+def _runs_section(study, sections: list):
     from .report import Column, Section, Table, write_csv
 
     rows, seen = [], set()
@@ -125,8 +130,8 @@ def _runs_section(ctx, sections: list):
             rows.append({"run": info.spec.name, "label": info.spec.label, "status": info.status,
                          "steps": info.config.steps, "parameters": info.summary.get("parameters"),
                          "final_kl": ev.get("kl"), "seconds": info.seconds,
-                         "folder": ctx.rel(info.path), "overrides": " ".join(info.spec.overrides)})
-    write_csv(rows, ctx.root / "runs.csv")
+                         "folder": study.rel(info.path), "overrides": " ".join(info.spec.overrides)})
+    write_csv(rows, study.root / "runs.csv")
     section = Section("Runs")
     section.text.append("Pre-training runs (folders under `runs/`, each with `config.toml`, `metrics.jsonl`, "
                         "`checkpoints/`, `summary.json`); status says whether this call trained, resumed or "
@@ -140,4 +145,5 @@ def _runs_section(ctx, sections: list):
     return section
 
 
-__all__ = ["DEFAULT_EXPERIMENT", "DEFAULT_PRESET", "EXPERIMENTS", "PRESET_NAMES", "all_recipes", "reproduce"]
+__all__ = ["DEFAULT_EXPERIMENT", "DEFAULT_SCALE", "EXPERIMENTS", "SCALE_NAMES", "all_recipes", "reproduce",
+           "reproduce_command"]

@@ -22,16 +22,26 @@ def fmt(v: float | None, spec: str = ".3g") -> str:
     return format(v, spec)
 
 
+# the error of each quantity of a measured row (``measures.run``), by the quantity's prefix:
+# the traces carry their own standard error; probes, fine-tuning and the look-up table a std
+# over seeds; the loss, KL and entropy a std over the held-out subsets
+_SEED_STD = ("probe_", "finetune_", "lookup_")
+
+
+def error_column(key: str) -> str:
+    """The column of a measured row that holds the error of quantity ``key``:
+    ``trace_*_se`` (a standard error) for a trace, else ``<key>_std``."""
+    return f"{key}_se" if key.startswith("trace_") else f"{key}_std"
+
+
 def quantity_se(row: dict, key: str, n_seeds: int | None = None, n_subsets: int = 5) -> float:
-    """Standard error of the mean of ``key`` in a measured row: the trace's own ``_se``;
-    for a probe, the std over seeds / √seeds; for the loss and KL, the std over the
-    held-out subsets / √subsets."""
-    if f"{key}_se" in row and row[f"{key}_se"] is not None:
-        return _f(row[f"{key}_se"])
-    std = _f(row.get(f"{key}_std"))
-    if key.startswith(("probe_", "lookup_")):
-        return std_to_se(std, n_seeds or 1)
-    return std_to_se(std, n_subsets)
+    """Standard error of the mean of ``key`` in a measured row (its ``error_column``): a
+    trace's own standard error; for a probe, the std over seeds / √seeds; for the loss
+    and KL, the std over the held-out subsets / √subsets."""
+    err = _f(row.get(error_column(key)))
+    if key.startswith("trace_"):
+        return err
+    return std_to_se(err, (n_seeds or 1) if key.startswith(_SEED_STD) else n_subsets)
 
 
 def _f(v) -> float:

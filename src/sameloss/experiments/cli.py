@@ -8,6 +8,7 @@ turns them into one line and exit code 2).
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..threads import add_threads_argument
 
@@ -18,27 +19,36 @@ def _epilog() -> str:
     lines = ["experiments:"]
     for name, what in EXPERIMENTS.items():
         lines.append(f"  {name:<11} {what}")
-    lines += ["", "presets: smoke (the pipeline in seconds), tiny (a 2-core CPU in minutes), small and paper (GPU; "
+    lines += ["", "scales: smoke (the pipeline in seconds), tiny (a 2-core CPU in minutes), small and paper (GPU; "
               "runtimes in each recipe's docstring: src/sameloss/experiments/recipes/<experiment>.py)"]
     return "\n".join(lines)
 
 
+class _DeprecatedScale(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        print("note: --preset is now called --scale", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
 def add_reproduce_parser(commands) -> argparse.ArgumentParser:
     """Add ``reproduce`` to the ``sameloss`` sub-command parsers ``commands``."""
-    from . import DEFAULT_EXPERIMENT, DEFAULT_PRESET, EXPERIMENTS, PRESET_NAMES
+    from . import DEFAULT_EXPERIMENT, DEFAULT_SCALE, EXPERIMENTS, SCALE_NAMES
 
     reproduce = commands.add_parser(
         "reproduce", help="reproduce a result of the paper end to end: train, measure, report",
         description="Train the runs of one experiment (or reuse / resume them), measure every checkpoint "
                     "(exact loss, trace of Hessian, probe accuracy; cached), and write "
-                    "OUT/EXPERIMENT-PRESET/: report.md (tables with error bars, figures, and whether each claim "
+                    "OUT/EXPERIMENT-SCALE/: report.md (tables with error bars, figures, and whether each claim "
                     "of the paper holds in this run), results.csv, figures and every run's folder. Without an "
-                    "experiment: figure1 --preset tiny (about 15 minutes on a 2-core CPU).",
+                    "experiment: figure1 --scale tiny (about 15 minutes on a 2-core CPU).",
         epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     reproduce.add_argument("experiment", nargs="?", default=DEFAULT_EXPERIMENT, choices=list(EXPERIMENTS),
                            metavar="EXPERIMENT", help=f"one of {', '.join(EXPERIMENTS)} (default {DEFAULT_EXPERIMENT})")
-    reproduce.add_argument("--preset", default=DEFAULT_PRESET, choices=list(PRESET_NAMES),
-                           help=f"settings: {', '.join(PRESET_NAMES)} (default {DEFAULT_PRESET})")
+    reproduce.add_argument("--scale", default=DEFAULT_SCALE, choices=list(SCALE_NAMES),
+                           help=f"how big: {', '.join(SCALE_NAMES)} (default {DEFAULT_SCALE})")
+    # the old name of --scale, kept so that earlier commands still work
+    reproduce.add_argument("--preset", dest="scale", choices=list(SCALE_NAMES), action=_DeprecatedScale,
+                           help=argparse.SUPPRESS)
     reproduce.add_argument("--out", default="runs", metavar="DIR", help="parent folder (default runs)")
     reproduce.add_argument("--seed", type=int, default=0,
                            help="seed of every run and measure (default 0; other seeds get their own folder)")
@@ -53,11 +63,9 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
 
 
 def _reproduce(args) -> None:
-    from . import reproduce
+    from . import reproduce, reproduce_command
 
-    command = f"sameloss reproduce {args.experiment} --preset {args.preset}"
-    if args.seed:
-        command += f" --seed {args.seed}"
-    path = reproduce(args.experiment, args.preset, out=args.out, seed=args.seed, fresh=args.fresh,
+    command = reproduce_command(args.experiment, args.scale, args.seed)
+    path = reproduce(args.experiment, args.scale, out=args.out, seed=args.seed, fresh=args.fresh,
                      progress=not args.no_progress, device=args.device, command=command)
     print(path)

@@ -1,21 +1,28 @@
-"""Settings shared by the recipes of one preset, and the runs they share.
+"""What the recipes share: the settings every recipe uses at one scale, the runs they share,
+and the plumbing of a report (its languages, model rows, measured columns).
 
-Each recipe's ``PRESETS`` dict is ``{**COMMON[name], <its own keys>}``; the keys here:
+Settings are frozen dataclasses checked when they are built — at import, for the presets —
+so a misspelt key or an unknown size fails before anything trains; ``key=value`` config
+overrides are written only where a ``RunSpec`` becomes a ``PretrainConfig`` (``core``).
+
+A *scale* (``smoke``, ``tiny``, ``small``, ``paper``) says how big an experiment is; a
+recipe's *preset* is its settings at one scale, built from ``COMMON[scale]`` (the fields
+of ``Common``) and its own fields:
 
 ``device``        where to train and measure (``auto``: CUDA when present).
-``languages``     language name → preset of ``sameloss.languages`` (``micro`` saturates
+``languages``     language name → size of ``sameloss.languages`` (``micro`` saturates
                   on a CPU; ``paper`` has the paper's sizes).
 ``tasks``         language name → downstream tasks probed on every model.
-``train``         config overrides of every run (batch, warm-up, evaluation, logging).
+``training``      settings of every run (batch, warm-up, evaluation, logging).
 ``reference``     the standard AdamW run (App. A.5) that ``steps``, ``sizes`` (its largest
                   model) and ``algorithms`` (its "AdamW" row) share when they run in one
-                  experiment folder: model size overrides, steps and the checkpoints kept.
+                  experiment folder: model shape, steps and the checkpoints kept.
 ``measure``       ``measures.run.MeasureSpec`` fields: loss held-out sentences, Fisher
                   trace contexts × labels × repeats, task sizes, probe method, epochs, seeds.
 ``kl_tolerance``  models count as having "the same loss" when their exact KL to the true
                   conditionals (loss − entropy, nats/token) is at most this.
 
-Presets
+Scales
     smoke: the whole pipeline in seconds (micro model, a few steps, tiny measures); the
         numbers mean nothing.
     tiny: a CPU in minutes: micro languages (12-word PCFG, 4-state HMM), models of
@@ -29,98 +36,260 @@ Presets
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
+from ..languages import LANGUAGES
 from ..measures.run import MeasureSpec
-from . import PRESET_NAMES
-from .core import RunSpec
+from ..models.sizes import TRANSFORMER_SIZES
+from . import SCALE_NAMES
+from .claims import error_column
+from .core import RunSpec, Setting
+from .report import Column
+
+def _check(ok: bool, what: str) -> None:
+    if not ok:
+        raise ValueError(what)
+
+
+def _language_sizes(language: str) -> tuple[str, ...]:
+    import importlib
+    return tuple(importlib.import_module(f"sameloss.languages.{language}").PRESETS)
+
+
+def _check_checkpoints(checkpoints: tuple[int, ...], steps: int, what: str) -> None:
+    _check(list(checkpoints) == sorted(set(checkpoints)) and all(0 < c <= steps for c in checkpoints),
+           f"{what}: checkpoints {checkpoints} must rise within 1..{steps}")
+
+
+@dataclass(frozen=True)
+class Training:
+    """Settings of every run of a scale (besides the model and the steps)."""
+
+    batch_size: int
+    warmup_steps: int
+    eval_every: int
+    eval_sentences: int
+    log_every: int
+    save_every: int
+
+    def settings(self) -> tuple[Setting, ...]:
+        return (("batch_size", self.batch_size), ("optim.warmup_steps", self.warmup_steps),
+                ("eval.every", self.eval_every), ("eval.n_sentences", self.eval_sentences),
+                ("log_every", self.log_every), ("save_every", self.save_every))
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A transformer: a named size of ``models.sizes`` and optional changes to its shape."""
+
+    size: str
+    d_model: int | None = None
+    n_heads: int | None = None
+    n_layers: int | None = None
+    d_inter: int | None = None
+
+    def __post_init__(self):
+        _check(self.size in TRANSFORMER_SIZES, f"unknown model size {self.size!r}")
+
+    def settings(self) -> tuple[Setting, ...]:
+        changes = (("d_model", self.d_model), ("n_heads", self.n_heads), ("n_layers", self.n_layers),
+                   ("d_inter", self.d_inter))
+        return (("model.size", self.size), *((f"model.{k}", v) for k, v in changes if v is not None))
+
+
+@dataclass(frozen=True)
+class ReferenceRun:
+    """The standard AdamW run of a scale; ``label`` names the model (its first word goes
+    into run names)."""
+
+    shape: Shape
+    label: str
+    steps: int
+    checkpoints: tuple[int, ...]
+
+    def __post_init__(self):
+        _check_checkpoints(self.checkpoints, self.steps, f"reference run {self.label}")
+
+    @property
+    def short_label(self) -> str:
+        return self.label.split(" ")[0]
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """The sizes of the measures (``MeasureSpec`` fields)."""
+
+    loss_sentences: int
+    n_contexts: int
+    n_labels: int
+    repeats: int
+    task_train: int
+    task_validation: int
+    task_test: int
+    probe_method: str
+    probe_epochs: int
+    seeds: tuple[int, ...]
+
+    def __post_init__(self):
+        _check(self.probe_method in ("adamw", "lbfgs"), f"unknown probe method {self.probe_method!r}")
+        _check(len(self.seeds) > 0, "measure seeds must not be empty")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Common:
+    """The settings every recipe shares at one scale (see the module docstring)."""
+
+    device: str
+    languages: dict[str, str]
+    tasks: dict[str, tuple[str, ...]]
+    training: Training
+    reference: ReferenceRun
+    measure: MeasureSettings
+    kl_tolerance: float
+
+    def __post_init__(self):
+        _check(self.device in ("auto", "cpu", "cuda"), f"unknown device {self.device!r}")
+        for language, size in self.languages.items():
+            _check(language in LANGUAGES and size in _language_sizes(language), f"unknown {language} size {size!r}")
+        _check(set(self.tasks) <= set(self.languages), "tasks of a language that is not in languages")
+        _check(self.kl_tolerance > 0, "kl_tolerance must be positive")
+
+    def common(self) -> dict:
+        """The shared fields, to build a recipe's preset: ``StepsPreset(**COMMON[s].common(), ...)``."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(Common)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Preset(Common):
+    """A recipe's settings at one scale: the shared ones and the languages it runs."""
+
+    use: tuple[str, ...]
+
+    def __post_init__(self):
+        super().__post_init__()
+        _check(set(self.use) <= set(self.tasks), f"languages {self.use} need tasks")
+
 
 # micro PCFG task A (2 classes) is ~98% for every model: it separates nothing, so tiny probes B and C
 _TASKS_MICRO = {"pcfg": ("B", "C"), "hmm": ("task-3", "task-5")}
 _TASKS_PAPER = {"pcfg": ("A", "B", "C"), "hmm": ("task-6", "task-10")}
+_MEASURE_PAPER_PROBES = dict(probe_method="adamw", probe_epochs=100, seeds=(0, 1, 2, 3, 4))
 
-COMMON: dict[str, dict] = {
-    "smoke": dict(
+COMMON: dict[str, Common] = {
+    "smoke": Common(
         device="cpu",
         languages={"pcfg": "micro", "hmm": "micro"},
         tasks={"pcfg": ("B",), "hmm": ("task-5",)},
-        train=["batch_size=32", "optim.warmup_steps=4", "eval.every=0", "eval.n_sentences=64",
-               "log_every=10", "save_every=1000"],
-        reference=dict(model=["model.size=micro"], label="micro", steps=24, checkpoints=(8, 12, 16, 20, 24)),
-        measure=dict(loss_sentences=64, n_contexts=16, n_labels=2, repeats=2, task_train=96,
-                     task_validation=32, task_test=64, probe_method="adamw", probe_epochs=2, seeds=(0, 1)),
+        training=Training(batch_size=32, warmup_steps=4, eval_every=0, eval_sentences=64, log_every=10,
+                          save_every=1000),
+        reference=ReferenceRun(Shape("micro"), label="micro", steps=24, checkpoints=(8, 12, 16, 20, 24)),
+        measure=MeasureSettings(loss_sentences=64, n_contexts=16, n_labels=2, repeats=2, task_train=96,
+                                task_validation=32, task_test=64, probe_method="adamw", probe_epochs=2,
+                                seeds=(0, 1)),
         kl_tolerance=10.0,
     ),
-    "tiny": dict(
+    "tiny": Common(
         device="auto",
         languages={"pcfg": "micro", "hmm": "micro"},
         tasks=_TASKS_MICRO,
-        train=["batch_size=256", "optim.warmup_steps=200", "eval.every=500", "eval.n_sentences=1000",
-               "log_every=50", "save_every=500"],
-        reference=dict(model=["model.size=tiny"], label="d64", steps=2500,
-                       checkpoints=(1000, 1250, 1500, 1750, 2000, 2250, 2500)),
-        measure=dict(loss_sentences=2000, n_contexts=1024, n_labels=4, repeats=4, task_train=2000,
-                     task_validation=500, task_test=1000, probe_method="adamw", probe_epochs=30,
-                     seeds=(0, 1, 2, 3, 4)),
+        training=Training(batch_size=256, warmup_steps=200, eval_every=500, eval_sentences=1000, log_every=50,
+                          save_every=500),
+        reference=ReferenceRun(Shape("tiny"), label="d64", steps=2500,
+                               checkpoints=(1000, 1250, 1500, 1750, 2000, 2250, 2500)),
+        measure=MeasureSettings(loss_sentences=2000, n_contexts=1024, n_labels=4, repeats=4, task_train=2000,
+                                task_validation=500, task_test=1000, probe_method="adamw", probe_epochs=30,
+                                seeds=(0, 1, 2, 3, 4)),
         kl_tolerance=0.15,
     ),
-    "small": dict(
+    "small": Common(
         device="auto",
         languages={"pcfg": "paper", "hmm": "paper"},
         tasks=_TASKS_PAPER,
-        train=["batch_size=4096", "optim.warmup_steps=1000", "eval.every=1000", "eval.n_sentences=20000",
-               "log_every=100", "save_every=1000"],
-        reference=dict(model=["model.size=t4-384"], label="t4-384", steps=20000,
-                       checkpoints=(8000, 10000, 12000, 14000, 16000, 18000, 20000)),
-        measure=dict(loss_sentences=100_000, n_contexts=10_000, n_labels=50, repeats=5, task_train=20_000,
-                     task_validation=5_000, task_test=10_000, probe_method="adamw", probe_epochs=100,
-                     seeds=(0, 1, 2, 3, 4)),
+        training=Training(batch_size=4096, warmup_steps=1000, eval_every=1000, eval_sentences=20000,
+                          log_every=100, save_every=1000),
+        reference=ReferenceRun(Shape("t4-384"), label="t4-384", steps=20000,
+                               checkpoints=(8000, 10000, 12000, 14000, 16000, 18000, 20000)),
+        measure=MeasureSettings(loss_sentences=100_000, n_contexts=10_000, n_labels=50, repeats=5,
+                                task_train=20_000, task_validation=5_000, task_test=10_000,
+                                **_MEASURE_PAPER_PROBES),
         kl_tolerance=0.02,
     ),
-    "paper": dict(
+    "paper": Common(
         device="auto",
         languages={"pcfg": "paper", "hmm": "paper"},
         tasks=_TASKS_PAPER,
-        train=["batch_size=4096", "optim.warmup_steps=1000", "eval.every=2000", "eval.n_sentences=20000",
-               "log_every=100", "save_every=2000"],
-        reference=dict(model=["model.size=t3-1024"], label="t3-1024 (235M in the paper)", steps=100_000,
-                       checkpoints=(40_000, 50_000, 60_000, 70_000, 80_000, 90_000, 100_000)),
-        measure=dict(loss_sentences=1_000_000, n_contexts=10_000, n_labels=50, repeats=5, task_train=60_000,
-                     task_validation=10_000, task_test=30_000, probe_method="adamw", probe_epochs=100,
-                     seeds=(0, 1, 2, 3, 4)),
+        training=Training(batch_size=4096, warmup_steps=1000, eval_every=2000, eval_sentences=20000,
+                          log_every=100, save_every=2000),
+        reference=ReferenceRun(Shape("t3-1024"), label="t3-1024 (235M in the paper)", steps=100_000,
+                               checkpoints=(40_000, 50_000, 60_000, 70_000, 80_000, 90_000, 100_000)),
+        measure=MeasureSettings(loss_sentences=1_000_000, n_contexts=10_000, n_labels=50, repeats=5,
+                                task_train=60_000, task_validation=10_000, task_test=30_000,
+                                **_MEASURE_PAPER_PROBES),
         kl_tolerance=0.012,
     ),
 }
+assert tuple(COMMON) == SCALE_NAMES
 
 
-__all__ = ["COMMON", "PRESET_NAMES", "base_overrides", "experiment_dir_name", "language_overrides",
-           "measure_spec", "reference_run"]
+# ---- runs --------------------------------------------------------------------------------
+def run_name(language: str, label: str, *variant: str) -> str:
+    """``<language>-<first word of the label>-<variant>…``, e.g. ``pcfg-micro-noreg-sam``."""
+    return "-".join([language, label.split(" ")[0].replace("/", "-"), *variant])
 
 
-def measure_spec(p: dict, tasks: tuple[str, ...], seed: int = 0) -> MeasureSpec:
+def base_settings(p: Common, language: str, seed: int) -> tuple[Setting, ...]:
+    """The settings of every run of a scale on one language."""
+    return (*p.training.settings(), ("language.name", language), ("language.size", p.languages[language]),
+            ("seed", seed), ("device", p.device))
+
+
+def reference_run(p: Common, language: str, seed: int, measure_steps: tuple[int, ...] = ()) -> RunSpec:
+    """The standard AdamW run of a scale (App. A.5), shared by the recipes."""
+    ref = p.reference
+    return RunSpec(run_name(language, ref.label, "adamw"),
+                   (*base_settings(p, language, seed), *ref.shape.settings(), ("steps", ref.steps),
+                    ("checkpoints", ref.checkpoints)),
+                   label=f"AdamW {ref.label}", group="adamw", measure_steps=measure_steps)
+
+
+# ---- measures and reports ----------------------------------------------------------------
+@dataclass(frozen=True)
+class LanguagePart:
+    """One language of a report: its tasks, a title and the measures of every model."""
+
+    name: str
+    tasks: tuple[str, ...]
+    title: str  # e.g. "pcfg (micro)"
+    measure: MeasureSpec
+
+
+def measure_spec(p: Common, tasks: tuple[str, ...], seed: int = 0) -> MeasureSpec:
     """The measures of every model: exact loss, the paper's Fisher trace, probes."""
-    return MeasureSpec(loss=True, traces=("fisher",), probe=tuple(tasks), seed=seed, **p["measure"])
+    return MeasureSpec(loss=True, traces=("fisher",), probe=tuple(tasks), seed=seed,
+                       **dataclasses.asdict(p.measure))
 
 
-def language_overrides(p: dict, language: str) -> list[str]:
-    return [f"language.name={language}", f"language.preset={p['languages'][language]}"]
+def languages_of(p: Preset, seed: int, only: tuple[str, ...] | None = None) -> list[LanguagePart]:
+    """The languages a report covers (``only``, else the preset's), in order."""
+    return [LanguagePart(name, tuple(p.tasks[name]), f"{name} ({p.languages[name]})",
+                         measure_spec(p, p.tasks[name], seed)) for name in only or p.use]
 
 
-def base_overrides(p: dict, language: str, seed: int) -> list[str]:
-    return [*p["train"], *language_overrides(p, language), f"seed={seed}", f"device={p['device']}"]
+def quantity_column(header: str, key: str, **fmt) -> Column:
+    """A table column showing a measured quantity ± its error (``claims.error_column``)."""
+    return Column(header, key, error_column(key), **fmt)
 
 
-def reference_run(p: dict, language: str, seed: int, measure_steps: tuple[int, ...] = ()) -> RunSpec:
-    """The standard AdamW run of a preset (App. A.5), shared by the recipes."""
-    ref = p["reference"]
-    checkpoints = "checkpoints=[" + ",".join(str(s) for s in ref["checkpoints"]) + "]"
-    name = f"{language}-{_slug(ref['label'])}-adamw"
-    return RunSpec(name=name, overrides=(*base_overrides(p, language, seed), *ref["model"],
-                                         f"steps={ref['steps']}", checkpoints),
-                   label=f"AdamW {ref['label']}", group="adamw", measure_steps=measure_steps)
+def measured_columns(tasks: tuple[str, ...], with_step: bool = True) -> list[Column]:
+    """Table columns of a measured row: loss, KL, trace, one probe per task."""
+    cols = [Column("step", "step", fmt="d")] if with_step else []
+    cols += [quantity_column("loss", "loss", fmt=".4f"), quantity_column("KL (nats)", "kl", fmt=".3g"),
+             quantity_column("tr(H) (Fisher)", "trace_fisher", fmt=".4g")]
+    cols += [quantity_column(f"probe {t} (%)", f"probe_{t}", scale=100, fmt=".1f") for t in tasks]
+    return cols
 
 
-def _slug(label: str) -> str:
-    return label.split(" ")[0].replace("/", "-")
-
-
-def experiment_dir_name(experiment: str, preset: str, seed: int) -> str:
-    return f"{experiment}-{preset}" + (f"-seed{seed}" if seed else "")
+__all__ = ["COMMON", "Common", "LanguagePart", "MeasureSettings", "Preset", "ReferenceRun", "Shape", "Training",
+           "base_settings", "languages_of", "measure_spec", "measured_columns", "quantity_column", "reference_run",
+           "run_name"]

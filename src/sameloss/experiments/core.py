@@ -1,7 +1,8 @@
-"""The machinery shared by the recipes: train a run (or reuse / resume it), measure a
-checkpoint (or reuse the cached row), embed a checkpoint, the look-up-table baseline.
+"""The machinery shared by the recipes: ``RunSpec`` (a run, turned into a ``PretrainConfig``
+here and only here) and ``Study`` (one experiment folder: train a run or reuse / resume it,
+measure a checkpoint or reuse the cached row, embed a checkpoint, the look-up-table baseline).
 
-An experiment lives in one folder, ``<out>/<experiment>-<preset>[-seed<N>]/``:
+An experiment lives in one folder, ``<out>/<experiment>-<scale>[-seed<N>]/``:
 
 * ``runs/<run>/`` — every pre-training run (``config.toml``, ``metrics.jsonl``,
   ``checkpoints/``, ``summary.json`` once finished);
@@ -21,12 +22,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import shutil
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .. import config as configlib
 from ..errors import UserError
@@ -37,24 +38,57 @@ from ..training.loop import RESUMABLE_CHANGES, pretrain, read_config_dict
 MEASUREMENTS = "measurements.json"
 
 
+Setting = tuple[str, Any]  # a dotted config key and its value, e.g. ("optim.lr", 0.05)
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """One pre-training run of a recipe.
 
-    name: folder name (unique in the experiment); overrides: ``key=value`` config
-    overrides (the preset's base first, the variant's after); measure_steps: the
-    checkpoints to measure (empty: the last one); label: a short human name;
-    group: what it is compared with (e.g. ``"steps/adamw"``).
+    name: folder name (unique in the experiment); settings: ``(dotted config key, value)``
+    pairs, the scale's first and the variant's after (a key that ``PretrainConfig`` lacks
+    is refused here); measure_steps: the checkpoints to measure (empty: the last one);
+    label: a short human name; group: what it is compared with (e.g. ``"adamw"``).
     """
 
     name: str
-    overrides: tuple[str, ...]
+    settings: tuple[Setting, ...]
     label: str = ""
     group: str = ""
     measure_steps: tuple[int, ...] = ()
 
+    def __post_init__(self):
+        for key, _ in self.settings:
+            if key not in _CONFIG_KEYS:
+                raise ValueError(f"run {self.name}: {key!r} is not a config key")
+
+    @property
+    def overrides(self) -> tuple[str, ...]:
+        """The settings as ``key=value`` config overrides (as ``sameloss pretrain`` takes them)."""
+        return tuple(f"{key}={_override_value(value)}" for key, value in self.settings)
+
     def config(self) -> PretrainConfig:
         return configlib.load(PretrainConfig, None, [*self.overrides, f"name={self.name}"])
+
+
+def _config_keys(cls, prefix: str = "") -> set[str]:
+    keys = set()
+    for f in dataclasses.fields(cls):
+        keys.add(prefix + f.name)
+        if dataclasses.is_dataclass(f.default_factory):  # a section, e.g. optim
+            keys |= _config_keys(f.default_factory, prefix + f.name + ".")
+    return keys
+
+
+_CONFIG_KEYS = _config_keys(PretrainConfig)
+
+
+def _override_value(value) -> str:
+    if isinstance(value, (tuple, list)):
+        return "[" + ",".join(str(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 @dataclass
@@ -94,13 +128,36 @@ def spec_fingerprint(spec) -> str:
     return _fingerprint(d)
 
 
-class Context:
-    """One experiment folder: trains, measures and caches (see the module docstring)."""
+def experiment_dir_name(experiment: str, scale: str, seed: int) -> str:
+    return f"{experiment}-{scale}" + (f"-seed{seed}" if seed else "")
 
-    def __init__(self, root: str | Path, *, fresh: bool = False, progress: bool = True, device: str = "auto",
-                 log=None):
+
+@dataclass
+class Measured:
+    """One measured checkpoint of a run: its folder and its model row (``model_row``)."""
+
+    checkpoint: Path
+    row: dict
+
+
+def model_row(row: dict, experiment: str, language: str, spec: RunSpec) -> dict:
+    """A measured row with the fields every recipe adds (``model`` is the unique id)."""
+    out = {"model": f"{spec.name}@{row['step']}", "experiment": experiment, "language": language,
+           "group": spec.group, "label": spec.label, "run": spec.name}
+    out.update({k: v for k, v in row.items() if k != "run"})
+    return out
+
+
+class Study:
+    """One experiment folder: trains runs, measures their checkpoints and caches the rows,
+    writes every file under ``root`` (see the module docstring). ``seed`` is the seed of
+    the recipe's runs and measures (the folder of another seed is another study)."""
+
+    def __init__(self, root: str | Path, *, seed: int = 0, fresh: bool = False, progress: bool = True,
+                 device: str = "auto", log=None):
         self._bar = None
         self.root = Path(root)
+        self.seed = seed
         if fresh and self.root.exists():
             shutil.rmtree(self.root)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -149,7 +206,7 @@ class Context:
     def train(self, spec: RunSpec) -> RunInfo:
         if spec.name in self.runs:
             known = self.runs[spec.name]
-            if known.spec.overrides != spec.overrides:
+            if known.spec.settings != spec.settings:
                 raise RuntimeError(f"two recipes define run {spec.name!r} differently:\n{known.spec.overrides}\n"
                                    f"{spec.overrides}")
             return known
@@ -208,6 +265,17 @@ class Context:
             out.append(path)
         return out
 
+    def train_and_measure(self, spec: RunSpec, mspec, experiment: str, language: str
+                          ) -> tuple[RunInfo, list[Measured]]:
+        """Train (or reuse) one run and measure its ``spec.measure_steps`` checkpoints
+        (empty: the last one), each as a ``model_row``."""
+        info = self.train(spec)
+        measured = []
+        for ck in self.bar(self.checkpoints(info, spec.measure_steps), f"measuring {spec.name}"):
+            self.log(f"measure {self.rel(ck)}")
+            measured.append(Measured(ck, model_row(self.measure(ck, mspec), experiment, language, spec)))
+        return info, measured
+
     # ---- measuring --------------------------------------------------------------------
     def _key(self, kind: str, path_or_name: str, spec, extra: str = "") -> str:
         return f"{kind}|{path_or_name}|{extra}|{spec_fingerprint(spec)}"
@@ -243,40 +311,20 @@ class Context:
         self.counts["measured"] += 1
         return dict(self._store(key, row))
 
-    def lookup(self, language_cfg, masking: str, mask_rate: float, tasks: tuple[str, ...], spec) -> dict:
-        """The look-up table (App. A.5): loss = entropy of the true conditionals (KL 0) on
-        the same held-out set as the models' loss, and a probe on the true conditionals
-        for each task (same task data as the models' probes)."""
-        from ..languages import make_language
-        from ..measures.lookup import lookup_table_probe
-        from ..measures.tasks import make_task_data
-        from ..training.config import EvalConfig
-        from ..training.evaluate import ExactEvaluator
+    def lookup(self, run: RunInfo, spec) -> dict:
+        """``measures.run.measure_lookup_table`` of a run's language (loss on the run's
+        held-out set, a probe per task of ``spec.lookup``), cached."""
+        from ..measures.run import measure_lookup_table
+        from ..training.loop import build_language
 
-        lc = language_cfg
-        name = f"{lc.name}/{lc.preset}/{lc.seed}/{lc.grammar}"
-        key = self._key("lookup", name, spec, f"{masking}/{mask_rate}/{','.join(tasks)}")
+        cfg = run.config
+        what = {"language": cfg.language, "masking": cfg.masking, "mask_rate": cfg.mask_rate, "eval": cfg.eval}
+        key = self._key("lookup", cfg.language.name, spec, _fingerprint(what))
         if key in self.cache:
             return self._cached(key)
         start = time.perf_counter()
-        language = make_language(lc.name, preset=lc.preset, seed=lc.seed, grammar=lc.grammar)
-        ev = EvalConfig()
-        rate = None if masking == "single" else mask_rate
-        evaluator = ExactEvaluator(language, spec.loss_sentences, rate, ev.seed, ev.n_subsets)
-        ent = evaluator.entropy
-        subsets = [float(ent[evaluator.subset == k].mean()) for k in range(evaluator.n_subsets)]
-        mean = float(ent.mean())
-        std = _std(subsets)
-        row: dict = {"step": None, "parameters": None, "loss": mean, "loss_std": std, "kl": 0.0, "kl_std": 0.0,
-                     "entropy": mean, "n_tokens": int(ent.numel())}
-        for task in tasks:
-            data = make_task_data(language, task, spec.task_train, spec.task_validation, spec.task_test,
-                                  seed=spec.seed)
-            r = lookup_table_probe(language, data, method=spec.probe_method, seeds=spec.seeds,
-                                   epochs=spec.probe_epochs, device=self._device_name())
-            row[f"probe_{task}"] = r.mean
-            row[f"probe_{task}_std"] = r.std
-            row[f"{task}_majority"] = r.majority_rate
+        row = measure_lookup_table(build_language(cfg), cfg, dataclasses.replace(spec, device=self._device_name()),
+                                   self._measure_state.setdefault(spec_fingerprint(spec), {}))
         row["measure_seconds"] = time.perf_counter() - start
         self.timings["measure"] += row["measure_seconds"]
         self.counts["measured"] += 1
@@ -311,14 +359,6 @@ class Context:
     def _device_name(self) -> str:
         from ..training.loop import resolve_device
         return str(resolve_device(self.device))
-
-
-def _std(values: list[float]) -> float:
-    n = len(values)
-    if n < 2:
-        return float("nan")
-    m = sum(values) / n
-    return math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
 
 
 def _json_default(obj):

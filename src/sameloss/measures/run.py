@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,11 +88,7 @@ def measure_checkpoint(path: Path, spec: MeasureSpec, cache: dict | None = None)
     row: dict = {"checkpoint": str(path), "run": cfg.name, "step": read_meta(path)["step"],
                  "parameters": sum(p.numel() for p in model.parameters())}
     if spec.loss:
-        key = ("evaluator", cfg.language, cfg.masking, cfg.mask_rate)
-        if key not in cache:
-            rate = None if cfg.masking == "single" else cfg.mask_rate
-            cache[key] = ExactEvaluator(language, spec.loss_sentences, rate, cfg.eval.seed, cfg.eval.n_subsets)
-        result = cache[key].evaluate(model, spec.device)
+        result = _evaluator(cache, language, cfg, spec).evaluate(model, spec.device)
         row.update({k: result[k] for k in ("loss", "loss_std", "kl", "kl_std", "log_kl", "entropy", "n_tokens")})
     for name in spec.traces:
         if name == "fisher":
@@ -123,15 +120,57 @@ def measure_checkpoint(path: Path, spec: MeasureSpec, cache: dict | None = None)
             elif kind == "finetune":
                 r = finetune(model, data, seeds=spec.seeds, epochs=spec.finetune_epochs)
             else:
-                key = ("lookup", cfg.language, task)
-                if key not in cache:
-                    cache[key] = lookup_table_probe(language, data, method=spec.probe_method, seeds=spec.seeds,
-                                                    epochs=spec.probe_epochs)
-                r = cache[key]
+                r = _lookup_probe(cache, language, cfg, task, spec)
             row[f"{kind}_{task}"] = r.mean
             row[f"{kind}_{task}_std"] = r.std
             row[f"{task}_majority"] = r.majority_rate
     return row
+
+
+def measure_lookup_table(language, cfg, spec: MeasureSpec, cache: dict | None = None) -> dict:
+    """The look-up table (App. A.5) of a run's language; it needs no checkpoint. With
+    ``spec.loss``: its loss on the run's held-out set, the entropy of the true conditionals
+    (KL 0, ± std over the same subsets as a model's loss); per task of ``spec.lookup``: a
+    probe on the true conditionals, as ``measure_checkpoint``'s ``lookup_<task>`` columns."""
+    cache = {} if cache is None else cache
+    row: dict = {"step": None, "parameters": None}
+    if spec.loss:
+        evaluator = _evaluator(cache, language, cfg, spec)
+        ent = evaluator.entropy
+        subsets = [float(ent[evaluator.subset == k].mean()) for k in range(evaluator.n_subsets)]
+        mean = float(ent.mean())
+        row.update(loss=mean, loss_std=_std(subsets), kl=0.0, kl_std=0.0, entropy=mean, n_tokens=int(ent.numel()))
+    for task in spec.lookup:
+        r = _lookup_probe(cache, language, cfg, task, spec)
+        row[f"lookup_{task}"] = r.mean
+        row[f"lookup_{task}_std"] = r.std
+        row[f"{task}_majority"] = r.majority_rate
+    return row
+
+
+def _evaluator(cache, language, cfg, spec):
+    key = ("evaluator", cfg.language, cfg.masking, cfg.mask_rate)
+    if key not in cache:
+        rate = None if cfg.masking == "single" else cfg.mask_rate
+        cache[key] = ExactEvaluator(language, spec.loss_sentences, rate, cfg.eval.seed, cfg.eval.n_subsets)
+    return cache[key]
+
+
+def _lookup_probe(cache, language, cfg, task, spec):
+    key = ("lookup", cfg.language, task)
+    if key not in cache:
+        data = _task_data(cache, language, cfg, task, spec)
+        cache[key] = lookup_table_probe(language, data, method=spec.probe_method, seeds=spec.seeds,
+                                        epochs=spec.probe_epochs, device=spec.device)
+    return cache[key]
+
+
+def _std(values: list[float]) -> float:
+    n = len(values)
+    if n < 2:
+        return float("nan")
+    m = sum(values) / n
+    return math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
 
 
 def _task_data(cache, language, cfg, task, spec):

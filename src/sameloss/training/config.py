@@ -11,13 +11,15 @@ from typing import Literal
 @dataclass(frozen=True)
 class LanguageConfig:
     name: Literal["pcfg", "hmm", "dyck", "causal"] = "pcfg"
-    preset: str = "tiny"
-    seed: int | None = None  # another random language of the preset's shape (None: the preset's own)
-    grammar: str | None = None  # PCFG grammar file; overrides the preset
+    size: str = "tiny"  # a named size of the language: micro, tiny, paper
+    seed: int | None = None  # another random language of that size's shape (None: the size's own)
+    grammar: str | None = None  # PCFG grammar file; overrides the size
     # causal only: a local Hugging Face causal-LM folder, K allowed tokens, sentence length T
     generator: str | None = None
     k: int | None = None  # None: 2000 (the paper's)
     length: int | None = None  # None: 24 (the paper's)
+    # (configs saved before the key was renamed say ``language.preset``)
+    ALIASES = {"preset": "size"}
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,7 @@ def build_language(cfg: PretrainConfig):
         # refused before anything is written: the exact loss needs one masked word per sentence
         raise UserError("the causal language needs masking=single: its exact conditionals take one masked "
                         "position per sentence (m masked positions cost K^m forward passes)")
-    return make_language(lc.name, preset=lc.preset, seed=lc.seed, grammar=lc.grammar,
+    return make_language(lc.name, preset=lc.size, seed=lc.seed, grammar=lc.grammar,
                          generator=lc.generator, k=lc.k, length=lc.length, device=cfg.device)
 
 
@@ -261,7 +261,7 @@ def read_config_dict(path: Path) -> dict:
     import tomllib
     if not path.exists():
         raise UserError(f"cannot resume: {path} is missing")
-    return tomllib.loads(path.read_text())
+    return configlib.renamed(PretrainConfig, tomllib.loads(path.read_text()))
 
 
 def _truncate_metrics(path: Path, step: int) -> None:

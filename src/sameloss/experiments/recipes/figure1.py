@@ -1,10 +1,10 @@
 """Loss, flatness and downstream accuracy of every model (paper Fig. 1; §4).
 
 Command
-    sameloss reproduce                               (= figure1 --preset tiny)
-    sameloss reproduce figure1 --preset tiny        [--out runs] [--seed N] [--fresh]
+    sameloss reproduce                               (= figure1 --scale tiny)
+    sameloss reproduce figure1 --scale tiny         [--out runs] [--seed N] [--fresh]
 
-Runtime (it runs the PCFG parts of ``steps``, ``sizes`` and ``algorithms`` in one folder;
+Runtime per scale (it runs the PCFG parts of ``steps``, ``sizes`` and ``algorithms`` in one folder;
 runs they share — the AdamW reference run — are trained once)
     smoke   ~10 s on a CPU (the whole pipeline; the numbers mean nothing)
     tiny    ~14 min on a 2-core CPU: measured 847 s (train 723 s, measure 121 s) with one
@@ -18,7 +18,7 @@ What it computes
     SGD), sizes, algorithms (the look-up table has no trace and is left out) — in three
     panels: loss vs probe accuracy, trace of Hessian vs probe accuracy, loss vs trace
     (task B, as the paper's Fig. 1). Among the models whose KL to the true conditionals is
-    within the preset's tolerance ("the same loss"), Kendall's tau and Spearman's rho of
+    within the scale's tolerance ("the same loss"), Kendall's tau and Spearman's rho of
     loss → accuracy and of trace → accuracy, each with a 95% bootstrap interval over
     models, and the paired-bootstrap difference |τ(trace, acc)| − |τ(loss, acc)|.
 
@@ -37,11 +37,13 @@ Measured at tiny (seed 0)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..claims import fmt
-from ..common import COMMON
-from ..core import Context
+from ..common import COMMON, Preset, quantity_column
+from ..core import RunSpec, Study
 from ..plots import scatter_figure
 from ..report import Claim, Column, Section, Table, merge_rows
 from ..stats import Interval, bootstrap_ci, kendall_tau, spearman_rho, verdict
@@ -49,11 +51,37 @@ from . import algorithms, sizes, steps
 
 TITLE = "Figure 1: loss, flatness and downstream accuracy"
 
-PRESETS: dict[str, dict] = {
-    name: {**COMMON[name], "use": ("pcfg",), "task": "B", "n_boot": 2000,
-           "steps": steps.PRESETS[name], "sizes": sizes.PRESETS[name], "algorithms": algorithms.PRESETS[name]}
-    for name in ("smoke", "tiny", "small", "paper")
+
+@dataclass(frozen=True, kw_only=True)
+class Figure1Preset(Preset):
+    task: str  # the probe task of the correlations (the paper's Fig. 1: task B)
+    n_boot: int  # bootstrap resamples of the models
+    steps: steps.StepsPreset
+    sizes: sizes.SizesPreset
+    algorithms: algorithms.AlgorithmsPreset
+
+    def __post_init__(self):
+        super().__post_init__()
+        for language in self.use:
+            if self.task not in self.tasks[language]:
+                raise ValueError(f"figure-1 task {self.task!r} is not probed on {language}")
+
+
+PRESETS: dict[str, Figure1Preset] = {
+    scale: Figure1Preset(**COMMON[scale].common(), use=("pcfg",), task="B", n_boot=2000,
+                         steps=steps.PRESETS[scale], sizes=sizes.PRESETS[scale],
+                         algorithms=algorithms.PRESETS[scale])
+    for scale in COMMON
 }
+
+
+def runs(p: Figure1Preset, language: str, seed: int) -> list[RunSpec]:
+    """The runs of ``steps``, ``sizes`` and ``algorithms`` (a run they share, once)."""
+    out = {}
+    for recipe, preset in ((steps, p.steps), (sizes, p.sizes), (algorithms, p.algorithms)):
+        for spec in recipe.runs(preset, language, seed):
+            out.setdefault(spec.name, spec)
+    return list(out.values())
 
 
 def _abs_diff(stat):
@@ -77,77 +105,91 @@ def correlation_rows(models: list[dict], task: str, n_boot: int, seed: int) -> l
     return out
 
 
-def collect(ctx: Context, p: dict, seed: int = 0, languages: tuple[str, ...] | None = None) -> list[Section]:
-    use = languages or p["use"]
-    parts = [steps.collect(ctx, p["steps"], seed, use), sizes.collect(ctx, p["sizes"], seed, use),
-             algorithms.collect(ctx, p["algorithms"], seed, use)]
-    task, tol = p["task"], p["kl_tolerance"]
+def report(study: Study, p: Figure1Preset, languages: tuple[str, ...] | None = None) -> list[Section]:
+    use = languages or p.use
+    parts = [steps.report(study, p.steps, use), sizes.report(study, p.sizes, use),
+             algorithms.report(study, p.algorithms, use)]
     section = Section(TITLE)
     all_rows = merge_rows([r for s in parts for r in s.rows])
     for language in use:
         models = [r for r in all_rows if r["language"] == language and r.get("trace_fisher") is not None
-                  and r.get(f"probe_{task}") is not None]
-        same = [r for r in models if float(r["kl"]) <= tol]
-        entropy = float(np.mean([float(r["entropy"]) for r in models])) if models else float("nan")
-        section.text.append(
-            f"{language}: {len(models)} models with a trace (every measured checkpoint of the runs above; the "
-            f"look-up table has none). The optimum (entropy of the true conditionals) is {fmt(entropy, '.4f')} "
-            f"nats; {len(same)} models have KL ≤ {tol:g} nats (loss within {tol:g} of the optimum) and are "
-            f"\"the same loss\" for the correlations. Filled markers: within the tolerance; hollow: outside.")
-        groups: dict[str, list[dict]] = {}
-        for r in models:
-            groups.setdefault(_group_name(r), []).append(r)
-        fig = f"figure1-{language}.png"
-        scatter_figure(ctx.root / fig, groups,
-                       [("loss", "pre-training loss", f"probe_{task}%", f"probe accuracy task {task} (%)"),
-                        ("trace_fisher", "trace of Hessian", f"probe_{task}%", f"probe accuracy task {task} (%)"),
-                        ("loss", "pre-training loss", "trace_fisher", "trace of Hessian")],
-                       f"{language}: every model", highlight=lambda r: float(r["kl"]) <= tol,
-                       highlight_labels=(f"KL ≤ {tol:g} nats", f"KL > {tol:g} nats"))
-        section.figures.append((fig, f"{language}, task {task}: loss vs accuracy, trace vs accuracy, loss vs "
-                                     "trace (cf. the paper's Fig. 1)"))
-        cols = [Column("parameters", "parameters", fmt="d"), Column("step", "step", fmt="d"),
-                Column("KL (nats)", "kl", "kl_std", fmt=".3g"), Column("loss", "loss", "loss_std", fmt=".4f"),
-                Column("tr(H)", "trace_fisher", "trace_fisher_se", fmt=".4g"),
-                Column(f"probe {task} (%)", f"probe_{task}", f"probe_{task}_std", scale=100, fmt=".1f")]
-        section.tables.append(Table(f"{language}: the models within the KL tolerance ({len(same)} of "
-                                    f"{len(models)})", cols, sorted(same, key=lambda r: float(r["trace_fisher"]))))
+                  and r.get(f"probe_{p.task}") is not None]
+        same = [r for r in models if float(r["kl"]) <= p.kl_tolerance]
+        _models_text_figure_table(study, section, p, language, models, same)
         if len(same) < 3:
             section.notes.append(f"{language}: fewer than 3 models within the tolerance; no correlations.")
             continue
-        corr = correlation_rows(same, task, p["n_boot"], seed)
-        for c in corr:
-            c["language"] = language
-            c["pair"] = f"{language}: {c['pair']}"
-        section.files.setdefault("correlations.csv", []).extend(corr)
-        section.tables.append(Table(
-            f"{language}: rank correlations with probe accuracy (task {task}) among the {len(same)} models with "
-            f"KL ≤ {tol:g}, 95% bootstrap intervals ({p['n_boot']} resamples of the models)",
-            [Column("n", "n", fmt="d"),
-             Column("Kendall τ", "kendall_tau", ci=("kendall_tau_low", "kendall_tau_high"), fmt=".3f"),
-             Column("Spearman ρ", "spearman_rho", ci=("spearman_rho_low", "spearman_rho_high"), fmt=".3f")],
-            corr, source="correlations.csv", key="pair", key_header="pair"))
-        loss_c, trace_c = corr
-        iv_trace = Interval(trace_c["kendall_tau"], trace_c["kendall_tau_low"], trace_c["kendall_tau_high"])
-        iv_loss = Interval(loss_c["kendall_tau"], loss_c["kendall_tau_low"], loss_c["kendall_tau_high"])
-        section.claims.append(Claim(
-            "among models with the same near-optimal loss, a smaller trace of Hessian goes with higher "
-            "downstream accuracy (Fig. 1 right, §4).",
-            f"{language}, task {task}: Kendall τ(trace, accuracy) = {fmt(iv_trace.estimate)}, 95% bootstrap "
-            f"interval [{fmt(iv_trace.low)}, {fmt(iv_trace.high)}] over {len(same)} models; Spearman ρ = "
-            f"{fmt(trace_c['spearman_rho'])} [{fmt(trace_c['spearman_rho_low'])}, "
-            f"{fmt(trace_c['spearman_rho_high'])}].", verdict(iv_trace, -1)))
-        x_loss = np.array([float(r["loss"]) for r in same])
-        x_trace = np.array([float(r["trace_fisher"]) for r in same])
-        acc = np.array([float(r[f"probe_{task}"]) for r in same])
-        diff = bootstrap_ci(_abs_diff(kendall_tau), x_loss, acc, x_trace, acc, n_boot=p["n_boot"], seed=seed)
-        section.claims.append(Claim(
-            "the trace of Hessian correlates with downstream accuracy much better than the pre-training loss "
-            "does, among models of almost the same loss (Fig. 1).",
-            f"{language}, task {task}: |τ(trace, accuracy)| − |τ(loss, accuracy)| = {fmt(diff.estimate)}, 95% "
-            f"paired-bootstrap interval [{fmt(diff.low)}, {fmt(diff.high)}] (τ(loss, accuracy) = "
-            f"{fmt(iv_loss.estimate)} [{fmt(iv_loss.low)}, {fmt(iv_loss.high)}]).", verdict(diff, +1)))
+        _correlations(section, p, language, same, study.seed)
     return [*parts, section]
+
+
+def _models_text_figure_table(study: Study, section: Section, p: Figure1Preset, language: str,
+                              models: list[dict], same: list[dict]) -> None:
+    """Every model with a trace: how many are "the same loss", the scatter figure, and the
+    table of those within the tolerance."""
+    task, tol = p.task, p.kl_tolerance
+    entropy = float(np.mean([float(r["entropy"]) for r in models])) if models else float("nan")
+    section.text.append(
+        f"{language}: {len(models)} models with a trace (every measured checkpoint of the runs above; the "
+        f"look-up table has none). The optimum (entropy of the true conditionals) is {fmt(entropy, '.4f')} "
+        f"nats; {len(same)} models have KL ≤ {tol:g} nats (loss within {tol:g} of the optimum) and are "
+        f"\"the same loss\" for the correlations. Filled markers: within the tolerance; hollow: outside.")
+    groups: dict[str, list[dict]] = {}
+    for r in models:
+        groups.setdefault(_group_name(r), []).append(r)
+    fig = f"figure1-{language}.png"
+    scatter_figure(study.root / fig, groups,
+                   [("loss", "pre-training loss", f"probe_{task}%", f"probe accuracy task {task} (%)"),
+                    ("trace_fisher", "trace of Hessian", f"probe_{task}%", f"probe accuracy task {task} (%)"),
+                    ("loss", "pre-training loss", "trace_fisher", "trace of Hessian")],
+                   f"{language}: every model", highlight=lambda r: float(r["kl"]) <= tol,
+                   highlight_labels=(f"KL ≤ {tol:g} nats", f"KL > {tol:g} nats"))
+    section.figures.append((fig, f"{language}, task {task}: loss vs accuracy, trace vs accuracy, loss vs "
+                                 "trace (cf. the paper's Fig. 1)"))
+    cols = [Column("parameters", "parameters", fmt="d"), Column("step", "step", fmt="d"),
+            quantity_column("KL (nats)", "kl", fmt=".3g"), quantity_column("loss", "loss", fmt=".4f"),
+            quantity_column("tr(H)", "trace_fisher", fmt=".4g"),
+            quantity_column(f"probe {task} (%)", f"probe_{task}", scale=100, fmt=".1f")]
+    section.tables.append(Table(f"{language}: the models within the KL tolerance ({len(same)} of "
+                                f"{len(models)})", cols, sorted(same, key=lambda r: float(r["trace_fisher"]))))
+
+
+def _correlations(section: Section, p: Figure1Preset, language: str, same: list[dict], seed: int) -> None:
+    """Rank correlations of loss and of trace with accuracy (a table, correlations.csv) and
+    the two claims of Fig. 1."""
+    task, tol = p.task, p.kl_tolerance
+    corr = correlation_rows(same, task, p.n_boot, seed)
+    for c in corr:
+        c["language"] = language
+        c["pair"] = f"{language}: {c['pair']}"
+    section.files.setdefault("correlations.csv", []).extend(corr)
+    section.tables.append(Table(
+        f"{language}: rank correlations with probe accuracy (task {task}) among the {len(same)} models with "
+        f"KL ≤ {tol:g}, 95% bootstrap intervals ({p.n_boot} resamples of the models)",
+        [Column("n", "n", fmt="d"),
+         Column("Kendall τ", "kendall_tau", ci=("kendall_tau_low", "kendall_tau_high"), fmt=".3f"),
+         Column("Spearman ρ", "spearman_rho", ci=("spearman_rho_low", "spearman_rho_high"), fmt=".3f")],
+        corr, source="correlations.csv", key="pair", key_header="pair"))
+    loss_c, trace_c = corr
+    iv_trace = Interval(trace_c["kendall_tau"], trace_c["kendall_tau_low"], trace_c["kendall_tau_high"])
+    iv_loss = Interval(loss_c["kendall_tau"], loss_c["kendall_tau_low"], loss_c["kendall_tau_high"])
+    section.claims.append(Claim(
+        "among models with the same near-optimal loss, a smaller trace of Hessian goes with higher "
+        "downstream accuracy (Fig. 1 right, §4).",
+        f"{language}, task {task}: Kendall τ(trace, accuracy) = {fmt(iv_trace.estimate)}, 95% bootstrap "
+        f"interval [{fmt(iv_trace.low)}, {fmt(iv_trace.high)}] over {len(same)} models; Spearman ρ = "
+        f"{fmt(trace_c['spearman_rho'])} [{fmt(trace_c['spearman_rho_low'])}, "
+        f"{fmt(trace_c['spearman_rho_high'])}].", verdict(iv_trace, -1)))
+    x_loss = np.array([float(r["loss"]) for r in same])
+    x_trace = np.array([float(r["trace_fisher"]) for r in same])
+    acc = np.array([float(r[f"probe_{task}"]) for r in same])
+    diff = bootstrap_ci(_abs_diff(kendall_tau), x_loss, acc, x_trace, acc, n_boot=p.n_boot, seed=seed)
+    section.claims.append(Claim(
+        "the trace of Hessian correlates with downstream accuracy much better than the pre-training loss "
+        "does, among models of almost the same loss (Fig. 1).",
+        f"{language}, task {task}: |τ(trace, accuracy)| − |τ(loss, accuracy)| = {fmt(diff.estimate)}, 95% "
+        f"paired-bootstrap interval [{fmt(diff.low)}, {fmt(diff.high)}] (τ(loss, accuracy) = "
+        f"{fmt(iv_loss.estimate)} [{fmt(iv_loss.low)}, {fmt(iv_loss.high)}]).", verdict(diff, +1)))
 
 
 def _group_name(r: dict) -> str:

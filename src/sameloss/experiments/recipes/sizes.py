@@ -1,9 +1,9 @@
 """Larger models at the same loss (paper Fig. 3 and Fig. 5; App. B.3–B.4).
 
 Command
-    sameloss reproduce sizes --preset tiny          [--out runs] [--seed N] [--fresh]
+    sameloss reproduce sizes --scale tiny           [--out runs] [--seed N] [--fresh]
 
-Runtime
+Runtime per scale
     smoke   ~10 s on a CPU (two micro shapes, 24 steps; the numbers mean nothing)
     tiny    ~8 min on a 2-core CPU (PCFG and HMM micro languages; d_model 16/32/64
             transformers of 1/2/2 layers, 4k/27k/106k parameters, 2500 AdamW steps each)
@@ -23,7 +23,7 @@ Expected result (paper)
     Among sizes with (almost) the same loss, larger models have a smaller trace of Hessian
     (19.8 → 12.6 on the PCFG in the embedded view) and higher probe accuracy (+6.9% PCFG,
     +4.5% HMM). The report compares the largest size with each smaller size that is within
-    the preset's KL tolerance, and gives Kendall's tau of accuracy vs parameters.
+    the scale's KL tolerance, and gives Kendall's tau of accuracy vs parameters.
 
 Caveat
     The embedding preserves the function but not the trace of Hessian in general (see
@@ -33,123 +33,151 @@ Caveat
 
 from __future__ import annotations
 
-from ..claims import difference_claim, fmt
-from ..common import COMMON, base_overrides, measure_spec, reference_run
-from ..core import Context, RunSpec
+import dataclasses
+from dataclasses import dataclass
+
+from ...errors import UserError
+from ...models.sizes import TRANSFORMER_SIZES
+from ..claims import difference_claim, error_column, fmt
+from ..common import COMMON, LanguagePart, Preset, Shape, base_settings, languages_of, measured_columns, \
+    quantity_column, reference_run, run_name
+from ..core import RunSpec, Study
 from ..plots import series_figure
 from ..report import Column, Section, Table
-from .steps import measured_columns, train_and_measure
 
 TITLE = "Model size at the same loss (Fig. 3, Fig. 5)"
 
 
-def _shape(d_model: int, n_heads: int, n_layers: int, d_inter: int, base: str) -> list[str]:
-    return [f"model.size={base}", f"model.d_model={d_model}", f"model.n_heads={n_heads}",
-            f"model.n_layers={n_layers}", f"model.d_inter={d_inter}"]
+@dataclass(frozen=True)
+class SizeRun:
+    """One model size, trained with the standard AdamW recipe."""
+
+    label: str
+    shape: Shape
+    steps: int
 
 
-PRESETS: dict[str, dict] = {
-    "smoke": {**COMMON["smoke"], "use": ("pcfg",), "embed_into": "micro",
-              "sizes": [dict(label="d8", model=_shape(8, 1, 1, 16, "micro"), steps=24), "reference"]},
-    "tiny": {**COMMON["tiny"], "use": ("pcfg", "hmm"), "embed_into": "tiny",
-             "sizes": [dict(label="d16", model=_shape(16, 1, 1, 64, "tiny"), steps=2500),
-                       dict(label="d32", model=_shape(32, 2, 2, 128, "tiny"), steps=2500),
-                       "reference"]},
-    "small": {**COMMON["small"], "use": ("pcfg", "hmm"), "embed_into": "t4-384",
-              "sizes": [dict(label="t4-128", model=["model.size=t4-128"], steps=20000),
-                        dict(label="t4-192", model=["model.size=t4-192"], steps=20000),
-                        "reference"]},
-    "paper": {**COMMON["paper"], "use": ("pcfg", "hmm"), "embed_into": "t4-1920",
-              "sizes": [dict(label=n, model=[f"model.size={n}"], steps=100_000)
-                        for n in ("t4-128", "t4-192", "t4-320", "t4-640", "t4-960")]},
+@dataclass(frozen=True, kw_only=True)
+class SizesPreset(Preset):
+    sizes: tuple[SizeRun, ...]  # smallest first
+    with_reference: bool  # the reference run is the largest size (shared with steps and algorithms)
+    embed_into: str  # the transformer shape every size is embedded into (App. B.4)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.embed_into not in TRANSFORMER_SIZES:
+            raise ValueError(f"unknown model size {self.embed_into!r} to embed into")
+
+
+def _shape(d_model: int, n_heads: int, n_layers: int, d_inter: int, base: str) -> Shape:
+    return Shape(base, d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_inter=d_inter)
+
+
+PRESETS: dict[str, SizesPreset] = {
+    "smoke": SizesPreset(**COMMON["smoke"].common(), use=("pcfg",), embed_into="micro", with_reference=True,
+                         sizes=(SizeRun("d8", _shape(8, 1, 1, 16, "micro"), steps=24),)),
+    "tiny": SizesPreset(**COMMON["tiny"].common(), use=("pcfg", "hmm"), embed_into="tiny", with_reference=True,
+                        sizes=(SizeRun("d16", _shape(16, 1, 1, 64, "tiny"), steps=2500),
+                               SizeRun("d32", _shape(32, 2, 2, 128, "tiny"), steps=2500))),
+    "small": SizesPreset(**COMMON["small"].common(), use=("pcfg", "hmm"), embed_into="t4-384", with_reference=True,
+                         sizes=(SizeRun("t4-128", Shape("t4-128"), steps=20000),
+                                SizeRun("t4-192", Shape("t4-192"), steps=20000))),
+    "paper": SizesPreset(**COMMON["paper"].common(), use=("pcfg", "hmm"), embed_into="t4-1920",
+                         with_reference=False,
+                         sizes=tuple(SizeRun(n, Shape(n), steps=100_000)
+                                     for n in ("t4-128", "t4-192", "t4-320", "t4-640", "t4-960"))),
 }
 
 
-def size_runs(p: dict, language: str, seed: int) -> list[RunSpec]:
-    out = []
-    for s in p["sizes"]:
-        if s == "reference":
-            spec = reference_run(p, language, seed)
-            out.append(RunSpec(spec.name, spec.overrides, p["reference"]["label"].split(" ")[0], "size"))
-            continue
-        out.append(RunSpec(name=f"{language}-{s['label']}-adamw",
-                           overrides=(*base_overrides(p, language, seed), *s["model"], f"steps={s['steps']}"),
-                           label=s["label"], group="size"))
+def runs(p: SizesPreset, language: str, seed: int) -> list[RunSpec]:
+    """One run per size, each measured at its last checkpoint."""
+    out = [RunSpec(run_name(language, s.label, "adamw"),
+                   (*base_settings(p, language, seed), *s.shape.settings(), ("steps", s.steps)),
+                   label=s.label, group="size") for s in p.sizes]
+    if p.with_reference:
+        ref = reference_run(p, language, seed)
+        out.append(RunSpec(ref.name, ref.settings, p.reference.short_label, "size"))
     return out
 
 
-def collect(ctx: Context, p: dict, seed: int = 0, languages: tuple[str, ...] | None = None) -> Section:
+def report(study: Study, p: SizesPreset, languages: tuple[str, ...] | None = None) -> Section:
     section = Section(TITLE)
-    into = p["embed_into"]
+    into = p.embed_into
     section.text.append(
         f"Each row is the last checkpoint of one size. tr(H) own = trace of Hessian of the model itself; "
         f"tr(H) embedded = of its function-preserving embedding into the `{into}` shape (App. B.4), with the "
         "loss of the embedded model as a check that the function is unchanged. The embedding keeps the function "
         "but not the trace: a group of parameters replicated m times and scaled by α has its Fisher trace "
         "multiplied by 1/(α²m) (`models/embed.py`), so a small model's embedded trace is usually below its own.")
-    n_seeds = len(p["measure"]["seeds"])
-    for language in languages or p["use"]:
-        tasks = tuple(p["tasks"][language])
-        mspec = measure_spec(p, tasks, seed)
-        espec = measure_spec(p, (), seed)  # loss + trace of the embedded model
-        rows = []
-        for spec in size_runs(p, language, seed):
-            info, ((ck, row),) = train_and_measure(ctx, spec, mspec, "sizes", language)
-            section.runs.append(info)
-            row["size"] = spec.label
-            try:
-                emb = ctx.embed(ck, into)
-            except Exception as exc:  # noqa: BLE001 - reported, not fatal
-                from ...errors import UserError
-                if not isinstance(exc, UserError):
-                    raise
-                section.notes.append(f"{language} {spec.label}: no embedded view ({exc}).")
-            else:
-                ctx.log(f"measure {ctx.rel(emb)} (embedded into {into})")
-                e = ctx.measure(emb, espec)
-                row.update(trace_embedded=e.get("trace_fisher"), trace_embedded_se=e.get("trace_fisher_se"),
-                           embedded_loss=e.get("loss"), embedded_parameters=e.get("parameters"))
-            rows.append(row)
+    for lang in languages_of(p, study.seed, languages):
+        rows = [_size_row(study, section, spec, lang, into) for spec in runs(p, lang.name, study.seed)]
         section.rows += rows
-        lang = f"{language} ({p['languages'][language]})"
-        cols = [Column("parameters", "parameters", fmt="d")] + measured_columns(tasks, with_step=False)
-        cols.insert(4, Column(f"tr(H) embedded in {into}", "trace_embedded", "trace_embedded_se", fmt=".4g"))
+        cols = [Column("parameters", "parameters", fmt="d")] + measured_columns(lang.tasks, with_step=False)
+        cols.insert(4, quantity_column(f"tr(H) embedded in {into}", "trace_embedded", fmt=".4g"))
         cols.insert(5, Column("loss of embedded", "embedded_loss", fmt=".4f"))
-        section.tables.append(Table(f"{lang}: sizes", cols, rows))
-        fig = f"sizes-{language}.png"
-        main = tasks[min(1, len(tasks) - 1)]
-        own = [dict(r, trace=r.get("trace_fisher"), trace_se=r.get("trace_fisher_se")) for r in rows]
-        # (the embedded model computes the same function: only its trace is plotted)
-        embedded = [dict(parameters=r["parameters"], trace=r.get("trace_embedded"),
-                         trace_se=r.get("trace_embedded_se")) for r in rows]
-        series_figure(ctx.root / fig, {"own parameters": own, f"embedded in {into}": embedded}, "parameters",
-                      [("kl", "KL (nats)", 1.0, True), ("trace", "trace of Hessian (Fisher)", 1.0, False),
-                       (f"probe_{main}", f"probe accuracy task {main} (%)", 100.0, False)],
-                      f"{lang}: model sizes", logx=True)
-        section.figures.append((fig, f"{lang}: KL, trace of Hessian (own and embedded) and probe accuracy "
-                                     f"(task {main}) against the number of parameters"))
-        largest = max(rows, key=lambda r: r["parameters"])
-        tol = p["kl_tolerance"]
-        for r in rows:
-            if r is largest:
-                continue
-            if not (float(r["kl"]) <= tol and float(largest["kl"]) <= tol):
-                section.notes.append(
-                    f"{lang}: {r['size']} (KL {fmt(float(r['kl']))}) and {largest['size']} (KL "
-                    f"{fmt(float(largest['kl']))}) are not both within the KL tolerance {tol:g} nats: their "
-                    "comparison is not at the same loss and is left out of the claims.")
-                continue
-            a, b = f"{r['size']}", f"{largest['size']}"
-            for key, what in (("trace_embedded", f"trace of Hessian embedded in {into}"),
-                              ("trace_fisher", "trace of Hessian, own parameters")):
-                if r.get(key) is None or largest.get(key) is None:
-                    continue
-                section.claims.append(difference_claim(
-                    "at the same loss, larger models are flatter (Fig. 5: trace 19.8 → 12.6 on the PCFG, in "
-                    "the embedded view).", f"{lang}, {what}", key, r, largest, a, b, -1))
-            for task in tasks:
-                section.claims.append(difference_claim(
-                    "at the same loss, larger models transfer better (Fig. 3: +6.9% PCFG, +4.5% HMM).",
-                    f"{lang}, probe accuracy task {task}", f"probe_{task}", r, largest, a, b, +1, scale=100,
-                    unit=" pts", n_seeds=n_seeds))
+        section.tables.append(Table(f"{lang.title}: sizes", cols, rows))
+        _figure(study, section, lang, rows, into)
+        _claims(section, p, lang, rows)
     return section
+
+
+def _size_row(study: Study, section: Section, spec: RunSpec, lang: LanguagePart, into: str) -> dict:
+    """The last checkpoint's row, with the loss and trace of its embedding into ``into``."""
+    info, (measured,) = study.train_and_measure(spec, lang.measure, "sizes", lang.name)
+    section.runs.append(info)
+    row = measured.row
+    row["size"] = spec.label
+    try:
+        emb = study.embed(measured.checkpoint, into)
+    except UserError as exc:  # reported, not fatal
+        section.notes.append(f"{lang.name} {spec.label}: no embedded view ({exc}).")
+        return row
+    study.log(f"measure {study.rel(emb)} (embedded into {into})")
+    e = study.measure(emb, dataclasses.replace(lang.measure, probe=()))  # loss + trace of the embedded model
+    row.update({"trace_embedded": e.get("trace_fisher"),
+                error_column("trace_embedded"): e.get(error_column("trace_fisher")),
+                "embedded_loss": e.get("loss"), "embedded_parameters": e.get("parameters")})
+    return row
+
+
+def _figure(study: Study, section: Section, lang: LanguagePart, rows: list[dict], into: str) -> None:
+    fig = f"sizes-{lang.name}.png"
+    main = lang.tasks[min(1, len(lang.tasks) - 1)]
+    own = [dict(r, trace=r.get("trace_fisher"), trace_se=r.get("trace_fisher_se")) for r in rows]
+    # (the embedded model computes the same function: only its trace is plotted)
+    embedded = [dict(parameters=r["parameters"], trace=r.get("trace_embedded"),
+                     trace_se=r.get("trace_embedded_se")) for r in rows]
+    series_figure(study.root / fig, {"own parameters": own, f"embedded in {into}": embedded}, "parameters",
+                  [("kl", "KL (nats)", 1.0, True), ("trace", "trace of Hessian (Fisher)", 1.0, False),
+                   (f"probe_{main}", f"probe accuracy task {main} (%)", 100.0, False)],
+                  f"{lang.title}: model sizes", logx=True)
+    section.figures.append((fig, f"{lang.title}: KL, trace of Hessian (own and embedded) and probe accuracy "
+                                 f"(task {main}) against the number of parameters"))
+
+
+def _claims(section: Section, p: SizesPreset, lang: LanguagePart, rows: list[dict]) -> None:
+    """The largest size against each smaller one, where both are within the KL tolerance."""
+    largest = max(rows, key=lambda r: r["parameters"])
+    tol = p.kl_tolerance
+    for r in rows:
+        if r is largest:
+            continue
+        if not (float(r["kl"]) <= tol and float(largest["kl"]) <= tol):
+            section.notes.append(
+                f"{lang.title}: {r['size']} (KL {fmt(float(r['kl']))}) and {largest['size']} (KL "
+                f"{fmt(float(largest['kl']))}) are not both within the KL tolerance {tol:g} nats: their "
+                "comparison is not at the same loss and is left out of the claims.")
+            continue
+        a, b = f"{r['size']}", f"{largest['size']}"
+        for key, what in (("trace_embedded", f"trace of Hessian embedded in {p.embed_into}"),
+                          ("trace_fisher", "trace of Hessian, own parameters")):
+            if r.get(key) is None or largest.get(key) is None:
+                continue
+            section.claims.append(difference_claim(
+                "at the same loss, larger models are flatter (Fig. 5: trace 19.8 → 12.6 on the PCFG, in "
+                "the embedded view).", f"{lang.title}, {what}", key, r, largest, a, b, -1))
+        for task in lang.tasks:
+            section.claims.append(difference_claim(
+                "at the same loss, larger models transfer better (Fig. 3: +6.9% PCFG, +4.5% HMM).",
+                f"{lang.title}, probe accuracy task {task}", f"probe_{task}", r, largest, a, b, +1, scale=100,
+                unit=" pts", n_seeds=len(p.measure.seeds)))
