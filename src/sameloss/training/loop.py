@@ -30,6 +30,7 @@ from .config import PretrainConfig
 from .adversarial import AdversarialObjective
 from .data import global_batch
 from .evaluate import ExactEvaluator
+from .fork import init_from_checkpoint
 from .sam import SAM
 
 # Config keys that may differ when a run is resumed (they do not change the trajectory).
@@ -162,6 +163,8 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, pro
         start = state["step"] + 1
         if rank == 0:
             _truncate_metrics(metrics_path, state["step"])
+    elif cfg.init_from:
+        start = init_from_checkpoint(cfg, model, optimizer, schedule)
     if rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
         config_path.write_text(f"# resolved config of run {cfg.name}\n" + configlib.to_toml(cfg))
