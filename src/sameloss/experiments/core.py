@@ -311,6 +311,20 @@ class Study:
         self.counts["measured"] += 1
         return dict(self._store(key, row))
 
+    def cached(self, kind: str, name: str, spec, compute, extra: str = "") -> dict:
+        """``compute()`` (a dict of numbers), cached in ``measurements.json`` under ``kind``,
+        ``name``, the fingerprint of ``spec`` (a dataclass) and ``extra`` — for measures a
+        recipe defines itself."""
+        key = self._key(kind, name, spec, extra)
+        if key in self.cache:
+            return self._cached(key)
+        start = time.perf_counter()
+        row = dict(compute())
+        row["measure_seconds"] = time.perf_counter() - start
+        self.timings["measure"] += row["measure_seconds"]
+        self.counts["measured"] += 1
+        return dict(self._store(key, row))
+
     def lookup(self, run: RunInfo, spec) -> dict:
         """``measures.run.measure_lookup_table`` of a run's language (loss on the run's
         held-out set, a probe per task of ``spec.lookup``), cached."""

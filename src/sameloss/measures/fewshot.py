@@ -56,7 +56,7 @@ def _ce_sum(x: torch.Tensor, y: torch.Tensor, W: torch.Tensor, b: torch.Tensor) 
 
 def train_heads(x: torch.Tensor, y: torch.Tensor, n_classes: int, method: str = "adamw", epochs: int = 100,
                 lr: float = 1e-3, batch_size: int = 128, weight_decay: float = 0.01, l2: float = 1e-3,
-                max_iter: int = 1000, tol: float = 1e-8, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, float]:
+                max_iter: int = 500, tol: float = 1e-6, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, float]:
     """Heads ``(W [k, C, D], b [k, C])`` on standardised ``x [k, n, D]`` with labels ``y [k, n]``,
     and the largest per-subset gradient norm of the convex objective left (``nan`` for adamw)."""
     if method not in METHODS:
