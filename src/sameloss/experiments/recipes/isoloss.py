@@ -65,7 +65,7 @@ from ..common import COMMON, MeasureSettings, Preset, Shape, Training, base_sett
 from ..core import RunSpec, Setting, Study
 from ..report import Claim, Column, Section, Table
 from ..stats import (DETECTED, DETECTED_AGAINST, NONE_LARGER, cluster_bootstrap_ols, paired_difference,
-                     power_verdict)
+                     power_verdict, t_quantile)
 
 TITLE = "Iso-loss forks: does flatness decide transfer at the same loss? (Fig. 1, Tables 1–2, with power)"
 NOREG = (("model.dropout", 0.0), ("optim.weight_decay", 0.0))
@@ -547,25 +547,31 @@ def _regression(section: Section, p: IsolossPreset, rows: list[dict], primary: d
     X = np.array([[float(r["trace_fisher"]), 1000 * float(r["kl_match"])] for r in good])
     seeds = np.array([r["seed"] for r in good])
     ivs = cluster_bootstrap_ols(y, X, seeds, n_boot=2000, seed=0)
+    n_seeds = len(set(seeds.tolist()))
     reg_rows = []
     for (name, what), iv, sign in zip((("trace", "per unit of trace"), ("kl", "per 0.001 nats of KL")), ivs, (-1, -1)):
         decided = math.isfinite(iv.low) and (iv.low > 0 or iv.high < 0)
         verdict = NONE_LARGER if not decided else (DETECTED if (iv.low > 0) == (sign > 0) else DETECTED_AGAINST)
+        # the slope's MDE: (t_.975 + t_.8) × its standard error, read off the bootstrap interval
+        se = (iv.high - iv.low) / (2 * t_quantile(0.975, max(n_seeds - 1, 1)))
+        mde = (t_quantile(0.975, max(n_seeds - 1, 1)) + t_quantile(0.8, max(n_seeds - 1, 1))) * se
         reg_rows.append({"coefficient": f"accuracy (pts) {what}", "estimate": iv.estimate, "low": iv.low,
-                         "high": iv.high, "n_models": len(good), "n_seeds": len(set(seeds.tolist())),
+                         "high": iv.high, "mde": mde, "n_models": len(good), "n_seeds": n_seeds,
                          "verdict": verdict})
     section.files["regression.csv"] = reg_rows
     section.tables.append(Table(
         f"Fig. 1 within seeds: primary accuracy (pts) regressed on trace and KL with seed fixed effects "
         f"({len(good)} models, cluster bootstrap over seeds, 95%)",
-        [Column("estimate [95%]", "estimate", ci=("low", "high"), fmt=".3g"), Column("models", "n_models", fmt="d"),
+        [Column("estimate [95%]", "estimate", ci=("low", "high"), fmt=".3g"), Column("MDE 80%", "mde", fmt=".3g"),
+         Column("models", "n_models", fmt="d"),
          Column("verdict", "verdict", text=True)], reg_rows, source="regression.csv", key="coefficient",
         key_header="coefficient"))
     tr = reg_rows[0]
     section.claims.append(Claim(
         "at the same loss, flatter models transfer better (Fig. 1): a negative slope of accuracy on the trace.",
         f"within seeds, holding KL fixed: {fmt(tr['estimate'])} pts per unit of trace, 95% cluster-bootstrap "
-        f"interval [{fmt(tr['low'])}, {fmt(tr['high'])}] over {tr['n_seeds']} seeds.", tr["verdict"]))
+        f"interval [{fmt(tr['low'])}, {fmt(tr['high'])}] over {tr['n_seeds']} seeds (MDE {fmt(tr['mde'])}).",
+        tr["verdict"]))
     # the tolerance by consequence: |slope on KL| × tolerance against half the smallest MDE
     slope = abs(reg_rows[1]["estimate"]) * 1000  # pts per nat
     mdes = [d.mde for d in primary.values() if math.isfinite(d.mde)]
