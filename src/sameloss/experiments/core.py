@@ -32,7 +32,7 @@ from .. import config as configlib
 from ..errors import UserError
 from ..training.checkpoint import checkpoint_dir, complete_checkpoints
 from ..training.config import PretrainConfig
-from ..training.loop import RESUMABLE_CHANGES, pretrain, read_config_dict
+from ..training.loop import RESUMABLE_CHANGES, pretrain, read_config_dict, read_summary
 
 MEASUREMENTS = "measurements.json"
 
@@ -130,11 +130,11 @@ class Context:
 
     def bar(self, items: list, desc: str):
         """A progress bar over the checkpoints being measured (a plain list when off)."""
-        from tqdm import tqdm
+        from ..progress import progress_bar
 
         if not self.progress or len(items) < 2:
             return items
-        bar = tqdm(items, desc=desc, unit="checkpoint", leave=False, dynamic_ncols=True)
+        bar = progress_bar(items, desc=desc, unit="checkpoint", leave=False)
         self._bar = bar
 
         def gen():
@@ -183,7 +183,7 @@ class Context:
             status = "trained"
         seconds = time.perf_counter() - start
         self.timings["train"] += seconds
-        summary = json.loads(summary_path.read_text())
+        summary = read_summary(run_dir) or {}
         info = RunInfo(spec, cfg, run_dir, status, seconds, summary)
         self.runs[spec.name] = info
         return info
