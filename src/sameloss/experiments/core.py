@@ -102,6 +102,11 @@ class Context:
         self._bar = None
         self.root = Path(root)
         if fresh and self.root.exists():
+            # delete only what an earlier reproduce made (its cache, report or runs)
+            known = {MEASUREMENTS, "report.md", "results.csv", "runs.csv", "runs", "embedded"}
+            if any(self.root.iterdir()) and not known & {p.name for p in self.root.iterdir()}:
+                raise UserError(f"{self.root} does not look like an experiment folder of sameloss reproduce; "
+                                "--fresh deletes only those: remove it yourself or pass another --out")
             shutil.rmtree(self.root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.runs_dir = self.root / "runs"
@@ -230,7 +235,8 @@ class Context:
 
         checkpoint = Path(checkpoint)
         rel = self.rel(checkpoint)
-        meta = (checkpoint / "meta.json").read_text()
+        # (a damaged meta.json is reported by measure_checkpoint, naming the file)
+        meta = (checkpoint / "meta.json").read_bytes().decode("utf-8", errors="replace")
         key = self._key("checkpoint", rel, spec, _fingerprint(meta))
         if key in self.cache:
             return self._cached(key)
