@@ -505,3 +505,13 @@ def test_progress_in_a_log_file_is_plain_lines(tmp_path, capsys, monkeypatch):
     lines = err.strip().splitlines()
     assert lines[0].startswith("r: 1/5 steps (20%)") and lines[-1].startswith("r: 5/5 steps (100%)")
     assert "loss=" in lines[-1]
+
+
+def test_reproduce_fresh_deletes_only_an_experiment_folder(tmp_path, capsys):
+    folder = tmp_path / "steps-smoke"
+    folder.mkdir()
+    (folder / "thesis.tex").write_text("years of work")
+    assert main(["reproduce", "steps", "--preset", "smoke", "--out", str(tmp_path), "--fresh", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("sameloss: error: ") and "does not look like an experiment folder" in err[-1]
+    assert (folder / "thesis.tex").read_text() == "years of work"
