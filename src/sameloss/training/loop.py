@@ -257,7 +257,10 @@ def _load_newest_valid(cfg: PretrainConfig, language, device: torch.device, run_
             try:
                 optimizer.load_state_dict(state["optimizer"])
                 schedule.load_state_dict(state["schedule"])
-                torch.get_rng_state().copy_(state["rng"])  # the shape and type of an RNG state
+                rng = state["rng"]
+                if not (isinstance(rng, torch.Tensor) and rng.dtype == torch.uint8
+                        and rng.shape == torch.get_rng_state().shape):
+                    raise ValueError("its RNG state is not a CPU generator state")
             except Exception as exc:
                 raise ckpt.CorruptCheckpoint(path / "state.pt", f"does not fit this run ({exc})") from None
         except ckpt.CorruptCheckpoint as exc:
