@@ -292,3 +292,13 @@ def test_released_grammar_length_numbers(capsys):
     assert r.terminates == pytest.approx(1.0, abs=1e-12)
     assert r.expected_length == pytest.approx(float((torch.arange(17) * r.length_probs).sum()), rel=1e-12)
     assert r.shortest == 2
+
+
+def test_unreachable_recursion_does_not_count():
+    # the released format keeps unreachable symbols; a critical one (U: I - M singular
+    # there) never occurs
+    g = Grammar.from_text("S A A 1.0\nA a 1.0\nU U U 0.5\nU a 0.5\n")
+    assert g.unreachable == ("U",)
+    r = g.length_report(4)
+    assert r.regime == "subcritical" and r.expected_length == pytest.approx(2.0, rel=1e-12)
+    assert r.fit == pytest.approx(1.0, abs=1e-15) and r.terminates == pytest.approx(1.0, abs=1e-15)

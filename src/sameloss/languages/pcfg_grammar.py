@@ -52,7 +52,7 @@ NORMALISATION_TOL = 1e-3
 
 # Up to this many non-terminals the branching-process numbers of ``length_report`` come
 # from dense linear algebra (exact); above it, from iterations over the sparse rules.
-DENSE_SYMBOLS = 2000
+DENSE_SYMBOLS = 500
 
 # A critical grammar has spectral radius exactly 1; allow for the rounding of eigvals.
 CRITICAL_TOL = 1e-9
@@ -308,8 +308,10 @@ class Grammar:
                     if torch.allclose(new, visits, rtol=1e-13, atol=0.0):
                         break
                     visits = new
-            else:
-                visits = torch.linalg.solve(torch.eye(m.shape[0], dtype=torch.float64) - m.T, start)
+            else:  # over the reachable symbols: an unreachable part may be (super)critical
+                sub = m[reach][:, reach]
+                visits = torch.zeros_like(start)
+                visits[reach] = torch.linalg.solve(torch.eye(sub.shape[0], dtype=torch.float64) - sub.T, start[reach])
             expected = float(visits @ emit)
         shortest = float(self.shortest_yields()[start > 0].min())
         return LengthReport(
