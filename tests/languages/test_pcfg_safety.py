@@ -140,7 +140,7 @@ def test_near_critical_recursion_is_refused(tmp_path, capsys, monkeypatch):
     code, _, err = _describe(path, capsys)
     line = _one_error_line(code, err, "P(a sentence fits max_len 32) = 1e-05", "supercritical",
                            "spectral radius 1.99998", "terminates with probability 1e-05",
-                           "sampling would not finish")
+                           "sampling would need about 1e+05 draws per sentence, refused above 100")
     assert line.count("\n") == 0
 
 

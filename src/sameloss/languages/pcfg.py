@@ -346,11 +346,14 @@ def check_lengths(report: LengthReport, source: str | None = None) -> None:
     if report.fit >= MIN_FIT:
         return
     where = f"grammar {source}" if source else "grammar"
-    if report.shortest > report.max_len:
-        problem = f"no sentence fits max_len {report.max_len} (the shortest has {report.shortest} words)"
+    if report.shortest > report.max_len or report.fit <= 0:
+        problem = (f"no sentence fits max_len {report.max_len} (the shortest has {report.shortest} words); "
+                   "sampling would not finish")
     else:
-        problem = f"P(a sentence fits max_len {report.max_len}) = {report.fit:.2g} ({report.describe()})"
-    raise UserError(f"{where}: {problem}; sampling would not finish (change the rules or raise max_len)")
+        problem = (f"P(a sentence fits max_len {report.max_len}) = {report.fit:.2g} ({report.describe()}); "
+                   f"sampling would need about {1 / report.fit:.2g} draws per sentence, refused above "
+                   f"{1 / MIN_FIT:.0f}")
+    raise UserError(f"{where}: {problem} (change the rules or raise max_len)")
 
 
 def check_cost(parser: InsideOutside, report: LengthReport, source: str | None = None) -> None:
