@@ -10,7 +10,7 @@ import torch
 
 from sameloss import config as configlib
 from sameloss.errors import UserError
-from sameloss.training import PretrainConfig, load_model_from_checkpoint, pretrain
+from sameloss.training import PretrainConfig, load_checkpoint, pretrain
 from sameloss.training.checkpoint import checkpoint_dir, complete_checkpoints, load_state
 
 
@@ -21,7 +21,7 @@ def small_config(**overrides) -> PretrainConfig:
 
 
 def weights(path):
-    model, _, _ = load_model_from_checkpoint(path)
+    model = load_checkpoint(path).model
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 

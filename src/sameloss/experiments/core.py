@@ -33,7 +33,8 @@ from .. import config as configlib
 from ..errors import UserError
 from ..training.checkpoint import checkpoint_dir, complete_checkpoints
 from ..training.config import PretrainConfig
-from ..training.loop import RESUMABLE_CHANGES, pretrain, read_config_dict
+from ..training.loop import RESUMABLE_CHANGES, pretrain
+from ..training.runio import read_config_dict, read_summary
 
 MEASUREMENTS = "measurements.json"
 
@@ -101,19 +102,9 @@ class RunInfo:
     summary: dict = field(default_factory=dict)
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, prefix + k + "."))
-        else:
-            out[prefix + k] = tuple(v) if isinstance(v, list) else v
-    return out
-
-
 def config_differences(saved: dict, wanted: dict) -> list[str]:
     """Dotted keys whose values differ (a key missing from the TOML means ``None``)."""
-    a, b = _flat(saved), _flat(wanted)
+    a, b = configlib.flatten(saved), configlib.flatten(wanted)
     return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
@@ -159,6 +150,11 @@ class Study:
         self.root = Path(root)
         self.seed = seed
         if fresh and self.root.exists():
+            # delete only what an earlier reproduce made (its cache, report or runs)
+            known = {MEASUREMENTS, "report.md", "results.csv", "runs.csv", "runs", "embedded"}
+            if any(self.root.iterdir()) and not known & {p.name for p in self.root.iterdir()}:
+                raise UserError(f"{self.root} does not look like an experiment folder of sameloss reproduce; "
+                                "--fresh deletes only those: remove it yourself or pass another --out")
             shutil.rmtree(self.root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.runs_dir = self.root / "runs"
@@ -187,11 +183,11 @@ class Study:
 
     def bar(self, items: list, desc: str):
         """A progress bar over the checkpoints being measured (a plain list when off)."""
-        from tqdm import tqdm
+        from ..progress import progress_bar
 
         if not self.progress or len(items) < 2:
             return items
-        bar = tqdm(items, desc=desc, unit="checkpoint", leave=False, dynamic_ncols=True)
+        bar = progress_bar(items, desc=desc, unit="checkpoint", leave=False)
         self._bar = bar
 
         def gen():
@@ -240,7 +236,7 @@ class Study:
             status = "trained"
         seconds = time.perf_counter() - start
         self.timings["train"] += seconds
-        summary = json.loads(summary_path.read_text())
+        summary = read_summary(run_dir) or {}
         info = RunInfo(spec, cfg, run_dir, status, seconds, summary)
         self.runs[spec.name] = info
         return info
@@ -298,7 +294,8 @@ class Study:
 
         checkpoint = Path(checkpoint)
         rel = self.rel(checkpoint)
-        meta = (checkpoint / "meta.json").read_text()
+        # (a damaged meta.json is reported by measure_checkpoint, naming the file)
+        meta = (checkpoint / "meta.json").read_bytes().decode("utf-8", errors="replace")
         key = self._key("checkpoint", rel, spec, _fingerprint(meta))
         if key in self.cache:
             return self._cached(key)
@@ -329,7 +326,7 @@ class Study:
         """``measures.run.measure_lookup_table`` of a run's language (loss on the run's
         held-out set, a probe per task of ``spec.lookup``), cached."""
         from ..measures.run import measure_lookup_table
-        from ..training.loop import build_language
+        from ..training.runio import build_language
 
         cfg = run.config
         what = {"language": cfg.language, "masking": cfg.masking, "mask_rate": cfg.mask_rate, "eval": cfg.eval}
@@ -348,7 +345,7 @@ class Study:
         """The checkpoint embedded function-preservingly into the transformer shape named
         ``into`` (``models.embed``, App. B.4); reused when already written. ``UserError``
         when that shape cannot hold the model (the message says why)."""
-        from ..models.embed import embed_checkpoint
+        from ..training.embedding import embed_checkpoint
         from ..training.checkpoint import read_meta
 
         checkpoint = Path(checkpoint)
@@ -371,7 +368,7 @@ class Study:
             return str(path)
 
     def _device_name(self) -> str:
-        from ..training.loop import resolve_device
+        from ..training.runio import resolve_device
         return str(resolve_device(self.device))
 
 

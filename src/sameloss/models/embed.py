@@ -72,12 +72,15 @@ Added blocks contribute their residual-stream biases (and, post-LN, their LayerN
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from sameloss import files
 from sameloss.errors import UserError
 from sameloss.models.transformer import TransformerConfig, TransformerMLM
 
@@ -108,7 +111,7 @@ def _positive_int(value: Any, name: str, minimum: int) -> int:
     return value
 
 
-def _check_small(small: Any) -> TransformerConfig:
+def check_embeddable(small: Any) -> TransformerConfig:
     if not isinstance(small, TransformerMLM):
         kind = type(small).__name__
         raise UserError(f"only transformers can be embedded (App. B.4), got a {kind}")
@@ -185,7 +188,7 @@ def embed(
     computes the same logits as ``small`` (module docstring: exact for both LayerNorm
     placements, post-LN depth up to LayerNorm's ε). Same dtype and device as ``small``,
     same train/eval mode."""
-    cfg = _check_small(small)
+    cfg = check_embeddable(small)
     plan = plan_embedding(cfg, width_factor, extra_layers, n_heads, d_inter)
     k, L = plan.width_factor, cfg.n_layers
     big_cfg = embedded_config(cfg, plan)
@@ -255,10 +258,10 @@ def embed(
     return large
 
 
-# ----------------------------------------------------------------------------- checkpoints
+# ----------------------------------------------------------------------------- target shapes
 
 
-def _target_plan(cfg: TransformerConfig, into: str | None, width_factor: int | None,
+def target_plan(cfg: TransformerConfig, into: str | None, width_factor: int | None,
                  extra_layers: int) -> tuple[EmbedPlan, str | None]:
     """The plan for ``embed_checkpoint`` and the size name of the large shape, if any."""
     from sameloss.models.sizes import TRANSFORMER_ALIASES, TRANSFORMER_SIZES, size_names
@@ -296,78 +299,3 @@ def _target_plan(cfg: TransformerConfig, into: str | None, width_factor: int | N
     wanted = {"d_model": big.d_model, "n_heads": big.n_heads, "n_layers": big.n_layers, "d_inter": big.d_inter}
     name = next((n for n, s in TRANSFORMER_SIZES.items() if s == wanted), None)
     return plan, name
-
-
-def embed_checkpoint(
-    small_checkpoint_dir: str | Path,
-    out_dir: str | Path,
-    into: str | None = None,
-    width_factor: int | None = None,
-    extra_layers: int = 0,
-) -> Path:
-    """Embed the transformer of a checkpoint and save it as a checkpoint of the large model.
-
-    ``into``: a transformer size name (e.g. ``t4-1920``) whose shape is the target; the
-    width factor and added layers follow from it. Without it: ``width_factor`` (default 1)
-    and ``extra_layers`` (MLP width × the width factor). Writes
-    ``out_dir/checkpoints/step_<step of the small checkpoint>/`` (``model.safetensors``,
-    ``state.pt`` with a fresh optimiser and schedule, ``meta.json`` with the small run's
-    config describing the large model — ``model.size`` a size name when one has the large
-    shape, else the small model's size with ``model.d_model``, ``n_heads``, ``n_layers``
-    and ``d_inter`` set — the small checkpoint's evaluation, valid for the same
-    function, and an ``embedded_from`` record) and
-    ``out_dir/config.toml``; returns the checkpoint directory. ``UserError`` if the
-    checkpoint is not a transformer's or the target cannot hold it.
-    """
-    from sameloss import config as configlib
-    from sameloss.training import checkpoint as ckpt
-    from sameloss.training.loop import build, load_model_from_checkpoint
-
-    small_dir = Path(small_checkpoint_dir)
-    if not (small_dir / "meta.json").exists():
-        raise UserError(f"{small_dir} is not a checkpoint (no meta.json)")
-    small_meta = ckpt.read_meta(small_dir)
-    kind = small_meta.get("config", {}).get("model", {}).get("kind", "transformer")
-    if kind != "transformer":
-        raise UserError(f"only transformers can be embedded (App. B.4); {small_dir} holds a {kind}")
-    small, language, cfg = load_model_from_checkpoint(small_dir)
-    plan, size_name = _target_plan(_check_small(small), into, width_factor, extra_layers)
-    large = embed(small, plan.width_factor, plan.extra_layers, plan.n_heads, plan.d_inter)
-    big = large.config
-    shape = {"d_model": big.d_model, "n_heads": big.n_heads, "n_layers": big.n_layers, "d_inter": big.d_inter}
-    if size_name is not None:  # a named size: no shape overrides
-        model_cfg = dataclasses.replace(cfg.model, size=size_name, **{n: None for n in shape})
-    else:  # the small model's size name with the large shape as overrides
-        model_cfg = dataclasses.replace(cfg.model, **shape)
-    large_cfg = dataclasses.replace(cfg, model=model_cfg)
-    # the config must rebuild exactly this model, as load_model_from_checkpoint will
-    # (built on the meta device: no memory, no initialisation, global RNG untouched)
-    with torch.random.fork_rng(devices=[]), torch.device("meta"):
-        rebuilt, optimizer, schedule = build(large_cfg, language, torch.device("meta"))
-    want = {n: p.shape for n, p in large.state_dict().items()}
-    if rebuilt.config != big or {n: p.shape for n, p in rebuilt.state_dict().items()} != want:
-        raise RuntimeError(f"internal error: the config of the embedded model rebuilds {rebuilt.config}, not {big}")
-    step = int(small_meta.get("step", 0))
-    state = {"step": step, "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
-             "rng": torch.get_rng_state(), "cuda_rng": None}
-    meta = {
-        "config": configlib.to_dict(large_cfg),
-        "eval": small_meta.get("eval"),
-        "embedded_from": {
-            "checkpoint": str(small_dir),
-            "small_size": cfg.model.size,
-            "small_shape": {n: getattr(small.config, n) for n in shape},
-            "into": into,
-            "width_factor": plan.width_factor,
-            "extra_layers": plan.extra_layers,
-            "d_inter": plan.d_inter,
-            "n_heads": plan.n_heads,
-            "construction": "App. B.4 replication: embeddings tiled, hidden weights (J/k)⊗W, LayerNorm "
-                            "params tiled, decoder-input LayerNorm /k, identity blocks appended",
-        },
-    }
-    out_dir = Path(out_dir)
-    path = ckpt.save(out_dir, step, large, state, meta)
-    (out_dir / "config.toml").write_text(
-        f"# config of the model embedded from {small_dir} (App. B.4)\n" + configlib.to_toml(large_cfg))
-    return path

@@ -38,7 +38,7 @@ def init_from_checkpoint(cfg: PretrainConfig, model: torch.nn.Module, optimizer,
         raise UserError(f"init_from: the checkpoint is at step {step}, but the fork trains to steps={cfg.steps}")
     try:
         ckpt.load_weights(path, model)
-    except RuntimeError:
+    except ckpt.CorruptCheckpoint:
         raise UserError(f"init_from: the weights of {path} do not fit the fork's model (its shape must be "
                         "the checkpoint's)") from None
     if cfg.init_optimizer:

@@ -354,9 +354,9 @@ def _model_features(model, data):
 
 
 def _probe_checkpoint(checkpoint: Path, design: ProbeDesign) -> dict:
-    from ...training.loop import load_model_from_checkpoint
+    from ...training.runio import load_checkpoint
 
-    model, language, _ = load_model_from_checkpoint(checkpoint, "cpu")
+    model, language, _, _ = load_checkpoint(checkpoint, "cpu")
     data = _task_data(language, design)
     return probe_representation(*_model_features(model, data), data, design)
 
@@ -364,10 +364,12 @@ def _probe_checkpoint(checkpoint: Path, design: ProbeDesign) -> dict:
 def _probe_random_init(cfg, design: ProbeDesign) -> dict:
     import torch
 
-    from ...training.loop import build, build_language
+    from ...training.runio import build_language, init_model
 
     language = build_language(cfg)
-    model, _, _ = build(dataclasses.replace(cfg, init_from=None), language, torch.device("cpu"))
+    with torch.random.fork_rng(devices=[]):  # the run's own initial weights, no global side effect
+        torch.manual_seed(cfg.seed)
+        model = init_model(cfg, language, "cpu")
     data = _task_data(language, design)
     return probe_representation(*_model_features(model, data), data, design)
 
@@ -376,7 +378,7 @@ def _baselines(study: Study, p: IsolossPreset, cfg, design: ProbeDesign) -> dict
     """Majority, look-up table (the true single-mask conditionals) and the oracle (the true
     hidden-state posteriors given the sentence); none depends on the seed."""
     from ...measures.lookup import lookup_features
-    from ...training.loop import build_language
+    from ...training.runio import build_language
 
     language = build_language(cfg)
     what = json.dumps(dataclasses.asdict(cfg.language), default=str)
