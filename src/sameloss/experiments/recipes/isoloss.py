@@ -2,7 +2,9 @@
 few-shot probes and paired statistics with stated power (issue 11).
 
 Command
-    sameloss reproduce isoloss --scale tiny         [--out runs] [--fresh]
+    sameloss reproduce isoloss --scale tiny         [--out runs] [--seed N] [--fresh]
+
+    (``--seed N`` shifts the preset's seeds by N: an independent replication.)
 
 Runtime per scale (``workers`` seeds in parallel, one thread each)
     smoke   ~30 s on a CPU (micro model, tens of steps; the numbers mean nothing)
@@ -400,15 +402,22 @@ def _baselines(study: Study, p: IsolossPreset, cfg, design: ProbeDesign) -> dict
 
 
 # ---- the report ---------------------------------------------------------------------------
+def study_seeds(study: Study, p: IsolossPreset) -> list[int]:
+    """The seeds of the runs: the preset's, shifted by ``--seed`` (another seed is an
+    independent replication in its own folder)."""
+    return [study.seed + s for s in p.seeds]
+
+
 def _run_seeds(study: Study, p: IsolossPreset) -> list[dict]:
-    args = [(study.root / "seeds", p, seed, study.progress and p.workers == 1, study.device) for seed in p.seeds]
+    seeds = study_seeds(study, p)
+    args = [(study.root / "seeds", p, seed, study.progress and p.workers == 1, study.device) for seed in seeds]
     if p.workers <= 1:
         return [seed_study(*a) for a in args]
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=p.workers, mp_context=ctx) as pool:
         futures = [pool.submit(seed_study, *a) for a in args]
         out = []
-        for seed, fut in zip(p.seeds, futures):
+        for seed, fut in zip(seeds, futures):
             out.append(fut.result())
             study.log(f"seed {seed} done")
         return out
@@ -436,7 +445,7 @@ def report(study: Study, p: IsolossPreset) -> Section:
     primary = _key(p)
     section.text.append(
         f"Language hmm ({p.languages['hmm']}), task {p.task} (the hidden state at position {design.position}); "
-        f"{len(p.seeds)} seeds; base run {p.base_steps} steps, forks from its step {p.base_steps}; reference: the "
+        f"{len(study_seeds(study, p))} seeds; base run {p.base_steps} steps, forks from its step {p.base_steps}; reference: the "
         f"AdamW fork at +{p.extra_steps} steps; every other fork at its checkpoint (every {p.match_every} steps "
         f"from +{p.match_from} to +{p.match_to}) whose KL on the shared held-out set ({p.eval_sentences} "
         f"sentences) is nearest the reference's. Probes: the same {design.pool}-example pool, subsets and "
@@ -492,7 +501,7 @@ def _differences(section: Section, p: IsolossPreset, rows: list[dict]) -> dict:
     by = {(r["seed"], r["fork"]): r for r in rows}
     out_rows, claims, primary = [], [], {}
     for c in p.comparisons:
-        seeds = [s for s in p.seeds if (s, c.recipe) in by and (s, c.reference) in by]
+        seeds = sorted({s for s, _ in by if (s, c.recipe) in by and (s, c.reference) in by})
         dkl = [by[(s, c.recipe)]["kl_match"] - by[(s, c.reference)]["kl_match"] for s in seeds]
         within = sum(abs(d) <= p.kl_tolerance for d in dkl)
         quantities = [(f"{v}_{m}_n{n}", f"probe {v} {m} n={n}", c.sign, 100.0)
