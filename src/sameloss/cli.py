@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 
 from . import __version__
@@ -61,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
                                "overrides --size")
     describe.add_argument("--size", "--preset", dest="size", default="tiny",
                           help="named size: micro, tiny (default) or paper (--preset: its old name)")
-    describe.add_argument("--seed", type=int, default=None,
+    describe.add_argument("--seed", type=_non_negative_int, default=None,
                           help="draw another random language of that size's shape, and seed the samples "
                                "(default: the size's own language, samples seeded 0)")
     describe.add_argument("--n-sentences", type=_positive_int, default=4096,
@@ -82,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     pretrain.add_argument("--config", metavar="FILE", help="TOML config file")
     pretrain.add_argument("--out", default="runs", metavar="DIR", help="parent folder of run folders (default runs)")
     pretrain.add_argument("--resume", action="store_true", help="continue the run from its newest checkpoint")
-    pretrain.add_argument("--fresh", action="store_true", help="delete an existing run of the same name first")
+    pretrain.add_argument("--fresh", action="store_true",
+                          help="delete an existing run of the same name first (only a folder sameloss made "
+                               "as a run: it holds the .sameloss-run marker)")
     pretrain.add_argument("--no-progress", action="store_true", help="no progress bar")
     pretrain.add_argument("--print-config", action="store_true",
                           help="print the resolved config (every key, with the overrides applied) and exit")
@@ -96,9 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "the identity. Use it to compare the trace of Hessian of different sizes in one "
                     "architecture.")
     embed.add_argument("checkpoint", metavar="SMALL_CHECKPOINT", help="checkpoint directory (runs/NAME/checkpoints/step_N)")
-    embed.add_argument("--out", required=True, metavar="DIR", help="folder for the embedded checkpoint")
-    embed.add_argument("--into", metavar="SIZE", help="target size name (e.g. t4-640); sets width and depth")
-    embed.add_argument("--width-factor", type=_positive_int, metavar="K", help="widen by K (heads x K)")
+    embed.add_argument("--out", required=True, metavar="DIR",
+                       help="new folder for the embedded checkpoint (an existing one is refused; never a run)")
+    embed.add_argument("--force", action="store_true",
+                       help="replace an existing --out folder written by an earlier sameloss embed")
+    target = embed.add_mutually_exclusive_group()
+    target.add_argument("--into", metavar="SIZE", help="target size name (e.g. t4-640); sets width and depth")
+    target.add_argument("--width-factor", type=_positive_int, metavar="K", help="widen by K (heads x K)")
     embed.add_argument("--extra-layers", type=_non_negative_int, default=0, metavar="N",
                        help="blocks added after the last one (default 0)")
     add_threads_argument(embed)
@@ -144,7 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     measure.add_argument("--finetune-epochs", type=_positive_int, default=10, help="fine-tuning epochs (paper 10)")
     measure.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     measure.add_argument("--seed", type=int, default=0)
-    measure.add_argument("--out", metavar="FILE", help="write the rows to FILE (.csv, else JSON)")
+    measure.add_argument("--out", metavar="FILE",
+                         help="write the rows to FILE (.csv, else JSON); checked before measuring")
     measure.add_argument("--json", action="store_true", help="print the rows as JSON")
     measure.add_argument("--no-progress", action="store_true")
     add_threads_argument(measure)
@@ -171,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _measure(args) -> None:
-    from .measures.run import MeasureSpec, measure_path, write_rows
+    from .measures.run import MeasureSpec, check_output, measure_path, write_rows
     from .training.loop import resolve_device
 
     spec = MeasureSpec(
@@ -182,14 +190,21 @@ def _measure(args) -> None:
         task_test=max(args.task_size // 2, 1), probe_method=args.probe_method, probe_epochs=args.probe_epochs,
         finetune_epochs=args.finetune_epochs, seeds=tuple(range(args.seeds)), seed=args.seed,
         device=str(resolve_device(args.device)))
-    rows = measure_path(args.path, spec, progress=not args.no_progress, language_config=args.language_config,
-                        overrides=tuple(args.overrides))
     if args.out:
-        write_rows(rows, args.out)
+        check_output(args.out)
+    skipped: list[str] = []
+    rows = measure_path(args.path, spec, progress=not args.no_progress, skipped=skipped,
+                        language_config=args.language_config, overrides=tuple(args.overrides))
+    # the rows are shown before anything can go wrong writing them
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
         print(format_rows(rows))
+    sys.stdout.flush()
+    if args.out:
+        write_rows(rows, args.out)
+    if skipped:  # the good checkpoints' rows are out; the bad ones make the exit code 2
+        raise UserError("\n".join(skipped))
 
 
 def format_rows(rows: list[dict]) -> str:
@@ -217,7 +232,7 @@ def _embed(args) -> None:
     from .models.embed import embed_checkpoint
 
     path = embed_checkpoint(args.checkpoint, args.out, into=args.into, width_factor=args.width_factor,
-                            extra_layers=args.extra_layers)
+                            extra_layers=args.extra_layers, force=args.force)
     print(path)
 
 
@@ -228,31 +243,63 @@ def _export(args) -> None:
 
 
 def _pretrain(args) -> None:
-    import shutil
     from pathlib import Path
 
     from . import config as configlib
+    from . import files
     from .training import PretrainConfig, pretrain
     from .training.distributed import setup
+    from .training.loop import finished
 
     cfg = configlib.load(PretrainConfig, args.config, args.overrides)
     if args.print_config:
         print(configlib.to_toml(cfg), end="")
         return
-    run_dir = Path(args.out) / cfg.name
     if args.resume and args.fresh:
         raise UserError("--resume and --fresh contradict each other")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is not a folder")
+    run_dir = out / cfg.name  # cfg.name is one plain path component (PretrainConfig checks it)
+    if run_dir.is_symlink() or (run_dir.exists() and not run_dir.is_dir()):
+        raise UserError(f"{run_dir} exists and is not a run folder; choose another name=")
+    args.interrupt_hint = lambda: _resume_hint(args, run_dir)
     rank, _ = setup()
+    if args.resume:
+        done = finished(run_dir)
+        if done is not None and done[0] == cfg.steps:
+            if rank == 0:
+                print(f"{run_dir} is complete (step {done[0]} of {cfg.steps}); nothing to do")
+            return
     if run_dir.exists() and any(run_dir.iterdir()) and not args.resume:
         if not args.fresh:
             raise UserError(f"{run_dir} already holds a run; pass --resume to continue it, --fresh to replace it, "
                             "or name=... for a new run")
-        if rank == 0:
-            shutil.rmtree(run_dir)
-    result = pretrain(cfg, run_dir, resume=args.resume, progress=not args.no_progress)
+        if not files.is_run_dir(run_dir):
+            raise UserError(f"{run_dir} is not a sameloss run folder (no {files.RUN_MARKER} marker and no "
+                            "config.toml written by sameloss pretrain); --fresh deletes only run folders: remove "
+                            "it yourself or choose another name=")
+    result = pretrain(cfg, run_dir, resume=args.resume, progress=not args.no_progress,
+                      fresh=args.fresh and run_dir.exists())
     if rank == 0 and result:
         print(f"{run_dir}: exact held-out loss {result['loss']:.4f} (entropy {result['entropy']:.4f} + "
               f"KL {result['kl']:.5f} ± {result['kl_std']:.5f} over {result['n_tokens']} masked tokens)")
+
+
+def _resume_hint(args, run_dir) -> str:
+    import shlex
+
+    from .training.checkpoint import complete_checkpoints
+
+    if not complete_checkpoints(run_dir):
+        return "no checkpoint was written; nothing to resume"
+    words = ["sameloss", "pretrain"]
+    if args.config:
+        words += ["--config", args.config]
+    words += list(args.overrides)
+    if args.out != "runs":
+        words += ["--out", args.out]
+    return "resume with --resume: " + " ".join(shlex.quote(w) for w in words + ["--resume"])
 
 
 def _language_describe(args) -> None:
@@ -322,20 +369,51 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(bad)}")
     if extra:
         args.overrides = list(args.overrides) + extra
+    received = []
+    previous = _handle_sigterm(received)
     try:
         if "threads" in vars(args):  # every compute command has --threads
             configure_threads(args.threads)
         args.run(args)
     except UserError as exc:
-        print(f"sameloss: error: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines() or [type(exc).__name__]:
+            print(f"sameloss: error: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("sameloss: interrupted", file=sys.stderr)
-        return 130
+        name = "SIGTERM" if received else "interrupted"
+        hint = getattr(args, "interrupt_hint", None)
+        hint = hint() if hint else None
+        print(f"sameloss: {name}" + (f"; {hint}" if hint else ""), file=sys.stderr)
+        return 128 + (received[0] if received else signal.SIGINT)
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stderr.close()
         return 0
+    except OSError as exc:
+        from .files import STORAGE_ERRNOS
+        if exc.errno not in STORAGE_ERRNOS:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"sameloss: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _handle_sigterm(received: list):
+    """SIGTERM (``kill``, a batch scheduler) ends a command like Ctrl-C: the same clean
+    exit (checkpoints are written atomically; a run resumes from its newest one)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, handler)
 
 
 if __name__ == "__main__":

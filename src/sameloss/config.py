@@ -11,6 +11,7 @@ save its fully resolved config. Every mistake is a ``UserError`` naming the key.
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 import types
 import typing
@@ -26,8 +27,14 @@ def load(cls, path: str | Path | None = None, overrides: list[str] | tuple[str, 
         path = Path(path)
         if not path.exists():
             raise UserError(f"config file not found: {path}")
+        if path.is_dir():
+            raise UserError(f"config file {path} is a folder, not a TOML file")
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
+        except UnicodeDecodeError:
+            raise UserError(f"{path}: not a text file (not UTF-8); expected a TOML config") from None
+        except OSError as exc:
+            raise UserError(f"cannot read config file {path}: {exc.strerror or exc}") from None
         except tomllib.TOMLDecodeError as exc:
             raise UserError(f"{path}: invalid TOML: {exc}") from None
     for item in overrides:
@@ -120,6 +127,8 @@ def _coerce(hint, value, key: str):
         return value
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if hint is float and isinstance(value, float) and not math.isfinite(value):
+        raise UserError(f"config key {key!r}: expected a finite number, got {value!r}")
     if hint is bool and not isinstance(value, bool):
         raise UserError(f"config key {key!r}: expected true or false, got {value!r}")
     if hint in (int, float, str) and (not isinstance(value, hint) or isinstance(value, bool) and hint is not bool):
@@ -136,7 +145,9 @@ def to_dict(config) -> dict:
 
 
 def to_toml(config) -> str:
-    """TOML text of a config (``None`` values are left out: they are the defaults)."""
+    """TOML text of a config. TOML has no null: a ``None`` value is shown as a comment
+    line ``# key = None (unset)``, so every key is listed and the text loads back as the
+    same config."""
     lines: list[str] = []
     _emit(dataclasses.asdict(config), [], lines)
     return "\n".join(lines).strip() + "\n"
@@ -144,10 +155,13 @@ def to_toml(config) -> str:
 
 def _emit(data: dict, path: list[str], lines: list[str]) -> None:
     tables = {k: v for k, v in data.items() if isinstance(v, dict)}
-    if path and any(not isinstance(v, dict) and v is not None for v in data.values()):
+    if path and any(not isinstance(v, dict) for v in data.values()):
         lines.append(f"\n[{'.'.join(path)}]")
     for key, value in data.items():
-        if isinstance(value, dict) or value is None:
+        if isinstance(value, dict):
+            continue
+        if value is None:
+            lines.append(f"# {key} = None (unset)")
             continue
         lines.append(f"{key} = {_toml_value(value)}")
     for key, value in tables.items():

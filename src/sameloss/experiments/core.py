@@ -33,7 +33,7 @@ from .. import config as configlib
 from ..errors import UserError
 from ..training.checkpoint import checkpoint_dir, complete_checkpoints
 from ..training.config import PretrainConfig
-from ..training.loop import RESUMABLE_CHANGES, pretrain, read_config_dict
+from ..training.loop import RESUMABLE_CHANGES, pretrain, read_config_dict, read_summary
 
 MEASUREMENTS = "measurements.json"
 
@@ -159,6 +159,11 @@ class Study:
         self.root = Path(root)
         self.seed = seed
         if fresh and self.root.exists():
+            # delete only what an earlier reproduce made (its cache, report or runs)
+            known = {MEASUREMENTS, "report.md", "results.csv", "runs.csv", "runs", "embedded"}
+            if any(self.root.iterdir()) and not known & {p.name for p in self.root.iterdir()}:
+                raise UserError(f"{self.root} does not look like an experiment folder of sameloss reproduce; "
+                                "--fresh deletes only those: remove it yourself or pass another --out")
             shutil.rmtree(self.root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.runs_dir = self.root / "runs"
@@ -187,11 +192,11 @@ class Study:
 
     def bar(self, items: list, desc: str):
         """A progress bar over the checkpoints being measured (a plain list when off)."""
-        from tqdm import tqdm
+        from ..progress import progress_bar
 
         if not self.progress or len(items) < 2:
             return items
-        bar = tqdm(items, desc=desc, unit="checkpoint", leave=False, dynamic_ncols=True)
+        bar = progress_bar(items, desc=desc, unit="checkpoint", leave=False)
         self._bar = bar
 
         def gen():
@@ -240,7 +245,7 @@ class Study:
             status = "trained"
         seconds = time.perf_counter() - start
         self.timings["train"] += seconds
-        summary = json.loads(summary_path.read_text())
+        summary = read_summary(run_dir) or {}
         info = RunInfo(spec, cfg, run_dir, status, seconds, summary)
         self.runs[spec.name] = info
         return info
@@ -298,7 +303,8 @@ class Study:
 
         checkpoint = Path(checkpoint)
         rel = self.rel(checkpoint)
-        meta = (checkpoint / "meta.json").read_text()
+        # (a damaged meta.json is reported by measure_checkpoint, naming the file)
+        meta = (checkpoint / "meta.json").read_bytes().decode("utf-8", errors="replace")
         key = self._key("checkpoint", rel, spec, _fingerprint(meta))
         if key in self.cache:
             return self._cached(key)

@@ -57,8 +57,9 @@ def export_checkpoint(path: str | Path, out: str | Path, measures: str | Path | 
         raise UserError(f"{out} already exists; export writes a new folder (choose another --out)")
     model, language, cfg, ckpt = _load(Path(path))
     run_dir = ckpt.parent.parent
-    if _inside(out, run_dir):
-        raise UserError(f"{out} is inside the run folder {run_dir}; export into a folder of its own")
+    inside = _run_folder_holding(out)
+    if inside is not None:
+        raise UserError(f"{out} is inside the run folder {inside}; export into a folder of its own")
     check_exportable(model)
     try:
         import transformers  # noqa: F401
@@ -85,7 +86,7 @@ def export_checkpoint(path: str | Path, out: str | Path, measures: str | Path | 
             if bar:
                 hf_logging.enable_progress_bar()
         save_tokenizer(language, tmp, language.max_len)
-        (tmp / "sameloss.toml").write_text(f"# resolved config of run {cfg.name} (sameloss); rebuilds the language\n"
+        (tmp / "sameloss.toml").write_text(f"# sameloss config of the run {cfg.name} this model was exported from\n"
                                            + configlib.to_toml(cfg))
         (tmp / "README.md").write_text(model_card(model, language, cfg, ckpt, evaluation, trace))
         os.replace(tmp, out)
@@ -95,12 +96,16 @@ def export_checkpoint(path: str | Path, out: str | Path, measures: str | Path | 
     return out
 
 
-def _inside(path: Path, folder: Path) -> bool:
-    try:
-        path.resolve().relative_to(folder.resolve())
-    except ValueError:
-        return False
-    return (folder / "checkpoints").is_dir()
+def _run_folder_holding(path: Path) -> Path | None:
+    """The sameloss run folder (``files.is_run_dir``, or any folder with a
+    ``checkpoints/`` of step folders) that ``path`` would be written into, if any."""
+    from ..files import is_run_dir
+    from ..training.checkpoint import step_dirs
+
+    for folder in path.resolve().parents:
+        if is_run_dir(folder) or ((folder / "checkpoints").is_dir() and step_dirs(folder)):
+            return folder
+    return None
 
 
 def _evaluation(model, language, cfg, ckpt: Path) -> dict:

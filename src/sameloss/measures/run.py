@@ -3,7 +3,11 @@
 ``MeasureSpec`` says what to compute; ``measure_checkpoint`` turns one checkpoint into a
 flat dict (loss, KL, traces, eigenvalue, sharpness, probe / fine-tune / look-up-table
 accuracies, each with its error); ``measure_path`` does every checkpoint of a run (or
-one checkpoint) and ``write_rows`` saves them as CSV or JSON.
+one checkpoint) and ``write_rows`` saves them as CSV or JSON (``check_output`` first, so
+a bad output path fails before any measuring).
+
+A damaged checkpoint of a run is skipped and reported (``measure_path(..., skipped=[])``):
+the rows of the others are kept.
 
 The look-up-table baseline does not depend on the checkpoint (it probes the true
 conditionals), so it is computed once per language and repeated in every row.
@@ -12,15 +16,17 @@ conditionals), so it is computed once per language and repeated in every row.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tqdm import tqdm
-
+from .. import files
 from ..errors import UserError
-from ..training.checkpoint import complete_checkpoints, read_meta
+from ..progress import progress_bar
+from ..training.checkpoint import CorruptCheckpoint, read_meta, step_dirs
 from ..training.evaluate import ExactEvaluator
 from ..training.loop import load_model_from_checkpoint
 from . import curvature
@@ -70,13 +76,14 @@ class MeasureSpec:
 
 
 def checkpoints_of(path: str | Path) -> list[Path]:
-    """A checkpoint directory itself, or every complete checkpoint of a run directory."""
+    """A checkpoint directory itself, or every checkpoint folder (``step_*``) of a run
+    directory."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"no such run or checkpoint: {path}")
     if (path / "meta.json").exists():
         return [path]
-    found = complete_checkpoints(path)
+    found = step_dirs(path)
     if not found:
         raise UserError(f"{path} holds no checkpoint (expected a run folder, a checkpoints/step_* folder "
                         "or a Hugging Face masked-LM folder with a config.json)")
@@ -221,11 +228,15 @@ def _task_data(cache, language, cfg, task, spec):
     return cache[key]
 
 
-def measure_path(path: str | Path, spec: MeasureSpec, progress: bool = True, language_config: str | Path | None = None,
+def measure_path(path: str | Path, spec: MeasureSpec, progress: bool = True,
+                 skipped: list[str] | None = None, language_config: str | Path | None = None,
                  overrides: tuple[str, ...] = ()) -> list[dict]:
-    """Rows of every checkpoint of a run, of one checkpoint, or of a Hugging Face
+    """Rows of a checkpoint, of every checkpoint of a run, or of a Hugging Face
     masked-LM folder (``language_config`` / ``overrides``: what to measure it on; they
-    apply to such a folder only — a checkpoint's language is in its config)."""
+    apply to such a folder only — a checkpoint's language is in its config). With
+    ``skipped`` (a list), a damaged checkpoint of a run is left out and its problem
+    appended there; without it, or when no checkpoint can be read,
+    ``CorruptCheckpoint``/``UserError`` is raised (one line per damaged checkpoint)."""
     from ..hf.adapter import is_hf_folder
 
     if is_hf_folder(path):
@@ -235,24 +246,56 @@ def measure_path(path: str | Path, spec: MeasureSpec, progress: bool = True, lan
                         f"{path} is measured on the language in its own config")
     found = checkpoints_of(path)
     cache: dict = {}
-    rows = []
-    for ckpt in tqdm(found, desc="measuring", unit="checkpoint", disable=not progress or len(found) < 2):
-        rows.append(measure_checkpoint(ckpt, spec, cache))
+    rows, problems = [], []
+    for ckpt in progress_bar(found, desc="measuring", unit="checkpoint", disable=not progress or len(found) < 2):
+        try:
+            if not (ckpt / "meta.json").exists():
+                raise CorruptCheckpoint(ckpt / "meta.json", "missing (not a complete checkpoint)")
+            rows.append(measure_checkpoint(ckpt, spec, cache))
+        except CorruptCheckpoint as exc:
+            if skipped is None or len(found) == 1:
+                raise
+            problems.append(f"{exc} (checkpoint skipped)")
+    if not rows:
+        raise UserError("\n".join(problems))
+    if skipped is not None:
+        skipped.extend(problems)
     return rows
+
+
+def check_output(out: str | Path) -> Path:
+    """Fail now (``UserError``) if ``write_rows`` could not write ``out``: it is a folder,
+    or its folder cannot be created or written."""
+    out = Path(out)
+    if out.is_dir():
+        raise UserError(f"--out {out} is a folder; give a file name (.csv or .json)")
+    if out.exists() and not os.access(out, os.W_OK):
+        raise UserError(f"--out {out} is read-only")
+    parent = out.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UserError(f"--out {out}: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"--out {out}: cannot write in {parent} (permission denied)")
+    return out
 
 
 def write_rows(rows: list[dict], out: str | Path) -> None:
     """CSV (``.csv``) or JSON (anything else), written to a temporary name first so an
-    interrupted write never replaces earlier results."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
+    interrupted write never replaces earlier results (and leaves no temporary file)."""
+    out = check_output(out)
     if out.suffix == ".csv":
         columns = list(dict.fromkeys(k for row in rows for k in row))
-        with tmp.open("w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows(rows)
+        buffer = io.StringIO(newline="")
+        writer = csv.DictWriter(buffer, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+        text = buffer.getvalue()
     else:
-        tmp.write_text(json.dumps(rows, indent=2))
-    tmp.replace(out)
+        text = json.dumps(rows, indent=2)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        files.atomic_write_text(out, text)
+    except OSError as exc:
+        raise files.write_error(out, exc) from None

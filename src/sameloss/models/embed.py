@@ -72,12 +72,15 @@ Added blocks contribute their residual-stream biases (and, post-LN, their LayerN
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from sameloss import files
 from sameloss.errors import UserError
 from sameloss.models.transformer import TransformerConfig, TransformerMLM
 
@@ -304,8 +307,14 @@ def embed_checkpoint(
     into: str | None = None,
     width_factor: int | None = None,
     extra_layers: int = 0,
+    force: bool = False,
 ) -> Path:
     """Embed the transformer of a checkpoint and save it as a checkpoint of the large model.
+
+    ``out_dir`` must be new (or an empty folder); ``force`` lets it replace a folder an
+    earlier ``embed_checkpoint`` wrote (it holds ``.sameloss-embedded``). A folder that
+    is, holds or lies inside a training run or a checkpoint is never written to. The
+    folder is assembled under a temporary name and renamed into place.
 
     ``into``: a transformer size name (e.g. ``t4-1920``) whose shape is the target; the
     width factor and added layers follow from it. Without it: ``width_factor`` (default 1)
@@ -326,6 +335,8 @@ def embed_checkpoint(
     small_dir = Path(small_checkpoint_dir)
     if not (small_dir / "meta.json").exists():
         raise UserError(f"{small_dir} is not a checkpoint (no meta.json)")
+    out_dir = Path(out_dir)
+    _check_out_dir(out_dir, small_dir, force)
     small_meta = ckpt.read_meta(small_dir)
     kind = small_meta.get("config", {}).get("model", {}).get("kind", "transformer")
     if kind != "transformer":
@@ -366,8 +377,59 @@ def embed_checkpoint(
                             "params tiled, decoder-input LayerNorm /k, identity blocks appended",
         },
     }
-    out_dir = Path(out_dir)
-    path = ckpt.save(out_dir, step, large, state, meta)
-    (out_dir / "config.toml").write_text(
-        f"# config of the model embedded from {small_dir} (App. B.4)\n" + configlib.to_toml(large_cfg))
-    return path
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.parent / f".tmp-embed-{out_dir.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir()
+        files.mark(tmp, files.EMBEDDED_MARKER, f"sameloss embed of {small_dir}")
+        ckpt.save(tmp, step, large, state, meta)
+        (tmp / "config.toml").write_text(
+            f"{files.EMBEDDED_CONFIG_HEADER} {small_dir} (App. B.4)\n" + configlib.to_toml(large_cfg))
+        if out_dir.exists() and any(out_dir.iterdir()):  # checked above: an earlier embed, and --force
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise files.write_error(out_dir, exc) from None
+        raise
+    return ckpt.checkpoint_dir(out_dir, step)
+
+
+def _holds_run_or_checkpoint(folder: Path) -> bool:
+    """Whether ``folder`` holds a training run or a checkpoint anywhere below it (an
+    earlier embed's own checkpoint does not count)."""
+    if files.is_run_dir(folder) or (folder / "meta.json").exists():
+        return True
+    if files.is_embedded_dir(folder):
+        return any(True for _ in folder.rglob(files.RUN_MARKER)) or \
+            any(files.is_run_dir(p.parent) for p in folder.rglob("config.toml"))
+    return any(True for _ in folder.rglob("meta.json")) or any(True for _ in folder.rglob(files.RUN_MARKER))
+
+
+def _check_out_dir(out_dir: Path, small_dir: Path, force: bool) -> None:
+    """``UserError`` unless writing the embedded checkpoint to ``out_dir`` loses nothing."""
+    resolved = out_dir.resolve()
+    for folder in [resolved, *resolved.parents]:
+        if folder.exists() and (files.is_run_dir(folder) or (folder / "meta.json").exists()):
+            what = "a training run" if files.is_run_dir(folder) else "a checkpoint"
+            where = "is" if folder == resolved else f"lies inside {folder}, which is"
+            raise UserError(f"--out {out_dir} {where} {what}; embed never writes into a run: choose a new folder")
+    if resolved == small_dir.resolve() or resolved in small_dir.resolve().parents:
+        raise UserError(f"--out {out_dir} holds the checkpoint being embedded; choose a new folder")
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir() or out_dir.is_symlink():
+        raise UserError(f"--out {out_dir} exists and is not a folder; choose a new folder")
+    if not any(out_dir.iterdir()):
+        return
+    if _holds_run_or_checkpoint(out_dir) and not files.is_embedded_dir(out_dir):
+        raise UserError(f"--out {out_dir} holds a training run or checkpoint; embed never writes into a run: "
+                        "choose a new folder")
+    if not force:
+        raise UserError(f"--out {out_dir} already exists; choose a new folder, or pass --force to replace an "
+                        "earlier embed's output")
+    if not files.is_embedded_dir(out_dir):
+        raise UserError(f"--out {out_dir} was not written by sameloss embed (no {files.EMBEDDED_MARKER}); "
+                        "--force replaces only an earlier embed's output: choose a new folder")

@@ -6,7 +6,11 @@
   without it is an interrupted write and is ignored.
 
 Each checkpoint is written into a temporary directory and renamed into place, so a
-crash never leaves a half-written checkpoint under a real name.
+crash never leaves a half-written checkpoint under a real name; a failed write (a full
+disk) removes the temporary directory and raises a one-line ``UserError``.
+
+Reading a damaged file (truncated, garbage, empty, missing, weights of another shape)
+raises ``CorruptCheckpoint`` naming the file, never a library traceback.
 """
 
 from __future__ import annotations
@@ -17,9 +21,20 @@ import shutil
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, save_model
+
+from ..errors import UserError
+from ..files import write_error
 
 PREFIX = "step_"
+
+
+class CorruptCheckpoint(UserError):
+    """A checkpoint file that cannot be read; the message names the file."""
+
+    def __init__(self, path: Path, reason: str):
+        self.path = Path(path)
+        super().__init__(f"{path}: {reason}")
 
 
 def checkpoint_dir(run_dir: Path, step: int) -> Path:
@@ -29,15 +44,21 @@ def checkpoint_dir(run_dir: Path, step: int) -> Path:
 def save(run_dir: Path, step: int, model: torch.nn.Module, state: dict, meta: dict) -> Path:
     final = checkpoint_dir(run_dir, step)
     tmp = final.parent / f".tmp-{final.name}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    save_model(model, str(tmp / "model.safetensors"))
-    torch.save(state, tmp / "state.pt")
-    (tmp / "meta.json").write_text(json.dumps({"step": step, **meta}, indent=2))
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    try:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        save_model(model, str(tmp / "model.safetensors"))
+        torch.save(state, tmp / "state.pt")
+        (tmp / "meta.json").write_text(json.dumps({"step": step, **meta}, indent=2))
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException as exc:  # a full disk, a kill: no half-written folder stays behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise write_error(final, exc) from None
+        raise
     return final
 
 
@@ -50,16 +71,57 @@ def complete_checkpoints(run_dir: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name[len(PREFIX):]))
 
 
+def step_dirs(run_dir: Path) -> list[Path]:
+    """Every ``step_*`` folder of a run, complete or not, oldest first."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.name.startswith(PREFIX) and p.name[len(PREFIX):].isdigit()]
+    return sorted(found, key=lambda p: int(p.name[len(PREFIX):]))
+
+
 def read_meta(path: Path) -> dict:
-    return json.loads((Path(path) / "meta.json").read_text())
+    """``meta.json`` of a checkpoint; ``CorruptCheckpoint`` unless it is a JSON object with
+    an integer ``step`` and a ``config`` table."""
+    file = Path(path) / "meta.json"
+    try:
+        meta = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CorruptCheckpoint(file, "missing (not a complete checkpoint)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptCheckpoint(file, f"unreadable ({_reason(exc)})") from None
+    if not isinstance(meta, dict):
+        raise CorruptCheckpoint(file, "not a JSON object")
+    if not isinstance(meta.get("step"), int) or isinstance(meta.get("step"), bool):
+        raise CorruptCheckpoint(file, "has no integer 'step'")
+    if not isinstance(meta.get("config"), dict):
+        raise CorruptCheckpoint(file, "has no 'config' table")
+    return meta
 
 
 def load_weights(path: Path, model: torch.nn.Module) -> None:
-    missing, unexpected = load_model(model, str(Path(path) / "model.safetensors"), strict=False)
+    """Load ``model.safetensors`` into ``model``; ``CorruptCheckpoint`` if it is missing,
+    damaged or holds tensors of other names or shapes (the model is then unchanged)."""
+    file = Path(path) / "model.safetensors"
+    if not file.is_file():
+        raise CorruptCheckpoint(file, "missing")
+    try:
+        tensors = load_file(str(file))
+    except Exception as exc:  # safetensors raises its own error types for damaged files
+        raise CorruptCheckpoint(file, f"unreadable ({_reason(exc)})") from None
+    expected = model.state_dict()
     # tied output weights are stored once; anything else missing is a real mismatch
-    missing = [m for m in missing if not _is_tied_alias(model, m)]
+    missing = [m for m in expected if m not in tensors and not _is_tied_alias(model, m)]
+    unexpected = [n for n in tensors if n not in expected]
     if missing or unexpected:
-        raise RuntimeError(f"checkpoint {path} does not fit the model: missing {missing}, unexpected {unexpected}")
+        raise CorruptCheckpoint(file, f"does not fit the model of meta.json's config: missing {missing[:3]}, "
+                                      f"unexpected {unexpected[:3]}")
+    wrong = [n for n, t in tensors.items() if t.shape != expected[n].shape]
+    if wrong:
+        n = wrong[0]
+        raise CorruptCheckpoint(file, f"does not fit the model of meta.json's config: {n} has shape "
+                                      f"{tuple(tensors[n].shape)}, the model {tuple(expected[n].shape)}")
+    model.load_state_dict(tensors, strict=False)  # tied aliases share the one stored tensor
 
 
 def _is_tied_alias(model: torch.nn.Module, name: str) -> bool:
@@ -70,7 +132,23 @@ def _is_tied_alias(model: torch.nn.Module, name: str) -> bool:
 
 
 def load_state(path: Path) -> dict:
-    return torch.load(Path(path) / "state.pt", weights_only=False)
+    """``state.pt`` (optimiser, schedule, RNG); ``CorruptCheckpoint`` if unreadable."""
+    file = Path(path) / "state.pt"
+    if not file.is_file():
+        raise CorruptCheckpoint(file, "missing")
+    try:
+        state = torch.load(file, weights_only=False)
+    except Exception as exc:  # pickle, zip and EOF errors of a damaged file
+        raise CorruptCheckpoint(file, f"unreadable ({_reason(exc)})") from None
+    if not isinstance(state, dict) or not {"step", "optimizer", "schedule", "rng"} <= set(state):
+        raise CorruptCheckpoint(file, "is not a sameloss training state")
+    return state
+
+
+def _reason(exc: BaseException) -> str:
+    """The first line of an exception's message, short."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def prune(run_dir: Path, keep_steps: set[int], keep_latest: int = 1) -> None:

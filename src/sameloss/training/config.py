@@ -4,6 +4,7 @@ warm-up, dropout 0.1, weight decay 0.01; the paper's batch is 4096)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -20,6 +21,10 @@ class LanguageConfig:
     length: int | None = None  # None: 24 (the paper's)
     # (configs saved before the key was renamed say ``language.preset``)
     ALIASES = {"preset": "size"}
+
+    def __post_init__(self):
+        if self.seed is not None and self.seed < 0:
+            raise ValueError(f"language.seed must be >= 0, got {self.seed}")
 
 
 @dataclass(frozen=True)
@@ -59,8 +64,8 @@ class OptimConfig:
     grad_clip: float | None = None  # max global gradient norm
 
     def __post_init__(self):
-        if self.lr <= 0:
-            raise ValueError(f"optim.lr must be positive, got {self.lr}")
+        if not math.isfinite(self.lr) or self.lr <= 0:
+            raise ValueError(f"optim.lr must be a positive finite number, got {self.lr}")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise ValueError(f"optim.betas must be two numbers in [0, 1), got {self.betas}")
         if self.warmup_steps < 0:
@@ -77,6 +82,15 @@ class EvalConfig:
     n_sentences: int = 2000  # held-out sentences (fixed for the whole run)
     n_subsets: int = 5  # standard deviations over this many disjoint subsets (App. A.7)
     seed: int = 1_000_003  # the held-out set's seed, apart from the training stream
+
+    def __post_init__(self):
+        if self.every < 0:
+            raise ValueError(f"eval.every must be >= 0 (0: only at the end), got {self.every}")
+        if self.n_sentences < 1:
+            raise ValueError(f"eval.n_sentences must be >= 1, got {self.n_sentences}")
+        if not 1 <= self.n_subsets <= self.n_sentences:
+            raise ValueError(f"eval.n_subsets must be in [1, eval.n_sentences={self.n_sentences}], "
+                             f"got {self.n_subsets}")
 
 
 @dataclass(frozen=True)
@@ -129,8 +143,17 @@ class PretrainConfig:
     adversarial: AdversarialConfig = field(default_factory=AdversarialConfig)
 
     def __post_init__(self):
+        # the run folder is <out>/<name>: one plain folder name, never a path elsewhere
+        if (not self.name or self.name in (".", "..") or any(c in self.name for c in "/\\\0")
+                or self.name != self.name.strip()):
+            raise ValueError(f"name must be a plain folder name (no '/', '\\', '..', empty or surrounding "
+                             f"spaces), got {self.name!r}")
         if self.steps < 1:
             raise ValueError("steps must be >= 1")
+        if self.log_every < 1:
+            raise ValueError(f"log_every must be >= 1, got {self.log_every}")
+        if self.save_every < 1:
+            raise ValueError(f"save_every must be >= 1, got {self.save_every}")
         if self.batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         if not 0 < self.mask_rate <= 1:

@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
+import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from .. import config as configlib
+from .. import files
 from ..errors import UserError
+from ..progress import progress_bar
 from ..languages import make_language
 from ..models import build_model
 from . import checkpoint as ckpt
@@ -122,18 +125,63 @@ def _check_resumable(saved: dict, current: dict) -> None:
             raise UserError(f"cannot resume: config key {key!r} was {va!r} and is now {vb!r}")
 
 
+def finished(run_dir: str | Path) -> tuple[int, dict] | None:
+    """``(step, final evaluation)`` of a finished run — ``summary.json`` readable and its
+    step that of the newest complete checkpoint — else None."""
+    run_dir = Path(run_dir)
+    try:
+        summary = read_summary(run_dir)
+    except UserError:
+        return None
+    found = ckpt.complete_checkpoints(run_dir)
+    if summary is None or not found or not isinstance(summary.get("step"), int):
+        return None
+    if int(found[-1].name[len(ckpt.PREFIX):]) != summary["step"]:
+        return None
+    return summary["step"], summary.get("eval") or {}
+
+
+def read_summary(run_dir: str | Path) -> dict | None:
+    """``summary.json`` of a run (None if absent); ``UserError`` naming it if damaged."""
+    path = Path(run_dir) / "summary.json"
+    if not path.exists():
+        return None
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{path}: unreadable ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") \
+            from None
+    if not isinstance(summary, dict):
+        raise UserError(f"{path}: not a JSON object")
+    return summary
+
+
+def _warn(message: str) -> None:
+    print(f"sameloss: warning: {message}", file=sys.stderr, flush=True)
+
+
 def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, progress: bool = True,
-             stop_after: int | None = None) -> dict:
+             stop_after: int | None = None, fresh: bool = False) -> dict:
     """Train; returns the final exact evaluation. ``stop_after`` ends the call early
-    (as if killed right after that step's checkpoint) — used to test resuming."""
+    (as if killed right after that step's checkpoint) — used to test resuming.
+
+    ``resume``: continue from the newest checkpoint that loads (damaged newer ones are
+    skipped with a warning on stderr); a finished run is left untouched and its final
+    evaluation returned. ``fresh``: replace an existing run folder — only one that
+    ``files.is_run_dir`` recognises, and only once everything else is built. A new run's
+    folder is created after the language, model and evaluator are built, and removed
+    again if this call fails before its first checkpoint."""
     run_dir = Path(run_dir)
     rank, world_size = dist.setup()
     device = resolve_device(cfg.device)
     if world_size > 1 and device.type == "cuda":
         device = torch.device("cuda", dist.local_rank())
+    if resume:
+        done = finished(run_dir)
+        if done is not None and done[0] == cfg.steps:
+            return done[1]
     language = build_language(cfg)
     model, optimizer, schedule = build(cfg, language, device)
-    train_model = dist.wrap(model, device) if world_size > 1 else model
     adversary = None
     if cfg.adversarial.weight > 0:
         if world_size > 1:
@@ -141,143 +189,265 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, pro
         a = cfg.adversarial
         adversary = AdversarialObjective(language, a.task, a.weight, a.batch_size, a.pool_size, a.ridge, cfg.seed)
     rate = None if cfg.masking == "single" else cfg.mask_rate
-    keep = set(cfg.checkpoint_steps())
     config_path = run_dir / "config.toml"
-    metrics_path = run_dir / "metrics.jsonl"
 
-    start = 1
+    evaluator = ExactEvaluator(language, cfg.eval.n_sentences, rate, cfg.eval.seed, cfg.eval.n_subsets) \
+        if rank == 0 else None
+
+    start, window = 1, {}
+    created = False
     if resume:
-        found = ckpt.complete_checkpoints(run_dir)
-        if not found:
-            raise UserError(f"nothing to resume in {run_dir}: no complete checkpoint")
-        latest = found[-1]
         _check_resumable(read_config_dict(config_path), configlib.to_dict(cfg))
-        ckpt.load_weights(latest, model)
-        state = ckpt.load_state(latest)
-        optimizer.load_state_dict(state["optimizer"])
-        schedule.load_state_dict(state["schedule"])
+        model, optimizer, schedule, state = _load_newest_valid(cfg, language, device, run_dir, rank)
+        if state["step"] > cfg.steps:
+            raise UserError(f"cannot resume: {run_dir} is at step {state['step']}, past steps={cfg.steps}")
+        if state["step"] == cfg.steps:  # finished, but summary.json was never written
+            meta = ckpt.read_meta(ckpt.checkpoint_dir(run_dir, state["step"]))
+            if rank == 0:
+                _write_summary(run_dir, state["step"], meta.get("eval") or {}, model)
+            return meta.get("eval") or {}
         torch.set_rng_state(state["rng"])
         if device.type == "cuda" and state.get("cuda_rng") is not None:
             torch.cuda.set_rng_state(state["cuda_rng"])
         start = state["step"] + 1
+        window = state.get("window") or {}
         if rank == 0:
-            _truncate_metrics(metrics_path, state["step"])
-    if rank == 0:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        config_path.write_text(f"# resolved config of run {cfg.name}\n" + configlib.to_toml(cfg))
+            _truncate_metrics(run_dir / "metrics.jsonl", state["step"])
+    elif rank == 0:
+        if fresh and run_dir.exists():
+            remove_run(run_dir)
+        created = not run_dir.exists()
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            files.mark(run_dir, files.RUN_MARKER, f"sameloss run {cfg.name}")
+            files.atomic_write_text(config_path, f"{files.RUN_CONFIG_HEADER} {cfg.name}\n" + configlib.to_toml(cfg))
+        except OSError as exc:
+            if created:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise files.write_error(run_dir, exc) from None
+    train_model = dist.wrap(model, device) if world_size > 1 else model
+    try:
+        return _train(cfg, run_dir, model, train_model, optimizer, schedule, language, evaluator, adversary,
+                      device, rank, world_size, start, window, progress, stop_after)
+    except BaseException:
+        # a new run that failed before its first checkpoint holds nothing to resume from:
+        # remove what this call created, so the corrected command can run again
+        if created and not ckpt.complete_checkpoints(run_dir):
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
 
-    evaluator = ExactEvaluator(language, cfg.eval.n_sentences, rate, cfg.eval.seed, cfg.eval.n_subsets) \
-        if rank == 0 else None
+
+def remove_run(run_dir: Path) -> None:
+    """Delete a run folder for ``--fresh`` — only one sameloss recognises as a run."""
+    if run_dir.is_symlink() or not files.is_run_dir(run_dir):
+        raise UserError(f"{run_dir} is not a sameloss run folder (no {files.RUN_MARKER} marker and no config.toml "
+                        "written by sameloss pretrain); --fresh deletes only run folders: remove it yourself or "
+                        "choose another name=")
+    shutil.rmtree(run_dir)
+
+
+def _load_newest_valid(cfg: PretrainConfig, language, device: torch.device, run_dir: Path, rank: int):
+    """Model, optimiser and schedule restored from the newest checkpoint that loads, and
+    its training state; every damaged newer one is named in a warning."""
+    found = ckpt.step_dirs(run_dir)
+    if not found:
+        raise UserError(f"nothing to resume in {run_dir}: no complete checkpoint")
+    problems = []
+    for path in reversed(found):
+        model, optimizer, schedule = build(cfg, language, device)
+        try:
+            if not (path / "meta.json").exists():
+                raise ckpt.CorruptCheckpoint(path / "meta.json", "missing (not a complete checkpoint)")
+            ckpt.read_meta(path)
+            state = ckpt.load_state(path)
+            ckpt.load_weights(path, model)
+            try:
+                optimizer.load_state_dict(state["optimizer"])
+                schedule.load_state_dict(state["schedule"])
+                rng = state["rng"]
+                if not (isinstance(rng, torch.Tensor) and rng.dtype == torch.uint8
+                        and rng.shape == torch.get_rng_state().shape):
+                    raise ValueError("its RNG state is not a CPU generator state")
+            except Exception as exc:
+                raise ckpt.CorruptCheckpoint(path / "state.pt", f"does not fit this run ({exc})") from None
+        except ckpt.CorruptCheckpoint as exc:
+            problems.append(str(exc))
+            continue
+        if rank == 0:
+            for problem in problems:
+                _warn(f"{problem}; resuming from {path} instead")
+        return model, optimizer, schedule, state
+    raise UserError(f"nothing to resume in {run_dir}: no valid checkpoint ({problems[0]})")
+
+
+def _train(cfg, run_dir, model, train_model, optimizer, schedule, language, evaluator, adversary, device,
+           rank, world_size, start, window, progress, stop_after) -> dict:
+    rate = None if cfg.masking == "single" else cfg.mask_rate
+    keep = set(cfg.checkpoint_steps())
+    metrics_path = run_dir / "metrics.jsonl"
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
     last_eval: dict = {}
     last_train_loss = float("nan")
-    tokens_seen, window_loss, window_targets, window_start = 0, 0.0, 0, time.perf_counter()
-    window_downstream, window_steps = 0.0, 0
-    bar = tqdm(total=cfg.steps, initial=start - 1, desc=cfg.name, unit="step",
-               disable=not progress or rank != 0, dynamic_ncols=True, leave=True)
-    train_model.train()
-    step = start - 1
-    for step in range(start, cfg.steps + 1):
-        full = global_batch(language, cfg.seed, step, cfg.batch_size, rate)
-        n_targets = full.n_targets
-        optimizer.zero_grad(set_to_none=True)
-        if isinstance(optimizer, SAM):
-            ascent, update = full.halves()
-            # ascent: this process's own half-batch gradient, not averaged across processes
-            with dist.no_sync(train_model), autocast:
-                ascent_loss, _ = mlm_loss(train_model, ascent.shard(rank, world_size).to(device),
-                                          ascent.n_targets, world_size)
-            ascent_loss.backward()
-            optimizer.ascend()
+    # the log window (train loss, tokens/s) continues across a resume: its sums are in state.pt
+    tokens_seen, window_loss = window.get("tokens", 0), window.get("loss", 0.0)
+    window_targets, window_start = window.get("targets", 0), time.perf_counter() - window.get("seconds", 0.0)
+    window_downstream, window_steps = window.get("downstream", 0.0), window.get("steps", 0)
+    bar = progress_bar(total=cfg.steps, initial=start - 1, desc=cfg.name, unit="step",
+                       disable=not progress or rank != 0)
+    try:
+        train_model.train()
+        step = start - 1
+        for step in range(start, cfg.steps + 1):
+            full = global_batch(language, cfg.seed, step, cfg.batch_size, rate)
+            n_targets = full.n_targets
             optimizer.zero_grad(set_to_none=True)
-            batch, n_targets = update.shard(rank, world_size).to(device), update.n_targets
-        else:
-            batch = full.shard(rank, world_size).to(device)
-        with autocast:
-            loss, summed = mlm_loss(train_model, batch, n_targets, world_size)
-            if adversary is not None:
-                adv_loss, downstream = adversary.loss(model, step, device)
-                loss = loss + adv_loss
-        if not torch.isfinite(summed):
-            good = ckpt.complete_checkpoints(run_dir)
-            where = f"; the last good checkpoint is {good[-1]}" if good else ""
-            bar.close()
-            raise TrainingDiverged(f"the training loss became {summed.item()} at step {step}{where}")
-        loss.backward()
-        if cfg.optim.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
-        optimizer.step()
-        schedule.step()
+            if isinstance(optimizer, SAM):
+                ascent, update = full.halves()
+                # ascent: this process's own half-batch gradient, not averaged across processes
+                with dist.no_sync(train_model), autocast:
+                    ascent_loss, _ = mlm_loss(train_model, ascent.shard(rank, world_size).to(device),
+                                              ascent.n_targets, world_size)
+                ascent_loss.backward()
+                optimizer.ascend()
+                optimizer.zero_grad(set_to_none=True)
+                batch, n_targets = update.shard(rank, world_size).to(device), update.n_targets
+            else:
+                batch = full.shard(rank, world_size).to(device)
+            with autocast:
+                loss, summed = mlm_loss(train_model, batch, n_targets, world_size)
+                if adversary is not None:
+                    adv_loss, downstream = adversary.loss(model, step, device)
+                    loss = loss + adv_loss
+            if not torch.isfinite(summed):
+                good = ckpt.complete_checkpoints(run_dir)
+                where = f"; the last good checkpoint is {good[-1]}" if good else ""
+                raise TrainingDiverged(f"the training loss became {summed.item()} at step {step}{where}")
+            loss.backward()
+            if cfg.optim.grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+            optimizer.step()
+            schedule.step()
 
-        tokens_seen += int((batch.inputs != language.pad_id).sum()) * world_size
-        window_loss += float(summed) * world_size
-        window_targets += n_targets
-        if adversary is not None:
-            window_downstream += float(downstream)
-        window_steps += 1
-        bar.update(1)
-        record = None
-        if step % cfg.log_every == 0 or step == cfg.steps:
-            elapsed = time.perf_counter() - window_start
-            record = {"step": step, "lr": schedule.get_last_lr()[0],
-                      "train_loss": window_loss / max(window_targets, 1),
-                      "tokens_per_s": tokens_seen / max(elapsed, 1e-9)}
+            tokens_seen += int((batch.inputs != language.pad_id).sum()) * world_size
+            window_loss += float(summed) * world_size
+            window_targets += n_targets
             if adversary is not None:
-                record["adversarial_downstream_loss"] = window_downstream / window_steps
-            tokens_seen, window_loss, window_targets, window_start = 0, 0.0, 0, time.perf_counter()
-            window_downstream, window_steps = 0.0, 0
-        if rank == 0 and ((cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.steps):
-            last_eval = evaluator.evaluate(model, device)
-            record = (record or {"step": step}) | {"eval": last_eval}
-        if rank == 0 and record is not None:
-            with metrics_path.open("a") as f:
-                f.write(json.dumps(record) + "\n")
-            last_train_loss = record.get("train_loss", last_train_loss)
-            postfix = {"loss": f"{last_train_loss:.4f}"}
-            if last_eval:
-                postfix["KL"] = f"{last_eval['kl']:.4f}"
-            if "tokens_per_s" in record:
-                postfix["tok/s"] = f"{record['tokens_per_s']:.0f}"
-            bar.set_postfix(postfix, refresh=False)
-        if step in keep or step % cfg.save_every == 0 or step == stop_after:
-            if rank == 0:
-                state = {"step": step, "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
-                         "rng": torch.get_rng_state(),
-                         "cuda_rng": torch.cuda.get_rng_state() if device.type == "cuda" else None}
-                meta = {"config": configlib.to_dict(cfg), "eval": last_eval if step in keep else None}
-                ckpt.save(run_dir, step, model, state, meta)
-                ckpt.prune(run_dir, keep)
-            dist.barrier()
-        if stop_after is not None and step >= stop_after:
-            break
-    bar.close()
+                window_downstream += float(downstream)
+            window_steps += 1
+            bar.update(1)
+            record = None
+            if step % cfg.log_every == 0 or step == cfg.steps:
+                elapsed = time.perf_counter() - window_start
+                record = {"step": step, "lr": schedule.get_last_lr()[0],
+                          "train_loss": window_loss / max(window_targets, 1),
+                          "tokens_per_s": tokens_seen / max(elapsed, 1e-9)}
+                if adversary is not None:
+                    record["adversarial_downstream_loss"] = window_downstream / window_steps
+                tokens_seen, window_loss, window_targets, window_start = 0, 0.0, 0, time.perf_counter()
+                window_downstream, window_steps = 0.0, 0
+            if rank == 0 and ((cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.steps):
+                last_eval = evaluator.evaluate(model, device)
+                record = (record or {"step": step}) | {"eval": last_eval}
+            if rank == 0 and record is not None:
+                try:
+                    with metrics_path.open("a") as f:
+                        f.write(json.dumps(record) + "\n")
+                except OSError as exc:
+                    raise files.write_error(metrics_path, exc) from None
+                last_train_loss = record.get("train_loss", last_train_loss)
+                postfix = {"loss": f"{last_train_loss:.4f}"}
+                if last_eval:
+                    postfix["KL"] = f"{last_eval['kl']:.4f}"
+                if "tokens_per_s" in record:
+                    postfix["tok/s"] = f"{record['tokens_per_s']:.0f}"
+                bar.set_postfix(postfix, refresh=False)
+            if step in keep or step % cfg.save_every == 0 or step == stop_after:
+                if rank == 0:
+                    state = {"step": step, "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
+                             "rng": torch.get_rng_state(),
+                             "cuda_rng": torch.cuda.get_rng_state() if device.type == "cuda" else None,
+                             "window": {"tokens": tokens_seen, "loss": window_loss, "targets": window_targets,
+                                        "downstream": window_downstream, "steps": window_steps,
+                                        "seconds": time.perf_counter() - window_start}}
+                    meta = {"config": configlib.to_dict(cfg), "eval": last_eval if step in keep else None}
+                    ckpt.save(run_dir, step, model, state, meta)
+                    ckpt.prune(run_dir, keep)
+                dist.barrier()
+            if stop_after is not None and step >= stop_after:
+                break
+    finally:
+        bar.close()
     if rank == 0 and step == cfg.steps:
-        summary = {"step": step, "eval": last_eval, "parameters": sum(p.numel() for p in model.parameters())}
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        _write_summary(run_dir, step, last_eval, model)
     return last_eval
 
 
+def _write_summary(run_dir: Path, step: int, last_eval: dict, model: torch.nn.Module) -> None:
+    summary = {"step": step, "eval": last_eval, "parameters": sum(p.numel() for p in model.parameters())}
+    try:
+        files.atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
+    except OSError as exc:
+        raise files.write_error(run_dir / "summary.json", exc) from None
+
+
 def read_config_dict(path: Path) -> dict:
+    """A run's ``config.toml`` as a dict; ``UserError`` naming the file if missing or damaged."""
     import tomllib
     if not path.exists():
         raise UserError(f"cannot resume: {path} is missing")
-    return configlib.renamed(PretrainConfig, tomllib.loads(path.read_text()))
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise UserError(f"{path}: unreadable ({exc})") from None
+    return configlib.renamed(PretrainConfig, data)
 
 
 def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop log lines written after the checkpoint we resume from (they will be redone)."""
+    """Drop log lines written after the checkpoint we resume from (they will be redone).
+    An unfinished last line (a kill or a full disk mid-write) is dropped too; a damaged
+    line before it is an error naming the file and line."""
     if not path.exists():
         return
-    lines = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step]
-    path.write_text("".join(ln + "\n" for ln in lines))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: unreadable ({exc})") from None
+    lines = text.splitlines()
+    kept = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            line_step = record["step"]
+            if not isinstance(line_step, int):
+                raise TypeError
+        except (json.JSONDecodeError, KeyError, TypeError):
+            if number == len(lines) and not text.endswith("\n"):
+                break  # the unfinished last write
+            raise UserError(f"{path}:{number}: not a metrics record (JSON with an integer 'step'); "
+                            "repair or delete the line to resume") from None
+        if line_step <= step:
+            kept.append(line)
+    try:
+        files.atomic_write_text(path, "".join(ln + "\n" for ln in kept))
+    except OSError as exc:
+        raise files.write_error(path, exc) from None
 
 
 def load_model_from_checkpoint(path: str | Path, device: str = "cpu"):
     """``(model, language, config)`` from a checkpoint directory (eval mode)."""
     path = Path(path)
+    if not path.is_dir():
+        raise UserError(f"no such checkpoint: {path}")
     if not (path / "meta.json").exists():
         raise UserError(f"{path} is not a checkpoint (no meta.json)")
-    cfg = configlib.from_dict(PretrainConfig, ckpt.read_meta(path)["config"])
+    try:
+        cfg = configlib.from_dict(PretrainConfig, ckpt.read_meta(path)["config"])
+    except ckpt.CorruptCheckpoint:
+        raise
+    except UserError as exc:
+        raise ckpt.CorruptCheckpoint(path / "meta.json", f"its config is invalid ({exc})") from None
     language = build_language(cfg)
     model, _, _ = build(cfg, language, torch.device(device))
     ckpt.load_weights(path, model)
