@@ -230,3 +230,68 @@ def test_pre_ln_and_lstm_are_refused_naming_why(kind, norm, reason):
     with pytest.raises(UserError, match=reason):
         check_exportable(model)
     check_exportable(build_model("transformer", "micro", 11, 8))  # post-LN passes
+
+
+def test_export_of_a_run_folder_takes_its_newest_checkpoint(checkpoint, tmp_path, capsys):
+    assert main(["export", str(checkpoint.parent.parent), "--out", str(tmp_path / "hf")]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "hf")
+    assert f"`{checkpoint}`" in (tmp_path / "hf" / "README.md").read_text()
+
+
+def foreign_folder(folder, language, kind: str) -> dict:
+    """A random RoBERTa or DistilBERT masked LM with RoBERTa-style specials first."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import (DistilBertConfig, DistilBertForMaskedLM, PreTrainedTokenizerFast, RobertaConfig,
+                              RobertaForMaskedLM)
+    from transformers.utils import logging
+
+    names = ["<s>", "<pad>", "</s>", "<unk>", "<mask>", "extra"] + list(language.words)
+    vocab = {w: i for i, w in enumerate(names)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                            sep_token="</s>", pad_token="<pad>", cls_token="<s>",
+                            mask_token="<mask>").save_pretrained(str(folder))
+    torch.manual_seed(1)
+    if kind == "roberta":  # position ids start after the pad id: 2 + max_len positions needed
+        model = RobertaForMaskedLM(RobertaConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1,
+                                                 num_attention_heads=2, intermediate_size=32,
+                                                 max_position_embeddings=language.max_len + 2, pad_token_id=1))
+    else:
+        model = DistilBertForMaskedLM(DistilBertConfig(vocab_size=len(vocab), dim=16, n_layers=1, n_heads=2,
+                                                       hidden_dim=32, max_position_embeddings=language.max_len,
+                                                       pad_token_id=1))
+    logging.disable_progress_bar()
+    try:
+        model.save_pretrained(str(folder))
+    finally:
+        logging.enable_progress_bar()
+    return vocab
+
+
+@pytest.mark.parametrize("kind", ["roberta", "distilbert"])
+def test_roberta_and_distilbert_folders_through_the_adapter(kind, tmp_path):
+    """Logits are the model's own, at the language's rows, on padded text; the Fisher
+    trace's vmap engine agrees with plain autograd on these architectures."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    language = make_language("pcfg", preset="micro")  # sentences of different lengths: padding
+    vocab = foreign_folder(tmp_path / kind, language, kind)
+    adapter = load_hf_folder(tmp_path / kind, language)
+    tokens = language.sample(8, torch.Generator().manual_seed(2)).tokens
+    tokens[:, 0] = language.mask_id
+    assert (tokens == language.pad_id).any()
+    tok = AutoTokenizer.from_pretrained(str(tmp_path / kind))
+    hf = AutoModelForMaskedLM.from_pretrained(str(tmp_path / kind)).eval()
+    texts = [language.decode(r).replace("[MASK]", "<mask>") for r in tokens]
+    batch = tok(texts, add_special_tokens=False, padding=True, return_tensors="pt")
+    assert (batch["input_ids"] == vocab["<mask>"]).sum() == 8
+    columns = [vocab[w] for w in language.words] + [vocab[s] for s in ("<pad>", "<mask>", "<s>")]
+    with torch.no_grad():
+        theirs = hf(**batch).logits[..., columns]
+        ours = adapter(tokens[:, : batch["input_ids"].shape[1]])
+    real = batch["attention_mask"].bool()
+    torch.testing.assert_close(ours[real], theirs[real], rtol=0, atol=1e-5)
+    fast = trace_fisher(adapter, language, n_contexts=12, n_labels=4, seed=1)
+    slow = trace_fisher(adapter, language, n_contexts=12, n_labels=4, seed=1, engine="autograd")
+    assert fast.estimate == pytest.approx(slow.estimate, rel=1e-4) and fast.estimate > 0

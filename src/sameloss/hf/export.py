@@ -42,9 +42,12 @@ def _load(path: Path):
     from ..measures.run import checkpoints_of
     from ..training.loop import load_model_from_checkpoint
 
-    found = checkpoints_of(path)
-    model, language, cfg = load_model_from_checkpoint(found[-1], "cpu")
-    return model, language, cfg, found[-1]
+    from ..training.checkpoint import complete_checkpoints
+
+    found = checkpoints_of(path)  # one line for a path that is neither
+    ckpt = path if (path / "meta.json").exists() else (complete_checkpoints(path) or found)[-1]
+    model, language, cfg = load_model_from_checkpoint(ckpt, "cpu")
+    return model, language, cfg, ckpt
 
 
 def export_checkpoint(path: str | Path, out: str | Path, measures: str | Path | None = None) -> Path:
