@@ -22,7 +22,7 @@ from sameloss.languages import make_language  # noqa: E402
 from sameloss.measures.curvature import trace_fisher  # noqa: E402
 from sameloss.models import build_model  # noqa: E402
 from sameloss.training.evaluate import ExactEvaluator  # noqa: E402
-from sameloss.training.loop import load_model_from_checkpoint  # noqa: E402
+from sameloss.training.runio import load_checkpoint  # noqa: E402
 
 NO_TOKEN_TYPE = "^(?!.*token_type)"  # BERT's token-type embedding, which sameloss models do not have
 TRACE = ["--trace", "fisher", "--contexts", "48", "--labels", "8", "--seed", "3"]
@@ -49,7 +49,7 @@ def test_export_round_trip_through_transformers_alone(exported, checkpoint, tmp_
     """The folder loads with sameloss unimportable; its tokenizer writes the language's
     sentences as sameloss ids, and its logits on a padded batch equal the checkpoint's."""
     folder, _ = exported
-    model, language, _ = load_model_from_checkpoint(checkpoint)
+    model, language, _, _ = load_checkpoint(checkpoint)
     g = torch.Generator().manual_seed(0)
     tokens = language.sample(6, g).tokens
     lengths = torch.tensor([language.max_len, 3, 7, 1, 5, 10]).clamp(max=language.max_len)
@@ -84,7 +84,7 @@ def test_export_round_trip_through_transformers_alone(exported, checkpoint, tmp_
 
 def test_adapter_of_an_exported_folder_is_the_checkpoints_function(exported, checkpoint):
     folder, _ = exported
-    model, language, _ = load_model_from_checkpoint(checkpoint)
+    model, language, _, _ = load_checkpoint(checkpoint)
     adapter = load_hf_folder(folder, language)
     tokens = language.sample(16, torch.Generator().manual_seed(1)).tokens
     tokens[3, 5:] = language.pad_id

@@ -38,16 +38,23 @@ def check_exportable(model) -> None:
 
 
 def _load(path: Path):
-    """``(model, language, config, checkpoint dir)`` of a checkpoint or of a run's newest one."""
-    from ..measures.run import checkpoints_of
-    from ..training.loop import load_model_from_checkpoint
-
+    """``(model, language, config, meta, checkpoint dir)`` of a checkpoint or of a run's
+    newest complete one."""
     from ..training.checkpoint import complete_checkpoints
+    from ..training.runio import load_checkpoint
 
-    found = checkpoints_of(path)  # one line for a path that is neither
-    ckpt = path if (path / "meta.json").exists() else (complete_checkpoints(path) or found)[-1]
-    model, language, cfg = load_model_from_checkpoint(ckpt, "cpu")
-    return model, language, cfg, ckpt
+    if not path.is_dir():
+        raise UserError(f"no such run or checkpoint: {path}")
+    if (path / "meta.json").exists():
+        ckpt = path
+    else:
+        found = complete_checkpoints(path)
+        if not found:
+            raise UserError(f"{path} holds no complete checkpoint (expected a run folder or a checkpoints/step_* "
+                            "folder)")
+        ckpt = found[-1]
+    model, language, cfg, meta = load_checkpoint(ckpt, "cpu")
+    return model, language, cfg, meta, ckpt
 
 
 def export_checkpoint(path: str | Path, out: str | Path, measures: str | Path | None = None) -> Path:
@@ -58,7 +65,7 @@ def export_checkpoint(path: str | Path, out: str | Path, measures: str | Path | 
     out = Path(out)
     if out.exists() or out.is_symlink():
         raise UserError(f"{out} already exists; export writes a new folder (choose another --out)")
-    model, language, cfg, ckpt = _load(Path(path))
+    model, language, cfg, meta, ckpt = _load(Path(path))
     run_dir = ckpt.parent.parent
     inside = _run_folder_holding(out)
     if inside is not None:
@@ -72,7 +79,7 @@ def export_checkpoint(path: str | Path, out: str | Path, measures: str | Path | 
     from ..models.hf_bert import to_hf_bert
     from .vocab import save_tokenizer
 
-    evaluation = _evaluation(model, language, cfg, ckpt)
+    evaluation = _evaluation(model, language, cfg, meta, ckpt)
     trace = _measured_trace(ckpt, run_dir, measures)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".tmp-export-{out.name}-{os.getpid()}"
@@ -91,7 +98,7 @@ def export_checkpoint(path: str | Path, out: str | Path, measures: str | Path | 
         save_tokenizer(language, tmp, language.max_len)
         (tmp / "sameloss.toml").write_text(f"# sameloss config of the run {cfg.name} this model was exported from\n"
                                            + configlib.to_toml(cfg))
-        (tmp / "README.md").write_text(model_card(model, language, cfg, ckpt, evaluation, trace))
+        (tmp / "README.md").write_text(model_card(model, language, cfg, meta, ckpt, evaluation, trace))
         os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -111,21 +118,20 @@ def _run_folder_holding(path: Path) -> Path | None:
     return None
 
 
-def _evaluation(model, language, cfg, ckpt: Path) -> dict:
+def _evaluation(model, language, cfg, meta: dict, ckpt: Path) -> dict:
     """The exact held-out evaluation at this checkpoint: from its meta, else the run's
     summary when it is of the same step, else computed as training does."""
-    from ..training.checkpoint import read_meta
     from ..training.evaluate import ExactEvaluator
 
-    meta = read_meta(ckpt)
     if meta.get("eval") and "kl" in meta["eval"]:
         return {**meta["eval"], "source": "checkpoint meta.json"}
     summary = ckpt.parent.parent / "summary.json"
     if summary.is_file():
         try:
-            data = json.loads(summary.read_text())
-        except ValueError:
+            data = json.loads(summary.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # a damaged summary: the evaluation is computed instead
             data = {}
+        data = data if isinstance(data, dict) else {}
         if data.get("step") == meta.get("step") and data.get("eval") and "kl" in data["eval"]:
             return {**data["eval"], "source": "run summary.json"}
     rate = None if cfg.masking == "single" else cfg.mask_rate
@@ -177,14 +183,13 @@ def _number(value, digits: int = 6) -> str:
         return str(value)
 
 
-def model_card(model, language, cfg, ckpt: Path, evaluation: dict, trace: dict | None) -> str:
+def model_card(model, language, cfg, meta: dict, ckpt: Path, evaluation: dict, trace: dict | None) -> str:
     """The ``README.md`` of an exported folder."""
-    from ..training.checkpoint import read_meta
     from .vocab import SPECIAL_TOKENS, word_tokens
 
     lc = cfg.language
     mc = model.config
-    step = read_meta(ckpt).get("step")
+    step = meta.get("step")
     source = f"grammar file {lc.grammar}" if lc.grammar else f"size {lc.size}" + (
         f", seed {lc.seed}" if lc.seed is not None else "")
     masking = "one masked position per sentence" if cfg.masking == "single" else f"{cfg.mask_rate:.0%} masking"

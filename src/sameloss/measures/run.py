@@ -26,9 +26,9 @@ from pathlib import Path
 from .. import files
 from ..errors import UserError
 from ..progress import progress_bar
-from ..training.checkpoint import CorruptCheckpoint, read_meta, step_dirs
+from ..training.checkpoint import CorruptCheckpoint, step_dirs
 from ..training.evaluate import ExactEvaluator
-from ..training.loop import load_model_from_checkpoint
+from ..training.runio import load_checkpoint
 from . import curvature
 from .finetune import finetune
 from .lookup import lookup_table_probe
@@ -91,8 +91,8 @@ def checkpoints_of(path: str | Path) -> list[Path]:
 
 
 def measure_checkpoint(path: Path, spec: MeasureSpec, cache: dict | None = None) -> dict:
-    model, language, cfg = load_model_from_checkpoint(path, spec.device)
-    row: dict = {"checkpoint": str(path), "run": cfg.name, "step": read_meta(path)["step"]}
+    model, language, cfg, meta = load_checkpoint(path, spec.device)
+    row: dict = {"checkpoint": str(path), "run": cfg.name, "step": meta["step"]}
     return measure_model(model, language, cfg, spec, cache, row)
 
 
@@ -107,7 +107,7 @@ def measure_hf_folder(path: str | Path, spec: MeasureSpec, language_config: str 
     from .. import config as configlib
     from ..hf.adapter import hf_row_info, language_config_of, load_hf_folder
     from ..training.config import PretrainConfig
-    from ..training.loop import build_language
+    from ..training.runio import build_language
 
     bad = [o for o in overrides if not o.split("=", 1)[0].strip().startswith(HF_OVERRIDE_PREFIXES)]
     if bad:
