@@ -2,8 +2,10 @@
 
 ``MeasureSpec`` says what to compute; ``measure_checkpoint`` turns one checkpoint into a
 flat dict (loss, KL, traces, eigenvalue, sharpness, probe / fine-tune / look-up-table
-accuracies, each with its error); ``measure_path`` does every checkpoint of a run (or
-one checkpoint) and ``write_rows`` saves them as CSV or JSON (``check_output`` first, so
+accuracies, each with its error) through ``measure_model``, which takes any loaded model
+mapping token ids to logits; ``measure_hf_folder`` does the same for a Hugging Face
+masked-LM folder on a sameloss language (``sameloss.hf.adapter``); ``measure_path`` does
+every checkpoint of a run (or one checkpoint, or an HF folder) and ``write_rows`` saves them as CSV or JSON (``check_output`` first, so
 a bad output path fails before any measuring).
 
 A damaged checkpoint of a run is skipped and reported (``measure_path(..., skipped=[])``):
