@@ -18,7 +18,9 @@ language writes them (an exported sameloss model was trained that way).
 
 The attention mask is passed as a ready 4-D additive mask (0 for real keys, the dtype's
 minimum for pads): ``transformers`` then builds none itself, and its mask builder's
-data-dependent branches would stop ``torch.func.vmap`` (the Fisher trace's engine).
+data-dependent branches would stop ``torch.func.vmap`` (the Fisher trace's engine). A
+model that reads such a mask differently (DeBERTa) gets the plain 2-D one; the choice
+is checked on a padded probe batch when the adapter is built (``_choose_mask_form``).
 """
 
 from __future__ import annotations
@@ -55,16 +57,53 @@ class HFMaskedLM(nn.Module):
         dropout = getattr(hf_cfg, "hidden_dropout_prob", getattr(hf_cfg, "dropout", None))
         self.config = SimpleNamespace(pad_id=pad_id, vocab_size=int(input_ids.numel()), max_len=max_len,
                                       dropout=dropout)
+        self.mask_form, self.vmap_safe = self._choose_mask_form()
         with torch.no_grad():
             probe = torch.full((1, 1), pad_id + 1, dtype=torch.long, device=self.input_ids.device)  # the mask
             self.d_features = int(self.features(probe).shape[-1])
 
     def _inputs(self, tokens: torch.Tensor) -> dict:
         real = tokens != self.config.pad_id
+        if self.mask_form == "2d":
+            return {"input_ids": self.input_ids[tokens], "attention_mask": real.long()}
         dtype = next(self.hf.parameters()).dtype
         mask = torch.zeros(real.shape, dtype=dtype, device=tokens.device)
         mask = mask.masked_fill(~real, torch.finfo(dtype).min)[:, None, None, :]
         return {"input_ids": self.input_ids[tokens], "attention_mask": mask}
+
+    def _choose_mask_form(self) -> tuple[str, bool]:
+        """``("4d" | "2d", vmap_safe)``: the first mask form whose logits on a padded
+        probe batch equal the model's own (2-D 0/1 mask, as transformers documents) and
+        that runs under ``vmap``. The 4-D additive mask suits BERT, RoBERTa, DistilBERT,
+        ALBERT, ELECTRA, MPNet, ModernBERT; DeBERTa reads a 4-D mask as 0/1 and needs
+        the 2-D one. If neither runs under ``vmap``, ``vmap_safe`` is False and the
+        curvature measures use plain autograd (``curvature.base.resolve_engine``)."""
+        from torch.func import functional_call, vmap
+
+        T = min(3, self.config.max_len)
+        tokens = torch.full((2, T), self.config.pad_id + 1, dtype=torch.long, device=self.input_ids.device)
+        tokens[1, 1:] = self.config.pad_id
+        real = tokens != self.config.pad_id
+        params = {n: p.detach() for n, p in self.named_parameters()}
+        with torch.no_grad():
+            was_training = self.training
+            self.eval()
+            try:
+                ids = self.input_ids[tokens]
+                ref = self.hf(input_ids=ids, attention_mask=real.long()).logits[real]
+                for form in ("4d", "2d"):
+                    self.mask_form = form
+                    try:
+                        out = self.hf(**self._inputs(tokens)).logits[real]
+                        if not (torch.isfinite(out).all() and torch.allclose(out, ref, rtol=1e-4, atol=1e-4)):
+                            continue
+                        vmap(lambda t: functional_call(self, params, (t[None],))[0])(tokens)
+                    except Exception:  # noqa: BLE001 - any failure just rules this form out
+                        continue
+                    return form, True
+            finally:
+                self.train(was_training)
+        return "2d", False
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Logits ``[n, T, vocab_size]`` over the language's words and specials."""
