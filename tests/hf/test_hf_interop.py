@@ -214,11 +214,11 @@ def test_export_refuses_an_existing_out_and_leaves_it_alone(checkpoint, tmp_path
     assert [p.name for p in out.iterdir()] == ["mine.txt"] and (out / "mine.txt").read_text() == "keep me"
 
 
-def test_export_never_writes_into_the_run_folder(checkpoint, capsys):
-    out = checkpoint.parent.parent / "hf"
-    assert main(["export", str(checkpoint), "--out", str(out)]) == 2
-    assert "inside the run folder" in one_error_line(capsys)
-    assert not out.exists()
+def test_export_never_writes_into_a_run_or_checkpoint(checkpoint, capsys):
+    for out in (checkpoint.parent.parent / "hf", checkpoint / "hf"):
+        assert main(["export", str(checkpoint), "--out", str(out)]) == 2
+        assert "inside the sameloss run or checkpoint" in one_error_line(capsys)
+        assert not out.exists()
 
 
 @pytest.mark.parametrize("kind, norm, reason", [("transformer", "pre", "pre-LN"), ("lstm", None, "LSTM")])

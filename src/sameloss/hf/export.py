@@ -69,7 +69,7 @@ def export_checkpoint(path: str | Path, out: str | Path, measures: str | Path | 
     run_dir = ckpt.parent.parent
     inside = _run_folder_holding(out)
     if inside is not None:
-        raise UserError(f"{out} is inside the run folder {inside}; export into a folder of its own")
+        raise UserError(f"{out} is inside the sameloss run or checkpoint {inside}; export into a folder of its own")
     check_exportable(model)
     try:
         import transformers  # noqa: F401
@@ -107,13 +107,15 @@ def export_checkpoint(path: str | Path, out: str | Path, measures: str | Path | 
 
 
 def _run_folder_holding(path: Path) -> Path | None:
-    """The sameloss run folder (``files.is_run_dir``, or any folder with a
-    ``checkpoints/`` of step folders) that ``path`` would be written into, if any."""
-    from ..files import is_run_dir
+    """The sameloss folder ``path`` would be written into, if any: a run
+    (``files.is_run_dir``, or any folder with a ``checkpoints/`` of step folders), an
+    ``embed`` output or a checkpoint."""
+    from ..files import is_embedded_dir, is_run_dir
     from ..training.checkpoint import step_dirs
 
     for folder in path.resolve().parents:
-        if is_run_dir(folder) or ((folder / "checkpoints").is_dir() and step_dirs(folder)):
+        if (is_run_dir(folder) or is_embedded_dir(folder) or (folder / "meta.json").is_file()
+                or ((folder / "checkpoints").is_dir() and step_dirs(folder))):
             return folder
     return None
 
