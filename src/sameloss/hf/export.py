@@ -20,6 +20,7 @@ import shutil
 from pathlib import Path
 
 from .. import config as configlib
+from .. import files
 from ..errors import UserError
 from ..models.transformer import TransformerMLM
 
@@ -72,8 +73,8 @@ def export_checkpoint(path: str | Path, out: str | Path, measures: str | Path | 
         raise UserError(f"{out} is inside the sameloss run or checkpoint {inside}; export into a folder of its own")
     check_exportable(model)
     try:
-        import transformers  # noqa: F401
         import tokenizers  # noqa: F401
+        import transformers
     except ImportError:
         raise UserError("sameloss export needs the transformers and tokenizers packages") from None
     from ..models.hf_bert import to_hf_bert
@@ -81,9 +82,12 @@ def export_checkpoint(path: str | Path, out: str | Path, measures: str | Path | 
 
     evaluation = _evaluation(model, language, cfg, meta, ckpt)
     trace = _measured_trace(ckpt, run_dir, measures)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".tmp-export-{out.name}-{os.getpid()}"
-    tmp.mkdir()  # ours alone: removed on failure, renamed into place on success
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.parent / f".tmp-export-{out.name}-{os.getpid()}"
+        tmp.mkdir()  # ours alone: removed on failure, renamed into place on success
+    except OSError as exc:
+        raise files.write_error(out, exc) from None
     try:
         hf = to_hf_bert(model.float())
         hf.config.architectures = ["BertForMaskedLM"]
@@ -99,9 +103,11 @@ def export_checkpoint(path: str | Path, out: str | Path, measures: str | Path | 
         (tmp / "sameloss.toml").write_text(f"# sameloss config of the run {cfg.name} this model was exported from\n"
                                            + configlib.to_toml(cfg))
         (tmp / "README.md").write_text(model_card(model, language, cfg, meta, ckpt, evaluation, trace))
-        os.replace(tmp, out)
-    except BaseException:
+        os.rename(tmp, out)
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError):  # a full disk, a read-only folder: one line
+            raise files.write_error(out, exc) from None
         raise
     return out
 
