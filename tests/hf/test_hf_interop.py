@@ -314,3 +314,13 @@ def test_a_model_that_torch_func_cannot_batch_is_measured_with_autograd():
     assert resolve_engine(model, "auto") == "func"
     model.vmap_safe = False
     assert resolve_engine(model, "auto") == "autograd" and resolve_engine(model, "func") == "func"
+
+
+def test_a_checkpoint_without_an_evaluation_gets_it_computed_as_training_did(checkpoint, tmp_path):
+    from sameloss.hf.export import _evaluation
+
+    model, language, cfg, meta = load_checkpoint(checkpoint)
+    computed = _evaluation(model, language, cfg, {"step": meta["step"]}, tmp_path / "checkpoints" / "step_1")
+    assert computed["source"] == "computed at export"
+    for key in ("entropy", "kl", "loss"):
+        assert computed[key] == pytest.approx(meta["eval"][key], rel=1e-9)
