@@ -188,9 +188,12 @@ def measuring(model: nn.Module) -> Iterator[None]:
 
 
 def resolve_engine(model: nn.Module, engine: str) -> str:
-    """``"func"`` or ``"autograd"``; ``"auto"``: autograd for models with an RNN."""
+    """``"func"`` or ``"autograd"``; ``"auto"``: autograd for models with an RNN, or that
+    say ``vmap_safe = False`` (a Hugging Face model ``torch.func`` cannot batch)."""
     if engine not in ENGINES:
         raise UserError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
     if engine != "auto":
         return engine
+    if getattr(model, "vmap_safe", True) is False:
+        return "autograd"
     return "autograd" if any(isinstance(m, nn.RNNBase) for m in model.modules()) else "func"
