@@ -142,9 +142,47 @@ def build_parser() -> argparse.ArgumentParser:
     add_threads_argument(measure)
     measure.set_defaults(run=_measure)
 
+    add_text_parsers(commands)
     from .experiments.cli import add_reproduce_parser
     add_reproduce_parser(commands)
     return parser
+
+
+def add_text_parsers(commands) -> None:
+    """``sameloss corpus prepare`` and ``sameloss data fetch``: real text."""
+    corpus = commands.add_parser("corpus", help="real text: prepare a corpus for pre-training")
+    corpus_commands = corpus.add_subparsers(dest="corpus_command", metavar="ACTION", parser_class=_Parser)
+    corpus_commands.required = True
+    prepare = corpus_commands.add_parser(
+        "prepare", help="tokenize text files into token shards for language.name=corpus",
+        description="Read documents from plain text (one per line, or per paragraph with --doc-per paragraph), "
+                    "JSONL (field 'text') or Parquet (column 'text'; needs pyarrow), split the documents into "
+                    "train and held-out, tokenize them and write OUT/: token shards (*.npy), tokenizer.json and "
+                    "meta.json (sizes, split, sha256 checksums). Then: sameloss pretrain language.name=corpus "
+                    "language.data=OUT.")
+    prepare.add_argument("files", nargs="+", metavar="FILE")
+    prepare.add_argument("--tokenizer", default="wordpiece", metavar="DIR|wordpiece|bpe",
+                         help="a local Hugging Face tokenizer folder, or train wordpiece (default) or bpe here")
+    prepare.add_argument("--vocab", type=_int_at_least(10), default=8000,
+                         help="vocabulary of a trained tokenizer (default 8000)")
+    prepare.add_argument("--max-len", type=_int_at_least(2), default=128, help="sequence length (default 128)")
+    prepare.add_argument("--heldout", type=float, default=0.05, help="fraction of documents held out (default 0.05)")
+    prepare.add_argument("--doc-per", choices=["line", "paragraph"], default="line",
+                         help="a plain-text document is a line (default) or a blank-line separated paragraph")
+    prepare.add_argument("--seed", type=int, default=0, help="seed of the train/held-out split")
+    prepare.add_argument("--out", required=True, metavar="DIR", help="new folder for the prepared corpus")
+    prepare.set_defaults(run=_corpus_prepare)
+
+
+def _corpus_prepare(args) -> None:
+    from .languages.text import prepare_corpus
+
+    meta = prepare_corpus(args.files, args.out, tokenizer=args.tokenizer, vocab=args.vocab, max_len=args.max_len,
+                          heldout=args.heldout, seed=args.seed, doc_per=args.doc_per)
+    for split, info in meta["splits"].items():
+        print(f"{split:8} {info['documents']:>8} documents {info['tokens']:>10} tokens {info['sequences']:>8} "
+              f"sequences of {meta['max_len']}")
+    print(f"vocabulary {meta['n_words']} ({meta['tokenizer']}); wrote {args.out}")
 
 
 def _measure(args) -> None:
@@ -220,7 +258,10 @@ def _pretrain(args) -> None:
         if rank == 0:
             shutil.rmtree(run_dir)
     result = pretrain(cfg, run_dir, resume=args.resume, progress=not args.no_progress)
-    if rank == 0 and result:
+    if rank == 0 and result and result.get("kl") is None:
+        print(f"{run_dir}: held-out cross-entropy {result['loss']:.4f} ± {result['loss_std']:.4f}, training subset "
+              f"{result['train_loss']:.4f} (gap {result['gap']:+.4f}; KL {result['kl_note']})")
+    elif rank == 0 and result:
         print(f"{run_dir}: exact held-out loss {result['loss']:.4f} (entropy {result['entropy']:.4f} + "
               f"KL {result['kl']:.5f} ± {result['kl_std']:.5f} over {result['n_tokens']} masked tokens)")
 

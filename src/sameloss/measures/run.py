@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from ..errors import UserError
 from ..training.checkpoint import complete_checkpoints, read_meta
-from ..training.evaluate import ExactEvaluator
+from ..training.evaluate import make_evaluator
 from ..training.loop import load_model_from_checkpoint
 from . import curvature
 from .finetune import finetune
@@ -85,11 +85,15 @@ def checkpoints_of(path: str | Path) -> list[Path]:
 def measure_checkpoint(path: Path, spec: MeasureSpec, cache: dict | None = None) -> dict:
     cache = {} if cache is None else cache
     model, language, cfg = load_model_from_checkpoint(path, spec.device)
+    if spec.lookup and not getattr(language, "exact", True):
+        raise UserError("the look-up table is not defined for a corpus (it needs the true conditionals)")
     row: dict = {"checkpoint": str(path), "run": cfg.name, "step": read_meta(path)["step"],
                  "parameters": sum(p.numel() for p in model.parameters())}
     if spec.loss:
         result = _evaluator(cache, language, cfg, spec).evaluate(model, spec.device)
         row.update({k: result[k] for k in ("loss", "loss_std", "kl", "kl_std", "log_kl", "entropy", "n_tokens")})
+        if "gap" in result:  # a corpus: the train/held-out gap, and why KL is missing
+            row.update({k: result[k] for k in ("train_loss", "train_loss_std", "gap", "kl_note")})
     for name in spec.traces:
         if name == "fisher":
             r = curvature.trace_fisher(model, language, n_contexts=spec.n_contexts, n_labels=spec.n_labels,
@@ -133,6 +137,8 @@ def measure_lookup_table(language, cfg, spec: MeasureSpec, cache: dict | None = 
     (KL 0, ± std over the same subsets as a model's loss); per task of ``spec.lookup``: a
     probe on the true conditionals, as ``measure_checkpoint``'s ``lookup_<task>`` columns."""
     cache = {} if cache is None else cache
+    if not getattr(language, "exact", True):
+        raise UserError("the look-up table is not defined for a corpus (it needs the true conditionals)")
     row: dict = {"step": None, "parameters": None}
     if spec.loss:
         evaluator = _evaluator(cache, language, cfg, spec)
@@ -152,12 +158,14 @@ def _evaluator(cache, language, cfg, spec):
     key = ("evaluator", cfg.language, cfg.masking, cfg.mask_rate)
     if key not in cache:
         rate = None if cfg.masking == "single" else cfg.mask_rate
-        cache[key] = ExactEvaluator(language, spec.loss_sentences, rate, cfg.eval.seed, cfg.eval.n_subsets)
+        cache[key] = make_evaluator(language, spec.loss_sentences, rate, cfg.eval.seed, cfg.eval.n_subsets)
     return cache[key]
 
 
 def _lookup_probe(cache, language, cfg, task, spec):
     key = ("lookup", cfg.language, task)
+    if not getattr(language, "exact", True):
+        raise UserError("the look-up table is not defined for a corpus (it needs the true conditionals)")
     if key not in cache:
         data = _task_data(cache, language, cfg, task, spec)
         cache[key] = lookup_table_probe(language, data, method=spec.probe_method, seeds=spec.seeds,

@@ -29,7 +29,7 @@ from . import distributed as dist
 from .config import PretrainConfig
 from .adversarial import AdversarialObjective
 from .data import global_batch
-from .evaluate import ExactEvaluator
+from .evaluate import make_evaluator
 from .sam import SAM
 
 # Config keys that may differ when a run is resumed (they do not change the trajectory).
@@ -56,7 +56,7 @@ def build_language(cfg: PretrainConfig):
         raise UserError("the causal language needs masking=single: its exact conditionals take one masked "
                         "position per sentence (m masked positions cost K^m forward passes)")
     return make_language(lc.name, preset=lc.size, seed=lc.seed, grammar=lc.grammar,
-                         generator=lc.generator, k=lc.k, length=lc.length, device=cfg.device)
+                         generator=lc.generator, k=lc.k, length=lc.length, device=cfg.device, data=lc.data)
 
 
 def build(cfg: PretrainConfig, language, device: torch.device):
@@ -166,8 +166,10 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, pro
         run_dir.mkdir(parents=True, exist_ok=True)
         config_path.write_text(f"# resolved config of run {cfg.name}\n" + configlib.to_toml(cfg))
 
-    evaluator = ExactEvaluator(language, cfg.eval.n_sentences, rate, cfg.eval.seed, cfg.eval.n_subsets) \
+    evaluator = make_evaluator(language, cfg.eval.n_sentences, rate, cfg.eval.seed, cfg.eval.n_subsets) \
         if rank == 0 else None
+    # finite data (a corpus): epochs are logged, as sequences drawn / training sequences
+    n_train = language.n_sequences("train") if hasattr(language, "n_sequences") else None
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
     last_eval: dict = {}
     last_train_loss = float("nan")
@@ -178,7 +180,7 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, pro
     train_model.train()
     step = start - 1
     for step in range(start, cfg.steps + 1):
-        full = global_batch(language, cfg.seed, step, cfg.batch_size, rate)
+        full = global_batch(language, cfg.seed, step, cfg.batch_size, rate, cfg.mask_replace)
         n_targets = full.n_targets
         optimizer.zero_grad(set_to_none=True)
         if isinstance(optimizer, SAM):
@@ -222,6 +224,8 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, pro
             record = {"step": step, "lr": schedule.get_last_lr()[0],
                       "train_loss": window_loss / max(window_targets, 1),
                       "tokens_per_s": tokens_seen / max(elapsed, 1e-9)}
+            if n_train:
+                record["epoch"] = step * cfg.batch_size / n_train
             if adversary is not None:
                 record["adversarial_downstream_loss"] = window_downstream / window_steps
             tokens_seen, window_loss, window_targets, window_start = 0, 0.0, 0, time.perf_counter()
@@ -234,8 +238,10 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, pro
                 f.write(json.dumps(record) + "\n")
             last_train_loss = record.get("train_loss", last_train_loss)
             postfix = {"loss": f"{last_train_loss:.4f}"}
-            if last_eval:
+            if last_eval and last_eval.get("kl") is not None:
                 postfix["KL"] = f"{last_eval['kl']:.4f}"
+            elif last_eval.get("gap") is not None:
+                postfix["gap"] = f"{last_eval['gap']:.4f}"
             if "tokens_per_s" in record:
                 postfix["tok/s"] = f"{record['tokens_per_s']:.0f}"
             bar.set_postfix(postfix, refresh=False)
