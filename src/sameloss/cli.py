@@ -117,8 +117,11 @@ def build_parser() -> argparse.ArgumentParser:
                               "model), 'hutchinson' = probes on the loss with the true tokens; repeatable")
     measure.add_argument("--top-eig", action="store_true", help="largest Hessian eigenvalue (Lanczos)")
     measure.add_argument("--sharpness", action="store_true", help="SAM sharpness in an L2 ball of radius --rho")
-    measure.add_argument("--probe", action="append", default=[], metavar="TASK", help="linear probe on TASK")
-    measure.add_argument("--finetune", action="append", default=[], metavar="TASK", help="fine-tune on TASK")
+    measure.add_argument("--probe", action="append", default=[], metavar="TASK",
+                         help="linear probe on TASK (a corpus model: glue:sst2=DIR, glue:qnli=DIR or glue:rte=DIR, "
+                              "GLUE-format train.tsv and dev.tsv)")
+    measure.add_argument("--finetune", action="append", default=[], metavar="TASK",
+                         help="fine-tune on TASK (a corpus model: glue:NAME=DIR, read from its CLS token)")
     measure.add_argument("--lookup-table", action="append", default=[], metavar="TASK",
                          help="look-up-table baseline (probe on the true conditionals) on TASK")
     measure.add_argument("--params", metavar="REGEX", help="only parameters whose name matches (default: all)")

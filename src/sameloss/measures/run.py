@@ -25,6 +25,7 @@ from ..training.evaluate import make_evaluator
 from ..training.loop import load_model_from_checkpoint
 from . import curvature
 from .finetune import finetune
+from .glue import glue_label, glue_task_data, is_glue
 from .lookup import lookup_table_probe
 from .probe import linear_probe
 from .tasks import make_task_data
@@ -116,18 +117,21 @@ def measure_checkpoint(path: Path, spec: MeasureSpec, cache: dict | None = None)
         r = curvature.sam_sharpness(model, language, rho=spec.rho, params=spec.params,
                                     n_sentences=spec.curvature_sentences, seed=spec.seed)
         row["sam_sharpness"] = r.estimate
+    # the paper's fine-tuning reads the CLS token of models pre-trained with one (a corpus)
+    pooling = "cls" if getattr(language, "uses_cls", False) else "mean"
     for kind, tasks in (("probe", spec.probe), ("finetune", spec.finetune), ("lookup", spec.lookup)):
         for task in tasks:
             data = _task_data(cache, language, cfg, task, spec)
             if kind == "probe":
                 r = linear_probe(model, data, method=spec.probe_method, seeds=spec.seeds, epochs=spec.probe_epochs)
             elif kind == "finetune":
-                r = finetune(model, data, seeds=spec.seeds, epochs=spec.finetune_epochs)
+                r = finetune(model, data, seeds=spec.seeds, epochs=spec.finetune_epochs, pooling=pooling)
             else:
                 r = _lookup_probe(cache, language, cfg, task, spec)
-            row[f"{kind}_{task}"] = r.mean
-            row[f"{kind}_{task}_std"] = r.std
-            row[f"{task}_majority"] = r.majority_rate
+            name = glue_label(task)
+            row[f"{kind}_{name}"] = r.mean
+            row[f"{kind}_{name}_std"] = r.std
+            row[f"{name}_majority"] = r.majority_rate
     return row
 
 
@@ -183,7 +187,9 @@ def _std(values: list[float]) -> float:
 
 def _task_data(cache, language, cfg, task, spec):
     key = ("task", cfg.language, task)
-    if key not in cache:
+    if key not in cache and is_glue(task):
+        cache[key] = glue_task_data(language, task, seed=spec.seed)
+    elif key not in cache:
         cache[key] = make_task_data(language, task, spec.task_train, spec.task_validation, spec.task_test,
                                     seed=spec.seed)
     return cache[key]
