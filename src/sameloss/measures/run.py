@@ -55,6 +55,8 @@ class MeasureSpec:
     probe_method: str = "lbfgs"
     probe_epochs: int = 50  # paper: 100 (AdamW)
     finetune_epochs: int = 10
+    finetune_lr: float = 1e-4  # paper (App. A.5)
+    finetune_warmup: int = 200  # paper
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     seed: int = 0
     device: str = "cpu"
@@ -125,7 +127,8 @@ def measure_checkpoint(path: Path, spec: MeasureSpec, cache: dict | None = None)
             if kind == "probe":
                 r = linear_probe(model, data, method=spec.probe_method, seeds=spec.seeds, epochs=spec.probe_epochs)
             elif kind == "finetune":
-                r = finetune(model, data, seeds=spec.seeds, epochs=spec.finetune_epochs, pooling=pooling)
+                r = finetune(model, data, seeds=spec.seeds, epochs=spec.finetune_epochs, pooling=pooling,
+                             lr=spec.finetune_lr, warmup_steps=spec.finetune_warmup)
             else:
                 r = _lookup_probe(cache, language, cfg, task, spec)
             name = glue_label(task)
