@@ -196,3 +196,10 @@ def test_cli_pretrain_and_measure_a_corpus(prepared, tmp_path, capsys):
     assert "look-up table is not defined for a corpus" in capsys.readouterr().err
     assert main(args[:4] + ["name=d", "language.name=corpus", "device=cpu"]) == 2
     assert "language.data=DIR" in capsys.readouterr().err
+
+
+def test_decode_shows_words_and_specials(prepared):
+    lang = Corpus(prepared)
+    row = lang.split_batch("heldout", 1).tokens[0]
+    text = lang.decode(row.masked_fill(torch.arange(lang.max_len) == 2, lang.mask_id))
+    assert text.startswith("[CLS] ") and text.split()[2] == "[MASK]" and "[SEP]" in text.split()

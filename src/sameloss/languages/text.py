@@ -286,6 +286,7 @@ class Corpus(Language):
             self._rows[split] = arrays
         self._offsets = {k: np.cumsum([0] + [a.shape[0] for a in v]) for k, v in self._rows.items()}
         self._tokenizer = None
+        self._words: list[str] | None = None
 
     # ---- data ---------------------------------------------------------------------------
     def n_sequences(self, split: str = "train") -> int:
@@ -337,12 +338,13 @@ class Corpus(Language):
 
     @property
     def words(self) -> list[str]:
-        vocab = self.tokenizer.get_vocab(with_added_tokens=True)
-        out = [""] * self.n_words
-        for token, i in vocab.items():
-            if i < self.n_words:
-                out[i] = token
-        return out
+        if self._words is None:
+            vocab = self.tokenizer.get_vocab(with_added_tokens=True)
+            self._words = [""] * self.n_words
+            for token, i in vocab.items():
+                if i < self.n_words:
+                    self._words[i] = token
+        return self._words
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         return encode(self.tokenizer, texts)
