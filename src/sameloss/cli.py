@@ -271,6 +271,10 @@ def _pretrain(args) -> None:
     from .training.distributed import setup
 
     cfg = configlib.load(PretrainConfig, args.config, args.overrides)
+    if cfg.language.data is not None:  # the run must find its corpus from any folder later
+        import dataclasses
+        cfg = dataclasses.replace(cfg, language=dataclasses.replace(
+            cfg.language, data=str(Path(cfg.language.data).expanduser().resolve())))
     if args.print_config:
         print(configlib.to_toml(cfg), end="")
         return

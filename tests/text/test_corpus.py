@@ -182,13 +182,16 @@ def test_pretrain_on_a_corpus_logs_epochs_and_the_gap(prepared, tmp_path):
     assert r.estimate > 0 and np.isfinite(r.estimate)
 
 
-def test_cli_pretrain_and_measure_a_corpus(prepared, tmp_path, capsys):
+def test_cli_pretrain_and_measure_a_corpus(prepared, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(prepared.parent)  # a relative language.data is saved as an absolute path
     args = ["pretrain", "--out", str(tmp_path), "--no-progress", "name=c", "steps=6", "batch_size=16",
             "model.size=micro", "eval.n_sentences=20", "device=cpu", "language.name=corpus",
-            f"language.data={prepared}", "optim.warmup_steps=2"]
+            f"language.data={prepared.name}", "optim.warmup_steps=2"]
     assert main(args) == 0
+    monkeypatch.chdir(tmp_path)
     out = capsys.readouterr().out
     assert "held-out cross-entropy" in out and "KL not defined for a corpus" in out
+    assert f'data = "{prepared.resolve()}"' in (tmp_path / "c" / "config.toml").read_text()
     assert main(["measure", str(tmp_path / "c"), "--loss", "--json", "--no-progress", "--device", "cpu"]) == 0
     row = json.loads(capsys.readouterr().out)[0]
     assert row["kl"] is None and row["kl_note"] == "not defined for a corpus" and row["loss"] > 0

@@ -183,7 +183,7 @@ def pack(ids: list[list[int]], sep_id: int, cls_id: int, pad_id: int, max_len: i
     lengths = np.fromiter((len(d) + 1 for d in ids), dtype=np.int64, count=len(ids))
     stream = np.full(int(lengths.sum()), sep_id, dtype=np.int64)
     ends = np.cumsum(lengths)
-    flat = np.fromiter((t for d in ids for t in d), dtype=np.int64, count=int(lengths.sum()) - len(ids))
+    flat = np.concatenate([np.asarray(d, dtype=np.int64) for d in ids]) if ids else np.empty(0, np.int64)
     # every position but each document's last one (its [SEP]) takes the next word
     word_pos = np.ones(stream.size, dtype=bool)
     word_pos[ends - 1] = False

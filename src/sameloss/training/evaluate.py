@@ -100,7 +100,7 @@ class HeldOutEvaluator:
 
     @torch.no_grad()
     def _token_losses(self, model, batch, device) -> tuple[torch.Tensor, torch.Tensor]:
-        out, rows = [], []
+        out = []
         for i in range(0, batch.inputs.shape[0], self.batch_size):
             inputs = batch.inputs[i:i + self.batch_size].to(device)
             masked = batch.masked[i:i + self.batch_size].to(device)
