@@ -13,6 +13,9 @@ def test_text_recipe_smoke_end_to_end(tmp_path, capsys):
     root = tmp_path / "text-smoke"
     report = (root / "report.md").read_text()
     assert "Real text: algorithms" in report and "no KL on real text" in report
+    # the pair task (label "pairs", GLUE format rte) is shown under its label, with numbers
+    table = report.split("**Real text: algorithms**")[1].split("###")[0]
+    assert "fine-tune pairs (%)" in table and "–" not in table
     with open(root / "results.csv") as f:
         rows = {r["group"]: r for r in csv.DictReader(f)}
     assert set(rows) == {"adamw", "noreg", "sam"}
