@@ -206,3 +206,18 @@ def test_decode_shows_words_and_specials(prepared):
     row = lang.split_batch("heldout", 1).tokens[0]
     text = lang.decode(row.masked_fill(torch.arange(lang.max_len) == 2, lang.mask_id))
     assert text.startswith("[CLS] ") and text.split()[2] == "[MASK]" and "[SEP]" in text.split()
+
+
+def test_hf_folder_without_tokenizer_json_goes_through_autotokenizer(toy, tmp_path):
+    pytest.importorskip("transformers")  # the test extra installs it; the path needs it
+    folder = tmp_path / "bert-like"
+    folder.mkdir()
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "movie", "was", "great", "bad", "."]
+    (folder / "vocab.txt").write_text("\n".join(words) + "\n")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "BertTokenizer",
+                                                              "do_lower_case": True}))
+    meta = prepare_corpus([toy["corpus"]], tmp_path / "c", tokenizer=str(folder), max_len=16)
+    assert meta["n_words"] == len(words) and meta["sep_id"] == 3
+    lang = Corpus(tmp_path / "c")
+    assert lang.encode(["The movie was GREAT ."]) == [[5, 6, 7, 8, 10]]
+    assert lang.words == words
