@@ -28,6 +28,7 @@ EXPERIMENTS = {
     "sizes": "model sizes at the same loss, trace also in the embedded view (Fig. 3, 5)",
     "algorithms": "AdamW, adversarial, -dropout-WD, +SAM, look-up table (Tables 1, 2)",
     "figure1": "all of the above together: loss/trace vs accuracy, rank correlations (Fig. 1)",
+    "text": "real text: AdamW, -dropout-WD, +SAM on a corpus; held-out loss, trace, GLUE fine-tuning (Tables 1, 2)",
 }
 SCALE_NAMES = ("smoke", "tiny", "small", "paper")
 DEFAULT_EXPERIMENT = "figure1"

@@ -29,10 +29,11 @@ from .. import files
 from ..errors import UserError
 from ..progress import progress_bar
 from ..training.checkpoint import CorruptCheckpoint, step_dirs
-from ..training.evaluate import ExactEvaluator
+from ..training.evaluate import make_evaluator
 from ..training.runio import load_checkpoint
 from . import curvature
 from .finetune import finetune
+from .glue import glue_label, glue_task_data, is_glue
 from .lookup import lookup_table_probe
 from .probe import linear_probe
 from .tasks import make_task_data
@@ -62,6 +63,8 @@ class MeasureSpec:
     probe_method: str = "lbfgs"
     probe_epochs: int = 50  # paper: 100 (AdamW)
     finetune_epochs: int = 10
+    finetune_lr: float = 1e-4  # paper (App. A.5)
+    finetune_warmup: int = 200  # paper
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     seed: int = 0
     device: str = "cpu"
@@ -135,10 +138,14 @@ def measure_model(model, language, cfg, spec: MeasureSpec, cache: dict | None = 
     """The measures of ``spec`` on a loaded ``model`` (anything mapping sameloss token ids
     to logits, with ``features`` for probes), added to ``row``."""
     cache = {} if cache is None else cache
+    if spec.lookup and not getattr(language, "exact", True):
+        raise UserError("the look-up table is not defined for a corpus (it needs the true conditionals)")
     row = {**(row or {}), "parameters": sum(p.numel() for p in model.parameters())}
     if spec.loss:
         result = _evaluator(cache, language, cfg, spec).evaluate(model, spec.device)
         row.update({k: result[k] for k in ("loss", "loss_std", "kl", "kl_std", "log_kl", "entropy", "n_tokens")})
+        if "gap" in result:  # a corpus: the train/held-out gap, and why KL is missing
+            row.update({k: result[k] for k in ("train_loss", "train_loss_std", "gap", "kl_note")})
     for name in spec.traces:
         if name == "fisher":
             r = curvature.trace_fisher(model, language, n_contexts=spec.n_contexts, n_labels=spec.n_labels,
@@ -161,18 +168,22 @@ def measure_model(model, language, cfg, spec: MeasureSpec, cache: dict | None = 
         r = curvature.sam_sharpness(model, language, rho=spec.rho, params=spec.params,
                                     n_sentences=spec.curvature_sentences, seed=spec.seed)
         row["sam_sharpness"] = r.estimate
+    # the paper's fine-tuning reads the CLS token of models pre-trained with one (a corpus)
+    pooling = "cls" if getattr(language, "uses_cls", False) else "mean"
     for kind, tasks in (("probe", spec.probe), ("finetune", spec.finetune), ("lookup", spec.lookup)):
         for task in tasks:
             data = _task_data(cache, language, cfg, task, spec)
             if kind == "probe":
                 r = linear_probe(model, data, method=spec.probe_method, seeds=spec.seeds, epochs=spec.probe_epochs)
             elif kind == "finetune":
-                r = finetune(model, data, seeds=spec.seeds, epochs=spec.finetune_epochs)
+                r = finetune(model, data, seeds=spec.seeds, epochs=spec.finetune_epochs, pooling=pooling,
+                             lr=spec.finetune_lr, warmup_steps=spec.finetune_warmup)
             else:
                 r = _lookup_probe(cache, language, cfg, task, spec)
-            row[f"{kind}_{task}"] = r.mean
-            row[f"{kind}_{task}_std"] = r.std
-            row[f"{task}_majority"] = r.majority_rate
+            name = glue_label(task)
+            row[f"{kind}_{name}"] = r.mean
+            row[f"{kind}_{name}_std"] = r.std
+            row[f"{name}_majority"] = r.majority_rate
     return row
 
 
@@ -182,6 +193,8 @@ def measure_lookup_table(language, cfg, spec: MeasureSpec, cache: dict | None = 
     (KL 0, ± std over the same subsets as a model's loss); per task of ``spec.lookup``: a
     probe on the true conditionals, as ``measure_checkpoint``'s ``lookup_<task>`` columns."""
     cache = {} if cache is None else cache
+    if not getattr(language, "exact", True):
+        raise UserError("the look-up table is not defined for a corpus (it needs the true conditionals)")
     row: dict = {"step": None, "parameters": None}
     if spec.loss:
         evaluator = _evaluator(cache, language, cfg, spec)
@@ -201,12 +214,14 @@ def _evaluator(cache, language, cfg, spec):
     key = ("evaluator", cfg.language, cfg.masking, cfg.mask_rate)
     if key not in cache:
         rate = None if cfg.masking == "single" else cfg.mask_rate
-        cache[key] = ExactEvaluator(language, spec.loss_sentences, rate, cfg.eval.seed, cfg.eval.n_subsets)
+        cache[key] = make_evaluator(language, spec.loss_sentences, rate, cfg.eval.seed, cfg.eval.n_subsets)
     return cache[key]
 
 
 def _lookup_probe(cache, language, cfg, task, spec):
     key = ("lookup", cfg.language, task)
+    if not getattr(language, "exact", True):
+        raise UserError("the look-up table is not defined for a corpus (it needs the true conditionals)")
     if key not in cache:
         data = _task_data(cache, language, cfg, task, spec)
         cache[key] = lookup_table_probe(language, data, method=spec.probe_method, seeds=spec.seeds,
@@ -224,7 +239,9 @@ def _std(values: list[float]) -> float:
 
 def _task_data(cache, language, cfg, task, spec):
     key = ("task", cfg.language, task)
-    if key not in cache:
+    if key not in cache and is_glue(task):
+        cache[key] = glue_task_data(language, task, seed=spec.seed)
+    elif key not in cache:
         cache[key] = make_task_data(language, task, spec.task_train, spec.task_validation, spec.task_test,
                                     seed=spec.seed)
     return cache[key]

@@ -19,6 +19,8 @@ class LanguageConfig:
     generator: str | None = None
     k: int | None = None  # None: 2000 (the paper's)
     length: int | None = None  # None: 24 (the paper's)
+    # corpus only: a folder written by ``sameloss corpus prepare``
+    data: str | None = None
     # (configs saved before the key was renamed say ``language.preset``)
     ALIASES = {"preset": "size"}
 
@@ -134,6 +136,9 @@ class PretrainConfig:
     batch_size: int = 256  # global batch (split across processes under DDP)
     masking: Literal["rate", "single"] = "rate"  # 'single': exactly one position per sentence
     mask_rate: float = 0.15
+    # what a masked input shows: "mask" (the mask token; exact conditionals apply) or
+    # "bert" (80 % mask, 10 % random word, 10 % unchanged; training batches only)
+    mask_replace: Literal["mask", "bert"] = "mask"
     checkpoints: tuple[int, ...] = ()  # steps to keep a checkpoint at (besides the last)
     checkpoints_log: int = 0  # this many more, log-spaced between 1 and steps
     save_every: int = 200  # rolling 'latest' checkpoint for --resume
