@@ -28,6 +28,8 @@ EXPERIMENTS = {
     "sizes": "model sizes at the same loss, trace also in the embedded view (Fig. 3, 5)",
     "algorithms": "AdamW, adversarial, -dropout-WD, +SAM, look-up table (Tables 1, 2)",
     "figure1": "all of the above together: loss/trace vs accuracy, rank correlations (Fig. 1)",
+    "theory": "Lemma 3.2 (Hessian vs Fisher as KL -> 0) and Theorem 3.3 (SGD lowers the trace at rate eta/B)",
+    "dyck": "Theorem 5.1 on the Dyck language: flatness of zero-loss solutions vs few-shot mismatch counting",
 }
 SCALE_NAMES = ("smoke", "tiny", "small", "paper")
 DEFAULT_EXPERIMENT = "figure1"

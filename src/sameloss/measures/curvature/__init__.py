@@ -71,12 +71,14 @@ from .base import (
 from .estimators import LanczosResult, hutchinson_trace, lanczos_top_eigenvalue
 from .fisher import trace_fisher
 from .hessian import sam_sharpness, top_eigenvalue, trace_hutchinson
-from .operators import LinearOperator, LossHessian, MatrixOperator
+from .operators import Difference, LinearOperator, LossGaussNewton, LossHessian, MatrixOperator
 
 __all__ = [
     "CurvatureResult",
+    "Difference",
     "LanczosResult",
     "LinearOperator",
+    "LossGaussNewton",
     "LossHessian",
     "MatrixOperator",
     "SelectedParameters",

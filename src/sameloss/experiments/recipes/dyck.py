@@ -1,0 +1,2 @@
+TITLE="x"
+PRESETS={}
