@@ -60,6 +60,8 @@ from ..stats import AGREES, DISAGREES, Interval, diff_interval, verdict
 TITLE = "The theory at work: Lemma 3.2 and Theorem 3.3"
 LEMMA_FILE = "lemma.csv"
 SGD_FILE = "continuations.csv"
+# changes when lemma_measure computes something else (cached rows are then redone)
+LEMMA_VERSION = "1"
 
 
 @dataclass(frozen=True)
@@ -237,7 +239,7 @@ def _lemma(study: Study, section: Section, p: TheoryPreset, lang: str) -> list[d
         study.log(f"measure {study.rel(ck)} (Lemma 3.2)")
         row = study.cached("lemma", study.rel(ck), p.lemma,
                            lambda ck=ck: lemma_measure(ck, p.lemma, study.seed, study._device_name()),
-                           extra=(ck / "meta.json").read_text())
+                           extra=LEMMA_VERSION + (ck / "meta.json").read_text())
         step = int(ck.name.split("_")[-1])
         rows.append({"model": f"{spec.name}@{step}", "experiment": "theory", "language": lang, "group": "lemma",
                      "label": spec.label, "run": spec.name, "step": step, **row})
