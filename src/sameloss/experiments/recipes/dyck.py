@@ -6,9 +6,9 @@ Command
 
 Runtime per scale
     smoke   ~15 s on a CPU (two micro models, 30 steps; the numbers mean nothing)
-    tiny    ~10 min on a 2-core CPU (sentences of length 8; seven one-layer transformers
-            (width m = 8, 16, 32; AdamW, −dropout−WD, SAM, adversarial) and the tiny
-            two-layer transformer (AdamW, SAM), 1500 steps each)
+    tiny    ~10 min on a 2-core CPU (sentences of length 8; six one-layer transformers
+            (width m = 16, 32, 64; AdamW, −dropout−WD, SAM, adversarial at m = 32) and
+            the tiny two-layer transformer (AdamW), 1500 steps each)
     small   ~1 h on one H100 (estimate, not measured: length 16, widths 16–128 and the
             t4-128 transformer, 10k steps each)
     paper   ~3 h on one H100 (estimate, not measured: as small with 30k steps and the
@@ -99,7 +99,8 @@ def one_layer(m: int) -> Shape:
     return Shape("micro", d_model=m, n_heads=1, n_layers=1, d_inter=4 * m)
 
 
-def _solutions(widths: tuple[int, ...], main: int, large: Shape, sam_rho: float, adv: float) -> tuple[Solution, ...]:
+def _solutions(widths: tuple[int, ...], main: int, large: Shape, sam_rho: float, adv: float,
+               large_sam: bool = True) -> tuple[Solution, ...]:
     one = one_layer(main)
     out = [Solution(f"1-layer m={main} AdamW", f"m{main}", one),
            Solution(f"1-layer m={main} −dropout−WD", f"m{main}-noreg", one, NOREG),
@@ -108,8 +109,10 @@ def _solutions(widths: tuple[int, ...], main: int, large: Shape, sam_rho: float,
                     (("adversarial.weight", adv), ("adversarial.task", TASK), ("adversarial.batch_size", 64),
                      ("adversarial.pool_size", 2000)))]
     out += [Solution(f"1-layer m={m} AdamW", f"m{m}", one_layer(m)) for m in widths if m != main]
-    out += [Solution(f"{large.size} AdamW", large.size, large),
-            Solution(f"{large.size} −dropout−WD+SAM", f"{large.size}-sam", large, (*NOREG, ("sam.rho", sam_rho)))]
+    out.append(Solution(f"{large.size} AdamW", large.size, large))
+    if large_sam:
+        out.append(Solution(f"{large.size} −dropout−WD+SAM", f"{large.size}-sam", large,
+                            (*NOREG, ("sam.rho", sam_rho))))
     return tuple(out)
 
 
@@ -126,8 +129,10 @@ PRESETS: dict[str, DyckPreset] = {
                       Solution("1-layer m=8 −dropout−WD+SAM", "m8-sam", one_layer(8), (*NOREG, ("sam.rho", 0.05))),
                       Solution("1-layer m=16 AdamW", "m16", one_layer(16))),
                      Downstream(n_train=(8, 32), draws=4, pool=64, n_test=128), kl_tolerance=10.0),
-    "tiny": _preset("tiny", "tiny", 1500, _solutions((8, 16, 32), 16, Shape("tiny"), 0.05, 0.05),
-                    Downstream(n_train=(8, 32, 128), draws=20, pool=1024, n_test=2000), kl_tolerance=0.01),
+    # one-layer models of width 8 and (mostly) 16 sit on the KL = ln 2 plateau (a coin flip
+    # for the masked bracket) for over 1500 steps; width 32 leaves it within ~500
+    "tiny": _preset("tiny", "tiny", 1500, _solutions((16, 32, 64), 32, Shape("tiny"), 0.05, 0.05, large_sam=False),
+                    Downstream(n_train=(8, 32, 128), draws=20, pool=1024, n_test=2000), kl_tolerance=0.02),
     "small": _preset("small", "paper", 10000, _solutions((16, 32, 64, 128), 32, Shape("t4-128"), 0.05, 0.05),
                      Downstream(n_train=(8, 32, 128), draws=50, pool=4096, n_test=10000), kl_tolerance=0.005),
     "paper": _preset("paper", "paper", 30000, _solutions((16, 32, 64, 128), 32, Shape("t4-128"), 0.05, 0.05),
