@@ -39,7 +39,9 @@ from sameloss import config as configlib  # noqa: E402
 from sameloss.threads import configure_threads  # noqa: E402
 from sameloss.training import PretrainConfig  # noqa: E402
 from sameloss.training.data import global_batch  # noqa: E402
-from sameloss.training.loop import build, build_language, mlm_loss  # noqa: E402
+from sameloss.training.loop import mlm_loss  # noqa: E402
+from sameloss.training.optim import build_optimizer  # noqa: E402
+from sameloss.training.runio import build_language, init_model  # noqa: E402
 
 BUSY = "while True: pass"
 
@@ -49,7 +51,9 @@ def trainer(size: str, language: str, batch: int):
         f"language.name={language}", "language.size=micro", f"model.size={size}", f"batch_size={batch}",
         "device=cpu", "optim.warmup_steps=200"])
     lang = build_language(cfg)
-    model, optimizer, schedule = build(cfg, lang, torch.device("cpu"))
+    torch.manual_seed(cfg.seed)
+    model = init_model(cfg, lang)
+    optimizer, schedule = build_optimizer(cfg, model)
     model.train()
     rate = None if cfg.masking == "single" else cfg.mask_rate
     counter = [0]

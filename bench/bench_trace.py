@@ -45,7 +45,7 @@ import torch
 
 from sameloss import config as configlib
 from sameloss.measures.curvature import loss_batch, trace_fisher, trace_hutchinson
-from sameloss.training import PretrainConfig, load_model_from_checkpoint, pretrain
+from sameloss.training import PretrainConfig, load_checkpoint, pretrain
 from sameloss.training.checkpoint import complete_checkpoints
 
 
@@ -135,7 +135,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         path = args.checkpoint or make_checkpoint(args.steps, Path(tmp) / "run")
-        model, language, cfg = load_model_from_checkpoint(path)
+        model, language, cfg, _ = load_checkpoint(path)
     print(f"checkpoint: {path.name} ({cfg.model.kind} {cfg.model.size}, {language.name} {cfg.language.size}, "
           f"{sum(p.numel() for p in model.parameters())} parameters), torch threads {torch.get_num_threads()}")
 

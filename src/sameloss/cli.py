@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _measure(args) -> None:
     from .measures.run import MeasureSpec, check_output, measure_path, write_rows
-    from .training.loop import resolve_device
+    from .training.runio import resolve_device
 
     spec = MeasureSpec(
         loss=args.loss, traces=tuple(args.trace), top_eig=args.top_eig, sharpness=args.sharpness,
@@ -185,17 +185,19 @@ def _measure(args) -> None:
 
 def format_rows(rows: list[dict]) -> str:
     """A plain table: one line per checkpoint, value ± error columns merged."""
+    from .measures.rows import error_column, is_error_column
+
     if not rows:
         return "(no rows)"
     skip = {"checkpoint", "run"}
-    keys = [k for k in rows[0] if k not in skip and not k.endswith(("_std", "_se"))]
+    keys = [k for k in rows[0] if k not in skip and not is_error_column(k)]
 
     def cell(row, key):
         value = row.get(key)
         if value is None:
             return "-"
         if isinstance(value, float):
-            err = row.get(f"{key}_std", row.get(f"{key}_se"))
+            err = row.get(error_column(key))
             return f"{value:.4g}" + (f" ± {err:.2g}" if isinstance(err, float) else "")
         return str(value)
 
@@ -205,7 +207,7 @@ def format_rows(rows: list[dict]) -> str:
 
 
 def _embed(args) -> None:
-    from .models.embed import embed_checkpoint
+    from .training.embedding import embed_checkpoint
 
     path = embed_checkpoint(args.checkpoint, args.out, into=args.into, width_factor=args.width_factor,
                             extra_layers=args.extra_layers, force=args.force)
@@ -219,7 +221,7 @@ def _pretrain(args) -> None:
     from . import files
     from .training import PretrainConfig, pretrain
     from .training.distributed import setup
-    from .training.loop import finished
+    from .training.runio import finished
 
     cfg = configlib.load(PretrainConfig, args.config, args.overrides)
     if args.print_config:

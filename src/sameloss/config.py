@@ -140,6 +140,17 @@ def _coerce(hint, value, key: str):
     return value
 
 
+def flatten(data: dict, prefix: str = "") -> dict:
+    """A nested config dict as ``{"dotted.key": value}``, lists as tuples (comparable)."""
+    out = {}
+    for k, v in data.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, prefix + k + "."))
+        else:
+            out[prefix + k] = tuple(v) if isinstance(v, list) else v
+    return out
+
+
 def to_dict(config) -> dict:
     return dataclasses.asdict(config)
 

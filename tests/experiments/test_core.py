@@ -104,7 +104,7 @@ def test_a_config_saved_with_language_preset_still_loads_and_matches(tmp_path):
     from sameloss import config as configlib
     from sameloss.errors import UserError
     from sameloss.training.config import PretrainConfig
-    from sameloss.training.loop import read_config_dict
+    from sameloss.training.runio import read_config_dict
 
     cfg = configlib.load(PretrainConfig, None, ["language.size=micro", "steps=12"])
     old = tmp_path / "config.toml"

@@ -13,7 +13,7 @@ from sameloss.languages import PCFG
 from sameloss.measures.finetune import Classifier, finetune, lr_factor
 from sameloss.measures.tasks import make_task_data
 from sameloss.models import build_model
-from sameloss.training import load_model_from_checkpoint
+from sameloss.training import load_checkpoint
 
 
 
@@ -22,7 +22,7 @@ from sameloss.training import load_model_from_checkpoint
 
 @pytest.fixture(scope="module")
 def loaded(checkpoint):
-    model, language, _ = load_model_from_checkpoint(checkpoint)
+    model, language, _, _ = load_checkpoint(checkpoint)
     data = make_task_data(language, "task-5", n_train=500, n_validation=200, n_test=500, seed=0)
     return model, language, data
 

@@ -20,7 +20,7 @@ from sameloss.measures.probe import (
 )
 from sameloss.measures.tasks import SPLITS, Split, TaskData, make_task_data, split_seed
 from sameloss.models import build_model
-from sameloss.training import load_model_from_checkpoint
+from sameloss.training import load_checkpoint
 
 
 
@@ -164,7 +164,7 @@ def test_features_concatenate_positions_and_zero_pads(kind):
 
 
 def test_probe_of_a_tiny_checkpoint(checkpoint):
-    model, language, _ = load_model_from_checkpoint(checkpoint)
+    model, language, _, _ = load_checkpoint(checkpoint)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     data = make_task_data(language, "task-5", n_train=300, n_validation=100, n_test=300, seed=0)
     results = [linear_probe(model, data, method="lbfgs", seeds=(0,)),

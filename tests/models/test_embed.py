@@ -18,16 +18,16 @@ from sameloss import config as configlib
 from sameloss.errors import UserError
 from sameloss.models import build_model
 from sameloss.models.embed import (
-    _target_plan,
     embed,
-    embed_checkpoint,
     embedded_param_count,
     plan_embedding,
+    target_plan,
 )
 from sameloss.models.transformer import TransformerConfig, TransformerMLM
-from sameloss.training import PretrainConfig, load_model_from_checkpoint
+from sameloss.training import PretrainConfig, load_checkpoint
+from sameloss.training.embedding import embed_checkpoint
 from sameloss.training import checkpoint as ckpt
-from sameloss.training.loop import build, build_language
+from sameloss.training.runio import build_language, init_model
 
 
 
@@ -288,7 +288,7 @@ def _small_checkpoint(tmp_path, size: str, kind: str = "transformer", norm: str 
     cfg = configlib.load(PretrainConfig, None, [f"model.size={size}", f"model.kind={kind}", f"model.norm={norm}",
                                                 "device=cpu"])
     language = build_language(cfg)
-    model, _, _ = build(cfg, language, torch.device("cpu"))
+    model = init_model(cfg, language)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.1)
@@ -314,7 +314,7 @@ def test_embed_checkpoint_into_a_named_size_round_trips(tmp_path, norm):
     assert meta["step"] == 7 and meta["config"]["model"]["size"] == "t3-128"
     assert meta["eval"] == {"loss": 1.5}
     assert meta["embedded_from"]["width_factor"] == 2 and meta["embedded_from"]["extra_layers"] == 3
-    big, _, cfg = load_model_from_checkpoint(out)
+    big, _, cfg, _ = load_checkpoint(out)
     assert (big.config.d_model, big.config.n_layers, big.config.norm) == (128, 4, norm)
     tokens = _tokens(language)
     torch.testing.assert_close(big(tokens), small(tokens), atol=1e-5, rtol=1e-5)
@@ -330,7 +330,7 @@ def test_embed_checkpoint_custom_shape_is_written_as_shape_overrides(tmp_path):
     model = json.loads((out / "meta.json").read_text())["config"]["model"]
     assert model["size"] == "t3-64" and model["norm"] == "pre"
     assert (model["d_model"], model["n_heads"], model["n_layers"], model["d_inter"]) == (192, 3, 2, 768)
-    big, _, _ = load_model_from_checkpoint(out)
+    big, _, _, _ = load_checkpoint(out)
     assert (big.config.d_model, big.config.n_layers) == (192, 2)
     tokens = _tokens(language)
     torch.testing.assert_close(big(tokens), small(tokens), atol=1e-5, rtol=1e-5)
@@ -361,11 +361,11 @@ def test_embed_checkpoint_refuses_what_cannot_hold_the_small_model(tmp_path):
         return TransformerConfig(**{**base, **fields})
 
     with pytest.raises(UserError, match="needs 4 heads"):
-        _target_plan(shape(n_heads=2, d_model=64), "t3-128", None, 0)  # 2 heads of 32 cannot become 2 of 64
+        target_plan(shape(n_heads=2, d_model=64), "t3-128", None, 0)  # 2 heads of 32 cannot become 2 of 64
     with pytest.raises(UserError, match="fewer layers"):
-        _target_plan(shape(n_layers=5), "t3-128", None, 0)
+        target_plan(shape(n_layers=5), "t3-128", None, 0)
     with pytest.raises(UserError, match="MLP is narrower"):
-        _target_plan(shape(d_inter=1024), "t3-128", None, 0)
-    plan, name = _target_plan(shape(), "bert-base", None, 0)  # an alias: 64 -> 768 is 12x
+        target_plan(shape(d_inter=1024), "t3-128", None, 0)
+    plan, name = target_plan(shape(), "bert-base", None, 0)  # an alias: 64 -> 768 is 12x
     assert (plan.width_factor, plan.extra_layers, plan.n_heads, name) == (12, 11, 12, "t3-768")
     assert dataclasses.asdict(plan)["d_inter"] == 3072

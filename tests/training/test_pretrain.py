@@ -13,11 +13,11 @@ import torch.multiprocessing as mp
 from sameloss import config as configlib
 from sameloss.errors import UserError
 from sameloss.languages import PCFG
-from sameloss.training import PretrainConfig, load_model_from_checkpoint, pretrain
+from sameloss.training import PretrainConfig, load_checkpoint, pretrain
 from sameloss.training.checkpoint import complete_checkpoints
-from sameloss.training.data import shard_bounds, training_batch
+from sameloss.training.data import global_batch, shard_bounds
 from sameloss.training.evaluate import ExactEvaluator
-from sameloss.training.loop import build, build_language
+from sameloss.training.runio import build_language, init_model
 
 
 def small_config(**overrides) -> PretrainConfig:
@@ -27,7 +27,7 @@ def small_config(**overrides) -> PretrainConfig:
 
 
 def weights(run_dir):
-    model, _, _ = load_model_from_checkpoint(complete_checkpoints(run_dir)[-1])
+    model, _, _, _ = load_checkpoint(complete_checkpoints(run_dir)[-1])
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
@@ -62,13 +62,13 @@ def test_checkpoint_round_trip_gives_the_same_function(tmp_path):
     pretrain(cfg, tmp_path / "r", progress=False)
     names = [p.name for p in complete_checkpoints(tmp_path / "r")]
     assert "step_0000002" in names and "step_0000004" in names
-    model, language, loaded_cfg = load_model_from_checkpoint(tmp_path / "r" / "checkpoints" / "step_0000004")
+    model, language, loaded_cfg, _ = load_checkpoint(tmp_path / "r" / "checkpoints" / "step_0000004")
     assert loaded_cfg == cfg
     tokens = language.sample(16, torch.Generator().manual_seed(0)).tokens
     out = model(tokens)
     # tied weights survive the round trip as one tensor
     assert model.output_weight.data_ptr() == model.tok_emb.weight.data_ptr()
-    again, _, _ = load_model_from_checkpoint(tmp_path / "r" / "checkpoints" / "step_0000004")
+    again, _, _, _ = load_checkpoint(tmp_path / "r" / "checkpoints" / "step_0000004")
     assert torch.equal(out, again(tokens))
 
 
@@ -77,7 +77,7 @@ def test_loss_is_entropy_plus_kl():
     tokens (an independent estimate of the same quantity) and the identity per token."""
     language = PCFG.preset("tiny")
     cfg = small_config()
-    model, _, _ = build(cfg, language, torch.device("cpu"))
+    model = init_model(cfg, language)
     ev = ExactEvaluator(language, 3000, 0.15, seed=5)
     result = ev.evaluate(model)
     assert result["loss"] == pytest.approx(result["entropy"] + result["kl"], abs=1e-12)
@@ -96,10 +96,14 @@ def test_loss_is_entropy_plus_kl():
 
 def test_every_process_gets_its_slice_of_the_same_global_batch():
     language = PCFG.preset("tiny")
-    full, n = training_batch(language, 0, 7, 10, 0.15)
-    parts = [training_batch(language, 0, 7, 10, 0.15, rank=r, world_size=3) for r in range(3)]
-    assert all(count == n for _, count in parts)
-    assert torch.equal(torch.cat([p.inputs for p, _ in parts]), full.inputs)
+    full = global_batch(language, 0, 7, 10, 0.15)
+    # every process builds the global batch itself (as the loop does): the same (seed, step)
+    # must give the same batch, and the shards must tile it
+    again = [global_batch(language, 0, 7, 10, 0.15) for _ in range(3)]
+    assert all(torch.equal(a.inputs, full.inputs) and torch.equal(a.masked, full.masked) for a in again)
+    parts = [a.shard(r, 3) for r, a in enumerate(again)]
+    assert torch.equal(torch.cat([p.inputs for p in parts]), full.inputs)
+    assert torch.equal(torch.cat([p.masked for p in parts]), full.masked)
     assert [shard_bounds(10, r, 3) for r in range(3)] == [(0, 4), (4, 7), (7, 10)]
 
 
@@ -143,8 +147,8 @@ def test_two_process_gloo_run_matches_single_process(tmp_path, optim, atol):
 
 
 def weights_at_init(cfg):
-    model, _, _ = build(cfg, build_language(cfg), torch.device("cpu"))
-    return model.state_dict()
+    torch.manual_seed(cfg.seed)  # as pretrain does before it builds the model
+    return init_model(cfg, build_language(cfg)).state_dict()
 
 
 def test_bad_config_values_are_one_line_errors():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from ..measures.rows import error_column, spread_of
 from .report import Claim
 from .stats import Interval, bootstrap_ci, diff_interval, kendall_tau, std_to_se, verdict
 
@@ -22,16 +23,6 @@ def fmt(v: float | None, spec: str = ".3g") -> str:
     return format(v, spec)
 
 
-# the error of each quantity of a measured row (``measures.run``), by the quantity's prefix:
-# the traces carry their own standard error; probes, fine-tuning and the look-up table a std
-# over seeds; the loss, KL and entropy a std over the held-out subsets
-_SEED_STD = ("probe_", "finetune_", "lookup_")
-
-
-def error_column(key: str) -> str:
-    """The column of a measured row that holds the error of quantity ``key``:
-    ``trace_*_se`` (a standard error) for a trace, else ``<key>_std``."""
-    return f"{key}_se" if key.startswith("trace_") else f"{key}_std"
 
 
 def quantity_se(row: dict, key: str, n_seeds: int | None = None, n_subsets: int = 5) -> float:
@@ -39,9 +30,10 @@ def quantity_se(row: dict, key: str, n_seeds: int | None = None, n_subsets: int 
     trace's own standard error; for a probe, the std over seeds / √seeds; for the loss
     and KL, the std over the held-out subsets / √subsets."""
     err = _f(row.get(error_column(key)))
-    if key.startswith("trace_"):
+    spread = spread_of(key)
+    if spread is None:
         return err
-    return std_to_se(err, (n_seeds or 1) if key.startswith(_SEED_STD) else n_subsets)
+    return std_to_se(err, (n_seeds or 1) if spread == "seeds" else n_subsets)
 
 
 def _f(v) -> float:

@@ -43,7 +43,7 @@ from ..languages import LANGUAGES
 from ..measures.run import MeasureSpec
 from ..models.sizes import TRANSFORMER_SIZES
 from . import SCALE_NAMES
-from .claims import error_column
+from ..measures.rows import error_column
 from .core import RunSpec, Setting
 from .report import Column
 

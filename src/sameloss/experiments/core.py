@@ -33,7 +33,8 @@ from .. import config as configlib
 from ..errors import UserError
 from ..training.checkpoint import checkpoint_dir, complete_checkpoints
 from ..training.config import PretrainConfig
-from ..training.loop import RESUMABLE_CHANGES, pretrain, read_config_dict, read_summary
+from ..training.loop import RESUMABLE_CHANGES, pretrain
+from ..training.runio import read_config_dict, read_summary
 
 MEASUREMENTS = "measurements.json"
 
@@ -101,19 +102,9 @@ class RunInfo:
     summary: dict = field(default_factory=dict)
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, prefix + k + "."))
-        else:
-            out[prefix + k] = tuple(v) if isinstance(v, list) else v
-    return out
-
-
 def config_differences(saved: dict, wanted: dict) -> list[str]:
     """Dotted keys whose values differ (a key missing from the TOML means ``None``)."""
-    a, b = _flat(saved), _flat(wanted)
+    a, b = configlib.flatten(saved), configlib.flatten(wanted)
     return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
@@ -337,7 +328,7 @@ class Study:
         """``measures.run.measure_lookup_table`` of a run's language (loss on the run's
         held-out set, a probe per task of ``spec.lookup``), cached."""
         from ..measures.run import measure_lookup_table
-        from ..training.loop import build_language
+        from ..training.runio import build_language
 
         cfg = run.config
         what = {"language": cfg.language, "masking": cfg.masking, "mask_rate": cfg.mask_rate, "eval": cfg.eval}
@@ -356,7 +347,7 @@ class Study:
         """The checkpoint embedded function-preservingly into the transformer shape named
         ``into`` (``models.embed``, App. B.4); reused when already written. ``UserError``
         when that shape cannot hold the model (the message says why)."""
-        from ..models.embed import embed_checkpoint
+        from ..training.embedding import embed_checkpoint
         from ..training.checkpoint import read_meta
 
         checkpoint = Path(checkpoint)
@@ -379,7 +370,7 @@ class Study:
             return str(path)
 
     def _device_name(self) -> str:
-        from ..training.loop import resolve_device
+        from ..training.runio import resolve_device
         return str(resolve_device(self.device))
 
 

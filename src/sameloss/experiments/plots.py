@@ -17,11 +17,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ..measures import rows as schema
+
 MARKERS = "osD^v<>pPX*h"
-# quantities measured in nats: their axis label says so
-NATS_KEYS = {"loss", "kl", "entropy", "embedded_loss", "train_loss"}
-# accuracies (fractions; shown ×100 as %): bounded to [0, 1]
-ACCURACY_PREFIXES = ("probe", "finetune", "lookup")
 
 
 def _plt():
@@ -40,24 +38,21 @@ def _v(row: dict, key: str) -> float:
 
 
 def _err(row: dict, key: str, scale: float = 1.0) -> float:
-    for suffix in ("_se", "_std"):
-        v = _v(row, key + suffix)
-        if math.isfinite(v):
-            return v * scale
-    return 0.0
+    v = _v(row, schema.error_column(key))
+    return v * scale if math.isfinite(v) else 0.0
 
 
 def _bounds(key: str, scale: float = 1.0) -> tuple[float, float]:
     """The range a quantity can take (as shown, i.e. times ``scale``)."""
-    if key.startswith(ACCURACY_PREFIXES):
+    if schema.is_accuracy(key):
         return 0.0, 1.0 * scale
-    if key in NATS_KEYS:
+    if key in schema.NATS_KEYS:
         return 0.0, math.inf
     return -math.inf, math.inf
 
 
 def _with_unit(label: str, key: str) -> str:
-    return label if key not in NATS_KEYS or "nats" in label else f"{label} (nats)"
+    return label if key not in schema.NATS_KEYS or "nats" in label else f"{label} (nats)"
 
 
 def _clipped(values: list[float], errors: list[float], bounds: tuple[float, float]) -> list[list[float]]:
@@ -295,7 +290,7 @@ def bars_plot(rows: list[dict], label: str, panels: list[tuple[str, str, float]]
         ax.set_yticks(ys, names)
         ax.set_xlabel(_with_unit(xlabel, key))
         finite = [v for v in vals if math.isfinite(v)]
-        if finite and key.startswith(ACCURACY_PREFIXES):
+        if finite and schema.is_accuracy(key):
             # zoom on the accuracies (they differ by a few points), never below 0
             lo = min(finite) - 5 * max(bars[0] + bars[1] + [0.1])
             ax.set_xlim(left=max(0.0, lo))

@@ -32,11 +32,19 @@ pass gives ``P(x_t = w | the other unmasked words)`` at every position at once.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 
-from .pcfg_grammar import Grammar
+from ..errors import UserError
+from .pcfg_grammar import Grammar, Progress
+
+# Refuse a grammar whose dense rule blocks (all span lengths together) would exceed this.
+MAX_BLOCK_BYTES = 2 * 2**30
+
+# Working memory one inside + outside pass may use; larger batches are split.
+WORK_BYTES = 512 * 2**20
 
 
 @dataclass(frozen=True)
@@ -82,6 +90,11 @@ def _make_block(splits, parent, left, right, prob, top_only: bool) -> _Block:
     return _Block(tuple(splits), top_only, _as_index(parents), _as_index(lefts), _as_index(rights), rules)
 
 
+def _pair_count(blk: _Block) -> int:
+    """Child pairs of a block: the outer products of one pass are this times batch x starts."""
+    return blk.rules.shape[1] * blk.rules.shape[2]
+
+
 def _child_groups(grammar: Grammar) -> torch.Tensor:
     """``[R]`` group id per rule: rules whose children are connected (share a symbol,
     transitively) form one group. One dense block per group keeps blocks small: in a
@@ -109,29 +122,79 @@ class InsideOutside:
     are evaluated on that one span only.
     """
 
-    def __init__(self, grammar: Grammar, max_len: int):
+    def __init__(self, grammar: Grammar, max_len: int, source: str | None = None):
         self.grammar = grammar
         self.max_len = max_len
-        can = grammar.possible_lengths(max_len)
         g = grammar
+        where = f"grammar {source}" if source else "grammar"
+        progress = Progress(f"{where}: parser tables, span length", max_len)
+        can = grammar.possible_lengths(max_len)
         groups = _child_groups(g)
         is_child = torch.zeros(g.n_nonterminals, dtype=torch.bool)
         is_child[g.rule_left] = True
         is_child[g.rule_right] = True
         top_only = ~is_child  # never inside a tree: only over the whole sentence
-        self.blocks: list[list[_Block]] = [[] for _ in range(max_len + 1)]
+        # which rules make up each (length, group) block; a recursive grammar uses the
+        # same rules at most lengths, and those lengths share one dense tensor
+        plans: list[list[tuple[tuple[int, ...], torch.Tensor]]] = [[] for _ in range(max_len + 1)]
+        distinct: dict[bytes, tuple[int, int, int]] = {}
         for length in range(2, max_len + 1):
             # usable[r, m]: rule r can build a span of this length with split m
             usable = torch.stack([can[g.rule_left, m] & can[g.rule_right, length - m] & (g.rule_prob > 0)
                                   for m in range(1, length)], dim=1)
-            for group in torch.unique(groups[usable.any(dim=1)]).tolist():
-                sel = usable.any(dim=1) & (groups == group)
-                splits = [m + 1 for m in torch.nonzero(usable[sel].any(dim=0)).flatten().tolist()]
-                self.blocks[length].append(_make_block(
-                    splits, g.rule_parent[sel], g.rule_left[sel], g.rule_right[sel], g.rule_prob[sel],
-                    top_only=bool(top_only[g.rule_parent[sel]].all())))
+            any_split = usable.any(dim=1)
+            for group in torch.unique(groups[any_split]).tolist():
+                sel = torch.nonzero(any_split & (groups == group)).flatten()
+                splits = tuple(m + 1 for m in torch.nonzero(usable[sel].any(dim=0)).flatten().tolist())
+                plans[length].append((splits, sel))
+                key = sel.numpy().tobytes()
+                if key not in distinct:
+                    distinct[key] = tuple(len(torch.unique(x[sel])) for x in (g.rule_parent, g.rule_left, g.rule_right))
+            progress(length)
+        # the dense blocks are |parents| x |lefts| x |rights|: a large, sparsely connected
+        # grammar (many symbols, few rules each) makes them huge; refuse before allocating
+        block_bytes = 8 * sum(a * b * c for a, b, c in distinct.values())
+        if block_bytes > MAX_BLOCK_BYTES:
+            a, b, c = max(distinct.values(), key=lambda s: s[0] * s[1] * s[2])
+            raise UserError(
+                f"{where}: the parser's dense rule blocks would take {block_bytes / 2**30:.1f} GiB (largest "
+                f"{a} parents x {b} x {c} children), over the {MAX_BLOCK_BYTES / 2**30:.0f} GiB limit; "
+                f"this parser suits grammars whose rules connect few symbols each")
+        shared: dict[bytes, _Block] = {}
+        self.blocks: list[list[_Block]] = [[] for _ in range(max_len + 1)]
+        for length in range(2, max_len + 1):
+            for splits, sel in plans[length]:
+                key = sel.numpy().tobytes()
+                if key not in shared:
+                    shared[key] = _make_block((), g.rule_parent[sel], g.rule_left[sel], g.rule_right[sel],
+                                              g.rule_prob[sel], top_only=bool(top_only[g.rule_parent[sel]].all()))
+                self.blocks[length].append(dataclasses.replace(shared[key], splits=splits))
+        progress.close()
+        self._rows: dict[int, int] = {}
         self.emission = g.emission  # [N, W]
         self.emission_total = g.emission.sum(dim=1)  # [N]: a masked leaf, any word
+
+    def flops(self, T: int) -> int:
+        """Floating-point operations of one inside + outside pass over one sentence of
+        length ``T`` (the block matrix multiplies and child-pair products)."""
+        total = 0
+        for length in range(2, min(T, self.max_len) + 1):
+            for blk in self._blocks(length, T):
+                n_a, n_b, n_c = blk.rules.shape
+                total += (T - length + 1) * (4 * n_a * n_b * n_c + 5 * len(blk.splits) * n_b * n_c)
+        return total
+
+    def rows_per_pass(self, T: int) -> int:
+        """How many sentences of length ``T`` one inside + outside pass may take so that
+        its working memory (the charts, and the per-block child-pair products) stays under
+        ``WORK_BYTES``: callers split larger batches."""
+        if T not in self._rows:
+            chart = 2 * self.grammar.n_nonterminals * T * (T + 1) // 2  # inside + outside cells
+            pairs = max((3 * _pair_count(blk) * (T - length + 1)
+                         for length in range(2, min(T, self.max_len) + 1) for blk in self._blocks(length, T)),
+                        default=0)
+            self._rows[T] = max(1, WORK_BYTES // (8 * (chart + pairs)))
+        return self._rows[T]
 
     def _blocks(self, length: int, T: int) -> list[_Block]:
         return [b for b in self.blocks[length] if length == T or not b.top_only]
@@ -212,7 +275,11 @@ class InsideOutside:
         return z.log() + log_scale.sum(dim=1)
 
 
-def by_length(lengths: torch.Tensor):
-    """Yield ``(length, row indices)`` for each distinct sentence length."""
+def by_length(lengths: torch.Tensor, parser: InsideOutside | None = None):
+    """Yield ``(length, row indices)`` for each distinct sentence length; with a
+    ``parser``, in pieces of at most ``parser.rows_per_pass(length)`` rows."""
     for length in torch.unique(lengths).tolist():
-        yield int(length), torch.nonzero(lengths == length).flatten()
+        idx = torch.nonzero(lengths == length).flatten()
+        rows = parser.rows_per_pass(int(length)) if parser is not None else idx.numel()
+        for piece in idx.split(max(rows, 1)):
+            yield int(length), piece

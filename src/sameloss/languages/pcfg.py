@@ -11,6 +11,8 @@ which conditions on the length and so leaves those conditionals unchanged.
 
 from __future__ import annotations
 
+import math
+import sys
 from pathlib import Path
 
 import torch
@@ -18,7 +20,7 @@ import torch
 from ..errors import UserError
 from .base import Batch, Language, Task
 from .inside_outside import InsideOutside, by_length
-from .pcfg_grammar import Grammar, random_layered
+from .pcfg_grammar import Grammar, LengthReport, random_layered
 
 # Keyword arguments of ``random_layered`` for each preset.
 PRESETS: dict[str, dict] = {
@@ -39,6 +41,24 @@ PRESETS: dict[str, dict] = {
 # class on task A).
 PRESET_SEEDS = {"micro": 1}
 
+# The sampler draws whole derivations and rejects those longer than max_len, so it needs
+# 1 / P(fit) draws per sentence. Below this acceptance rate a grammar is refused up front:
+# measured on a 2-core CPU, `language describe` (12k sentences) took 37 s at P(fit) = 0.01,
+# 2 min at 0.002 and 4 min at 0.001, and training draws fresh sentences every step.
+MIN_FIT = 1e-2
+
+# Exact conditionals cost one inside + outside pass per sentence. Above NOTE_FLOPS per
+# sentence (at the expected length) a line on stderr states the cost; above MAX_FLOPS the
+# grammar is refused (one core does about 5 GFLOP/s of these float64 passes, so that is
+# over an hour per 1000 sentences). The released grammar costs 0.4 MFLOP per sentence; a
+# fully connected 300-symbol grammar (90,000 rules) 200 MFLOP.
+NOTE_FLOPS = 5e7
+MAX_FLOPS = 2e10
+FLOPS_PER_SECOND = 5e9
+
+# Most derivations drawn in one redraw round (rounds keep every alive item in memory).
+REDRAW_CHUNK = 1 << 15
+
 # Tasks of the released code: the symbol over the first k tokens (k = None: the root).
 RELEASED_TASKS = {"A": None, "B": 4, "C": 2}
 
@@ -46,16 +66,22 @@ RELEASED_TASKS = {"A": None, "B": 4, "C": 2}
 class PCFG(Language):
     name = "pcfg"
 
-    def __init__(self, grammar: Grammar, max_len: int = 32, paper_spans: tuple[int, int, int] | None = None):
+    def __init__(self, grammar: Grammar, max_len: int = 32, paper_spans: tuple[int, int, int] | None = None,
+                 source: str | None = None):
         if max_len < 1:
             raise UserError(f"max_len must be >= 1, got {max_len}")
         self.grammar = grammar
         self.max_len = max_len
+        # before any table is built: a grammar whose sentences (almost) never fit would
+        # otherwise make the sampler loop forever
+        self.length_report = grammar.length_report(max_len)
+        check_lengths(self.length_report, source)
         self.n_words = grammar.n_words
         self.words = list(grammar.words)
         # the paper's tasks A, B, C: spans [0, L) with L = 32, 16, 8 at max_len 32
         self.paper_spans = paper_spans or (max_len, max(max_len // 2, 1), max(max_len // 4, 1))
-        self.parser = InsideOutside(grammar, max_len)
+        self.parser = InsideOutside(grammar, max_len, source=source)
+        check_cost(self.parser, self.length_report, source)
         self._build_sampling_tables()
 
     # ---- construction ---------------------------------------------------------------
@@ -64,7 +90,7 @@ class PCFG(Language):
         """Read a grammar file; ``max_len`` defaults to the longest sentence the grammar
         can yield, capped at 32 (the paper's limit) for recursive grammars."""
         grammar = Grammar.from_file(path)
-        return cls(grammar, max_len or _longest_yield(grammar, cap=32))
+        return cls(grammar, max_len or _longest_yield(grammar, cap=32), source=str(path))
 
     @classmethod
     def random(cls, seed: int = 0, max_len: int | None = None, **kwargs) -> PCFG:
@@ -120,10 +146,22 @@ class PCFG(Language):
         its one or two children with ``repeat_interleave`` (which keeps the order).
         Sentences that grow past ``max_len`` are dropped and redrawn.
         """
-        tokens, lengths, latents, have = [], [], [], 0
+        tokens, lengths, latents, have, drawn = [], [], [], 0, 0
+        fit = self.length_report.fit
+        # the number of accepted draws is binomial(drawn, fit): falling short of n after
+        # this many draws (twice the expected number, plus slack) means the sampler and
+        # the length distribution disagree, not bad luck
+        limit = math.ceil((2 * n + 100) / fit)
+        chunk = max(n, REDRAW_CHUNK)
         while have < n:
-            # redraws (after rejections) ask for a few extra to avoid many tiny rounds
-            batch = self._sample_round(n if not have else max(n - have, 16), generator)
+            if drawn >= limit:
+                raise UserError(
+                    f"sampling: {drawn} derivations drawn but only {have} of {n} sentences fit max_len "
+                    f"{self.max_len}, where P(fit) = {fit:.3g} predicts {drawn * fit:.0f}")
+            # redraws (after rejections) ask for what the acceptance rate says is missing
+            want = n if not drawn else min(max(math.ceil((n - have) / fit * 1.1), 16), chunk)
+            batch = self._sample_round(want, generator)
+            drawn += want
             keep = min(len(batch), n - have)
             spans = batch.latent[batch.latent[:, 0] < keep]
             spans[:, 0] += have
@@ -222,7 +260,7 @@ class PCFG(Language):
         rows = torch.zeros_like(query, dtype=torch.long)
         rows[query] = torch.arange(int(query.sum()))  # output row of each query position
         result = torch.empty(int(query.sum()), self.n_words, dtype=torch.float64)
-        for length, idx in by_length(lengths):
+        for length, idx in by_length(lengths, self.parser):
             q = query[idx, :length]
             if not q.any():
                 continue
@@ -236,7 +274,7 @@ class PCFG(Language):
         self._check_tokens(tokens)
         masked = torch.zeros_like(tokens, dtype=torch.bool) if masked is None else masked
         result = torch.empty(tokens.shape[0], dtype=torch.float64)
-        for length, idx in by_length(self.lengths_of(tokens)):
+        for length, idx in by_length(self.lengths_of(tokens), self.parser):
             result[idx] = self.parser.log_likelihood(tokens[idx, :length], masked[idx, :length])
         return result
 
@@ -249,7 +287,7 @@ class PCFG(Language):
         lengths = self.lengths_of(tokens)
         width = lengths if span is None else torch.full_like(lengths, span)
         result = torch.zeros(tokens.shape[0], self.grammar.n_nonterminals, dtype=torch.float64)
-        for length, idx in by_length(width):
+        for length, idx in by_length(width, self.parser):
             idx = idx[lengths[idx] >= length]
             if idx.numel() == 0 or length > tokens.shape[1]:
                 continue
@@ -264,7 +302,7 @@ class PCFG(Language):
         lengths = self.lengths_of(tokens)
         result = torch.zeros(tokens.shape[0], self.grammar.n_nonterminals, dtype=torch.float64)
         start = self.grammar.start
-        for length, idx in by_length(lengths):
+        for length, idx in by_length(lengths, self.parser):
             if length < span:
                 continue
             leaf, _ = self.parser.leaves(tokens[idx, :length], torch.zeros(idx.numel(), length, dtype=torch.bool))
@@ -300,6 +338,39 @@ class PCFG(Language):
                 f"{name}-paper", n_nt, lambda b, s=span: self._argmax_label(self.span_posterior(b.tokens, s)),
                 f"paper: most likely symbol spanning [0, {span}) given the sentence (posterior argmax)")
         return tasks
+
+
+def check_lengths(report: LengthReport, source: str | None = None) -> None:
+    """Refuse a grammar whose sentences (almost) never fit ``max_len`` (P(fit) < MIN_FIT),
+    with the numbers that say why."""
+    if report.fit >= MIN_FIT:
+        return
+    where = f"grammar {source}" if source else "grammar"
+    if report.shortest > report.max_len or report.fit <= 0:
+        problem = (f"no sentence fits max_len {report.max_len} (the shortest has {report.shortest} words); "
+                   "sampling would not finish")
+    else:
+        problem = (f"P(a sentence fits max_len {report.max_len}) = {report.fit:.2g} ({report.describe()}); "
+                   f"sampling would need about {1 / report.fit:.2g} draws per sentence, refused above "
+                   f"{1 / MIN_FIT:.0f}")
+    raise UserError(f"{where}: {problem} (change the rules or raise max_len)")
+
+
+def check_cost(parser: InsideOutside, report: LengthReport, source: str | None = None) -> None:
+    """State (on stderr) the cost of exact conditionals for an expensive grammar, and
+    refuse one that would take hours for a thousand sentences."""
+    p = report.length_probs[1:] / report.length_probs[1:].sum()
+    per_sentence = sum(float(p[t - 1]) * parser.flops(t) for t in range(1, report.max_len + 1) if p[t - 1] > 0)
+    if per_sentence < NOTE_FLOPS:
+        return
+    where = f"grammar {source}" if source else "grammar"
+    a, b, c = max((blk.rules.shape for blocks in parser.blocks for blk in blocks), key=lambda s: s[0] * s[1] * s[2])
+    cost = (f"exact conditionals cost about {per_sentence / 1e6:.0f} MFLOP per sentence (dense rule blocks up to "
+            f"{a} x {b} x {c}), about {per_sentence * 1000 / FLOPS_PER_SECOND / 60:.1f} min per 1000 sentences on one core")
+    if per_sentence > MAX_FLOPS:
+        raise UserError(f"{where}: {cost}; refusing a grammar this expensive (fewer symbols per rule group, "
+                        f"or shorter sentences, make it cheaper)")
+    print(f"{where}: note: {cost}", file=sys.stderr, flush=True)
 
 
 def _longest_yield(grammar: Grammar, cap: int) -> int:

@@ -26,9 +26,9 @@ from pathlib import Path
 from .. import files
 from ..errors import UserError
 from ..progress import progress_bar
-from ..training.checkpoint import CorruptCheckpoint, read_meta, step_dirs
+from ..training.checkpoint import CorruptCheckpoint, step_dirs
 from ..training.evaluate import ExactEvaluator
-from ..training.loop import load_model_from_checkpoint
+from ..training.runio import load_checkpoint
 from . import curvature
 from .finetune import finetune
 from .lookup import lookup_table_probe
@@ -91,8 +91,8 @@ def checkpoints_of(path: str | Path) -> list[Path]:
 
 def measure_checkpoint(path: Path, spec: MeasureSpec, cache: dict | None = None) -> dict:
     cache = {} if cache is None else cache
-    model, language, cfg = load_model_from_checkpoint(path, spec.device)
-    row: dict = {"checkpoint": str(path), "run": cfg.name, "step": read_meta(path)["step"],
+    model, language, cfg, meta = load_checkpoint(path, spec.device)
+    row: dict = {"checkpoint": str(path), "run": cfg.name, "step": meta["step"],
                  "parameters": sum(p.numel() for p in model.parameters())}
     if spec.loss:
         result = _evaluator(cache, language, cfg, spec).evaluate(model, spec.device)

@@ -111,7 +111,7 @@ def _positive_int(value: Any, name: str, minimum: int) -> int:
     return value
 
 
-def _check_small(small: Any) -> TransformerConfig:
+def check_embeddable(small: Any) -> TransformerConfig:
     if not isinstance(small, TransformerMLM):
         kind = type(small).__name__
         raise UserError(f"only transformers can be embedded (App. B.4), got a {kind}")
@@ -188,7 +188,7 @@ def embed(
     computes the same logits as ``small`` (module docstring: exact for both LayerNorm
     placements, post-LN depth up to LayerNorm's ε). Same dtype and device as ``small``,
     same train/eval mode."""
-    cfg = _check_small(small)
+    cfg = check_embeddable(small)
     plan = plan_embedding(cfg, width_factor, extra_layers, n_heads, d_inter)
     k, L = plan.width_factor, cfg.n_layers
     big_cfg = embedded_config(cfg, plan)
@@ -258,10 +258,10 @@ def embed(
     return large
 
 
-# ----------------------------------------------------------------------------- checkpoints
+# ----------------------------------------------------------------------------- target shapes
 
 
-def _target_plan(cfg: TransformerConfig, into: str | None, width_factor: int | None,
+def target_plan(cfg: TransformerConfig, into: str | None, width_factor: int | None,
                  extra_layers: int) -> tuple[EmbedPlan, str | None]:
     """The plan for ``embed_checkpoint`` and the size name of the large shape, if any."""
     from sameloss.models.sizes import TRANSFORMER_ALIASES, TRANSFORMER_SIZES, size_names
@@ -299,137 +299,3 @@ def _target_plan(cfg: TransformerConfig, into: str | None, width_factor: int | N
     wanted = {"d_model": big.d_model, "n_heads": big.n_heads, "n_layers": big.n_layers, "d_inter": big.d_inter}
     name = next((n for n, s in TRANSFORMER_SIZES.items() if s == wanted), None)
     return plan, name
-
-
-def embed_checkpoint(
-    small_checkpoint_dir: str | Path,
-    out_dir: str | Path,
-    into: str | None = None,
-    width_factor: int | None = None,
-    extra_layers: int = 0,
-    force: bool = False,
-) -> Path:
-    """Embed the transformer of a checkpoint and save it as a checkpoint of the large model.
-
-    ``out_dir`` must be new (or an empty folder); ``force`` lets it replace a folder an
-    earlier ``embed_checkpoint`` wrote (it holds ``.sameloss-embedded``). A folder that
-    is, holds or lies inside a training run or a checkpoint is never written to. The
-    folder is assembled under a temporary name and renamed into place.
-
-    ``into``: a transformer size name (e.g. ``t4-1920``) whose shape is the target; the
-    width factor and added layers follow from it. Without it: ``width_factor`` (default 1)
-    and ``extra_layers`` (MLP width × the width factor). Writes
-    ``out_dir/checkpoints/step_<step of the small checkpoint>/`` (``model.safetensors``,
-    ``state.pt`` with a fresh optimiser and schedule, ``meta.json`` with the small run's
-    config describing the large model — ``model.size`` a size name when one has the large
-    shape, else the small model's size with ``model.d_model``, ``n_heads``, ``n_layers``
-    and ``d_inter`` set — the small checkpoint's evaluation, valid for the same
-    function, and an ``embedded_from`` record) and
-    ``out_dir/config.toml``; returns the checkpoint directory. ``UserError`` if the
-    checkpoint is not a transformer's or the target cannot hold it.
-    """
-    from sameloss import config as configlib
-    from sameloss.training import checkpoint as ckpt
-    from sameloss.training.loop import build, load_model_from_checkpoint
-
-    small_dir = Path(small_checkpoint_dir)
-    if not (small_dir / "meta.json").exists():
-        raise UserError(f"{small_dir} is not a checkpoint (no meta.json)")
-    out_dir = Path(out_dir)
-    _check_out_dir(out_dir, small_dir, force)
-    small_meta = ckpt.read_meta(small_dir)
-    kind = small_meta.get("config", {}).get("model", {}).get("kind", "transformer")
-    if kind != "transformer":
-        raise UserError(f"only transformers can be embedded (App. B.4); {small_dir} holds a {kind}")
-    small, language, cfg = load_model_from_checkpoint(small_dir)
-    plan, size_name = _target_plan(_check_small(small), into, width_factor, extra_layers)
-    large = embed(small, plan.width_factor, plan.extra_layers, plan.n_heads, plan.d_inter)
-    big = large.config
-    shape = {"d_model": big.d_model, "n_heads": big.n_heads, "n_layers": big.n_layers, "d_inter": big.d_inter}
-    if size_name is not None:  # a named size: no shape overrides
-        model_cfg = dataclasses.replace(cfg.model, size=size_name, **{n: None for n in shape})
-    else:  # the small model's size name with the large shape as overrides
-        model_cfg = dataclasses.replace(cfg.model, **shape)
-    large_cfg = dataclasses.replace(cfg, model=model_cfg)
-    # the config must rebuild exactly this model, as load_model_from_checkpoint will
-    # (built on the meta device: no memory, no initialisation, global RNG untouched)
-    with torch.random.fork_rng(devices=[]), torch.device("meta"):
-        rebuilt, optimizer, schedule = build(large_cfg, language, torch.device("meta"))
-    want = {n: p.shape for n, p in large.state_dict().items()}
-    if rebuilt.config != big or {n: p.shape for n, p in rebuilt.state_dict().items()} != want:
-        raise RuntimeError(f"internal error: the config of the embedded model rebuilds {rebuilt.config}, not {big}")
-    step = int(small_meta.get("step", 0))
-    state = {"step": step, "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
-             "rng": torch.get_rng_state(), "cuda_rng": None}
-    meta = {
-        "config": configlib.to_dict(large_cfg),
-        "eval": small_meta.get("eval"),
-        "embedded_from": {
-            "checkpoint": str(small_dir),
-            "small_size": cfg.model.size,
-            "small_shape": {n: getattr(small.config, n) for n in shape},
-            "into": into,
-            "width_factor": plan.width_factor,
-            "extra_layers": plan.extra_layers,
-            "d_inter": plan.d_inter,
-            "n_heads": plan.n_heads,
-            "construction": "App. B.4 replication: embeddings tiled, hidden weights (J/k)⊗W, LayerNorm "
-                            "params tiled, decoder-input LayerNorm /k, identity blocks appended",
-        },
-    }
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".tmp-embed-{out_dir.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        tmp.mkdir()
-        files.mark(tmp, files.EMBEDDED_MARKER, f"sameloss embed of {small_dir}")
-        ckpt.save(tmp, step, large, state, meta)
-        (tmp / "config.toml").write_text(
-            f"{files.EMBEDDED_CONFIG_HEADER} {small_dir} (App. B.4)\n" + configlib.to_toml(large_cfg))
-        if out_dir.exists() and any(out_dir.iterdir()):  # checked above: an earlier embed, and --force
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    except BaseException as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(exc, OSError):
-            raise files.write_error(out_dir, exc) from None
-        raise
-    return ckpt.checkpoint_dir(out_dir, step)
-
-
-def _holds_run_or_checkpoint(folder: Path) -> bool:
-    """Whether ``folder`` holds a training run or a checkpoint anywhere below it (an
-    earlier embed's own checkpoint does not count)."""
-    if files.is_run_dir(folder) or (folder / "meta.json").exists():
-        return True
-    if files.is_embedded_dir(folder):
-        return any(True for _ in folder.rglob(files.RUN_MARKER)) or \
-            any(files.is_run_dir(p.parent) for p in folder.rglob("config.toml"))
-    return any(True for _ in folder.rglob("meta.json")) or any(True for _ in folder.rglob(files.RUN_MARKER))
-
-
-def _check_out_dir(out_dir: Path, small_dir: Path, force: bool) -> None:
-    """``UserError`` unless writing the embedded checkpoint to ``out_dir`` loses nothing."""
-    resolved = out_dir.resolve()
-    for folder in [resolved, *resolved.parents]:
-        if folder.exists() and (files.is_run_dir(folder) or (folder / "meta.json").exists()):
-            what = "a training run" if files.is_run_dir(folder) else "a checkpoint"
-            where = "is" if folder == resolved else f"lies inside {folder}, which is"
-            raise UserError(f"--out {out_dir} {where} {what}; embed never writes into a run: choose a new folder")
-    if resolved == small_dir.resolve() or resolved in small_dir.resolve().parents:
-        raise UserError(f"--out {out_dir} holds the checkpoint being embedded; choose a new folder")
-    if not out_dir.exists():
-        return
-    if not out_dir.is_dir() or out_dir.is_symlink():
-        raise UserError(f"--out {out_dir} exists and is not a folder; choose a new folder")
-    if not any(out_dir.iterdir()):
-        return
-    if _holds_run_or_checkpoint(out_dir) and not files.is_embedded_dir(out_dir):
-        raise UserError(f"--out {out_dir} holds a training run or checkpoint; embed never writes into a run: "
-                        "choose a new folder")
-    if not force:
-        raise UserError(f"--out {out_dir} already exists; choose a new folder, or pass --force to replace an "
-                        "earlier embed's output")
-    if not files.is_embedded_dir(out_dir):
-        raise UserError(f"--out {out_dir} was not written by sameloss embed (no {files.EMBEDDED_MARKER}); "
-                        "--force replaces only an earlier embed's output: choose a new folder")

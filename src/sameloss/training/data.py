@@ -57,14 +57,6 @@ def mask_batch(language: Language, tokens: torch.Tensor, lengths: torch.Tensor, 
     return MaskedBatch(tokens.masked_fill(masked, language.mask_id), tokens, masked)
 
 
-def training_batch(language: Language, seed: int, step: int, batch_size: int, rate: float | None,
-                   rank: int = 0, world_size: int = 1) -> tuple[MaskedBatch, int]:
-    """Batch ``step`` of the stream — under DDP, this process's contiguous slice of it —
-    and the number of prediction targets in the whole (global) batch."""
-    full = global_batch(language, seed, step, batch_size, rate)
-    return full.shard(rank, world_size), full.n_targets
-
-
 def global_batch(language: Language, seed: int, step: int, batch_size: int, rate: float | None) -> MaskedBatch:
     """The whole batch of step ``step`` (every process builds the same one)."""
     gen = step_generator(seed, step)

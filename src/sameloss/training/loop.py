@@ -1,12 +1,22 @@
 """The pre-training loop behind ``sameloss pretrain``.
 
-One function, ``pretrain(config, run_dir)``: builds the language, the model and the
-optimiser from the config, streams fresh batches (``data.training_batch``), evaluates the
-exact loss on a fixed held-out set (``evaluate.ExactEvaluator``), logs to
-``metrics.jsonl``, and writes checkpoints that make ``resume=True`` continue a killed run
-to bit-identical weights on CPU. Under ``torchrun`` it runs data-parallel (DDP); each
-process takes a slice of the same global batch and the loss is normalised by the global
-number of targets, so the update equals the single-process one.
+``pretrain(config, run_dir)`` builds the language, the model (``runio``) and the optimiser
+(``optim``), then runs four stages, each a function below:
+
+* **restore** — on ``--resume``, the newest checkpoint that loads: weights, optimiser,
+  schedule, RNG state and the open log window;
+* **step** — batch ``step`` of the stream (``data.global_batch``, a pure function of seed
+  and step), forward/backward (SAM: ascent on one half-batch, update on the other;
+  adversarial objective: added to the loss), clipping, optimiser and schedule step;
+* **log window** — train loss and tokens/s summed since the last log line; the exact
+  held-out loss (``evaluate.ExactEvaluator``) every ``eval.every`` steps; appended to
+  ``metrics.jsonl``;
+* **save** — checkpoints that make ``resume=True`` continue a killed run to bit-identical
+  weights on CPU, and ``summary.json`` at the end.
+
+Under ``torchrun`` it runs data-parallel (DDP); each process takes a slice of the same
+global batch and the loss is normalised by the global number of targets, so the update
+equals the single-process one.
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ import json
 import shutil
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -25,14 +36,14 @@ from .. import config as configlib
 from .. import files
 from ..errors import UserError
 from ..progress import progress_bar
-from ..languages import make_language
-from ..models import build_model
 from . import checkpoint as ckpt
 from . import distributed as dist
-from .config import PretrainConfig
+from . import runio
 from .adversarial import AdversarialObjective
+from .config import PretrainConfig
 from .data import global_batch
 from .evaluate import ExactEvaluator
+from .optim import build_optimizer
 from .sam import SAM
 
 # Config keys that may differ when a run is resumed (they do not change the trajectory).
@@ -44,54 +55,6 @@ class TrainingDiverged(UserError):
     """The loss became NaN or infinite."""
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UserError("device 'cuda' requested but no CUDA device is available")
-    return torch.device(name)
-
-
-def build_language(cfg: PretrainConfig):
-    lc = cfg.language
-    if lc.name == "causal" and cfg.masking != "single":
-        # refused before anything is written: the exact loss needs one masked word per sentence
-        raise UserError("the causal language needs masking=single: its exact conditionals take one masked "
-                        "position per sentence (m masked positions cost K^m forward passes)")
-    return make_language(lc.name, preset=lc.size, seed=lc.seed, grammar=lc.grammar,
-                         generator=lc.generator, k=lc.k, length=lc.length, device=cfg.device)
-
-
-def build(cfg: PretrainConfig, language, device: torch.device):
-    """Model, optimiser and learning-rate schedule, freshly initialised from the seed."""
-    torch.manual_seed(cfg.seed)
-    overrides = {"dropout": cfg.model.dropout, **cfg.model.shape_overrides()}
-    if cfg.model.kind == "transformer":
-        # the paper's "dropout 0.1" is BERT's: hidden and attention-probability dropout
-        overrides.update(norm=cfg.model.norm, attn_dropout=cfg.model.dropout)
-    model = build_model(cfg.model.kind, cfg.model.size, language.vocab_size, language.max_len, **overrides).to(device)
-    optimizer = make_optimizer(cfg, model)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, cfg.lr_factor)
-    if cfg.sam.rho > 0:
-        optimizer = SAM(model.parameters(), optimizer, cfg.sam.rho, cfg.sam.adaptive)
-    return model, optimizer, schedule
-
-
-def make_optimizer(cfg: PretrainConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
-    """Weight decay on matrices only: biases, LayerNorm parameters and nothing else
-    1-dimensional are not decayed (as BERT and the paper's training code do)."""
-    o = cfg.optim
-    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": o.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    if o.name == "adamw":
-        return torch.optim.AdamW(groups, lr=o.lr, betas=tuple(o.betas), eps=o.eps)
-    # torch's SGD couples the decay as an L2 term (weight_decay·θ is added to the gradient),
-    # unlike AdamW's decoupled decay: the two coincide only without momentum; with it the
-    # decay term is accumulated in the momentum buffer too (the steps recipe's SGD uses 0.9)
-    return torch.optim.SGD(groups, lr=o.lr, momentum=o.momentum)
-
-
 def mlm_loss(model, batch, n_targets_global: int, world_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Cross-entropy summed over this process's targets / global target count, times the
     world size (DDP averages gradients over processes), and the plain sum for logging."""
@@ -100,60 +63,17 @@ def mlm_loss(model, batch, n_targets_global: int, world_size: int) -> tuple[torc
     return summed * (world_size / n_targets_global), summed.detach()
 
 
-def _check_resumable(saved: dict, current: dict) -> None:
-    def flat(d, prefix=""):
-        out = {}
-        for k, v in d.items():
-            if isinstance(v, dict):
-                out.update(flat(v, prefix + k + "."))
-            else:
-                out[prefix + k] = v
-        return out
-
-    a, b = flat(saved), flat(current)
+def check_resumable(saved: dict, current: dict) -> None:
+    """``UserError`` naming the first config key whose change would alter the trajectory."""
+    a, b = configlib.flatten(saved), configlib.flatten(current)
     # the number of steps shapes the schedule when warm-up or decay depend on it
     schedule_uses_steps = b.get("optim.warmup_fraction") is not None or b.get("optim.decay_steps", 0) > 0
     for key in sorted(set(a) | set(b)):
         if key in RESUMABLE_CHANGES and not (key == "steps" and schedule_uses_steps):
             continue
         va, vb = a.get(key), b.get(key)
-        if isinstance(va, list):
-            va = tuple(va)
-        if isinstance(vb, list):
-            vb = tuple(vb)
         if va != vb:
             raise UserError(f"cannot resume: config key {key!r} was {va!r} and is now {vb!r}")
-
-
-def finished(run_dir: str | Path) -> tuple[int, dict] | None:
-    """``(step, final evaluation)`` of a finished run — ``summary.json`` readable and its
-    step that of the newest complete checkpoint — else None."""
-    run_dir = Path(run_dir)
-    try:
-        summary = read_summary(run_dir)
-    except UserError:
-        return None
-    found = ckpt.complete_checkpoints(run_dir)
-    if summary is None or not found or not isinstance(summary.get("step"), int):
-        return None
-    if int(found[-1].name[len(ckpt.PREFIX):]) != summary["step"]:
-        return None
-    return summary["step"], summary.get("eval") or {}
-
-
-def read_summary(run_dir: str | Path) -> dict | None:
-    """``summary.json`` of a run (None if absent); ``UserError`` naming it if damaged."""
-    path = Path(run_dir) / "summary.json"
-    if not path.exists():
-        return None
-    try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path}: unreadable ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") \
-            from None
-    if not isinstance(summary, dict):
-        raise UserError(f"{path}: not a JSON object")
-    return summary
 
 
 def _warn(message: str) -> None:
@@ -173,15 +93,17 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, pro
     again if this call fails before its first checkpoint."""
     run_dir = Path(run_dir)
     rank, world_size = dist.setup()
-    device = resolve_device(cfg.device)
+    device = runio.resolve_device(cfg.device)
     if world_size > 1 and device.type == "cuda":
         device = torch.device("cuda", dist.local_rank())
     if resume:
-        done = finished(run_dir)
+        done = runio.finished(run_dir)
         if done is not None and done[0] == cfg.steps:
             return done[1]
-    language = build_language(cfg)
-    model, optimizer, schedule = build(cfg, language, device)
+    language = runio.build_language(cfg)
+    torch.manual_seed(cfg.seed)  # the run's RNG stream: the initial weights, then dropout
+    model = runio.init_model(cfg, language, device)
+    optimizer, schedule = build_optimizer(cfg, model)
     adversary = None
     if cfg.adversarial.weight > 0:
         if world_size > 1:
@@ -189,42 +111,29 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, pro
         a = cfg.adversarial
         adversary = AdversarialObjective(language, a.task, a.weight, a.batch_size, a.pool_size, a.ridge, cfg.seed)
     rate = None if cfg.masking == "single" else cfg.mask_rate
-    config_path = run_dir / "config.toml"
-
     evaluator = ExactEvaluator(language, cfg.eval.n_sentences, rate, cfg.eval.seed, cfg.eval.n_subsets) \
         if rank == 0 else None
 
-    start, window = 1, {}
-    created = False
+    start, window, created = 1, LogWindow(), False
     if resume:
-        _check_resumable(read_config_dict(config_path), configlib.to_dict(cfg))
-        model, optimizer, schedule, state = _load_newest_valid(cfg, language, device, run_dir, rank)
+        check_resumable(runio.read_config_dict(run_dir / "config.toml"), configlib.to_dict(cfg))
+        model, optimizer, schedule, state = _restore(cfg, language, device, run_dir, rank)
         if state["step"] > cfg.steps:
             raise UserError(f"cannot resume: {run_dir} is at step {state['step']}, past steps={cfg.steps}")
         if state["step"] == cfg.steps:  # finished, but summary.json was never written
             meta = ckpt.read_meta(ckpt.checkpoint_dir(run_dir, state["step"]))
             if rank == 0:
-                _write_summary(run_dir, state["step"], meta.get("eval") or {}, model)
+                runio.write_summary(run_dir, state["step"], meta.get("eval") or {}, model)
             return meta.get("eval") or {}
         torch.set_rng_state(state["rng"])
         if device.type == "cuda" and state.get("cuda_rng") is not None:
             torch.cuda.set_rng_state(state["cuda_rng"])
         start = state["step"] + 1
-        window = state.get("window") or {}
+        window = LogWindow.restore(state.get("window") or {})
         if rank == 0:
-            _truncate_metrics(run_dir / "metrics.jsonl", state["step"])
+            runio.truncate_metrics(run_dir / "metrics.jsonl", state["step"])
     elif rank == 0:
-        if fresh and run_dir.exists():
-            remove_run(run_dir)
-        created = not run_dir.exists()
-        try:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            files.mark(run_dir, files.RUN_MARKER, f"sameloss run {cfg.name}")
-            files.atomic_write_text(config_path, f"{files.RUN_CONFIG_HEADER} {cfg.name}\n" + configlib.to_toml(cfg))
-        except OSError as exc:
-            if created:
-                shutil.rmtree(run_dir, ignore_errors=True)
-            raise files.write_error(run_dir, exc) from None
+        created = _create_run_dir(cfg, run_dir, fresh)
     train_model = dist.wrap(model, device) if world_size > 1 else model
     try:
         return _train(cfg, run_dir, model, train_model, optimizer, schedule, language, evaluator, adversary,
@@ -237,16 +146,28 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, pro
         raise
 
 
-def remove_run(run_dir: Path) -> None:
-    """Delete a run folder for ``--fresh`` — only one sameloss recognises as a run."""
-    if run_dir.is_symlink() or not files.is_run_dir(run_dir):
-        raise UserError(f"{run_dir} is not a sameloss run folder (no {files.RUN_MARKER} marker and no config.toml "
-                        "written by sameloss pretrain); --fresh deletes only run folders: remove it yourself or "
-                        "choose another name=")
-    shutil.rmtree(run_dir)
+def _create_run_dir(cfg: PretrainConfig, run_dir: Path, fresh: bool) -> bool:
+    """Make the run folder with its marker and resolved config (``fresh``: replacing a
+    run folder); whether this call created it."""
+    if fresh and run_dir.exists():
+        runio.remove_run(run_dir)
+    created = not run_dir.exists()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        files.mark(run_dir, files.RUN_MARKER, f"sameloss run {cfg.name}")
+        files.atomic_write_text(run_dir / "config.toml",
+                                f"{files.RUN_CONFIG_HEADER} {cfg.name}\n" + configlib.to_toml(cfg))
+    except OSError as exc:
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise files.write_error(run_dir, exc) from None
+    return created
 
 
-def _load_newest_valid(cfg: PretrainConfig, language, device: torch.device, run_dir: Path, rank: int):
+# ----------------------------------------------------------------------------- restore
+
+
+def _restore(cfg: PretrainConfig, language, device: torch.device, run_dir: Path, rank: int):
     """Model, optimiser and schedule restored from the newest checkpoint that loads, and
     its training state; every damaged newer one is named in a warning."""
     found = ckpt.step_dirs(run_dir)
@@ -254,7 +175,9 @@ def _load_newest_valid(cfg: PretrainConfig, language, device: torch.device, run_
         raise UserError(f"nothing to resume in {run_dir}: no complete checkpoint")
     problems = []
     for path in reversed(found):
-        model, optimizer, schedule = build(cfg, language, device)
+        with torch.random.fork_rng(devices=[]):  # the weights are overwritten: no draw counts
+            model = runio.init_model(cfg, language, device)
+        optimizer, schedule = build_optimizer(cfg, model)
         try:
             if not (path / "meta.json").exists():
                 raise ckpt.CorruptCheckpoint(path / "meta.json", "missing (not a complete checkpoint)")
@@ -280,80 +203,149 @@ def _load_newest_valid(cfg: PretrainConfig, language, device: torch.device, run_
     raise UserError(f"nothing to resume in {run_dir}: no valid checkpoint ({problems[0]})")
 
 
-def _train(cfg, run_dir, model, train_model, optimizer, schedule, language, evaluator, adversary, device,
-           rank, world_size, start, window, progress, stop_after) -> dict:
+# ----------------------------------------------------------------------------- step
+
+
+@dataclass
+class StepResult:
+    summed_loss: torch.Tensor  # this process's summed cross-entropy (detached)
+    n_targets: int  # prediction targets of the global batch the update used
+    tokens: int  # non-pad tokens this process saw
+    downstream: float | None  # the adversarial objective's downstream loss, if any
+
+
+def _step(cfg: PretrainConfig, step: int, model, train_model, optimizer, schedule, language, adversary,
+          device: torch.device, rank: int, world_size: int, autocast, run_dir: Path) -> StepResult:
     rate = None if cfg.masking == "single" else cfg.mask_rate
+    full = global_batch(language, cfg.seed, step, cfg.batch_size, rate)
+    n_targets = full.n_targets
+    optimizer.zero_grad(set_to_none=True)
+    if isinstance(optimizer, SAM):
+        ascent, update = full.halves()
+        # ascent: this process's own half-batch gradient, not averaged across processes
+        with dist.no_sync(train_model), autocast:
+            ascent_loss, _ = mlm_loss(train_model, ascent.shard(rank, world_size).to(device),
+                                      ascent.n_targets, world_size)
+        ascent_loss.backward()
+        optimizer.ascend()
+        optimizer.zero_grad(set_to_none=True)
+        batch, n_targets = update.shard(rank, world_size).to(device), update.n_targets
+    else:
+        batch = full.shard(rank, world_size).to(device)
+    downstream = None
+    with autocast:
+        loss, summed = mlm_loss(train_model, batch, n_targets, world_size)
+        if adversary is not None:
+            adv_loss, downstream = adversary.loss(model, step, device)
+            loss = loss + adv_loss
+    if not torch.isfinite(summed):
+        good = ckpt.complete_checkpoints(run_dir)
+        where = f"; the last good checkpoint is {good[-1]}" if good else ""
+        raise TrainingDiverged(f"the training loss became {summed.item()} at step {step}{where}")
+    loss.backward()
+    if cfg.optim.grad_clip is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+    optimizer.step()
+    schedule.step()
+    return StepResult(summed, n_targets, int((batch.inputs != language.pad_id).sum()),
+                      None if downstream is None else float(downstream))
+
+
+# ----------------------------------------------------------------------------- log window
+
+
+@dataclass
+class LogWindow:
+    """Sums over the steps since the last log line. Saved in ``state.pt`` so that after a
+    resume ``metrics.jsonl`` reads exactly as an uninterrupted run's."""
+
+    tokens: int = 0
+    loss: float = 0.0
+    targets: int = 0
+    downstream: float = 0.0
+    steps: int = 0
+    started: float = field(default_factory=time.perf_counter)
+
+    @classmethod
+    def restore(cls, saved: dict) -> LogWindow:
+        return cls(saved.get("tokens", 0), saved.get("loss", 0.0), saved.get("targets", 0),
+                   saved.get("downstream", 0.0), saved.get("steps", 0),
+                   time.perf_counter() - saved.get("seconds", 0.0))
+
+    def state(self) -> dict:
+        return {"tokens": self.tokens, "loss": self.loss, "targets": self.targets, "downstream": self.downstream,
+                "steps": self.steps, "seconds": time.perf_counter() - self.started}
+
+    def add(self, result: StepResult, world_size: int) -> None:
+        self.tokens += result.tokens * world_size
+        self.loss += float(result.summed_loss) * world_size
+        self.targets += result.n_targets
+        if result.downstream is not None:
+            self.downstream += result.downstream
+        self.steps += 1
+
+    def close(self, step: int, lr: float, adversarial: bool) -> dict:
+        """The log record of the window, which then starts again."""
+        elapsed = time.perf_counter() - self.started
+        record = {"step": step, "lr": lr, "train_loss": self.loss / max(self.targets, 1),
+                  "tokens_per_s": self.tokens / max(elapsed, 1e-9)}
+        if adversarial:
+            record["adversarial_downstream_loss"] = self.downstream / self.steps
+        self.__init__()
+        return record
+
+
+def _append_metrics(path: Path, record: dict) -> None:
+    try:
+        with path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+    except OSError as exc:
+        raise files.write_error(path, exc) from None
+
+
+# ----------------------------------------------------------------------------- save
+
+
+def _save(cfg: PretrainConfig, run_dir: Path, step: int, model, optimizer, schedule, window: LogWindow,
+          device: torch.device, last_eval: dict, keep: set[int]) -> None:
+    state = {"step": step, "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
+             "rng": torch.get_rng_state(),
+             "cuda_rng": torch.cuda.get_rng_state() if device.type == "cuda" else None,
+             "window": window.state()}
+    meta = {"config": configlib.to_dict(cfg), "eval": last_eval if step in keep else None}
+    ckpt.save(run_dir, step, model, state, meta)
+    ckpt.prune(run_dir, keep)
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+def _train(cfg, run_dir, model, train_model, optimizer, schedule, language, evaluator, adversary, device,
+           rank, world_size, start, window: LogWindow, progress, stop_after) -> dict:
     keep = set(cfg.checkpoint_steps())
     metrics_path = run_dir / "metrics.jsonl"
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
     last_eval: dict = {}
     last_train_loss = float("nan")
-    # the log window (train loss, tokens/s) continues across a resume: its sums are in state.pt
-    tokens_seen, window_loss = window.get("tokens", 0), window.get("loss", 0.0)
-    window_targets, window_start = window.get("targets", 0), time.perf_counter() - window.get("seconds", 0.0)
-    window_downstream, window_steps = window.get("downstream", 0.0), window.get("steps", 0)
     bar = progress_bar(total=cfg.steps, initial=start - 1, desc=cfg.name, unit="step",
                        disable=not progress or rank != 0)
     try:
         train_model.train()
         step = start - 1
         for step in range(start, cfg.steps + 1):
-            full = global_batch(language, cfg.seed, step, cfg.batch_size, rate)
-            n_targets = full.n_targets
-            optimizer.zero_grad(set_to_none=True)
-            if isinstance(optimizer, SAM):
-                ascent, update = full.halves()
-                # ascent: this process's own half-batch gradient, not averaged across processes
-                with dist.no_sync(train_model), autocast:
-                    ascent_loss, _ = mlm_loss(train_model, ascent.shard(rank, world_size).to(device),
-                                              ascent.n_targets, world_size)
-                ascent_loss.backward()
-                optimizer.ascend()
-                optimizer.zero_grad(set_to_none=True)
-                batch, n_targets = update.shard(rank, world_size).to(device), update.n_targets
-            else:
-                batch = full.shard(rank, world_size).to(device)
-            with autocast:
-                loss, summed = mlm_loss(train_model, batch, n_targets, world_size)
-                if adversary is not None:
-                    adv_loss, downstream = adversary.loss(model, step, device)
-                    loss = loss + adv_loss
-            if not torch.isfinite(summed):
-                good = ckpt.complete_checkpoints(run_dir)
-                where = f"; the last good checkpoint is {good[-1]}" if good else ""
-                raise TrainingDiverged(f"the training loss became {summed.item()} at step {step}{where}")
-            loss.backward()
-            if cfg.optim.grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
-            optimizer.step()
-            schedule.step()
-
-            tokens_seen += int((batch.inputs != language.pad_id).sum()) * world_size
-            window_loss += float(summed) * world_size
-            window_targets += n_targets
-            if adversary is not None:
-                window_downstream += float(downstream)
-            window_steps += 1
+            result = _step(cfg, step, model, train_model, optimizer, schedule, language, adversary, device, rank,
+                           world_size, autocast, run_dir)
+            window.add(result, world_size)
             bar.update(1)
+
             record = None
             if step % cfg.log_every == 0 or step == cfg.steps:
-                elapsed = time.perf_counter() - window_start
-                record = {"step": step, "lr": schedule.get_last_lr()[0],
-                          "train_loss": window_loss / max(window_targets, 1),
-                          "tokens_per_s": tokens_seen / max(elapsed, 1e-9)}
-                if adversary is not None:
-                    record["adversarial_downstream_loss"] = window_downstream / window_steps
-                tokens_seen, window_loss, window_targets, window_start = 0, 0.0, 0, time.perf_counter()
-                window_downstream, window_steps = 0.0, 0
+                record = window.close(step, schedule.get_last_lr()[0], adversary is not None)
             if rank == 0 and ((cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.steps):
                 last_eval = evaluator.evaluate(model, device)
                 record = (record or {"step": step}) | {"eval": last_eval}
             if rank == 0 and record is not None:
-                try:
-                    with metrics_path.open("a") as f:
-                        f.write(json.dumps(record) + "\n")
-                except OSError as exc:
-                    raise files.write_error(metrics_path, exc) from None
+                _append_metrics(metrics_path, record)
                 last_train_loss = record.get("train_loss", last_train_loss)
                 postfix = {"loss": f"{last_train_loss:.4f}"}
                 if last_eval:
@@ -361,95 +353,15 @@ def _train(cfg, run_dir, model, train_model, optimizer, schedule, language, eval
                 if "tokens_per_s" in record:
                     postfix["tok/s"] = f"{record['tokens_per_s']:.0f}"
                 bar.set_postfix(postfix, refresh=False)
+
             if step in keep or step % cfg.save_every == 0 or step == stop_after:
                 if rank == 0:
-                    state = {"step": step, "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
-                             "rng": torch.get_rng_state(),
-                             "cuda_rng": torch.cuda.get_rng_state() if device.type == "cuda" else None,
-                             "window": {"tokens": tokens_seen, "loss": window_loss, "targets": window_targets,
-                                        "downstream": window_downstream, "steps": window_steps,
-                                        "seconds": time.perf_counter() - window_start}}
-                    meta = {"config": configlib.to_dict(cfg), "eval": last_eval if step in keep else None}
-                    ckpt.save(run_dir, step, model, state, meta)
-                    ckpt.prune(run_dir, keep)
+                    _save(cfg, run_dir, step, model, optimizer, schedule, window, device, last_eval, keep)
                 dist.barrier()
             if stop_after is not None and step >= stop_after:
                 break
     finally:
         bar.close()
     if rank == 0 and step == cfg.steps:
-        _write_summary(run_dir, step, last_eval, model)
+        runio.write_summary(run_dir, step, last_eval, model)
     return last_eval
-
-
-def _write_summary(run_dir: Path, step: int, last_eval: dict, model: torch.nn.Module) -> None:
-    summary = {"step": step, "eval": last_eval, "parameters": sum(p.numel() for p in model.parameters())}
-    try:
-        files.atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
-    except OSError as exc:
-        raise files.write_error(run_dir / "summary.json", exc) from None
-
-
-def read_config_dict(path: Path) -> dict:
-    """A run's ``config.toml`` as a dict; ``UserError`` naming the file if missing or damaged."""
-    import tomllib
-    if not path.exists():
-        raise UserError(f"cannot resume: {path} is missing")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise UserError(f"{path}: unreadable ({exc})") from None
-    return configlib.renamed(PretrainConfig, data)
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop log lines written after the checkpoint we resume from (they will be redone).
-    An unfinished last line (a kill or a full disk mid-write) is dropped too; a damaged
-    line before it is an error naming the file and line."""
-    if not path.exists():
-        return
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: unreadable ({exc})") from None
-    lines = text.splitlines()
-    kept = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            line_step = record["step"]
-            if not isinstance(line_step, int):
-                raise TypeError
-        except (json.JSONDecodeError, KeyError, TypeError):
-            if number == len(lines) and not text.endswith("\n"):
-                break  # the unfinished last write
-            raise UserError(f"{path}:{number}: not a metrics record (JSON with an integer 'step'); "
-                            "repair or delete the line to resume") from None
-        if line_step <= step:
-            kept.append(line)
-    try:
-        files.atomic_write_text(path, "".join(ln + "\n" for ln in kept))
-    except OSError as exc:
-        raise files.write_error(path, exc) from None
-
-
-def load_model_from_checkpoint(path: str | Path, device: str = "cpu"):
-    """``(model, language, config)`` from a checkpoint directory (eval mode)."""
-    path = Path(path)
-    if not path.is_dir():
-        raise UserError(f"no such checkpoint: {path}")
-    if not (path / "meta.json").exists():
-        raise UserError(f"{path} is not a checkpoint (no meta.json)")
-    try:
-        cfg = configlib.from_dict(PretrainConfig, ckpt.read_meta(path)["config"])
-    except ckpt.CorruptCheckpoint:
-        raise
-    except UserError as exc:
-        raise ckpt.CorruptCheckpoint(path / "meta.json", f"its config is invalid ({exc})") from None
-    language = build_language(cfg)
-    model, _, _ = build(cfg, language, torch.device(device))
-    ckpt.load_weights(path, model)
-    model.eval()
-    return model, language, cfg

@@ -157,9 +157,9 @@ def downstream_measure(checkpoint: Path, d: Downstream, seed: int, device: str =
     from ...measures.probe import extract_features
     from ...measures.tasks import make_task_data
     from ...training.data import step_generator
-    from ...training.loop import load_model_from_checkpoint
+    from ...training.runio import load_checkpoint
 
-    model, language, cfg = load_model_from_checkpoint(checkpoint, device)
+    model, language, cfg, _ = load_checkpoint(checkpoint, device)
     data = make_task_data(language, TASK, d.pool, 1, d.n_test, seed=seed)
     T = language.length
 
@@ -257,14 +257,16 @@ def _length(p: DyckPreset) -> int:
 def _figure(study: Study, section: Section, p: DyckPreset, rows: list[dict]) -> None:
     fig = "dyck-transfer.png"
     n_lo = p.downstream.n_train[0]
-    groups = {r["solution"]: [r] for r in rows}
+    # error bars: the SE over draws (a row's `_std` column is the spread of the draws)
+    keys = [f"down_mse_{pooling}_{n_lo}" for pooling in ("mean", "first")]
+    groups = {r["solution"]: [dict(r, **{f"{k}_std": r[f"{k}_se"] for k in keys})] for r in rows}
     scatter_figure(study.root / fig, groups,
                    [("trace_fisher", "trace of Hessian (Fisher)", f"down_mse_mean_{n_lo}", f"downstream MSE (mean), n={n_lo}"),
                     ("trace_fisher", "trace of Hessian (Fisher)", f"down_mse_first_{n_lo}",
                      f"downstream MSE (first position), n={n_lo}")],
                    "dyck: trace of Hessian against few-shot downstream error")
     section.figures.append((fig, "dyck: downstream MSE of the mismatch count (min-norm head on mean-pooled and on "
-                                 f"first-position features) against the trace of Hessian, n = {n_lo} examples"))
+                                 f"first-position features) against the trace of Hessian, n = {n_lo} examples (± SE)"))
 
 
 def _claims(study: Study, section: Section, p: DyckPreset, rows: list[dict]) -> None:

@@ -46,7 +46,8 @@ from dataclasses import dataclass
 
 from ...errors import UserError
 from ...models.sizes import LSTM_SIZES, TRANSFORMER_SIZES
-from ..claims import difference_claim, error_column, fmt
+from ...measures.rows import error_column
+from ..claims import difference_claim, fmt
 from ..common import COMMON, LanguagePart, Preset, Shape, base_settings, languages_of, measured_columns, \
     quantity_column, reference_run, run_name
 from ..core import RunSpec, Study

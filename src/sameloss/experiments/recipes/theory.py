@@ -190,9 +190,9 @@ def lemma_measure(checkpoint: Path, s: LemmaSettings, seed: int, device: str = "
     from ...measures.curvature.estimators import probe_vectors
     from ...training.data import MaskedBatch, step_generator
     from ...training.evaluate import ExactEvaluator
-    from ...training.loop import load_model_from_checkpoint
+    from ...training.runio import load_checkpoint
 
-    model, language, cfg = load_model_from_checkpoint(checkpoint, device)
+    model, language, cfg, _ = load_checkpoint(checkpoint, device)
     ev = ExactEvaluator(language, s.kl_sentences, None, cfg.eval.seed, 5).evaluate(model, device)
     fisher = trace_fisher(model, language, n_contexts=s.fisher_contexts, n_labels=s.fisher_labels, seed=seed)
     per_batch: dict[str, list[float]] = {k: [] for k in ("hessian", "gap", "hessian_model", "gap_model")}
@@ -335,7 +335,9 @@ def continue_sgd(start: Path, out: Path, c: Continuation, s: SGDSettings, data_s
     from ... import config as configlib
     from ...training import checkpoint as ckpt
     from ...training.data import global_batch
-    from ...training.loop import build, build_language, mlm_loss, resolve_device
+    from ...training.loop import mlm_loss
+    from ...training.optim import build_optimizer
+    from ...training.runio import build_language, init_model, resolve_device
 
     from ...training.config import PretrainConfig
 
@@ -356,8 +358,10 @@ def continue_sgd(start: Path, out: Path, c: Continuation, s: SGDSettings, data_s
                                   warmup_fraction=None, decay_steps=0, grad_clip=None))
     dev = resolve_device(device)
     language = build_language(cfg)
-    model, optimizer, _ = build(cfg, language, dev)
+    with torch.random.fork_rng(devices=[]):  # the weights are overwritten: no draw counts
+        model = init_model(cfg, language, dev)
     ckpt.load_weights(start, model)
+    optimizer, _ = build_optimizer(cfg, model)
     rate = None if cfg.masking == "single" else cfg.mask_rate
     log(f"continuation {out.name}: {s.steps} SGD steps from {start.parent.parent.name}@{origin['start_meta']['step']}")
     t0 = time.perf_counter()

@@ -1,0 +1,49 @@
+"""The row schema of ``sameloss measure``: one flat dict of numbers per checkpoint.
+
+``measures.run`` writes the rows; the CLI's table, the experiments' claims, tables and
+plots read them — all through the functions here, so what a column means is decided once.
+
+A quantity ``key`` may have an error column beside it, ``error_column(key)``:
+
+* ``<key>_se`` — the standard error of the estimate itself: the trace estimators
+  (``trace_fisher``, ``trace_hutchinson``, ``trace_embedded``, or a plotted ``trace``);
+* ``<key>_std`` — the standard deviation of the values the quantity averages: over the
+  seeds for ``probe_*`` / ``finetune_*`` / ``lookup_*`` (accuracies in [0, 1]), over the
+  held-out subsets for ``loss`` / ``kl`` (``spread_of(key)`` says which).
+
+Any other column ending in ``_se`` or ``_std`` (``trace_fisher_repeat_std``) is an
+auxiliary spread (``is_error_column``): a table shows it only where asked by name.
+"""
+
+from __future__ import annotations
+
+ERROR_SUFFIXES = ("_se", "_std")
+# accuracies (fractions in [0, 1], shown ×100 as %), their std over seeds
+ACCURACY_PREFIXES = ("probe", "finetune", "lookup")
+# quantities in nats (their std over the held-out subsets, where measured)
+NATS_KEYS = frozenset({"loss", "kl", "entropy", "embedded_loss", "train_loss"})
+
+
+def _is_trace(key: str) -> bool:
+    return key == "trace" or key.startswith("trace_")
+
+
+def error_column(key: str) -> str:
+    """The column holding the error of quantity ``key``."""
+    return f"{key}_se" if _is_trace(key) else f"{key}_std"
+
+
+def is_error_column(column: str) -> bool:
+    return column.endswith(ERROR_SUFFIXES)
+
+
+def is_accuracy(key: str) -> bool:
+    return key.startswith(ACCURACY_PREFIXES)
+
+
+def spread_of(key: str) -> str | None:
+    """What the ``_std`` of ``key`` is taken over — ``"seeds"`` or ``"subsets"`` — or
+    None when its error column is already a standard error."""
+    if _is_trace(key):
+        return None
+    return "seeds" if is_accuracy(key) else "subsets"

@@ -1,0 +1,190 @@
+"""Run I/O: the one place that turns a config or a run folder into objects.
+
+* ``resolve_device`` — ``auto`` / ``cpu`` / ``cuda`` to a ``torch.device``;
+* ``build_language`` — the language a config names;
+* ``init_model`` — the config's model, freshly constructed (no optimiser, no SAM);
+* ``load_checkpoint`` — ``(model, language, config, meta)`` from a checkpoint folder,
+  reading ``meta.json`` once and leaving the global RNG as it was (as nanoGPT's
+  ``sample.py`` rebuilds a model from its saved ``model_args``);
+* the run folder's own files: ``read_config_dict`` (``config.toml``), ``read_summary`` /
+  ``write_summary`` / ``finished`` (``summary.json``), ``truncate_metrics``
+  (``metrics.jsonl`` on resume) and ``remove_run`` (``--fresh``).
+
+Checkpoint files themselves (safetensors, ``state.pt``, ``meta.json``) are read and
+written by ``checkpoint.py``; the optimiser is built by ``optim.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tomllib
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+from .. import config as configlib
+from .. import files
+from ..errors import UserError
+from ..languages import make_language
+from ..models import build_model
+from . import checkpoint as ckpt
+from .config import PretrainConfig
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError("device 'cuda' requested but no CUDA device is available")
+    return torch.device(name)
+
+
+def build_language(cfg: PretrainConfig):
+    lc = cfg.language
+    if lc.name == "causal" and cfg.masking != "single":
+        # refused before anything is written: the exact loss needs one masked word per sentence
+        raise UserError("the causal language needs masking=single: its exact conditionals take one masked "
+                        "position per sentence (m masked positions cost K^m forward passes)")
+    return make_language(lc.name, preset=lc.size, seed=lc.seed, grammar=lc.grammar,
+                         generator=lc.generator, k=lc.k, length=lc.length, device=cfg.device)
+
+
+def init_model(cfg: PretrainConfig, language, device: torch.device | str = "cpu") -> torch.nn.Module:
+    """The config's model, constructed on the CPU and moved to ``device``. Its initial
+    weights are drawn from the global RNG: ``pretrain`` seeds it with ``cfg.seed`` first,
+    ``load_checkpoint`` draws inside ``fork_rng`` and overwrites them."""
+    overrides = {"dropout": cfg.model.dropout, **cfg.model.shape_overrides()}
+    if cfg.model.kind == "transformer":
+        # the paper's "dropout 0.1" is BERT's: hidden and attention-probability dropout
+        overrides.update(norm=cfg.model.norm, attn_dropout=cfg.model.dropout)
+    return build_model(cfg.model.kind, cfg.model.size, language.vocab_size, language.max_len,
+                       **overrides).to(device)
+
+
+class LoadedCheckpoint(NamedTuple):
+    model: torch.nn.Module
+    language: object
+    config: PretrainConfig
+    meta: dict
+
+
+def checkpoint_config(path: Path, meta: dict) -> PretrainConfig:
+    """The ``PretrainConfig`` stored in a checkpoint's ``meta.json``; a damaged one is a
+    ``CorruptCheckpoint`` naming the file."""
+    try:
+        return configlib.from_dict(PretrainConfig, meta["config"])
+    except UserError as exc:
+        raise ckpt.CorruptCheckpoint(Path(path) / "meta.json", f"its config is invalid ({exc})") from None
+
+
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> LoadedCheckpoint:
+    """``(model, language, config, meta)`` of a checkpoint folder, the model in eval mode.
+    No global side effect: the throw-away initialisation runs inside ``fork_rng``."""
+    path = Path(path)
+    if not path.is_dir():
+        raise UserError(f"no such checkpoint: {path}")
+    if not (path / "meta.json").exists():
+        raise UserError(f"{path} is not a checkpoint (no meta.json)")
+    meta = ckpt.read_meta(path)
+    cfg = checkpoint_config(path, meta)
+    language = build_language(cfg)
+    with torch.random.fork_rng(devices=[]):
+        model = init_model(cfg, language, device)
+    ckpt.load_weights(path, model)
+    model.eval()
+    return LoadedCheckpoint(model, language, cfg, meta)
+
+
+def read_config_dict(path: Path) -> dict:
+    """A run's ``config.toml`` as a dict (old key names renamed); ``UserError`` naming the
+    file if missing or damaged."""
+    if not path.exists():
+        raise UserError(f"cannot resume: {path} is missing")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise UserError(f"{path}: unreadable ({exc})") from None
+    return configlib.renamed(PretrainConfig, data)
+
+
+def read_summary(run_dir: str | Path) -> dict | None:
+    """``summary.json`` of a run (None if absent); ``UserError`` naming it if damaged."""
+    path = Path(run_dir) / "summary.json"
+    if not path.exists():
+        return None
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{path}: unreadable ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") \
+            from None
+    if not isinstance(summary, dict):
+        raise UserError(f"{path}: not a JSON object")
+    return summary
+
+
+def write_summary(run_dir: Path, step: int, last_eval: dict, model: torch.nn.Module) -> None:
+    summary = {"step": step, "eval": last_eval, "parameters": sum(p.numel() for p in model.parameters())}
+    try:
+        files.atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
+    except OSError as exc:
+        raise files.write_error(run_dir / "summary.json", exc) from None
+
+
+def finished(run_dir: str | Path) -> tuple[int, dict] | None:
+    """``(step, final evaluation)`` of a finished run — ``summary.json`` readable and its
+    step that of the newest complete checkpoint — else None."""
+    run_dir = Path(run_dir)
+    try:
+        summary = read_summary(run_dir)
+    except UserError:
+        return None
+    found = ckpt.complete_checkpoints(run_dir)
+    if summary is None or not found or not isinstance(summary.get("step"), int):
+        return None
+    if int(found[-1].name[len(ckpt.PREFIX):]) != summary["step"]:
+        return None
+    return summary["step"], summary.get("eval") or {}
+
+
+def truncate_metrics(path: Path, step: int) -> None:
+    """Drop log lines written after the checkpoint a run resumes from (they will be
+    redone). An unfinished last line (a kill or a full disk mid-write) is dropped too; a
+    damaged line before it is an error naming the file and line."""
+    if not path.exists():
+        return
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: unreadable ({exc})") from None
+    lines = text.splitlines()
+    kept = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            line_step = record["step"]
+            if not isinstance(line_step, int):
+                raise TypeError
+        except (json.JSONDecodeError, KeyError, TypeError):
+            if number == len(lines) and not text.endswith("\n"):
+                break  # the unfinished last write
+            raise UserError(f"{path}:{number}: not a metrics record (JSON with an integer 'step'); "
+                            "repair or delete the line to resume") from None
+        if line_step <= step:
+            kept.append(line)
+    try:
+        files.atomic_write_text(path, "".join(ln + "\n" for ln in kept))
+    except OSError as exc:
+        raise files.write_error(path, exc) from None
+
+
+def remove_run(run_dir: Path) -> None:
+    """Delete a run folder for ``--fresh`` — only one sameloss recognises as a run."""
+    if run_dir.is_symlink() or not files.is_run_dir(run_dir):
+        raise UserError(f"{run_dir} is not a sameloss run folder (no {files.RUN_MARKER} marker and no config.toml "
+                        "written by sameloss pretrain); --fresh deletes only run folders: remove it yourself or "
+                        "choose another name=")
+    shutil.rmtree(run_dir)

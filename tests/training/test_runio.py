@@ -1,0 +1,72 @@
+"""Run I/O: one loader with no global side effects, and imports that flow one way."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import torch
+
+import sameloss
+from sameloss.training import checkpoint as ckpt
+from sameloss.training import runio
+
+PACKAGE = Path(sameloss.__file__).parent
+# a layer may import from the layers before it, never from those after it
+LAYERS = ["languages", "models", "training", "measures", "experiments"]
+
+
+def test_load_checkpoint_returns_everything_once_and_leaves_the_global_rng_alone(checkpoint, monkeypatch):
+    reads = []
+    real = ckpt.read_meta
+    monkeypatch.setattr(ckpt, "read_meta", lambda path: reads.append(path) or real(path))
+    torch.manual_seed(1234)
+    before = torch.get_rng_state()
+    model, language, cfg, meta = runio.load_checkpoint(checkpoint)
+    assert torch.equal(torch.get_rng_state(), before)  # loading reseeds nothing
+    assert len(reads) == 1  # meta.json is read once
+    assert meta["step"] == 120 and meta["config"]["name"] == cfg.name
+    assert not model.training
+    assert language.vocab_size == model(torch.zeros(1, 3, dtype=torch.long)).shape[-1]
+    # the weights are the checkpoint's, not a fresh initialisation
+    again = runio.load_checkpoint(checkpoint).model
+    fresh = runio.init_model(cfg, language)
+    name, weight = next(iter(model.state_dict().items()))
+    assert torch.equal(weight, again.state_dict()[name])
+    assert not torch.equal(weight, fresh.state_dict()[name])
+
+
+def _imported_layers(path: Path) -> set[str]:
+    """The sameloss sub-packages a module imports (absolute or relative imports)."""
+    module = path.relative_to(PACKAGE.parent).with_suffix("").parts  # ("sameloss", "training", "loop")
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = list(module[:-node.level])
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("sameloss."):
+                    found.add(alias.name.split(".")[1])
+            continue
+        else:
+            continue
+        parts = name.split(".")
+        if parts[0] == "sameloss" and len(parts) > 1:
+            found.add(parts[1])
+            if len(parts) == 2 and isinstance(node, ast.ImportFrom):  # from sameloss import training
+                found.update(a.name for a in node.names)
+    return found
+
+
+def test_imports_flow_one_way_through_the_layers():
+    wrong = []
+    for i, layer in enumerate(LAYERS):
+        later = set(LAYERS[i + 1:])
+        for path in sorted((PACKAGE / layer).rglob("*.py")):
+            for imported in _imported_layers(path) & later:
+                wrong.append(f"{path.relative_to(PACKAGE)} imports {imported}")
+    assert wrong == []
