@@ -6,7 +6,8 @@ Command
 
 Runtime per scale
     smoke   ~15 s on a CPU (two micro models, 30 steps; the numbers mean nothing)
-    tiny    ~10 min on a 2-core CPU (sentences of length 8; six one-layer transformers
+    tiny    ~14 min measured on a 2-core CPU shared with other jobs (load ≈ 9; almost
+            all of it training), sentences of length 8; six one-layer transformers
             (width m = 16, 32, 64; AdamW, −dropout−WD, SAM, adversarial at m = 32) and
             the tiny two-layer transformer (AdamW), 1500 steps each)
     small   ~1 h on one H100 (estimate, not measured: length 16, widths 16–128 and the
