@@ -113,11 +113,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     measure = commands.add_parser(
         "measure", help="loss, flatness and downstream accuracy of a checkpoint or of every checkpoint of a run",
-        description="Measure one checkpoint (runs/NAME/checkpoints/step_N) or every checkpoint of a run "
-                    "(runs/NAME): one row per checkpoint, printed as a table (or --json) and written to --out "
+        description="Measure one checkpoint (runs/NAME/checkpoints/step_N), every checkpoint of a run "
+                    "(runs/NAME) or a Hugging Face masked-LM folder on a sameloss language (KEY=VALUE "
+                    "language.* settings or --language-config): one row per checkpoint, printed as a table (or --json) and written to --out "
                     "(.csv or .json). Defaults are sized for a CPU; the paper's sizes are given in each "
                     "option's help.")
-    measure.add_argument("path", metavar="RUN_OR_CHECKPOINT")
+    measure.add_argument("path", metavar="RUN_OR_CHECKPOINT_OR_HF_FOLDER")
+    measure.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                         help="Hugging Face folder only: the language to measure on, e.g. language.name=hmm "
+                              "language.size=tiny (also masking, mask_rate, eval.*)")
+    measure.add_argument("--language-config", metavar="FILE",
+                         help="Hugging Face folder only: a pretrain config TOML whose [language] (and masking, "
+                              "eval) say what to measure on (default: the folder's sameloss.toml, as export "
+                              "writes it)")
     measure.add_argument("--loss", action="store_true", help="exact held-out loss = entropy + KL (and log-KL)")
     measure.add_argument("--trace", action="append", default=[], choices=["fisher", "hutchinson"],
                          help="trace of Hessian: 'fisher' = the paper's estimator (labels sampled from the "
@@ -150,6 +158,21 @@ def build_parser() -> argparse.ArgumentParser:
     add_threads_argument(measure)
     measure.set_defaults(run=_measure)
 
+    export = commands.add_parser(
+        "export", help="write a checkpoint as a Hugging Face folder (BertForMaskedLM + tokenizer + model card)",
+        description="Write a post-LN transformer checkpoint (or a run's newest one) as a folder that "
+                    "transformers' AutoModelForMaskedLM and AutoTokenizer load without sameloss: a "
+                    "BertForMaskedLM, a word-level tokenizer with the language's words and specials, "
+                    "sameloss.toml (the recipe) and a model card README.md (language, entropy, exact KL, "
+                    "trace of Hessian if measured). Pre-LN transformers and LSTMs are refused.")
+    export.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint directory or run folder")
+    export.add_argument("--out", required=True, metavar="DIR", help="new folder to write (must not exist)")
+    export.add_argument("--measures", metavar="FILE",
+                        help="a `sameloss measure --out` file to take the trace from (default: one found in "
+                             "the run folder)")
+    add_threads_argument(export)
+    export.set_defaults(run=_export)
+
     from .experiments.cli import add_reproduce_parser
     add_reproduce_parser(commands)
     return parser
@@ -170,7 +193,8 @@ def _measure(args) -> None:
     if args.out:
         check_output(args.out)
     skipped: list[str] = []
-    rows = measure_path(args.path, spec, progress=not args.no_progress, skipped=skipped)
+    rows = measure_path(args.path, spec, progress=not args.no_progress, skipped=skipped,
+                        language_config=args.language_config, overrides=tuple(args.overrides))
     # the rows are shown before anything can go wrong writing them
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -212,6 +236,12 @@ def _embed(args) -> None:
     path = embed_checkpoint(args.checkpoint, args.out, into=args.into, width_factor=args.width_factor,
                             extra_layers=args.extra_layers, force=args.force)
     print(path)
+
+
+def _export(args) -> None:
+    from .hf.export import export_checkpoint
+
+    print(export_checkpoint(args.checkpoint, args.out, measures=args.measures))
 
 
 def _pretrain(args) -> None:

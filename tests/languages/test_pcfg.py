@@ -266,7 +266,7 @@ def test_bad_grammar_names_the_problem_and_line(name):
 def test_missing_file_and_unknown_preset_are_user_errors(tmp_path):
     with pytest.raises(UserError, match="grammar file not found"):
         PCFG.from_file(tmp_path / "nope.txt")
-    with pytest.raises(UserError, match="unknown PCFG preset 'huge'; choose from micro, paper, tiny"):
+    with pytest.raises(UserError, match="unknown PCFG size 'huge'; choose from micro, paper, tiny"):
         PCFG.preset("huge")
 
 

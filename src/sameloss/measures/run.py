@@ -2,8 +2,10 @@
 
 ``MeasureSpec`` says what to compute; ``measure_checkpoint`` turns one checkpoint into a
 flat dict (loss, KL, traces, eigenvalue, sharpness, probe / fine-tune / look-up-table
-accuracies, each with its error); ``measure_path`` does every checkpoint of a run (or
-one checkpoint) and ``write_rows`` saves them as CSV or JSON (``check_output`` first, so
+accuracies, each with its error) through ``measure_model``, which takes any loaded model
+mapping token ids to logits; ``measure_hf_folder`` does the same for a Hugging Face
+masked-LM folder on a sameloss language (``sameloss.hf.adapter``); ``measure_path`` does
+every checkpoint of a run (or one checkpoint, or an HF folder) and ``write_rows`` saves them as CSV or JSON (``check_output`` first, so
 a bad output path fails before any measuring).
 
 A damaged checkpoint of a run is skipped and reported (``measure_path(..., skipped=[])``):
@@ -85,15 +87,55 @@ def checkpoints_of(path: str | Path) -> list[Path]:
         return [path]
     found = step_dirs(path)
     if not found:
-        raise UserError(f"{path} holds no checkpoint (expected a run folder or a checkpoints/step_* folder)")
+        raise UserError(f"{path} holds no checkpoint (expected a run folder, a checkpoints/step_* folder "
+                        "or a Hugging Face masked-LM folder with a config.json)")
     return found
 
 
 def measure_checkpoint(path: Path, spec: MeasureSpec, cache: dict | None = None) -> dict:
-    cache = {} if cache is None else cache
     model, language, cfg, meta = load_checkpoint(path, spec.device)
-    row: dict = {"checkpoint": str(path), "run": cfg.name, "step": meta["step"],
-                 "parameters": sum(p.numel() for p in model.parameters())}
+    row: dict = {"checkpoint": str(path), "run": cfg.name, "step": meta["step"]}
+    return measure_model(model, language, cfg, spec, cache, row)
+
+
+def measure_hf_folder(path: str | Path, spec: MeasureSpec, language_config: str | Path | None = None,
+                      overrides: tuple[str, ...] = (), cache: dict | None = None) -> dict:
+    """One row for a Hugging Face masked-LM folder measured on a sameloss language.
+
+    The language (and the masking and held-out set of ``--loss``) come from a
+    ``PretrainConfig`` TOML (``language_config``; default: the ``sameloss.toml`` an
+    exported folder carries) with ``overrides`` (``language.*``, ``masking``,
+    ``mask_rate``, ``eval.*``) applied."""
+    from .. import config as configlib
+    from ..hf.adapter import hf_row_info, language_config_of, load_hf_folder
+    from ..training.config import PretrainConfig
+    from ..training.runio import build_language
+
+    bad = [o for o in overrides if not o.split("=", 1)[0].strip().startswith(HF_OVERRIDE_PREFIXES)]
+    if bad:
+        raise UserError(f"override {bad[0]!r} does not apply to measuring a Hugging Face folder; "
+                        "give language.*, masking, mask_rate or eval.* settings")
+    language_config = language_config if language_config is not None else language_config_of(path)
+    if language_config is None and not any(o.strip().startswith("language.") for o in overrides):
+        raise UserError(f"say which language to measure {path} on: --language-config FILE (a pretrain config) "
+                        "or language.name=NAME [language.size=SIZE ...]")
+    cfg = configlib.load(PretrainConfig, language_config, list(overrides) + [f"device={spec.device}"])
+    language = build_language(cfg)
+    model = load_hf_folder(path, language, spec.device)
+    row: dict = {"checkpoint": str(path), **hf_row_info(path), "step": None, "language": language.name}
+    return measure_model(model, language, cfg, spec, cache, row)
+
+
+# config keys that say what an HF folder is measured on
+HF_OVERRIDE_PREFIXES = ("language.", "masking", "mask_rate", "eval.")
+
+
+def measure_model(model, language, cfg, spec: MeasureSpec, cache: dict | None = None, row: dict | None = None
+                  ) -> dict:
+    """The measures of ``spec`` on a loaded ``model`` (anything mapping sameloss token ids
+    to logits, with ``features`` for probes), added to ``row``."""
+    cache = {} if cache is None else cache
+    row = {**(row or {}), "parameters": sum(p.numel() for p in model.parameters())}
     if spec.loss:
         result = _evaluator(cache, language, cfg, spec).evaluate(model, spec.device)
         row.update({k: result[k] for k in ("loss", "loss_std", "kl", "kl_std", "log_kl", "entropy", "n_tokens")})
@@ -189,11 +231,21 @@ def _task_data(cache, language, cfg, task, spec):
 
 
 def measure_path(path: str | Path, spec: MeasureSpec, progress: bool = True,
-                 skipped: list[str] | None = None) -> list[dict]:
-    """Rows of a checkpoint, or of every checkpoint of a run. With ``skipped`` (a list),
-    a damaged checkpoint of a run is left out and its problem appended there; without
-    it, or when no checkpoint can be read, ``CorruptCheckpoint``/``UserError`` is raised
-    (one line per damaged checkpoint)."""
+                 skipped: list[str] | None = None, language_config: str | Path | None = None,
+                 overrides: tuple[str, ...] = ()) -> list[dict]:
+    """Rows of a checkpoint, of every checkpoint of a run, or of a Hugging Face
+    masked-LM folder (``language_config`` / ``overrides``: what to measure it on; they
+    apply to such a folder only — a checkpoint's language is in its config). With
+    ``skipped`` (a list), a damaged checkpoint of a run is left out and its problem
+    appended there; without it, or when no checkpoint can be read,
+    ``CorruptCheckpoint``/``UserError`` is raised (one line per damaged checkpoint)."""
+    from ..hf.adapter import is_hf_folder
+
+    if is_hf_folder(path):
+        return [measure_hf_folder(path, spec, language_config, tuple(overrides))]
+    if language_config is not None or overrides:
+        raise UserError(f"language settings (--language-config, KEY=VALUE) apply to Hugging Face folders only; "
+                        f"{path} is measured on the language in its own config")
     found = checkpoints_of(path)
     cache: dict = {}
     rows, problems = [], []

@@ -192,12 +192,16 @@ def measuring(model: nn.Module) -> Iterator[None]:
 
 
 def resolve_engine(model: nn.Module, engine: str) -> str:
-    """``"func"`` or ``"autograd"``; ``"auto"``: autograd for models with an RNN that
-    cannot run unrolled (the LSTM MLM can: ``LSTMMLM.unrolled``, entered by ``measuring``)."""
+    """``"func"`` or ``"autograd"``; ``"auto"``: autograd for models that say
+    ``vmap_safe = False`` (a Hugging Face model ``torch.func`` cannot batch) and for models
+    with an RNN that cannot run unrolled (the LSTM MLM can: ``LSTMMLM.unrolled``, entered
+    by ``measuring``)."""
     if engine not in ENGINES:
         raise UserError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
     if engine != "auto":
         return engine
+    if getattr(model, "vmap_safe", True) is False:
+        return "autograd"
     if hasattr(model, "unrolled"):
         return "func"
     return "autograd" if any(isinstance(m, nn.RNNBase) for m in model.modules()) else "func"
