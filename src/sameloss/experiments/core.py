@@ -308,6 +308,22 @@ class Study:
         self.counts["measured"] += 1
         return dict(self._store(key, row))
 
+    def cached(self, kind: str, name: str, spec, compute, extra: str = "") -> dict:
+        """A recipe's own measurement ``compute() -> dict`` of ``name`` (e.g. a checkpoint's
+        folder relative to the study) with settings ``spec`` (a dataclass), kept in
+        ``measurements.json`` like ``measure``'s rows: computed once per (kind, name,
+        spec, extra) — pass the checkpoint's ``meta.json`` text as ``extra`` so that a
+        retrained checkpoint is measured again."""
+        key = self._key(kind, name, spec, _fingerprint(extra) if extra else "")
+        if key in self.cache:
+            return self._cached(key)
+        start = time.perf_counter()
+        row = compute()
+        row["measure_seconds"] = time.perf_counter() - start
+        self.timings["measure"] += row["measure_seconds"]
+        self.counts["measured"] += 1
+        return dict(self._store(key, row))
+
     def lookup(self, run: RunInfo, spec) -> dict:
         """``measures.run.measure_lookup_table`` of a run's language (loss on the run's
         held-out set, a probe per task of ``spec.lookup``), cached."""

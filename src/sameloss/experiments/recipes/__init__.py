@@ -6,8 +6,9 @@ settings per scale: smoke, tiny, small, paper), ``runs(preset, language, seed)``
 share lives in ``common.py`` and ``core.py``: a recipe never imports another (``figure1``,
 which is the other three together, excepted)."""
 
-from . import algorithms, figure1, sizes, steps, text
+from . import algorithms, dyck, figure1, sizes, steps, text, theory
 
-RECIPES = {"steps": steps, "sizes": sizes, "algorithms": algorithms, "figure1": figure1, "text": text}
+RECIPES = {"steps": steps, "sizes": sizes, "algorithms": algorithms, "figure1": figure1, "theory": theory,
+           "dyck": dyck, "text": text}
 
-__all__ = ["RECIPES", "algorithms", "figure1", "sizes", "steps", "text"]
+__all__ = ["RECIPES", "algorithms", "dyck", "figure1", "sizes", "steps", "text", "theory"]
