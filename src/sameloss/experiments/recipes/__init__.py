@@ -8,7 +8,7 @@ which is the other three together, excepted)."""
 
 from . import algorithms, dyck, figure1, sizes, steps, text, theory
 
-RECIPES = {"steps": steps, "sizes": sizes, "algorithms": algorithms, "figure1": figure1, "theory": theory,
-           "dyck": dyck, "text": text}
+RECIPES = {"steps": steps, "sizes": sizes, "algorithms": algorithms, "figure1": figure1, "text": text,
+           "theory": theory, "dyck": dyck}
 
 __all__ = ["RECIPES", "algorithms", "dyck", "figure1", "sizes", "steps", "text", "theory"]
