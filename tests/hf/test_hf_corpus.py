@@ -191,3 +191,30 @@ def test_fisher_contexts_leave_out_a_corpus_sequence_with_nothing_to_mask(tmp_pa
     contexts = sample_contexts(language, 64, seed=0)
     assert (contexts.masked.sum(dim=1) == 1).all()
     assert 0 < contexts.inputs.shape[0] < 64  # the draws of that sequence are left out
+
+
+def test_a_corpus_separated_by_another_token_than_the_tokenizers_sep_is_one_line(setup, tmp_path, capsys):
+    """The folder's vocabulary holds ``[SEP]`` as a plain token but separates with
+    ``</s>``; a corpus prepared with it joins documents with ``[SEP]`` (the first
+    candidate), which the model never saw as its separator: refused."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast
+
+    _, toy, _ = setup
+    names = ["[UNK]", "[SEP]", "</s>", "[PAD]", "[CLS]", "[MASK]"] + sorted(
+        {w for doc in read_documents(toy["corpus"]) for w in doc.split()})
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(names)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", sep_token="</s>", pad_token="[PAD]",
+                                   cls_token="[CLS]", mask_token="[MASK]")
+    folder = tmp_path / "bert"
+    save_quietly(fast, folder)
+    save_quietly(BertForMaskedLM(BertConfig(vocab_size=len(names), hidden_size=8, num_hidden_layers=1,
+                                            num_attention_heads=1, intermediate_size=8, max_position_embeddings=16,
+                                            pad_token_id=3)), folder)
+    assert main(["corpus", "prepare", str(toy["corpus"]), "--tokenizer", str(folder), "--max-len", "16",
+                 "--out", str(tmp_path / "corpus")]) == 0
+    assert main(["measure", str(folder), "language.name=corpus", f"language.data={tmp_path / 'corpus'}",
+                 "--loss"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "separates documents with '[SEP]'" in err and "'</s>'" in err, err
