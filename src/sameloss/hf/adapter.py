@@ -1,4 +1,4 @@
-"""Measure a Hugging Face masked LM on a sameloss language.
+"""Measure a Hugging Face masked LM on a sameloss language or a prepared corpus.
 
 ``HFMaskedLM`` wraps any ``AutoModelForMaskedLM`` model (BERT, RoBERTa, DistilBERT, …) as
 a sameloss model: ``forward(tokens)`` maps sameloss ids ``[n, T]`` to logits
@@ -13,8 +13,18 @@ the mask id on input, where pads are never attended to and cls is never fed) for
 the language's words and of pad, mask and cls, in sameloss order: the model's
 distribution is renormalised over the language's vocabulary, the only outcomes the
 language has. A special the tokenizer lacks gets a constant logit of -1e9 (probability 0,
-no gradient). No [CLS]/[SEP] is put around a sentence: the sentences are fed as the
-language writes them (an exported sameloss model was trained that way).
+no gradient), and so does a special whose HF id is already a word's (a corpus's
+vocabulary holds the tokenizer's own specials as words): each HF row appears once. No
+[CLS]/[SEP] is put around a sentence: the sentences are fed as the language writes them
+(an exported sameloss model was trained that way).
+
+A corpus (``language.name=corpus``, ``languages.text``) is mapped by its vocabulary's
+token strings, looked up exactly (subword strings such as ``##ing`` mean nothing encoded
+alone): a corpus prepared with the folder's own tokenizer (``sameloss corpus prepare
+--tokenizer HF_DIR``) maps every id to itself, so the loss is the model's own
+cross-entropy over its tokenizer's vocabulary. Its ``[CLS]`` (at position 0 of every
+sequence, and of GLUE inputs) becomes the tokenizer's cls token, its pad and mask the
+tokenizer's; its separator must be the tokenizer's.
 
 The attention mask is passed as a ready 4-D additive mask (0 for real keys, the dtype's
 minimum for pads): ``transformers`` then builds none itself, and its mask builder's
@@ -153,6 +163,25 @@ def word_ids(tokenizer, language, folder: str | Path) -> list[int]:
     return ids
 
 
+def corpus_word_ids(tokenizer, language, folder: str | Path) -> list[int]:
+    """The HF id of each token of a corpus's vocabulary, by exact string (``UserError``
+    naming the first token the folder's tokenizer lacks, or a separator that is not the
+    tokenizer's)."""
+    vocab = tokenizer.get_vocab()
+    ids = [vocab.get(word) if word else None for word in language.words]
+    missing = [i for i, hf_id in enumerate(ids) if hf_id is None]
+    if missing:
+        more = f" (and {len(missing) - 1} more of its {language.n_words})" if len(missing) > 1 else ""
+        raise UserError(f"{folder}: its tokenizer cannot express the corpus {language.folder}: token "
+                        f"{language.words[missing[0]]!r} (corpus id {missing[0]}) is not in its vocabulary{more}; "
+                        f"prepare the corpus with --tokenizer {folder}")
+    sep = tokenizer.sep_token_id
+    if sep is not None and ids[language.sep_id] != sep:
+        raise UserError(f"{folder}: the corpus separates documents with {language.words[language.sep_id]!r}, "
+                        f"the tokenizer with {tokenizer.sep_token!r}; prepare the corpus with --tokenizer {folder}")
+    return ids
+
+
 def load_hf_folder(folder: str | Path, language, device: str = "cpu") -> HFMaskedLM:
     """The ``HFMaskedLM`` of a local Hugging Face masked-LM folder on ``language``, in
     float32 and eval mode (``UserError`` for a folder that is not one, or whose
@@ -185,15 +214,22 @@ def load_hf_folder(folder: str | Path, language, device: str = "cpu") -> HFMaske
     if positions is not None and language.max_len > positions:
         raise UserError(f"{folder}: the model takes {positions} positions, the {language.name} language's "
                         f"sentences up to {language.max_len}")
-    words = word_ids(tokenizer, language, folder)
+    is_corpus = getattr(language, "name", None) == "corpus" and hasattr(language, "folder")
+    words = (corpus_word_ids if is_corpus else word_ids)(tokenizer, language, folder)
     mask = tokenizer.mask_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else getattr(hf_cfg, "pad_token_id", None)
     cls = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else tokenizer.bos_token_id
+    if is_corpus and cls is None:
+        raise UserError(f"{folder}: its tokenizer has no cls (or bos) token, which every sequence of a corpus "
+                        "starts with")
     n_rows = model.get_output_embeddings().weight.shape[0]
     used = [i for i in words + [mask, pad, cls] if i is not None]
     if max(used) >= n_rows:
         raise UserError(f"{folder}: its tokenizer has id {max(used)}, but the model's output layer has {n_rows} rows")
-    outputs = words + [-1 if i is None else i for i in (pad, mask, cls)]
+    # a special already among the words (a corpus's vocabulary holds them) keeps its row
+    # there only: the softmax is then the model's own over the tokenizer's vocabulary
+    taken = set(words)
+    outputs = words + [-1 if i is None or i in taken else i for i in (pad, mask, cls)]
     inputs = words + [mask if i is None else i for i in (pad, mask, cls)]
     model.eval()
     adapter = HFMaskedLM(model, torch.tensor(inputs), torch.tensor(outputs), language.pad_id, language.max_len)

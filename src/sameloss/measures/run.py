@@ -4,7 +4,7 @@
 flat dict (loss, KL, traces, eigenvalue, sharpness, probe / fine-tune / look-up-table
 accuracies, each with its error) through ``measure_model``, which takes any loaded model
 mapping token ids to logits; ``measure_hf_folder`` does the same for a Hugging Face
-masked-LM folder on a sameloss language (``sameloss.hf.adapter``); ``measure_path`` does
+masked-LM folder on a sameloss language or a prepared corpus (``sameloss.hf.adapter``); ``measure_path`` does
 every checkpoint of a run (or one checkpoint, or an HF folder) and ``write_rows`` saves them as CSV or JSON (``check_output`` first, so
 a bad output path fails before any measuring).
 
@@ -103,7 +103,9 @@ def measure_checkpoint(path: Path, spec: MeasureSpec, cache: dict | None = None)
 
 def measure_hf_folder(path: str | Path, spec: MeasureSpec, language_config: str | Path | None = None,
                       overrides: tuple[str, ...] = (), cache: dict | None = None) -> dict:
-    """One row for a Hugging Face masked-LM folder measured on a sameloss language.
+    """One row for a Hugging Face masked-LM folder measured on a sameloss language, or
+    on a corpus (``language.name=corpus language.data=DIR``: held-out cross-entropy,
+    curvature, GLUE tasks with the tokenizer's [CLS]; see ``hf.adapter``).
 
     The language (and the masking and held-out set of ``--loss``) come from a
     ``PretrainConfig`` TOML (``language_config``; default: the ``sameloss.toml`` an

@@ -144,12 +144,20 @@ def loss_batch(language: Language, n_sentences: int = 256, mask_rate: float | No
 
 def sample_contexts(language: Language, n_contexts: int, seed: int = 0, repeat: int = 0) -> MaskedBatch:
     """Contexts ``x₋ₜ`` of the paper's estimator: sentences from the language, each with
-    one masked position drawn uniformly over its tokens."""
+    one masked position drawn uniformly over its tokens. A sentence with no maskable
+    token (a corpus's last sequence can be ``[CLS] [SEP]``) is no context and is left
+    out, so a corpus may give a few fewer than ``n_contexts``."""
     if n_contexts < 1:
         raise UserError(f"need at least one context, got {n_contexts}")
     gen = step_generator(seed, repeat, stream=STREAM_CONTEXTS)
     sample = language.sample(n_contexts, gen)
-    return mask_batch(language, sample.tokens, sample.lengths, None, gen)
+    batch = mask_batch(language, sample.tokens, sample.lengths, None, gen)
+    keep = batch.masked.any(dim=1)
+    if bool(keep.all()):
+        return batch
+    if not bool(keep.any()):
+        raise UserError(f"none of the {n_contexts} sampled sentences has a token that can be masked")
+    return type(batch)(batch.inputs[keep], batch.targets[keep], batch.masked[keep])
 
 
 def batch_loss(logits: torch.Tensor, batch: MaskedBatch) -> torch.Tensor:
