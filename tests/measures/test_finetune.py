@@ -81,6 +81,6 @@ def test_schedule_and_arguments():
     data = make_task_data(pcfg, "A", n_train=8, n_validation=4, n_test=4)
     model = build_model("transformer", "micro", pcfg.vocab_size, pcfg.max_len)
     with pytest.raises(UserError, match="pooling"):
-        finetune(model, data, pooling="cls")
+        finetune(model, data, pooling="max")
     with pytest.raises(UserError, match="schedule"):
         finetune(model, data, schedule="cosine")

@@ -103,9 +103,22 @@ class RunInfo:
 
 
 def config_differences(saved: dict, wanted: dict) -> list[str]:
-    """Dotted keys whose values differ (a key missing from the TOML means ``None``)."""
+    """Dotted keys whose values differ. A key missing from the saved TOML means its default
+    (a run saved before the key existed, or one whose value is ``None``, which TOML omits)."""
+    try:
+        saved, wanted = (configlib.to_dict(configlib.from_dict(PretrainConfig, _as_toml_data(d)))
+                         for d in (saved, wanted))
+    except (UserError, TypeError, ValueError):
+        pass  # not a valid config (any more): compare what is there
     a, b = configlib.flatten(saved), configlib.flatten(wanted)
     return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+
+
+def _as_toml_data(d):
+    """A config dict as TOML reads it (tuples as lists), for ``configlib.from_dict``."""
+    if isinstance(d, dict):
+        return {k: _as_toml_data(v) for k, v in d.items()}
+    return list(d) if isinstance(d, tuple) else d
 
 
 def _fingerprint(obj) -> str:
@@ -309,14 +322,16 @@ class Study:
         return dict(self._store(key, row))
 
     def cached(self, kind: str, name: str, spec, compute, extra: str = "") -> dict:
-        """``compute()`` (a dict of numbers), cached in ``measurements.json`` under ``kind``,
-        ``name``, the fingerprint of ``spec`` (a dataclass) and ``extra`` — for measures a
-        recipe defines itself."""
-        key = self._key(kind, name, spec, extra)
+        """A recipe's own measurement ``compute() -> dict`` of ``name`` (e.g. a checkpoint's
+        folder relative to the study) with settings ``spec`` (a dataclass), kept in
+        ``measurements.json`` like ``measure``'s rows: computed once per (kind, name,
+        spec, extra) — pass the checkpoint's ``meta.json`` text as ``extra`` so that a
+        retrained checkpoint is measured again."""
+        key = self._key(kind, name, spec, _fingerprint(extra) if extra else "")
         if key in self.cache:
             return self._cached(key)
         start = time.perf_counter()
-        row = dict(compute())
+        row = compute()
         row["measure_seconds"] = time.perf_counter() - start
         self.timings["measure"] += row["measure_seconds"]
         self.counts["measured"] += 1

@@ -14,21 +14,29 @@ from .hmm import HMM
 from .lm_generated import CausalLM
 from .pcfg import PCFG
 from .pcfg_grammar import Grammar
+from .text import Corpus
 
-LANGUAGES = {"pcfg": PCFG, "hmm": HMM, "dyck": Dyck, "causal": CausalLM}
+LANGUAGES = {"pcfg": PCFG, "hmm": HMM, "dyck": Dyck, "causal": CausalLM, "corpus": Corpus}
 CAUSAL_DEFAULTS = {"k": 2000, "length": 24}  # the paper's OPT data (App. A.1)
 
 
 def make_language(name: str, preset: str = "tiny", seed: int | None = None, grammar: str | None = None,
                   generator: str | None = None, k: int | None = None, length: int | None = None,
-                  device: str = "cpu") -> Language:
+                  device: str = "cpu", data: str | None = None) -> Language:
     """Build a language by name. ``seed`` draws another random language of the preset's
     shape (default: the preset's own); ``grammar`` (PCFG only) reads a grammar file
     instead of generating a preset. ``causal`` takes ``generator`` (a local Hugging Face
     causal-LM folder), ``k`` and ``length`` (default 2000 and 24) and runs the generator
-    on ``device`` (``auto``: CUDA if available)."""
+    on ``device`` (``auto``: CUDA if available). ``corpus`` reads the folder ``data`` written
+    by ``sameloss corpus prepare``."""
     if name not in LANGUAGES:
         raise UserError(f"unknown language {name!r}; choose from {', '.join(LANGUAGES)}")
+    if name == "corpus":
+        if data is None:
+            raise UserError("the corpus language needs language.data=DIR (a folder from 'sameloss corpus prepare')")
+        return Corpus(data)
+    if data is not None:
+        raise UserError("language.data applies to the corpus language only")
     if name == "causal":
         if generator is None:
             raise UserError("the causal language needs language.generator=DIR (a local Hugging Face causal LM folder)")
@@ -49,5 +57,5 @@ def make_language(name: str, preset: str = "tiny", seed: int | None = None, gram
     return PCFG.preset(preset, seed=seed)
 
 
-__all__ = ["Batch", "CausalLM", "Dyck", "Estimate", "Grammar", "HMM", "LANGUAGES", "Language", "PCFG", "Task",
+__all__ = ["Batch", "CausalLM", "Corpus", "Dyck", "Estimate", "Grammar", "HMM", "LANGUAGES", "Language", "PCFG", "Task",
            "entropy_of", "make_language", "sample_mask"]

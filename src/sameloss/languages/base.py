@@ -93,22 +93,30 @@ def ratio_estimate(numerators: torch.Tensor, denominators: torch.Tensor) -> Esti
 
 
 def sample_mask(
-    lengths: torch.Tensor, max_len: int, rate: float | None, generator: torch.Generator | None
+    lengths: torch.Tensor, max_len: int, rate: float | None, generator: torch.Generator | None,
+    maskable: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Positions to mask, ``[n, max_len]`` bool.
 
     ``rate=None``: exactly one position per sentence, uniform over its tokens.
     Otherwise each token is masked independently with probability ``rate``, and a
     sentence that drew none gets one uniform position, so every sentence has at
-    least one prediction target.
+    least one prediction target. ``maskable`` (``[n, max_len]`` bool, optional) limits
+    both to those positions (a corpus never masks ``[CLS]`` or ``[SEP]``).
     """
     n = lengths.shape[0]
     pos = torch.arange(max_len)
     valid = pos[None, :] < lengths[:, None]
     # one uniform position per sentence (used alone, or as the fallback)
     u = torch.rand(n, generator=generator, dtype=torch.float64)
-    one = (u * lengths.double()).long().clamp(max=max_len - 1)
-    single = pos[None, :] == one[:, None]
+    if maskable is None:
+        one = (u * lengths.double()).long().clamp(max=max_len - 1)
+        single = pos[None, :] == one[:, None]
+    else:
+        valid = valid & maskable
+        count = valid.sum(dim=1)
+        one = (u * count.double()).long().clamp(max=max_len - 1)
+        single = valid & (valid.cumsum(dim=1) - 1 == one[:, None])  # the one-th maskable position
     if rate is None:
         return single & valid
     if not 0.0 < rate <= 1.0:

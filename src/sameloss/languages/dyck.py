@@ -96,7 +96,7 @@ class Dyck(Language):
     def preset(cls, name: str, nested: bool = False) -> "Dyck":
         if name not in PRESETS:
             valid = ", ".join(sorted(PRESETS))
-            raise UserError(f"dyck: unknown preset {name!r} (valid: {valid})")
+            raise UserError(f"dyck: unknown size {name!r} (valid: {valid})")
         return cls(**PRESETS[name], nested=nested)
 
     def __repr__(self) -> str:

@@ -184,7 +184,7 @@ class HMM(Language):
         """Named configurations: ``paper`` (100 states, 200 words, length 16) and ``tiny``.
         ``seed`` draws another HMM of the same shape (default: the preset's own seed)."""
         if name not in PRESETS:
-            raise UserError(f"unknown HMM preset {name!r}; valid presets: {', '.join(sorted(PRESETS))}")
+            raise UserError(f"unknown HMM size {name!r}; valid sizes: {', '.join(sorted(PRESETS))}")
         kwargs = dict(PRESETS[name])
         if seed is not None:
             kwargs["seed"] = seed

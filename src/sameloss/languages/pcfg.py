@@ -103,7 +103,7 @@ class PCFG(Language):
         """A named random grammar; ``seed`` draws another of the same shape (default:
         the preset's own, 1 for micro and 0 otherwise)."""
         if name not in PRESETS:
-            raise UserError(f"unknown PCFG preset {name!r}; choose from {', '.join(sorted(PRESETS))}")
+            raise UserError(f"unknown PCFG size {name!r}; choose from {', '.join(sorted(PRESETS))}")
         if seed is None:
             seed = PRESET_SEEDS.get(name, 0)
         return cls.random(seed=seed, **PRESETS[name])

@@ -17,7 +17,10 @@ position and adds no untrained input:
   fixed but which the fine-tuned encoder can shape (attention can route any position's
   information into every position's output);
 * ``"concat"``: the linear probe's representation (all positions concatenated, pads
-  zeroed), so fine-tuning and probing differ only in whether the encoder is trained.
+  zeroed), so fine-tuning and probing differ only in whether the encoder is trained;
+* ``"cls"``: the final hidden state at position 0 — the paper's recipe, for models
+  pre-trained with a ``[CLS]`` token there (the corpus language; ``measure`` picks it
+  for them).
 
 Training (per seed): a fresh ``copy.deepcopy`` of the model (the caller's model and
 checkpoint are never modified), in ``train()`` mode, so dropout is the model's own
@@ -47,7 +50,7 @@ from sameloss.errors import UserError
 from sameloss.measures.probe import DEFAULT_SEEDS, DownstreamResult, make_result, model_pad_id
 from sameloss.measures.tasks import TaskData
 
-POOLINGS = ("mean", "concat")
+POOLINGS = ("mean", "concat", "cls")
 SCHEDULES = ("linear", "constant")
 SELECTIONS = ("best", "last")
 
@@ -74,6 +77,8 @@ class Classifier(nn.Module):
         h = h * real  # pads contribute nothing (and are zero in "concat")
         if self.pooling == "mean":
             return h.sum(dim=1) / real.sum(dim=1).clamp(min=1)
+        if self.pooling == "cls":
+            return h[:, 0]
         if tokens.shape[1] != self.max_len:
             raise ValueError(f"concat pooling needs inputs of width {self.max_len}, got {tokens.shape[1]}")
         return h.reshape(tokens.shape[0], -1)

@@ -2,8 +2,10 @@
 
 ``MeasureSpec`` says what to compute; ``measure_checkpoint`` turns one checkpoint into a
 flat dict (loss, KL, traces, eigenvalue, sharpness, probe / fine-tune / look-up-table
-accuracies, each with its error); ``measure_path`` does every checkpoint of a run (or
-one checkpoint) and ``write_rows`` saves them as CSV or JSON (``check_output`` first, so
+accuracies, each with its error) through ``measure_model``, which takes any loaded model
+mapping token ids to logits; ``measure_hf_folder`` does the same for a Hugging Face
+masked-LM folder on a sameloss language or a prepared corpus (``sameloss.hf.adapter``); ``measure_path`` does
+every checkpoint of a run (or one checkpoint, or an HF folder) and ``write_rows`` saves them as CSV or JSON (``check_output`` first, so
 a bad output path fails before any measuring).
 
 A damaged checkpoint of a run is skipped and reported (``measure_path(..., skipped=[])``):
@@ -27,10 +29,11 @@ from .. import files
 from ..errors import UserError
 from ..progress import progress_bar
 from ..training.checkpoint import CorruptCheckpoint, step_dirs
-from ..training.evaluate import ExactEvaluator
+from ..training.evaluate import make_evaluator
 from ..training.runio import load_checkpoint
 from . import curvature
 from .finetune import finetune
+from .glue import glue_label, glue_task_data, is_glue
 from .lookup import lookup_table_probe
 from .probe import linear_probe
 from .tasks import make_task_data
@@ -60,6 +63,8 @@ class MeasureSpec:
     probe_method: str = "lbfgs"
     probe_epochs: int = 50  # paper: 100 (AdamW)
     finetune_epochs: int = 10
+    finetune_lr: float = 1e-4  # paper (App. A.5)
+    finetune_warmup: int = 200  # paper
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     seed: int = 0
     device: str = "cpu"
@@ -85,18 +90,64 @@ def checkpoints_of(path: str | Path) -> list[Path]:
         return [path]
     found = step_dirs(path)
     if not found:
-        raise UserError(f"{path} holds no checkpoint (expected a run folder or a checkpoints/step_* folder)")
+        raise UserError(f"{path} holds no checkpoint (expected a run folder, a checkpoints/step_* folder "
+                        "or a Hugging Face masked-LM folder with a config.json)")
     return found
 
 
 def measure_checkpoint(path: Path, spec: MeasureSpec, cache: dict | None = None) -> dict:
-    cache = {} if cache is None else cache
     model, language, cfg, meta = load_checkpoint(path, spec.device)
-    row: dict = {"checkpoint": str(path), "run": cfg.name, "step": meta["step"],
-                 "parameters": sum(p.numel() for p in model.parameters())}
+    row: dict = {"checkpoint": str(path), "run": cfg.name, "step": meta["step"]}
+    return measure_model(model, language, cfg, spec, cache, row)
+
+
+def measure_hf_folder(path: str | Path, spec: MeasureSpec, language_config: str | Path | None = None,
+                      overrides: tuple[str, ...] = (), cache: dict | None = None) -> dict:
+    """One row for a Hugging Face masked-LM folder measured on a sameloss language, or
+    on a corpus (``language.name=corpus language.data=DIR``: held-out cross-entropy,
+    curvature, GLUE tasks with the tokenizer's [CLS]; see ``hf.adapter``).
+
+    The language (and the masking and held-out set of ``--loss``) come from a
+    ``PretrainConfig`` TOML (``language_config``; default: the ``sameloss.toml`` an
+    exported folder carries) with ``overrides`` (``language.*``, ``masking``,
+    ``mask_rate``, ``eval.*``) applied."""
+    from .. import config as configlib
+    from ..hf.adapter import hf_row_info, language_config_of, load_hf_folder
+    from ..training.config import PretrainConfig
+    from ..training.runio import build_language
+
+    bad = [o for o in overrides if not o.split("=", 1)[0].strip().startswith(HF_OVERRIDE_PREFIXES)]
+    if bad:
+        raise UserError(f"override {bad[0]!r} does not apply to measuring a Hugging Face folder; "
+                        "give language.*, masking, mask_rate or eval.* settings")
+    language_config = language_config if language_config is not None else language_config_of(path)
+    if language_config is None and not any(o.strip().startswith("language.") for o in overrides):
+        raise UserError(f"say which language to measure {path} on: --language-config FILE (a pretrain config) "
+                        "or language.name=NAME [language.size=SIZE ...]")
+    cfg = configlib.load(PretrainConfig, language_config, list(overrides) + [f"device={spec.device}"])
+    language = build_language(cfg)
+    model = load_hf_folder(path, language, spec.device)
+    row: dict = {"checkpoint": str(path), **hf_row_info(path), "step": None, "language": language.name}
+    return measure_model(model, language, cfg, spec, cache, row)
+
+
+# config keys that say what an HF folder is measured on
+HF_OVERRIDE_PREFIXES = ("language.", "masking", "mask_rate", "eval.")
+
+
+def measure_model(model, language, cfg, spec: MeasureSpec, cache: dict | None = None, row: dict | None = None
+                  ) -> dict:
+    """The measures of ``spec`` on a loaded ``model`` (anything mapping sameloss token ids
+    to logits, with ``features`` for probes), added to ``row``."""
+    cache = {} if cache is None else cache
+    if spec.lookup and not getattr(language, "exact", True):
+        raise UserError("the look-up table is not defined for a corpus (it needs the true conditionals)")
+    row = {**(row or {}), "parameters": sum(p.numel() for p in model.parameters())}
     if spec.loss:
         result = _evaluator(cache, language, cfg, spec).evaluate(model, spec.device)
         row.update({k: result[k] for k in ("loss", "loss_std", "kl", "kl_std", "log_kl", "entropy", "n_tokens")})
+        if "gap" in result:  # a corpus: the train/held-out gap, and why KL is missing
+            row.update({k: result[k] for k in ("train_loss", "train_loss_std", "gap", "kl_note")})
     for name in spec.traces:
         if name == "fisher":
             r = curvature.trace_fisher(model, language, n_contexts=spec.n_contexts, n_labels=spec.n_labels,
@@ -119,18 +170,22 @@ def measure_checkpoint(path: Path, spec: MeasureSpec, cache: dict | None = None)
         r = curvature.sam_sharpness(model, language, rho=spec.rho, params=spec.params,
                                     n_sentences=spec.curvature_sentences, seed=spec.seed)
         row["sam_sharpness"] = r.estimate
+    # the paper's fine-tuning reads the CLS token of models pre-trained with one (a corpus)
+    pooling = "cls" if getattr(language, "uses_cls", False) else "mean"
     for kind, tasks in (("probe", spec.probe), ("finetune", spec.finetune), ("lookup", spec.lookup)):
         for task in tasks:
             data = _task_data(cache, language, cfg, task, spec)
             if kind == "probe":
                 r = linear_probe(model, data, method=spec.probe_method, seeds=spec.seeds, epochs=spec.probe_epochs)
             elif kind == "finetune":
-                r = finetune(model, data, seeds=spec.seeds, epochs=spec.finetune_epochs)
+                r = finetune(model, data, seeds=spec.seeds, epochs=spec.finetune_epochs, pooling=pooling,
+                             lr=spec.finetune_lr, warmup_steps=spec.finetune_warmup)
             else:
                 r = _lookup_probe(cache, language, cfg, task, spec)
-            row[f"{kind}_{task}"] = r.mean
-            row[f"{kind}_{task}_std"] = r.std
-            row[f"{task}_majority"] = r.majority_rate
+            name = glue_label(task)
+            row[f"{kind}_{name}"] = r.mean
+            row[f"{kind}_{name}_std"] = r.std
+            row[f"{name}_majority"] = r.majority_rate
     return row
 
 
@@ -140,6 +195,8 @@ def measure_lookup_table(language, cfg, spec: MeasureSpec, cache: dict | None = 
     (KL 0, ± std over the same subsets as a model's loss); per task of ``spec.lookup``: a
     probe on the true conditionals, as ``measure_checkpoint``'s ``lookup_<task>`` columns."""
     cache = {} if cache is None else cache
+    if not getattr(language, "exact", True):
+        raise UserError("the look-up table is not defined for a corpus (it needs the true conditionals)")
     row: dict = {"step": None, "parameters": None}
     if spec.loss:
         evaluator = _evaluator(cache, language, cfg, spec)
@@ -159,12 +216,14 @@ def _evaluator(cache, language, cfg, spec):
     key = ("evaluator", cfg.language, cfg.masking, cfg.mask_rate)
     if key not in cache:
         rate = None if cfg.masking == "single" else cfg.mask_rate
-        cache[key] = ExactEvaluator(language, spec.loss_sentences, rate, cfg.eval.seed, cfg.eval.n_subsets)
+        cache[key] = make_evaluator(language, spec.loss_sentences, rate, cfg.eval.seed, cfg.eval.n_subsets)
     return cache[key]
 
 
 def _lookup_probe(cache, language, cfg, task, spec):
     key = ("lookup", cfg.language, task)
+    if not getattr(language, "exact", True):
+        raise UserError("the look-up table is not defined for a corpus (it needs the true conditionals)")
     if key not in cache:
         data = _task_data(cache, language, cfg, task, spec)
         cache[key] = lookup_table_probe(language, data, method=spec.probe_method, seeds=spec.seeds,
@@ -182,18 +241,30 @@ def _std(values: list[float]) -> float:
 
 def _task_data(cache, language, cfg, task, spec):
     key = ("task", cfg.language, task)
-    if key not in cache:
+    if key not in cache and is_glue(task):
+        cache[key] = glue_task_data(language, task, seed=spec.seed)
+    elif key not in cache:
         cache[key] = make_task_data(language, task, spec.task_train, spec.task_validation, spec.task_test,
                                     seed=spec.seed)
     return cache[key]
 
 
 def measure_path(path: str | Path, spec: MeasureSpec, progress: bool = True,
-                 skipped: list[str] | None = None) -> list[dict]:
-    """Rows of a checkpoint, or of every checkpoint of a run. With ``skipped`` (a list),
-    a damaged checkpoint of a run is left out and its problem appended there; without
-    it, or when no checkpoint can be read, ``CorruptCheckpoint``/``UserError`` is raised
-    (one line per damaged checkpoint)."""
+                 skipped: list[str] | None = None, language_config: str | Path | None = None,
+                 overrides: tuple[str, ...] = ()) -> list[dict]:
+    """Rows of a checkpoint, of every checkpoint of a run, or of a Hugging Face
+    masked-LM folder (``language_config`` / ``overrides``: what to measure it on; they
+    apply to such a folder only — a checkpoint's language is in its config). With
+    ``skipped`` (a list), a damaged checkpoint of a run is left out and its problem
+    appended there; without it, or when no checkpoint can be read,
+    ``CorruptCheckpoint``/``UserError`` is raised (one line per damaged checkpoint)."""
+    from ..hf.adapter import is_hf_folder
+
+    if is_hf_folder(path):
+        return [measure_hf_folder(path, spec, language_config, tuple(overrides))]
+    if language_config is not None or overrides:
+        raise UserError(f"language settings (--language-config, KEY=VALUE) apply to Hugging Face folders only; "
+                        f"{path} is measured on the language in its own config")
     found = checkpoints_of(path)
     cache: dict = {}
     rows, problems = [], []

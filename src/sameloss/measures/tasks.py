@@ -79,7 +79,8 @@ def get_task(language: Language, name: str) -> Task:
     tasks = language.tasks
     if name not in tasks:
         valid = ", ".join(tasks) if tasks else "(none)"
-        raise UserError(f"language {language.name!r} has no task {name!r}; its tasks are: {valid}")
+        hint = "; a corpus model takes GLUE-format tasks, glue:NAME=DIR" if not getattr(language, "exact", True) else ""
+        raise UserError(f"language {language.name!r} has no task {name!r}; its tasks are: {valid}{hint}")
     return tasks[name]
 
 

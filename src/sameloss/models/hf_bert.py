@@ -1,7 +1,8 @@
 """Copy a post-LN ``TransformerMLM`` into Hugging Face's ``BertForMaskedLM``.
 
-Used by the reference test (our logits must equal BERT's, as minGPT checks itself against
-GPT-2) and by ``bench/bench_transformer_vs_hf.py``. ``transformers`` is optional: it is
+Used by ``sameloss export`` (``sameloss.hf.export``), by the reference test (our logits
+must equal BERT's, as minGPT checks itself against GPT-2) and by
+``bench/bench_transformer_vs_hf.py``. ``transformers`` is optional: it is
 imported only when these functions are called.
 
 The correspondence is one to one except for BERT's token-type embedding, which we do not

@@ -23,10 +23,22 @@ batch (``pack_padded_sequence`` with each sentence's length) starts the backward
 the last real token, so non-pad outputs do not depend on the padding. Pad positions get
 zero features. (On CUDA, cuDNN's packed LSTM has no double backward; Hessian-vector
 products of an LSTM need the CPU or ``torch.backends.cudnn.flags(enabled=False)``.)
+
+Unrolled mode (``with model.unrolled():``). Packed sequences and the fused LSTM kernels
+support neither ``torch.func.vmap`` nor forward-mode AD, so per-sample gradients and
+Hessian-vector products of ``nn.LSTM`` would need a Python loop over sentences. Inside
+``unrolled()`` the same parameters run through an LSTM written in plain tensor
+operations (a loop over the T time steps, batched over sentences; the backward
+direction reads each sentence reversed within its own length by a gather), which every
+``torch.func`` transform supports; outputs equal the packed kernel's to float rounding
+(tested in float64). The curvature measures switch to it (``measures.curvature.base.
+measuring``); training keeps the fused kernel.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -89,6 +101,7 @@ class LSTMMLM(nn.Module):
             dropout=cfg.dropout if cfg.n_layers > 1 else 0.0,
         )
         self.drop = nn.Dropout(cfg.dropout)
+        self._unrolled = False
         self.proj = nn.Linear(2 * cfg.d_hidden, cfg.d_model)
         if cfg.tie_weights:
             self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
@@ -124,12 +137,60 @@ class LSTMMLM(nn.Module):
         if T > self.config.max_len:
             raise ValueError(f"sequence length {T} exceeds max_len {self.config.max_len}")
         # right padding: a sentence's length is its number of non-pad tokens
-        lengths = (tokens != self.config.pad_id).sum(dim=1).clamp(min=1).cpu()
+        lengths = (tokens != self.config.pad_id).sum(dim=1).clamp(min=1)
         x = self.drop(self.tok_emb(tokens))
+        if self._unrolled:
+            return self._lstm_unrolled(x, lengths)
+        lengths = lengths.cpu()
         packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
         out, _ = self.lstm(packed)
         h, _ = pad_packed_sequence(out, batch_first=True, total_length=T)
         return h
+
+    @contextlib.contextmanager
+    def unrolled(self) -> Iterator[None]:
+        """While active, the LSTM runs as plain tensor operations (see the module
+        docstring): slower than the fused kernel, but ``torch.func`` can vmap it."""
+        before = self._unrolled
+        self._unrolled = True
+        try:
+            yield
+        finally:
+            self._unrolled = before
+
+    def _lstm_unrolled(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """``nn.LSTM`` on right-padded ``x [n, T, d]`` with sentence ``lengths [n]``, as the
+        packed kernel computes it: zero output at pads, the backward direction starting at
+        each sentence's last token."""
+        lstm = self.lstm
+        n, T, _ = x.shape
+        t = torch.arange(T, device=x.device)
+        valid = t < lengths[:, None]  # [n, T]
+        # reverses each sentence within its length and leaves pads in place: an involution
+        rev = torch.where(valid, lengths[:, None] - 1 - t, t.expand(n, T))
+        h_in = x
+        for layer in range(lstm.num_layers):
+            if layer > 0 and self.training and lstm.dropout > 0:
+                h_in = F.dropout(h_in, lstm.dropout)
+            outs = []
+            for suffix in ("", "_reverse"):
+                w_ih = getattr(lstm, f"weight_ih_l{layer}{suffix}")
+                w_hh = getattr(lstm, f"weight_hh_l{layer}{suffix}")
+                bias = getattr(lstm, f"bias_ih_l{layer}{suffix}") + getattr(lstm, f"bias_hh_l{layer}{suffix}")
+                seq = h_in if not suffix else _gather_time(h_in, rev)
+                pre = seq @ w_ih.T + bias  # [n, T, 4H], gates i, f, g, o
+                h = seq.new_zeros(n, lstm.hidden_size)
+                c = seq.new_zeros(n, lstm.hidden_size)
+                states = []
+                for s in range(T):
+                    i, f, g, o = (pre[:, s] + h @ w_hh.T).chunk(4, dim=-1)
+                    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+                    h = torch.sigmoid(o) * torch.tanh(c)
+                    states.append(h)
+                out = torch.stack(states, dim=1)
+                outs.append(out if not suffix else _gather_time(out, rev))
+            h_in = torch.cat(outs, dim=-1) * valid[..., None].to(x.dtype)
+        return h_in
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """MLM logits ``[n, T, vocab_size]``."""
@@ -143,3 +204,8 @@ class LSTMMLM(nn.Module):
         leaves out the token embedding."""
         total = sum(p.numel() for p in self.parameters())
         return total if embeddings else total - self.tok_emb.weight.numel()
+
+
+def _gather_time(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``x[i, index[i, t]]`` for ``x [n, T, d]`` and ``index [n, T]``."""
+    return torch.gather(x, 1, index[..., None].expand(-1, -1, x.shape[-1]))

@@ -11,7 +11,7 @@ from typing import Literal
 
 @dataclass(frozen=True)
 class LanguageConfig:
-    name: Literal["pcfg", "hmm", "dyck", "causal"] = "pcfg"
+    name: str = "pcfg"  # a key of ``sameloss.languages.LANGUAGES``
     size: str = "tiny"  # a named size of the language: micro, tiny, paper
     seed: int | None = None  # another random language of that size's shape (None: the size's own)
     grammar: str | None = None  # PCFG grammar file; overrides the size
@@ -19,10 +19,16 @@ class LanguageConfig:
     generator: str | None = None
     k: int | None = None  # None: 2000 (the paper's)
     length: int | None = None  # None: 24 (the paper's)
+    # corpus only: a folder written by ``sameloss corpus prepare``
+    data: str | None = None
     # (configs saved before the key was renamed say ``language.preset``)
     ALIASES = {"preset": "size"}
 
     def __post_init__(self):
+        from ..languages import LANGUAGES  # the registry: a new language is named in one place
+
+        if self.name not in LANGUAGES:
+            raise ValueError(f"language.name must be one of {', '.join(LANGUAGES)}, got {self.name!r}")
         if self.seed is not None and self.seed < 0:
             raise ValueError(f"language.seed must be >= 0, got {self.seed}")
 
@@ -130,6 +136,9 @@ class PretrainConfig:
     batch_size: int = 256  # global batch (split across processes under DDP)
     masking: Literal["rate", "single"] = "rate"  # 'single': exactly one position per sentence
     mask_rate: float = 0.15
+    # what a masked input shows: "mask" (the mask token; exact conditionals apply) or
+    # "bert" (80 % mask, 10 % random word, 10 % unchanged; training batches only)
+    mask_replace: Literal["mask", "bert"] = "mask"
     checkpoints: tuple[int, ...] = ()  # steps to keep a checkpoint at (besides the last)
     checkpoints_log: int = 0  # this many more, log-spaced between 1 and steps
     save_every: int = 200  # rolling 'latest' checkpoint for --resume

@@ -49,19 +49,35 @@ def step_generator(seed: int, step: int, stream: int = 0) -> torch.Generator:
     return torch.Generator().manual_seed(mixed)
 
 
+MASK_REPLACEMENTS = ("mask", "bert")
+
+
 def mask_batch(language: Language, tokens: torch.Tensor, lengths: torch.Tensor, rate: float | None,
-               generator: torch.Generator) -> MaskedBatch:
-    """Hide positions (rate, at least one per sentence; ``rate=None``: exactly one) and
-    replace every hidden token by the mask token, so the exact conditionals apply."""
-    masked = sample_mask(lengths, tokens.shape[1], rate, generator)
-    return MaskedBatch(tokens.masked_fill(masked, language.mask_id), tokens, masked)
+               generator: torch.Generator, replace: str = "mask") -> MaskedBatch:
+    """Hide positions (rate, at least one per sentence; ``rate=None``: exactly one; only
+    where ``language.maskable`` allows, if the language has it) and replace every hidden
+    token by the mask token (``replace="mask"``), so the exact conditionals apply; or, for
+    training only, BERT's 80/10/10 (``"bert"``: 80 % the mask token, 10 % a uniformly
+    random word, 10 % the token itself)."""
+    maskable = language.maskable(tokens) if hasattr(language, "maskable") else None
+    masked = sample_mask(lengths, tokens.shape[1], rate, generator, maskable)
+    if replace == "mask":
+        return MaskedBatch(tokens.masked_fill(masked, language.mask_id), tokens, masked)
+    if replace != "bert":
+        raise ValueError(f"unknown mask replacement {replace!r}; choose from {', '.join(MASK_REPLACEMENTS)}")
+    u = torch.rand(tokens.shape, generator=generator)
+    random_words = torch.randint(language.n_words, tokens.shape, generator=generator)
+    inputs = torch.where(masked & (u < 0.8), language.mask_id, tokens)
+    inputs = torch.where(masked & (u >= 0.8) & (u < 0.9), random_words, inputs)
+    return MaskedBatch(inputs, tokens, masked)
 
 
-def global_batch(language: Language, seed: int, step: int, batch_size: int, rate: float | None) -> MaskedBatch:
+def global_batch(language: Language, seed: int, step: int, batch_size: int, rate: float | None,
+                 replace: str = "mask") -> MaskedBatch:
     """The whole batch of step ``step`` (every process builds the same one)."""
     gen = step_generator(seed, step)
     batch = language.sample(batch_size, gen)
-    return mask_batch(language, batch.tokens, batch.lengths, rate, gen)
+    return mask_batch(language, batch.tokens, batch.lengths, rate, gen, replace)
 
 
 def shard_bounds(n: int, rank: int, world_size: int) -> tuple[int, int]:

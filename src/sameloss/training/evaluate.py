@@ -74,3 +74,68 @@ class ExactEvaluator:
         means = torch.stack([values[self.subset == k].mean() for k in range(self.n_subsets)])
         std = float(means.std()) if self.n_subsets > 1 else float("nan")
         return float(values.mean()), std
+
+
+NOT_DEFINED = "not defined for a corpus"
+
+
+class HeldOutEvaluator:
+    """The loss on real text (a ``Corpus``), where no true conditionals exist: the
+    cross-entropy of the true tokens at masked positions of a fixed set of held-out
+    sequences, and the same on a fixed set of training sequences, whose difference is the
+    train/held-out gap of finite data. KL and entropy are ``None`` (never 0) with
+    ``kl_note`` saying why."""
+
+    def __init__(self, language, n_sentences: int, rate: float | None, seed: int, n_subsets: int = 5,
+                 batch_size: int = 256):
+        gen = step_generator(seed, 0, stream=1)
+        held = language.split_batch("heldout", n_sentences)
+        n_train = language.n_sequences("train")
+        pick = torch.randperm(n_train, generator=gen)[:min(n_sentences, n_train)]
+        train = language.batch_of(language.rows(pick.sort().values.numpy()))
+        self.sets = {name: mask_batch(language, b.tokens, b.lengths, rate, gen) for name, b in
+                     (("heldout", held), ("train", train))}
+        self.batch_size = batch_size
+        self.n_subsets = n_subsets
+
+    @torch.no_grad()
+    def _token_losses(self, model, batch, device) -> tuple[torch.Tensor, torch.Tensor]:
+        out = []
+        for i in range(0, batch.inputs.shape[0], self.batch_size):
+            inputs = batch.inputs[i:i + self.batch_size].to(device)
+            masked = batch.masked[i:i + self.batch_size].to(device)
+            logq = torch.log_softmax(model(inputs)[masked].double(), dim=-1)
+            target = batch.targets[i:i + self.batch_size].to(device)[masked]
+            out.append(-logq.gather(1, target[:, None]).squeeze(1).cpu())
+        rows = batch.masked.nonzero()[:, 0]
+        return torch.cat(out), rows
+
+    def evaluate(self, model: torch.nn.Module, device: torch.device | str = "cpu") -> dict:
+        was_training = model.training
+        model.eval()
+        try:
+            losses = {name: self._token_losses(model, b, device) for name, b in self.sets.items()}
+        finally:
+            model.train(was_training)
+        result: dict = {}
+        for name, (values, rows) in losses.items():
+            n = self.sets[name].inputs.shape[0]
+            subset = rows * self.n_subsets // max(n, 1)
+            means = torch.stack([values[subset == k].mean() for k in range(self.n_subsets)
+                                 if bool((subset == k).any())])
+            result[f"{name}_loss"] = float(values.mean())
+            result[f"{name}_loss_std"] = float(means.std()) if means.numel() > 1 else float("nan")
+            result[f"{name}_tokens"] = int(values.numel())
+        result.update(loss=result["heldout_loss"], loss_std=result["heldout_loss_std"],
+                      sampled_loss=result["heldout_loss"], n_tokens=result["heldout_tokens"],
+                      gap=result["heldout_loss"] - result["train_loss"],
+                      kl=None, kl_std=None, log_kl=None, entropy=None, entropy_std=None, kl_note=NOT_DEFINED)
+        return result
+
+
+def make_evaluator(language, n_sentences: int, rate: float | None, seed: int, n_subsets: int = 5):
+    """``ExactEvaluator`` for a language with exact conditionals, ``HeldOutEvaluator``
+    for a corpus."""
+    if getattr(language, "exact", True):
+        return ExactEvaluator(language, n_sentences, rate, seed, n_subsets)
+    return HeldOutEvaluator(language, n_sentences, rate, seed, n_subsets)

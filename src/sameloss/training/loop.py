@@ -9,7 +9,7 @@
   and step), forward/backward (SAM: ascent on one half-batch, update on the other;
   adversarial objective: added to the loss), clipping, optimiser and schedule step;
 * **log window** — train loss and tokens/s summed since the last log line; the exact
-  held-out loss (``evaluate.ExactEvaluator``) every ``eval.every`` steps; appended to
+  held-out loss (``evaluate.make_evaluator``: exact on a synthetic language, cross-entropy on a corpus) every ``eval.every`` steps; appended to
   ``metrics.jsonl``;
 * **save** — checkpoints that make ``resume=True`` continue a killed run to bit-identical
   weights on CPU, and ``summary.json`` at the end.
@@ -42,7 +42,7 @@ from . import runio
 from .adversarial import AdversarialObjective
 from .config import PretrainConfig
 from .data import global_batch
-from .evaluate import ExactEvaluator
+from .evaluate import make_evaluator
 from .fork import init_from_checkpoint
 from .optim import build_optimizer
 from .sam import SAM
@@ -112,7 +112,7 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, pro
         a = cfg.adversarial
         adversary = AdversarialObjective(language, a.task, a.weight, a.batch_size, a.pool_size, a.ridge, cfg.seed)
     rate = None if cfg.masking == "single" else cfg.mask_rate
-    evaluator = ExactEvaluator(language, cfg.eval.n_sentences, rate, cfg.eval.seed, cfg.eval.n_subsets) \
+    evaluator = make_evaluator(language, cfg.eval.n_sentences, rate, cfg.eval.seed, cfg.eval.n_subsets) \
         if rank == 0 else None
 
     start, window, created = 1, LogWindow(), False
@@ -220,7 +220,7 @@ class StepResult:
 def _step(cfg: PretrainConfig, step: int, model, train_model, optimizer, schedule, language, adversary,
           device: torch.device, rank: int, world_size: int, autocast, run_dir: Path) -> StepResult:
     rate = None if cfg.masking == "single" else cfg.mask_rate
-    full = global_batch(language, cfg.seed, step, cfg.batch_size, rate)
+    full = global_batch(language, cfg.seed, step, cfg.batch_size, rate, cfg.mask_replace)
     n_targets = full.n_targets
     optimizer.zero_grad(set_to_none=True)
     if isinstance(optimizer, SAM):
@@ -330,6 +330,8 @@ def _train(cfg, run_dir, model, train_model, optimizer, schedule, language, eval
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
     last_eval: dict = {}
     last_train_loss = float("nan")
+    # finite data (a corpus): epochs are logged, as sequences drawn / training sequences
+    n_train = language.n_sequences("train") if hasattr(language, "n_sequences") else None
     bar = progress_bar(total=cfg.steps, initial=start - 1, desc=cfg.name, unit="step",
                        disable=not progress or rank != 0)
     try:
@@ -344,6 +346,8 @@ def _train(cfg, run_dir, model, train_model, optimizer, schedule, language, eval
             record = None
             if step % cfg.log_every == 0 or step == cfg.steps:
                 record = window.close(step, schedule.get_last_lr()[0], adversary is not None)
+                if n_train:
+                    record["epoch"] = step * cfg.batch_size / n_train
             if rank == 0 and ((cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.steps):
                 last_eval = evaluator.evaluate(model, device)
                 record = (record or {"step": step}) | {"eval": last_eval}
@@ -351,8 +355,10 @@ def _train(cfg, run_dir, model, train_model, optimizer, schedule, language, eval
                 _append_metrics(metrics_path, record)
                 last_train_loss = record.get("train_loss", last_train_loss)
                 postfix = {"loss": f"{last_train_loss:.4f}"}
-                if last_eval:
+                if last_eval and last_eval.get("kl") is not None:
                     postfix["KL"] = f"{last_eval['kl']:.4f}"
+                elif last_eval.get("gap") is not None:
+                    postfix["gap"] = f"{last_eval['gap']:.4f}"
                 if "tokens_per_s" in record:
                     postfix["tok/s"] = f"{record['tokens_per_s']:.0f}"
                 bar.set_postfix(postfix, refresh=False)

@@ -4,13 +4,18 @@ Command
     sameloss reproduce sizes --scale tiny           [--out runs] [--seed N] [--fresh]
 
 Runtime per scale
-    smoke   ~10 s on a CPU (two micro shapes, 24 steps; the numbers mean nothing)
-    tiny    ~8 min on a 2-core CPU (PCFG and HMM micro languages; d_model 16/32/64
-            transformers of 1/2/2 layers, 4k/27k/106k parameters, 2500 AdamW steps each)
+    smoke   ~15 s on a CPU (two micro transformers and two micro LSTMs, 24 steps; the
+            numbers mean nothing)
+    tiny    ~8 min on a 2-core CPU for the transformers (PCFG and HMM micro languages;
+            d_model 16/32/64 transformers of 1/2/2 layers, 4k/27k/106k parameters, 2500
+            AdamW steps each) plus ~6 min for the LSTMs (estimate from the step times: HMM
+            only, d_hidden 8/16/32 with 1/1/2 layers, 1500 steps, ~0.02/0.04/0.13 s a step)
     small   ~3–4 h on one H100 (estimate, not measured: paper languages, Table 4 shapes
-            t4-128, t4-192, t4-384, batch 4096, 20k steps each)
+            t4-128, t4-192, t4-384, batch 4096, 20k steps each; LSTMs h128-l4, h256-l6,
+            h512-l8 on the HMM, 20k steps each: ~+2 h)
     paper   ~2 days on one H100 (estimate, not measured: Table 4 shapes t4-128 … t4-960,
-            embedded into t4-1920 for the trace, 100k steps each)
+            embedded into t4-1920 for the trace, 100k steps each; the paper's LSTMs
+            h128-l4 … h1024-l16 on the HMM: ~+1 day)
 
 What it runs
     Models of 3–5 sizes trained with the standard AdamW recipe for the same number of steps.
@@ -18,6 +23,9 @@ What it runs
     itself, trace of Hessian of its function-preserving embedding into the largest shape
     (``models.embed``, App. B.4 — the paper's fair comparison: all sizes as parameter
     configurations of one architecture), probe accuracy on every task.
+    The paper's LSTM family (bidirectional, d_hidden 128…1024, 4…16 layers; App. A.4,
+    scaled down below ``small``) on the HMM: the same measures, the trace of the model
+    itself only (the embedding is for transformers), compared within the family.
 
 Expected result (paper)
     Among sizes with (almost) the same loss, larger models have a smaller trace of Hessian
@@ -37,7 +45,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ...errors import UserError
-from ...models.sizes import TRANSFORMER_SIZES
+from ...models.sizes import LSTM_SIZES, TRANSFORMER_SIZES
 from ...measures.rows import error_column
 from ..claims import difference_claim, fmt
 from ..common import COMMON, LanguagePart, Preset, Shape, base_settings, languages_of, measured_columns, \
@@ -58,16 +66,43 @@ class SizeRun:
     steps: int
 
 
+@dataclass(frozen=True)
+class LSTMRun:
+    """One bidirectional LSTM of the paper's family (App. A.4), trained with the standard
+    AdamW recipe; ``size`` a named LSTM size of ``models.sizes`` (``h<d_hidden>-l<layers>``)
+    with optional changes to its shape."""
+
+    label: str
+    size: str
+    steps: int
+    d_model: int | None = None
+    d_hidden: int | None = None
+    n_layers: int | None = None
+
+    def __post_init__(self):
+        if self.size not in LSTM_SIZES:
+            raise ValueError(f"unknown LSTM size {self.size!r}")
+
+    def settings(self) -> tuple:
+        changes = (("d_model", self.d_model), ("d_hidden", self.d_hidden), ("n_layers", self.n_layers))
+        return (("model.kind", "lstm"), ("model.size", self.size),
+                *((f"model.{k}", v) for k, v in changes if v is not None), ("steps", self.steps))
+
+
 @dataclass(frozen=True, kw_only=True)
 class SizesPreset(Preset):
     sizes: tuple[SizeRun, ...]  # smallest first
     with_reference: bool  # the reference run is the largest size (shared with steps and algorithms)
     embed_into: str  # the transformer shape every size is embedded into (App. B.4)
+    lstms: tuple[LSTMRun, ...] = ()  # smallest first; the paper's LSTM family
+    lstm_use: tuple[str, ...] = ()  # the languages the LSTMs run on
 
     def __post_init__(self):
         super().__post_init__()
         if self.embed_into not in TRANSFORMER_SIZES:
             raise ValueError(f"unknown model size {self.embed_into!r} to embed into")
+        if not set(self.lstm_use) <= set(self.use):
+            raise ValueError(f"LSTM languages {self.lstm_use} must be among {self.use}")
 
 
 def _shape(d_model: int, n_heads: int, n_layers: int, d_inter: int, base: str) -> Shape:
@@ -76,22 +111,44 @@ def _shape(d_model: int, n_heads: int, n_layers: int, d_inter: int, base: str) -
 
 PRESETS: dict[str, SizesPreset] = {
     "smoke": SizesPreset(**COMMON["smoke"].common(), use=("pcfg",), embed_into="micro", with_reference=True,
-                         sizes=(SizeRun("d8", _shape(8, 1, 1, 16, "micro"), steps=24),)),
+                         sizes=(SizeRun("d8", _shape(8, 1, 1, 16, "micro"), steps=24),),
+                         lstms=(LSTMRun("lstm-h4", "micro", steps=24, d_model=8, d_hidden=4),
+                                LSTMRun("lstm-h8", "micro", steps=24)), lstm_use=("pcfg",)),
+    # the paper's LSTM family (d_hidden 128…1024, 4…16 layers) scaled down: a 2-core CPU
+    # trains the tiny LSTM (h64, 2 layers) at ~0.4 s a step, so tiny stops at h32
     "tiny": SizesPreset(**COMMON["tiny"].common(), use=("pcfg", "hmm"), embed_into="tiny", with_reference=True,
                         sizes=(SizeRun("d16", _shape(16, 1, 1, 64, "tiny"), steps=2500),
-                               SizeRun("d32", _shape(32, 2, 2, 128, "tiny"), steps=2500))),
+                               SizeRun("d32", _shape(32, 2, 2, 128, "tiny"), steps=2500)),
+                        lstms=(LSTMRun("lstm-h8-l1", "micro", steps=1500, d_model=8, d_hidden=8, n_layers=1),
+                               LSTMRun("lstm-h16-l1", "micro", steps=1500, d_model=16, d_hidden=16, n_layers=1),
+                               LSTMRun("lstm-h32-l2", "micro", steps=1500, d_model=32, d_hidden=32, n_layers=2)),
+                        lstm_use=("hmm",)),
     "small": SizesPreset(**COMMON["small"].common(), use=("pcfg", "hmm"), embed_into="t4-384", with_reference=True,
                          sizes=(SizeRun("t4-128", Shape("t4-128"), steps=20000),
-                                SizeRun("t4-192", Shape("t4-192"), steps=20000))),
+                                SizeRun("t4-192", Shape("t4-192"), steps=20000)),
+                         lstms=tuple(LSTMRun(n, n, steps=20000) for n in ("h128-l4", "h256-l6", "h512-l8")),
+                         lstm_use=("hmm",)),
     "paper": SizesPreset(**COMMON["paper"].common(), use=("pcfg", "hmm"), embed_into="t4-1920",
                          with_reference=False,
                          sizes=tuple(SizeRun(n, Shape(n), steps=100_000)
-                                     for n in ("t4-128", "t4-192", "t4-320", "t4-640", "t4-960"))),
+                                     for n in ("t4-128", "t4-192", "t4-320", "t4-640", "t4-960")),
+                         lstms=tuple(LSTMRun(n, n, steps=100_000)
+                                     for n in ("h128-l4", "h256-l6", "h512-l8", "h768-l12", "h1024-l16")),
+                         lstm_use=("hmm",)),
 }
 
 
+def lstm_runs(p: SizesPreset, language: str, seed: int) -> list[RunSpec]:
+    """One run per LSTM size (none on a language outside ``p.lstm_use``)."""
+    if language not in p.lstm_use:
+        return []
+    return [RunSpec(run_name(language, s.label, "adamw"), (*base_settings(p, language, seed), *s.settings()),
+                    label=s.label, group="lstm") for s in p.lstms]
+
+
 def runs(p: SizesPreset, language: str, seed: int) -> list[RunSpec]:
-    """One run per size, each measured at its last checkpoint."""
+    """One run per transformer size, each measured at its last checkpoint (the LSTMs:
+    ``lstm_runs``)."""
     out = [RunSpec(run_name(language, s.label, "adamw"),
                    (*base_settings(p, language, seed), *s.shape.settings(), ("steps", s.steps)),
                    label=s.label, group="size") for s in p.sizes]
@@ -119,7 +176,33 @@ def report(study: Study, p: SizesPreset, languages: tuple[str, ...] | None = Non
         section.tables.append(Table(f"{lang.title}: sizes", cols, rows))
         _figure(study, section, lang, rows, into)
         _claims(section, p, lang, rows)
+        _lstms(study, section, p, lang)
     return section
+
+
+def _lstms(study: Study, section: Section, p: SizesPreset, lang: LanguagePart) -> None:
+    """The LSTM family on one language: own trace and probes (no embedded view: App. B.4's
+    embedding is for transformers)."""
+    specs = lstm_runs(p, lang.name, study.seed)
+    if not specs:
+        return
+    rows = []
+    for spec in specs:
+        info, (measured,) = study.train_and_measure(spec, lang.measure, "sizes", lang.name)
+        section.runs.append(info)
+        rows.append(dict(measured.row, size=spec.label))
+    section.rows += rows
+    cols = [Column("parameters", "parameters", fmt="d")] + measured_columns(lang.tasks, with_step=False)
+    section.tables.append(Table(f"{lang.title}: bidirectional LSTMs", cols, rows))
+    fig = f"sizes-{lang.name}-lstm.png"
+    main = lang.tasks[min(1, len(lang.tasks) - 1)]
+    series_figure(study.root / fig, {"LSTM": rows}, "parameters",
+                  [("kl", "KL (nats)", 1.0, True), ("trace_fisher", "trace of Hessian (Fisher)", 1.0, False),
+                   (f"probe_{main}", f"probe accuracy task {main} (%)", 100.0, False)],
+                  f"{lang.title}: LSTM sizes", logx=True)
+    section.figures.append((fig, f"{lang.title}: KL, trace of Hessian and probe accuracy (task {main}) of the "
+                                 "LSTMs against the number of parameters"))
+    _claims(section, p, lang, rows, family="LSTM ")
 
 
 def _size_row(study: Study, section: Section, spec: RunSpec, lang: LanguagePart, into: str) -> dict:
@@ -156,8 +239,9 @@ def _figure(study: Study, section: Section, lang: LanguagePart, rows: list[dict]
                                  f"(task {main}) against the number of parameters"))
 
 
-def _claims(section: Section, p: SizesPreset, lang: LanguagePart, rows: list[dict]) -> None:
-    """The largest size against each smaller one, where both are within the KL tolerance."""
+def _claims(section: Section, p: SizesPreset, lang: LanguagePart, rows: list[dict], family: str = "") -> None:
+    """The largest size against each smaller one (of one model family), where both are
+    within the KL tolerance."""
     largest = max(rows, key=lambda r: r["parameters"])
     tol = p.kl_tolerance
     for r in rows:
@@ -165,7 +249,7 @@ def _claims(section: Section, p: SizesPreset, lang: LanguagePart, rows: list[dic
             continue
         if not (float(r["kl"]) <= tol and float(largest["kl"]) <= tol):
             section.notes.append(
-                f"{lang.title}: {r['size']} (KL {fmt(float(r['kl']))}) and {largest['size']} (KL "
+                f"{lang.title}: {family}{r['size']} (KL {fmt(float(r['kl']))}) and {largest['size']} (KL "
                 f"{fmt(float(largest['kl']))}) are not both within the KL tolerance {tol:g} nats: their "
                 "comparison is not at the same loss and is left out of the claims.")
             continue
@@ -176,9 +260,9 @@ def _claims(section: Section, p: SizesPreset, lang: LanguagePart, rows: list[dic
                 continue
             section.claims.append(difference_claim(
                 "at the same loss, larger models are flatter (Fig. 5: trace 19.8 → 12.6 on the PCFG, in "
-                "the embedded view).", f"{lang.title}, {what}", key, r, largest, a, b, -1))
+                "the embedded view).", f"{lang.title}, {family}{what}", key, r, largest, a, b, -1))
         for task in lang.tasks:
             section.claims.append(difference_claim(
                 "at the same loss, larger models transfer better (Fig. 3: +6.9% PCFG, +4.5% HMM).",
-                f"{lang.title}, probe accuracy task {task}", f"probe_{task}", r, largest, a, b, +1, scale=100,
+                f"{lang.title}, {family}probe accuracy task {task}", f"probe_{task}", r, largest, a, b, +1, scale=100,
                 unit=" pts", n_seeds=len(p.measure.seeds)))

@@ -38,9 +38,11 @@ and Hessian-vector products are vectorised with ``torch.func`` (``functional_cal
 ``vmap`` of ``vjp``); the Fisher estimator also merges repeated label draws and takes the
 squared gradient norms of linear layers from their activations ("ghost norms", see
 ``fisher._fisher_values_func``). ``nn.LSTM`` with packed sequences supports none of vmap,
-forward-AD or batched double backward, so models containing an RNN use
-``engine="autograd"``: plain double backward per probe and a loop over contexts —
-correct, but much slower.
+forward-AD or batched double backward; the LSTM MLM therefore runs *unrolled* while
+measured (``LSTMMLM.unrolled``: the same parameters in plain tensor operations, a loop
+over time steps batched over sentences), and ``auto`` gives it the ``func`` engine too.
+Other models containing an RNN get ``engine="autograd"``: plain double backward per
+probe and a loop over contexts — correct, but much slower.
 
 Operators. The Hessian of the fixed-batch loss is a public linear operator,
 ``LossHessian(model, batch, params=..., engine=...)`` (``matvec``/``matmat``, ``dim``,
@@ -71,12 +73,14 @@ from .base import (
 from .estimators import LanczosResult, hutchinson_trace, lanczos_top_eigenvalue
 from .fisher import trace_fisher
 from .hessian import sam_sharpness, top_eigenvalue, trace_hutchinson
-from .operators import LinearOperator, LossHessian, MatrixOperator
+from .operators import Difference, LinearOperator, LossGaussNewton, LossHessian, MatrixOperator
 
 __all__ = [
     "CurvatureResult",
+    "Difference",
     "LanczosResult",
     "LinearOperator",
+    "LossGaussNewton",
     "LossHessian",
     "MatrixOperator",
     "SelectedParameters",

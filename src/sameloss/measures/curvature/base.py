@@ -144,12 +144,20 @@ def loss_batch(language: Language, n_sentences: int = 256, mask_rate: float | No
 
 def sample_contexts(language: Language, n_contexts: int, seed: int = 0, repeat: int = 0) -> MaskedBatch:
     """Contexts ``x₋ₜ`` of the paper's estimator: sentences from the language, each with
-    one masked position drawn uniformly over its tokens."""
+    one masked position drawn uniformly over its tokens. A sentence with no maskable
+    token (a corpus's last sequence can be ``[CLS] [SEP]``) is no context and is left
+    out, so a corpus may give a few fewer than ``n_contexts``."""
     if n_contexts < 1:
         raise UserError(f"need at least one context, got {n_contexts}")
     gen = step_generator(seed, repeat, stream=STREAM_CONTEXTS)
     sample = language.sample(n_contexts, gen)
-    return mask_batch(language, sample.tokens, sample.lengths, None, gen)
+    batch = mask_batch(language, sample.tokens, sample.lengths, None, gen)
+    keep = batch.masked.any(dim=1)
+    if bool(keep.all()):
+        return batch
+    if not bool(keep.any()):
+        raise UserError(f"none of the {n_contexts} sampled sentences has a token that can be masked")
+    return type(batch)(batch.inputs[keep], batch.targets[keep], batch.masked[keep])
 
 
 def batch_loss(logits: torch.Tensor, batch: MaskedBatch) -> torch.Tensor:
@@ -176,21 +184,32 @@ def map_in_chunks(fn: Callable[..., torch.Tensor], *batched: torch.Tensor, row_b
 # ---- measuring mode -----------------------------------------------------------------------
 @contextlib.contextmanager
 def measuring(model: nn.Module) -> Iterator[None]:
-    """Dropout off and attention on the math kernel (see the package docstring); cuDNN
-    off because its RNN kernels have no double backward. Restores the model's mode."""
+    """Dropout off, attention on the math kernel (see the package docstring), an LSTM
+    MLM unrolled into plain tensor operations that ``torch.func`` transforms (cuDNN off
+    too, for RNNs run by the autograd engine: its kernels have no double backward).
+    Restores the model's mode."""
     was_training = model.training
     model.eval()
+    unrolled = getattr(model, "unrolled", None)  # an LSTM in plain tensor operations (models/lstm.py)
     try:
-        with sdpa_kernel(SDPBackend.MATH), torch.backends.cudnn.flags(enabled=False):
+        with sdpa_kernel(SDPBackend.MATH), torch.backends.cudnn.flags(enabled=False), \
+                (unrolled() if unrolled is not None else contextlib.nullcontext()):
             yield
     finally:
         model.train(was_training)
 
 
 def resolve_engine(model: nn.Module, engine: str) -> str:
-    """``"func"`` or ``"autograd"``; ``"auto"``: autograd for models with an RNN."""
+    """``"func"`` or ``"autograd"``; ``"auto"``: autograd for models that say
+    ``vmap_safe = False`` (a Hugging Face model ``torch.func`` cannot batch) and for models
+    with an RNN that cannot run unrolled (the LSTM MLM can: ``LSTMMLM.unrolled``, entered
+    by ``measuring``)."""
     if engine not in ENGINES:
         raise UserError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
     if engine != "auto":
         return engine
+    if getattr(model, "vmap_safe", True) is False:
+        return "autograd"
+    if hasattr(model, "unrolled"):
+        return "func"
     return "autograd" if any(isinstance(m, nn.RNNBase) for m in model.modules()) else "func"

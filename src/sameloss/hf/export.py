@@ -1,0 +1,270 @@
+"""``sameloss export``: a checkpoint as a Hugging Face folder that needs no sameloss.
+
+The folder holds ``config.json`` + ``model.safetensors`` (a ``BertForMaskedLM``: the
+post-LN transformer maps one to one onto BERT, see ``models/hf_bert.py``), a word-level
+tokenizer whose ids are the language's (``vocab.save_tokenizer``), ``sameloss.toml`` (the
+run's resolved config: the recipe, and how to rebuild the language) and a model card
+``README.md`` with the language, its entropy, the model's exact KL and the measured trace
+of Hessian when a measures file of the run has it.
+
+Pre-LN transformers and LSTMs are refused: BERT is post-LN, and Hugging Face has no
+masked-LM class of either shape that would load without custom code.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+from pathlib import Path
+
+from .. import config as configlib
+from .. import files
+from ..errors import UserError
+from ..models.transformer import TransformerMLM
+
+
+def check_exportable(model) -> None:
+    """``UserError`` (one line, naming why) unless ``model`` is a post-LN transformer
+    with BERT's MLM head."""
+    if not isinstance(model, TransformerMLM):
+        raise UserError(f"cannot export a {type(model).__name__}: only post-LN transformers have a Hugging Face "
+                        "equivalent (BertForMaskedLM); an LSTM masked LM has none")
+    if model.config.norm != "post":
+        raise UserError("cannot export a pre-LN transformer: BertForMaskedLM is post-LN and Hugging Face has no "
+                        "pre-LN masked-LM class that loads without custom code")
+    if not model.config.mlm_head_transform:
+        raise UserError("cannot export a transformer without the MLM head transform: BertForMaskedLM always has it")
+
+
+def _load(path: Path):
+    """``(model, language, config, meta, checkpoint dir)`` of a checkpoint or of a run's
+    newest complete one."""
+    from ..training.checkpoint import complete_checkpoints
+    from ..training.runio import load_checkpoint
+
+    if not path.is_dir():
+        raise UserError(f"no such run or checkpoint: {path}")
+    if (path / "meta.json").exists():
+        ckpt = path
+    else:
+        found = complete_checkpoints(path)
+        if not found:
+            raise UserError(f"{path} holds no complete checkpoint (expected a run folder or a checkpoints/step_* "
+                            "folder)")
+        ckpt = found[-1]
+    model, language, cfg, meta = load_checkpoint(ckpt, "cpu")
+    return model, language, cfg, meta, ckpt
+
+
+def export_checkpoint(path: str | Path, out: str | Path, measures: str | Path | None = None) -> Path:
+    """Write the Hugging Face folder of checkpoint ``path`` (or of a run's newest
+    checkpoint) to ``out``, which must not exist; returns ``out``. ``measures``: a
+    ``sameloss measure --out`` file to take the trace from (default: any such file
+    inside the run folder that has a row of this checkpoint)."""
+    out = Path(out)
+    if out.exists() or out.is_symlink():
+        raise UserError(f"{out} already exists; export writes a new folder (choose another --out)")
+    model, language, cfg, meta, ckpt = _load(Path(path))
+    run_dir = ckpt.parent.parent
+    inside = _run_folder_holding(out)
+    if inside is not None:
+        raise UserError(f"{out} is inside the sameloss run or checkpoint {inside}; export into a folder of its own")
+    check_exportable(model)
+    try:
+        import tokenizers  # noqa: F401
+        import transformers
+    except ImportError:
+        raise UserError("sameloss export needs the transformers and tokenizers packages") from None
+    from ..models.hf_bert import to_hf_bert
+    from .vocab import save_tokenizer
+
+    evaluation = _evaluation(model, language, cfg, meta, ckpt)
+    trace = _measured_trace(ckpt, run_dir, measures)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.parent / f".tmp-export-{out.name}-{os.getpid()}"
+        tmp.mkdir()  # ours alone: removed on failure, renamed into place on success
+    except OSError as exc:
+        raise files.write_error(out, exc) from None
+    try:
+        hf = to_hf_bert(model.float())
+        hf.config.architectures = ["BertForMaskedLM"]
+        hf_logging = transformers.utils.logging
+        bar = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # a shard-writing bar for one small file is noise
+        try:
+            hf.save_pretrained(str(tmp))
+        finally:
+            if bar:
+                hf_logging.enable_progress_bar()
+        save_tokenizer(language, tmp, language.max_len)
+        (tmp / "sameloss.toml").write_text(f"# sameloss config of the run {cfg.name} this model was exported from\n"
+                                           + configlib.to_toml(cfg))
+        (tmp / "README.md").write_text(model_card(model, language, cfg, meta, ckpt, evaluation, trace))
+        os.rename(tmp, out)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError):  # a full disk, a read-only folder: one line
+            raise files.write_error(out, exc) from None
+        raise
+    return out
+
+
+def _run_folder_holding(path: Path) -> Path | None:
+    """The sameloss folder ``path`` would be written into, if any: a run
+    (``files.is_run_dir``, or any folder with a ``checkpoints/`` of step folders), an
+    ``embed`` output or a checkpoint."""
+    from ..files import is_embedded_dir, is_run_dir
+    from ..training.checkpoint import step_dirs
+
+    for folder in path.resolve().parents:
+        if (is_run_dir(folder) or is_embedded_dir(folder) or (folder / "meta.json").is_file()
+                or ((folder / "checkpoints").is_dir() and step_dirs(folder))):
+            return folder
+    return None
+
+
+def _evaluation(model, language, cfg, meta: dict, ckpt: Path) -> dict:
+    """The exact held-out evaluation at this checkpoint: from its meta, else the run's
+    summary when it is of the same step, else computed as training does."""
+    from ..training.evaluate import ExactEvaluator
+
+    if meta.get("eval") and "kl" in meta["eval"]:
+        return {**meta["eval"], "source": "checkpoint meta.json"}
+    summary = ckpt.parent.parent / "summary.json"
+    if summary.is_file():
+        try:
+            data = json.loads(summary.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # a damaged summary: the evaluation is computed instead
+            data = {}
+        data = data if isinstance(data, dict) else {}
+        if data.get("step") == meta.get("step") and data.get("eval") and "kl" in data["eval"]:
+            return {**data["eval"], "source": "run summary.json"}
+    rate = None if cfg.masking == "single" else cfg.mask_rate
+    evaluator = ExactEvaluator(language, cfg.eval.n_sentences, rate, cfg.eval.seed, cfg.eval.n_subsets)
+    return {**evaluator.evaluate(model, "cpu"), "source": "computed at export"}
+
+
+def _measured_trace(ckpt: Path, run_dir: Path, measures: str | Path | None) -> dict | None:
+    """The trace columns of this checkpoint's row in a measures file (CSV or JSON)."""
+    if measures is not None:
+        measures = Path(measures)
+        if not measures.is_file():
+            raise UserError(f"measures file not found: {measures}")
+        candidates = [measures]
+    elif not (run_dir / "checkpoints").is_dir():
+        return None  # a lone checkpoint: no run folder to look in
+    else:
+        candidates = sorted(p for p in run_dir.rglob("*") if p.suffix in (".csv", ".json") and p.is_file()
+                            and "checkpoints" not in p.relative_to(run_dir).parts and p.name != "summary.json")
+    target = ckpt.resolve()
+    for file in candidates:
+        for row in _rows(file):
+            where = row.get("checkpoint")
+            if not where or Path(str(where)).resolve() != target:
+                continue
+            found = {k: row[k] for k in row if k.startswith("trace_") and row[k] not in (None, "")}
+            if found:
+                found["file"] = str(file)
+                found["n_params_measured"] = row.get("n_params_measured")
+                return found
+    return None
+
+
+def _rows(file: Path) -> list[dict]:
+    try:
+        if file.suffix == ".csv":
+            with file.open(newline="") as f:
+                return list(csv.DictReader(f))
+        data = json.loads(file.read_text())
+    except (OSError, ValueError, csv.Error):
+        return []
+    return [r for r in data if isinstance(r, dict)] if isinstance(data, list) else []
+
+
+def _number(value, digits: int = 6) -> str:
+    try:
+        return f"{float(value):.{digits}g}"
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def model_card(model, language, cfg, meta: dict, ckpt: Path, evaluation: dict, trace: dict | None) -> str:
+    """The ``README.md`` of an exported folder."""
+    from .vocab import SPECIAL_TOKENS, word_tokens
+
+    lc = cfg.language
+    mc = model.config
+    step = meta.get("step")
+    source = f"grammar file {lc.grammar}" if lc.grammar else f"size {lc.size}" + (
+        f", seed {lc.seed}" if lc.seed is not None else "")
+    masking = "one masked position per sentence" if cfg.masking == "single" else f"{cfg.mask_rate:.0%} masking"
+    words = word_tokens(language)
+    shown = " ".join(words[:12]) + (" …" if len(words) > 12 else "")
+    if trace:
+        parts = []
+        for name in ("fisher", "hutchinson"):
+            if f"trace_{name}" in trace:
+                se = trace.get(f"trace_{name}_se")
+                parts.append(f"`trace_{name}` = {_number(trace[f'trace_{name}'])}"
+                             + (f" ± {_number(se, 2)}" if se not in (None, "") else ""))
+        trace_text = (f"{'; '.join(parts)} over {trace.get('n_params_measured') or 'all'} parameters "
+                      f"(from `{trace['file']}`; measured on the sameloss checkpoint)")
+    else:
+        trace_text = "not measured (run `sameloss measure THIS_FOLDER --trace fisher`)"
+    kl_std = evaluation.get("kl_std")
+    lines = [
+        "---",
+        "library_name: transformers",
+        "pipeline_tag: fill-mask",
+        "tags: [sameloss, synthetic-language, masked-lm]",
+        "---",
+        "",
+        f"# {cfg.name} (sameloss, step {step})",
+        "",
+        f"A `BertForMaskedLM` exported by `sameloss export` from `{ckpt}`: a post-LN transformer "
+        f"({mc.n_layers} layer{'s' if mc.n_layers > 1 else ''}, d_model {mc.d_model}, {mc.n_heads} heads, MLP {mc.d_inter}, "
+        f"{model.num_parameters()} parameters) pre-trained by masked language modelling on a synthetic "
+        "language whose masked-token conditionals are known exactly.",
+        "",
+        "## Language",
+        "",
+        f"- `{language.name}` ({source}): {language.n_words} words + {len(SPECIAL_TOKENS)} special tokens "
+        f"({', '.join(SPECIAL_TOKENS)}), sentences up to {language.max_len} tokens.",
+        f"- Words: {shown}",
+        "- Rebuild it: `sameloss.toml` here is the run's resolved config; its `[language]` table is the "
+        "language (`sameloss language describe` with those settings, or "
+        "`sameloss pretrain --config sameloss.toml` for the whole recipe).",
+        f"- Entropy of the true conditionals (the optimal loss, {masking}): "
+        f"{_number(evaluation.get('entropy'))} nats/token.",
+        "",
+        "## This model",
+        "",
+        f"- Exact held-out loss {_number(evaluation.get('loss'))} = entropy + KL, "
+        f"KL(p ‖ model) = {_number(evaluation.get('kl'))}"
+        + (f" ± {_number(kl_std, 2)}" if kl_std is not None else "")
+        + f" nats/token over {evaluation.get('n_tokens')} masked tokens ({evaluation.get('source')}).",
+        f"- Trace of Hessian: {trace_text}.",
+        f"- Recipe: {cfg.steps} steps, batch {cfg.batch_size}, {masking}, {cfg.optim.name} lr {cfg.optim.lr}, "
+        f"weight decay {cfg.optim.weight_decay}, dropout {cfg.model.dropout}, seed {cfg.seed}"
+        + (f", SAM rho {cfg.sam.rho}" if cfg.sam.rho > 0 else "") + " (all of it in `sameloss.toml`).",
+        "",
+        "## Use",
+        "",
+        "```python",
+        "from transformers import AutoModelForMaskedLM, AutoTokenizer",
+        "tok = AutoTokenizer.from_pretrained(FOLDER)",
+        "model = AutoModelForMaskedLM.from_pretrained(FOLDER)",
+        f"batch = tok([\"{' '.join(words[:3])} [MASK]\"], return_tensors=\"pt\", padding=True)",
+        "logits = model(**batch).logits  # over the words, then [PAD] [MASK] [CLS]",
+        "```",
+        "",
+        "Sentences are whitespace-separated words; the tokenizer adds no [CLS]/[SEP] (the model was "
+        "trained on bare sentences) and pads on the right with an attention mask. The token-type "
+        "embedding is zero (sameloss models have none). `sameloss measure FOLDER` measures this folder "
+        "on its language again (read from `sameloss.toml`).",
+        "",
+    ]
+    return "\n".join(lines)

