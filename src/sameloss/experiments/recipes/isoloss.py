@@ -7,8 +7,16 @@ Command
     (``--seed N`` shifts the preset's seeds by N: an independent replication.)
 
 Runtime per scale (``workers`` seeds in parallel, one thread each)
-    smoke   ~30 s on a CPU (micro model, tens of steps; the numbers mean nothing)
-    tiny    MEASURED_TINY
+    smoke   ~15 s on an idle 2-core CPU, ~50 s on a loaded one (3 seeds, micro model, tens
+            of steps; the numbers mean nothing)
+    tiny    measured: ≈ 6 min per pair of seeds on an idle 2-core CPU (2 workers, one thread
+            each: base 1500 steps ≈ 1.5 min, five forks of +400 steps ≈ 3 min, 7 models
+            probed ≈ 1 min), so the 16 seeds take ≈ 50 min alone. The recorded run took
+            36 min for seeds 0–11 (seeds 0–1 trained by an earlier, interrupted call) and
+            11 min for seeds 12–15, on a machine shared with other jobs (load 2–9). Primary
+            endpoint MDE at 80 % power with 16 seeds: 0.43–0.54 points (paired SD
+            0.57–0.72; the adversarial contrast 1.6) — not the 0.4 aimed at, which needs
+            ≈ 20–30 seeds at these SDs.
     small   estimate, not measured: ~6 h on one H100 (paper HMM, t4-384, batch 4096)
     paper   estimate, not measured: days on one H100
 
@@ -196,7 +204,7 @@ PRESETS: dict[str, IsolossPreset] = {
         probe_pool=40, probe_test=64, probe_epochs=3, probe_l2=1e-2, primary_size=16, workers=2,
         kl_tolerance=10.0),
     "tiny": _preset(
-        "tiny", seeds=tuple(range(12)), base_steps=1500, extra_steps=300, match_from=200, match_to=400,
+        "tiny", seeds=tuple(range(16)), base_steps=1500, extra_steps=300, match_from=200, match_to=400,
         match_every=25, eval_sentences=4000, forks=_forks("task-5", 128, 10_000), probe_sizes=(50, 200, 1000),
         probe_subsets=(20, 20, 10), probe_pool=2000, probe_test=4000, probe_epochs=50, probe_l2=1e-2,
         primary_size=200, workers=2, kl_tolerance=3e-4,
