@@ -167,6 +167,8 @@ class CausalLM(Language):
         bias = getattr(head, "bias", None)
         self._head_b = None if bias is None else bias.detach()[self._ids].contiguous()
         self.words = self._word_names(words)
+        self.pool: torch.Tensor | None = None  # [N, T] sentences for sample_train (from_pretrained(pool=))
+        self._tokenizer = None
         self._check_head()
 
     def _word_names(self, words):
@@ -180,12 +182,14 @@ class CausalLM(Language):
     @classmethod
     def from_pretrained(cls, path, k: int, length: int, tokens: Sequence[int] | str | Path | None = None,
                         device="cpu", dtype=torch.float32, frequency_sentences: int = 4096,
-                        frequency_seed: int = 0, chunk_tokens: int = 1 << 15) -> CausalLM:
+                        frequency_seed: int = 0, chunk_tokens: int = 1 << 15, pool=None) -> CausalLM:
         """Load a local HF causal LM folder as a language of K tokens and length T.
 
         ``tokens``: allowed generator ids (a list, or a JSON file written by
         ``save_tokens``); ``None``: the K most frequent tokens of the unrestricted
         generator (see the module docstring; the list is cached in the folder).
+        ``pool``: a folder of ``sameloss causal-lm sample`` that ``sample_train`` draws
+        from (``sameloss.languages.lm_train``).
         """
         transformers = _transformers()
         for label, v in (("k", k), ("length", length)):
@@ -224,8 +228,13 @@ class CausalLM(Language):
         tokens = [int(t) for t in tokens]
         if len(tokens) != k:
             raise UserError(f"k={k} but {len(tokens)} allowed tokens were given")
-        return cls(model, tokens, length, int(bos), words=_tokenizer_words(transformers, folder, tokens),
-                   chunk_tokens=chunk_tokens, source=str(folder))
+        lm = cls(model, tokens, length, int(bos), words=_tokenizer_words(transformers, folder, tokens),
+                 chunk_tokens=chunk_tokens, source=str(folder))
+        if pool is not None:
+            from .lm_train import load_pool
+
+            lm.pool = load_pool(pool, k, length, tokens)
+        return lm
 
     @classmethod
     def _frequent_tokens(cls, model, folder: Path, k: int, length: int, bos: int, n_sentences: int,
@@ -342,6 +351,15 @@ class CausalLM(Language):
             block = u[start:start + SAMPLE_BLOCK].to(self.device)
             out[start:start + block.shape[0]] = _ancestral(self, block, restricted=True).cpu()
         return Batch(tokens=out, lengths=torch.full((n,), self.max_len, dtype=torch.long))
+
+    def sample_train(self, n: int, generator: torch.Generator | None = None) -> Batch:
+        """Training sentences: ``n`` rows of the pool drawn uniformly with replacement by
+        ``generator`` (a pure function of its state), or ``sample`` without a pool. The
+        pool holds samples of the same joint, so nothing exact changes."""
+        if self.pool is None:
+            return self.sample(n, generator)
+        rows = torch.randint(self.pool.shape[0], (n,), generator=generator)
+        return Batch(tokens=self.pool[rows], lengths=torch.full((n,), self.max_len, dtype=torch.long))
 
     # ---- exact conditionals -------------------------------------------------------------
     def _hidden_positions(self, tokens: torch.Tensor, masked: torch.Tensor | None) -> torch.Tensor:
