@@ -52,6 +52,7 @@ from sameloss.errors import UserError
 from sameloss.languages.base import Batch, Language, Task
 
 SAMPLE_BLOCK = 1024  # sentences per sampling block
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 LOGIT_CHECK_TOL = {torch.float64: 1e-9, torch.float32: 1e-4}  # restricted head vs the model's logits
 
 
@@ -478,11 +479,39 @@ class CausalLM(Language):
             torch.empty(0, dtype=torch.float64)
         return torch.softmax(scores.view(-1, K), dim=-1)
 
+    # ---- text through the generator's tokenizer (GLUE downstream tasks) ---------------------
+    def encode_generator(self, texts: Sequence[str]) -> list[list[int]]:
+        """Generator token ids of each text (its own tokenizer, no special tokens)."""
+        if self._tokenizer is None:
+            transformers = _transformers()
+            folder = Path(self.source) if self.source else None
+            try:
+                if folder is None:
+                    raise OSError("the language was not loaded from a folder")
+                # without its files, AutoTokenizer may quietly build another tokenizer from the config
+                if not any((folder / f).exists() for f in TOKENIZER_FILES):
+                    raise OSError(f"none of {', '.join(TOKENIZER_FILES)} in the folder")
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    self._tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+            except Exception as exc:  # transformers raises several kinds for a folder without a tokenizer
+                raise UserError(f"re-tokenising text needs the generator's tokenizer, and none loads from "
+                                f"{folder}: {_one_line(exc)}") from None
+        return self._tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+
+    def generator_to_language(self) -> torch.Tensor:
+        """``[vocab]`` language id of every generator id, −1 outside the K allowed."""
+        vocab = int(self.model.get_output_embeddings().weight.shape[0])
+        table = torch.full((vocab,), -1, dtype=torch.long)
+        table[self.tokens] = torch.arange(self.n_words)
+        return table
+
     # ---- downstream tasks -------------------------------------------------------------
     @property
     def tasks(self) -> dict[str, Task]:
-        """None yet: the paper's downstream tasks for this data are GLUE sets (SST-2,
-        QNLI) re-tokenised with the generator's tokenizer, which come from files."""
+        """None: the paper's downstream tasks for this data are GLUE sets (SST-2, QNLI)
+        re-tokenised with the generator's tokenizer, which come from files
+        (``--probe glue:sst2=DIR``; ``sameloss.measures.glue``)."""
         return {}
 
 
@@ -536,7 +565,7 @@ def expected_token_counts(model, bos: int, length: int, n_sentences: int, seed: 
 
 def _tokenizer_words(transformers, folder: Path, tokens: list[int]) -> list[str] | None:
     """Token strings from the folder's tokenizer, if it has one (else ids are used)."""
-    if not any((folder / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
+    if not any((folder / f).exists() for f in TOKENIZER_FILES):
         return None
     try:
         tok = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
