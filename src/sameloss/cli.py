@@ -268,7 +268,7 @@ def _causal_train(args) -> None:
     record = train_generator(args.corpus, args.out, vocab=args.vocab, size=args.size, steps=args.steps,
                              batch_size=args.batch_size, context=args.context, lr=args.lr, seed=args.seed,
                              doc_per=args.doc_per, log=lambda line: print(line, flush=True))
-    print(f"wrote {args.out} (final loss {record['final_loss']:.4f}); use language.generator={args.out}")
+    print(f"wrote {args.out} (final training loss {record['final_loss']:.4f}); use language.generator={args.out}")
 
 
 def _causal_sample(args) -> None:

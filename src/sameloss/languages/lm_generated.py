@@ -480,8 +480,8 @@ class CausalLM(Language):
         return torch.softmax(scores.view(-1, K), dim=-1)
 
     # ---- text through the generator's tokenizer (GLUE downstream tasks) ---------------------
-    def encode_generator(self, texts: Sequence[str]) -> list[list[int]]:
-        """Generator token ids of each text (its own tokenizer, no special tokens)."""
+    def tokenizer(self):
+        """The generator folder's own tokenizer (``UserError`` when it has none)."""
         if self._tokenizer is None:
             transformers = _transformers()
             folder = Path(self.source) if self.source else None
@@ -497,7 +497,11 @@ class CausalLM(Language):
             except Exception as exc:  # transformers raises several kinds for a folder without a tokenizer
                 raise UserError(f"re-tokenising text needs the generator's tokenizer, and none loads from "
                                 f"{folder}: {_one_line(exc)}") from None
-        return self._tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        return self._tokenizer
+
+    def encode_generator(self, texts: Sequence[str]) -> list[list[int]]:
+        """Generator token ids of each text (its own tokenizer, no special tokens)."""
+        return self.tokenizer()(list(texts), add_special_tokens=False)["input_ids"]
 
     def generator_to_language(self) -> torch.Tensor:
         """``[vocab]`` language id of every generator id, −1 outside the K allowed."""

@@ -106,15 +106,16 @@ def train_bpe(documents: Sequence[str], vocab: int):
 def train_generator(files: Sequence[str], out, vocab: int = 1000, size: str = "tiny", steps: int = 500,
                     batch_size: int = 16, context: int = 64, lr: float = 3e-3, seed: int = 0,
                     doc_per: str = "line", log=print) -> dict:
-    """Train a BPE and a GPT-2-style model on ``files``; write the HF folder ``out``."""
+    """Train a BPE and a GPT-2-style model on ``files``; write the HF folder ``out``
+    (``steps=0``: the model stays at its seeded initialisation)."""
     from .lm_generated import _transformers
     from .text import read_documents
 
     out = _new_folder(out)
     if size not in GENERATOR_SIZES:
         raise UserError(f"unknown generator size {size!r}; choose from {', '.join(GENERATOR_SIZES)}")
-    for label, value in (("steps", steps), ("batch size", batch_size), ("context", context)):
-        if value < 1:
+    for label, value in (("steps", steps + 1), ("batch size", batch_size), ("context", context)):
+        if value < 1:  # steps=0: the tokenizer and an untrained model of the size (a random generator)
             raise UserError(f"{label} must be positive, got {value}")
     transformers = _transformers()
     documents = [d for f in files for d in read_documents(f, doc_per)]
@@ -159,7 +160,7 @@ def train_generator(files: Sequence[str], out, vocab: int = 1000, size: str = "t
         fast.save_pretrained(str(out))
     record = {"files": [str(Path(f).resolve()) for f in files], "sources_sha256": [_sha256(Path(f)) for f in files],
               "vocab": n_vocab, "size": size, "steps": steps, "batch_size": batch_size, "context": context, "lr": lr,
-              "seed": seed, "final_loss": sum(losses[-every:]) / len(losses[-every:])}
+              "seed": seed, "final_loss": sum(losses[-every:]) / len(losses[-every:]) if losses else None}
     (out / "sameloss-generator.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
     return record
 
