@@ -33,6 +33,17 @@ Expected result (paper)
     +4.5% HMM). The report compares the largest size with each smaller size that is within
     the scale's KL tolerance, and gives Kendall's tau of accuracy vs parameters.
 
+The causal language (the paper's OPT panels; ``experiments/causal.py``)
+    Run by itself, the recipe adds the causal language after the others with the same
+    transformer sizes, trained with ``masking=single``: smoke an untrained micro GPT-2
+    generator built in the experiment folder (K=16, T=6; +~5 s); tiny a tiny GPT-2
+    trained 300 steps on the offline toy text (K=32, T=8; runtime not measured yet —
+    estimate +~10 min on a 2-core CPU); small/paper the OPT-shape generator of
+    ``$SAMELOSS_CAUSAL_GENERATOR`` (K=2000, T=24; estimate, not measured: +~1 h / +~1 day
+    on one H100, the exact loss costing K continuations per held-out sentence). Probed on
+    an SST-2-format task (a stand-in written from the language, or
+    ``$SAMELOSS_CAUSAL_SST2``). ``figure1`` leaves it out.
+
 Caveat
     The embedding preserves the function but not the trace of Hessian in general (see
     ``models/embed.py``: groups of replicated parameters scale by 1/(α² m)); the report

@@ -30,6 +30,16 @@ Expected result (paper)
     and whether each direction agrees; a run with fewer than 2 checkpoints within the
     tolerance is compared over all its checkpoints, with a "not converged" caveat.
 
+The causal language (the paper's OPT panels; ``experiments/causal.py``)
+    Run by itself, the recipe adds the causal language after the others (the same AdamW
+    and SGD runs, ``masking=single``): smoke an untrained micro GPT-2 generator built in
+    the experiment folder (K=16, T=6; +~5 s); tiny a tiny GPT-2 trained 300 steps on the
+    offline toy text (K=32, T=8; not measured yet — estimate +~10 min on a 2-core CPU);
+    small/paper the OPT-shape generator of ``$SAMELOSS_CAUSAL_GENERATOR`` (K=2000, T=24;
+    estimate, not measured: +~2 h / +~1 day on one H100). The figure and trend claims use
+    its SST-2-format task (a stand-in written from the language, or
+    ``$SAMELOSS_CAUSAL_SST2``). ``figure1`` leaves it out.
+
 Deviations
     The paper's SGD uses lr 1e-3 without momentum; from scratch on a CPU budget that does
     not leave the initial plateau (plain SGD at lr 0.1 is at KL 0.56 after 1000 steps where
