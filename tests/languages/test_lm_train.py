@@ -113,12 +113,13 @@ def test_pool_holds_language_ids_with_a_checksum(generator, pool):
 def test_pool_streaming_is_a_pure_function_of_seed_and_step(generator, pool):
     lm = CausalLM.from_pretrained(generator, k=K, length=T, pool=pool)
     rows = {tuple(r) for r in lm.pool.tolist()}
+    assert lm.pool.dtype == np.uint16  # kept compact in memory; drawn rows are int64
     a = global_batch(lm, seed=1, step=7, batch_size=32, rate=None)
     b = global_batch(lm, seed=1, step=7, batch_size=32, rate=None)
     c = global_batch(lm, seed=1, step=8, batch_size=32, rate=None)
     assert torch.equal(a.inputs, b.inputs) and torch.equal(a.targets, b.targets)
     assert not torch.equal(a.targets, c.targets)
-    assert all(tuple(r) in rows for r in a.targets.tolist())  # training sentences come from the pool
+    assert a.targets.dtype == torch.long and all(tuple(r) in rows for r in a.targets.tolist())  # training sentences come from the pool
     # the held-out sampler is the generator's own (not the pool)
     fresh = lm.sample(200, torch.Generator().manual_seed(0)).tokens
     assert any(tuple(r) not in rows for r in fresh.tolist())
@@ -147,3 +148,15 @@ def test_pretrain_streams_from_the_pool(generator, pool, tmp_path, capsys):
     assert main(args) == 0
     assert "exact held-out loss" in capsys.readouterr().out
     assert f'pool = "{pool}"' in (tmp_path / "r" / "config.toml").read_text()
+
+
+@pytest.mark.parametrize("case", ["missing-corpus", "bad-size", "small-vocab"])
+def test_bad_train_arguments_are_one_line_exit_2(case, tmp_path, capsys):
+    corpus = _corpus(tmp_path / "c.txt") if case != "missing-corpus" else tmp_path / "nowhere.txt"
+    size = "huge" if case == "bad-size" else "micro"
+    vocab = "100" if case == "small-vocab" else "300"
+    rc = main(["causal-lm", "train", "--corpus", str(corpus), "--vocab", vocab, "--size", size, "--steps", "1",
+               "--out", str(tmp_path / "gen")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("sameloss: error:")
+    assert not (tmp_path / "gen").exists()

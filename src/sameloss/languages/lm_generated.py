@@ -46,6 +46,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from sameloss.errors import UserError
@@ -168,7 +169,7 @@ class CausalLM(Language):
         bias = getattr(head, "bias", None)
         self._head_b = None if bias is None else bias.detach()[self._ids].contiguous()
         self.words = self._word_names(words)
-        self.pool: torch.Tensor | None = None  # [N, T] sentences for sample_train (from_pretrained(pool=))
+        self.pool: np.ndarray | None = None  # [N, T] sentences for sample_train (from_pretrained(pool=))
         self._tokenizer = None
         self._check_head()
 
@@ -360,7 +361,8 @@ class CausalLM(Language):
         if self.pool is None:
             return self.sample(n, generator)
         rows = torch.randint(self.pool.shape[0], (n,), generator=generator)
-        return Batch(tokens=self.pool[rows], lengths=torch.full((n,), self.max_len, dtype=torch.long))
+        tokens = torch.from_numpy(self.pool[rows.numpy()].astype(np.int64))
+        return Batch(tokens=tokens, lengths=torch.full((n,), self.max_len, dtype=torch.long))
 
     # ---- exact conditionals -------------------------------------------------------------
     def _hidden_positions(self, tokens: torch.Tensor, masked: torch.Tensor | None) -> torch.Tensor:

@@ -123,8 +123,8 @@ def train_generator(files: Sequence[str], out, vocab: int = 1000, size: str = "t
         raise UserError("the corpus has no text")
     tok = train_bpe(documents, vocab)
     eos = tok.token_to_id(EOS)
-    ids = [e.ids + [eos] for e in tok.encode_batch(documents)]
-    stream = torch.tensor([i for doc in ids for i in doc], dtype=torch.long)
+    ids = [np.asarray(e.ids + [eos], dtype=np.int64) for e in tok.encode_batch(documents)]
+    stream = torch.from_numpy(np.concatenate(ids))
     if stream.numel() < context + 1:
         context = int(stream.numel()) - 1
         if context < 2:
@@ -207,8 +207,9 @@ def write_pool(generator, out, k: int, length: int, n: int, seed: int = 0, devic
     return meta
 
 
-def load_pool(folder, k: int, length: int, tokens: Sequence[int]) -> torch.Tensor:
-    """The pool's sentences ``[N, T]`` (language ids), checked against the language."""
+def load_pool(folder, k: int, length: int, tokens: Sequence[int]) -> np.ndarray:
+    """The pool's sentences ``[N, T]`` (language ids, kept in the file's compact dtype),
+    checked against the language."""
     folder = Path(folder)
     meta_path = folder / POOL_META
     if not meta_path.is_file():
@@ -226,8 +227,9 @@ def load_pool(folder, k: int, length: int, tokens: Sequence[int]) -> torch.Tenso
                         f"K={k}, T={length}")
     if [int(t) for t in meta.get("tokens", [])] != [int(t) for t in tokens]:
         raise UserError(f"pool {folder} was sampled with other allowed tokens than this language's")
-    data = torch.from_numpy(np.load(path).astype(np.int64))
-    if data.ndim != 2 or data.shape[1] != length or data.shape[0] < 1 or int(data.max()) >= k or int(data.min()) < 0:
+    data = np.load(path)
+    if data.ndim != 2 or data.shape[1] != length or data.shape[0] < 1 or data.dtype.kind not in "iu" \
+            or int(data.max()) >= k or int(data.min()) < 0:
         raise UserError(f"{path}: not a [N, {length}] array of ids below {k}")
     return data
 
