@@ -36,6 +36,13 @@ left out. The list is written as JSON into the generator folder
 (``sameloss-tokens-k{K}-len{T}-n{N}-seed{S}.json``, never overwriting) and read back
 from there next time, so a language is reproducible.
 
+Training sentences may come from a stored pool (``from_pretrained(pool=DIR)``,
+``language.pool``; written by ``sameloss causal-lm sample``, ``lm_train.py``):
+``sample_train`` draws its rows with the step's generator; ``sample`` (held-out
+evaluation, measures) stays ancestral. Text goes through the generator's own tokenizer
+(``encode_generator``, ``generator_to_language``) for GLUE-format tasks
+(``measures/glue.py``).
+
 ``transformers`` is an optional dependency (``pip install 'sameloss[hf]'``).
 """
 
