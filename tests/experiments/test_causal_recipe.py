@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import shutil
 
 import pytest
 from experiments.test_reproduce import check_tables, run_cli
@@ -24,7 +25,8 @@ def _rows(root):
 
 
 @pytest.mark.parametrize("experiment", ["sizes", "steps"])
-def test_smoke_runs_the_causal_language_end_to_end(experiment, tmp_path):
+def test_smoke_runs_the_causal_language_end_to_end(experiment, tmp_path, monkeypatch):
+    monkeypatch.setenv("SAMELOSS_DATA", str(tmp_path / "cache"))
     run_cli([experiment, "--scale", "smoke", "--out", str(tmp_path), "--no-progress"])
     root = tmp_path / f"{experiment}-smoke"
     report = (root / "report.md").read_text()
@@ -35,7 +37,8 @@ def test_smoke_runs_the_causal_language_end_to_end(experiment, tmp_path):
     assert rows and any(m.startswith("pcfg-") for m in _rows(root))  # the other languages still run
     for r in rows.values():
         assert float(r["kl"]) > 0 and float(r["trace_fisher"]) > 0 and 0 <= float(r["probe_sst2"]) <= 1
-    generator = root / "data" / "causal" / "generator"
+    (built,) = (tmp_path / "cache" / "causal").iterdir()  # in the data cache, not the experiment folder
+    generator = built / "generator"
     for name in rows:
         cfg = (root / "runs" / name.split("@")[0] / "config.toml").read_text()
         assert 'masking = "single"' in cfg and f'generator = "{generator.resolve()}"' in cfg
@@ -43,7 +46,7 @@ def test_smoke_runs_the_causal_language_end_to_end(experiment, tmp_path):
     assert check_tables(root) > 10
     # the stand-in task round-trips through the generator's tokenizer: nothing dropped
     lm = CausalLM.from_pretrained(generator, k=c.k, length=c.length)
-    task = next((root / "data" / "causal").glob("sst2-standin-*"))
+    task = built / "sst2-standin-seed0"
     data = glue_task_data(lm, f"glue:sst2={task}")
     assert data.kept_fraction == 1.0 and len(data.test) > 0
     # a second call reuses the generator, the runs and the rows
@@ -51,6 +54,11 @@ def test_smoke_runs_the_causal_language_end_to_end(experiment, tmp_path):
     reproduce(experiment, "smoke", out=tmp_path, progress=False)
     assert (generator / "model.safetensors").stat().st_mtime_ns == stamp
     with (root / "runs.csv").open(newline="") as f:
+        assert {r["status"] for r in csv.DictReader(f)} == {"reused"}
+    # a copied experiment folder still names a generator that exists: its runs are reused
+    shutil.copytree(root, tmp_path / "copy" / root.name)
+    reproduce(experiment, "smoke", out=tmp_path / "copy", progress=False)
+    with (tmp_path / "copy" / root.name / "runs.csv").open(newline="") as f:
         assert {r["status"] for r in csv.DictReader(f)} == {"reused"}
 
 
@@ -77,6 +85,8 @@ def test_gpu_scales_use_the_papers_k_and_t_and_need_a_generator(tmp_path, monkey
     assert len(errors) == 1 and GENERATOR_ENV in errors[0]
     assert not (tmp_path / "sizes-small" / "runs").exists()
     from sameloss.experiments.causal import prepare_causal
+
+    monkeypatch.setenv("SAMELOSS_DATA", str(tmp_path / "cache"))
 
     class _Study:
         root = tmp_path / "x"

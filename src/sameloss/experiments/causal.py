@@ -2,8 +2,12 @@
 
 A recipe's preset may carry a ``CausalScale``; its report then adds the causal language
 after the others (only when the recipe runs by itself: ``figure1`` passes its own
-languages and is unchanged). ``prepare_causal(study, c)`` builds, once, under
-``<experiment>/data/causal/``:
+languages and is unchanged). ``prepare_causal(study, c)`` builds, once per machine, in
+the data cache (``$SAMELOSS_DATA``, default ``~/.cache/sameloss/data``, as ``sameloss data
+fetch``) under ``causal/<settings>-<fingerprint>/``. Both pieces are pure functions of
+the scale's settings and the seed, and the run configs name them by absolute path: kept
+outside the experiment folder, that path stays valid when an experiment folder is copied
+or moved (its runs are then reused or resumed, not refused for "another config").
 
 * the generator —
   ``random``: a byte-level BPE trained on the toy text (``textdata.toy_text``, written
@@ -27,9 +31,11 @@ one masked position per sentence).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ..errors import UserError
@@ -88,7 +94,11 @@ def prepare_causal(study, c: CausalScale) -> tuple[CausalScale, dict[str, str]]:
     """The scale with its generator path, and ``{task label: glue:sst2=DIR}``."""
     from ..textdata import toy_text
 
-    folder = study.root / "data" / "causal"
+    from ..textdata import default_cache
+
+    fields = {k: v for k, v in asdict(c).items() if k != "generator_path"}
+    tag = hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
+    folder = default_cache() / "causal" / f"{c.generator}-{c.generator_size}-k{c.k}-len{c.length}-{tag}"
     folder.mkdir(parents=True, exist_ok=True)
     if c.generator == "path":
         value = os.environ.get(GENERATOR_ENV)
@@ -103,21 +113,21 @@ def prepare_causal(study, c: CausalScale) -> tuple[CausalScale, dict[str, str]]:
         if not (generator / "config.json").is_file():
             from ..languages.lm_train import train_generator
 
-            partial = folder / "generator.partial"
+            partial = folder / f"generator.partial-{os.getpid()}"
             if partial.exists():
-                shutil.rmtree(partial)  # an interrupted build of ours
+                shutil.rmtree(partial)  # an interrupted build of this process id
             toy = toy_text(folder / "toy", seed=0, n_corpus=400, n_train=8, n_dev=8)
             steps = c.train_steps if c.generator == "train" else 0
-            study.log(f"building the causal generator ({c.generator}, {c.generator_size}, {steps} steps)")
+            study.log(f"building the causal generator ({c.generator}, {c.generator_size}, {steps} steps) in {folder}")
             train_generator([toy["corpus"]], partial, vocab=c.bpe_vocab, size=c.generator_size, steps=steps,
                             seed=0, log=study.log)
-            partial.rename(generator)
+            _publish(partial, generator)
     c = replace(c, generator_path=str(generator.resolve()))
     sst2 = os.environ.get(SST2_ENV)
     if sst2:
         task_dir = Path(sst2).expanduser().resolve()
     else:
-        task_dir = folder / f"sst2-standin-k{c.k}-len{c.length}"
+        task_dir = folder / f"sst2-standin-seed{study.seed}"
         if not (task_dir / "dev.tsv").is_file():
             _write_standin(c, task_dir, study.seed)
     return c, {TASK: f"glue:{TASK}={task_dir}"}
@@ -153,11 +163,22 @@ def _write_standin(c: CausalScale, out: Path, seed: int) -> None:
                         f"decoding and re-tokenising; set {SST2_ENV}=DIR to use a real SST-2 folder")
     texts, labels = texts[:need], labels[:need]
     n_train = max(2, min(c.task_train, len(texts) - 1))
-    partial = out.with_name(out.name + ".partial")
+    partial = out.with_name(f"{out.name}.partial-{os.getpid()}")
     if partial.exists():
         shutil.rmtree(partial)
     partial.mkdir(parents=True)
     for name, lo, hi in (("train.tsv", 0, n_train), ("dev.tsv", n_train, len(texts))):
         rows = "".join(f"{t}\t{y}\n" for t, y in zip(texts[lo:hi], labels[lo:hi]))
         (partial / name).write_text("sentence\tlabel\n" + rows, encoding="utf-8")
-    partial.rename(out)
+    _publish(partial, out)
+
+
+def _publish(partial: Path, out: Path) -> None:
+    """Rename a finished build into place; another process that finished first wins
+    (the builds are deterministic, so both are the same)."""
+    try:
+        partial.rename(out)
+    except OSError:
+        if not out.exists():
+            raise
+        shutil.rmtree(partial)

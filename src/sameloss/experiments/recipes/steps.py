@@ -32,8 +32,8 @@ Expected result (paper)
 
 The causal language (the paper's OPT panels; ``experiments/causal.py``)
     Run by itself, the recipe adds the causal language after the others (the same AdamW
-    and SGD runs, ``masking=single``): smoke an untrained micro GPT-2 generator built in
-    the experiment folder (K=16, T=6; +~5 s); tiny a tiny GPT-2 trained 300 steps on the
+    and SGD runs, ``masking=single``): smoke an untrained micro GPT-2 generator built with
+    a fixed seed into the data cache (K=16, T=6; +~5 s); tiny a tiny GPT-2 trained 300 steps on the
     offline toy text (K=32, T=8; not measured yet — estimate +~10 min on a 2-core CPU);
     small/paper the OPT-shape generator of ``$SAMELOSS_CAUSAL_GENERATOR`` (K=2000, T=24;
     estimate, not measured: +~2 h / +~1 day on one H100). The figure and trend claims use
