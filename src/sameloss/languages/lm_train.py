@@ -24,7 +24,6 @@ forward passes during training.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import time
 from collections.abc import Sequence
@@ -33,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..files import sha256_of as _sha256
 from ..errors import UserError
 
 EOS = "<|endoftext|>"
@@ -41,14 +41,6 @@ GENERATOR_SIZES = {"micro": (32, 1, 2), "tiny": (64, 2, 2), "small": (128, 4, 4)
 MIN_BPE_VOCAB = 257  # the 256 bytes + <|endoftext|>
 POOL_META = "meta.json"
 POOL_TOKENS = "tokens.npy"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _new_folder(out) -> Path:
