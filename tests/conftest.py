@@ -20,6 +20,16 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def private_data_cache(tmp_path_factory):
+    """The recipes build generators and stand-in tasks in the data cache
+    (``$SAMELOSS_DATA``, default ``~/.cache/sameloss/data``): the tests use their own, never
+    the user's."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SAMELOSS_DATA", str(tmp_path_factory.mktemp("sameloss_data")))
+        yield
+
+
 @pytest.fixture(scope="session")
 def checkpoint(tmp_path_factory):
     """A micro transformer pre-trained for 120 steps on the tiny HMM."""

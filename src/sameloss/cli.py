@@ -177,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.set_defaults(run=_export)
 
     add_text_parsers(commands)
+    add_causal_parsers(commands)
     from .experiments.cli import add_reproduce_parser
     add_reproduce_parser(commands)
     return parser
@@ -220,6 +221,63 @@ def add_text_parsers(commands) -> None:
     fetch.add_argument("name", metavar="NAME", help=", ".join(DATASETS))
     fetch.add_argument("--cache", metavar="DIR", help="cache folder (default $SAMELOSS_DATA or ~/.cache/sameloss/data)")
     fetch.set_defaults(run=_data_fetch)
+
+
+def add_causal_parsers(commands) -> None:
+    """``sameloss causal-lm train`` and ``sameloss causal-lm sample``: the causal language."""
+    causal = commands.add_parser("causal-lm", help="the causal language: train a small generator, sample a token pool")
+    actions = causal.add_subparsers(dest="causal_command", metavar="ACTION", parser_class=_Parser)
+    actions.required = True
+    train = actions.add_parser(
+        "train", help="train a byte-level BPE and a small GPT-2-style generator on local text",
+        description="Train a byte-level BPE (--vocab tokens) and a GPT-2-style model (--size) on text files "
+                    "(one document per line, JSONL 'text' or Parquet 'text') and write OUT/ as a Hugging Face "
+                    "folder: then language.name=causal language.generator=OUT, as with a downloaded OPT-125M.")
+    train.add_argument("--corpus", nargs="+", required=True, metavar="FILE", help="text files")
+    train.add_argument("--vocab", type=_int_at_least(257), default=1000, help="BPE vocabulary (default 1000)")
+    train.add_argument("--size", default="tiny", help="micro, tiny (default) or small")
+    train.add_argument("--steps", type=_positive_int, default=500, help="optimiser steps (default 500)")
+    train.add_argument("--batch-size", type=_positive_int, default=16, help="windows per step (default 16)")
+    train.add_argument("--context", type=_int_at_least(2), default=64, help="tokens per window (default 64)")
+    train.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (default 3e-3)")
+    train.add_argument("--doc-per", choices=["line", "paragraph"], default="line")
+    train.add_argument("--seed", type=_non_negative_int, default=0)
+    train.add_argument("--out", required=True, metavar="DIR", help="new folder for the generator")
+    add_threads_argument(train)
+    train.set_defaults(run=_causal_train)
+    sample = actions.add_parser(
+        "sample", help="write a token pool of the causal language for pre-training (language.pool=POOL)",
+        description="Sample N sentences of the causal language (generator DIR, K allowed tokens, length T) and "
+                    "write POOL/tokens.npy (language ids) and POOL/meta.json (checksums). Pre-training with "
+                    "language.pool=POOL draws its training sentences from it by index, a pure function of "
+                    "(seed, step); the exact conditionals and the held-out evaluation are unchanged.")
+    sample.add_argument("--generator", required=True, metavar="DIR", help="a local Hugging Face causal LM folder")
+    sample.add_argument("--k", type=_positive_int, default=2000, help="allowed tokens K (default 2000)")
+    sample.add_argument("--length", type=_positive_int, default=24, help="sentence length T (default 24)")
+    sample.add_argument("--n", type=_positive_int, required=True, help="sentences in the pool")
+    sample.add_argument("--seed", type=_non_negative_int, default=0)
+    sample.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu")
+    sample.add_argument("--out", required=True, metavar="POOL", help="new folder for the pool")
+    add_threads_argument(sample)
+    sample.set_defaults(run=_causal_sample)
+
+
+def _causal_train(args) -> None:
+    from .languages.lm_train import train_generator
+
+    record = train_generator(args.corpus, args.out, vocab=args.vocab, size=args.size, steps=args.steps,
+                             batch_size=args.batch_size, context=args.context, lr=args.lr, seed=args.seed,
+                             doc_per=args.doc_per, log=lambda line: print(line, flush=True))
+    print(f"wrote {args.out} (final training loss {record['final_loss']:.4f}); use language.generator={args.out}")
+
+
+def _causal_sample(args) -> None:
+    from .languages.lm_train import write_pool
+
+    meta = write_pool(args.generator, args.out, k=args.k, length=args.length, n=args.n, seed=args.seed,
+                      device=args.device)
+    print(f"wrote {meta['n']} sentences of K={meta['k']}, T={meta['length']} to {args.out}; "
+          f"use language.pool={args.out}")
 
 
 def _data_fetch(args) -> None:
@@ -319,10 +377,11 @@ def _pretrain(args) -> None:
     from .training.runio import finished
 
     cfg = configlib.load(PretrainConfig, args.config, args.overrides)
-    if cfg.language.data is not None:  # the run must find its corpus from any folder later
+    paths = {key: str(Path(getattr(cfg.language, key)).expanduser().resolve())
+             for key in ("data", "generator", "pool") if getattr(cfg.language, key) is not None}
+    if paths:  # the run must find its corpus / generator / pool from any folder later
         import dataclasses
-        cfg = dataclasses.replace(cfg, language=dataclasses.replace(
-            cfg.language, data=str(Path(cfg.language.data).expanduser().resolve())))
+        cfg = dataclasses.replace(cfg, language=dataclasses.replace(cfg.language, **paths))
     if args.print_config:
         print(configlib.to_toml(cfg), end="")
         return

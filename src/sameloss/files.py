@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -74,3 +75,12 @@ def is_embedded_dir(path: str | Path) -> bool:
 
 def mark(path: Path, marker: str, text: str) -> None:
     (Path(path) / marker).write_text(text + "\n", encoding="utf-8")
+
+
+def sha256_of(path: str | Path) -> str:
+    """The sha256 of a file's bytes (read in 1 MiB blocks)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -74,9 +74,7 @@ def toy_text(folder: str | Path, seed: int = 0, n_corpus: int = 400, n_train: in
 # nothing. The converters are plain functions on the packages' own file formats, tested on
 # small files in the same formats.
 
-import csv
 import gzip
-import hashlib
 import io
 import json
 import os
@@ -89,6 +87,7 @@ import tarfile
 import zipfile
 import zlib
 
+from .files import sha256_of as _sha256
 from .errors import UserError
 
 # what each set stands in for in the paper (printed by ``data fetch`` and in the README)
@@ -125,14 +124,6 @@ PINNED = {
     "vaderSentiment-3.3.2.tar.gz": "5d7c06e027fc8b99238edb0d53d970cf97066ef97654009890b83703849632f9",
 }
 DEV_FRACTION = 0.1
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def default_cache() -> Path:

@@ -44,6 +44,7 @@ from ..measures.run import MeasureSpec
 from ..models.sizes import TRANSFORMER_SIZES
 from . import SCALE_NAMES
 from ..measures.rows import error_column
+from .causal import CausalScale
 from .core import RunSpec, Setting
 from .report import Column
 
@@ -165,6 +166,8 @@ class Preset(Common):
     """A recipe's settings at one scale: the shared ones and the languages it runs."""
 
     use: tuple[str, ...]
+    # the causal language (``experiments.causal``), run after ``use`` when the recipe runs by itself
+    causal: CausalScale | None = None
 
     def __post_init__(self):
         super().__post_init__()
@@ -240,6 +243,8 @@ def run_name(language: str, label: str, *variant: str) -> str:
 
 def base_settings(p: Common, language: str, seed: int) -> tuple[Setting, ...]:
     """The settings of every run of a scale on one language."""
+    if language == "causal":  # its generator, K and T, from the preset's causal scale (prepared)
+        return (*p.training.settings(), *p.causal.settings(), ("seed", seed), ("device", p.device))
     return (*p.training.settings(), ("language.name", language), ("language.size", p.languages[language]),
             ("seed", seed), ("device", p.device))
 
@@ -276,6 +281,19 @@ def languages_of(p: Preset, seed: int, only: tuple[str, ...] | None = None) -> l
                          measure_spec(p, p.tasks[name], seed)) for name in only or p.use]
 
 
+def causal_part(study, p: Preset, only: tuple[str, ...] | None = None) -> tuple[Preset, LanguagePart] | None:
+    """The causal language of a recipe that runs by itself (``only`` is None) and has
+    one: the preset with its prepared generator, and its report part (probe tasks are
+    GLUE-format folders, labelled by task name)."""
+    if only is not None or p.causal is None:
+        return None
+    from .causal import prepare_causal
+
+    c, tasks = prepare_causal(study, p.causal)
+    spec = dataclasses.replace(measure_spec(p, (), study.seed), probe=tuple(tasks.values()))
+    return dataclasses.replace(p, causal=c), LanguagePart("causal", tuple(tasks), c.title, spec)
+
+
 def quantity_column(header: str, key: str, **fmt) -> Column:
     """A table column showing a measured quantity ± its error (``claims.error_column``)."""
     return Column(header, key, error_column(key), **fmt)
@@ -291,5 +309,5 @@ def measured_columns(tasks: tuple[str, ...], with_step: bool = True) -> list[Col
 
 
 __all__ = ["COMMON", "Common", "LanguagePart", "MeasureSettings", "Preset", "ReferenceRun", "Shape", "Training",
-           "base_settings", "languages_of", "measure_spec", "measured_columns", "quantity_column", "reference_run",
+           "base_settings", "causal_part", "languages_of", "measure_spec", "measured_columns", "quantity_column", "reference_run",
            "run_name"]

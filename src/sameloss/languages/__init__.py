@@ -22,12 +22,13 @@ CAUSAL_DEFAULTS = {"k": 2000, "length": 24}  # the paper's OPT data (App. A.1)
 
 def make_language(name: str, preset: str = "tiny", seed: int | None = None, grammar: str | None = None,
                   generator: str | None = None, k: int | None = None, length: int | None = None,
-                  device: str = "cpu", data: str | None = None) -> Language:
+                  device: str = "cpu", data: str | None = None, pool: str | None = None) -> Language:
     """Build a language by name. ``seed`` draws another random language of the preset's
     shape (default: the preset's own); ``grammar`` (PCFG only) reads a grammar file
     instead of generating a preset. ``causal`` takes ``generator`` (a local Hugging Face
     causal-LM folder), ``k`` and ``length`` (default 2000 and 24) and runs the generator
-    on ``device`` (``auto``: CUDA if available). ``corpus`` reads the folder ``data`` written
+    on ``device`` (``auto``: CUDA if available); ``pool`` (a folder of ``sameloss
+    causal-lm sample``) supplies its training sentences. ``corpus`` reads the folder ``data`` written
     by ``sameloss corpus prepare``."""
     if name not in LANGUAGES:
         raise UserError(f"unknown language {name!r}; choose from {', '.join(LANGUAGES)}")
@@ -42,8 +43,8 @@ def make_language(name: str, preset: str = "tiny", seed: int | None = None, gram
             raise UserError("the causal language needs language.generator=DIR (a local Hugging Face causal LM folder)")
         return CausalLM.from_pretrained(generator, k=CAUSAL_DEFAULTS["k"] if k is None else k,
                                         length=CAUSAL_DEFAULTS["length"] if length is None else length,
-                                        device=device)
-    for key, value in (("generator", generator), ("k", k), ("length", length)):
+                                        device=device, pool=pool)
+    for key, value in (("generator", generator), ("k", k), ("length", length), ("pool", pool)):
         if value is not None:
             raise UserError(f"language.{key} applies to the causal language only")
     if grammar is not None:

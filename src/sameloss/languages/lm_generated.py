@@ -36,6 +36,13 @@ left out. The list is written as JSON into the generator folder
 (``sameloss-tokens-k{K}-len{T}-n{N}-seed{S}.json``, never overwriting) and read back
 from there next time, so a language is reproducible.
 
+Training sentences may come from a stored pool (``from_pretrained(pool=DIR)``,
+``language.pool``; written by ``sameloss causal-lm sample``, ``lm_train.py``):
+``sample_train`` draws its rows with the step's generator; ``sample`` (held-out
+evaluation, measures) stays ancestral. Text goes through the generator's own tokenizer
+(``encode_generator``, ``generator_to_language``) for GLUE-format tasks
+(``measures/glue.py``).
+
 ``transformers`` is an optional dependency (``pip install 'sameloss[hf]'``).
 """
 
@@ -46,12 +53,14 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from sameloss.errors import UserError
 from sameloss.languages.base import Batch, Language, Task
 
 SAMPLE_BLOCK = 1024  # sentences per sampling block
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 LOGIT_CHECK_TOL = {torch.float64: 1e-9, torch.float32: 1e-4}  # restricted head vs the model's logits
 
 
@@ -167,6 +176,8 @@ class CausalLM(Language):
         bias = getattr(head, "bias", None)
         self._head_b = None if bias is None else bias.detach()[self._ids].contiguous()
         self.words = self._word_names(words)
+        self.pool: np.ndarray | None = None  # [N, T] sentences for sample_train (from_pretrained(pool=))
+        self._tokenizer = None
         self._check_head()
 
     def _word_names(self, words):
@@ -180,12 +191,14 @@ class CausalLM(Language):
     @classmethod
     def from_pretrained(cls, path, k: int, length: int, tokens: Sequence[int] | str | Path | None = None,
                         device="cpu", dtype=torch.float32, frequency_sentences: int = 4096,
-                        frequency_seed: int = 0, chunk_tokens: int = 1 << 15) -> CausalLM:
+                        frequency_seed: int = 0, chunk_tokens: int = 1 << 15, pool=None) -> CausalLM:
         """Load a local HF causal LM folder as a language of K tokens and length T.
 
         ``tokens``: allowed generator ids (a list, or a JSON file written by
         ``save_tokens``); ``None``: the K most frequent tokens of the unrestricted
         generator (see the module docstring; the list is cached in the folder).
+        ``pool``: a folder of ``sameloss causal-lm sample`` that ``sample_train`` draws
+        from (``sameloss.languages.lm_train``).
         """
         transformers = _transformers()
         for label, v in (("k", k), ("length", length)):
@@ -224,8 +237,13 @@ class CausalLM(Language):
         tokens = [int(t) for t in tokens]
         if len(tokens) != k:
             raise UserError(f"k={k} but {len(tokens)} allowed tokens were given")
-        return cls(model, tokens, length, int(bos), words=_tokenizer_words(transformers, folder, tokens),
-                   chunk_tokens=chunk_tokens, source=str(folder))
+        lm = cls(model, tokens, length, int(bos), words=_tokenizer_words(transformers, folder, tokens),
+                 chunk_tokens=chunk_tokens, source=str(folder))
+        if pool is not None:
+            from .lm_train import load_pool
+
+            lm.pool = load_pool(pool, k, length, tokens)
+        return lm
 
     @classmethod
     def _frequent_tokens(cls, model, folder: Path, k: int, length: int, bos: int, n_sentences: int,
@@ -342,6 +360,16 @@ class CausalLM(Language):
             block = u[start:start + SAMPLE_BLOCK].to(self.device)
             out[start:start + block.shape[0]] = _ancestral(self, block, restricted=True).cpu()
         return Batch(tokens=out, lengths=torch.full((n,), self.max_len, dtype=torch.long))
+
+    def sample_train(self, n: int, generator: torch.Generator | None = None) -> Batch:
+        """Training sentences: ``n`` rows of the pool drawn uniformly with replacement by
+        ``generator`` (a pure function of its state), or ``sample`` without a pool. The
+        pool holds samples of the same joint, so nothing exact changes."""
+        if self.pool is None:
+            return self.sample(n, generator)
+        rows = torch.randint(self.pool.shape[0], (n,), generator=generator)
+        tokens = torch.from_numpy(self.pool[rows.numpy()].astype(np.int64))
+        return Batch(tokens=tokens, lengths=torch.full((n,), self.max_len, dtype=torch.long))
 
     # ---- exact conditionals -------------------------------------------------------------
     def _hidden_positions(self, tokens: torch.Tensor, masked: torch.Tensor | None) -> torch.Tensor:
@@ -460,11 +488,43 @@ class CausalLM(Language):
             torch.empty(0, dtype=torch.float64)
         return torch.softmax(scores.view(-1, K), dim=-1)
 
+    # ---- text through the generator's tokenizer (GLUE downstream tasks) ---------------------
+    def tokenizer(self):
+        """The generator folder's own tokenizer (``UserError`` when it has none)."""
+        if self._tokenizer is None:
+            transformers = _transformers()
+            folder = Path(self.source) if self.source else None
+            try:
+                if folder is None:
+                    raise OSError("the language was not loaded from a folder")
+                # without its files, AutoTokenizer may quietly build another tokenizer from the config
+                if not any((folder / f).exists() for f in TOKENIZER_FILES):
+                    raise OSError(f"none of {', '.join(TOKENIZER_FILES)} in the folder")
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    self._tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+            except Exception as exc:  # transformers raises several kinds for a folder without a tokenizer
+                raise UserError(f"re-tokenising text needs the generator's tokenizer, and none loads from "
+                                f"{folder}: {_one_line(exc)}") from None
+        return self._tokenizer
+
+    def encode_generator(self, texts: Sequence[str]) -> list[list[int]]:
+        """Generator token ids of each text (its own tokenizer, no special tokens)."""
+        return self.tokenizer()(list(texts), add_special_tokens=False)["input_ids"]
+
+    def generator_to_language(self) -> torch.Tensor:
+        """``[vocab]`` language id of every generator id, −1 outside the K allowed."""
+        vocab = int(self.model.get_output_embeddings().weight.shape[0])
+        table = torch.full((vocab,), -1, dtype=torch.long)
+        table[self.tokens] = torch.arange(self.n_words)
+        return table
+
     # ---- downstream tasks -------------------------------------------------------------
     @property
     def tasks(self) -> dict[str, Task]:
-        """None yet: the paper's downstream tasks for this data are GLUE sets (SST-2,
-        QNLI) re-tokenised with the generator's tokenizer, which come from files."""
+        """None: the paper's downstream tasks for this data are GLUE sets (SST-2, QNLI)
+        re-tokenised with the generator's tokenizer, which come from files
+        (``--probe glue:sst2=DIR``; ``sameloss.measures.glue``)."""
         return {}
 
 
@@ -518,7 +578,7 @@ def expected_token_counts(model, bos: int, length: int, n_sentences: int, seed: 
 
 def _tokenizer_words(transformers, folder: Path, tokens: list[int]) -> list[str] | None:
     """Token strings from the folder's tokenizer, if it has one (else ids are used)."""
-    if not any((folder / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json")):
+    if not any((folder / f).exists() for f in TOKENIZER_FILES):
         return None
     try:
         tok = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)

@@ -31,7 +31,6 @@ a training batch is a pure function of ``(seed, step)`` like every other languag
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,6 +39,7 @@ import numpy as np
 import torch
 
 from ..errors import UserError
+from ..files import sha256_of
 from .base import Batch, Language
 
 META = "meta.json"
@@ -50,14 +50,6 @@ TRAINED_TOKENIZERS = ("wordpiece", "bpe")
 SEP_CANDIDATES = ("[SEP]", "</s>", "<|endoftext|>")
 # checksums of shards are verified on load up to this many bytes in all (beyond, only sizes)
 VERIFY_BYTES = 256 * 2**20
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # ---- reading documents --------------------------------------------------------------------

@@ -206,9 +206,10 @@ def measure_lookup_table(language, cfg, spec: MeasureSpec, cache: dict | None = 
         row.update(loss=mean, loss_std=_std(subsets), kl=0.0, kl_std=0.0, entropy=mean, n_tokens=int(ent.numel()))
     for task in spec.lookup:
         r = _lookup_probe(cache, language, cfg, task, spec)
-        row[f"lookup_{task}"] = r.mean
-        row[f"lookup_{task}_std"] = r.std
-        row[f"{task}_majority"] = r.majority_rate
+        name = glue_label(task)
+        row[f"lookup_{name}"] = r.mean
+        row[f"lookup_{name}_std"] = r.std
+        row[f"{name}_majority"] = r.majority_rate
     return row
 
 

@@ -72,25 +72,22 @@ Added blocks contribute their residual-stream biases (and, post-LN, their LayerN
 from __future__ import annotations
 
 import dataclasses
-import os
-import shutil
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from sameloss import files
 from sameloss.errors import UserError
 from sameloss.models.transformer import TransformerConfig, TransformerMLM
 
 __all__ = [
     "EmbedPlan",
     "embed",
-    "embed_checkpoint",
     "embedded_config",
     "embedded_param_count",
+    "check_embeddable",
     "plan_embedding",
+    "target_plan",
 ]
 
 

@@ -19,6 +19,7 @@ class LanguageConfig:
     generator: str | None = None
     k: int | None = None  # None: 2000 (the paper's)
     length: int | None = None  # None: 24 (the paper's)
+    pool: str | None = None  # a folder of 'sameloss causal-lm sample': training sentences drawn from it
     # corpus only: a folder written by ``sameloss corpus prepare``
     data: str | None = None
     # (configs saved before the key was renamed say ``language.preset``)

@@ -76,7 +76,8 @@ def global_batch(language: Language, seed: int, step: int, batch_size: int, rate
                  replace: str = "mask") -> MaskedBatch:
     """The whole batch of step ``step`` (every process builds the same one)."""
     gen = step_generator(seed, step)
-    batch = language.sample(batch_size, gen)
+    # a language may draw its training sentences from a stored pool (the causal one's language.pool)
+    batch = getattr(language, "sample_train", language.sample)(batch_size, gen)
     return mask_batch(language, batch.tokens, batch.lengths, rate, gen, replace)
 
 

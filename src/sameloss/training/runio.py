@@ -48,7 +48,8 @@ def build_language(cfg: PretrainConfig):
         raise UserError("the causal language needs masking=single: its exact conditionals take one masked "
                         "position per sentence (m masked positions cost K^m forward passes)")
     return make_language(lc.name, preset=lc.size, seed=lc.seed, grammar=lc.grammar,
-                         generator=lc.generator, k=lc.k, length=lc.length, device=cfg.device, data=lc.data)
+                         generator=lc.generator, k=lc.k, length=lc.length, device=cfg.device, data=lc.data,
+                         pool=lc.pool)
 
 
 def init_model(cfg: PretrainConfig, language, device: torch.device | str = "cpu") -> torch.nn.Module:

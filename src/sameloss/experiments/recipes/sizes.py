@@ -33,6 +33,17 @@ Expected result (paper)
     +4.5% HMM). The report compares the largest size with each smaller size that is within
     the scale's KL tolerance, and gives Kendall's tau of accuracy vs parameters.
 
+The causal language (the paper's OPT panels; ``experiments/causal.py``)
+    Run by itself, the recipe adds the causal language after the others with the same
+    transformer sizes, trained with ``masking=single``: smoke an untrained micro GPT-2
+    generator built with a fixed seed into the data cache (K=16, T=6; +~5 s); tiny a tiny GPT-2
+    trained 300 steps on the offline toy text (K=32, T=8; runtime not measured yet —
+    estimate +~10 min on a 2-core CPU); small/paper the OPT-shape generator of
+    ``$SAMELOSS_CAUSAL_GENERATOR`` (K=2000, T=24; estimate, not measured: +~1 h / +~1 day
+    on one H100, the exact loss costing K continuations per held-out sentence). Probed on
+    an SST-2-format task (a stand-in written from the language, or
+    ``$SAMELOSS_CAUSAL_SST2``). ``figure1`` leaves it out.
+
 Caveat
     The embedding preserves the function but not the trace of Hessian in general (see
     ``models/embed.py``: groups of replicated parameters scale by 1/(α² m)); the report
@@ -48,8 +59,9 @@ from ...errors import UserError
 from ...models.sizes import LSTM_SIZES, TRANSFORMER_SIZES
 from ...measures.rows import error_column
 from ..claims import difference_claim, fmt
-from ..common import COMMON, LanguagePart, Preset, Shape, base_settings, languages_of, measured_columns, \
-    quantity_column, reference_run, run_name
+from ..causal import CAUSAL
+from ..common import COMMON, LanguagePart, Preset, Shape, base_settings, causal_part, languages_of, \
+    measured_columns, quantity_column, reference_run, run_name
 from ..core import RunSpec, Study
 from ..plots import series_figure
 from ..report import Column, Section, Table
@@ -113,7 +125,8 @@ PRESETS: dict[str, SizesPreset] = {
     "smoke": SizesPreset(**COMMON["smoke"].common(), use=("pcfg",), embed_into="micro", with_reference=True,
                          sizes=(SizeRun("d8", _shape(8, 1, 1, 16, "micro"), steps=24),),
                          lstms=(LSTMRun("lstm-h4", "micro", steps=24, d_model=8, d_hidden=4),
-                                LSTMRun("lstm-h8", "micro", steps=24)), lstm_use=("pcfg",)),
+                                LSTMRun("lstm-h8", "micro", steps=24)), lstm_use=("pcfg",),
+                         causal=CAUSAL["smoke"]),
     # the paper's LSTM family (d_hidden 128…1024, 4…16 layers) scaled down: a 2-core CPU
     # trains the tiny LSTM (h64, 2 layers) at ~0.4 s a step, so tiny stops at h32
     "tiny": SizesPreset(**COMMON["tiny"].common(), use=("pcfg", "hmm"), embed_into="tiny", with_reference=True,
@@ -122,19 +135,19 @@ PRESETS: dict[str, SizesPreset] = {
                         lstms=(LSTMRun("lstm-h8-l1", "micro", steps=1500, d_model=8, d_hidden=8, n_layers=1),
                                LSTMRun("lstm-h16-l1", "micro", steps=1500, d_model=16, d_hidden=16, n_layers=1),
                                LSTMRun("lstm-h32-l2", "micro", steps=1500, d_model=32, d_hidden=32, n_layers=2)),
-                        lstm_use=("hmm",)),
+                        lstm_use=("hmm",), causal=CAUSAL["tiny"]),
     "small": SizesPreset(**COMMON["small"].common(), use=("pcfg", "hmm"), embed_into="t4-384", with_reference=True,
                          sizes=(SizeRun("t4-128", Shape("t4-128"), steps=20000),
                                 SizeRun("t4-192", Shape("t4-192"), steps=20000)),
                          lstms=tuple(LSTMRun(n, n, steps=20000) for n in ("h128-l4", "h256-l6", "h512-l8")),
-                         lstm_use=("hmm",)),
+                         lstm_use=("hmm",), causal=CAUSAL["small"]),
     "paper": SizesPreset(**COMMON["paper"].common(), use=("pcfg", "hmm"), embed_into="t4-1920",
                          with_reference=False,
                          sizes=tuple(SizeRun(n, Shape(n), steps=100_000)
                                      for n in ("t4-128", "t4-192", "t4-320", "t4-640", "t4-960")),
                          lstms=tuple(LSTMRun(n, n, steps=100_000)
                                      for n in ("h128-l4", "h256-l6", "h512-l8", "h768-l12", "h1024-l16")),
-                         lstm_use=("hmm",)),
+                         lstm_use=("hmm",), causal=CAUSAL["paper"]),
 }
 
 
@@ -167,16 +180,20 @@ def report(study: Study, p: SizesPreset, languages: tuple[str, ...] | None = Non
         "loss of the embedded model as a check that the function is unchanged. The embedding keeps the function "
         "but not the trace: a group of parameters replicated m times and scaled by α has its Fisher trace "
         "multiplied by 1/(α²m) (`models/embed.py`), so a small model's embedded trace is usually below its own.")
-    for lang in languages_of(p, study.seed, languages):
-        rows = [_size_row(study, section, spec, lang, into) for spec in runs(p, lang.name, study.seed)]
+    parts = [(p, lang) for lang in languages_of(p, study.seed, languages)]
+    causal = causal_part(study, p, languages)
+    if causal:
+        parts.append(causal)
+    for q, lang in parts:
+        rows = [_size_row(study, section, spec, lang, into) for spec in runs(q, lang.name, study.seed)]
         section.rows += rows
         cols = [Column("parameters", "parameters", fmt="d")] + measured_columns(lang.tasks, with_step=False)
         cols.insert(4, quantity_column(f"tr(H) embedded in {into}", "trace_embedded", fmt=".4g"))
         cols.insert(5, Column("loss of embedded", "embedded_loss", fmt=".4f"))
         section.tables.append(Table(f"{lang.title}: sizes", cols, rows))
         _figure(study, section, lang, rows, into)
-        _claims(section, p, lang, rows)
-        _lstms(study, section, p, lang)
+        _claims(section, q, lang, rows)
+        _lstms(study, section, q, lang)
     return section
 
 

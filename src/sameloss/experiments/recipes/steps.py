@@ -30,6 +30,16 @@ Expected result (paper)
     and whether each direction agrees; a run with fewer than 2 checkpoints within the
     tolerance is compared over all its checkpoints, with a "not converged" caveat.
 
+The causal language (the paper's OPT panels; ``experiments/causal.py``)
+    Run by itself, the recipe adds the causal language after the others (the same AdamW
+    and SGD runs, ``masking=single``): smoke an untrained micro GPT-2 generator built with
+    a fixed seed into the data cache (K=16, T=6; +~5 s); tiny a tiny GPT-2 trained 300 steps on the
+    offline toy text (K=32, T=8; not measured yet — estimate +~10 min on a 2-core CPU);
+    small/paper the OPT-shape generator of ``$SAMELOSS_CAUSAL_GENERATOR`` (K=2000, T=24;
+    estimate, not measured: +~2 h / +~1 day on one H100). The figure and trend claims use
+    its SST-2-format task (a stand-in written from the language, or
+    ``$SAMELOSS_CAUSAL_SST2``). ``figure1`` leaves it out.
+
 Deviations
     The paper's SGD uses lr 1e-3 without momentum; from scratch on a CPU budget that does
     not leave the initial plateau (plain SGD at lr 0.1 is at KL 0.56 after 1000 steps where
@@ -44,8 +54,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..claims import difference_claim, trend_claim
-from ..common import COMMON, LanguagePart, Preset, base_settings, languages_of, measured_columns, reference_run, \
-    run_name
+from ..causal import CAUSAL
+from ..common import COMMON, LanguagePart, Preset, base_settings, causal_part, languages_of, measured_columns, \
+    reference_run, run_name
 from ..core import RunSpec, Study
 from ..plots import series_figure
 from ..report import Claim, Section, Table
@@ -78,16 +89,20 @@ class StepsPreset(Preset):
 
 PRESETS: dict[str, StepsPreset] = {
     "smoke": StepsPreset(**COMMON["smoke"].common(), use=("pcfg",), main_task={"pcfg": "B", "hmm": "task-5"},
-                         sgd=SGDRun(lr=0.05, momentum=0.9, steps=24, checkpoints=(8, 12, 16, 20, 24))),
+                         sgd=SGDRun(lr=0.05, momentum=0.9, steps=24, checkpoints=(8, 12, 16, 20, 24)),
+                         causal=CAUSAL["smoke"]),
     "tiny": StepsPreset(**COMMON["tiny"].common(), use=("pcfg", "hmm"), main_task={"pcfg": "C", "hmm": "task-5"},
                         sgd=SGDRun(lr=0.05, momentum=0.9, steps=2500,
-                                   checkpoints=(1000, 1250, 1500, 1750, 2000, 2250, 2500))),
+                                   checkpoints=(1000, 1250, 1500, 1750, 2000, 2250, 2500)),
+                        causal=CAUSAL["tiny"]),
     "small": StepsPreset(**COMMON["small"].common(), use=("pcfg", "hmm"), main_task={"pcfg": "C", "hmm": "task-10"},
                          sgd=SGDRun(lr=1e-3, steps=20000,
-                                    checkpoints=(8000, 10000, 12000, 14000, 16000, 18000, 20000))),
+                                    checkpoints=(8000, 10000, 12000, 14000, 16000, 18000, 20000)),
+                         causal=CAUSAL["small"]),
     "paper": StepsPreset(**COMMON["paper"].common(), use=("pcfg", "hmm"), main_task={"pcfg": "C", "hmm": "task-10"},
                          sgd=SGDRun(lr=1e-3, steps=100_000,
-                                    checkpoints=(40_000, 50_000, 60_000, 70_000, 80_000, 90_000, 100_000))),
+                                    checkpoints=(40_000, 50_000, 60_000, 70_000, 80_000, 90_000, 100_000)),
+                         causal=CAUSAL["paper"]),
 }
 
 
@@ -109,19 +124,28 @@ def report(study: Study, p: StepsPreset, languages: tuple[str, ...] | None = Non
         "MLM loss (entropy of the true conditionals + KL), ± std over 5 held-out subsets; tr(H) = trace of "
         "Hessian by the paper's estimator (App. B.1: labels sampled from the model), ± its standard error; "
         "probe = linear-probe test accuracy, ± std over seeds.")
-    for lang in languages_of(p, study.seed, languages):
+    parts = [(p, lang) for lang in languages_of(p, study.seed, languages)]
+    causal = causal_part(study, p, languages)
+    if causal:
+        parts.append(causal)
+    for q, lang in parts:
         series: dict[str, list[dict]] = {}  # run label → its checkpoints' rows
-        for spec in runs(p, lang.name, study.seed):
+        for spec in runs(q, lang.name, study.seed):
             info, measured = study.train_and_measure(spec, lang.measure, "steps", lang.name)
             section.runs.append(info)
             series[spec.label] = [m.row for m in measured]
             section.rows += series[spec.label]
         section.tables.append(Table(f"{lang.title}: checkpoints after convergence", measured_columns(lang.tasks),
                                     [r for rows in series.values() for r in rows]))
-        _figure(study, section, lang, series, p.main_task[lang.name])
+        _figure(study, section, lang, series, _main_task(p, lang))
         for name, rows in series.items():
             _run_claims(section, p, lang, name, rows, study.seed)
     return section
+
+
+def _main_task(p: StepsPreset, lang: LanguagePart) -> str:
+    """The task of the figure and the trend claims (the causal language's first task)."""
+    return p.main_task.get(lang.name, lang.tasks[0])
 
 
 def _figure(study: Study, section: Section, lang: LanguagePart, series: dict, main: str) -> None:
@@ -164,7 +188,7 @@ def _run_claims(section: Section, p: StepsPreset, lang: LanguagePart, name: str,
             f"{lang.title}, {name}, probe accuracy task {task}", f"probe_{task}", first, last, a, b, +1,
             scale=100, unit=" pts", n_seeds=len(p.measure.seeds)))
     if len(rows) >= MIN_TREND_POINTS:
-        main = p.main_task[lang.name]
+        main = _main_task(p, lang)
         steps = [float(r["step"]) for r in rows]
         for key, what, sign in (("trace_fisher", "trace of Hessian vs step", -1),
                                 (f"probe_{main}", f"probe accuracy task {main} vs step", +1)):
