@@ -152,3 +152,19 @@ def test_error_column_and_standard_errors():
     assert quantity_se(row, "probe_B", n_seeds=4) == pytest.approx(0.2)
     assert quantity_se(row, "lookup_B", n_seeds=4) == pytest.approx(0.2)
     assert quantity_se(row, "kl", n_subsets=25) == pytest.approx(0.1)
+
+
+def test_a_key_missing_from_a_saved_config_means_its_default():
+    # a run saved before a key existed (here mask_replace, default "mask") is the same run
+    from sameloss import config as configlib
+    from sameloss.training.config import PretrainConfig
+
+    wanted = configlib.to_dict(PretrainConfig(steps=10))
+    saved = configlib.to_dict(PretrainConfig(steps=10))
+    del saved["mask_replace"]
+    assert config_differences(saved, wanted) == []
+    saved["steps"] = 12
+    assert config_differences(saved, wanted) == ["steps"]
+    # a saved value that differs from the default is still a difference
+    assert config_differences(configlib.to_dict(PretrainConfig(steps=10, mask_replace="bert")), wanted) == \
+        ["mask_replace"]

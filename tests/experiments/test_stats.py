@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from sameloss.experiments import stats
 from sameloss.experiments.claims import difference_claim, quantity_se, trend_claim
 from sameloss.experiments.stats import (AGREES, AGREES_WEAKLY, DISAGREES, DISAGREES_WEAKLY, UNDEFINED, Interval,
                                         bootstrap_ci, diff_interval, kendall_tau, rankdata, spearman_rho, verdict)
@@ -130,3 +131,67 @@ def test_trend_claim():
     assert iv.estimate == -1 and claim.verdict == AGREES
     claim, iv = trend_claim("falls", "trace vs step", [1, 2, 3, 4, 5, 6], [4, 5, 6, 7, 8, 9], -1, n_boot=300)
     assert claim.verdict == DISAGREES
+
+
+# ---- power ---------------------------------------------------------------------------------
+# Student's t quantiles from a printed table (e.g. Fisher & Yates; 3 decimals)
+T_TABLE = {1: (12.706, 1.376), 2: (4.303, 1.061), 4: (2.776, 0.941), 5: (2.571, 0.920), 7: (2.365, 0.896),
+           10: (2.228, 0.879), 11: (2.201, 0.876), 15: (2.131, 0.866), 30: (2.042, 0.854), 120: (1.980, 0.845)}
+
+
+@pytest.mark.parametrize("df", sorted(T_TABLE))
+def test_t_quantiles_match_the_table(df):
+    q975, q80 = T_TABLE[df]
+    assert stats.t_quantile(0.975, df) == pytest.approx(q975, abs=6e-4)
+    assert stats.t_quantile(0.8, df) == pytest.approx(q80, abs=6e-4)
+    assert stats.t_quantile(0.025, df) == pytest.approx(-q975, abs=6e-4)
+
+
+def test_t_cdf_closed_forms():
+    # df 1 is the Cauchy distribution, df 2 has F(t) = 1/2 + t / (2 sqrt(2 + t²))
+    for t in (-3.0, -0.4, 0.0, 0.7, 5.0):
+        assert stats.t_cdf(t, 1) == pytest.approx(0.5 + math.atan(t) / math.pi, abs=1e-13)
+        assert stats.t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * math.sqrt(2 + t * t)), abs=1e-13)
+    assert stats.t_quantile(stats.t_cdf(1.234, 9), 9) == pytest.approx(1.234, abs=1e-10)
+
+
+def test_paired_difference_known_values():
+    d = stats.paired_difference([1.0, 2.0, 3.0, 4.0, 5.0], n_boot=500)
+    se = math.sqrt(2.5) / math.sqrt(5)
+    assert (d.n, d.mean, d.sd) == (5, 3.0, pytest.approx(math.sqrt(2.5)))
+    assert d.t_low == pytest.approx(3.0 - 2.776 * se, abs=1e-3) and d.t_high == pytest.approx(3.0 + 2.776 * se, abs=1e-3)
+    assert d.mde == pytest.approx((2.776 + 0.941) * se, abs=1e-3)
+    # t = 3 / se = 4.243 on 4 df: two-sided p = 0.0132
+    assert d.p_value == pytest.approx(0.0132, abs=2e-4)
+    assert 1.0 <= d.boot_low < 3.0 < d.boot_high <= 5.0
+    assert stats.power_verdict(d, +1) == stats.DETECTED
+    assert stats.power_verdict(d, -1) == stats.DETECTED_AGAINST
+    null = stats.paired_difference([-1.0, 1.0, -0.5, 0.5], n_boot=200)
+    assert stats.power_verdict(null, +1) == stats.NONE_LARGER and null.mde > 0
+    assert math.isnan(stats.paired_difference([1.0]).mde)
+
+
+def test_minimum_detectable_effect_has_the_stated_power():
+    # simulate: a true effect equal to the MDE is detected in about 80% of experiments
+    rng = np.random.default_rng(0)
+    n, sd = 10, 1.0
+    mde = stats.minimum_detectable_effect(sd, n)
+    q = stats.t_quantile(0.975, n - 1)
+    x = rng.normal(mde, sd, size=(20000, n))
+    t = x.mean(axis=1) / (x.std(axis=1, ddof=1) / math.sqrt(n))
+    assert (t > q).mean() == pytest.approx(0.8, abs=0.015)
+
+
+def test_fixed_effects_ols_equals_dummy_variable_least_squares():
+    rng = np.random.default_rng(1)
+    groups = np.repeat(np.arange(5), 6)
+    X = rng.normal(size=(30, 2))
+    y = 3.0 * groups + 2.0 * X[:, 0] - 1.5 * X[:, 1] + rng.normal(scale=0.1, size=30)
+    dummies = (groups[:, None] == np.arange(5)[None]).astype(float)
+    brute = np.linalg.lstsq(np.hstack([X, dummies]), y, rcond=None)[0][:2]
+    assert np.allclose(stats.fixed_effects_ols(y, X, groups), brute, atol=1e-12)
+    ivs = stats.cluster_bootstrap_ols(y, X, groups, n_boot=300)
+    assert ivs[0].low < 2.0 < ivs[0].high and ivs[1].low < -1.5 < ivs[1].high
+    assert ivs[0].high - ivs[0].low < 0.2
+    # a column that is constant within every group has no within-group slope
+    assert np.isnan(stats.fixed_effects_ols(y, np.c_[X[:, 0], groups], groups)).all()

@@ -241,7 +241,7 @@ def test_bad_matrices_raise_user_error(change, message):
 
 
 def test_other_bad_input():
-    with pytest.raises(UserError, match="valid sizes: micro, paper, tiny"):
+    with pytest.raises(UserError, match="valid sizes: headroom, micro, paper, tiny"):
         HMM.preset("huge")
     with pytest.raises(UserError, match="length"):
         HMM(*good(), length=0)

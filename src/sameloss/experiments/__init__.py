@@ -7,7 +7,9 @@ paper what this run measured and whether the direction agrees), ``results.csv`` 
 row per model), ``runs.csv``, ``*.png`` and the run folders under ``runs/``.
 
 Recipes (``recipes/``): ``steps`` (Fig. 2/4), ``sizes`` (Fig. 3/5), ``algorithms``
-(Tables 1–2), ``figure1`` (Fig. 1: all of them together, with rank correlations).
+(Tables 1–2), ``figure1`` (Fig. 1: all of them together, with rank correlations),
+``isoloss`` (the decisive test: forks of one base run at matched KL, paired statistics
+with stated power).
 Scales: ``smoke`` (seconds), ``tiny`` (a CPU in minutes), ``small`` and ``paper`` (GPU); a
 recipe's settings at one scale are its preset (``PRESETS[scale]``, typed: ``common.py``).
 """
@@ -28,6 +30,7 @@ EXPERIMENTS = {
     "sizes": "model sizes at the same loss, trace also in the embedded view (Fig. 3, 5)",
     "algorithms": "AdamW, adversarial, -dropout-WD, +SAM, look-up table (Tables 1, 2)",
     "figure1": "all of the above together: loss/trace vs accuracy, rank correlations (Fig. 1)",
+    "isoloss": "forks of one base run at matched KL, few-shot probes, paired differences with power (Fig. 1)",
     "text": "real text: AdamW, -dropout-WD, +SAM on a corpus; held-out loss, trace, GLUE fine-tuning (Tables 1, 2)",
     "theory": "Lemma 3.2 (Hessian vs Fisher as KL -> 0) and Theorem 3.3 (SGD lowers the trace at rate eta/B)",
     "dyck": "Theorem 5.1 on the Dyck language: flatness of zero-loss solutions vs few-shot mismatch counting",

@@ -12,6 +12,13 @@
 * ``verdict``: does a measured effect agree in direction with a claim, and does its
   interval exclude zero.
 
+Power (the ``isoloss`` study): ``t_cdf`` / ``t_quantile`` (Student's t through the
+regularised incomplete beta function; no scipy), ``paired_difference`` (mean of paired
+differences with t and bootstrap intervals, p value and ``minimum_detectable_effect`` at 80 %
+power), ``power_verdict`` (detected in the paper's direction / against it / none larger than
+MDE), ``fixed_effects_ols`` and ``cluster_bootstrap_ols`` (within-group slopes, whole groups
+resampled).
+
 ``nan`` is returned where a statistic is undefined (fewer than 2 points, or a constant
 variable), never an exception.
 """
@@ -173,3 +180,187 @@ def verdict(interval: Interval, expected_sign: int) -> str:
     if same:
         return AGREES if decided else AGREES_WEAKLY
     return DISAGREES if decided else DISAGREES_WEAKLY
+
+
+# ---- power: Student's t, paired differences, minimum detectable effects ----------------------
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (modified Lentz; Numerical Recipes
+    §6.4), converged to double precision."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 10_000):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return h
+
+
+def incomplete_beta(a: float, b: float, x: float) -> float:
+    """The regularised incomplete beta function ``I_x(a, b)``."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """``P(T <= t)`` for Student's t with ``df`` degrees of freedom."""
+    if df <= 0:
+        raise ValueError("df must be positive")
+    tail = 0.5 * incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t > 0 else tail
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The ``p`` quantile of Student's t (bisection on ``t_cdf`` to ~1e-12)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError("p must lie in (0, 1)")
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-13 * max(1.0, hi):
+            break
+    return 0.5 * (lo + hi)
+
+
+def minimum_detectable_effect(sd: float, n: int, level: float = 0.95, power: float = 0.8) -> float:
+    """The smallest true mean difference a two-sided paired t test at ``level`` detects with
+    probability ``power`` (normal-shift approximation with t quantiles):
+    ``(t_{1-α/2, n-1} + t_{power, n-1}) · sd / √n``."""
+    if n < 2 or not math.isfinite(sd):
+        return float("nan")
+    df = n - 1
+    return (t_quantile(0.5 + level / 2, df) + t_quantile(power, df)) * sd / math.sqrt(n)
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """Mean of paired differences (e.g. recipe − reference, one per seed) with its t and
+    percentile-bootstrap intervals, the two-sided t-test p value and the minimum
+    detectable effect at ``power``."""
+
+    n: int
+    mean: float
+    sd: float
+    t_low: float
+    t_high: float
+    boot_low: float
+    boot_high: float
+    p_value: float
+    mde: float
+    level: float = 0.95
+    power: float = 0.8
+
+
+def paired_difference(diffs: Sequence[float], level: float = 0.95, power: float = 0.8, n_boot: int = 2000,
+                      seed: int = 0) -> PairedDifference:
+    d = np.asarray(diffs, dtype=float)
+    n = d.size
+    mean = float(d.mean()) if n else float("nan")
+    if n < 2:
+        nan = float("nan")
+        return PairedDifference(n, mean, nan, nan, nan, nan, nan, nan, nan, level, power)
+    sd = float(d.std(ddof=1))
+    se = sd / math.sqrt(n)
+    half = t_quantile(0.5 + level / 2, n - 1) * se
+    if se > 0:
+        p = 2.0 * (1.0 - t_cdf(abs(mean) / se, n - 1))
+    else:
+        p = 1.0 if mean == 0 else 0.0
+    boot = bootstrap_ci(np.mean, d, n_boot=n_boot, level=level, seed=seed)
+    return PairedDifference(n, mean, sd, mean - half, mean + half, boot.low, boot.high, p,
+                            minimum_detectable_effect(sd, n, level, power), level, power)
+
+
+DETECTED = "detected in the paper's direction"
+DETECTED_AGAINST = "detected against it"
+NONE_LARGER = "none larger than MDE"
+
+
+def power_verdict(diff: PairedDifference, expected_sign: int) -> str:
+    """``detected in the paper's direction`` / ``detected against it`` when the t interval
+    excludes 0 on that side, else ``none larger than MDE`` (the design's MDE says how large
+    an effect it would have seen)."""
+    if expected_sign not in (1, -1):
+        raise ValueError("expected_sign must be +1 or -1")
+    if not (math.isfinite(diff.t_low) and math.isfinite(diff.t_high)) or diff.t_low <= 0 <= diff.t_high:
+        return NONE_LARGER
+    return DETECTED if (diff.t_low > 0) == (expected_sign > 0) else DETECTED_AGAINST
+
+
+# ---- within-group regression ------------------------------------------------------------
+def fixed_effects_ols(y: Sequence[float], X, groups: Sequence) -> np.ndarray:
+    """Least-squares slopes of ``y`` on the columns of ``X`` with one intercept per group
+    (the within estimator: ``y`` and ``X`` demeaned within each group). ``nan`` slopes when
+    the demeaned ``X`` is rank-deficient."""
+    y = np.asarray(y, dtype=float)
+    X = np.asarray(X, dtype=float).reshape(y.size, -1)
+    g = np.asarray(groups)
+    yd, Xd = y.copy(), X.copy()
+    for level in np.unique(g):
+        m = g == level
+        yd[m] -= yd[m].mean()
+        Xd[m] -= Xd[m].mean(axis=0)
+    if np.linalg.matrix_rank(Xd) < X.shape[1]:
+        return np.full(X.shape[1], np.nan)
+    return np.linalg.lstsq(Xd, yd, rcond=None)[0]
+
+
+def cluster_bootstrap_ols(y: Sequence[float], X, groups: Sequence, n_boot: int = 2000, level: float = 0.95,
+                          seed: int = 0) -> list[Interval]:
+    """``fixed_effects_ols`` slopes with percentile intervals from resampling whole groups
+    (clusters) with replacement; a group drawn twice counts as two groups. Resamples with a
+    rank-deficient design are dropped and counted."""
+    y = np.asarray(y, dtype=float)
+    X = np.asarray(X, dtype=float).reshape(y.size, -1)
+    g = np.asarray(groups)
+    levels = np.unique(g)
+    est = fixed_effects_ols(y, X, g)
+    if levels.size < 2:
+        return [Interval(float(e), float("nan"), float("nan"), level, levels.size) for e in est]
+    rows = [np.nonzero(g == lv)[0] for lv in levels]
+    rng = np.random.default_rng(seed)
+    draws = np.empty((n_boot, X.shape[1]))
+    for b in range(n_boot):
+        pick = rng.integers(0, levels.size, size=levels.size)
+        idx = np.concatenate([rows[i] for i in pick])
+        labels = np.concatenate([np.full(rows[i].size, k) for k, i in enumerate(pick)])
+        draws[b] = fixed_effects_ols(y[idx], X[idx], labels)
+    good = draws[np.isfinite(draws).all(axis=1)]
+    alpha = (1 - level) / 2
+    out = []
+    for j, e in enumerate(est):
+        if good.shape[0] == 0:
+            out.append(Interval(float(e), float("nan"), float("nan"), level, levels.size, n_boot, n_boot))
+            continue
+        lo, hi = np.quantile(good[:, j], [alpha, 1 - alpha])
+        out.append(Interval(float(e), float(lo), float(hi), level, levels.size, n_boot, n_boot - good.shape[0]))
+    return out

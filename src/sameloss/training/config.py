@@ -145,6 +145,10 @@ class PretrainConfig:
     save_every: int = 200  # rolling 'latest' checkpoint for --resume
     log_every: int = 20
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # a fork (``training.fork``): start from this checkpoint's weights and step (and, with
+    # init_optimizer, its optimiser moments and RNG state) instead of a fresh model
+    init_from: str | None = None
+    init_optimizer: bool = True
     language: LanguageConfig = field(default_factory=LanguageConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)

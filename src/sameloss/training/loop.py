@@ -43,6 +43,7 @@ from .adversarial import AdversarialObjective
 from .config import PretrainConfig
 from .data import global_batch
 from .evaluate import make_evaluator
+from .fork import init_from_checkpoint
 from .optim import build_optimizer
 from .sam import SAM
 
@@ -132,7 +133,9 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, pro
         window = LogWindow.restore(state.get("window") or {})
         if rank == 0:
             runio.truncate_metrics(run_dir / "metrics.jsonl", state["step"])
-    elif rank == 0:
+    elif cfg.init_from:  # a fork (training.fork): the checkpoint's weights, moments and step
+        start = init_from_checkpoint(cfg, model, optimizer, schedule)
+    if not resume and rank == 0:
         created = _create_run_dir(cfg, run_dir, fresh)
     train_model = dist.wrap(model, device) if world_size > 1 else model
     try:

@@ -6,9 +6,9 @@ settings per scale: smoke, tiny, small, paper), ``runs(preset, language, seed)``
 share lives in ``common.py`` and ``core.py``: a recipe never imports another (``figure1``,
 which is the other three together, excepted)."""
 
-from . import algorithms, dyck, figure1, sizes, steps, text, theory
+from . import algorithms, dyck, figure1, isoloss, sizes, steps, text, theory
 
-RECIPES = {"steps": steps, "sizes": sizes, "algorithms": algorithms, "figure1": figure1, "text": text,
-           "theory": theory, "dyck": dyck}
+RECIPES = {"steps": steps, "sizes": sizes, "algorithms": algorithms, "figure1": figure1, "isoloss": isoloss,
+           "text": text, "theory": theory, "dyck": dyck}
 
-__all__ = ["RECIPES", "algorithms", "dyck", "figure1", "sizes", "steps", "text", "theory"]
+__all__ = ["RECIPES", "algorithms", "dyck", "figure1", "isoloss", "sizes", "steps", "text", "theory"]
