@@ -71,7 +71,7 @@ from pathlib import Path
 import numpy as np
 
 from ..claims import fmt
-from ..common import COMMON, MeasureSettings, Preset, Shape, Training, base_settings, measure_spec
+from ..common import COMMON, Preset, base_settings, measure_spec
 from ..core import RunSpec, Setting, Study
 from ..report import Claim, Column, Section, Table
 from ..stats import (DETECTED, DETECTED_AGAINST, NONE_LARGER, cluster_bootstrap_ols, paired_difference,
@@ -454,7 +454,6 @@ def report(study: Study, p: IsolossPreset) -> Section:
     base_cfg = results[0]["runs"][0].config
     base = _baselines(study, p, base_cfg, design)
     section.rows += rows
-    primary = _key(p)
     section.text.append(
         f"Language hmm ({p.languages['hmm']}), task {p.task} (the hidden state at position {design.position}); "
         f"{len(study_seeds(study, p))} seeds; base run {p.base_steps} steps, forks from its step {p.base_steps}; reference: the "
