@@ -182,11 +182,17 @@ def measure_model(model, language, cfg, spec: MeasureSpec, cache: dict | None = 
                              lr=spec.finetune_lr, warmup_steps=spec.finetune_warmup)
             else:
                 r = _lookup_probe(cache, language, cfg, task, spec)
-            name = glue_label(task)
-            row[f"{kind}_{name}"] = r.mean
-            row[f"{kind}_{name}_std"] = r.std
-            row[f"{name}_majority"] = r.majority_rate
+            _put_downstream(row, kind, task, r)
     return row
+
+
+def _put_downstream(row: dict, kind: str, task: str, r) -> None:
+    """A probe / fine-tune / look-up-table result as the row's ``<kind>_<task>`` columns
+    (``measures.rows``: the mean, its ``_std`` over seeds) and the task's majority rate."""
+    name = glue_label(task)
+    row[f"{kind}_{name}"] = r.mean
+    row[f"{kind}_{name}_std"] = r.std
+    row[f"{name}_majority"] = r.majority_rate
 
 
 def measure_lookup_table(language, cfg, spec: MeasureSpec, cache: dict | None = None) -> dict:
@@ -205,11 +211,7 @@ def measure_lookup_table(language, cfg, spec: MeasureSpec, cache: dict | None = 
         mean = float(ent.mean())
         row.update(loss=mean, loss_std=_std(subsets), kl=0.0, kl_std=0.0, entropy=mean, n_tokens=int(ent.numel()))
     for task in spec.lookup:
-        r = _lookup_probe(cache, language, cfg, task, spec)
-        name = glue_label(task)
-        row[f"lookup_{name}"] = r.mean
-        row[f"lookup_{name}_std"] = r.std
-        row[f"{name}_majority"] = r.majority_rate
+        _put_downstream(row, "lookup", task, _lookup_probe(cache, language, cfg, task, spec))
     return row
 
 
