@@ -57,6 +57,18 @@ def test_resume_refuses_a_changed_trajectory(tmp_path):
     pretrain(small_config(steps=14), tmp_path / "r", progress=False, resume=True)
 
 
+def test_resume_of_a_run_saved_before_a_config_key_existed(tmp_path):
+    # a config.toml without a key added since (here mask_replace) holds its default: the
+    # run resumes, as reproduce reuses it
+    pretrain(small_config(), tmp_path / "r", progress=False, stop_after=4)
+    path = tmp_path / "r" / "config.toml"
+    lines = path.read_text().splitlines()
+    assert any(line.startswith("mask_replace") for line in lines)
+    path.write_text("".join(line + "\n" for line in lines if not line.startswith("mask_replace")))
+    pretrain(small_config(), tmp_path / "r", progress=False, resume=True)
+    assert [p.name for p in complete_checkpoints(tmp_path / "r")][-1] == "step_0000012"
+
+
 def test_checkpoint_round_trip_gives_the_same_function(tmp_path):
     cfg = small_config(steps=4, **{"checkpoints": "[2]"})
     pretrain(cfg, tmp_path / "r", progress=False)

@@ -103,22 +103,10 @@ class RunInfo:
 
 
 def config_differences(saved: dict, wanted: dict) -> list[str]:
-    """Dotted keys whose values differ. A key missing from the saved TOML means its default
-    (a run saved before the key existed, or one whose value is ``None``, which TOML omits)."""
-    try:
-        saved, wanted = (configlib.to_dict(configlib.from_dict(PretrainConfig, _as_toml_data(d)))
-                         for d in (saved, wanted))
-    except (UserError, TypeError, ValueError):
-        pass  # not a valid config (any more): compare what is there
+    """Dotted keys whose values differ (``saved`` as ``runio.read_config_dict`` returns it:
+    a key missing from the TOML already holds its default)."""
     a, b = configlib.flatten(saved), configlib.flatten(wanted)
     return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-
-
-def _as_toml_data(d):
-    """A config dict as TOML reads it (tuples as lists), for ``configlib.from_dict``."""
-    if isinstance(d, dict):
-        return {k: _as_toml_data(v) for k, v in d.items()}
-    return list(d) if isinstance(d, tuple) else d
 
 
 def _fingerprint(obj) -> str:

@@ -99,7 +99,10 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> Loa
 
 
 def read_config_dict(path: Path) -> dict:
-    """A run's ``config.toml`` as a dict (old key names renamed); ``UserError`` naming the
+    """A run's ``config.toml`` as a dict, as ``configlib.to_dict`` of its config would be:
+    old key names renamed, and a missing key filled with its default (a run saved before
+    the key existed, or a ``None`` value, which TOML omits). A saved config that is no
+    longer valid is returned as read, to be compared key by key. ``UserError`` naming the
     file if missing or damaged."""
     if not path.exists():
         raise UserError(f"cannot resume: {path} is missing")
@@ -107,7 +110,11 @@ def read_config_dict(path: Path) -> dict:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise UserError(f"{path}: unreadable ({exc})") from None
-    return configlib.renamed(PretrainConfig, data)
+    data = configlib.renamed(PretrainConfig, data)
+    try:
+        return configlib.to_dict(configlib.from_dict(PretrainConfig, data))
+    except (UserError, TypeError, ValueError):
+        return data
 
 
 def read_summary(run_dir: str | Path) -> dict | None:
