@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import json
-import time
 
 import pytest
 
@@ -23,9 +22,7 @@ def read(path):
 
 
 def test_isoloss_smoke_end_to_end(tmp_path):
-    start = time.perf_counter()
     run_cli(["isoloss", "--scale", "smoke", "--out", str(tmp_path), "--no-progress"])
-    elapsed = time.perf_counter() - start
     root = tmp_path / "isoloss-smoke"
     report = (root / "report.md").read_text()
     for heading in ("## Runs", "**Headroom: probe accuracy", "**Every model: the iso-loss checkpoint",
@@ -64,8 +61,6 @@ def test_isoloss_smoke_end_to_end(tmp_path):
         # accuracies are the mean over the same subsets for every model
         subsets = json.loads((root / "seeds" / f"seed{seed}" / "measurements.json").read_text())
         assert any(k.startswith("fewshot|") for k in subsets)
-    print(f"isoloss smoke: {elapsed:.1f} s")
-    assert elapsed < 60
 
     # a second call reuses every run and measurement
     reproduce("isoloss", "smoke", out=tmp_path, progress=False)
