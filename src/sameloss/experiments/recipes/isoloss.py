@@ -83,11 +83,14 @@ NOREG = (("model.dropout", 0.0), ("optim.weight_decay", 0.0))
 
 @dataclass(frozen=True)
 class Fork:
-    """A recipe continued from the base checkpoint: its name, a label and its settings."""
+    """A recipe continued from the base checkpoint: its name, a label, its settings and how
+    many steps it trains at the constant learning rate before the shared decay (``None``:
+    the preset's ``recipe_steps``)."""
 
     name: str
     label: str
     settings: tuple[Setting, ...] = ()
+    recipe_steps: int | None = None
 
 
 @dataclass(frozen=True)
@@ -126,9 +129,13 @@ class IsolossPreset(Preset):
     seeds: tuple[int, ...]
     task: str  # the hidden-state task probed (an HMM task-k)
     base_steps: int
-    extra_steps: int  # the reference fork's length: the "+N" of "+0 vs +N"
-    match_from: int  # the other forks' candidate checkpoints: base + match_from … base + match_to
-    match_to: int
+    # every fork: recipe_steps (its own, or this) at the constant lr, then decay_steps of
+    # linear decay to final_lr_factor × lr; candidate checkpoints every match_every steps
+    # from match_from steps into the decay to its end
+    recipe_steps: int
+    decay_steps: int
+    final_lr_factor: float
+    match_from: int
     match_every: int
     eval_sentences: int  # the shared held-out set on which forks are matched
     forks: tuple[Fork, ...]
@@ -148,11 +155,15 @@ class IsolossPreset(Preset):
         if names[0] != "adamw" or len(set(names)) != len(names):
             raise ValueError("the first fork must be the reference 'adamw' and fork names unique")
         for c in self.comparisons:
-            if not {c.recipe, c.reference} <= {*names, "base"}:
+            if not {c.recipe, c.reference} <= set(names):
                 raise ValueError(f"comparison {c.name} names an unknown fork")
-        if not (0 < self.match_from <= self.extra_steps <= self.match_to) or self.match_to % self.match_every \
-                or self.match_from % self.match_every or self.extra_steps % self.match_every:
-            raise ValueError("match_from ≤ extra_steps ≤ match_to, all multiples of match_every")
+        lengths = [self.recipe_steps_of(f) for f in self.forks]
+        if not (0 < self.match_from < self.decay_steps) or self.decay_steps % self.match_every \
+                or self.match_from % self.match_every or any(n < 0 or n % self.match_every for n in lengths):
+            raise ValueError("0 < match_from < decay_steps; match_from, decay_steps and every fork's recipe "
+                             "steps multiples of match_every")
+        if not 0 <= self.final_lr_factor < 1:
+            raise ValueError("final_lr_factor must be in [0, 1)")
         if len(self.probe_sizes) != len(self.probe_subsets) or max(self.probe_sizes) > self.probe_pool:
             raise ValueError("one subset count per probe size, every size within the pool")
         if self.primary_size not in self.probe_sizes or len(self.seeds) < 2 or len(self.use) != 1:
@@ -160,22 +171,36 @@ class IsolossPreset(Preset):
         if not self.task.startswith("task-") or self.task not in self.tasks[self.use[0]]:
             raise ValueError(f"task {self.task!r} must be an HMM hidden-state task of the preset")
 
+    def recipe_steps_of(self, fork: Fork) -> int:
+        return self.recipe_steps if fork.recipe_steps is None else fork.recipe_steps
+
+    def fork_steps(self, fork: Fork) -> int:
+        """The fork's last step (counted from the base's step 0)."""
+        return self.base_steps + self.recipe_steps_of(fork) + self.decay_steps
+
+    def candidates(self, fork: Fork) -> list[int]:
+        """The fork's candidate checkpoints: every ``match_every`` steps of the decay's end."""
+        end = self.fork_steps(fork)
+        return list(range(end - self.decay_steps + self.match_from, end + 1, self.match_every))
+
 
 def _adversarial(weight: float, task: str, batch: int, pool: int) -> tuple[Setting, ...]:
     return (("adversarial.weight", weight), ("adversarial.task", task), ("adversarial.batch_size", batch),
             ("adversarial.pool_size", pool))
 
 
-def _forks(task: str, adv_batch: int, adv_pool: int) -> tuple[Fork, ...]:
-    return (Fork("adamw", "AdamW (base continued)"), Fork("noreg", "−dropout−WD", NOREG),
+def _forks(task: str, adv_batch: int, adv_pool: int, long_steps: int) -> tuple[Fork, ...]:
+    return (Fork("adamw", "AdamW (base continued)"), Fork("short", "AdamW, decayed at once", recipe_steps=0),
+            Fork("long", f"AdamW, {long_steps} steps before the decay", recipe_steps=long_steps),
+            Fork("noreg", "−dropout−WD", NOREG),
             Fork("sam05", "−dropout−WD+SAM ρ 0.05", (*NOREG, ("sam.rho", 0.05))),
             Fork("sam02", "−dropout−WD+SAM ρ 0.02", (*NOREG, ("sam.rho", 0.02))),
             Fork("adv", "adversarial λ 0.02", _adversarial(0.02, task, adv_batch, adv_pool)))
 
 
 COMPARISONS = (
-    Comparison("longer", "adamw", "base", +1, "training longer at (almost) the same loss raises accuracy and "
-               "lowers the trace (Fig. 2, Fig. 4)"),
+    Comparison("longer", "long", "short", +1, "training longer at the same loss raises accuracy and lowers "
+               "the trace (Fig. 2, Fig. 4)"),
     Comparison("noreg", "noreg", "adamw", -1, "removing dropout and weight decay lowers accuracy and raises the "
                "trace (Table 1, 2)"),
     Comparison("sam05", "sam05", "noreg", +1, "SAM (ρ 0.05) recovers accuracy and flatness lost without "
@@ -199,26 +224,28 @@ def _preset(scale: str, **kw) -> IsolossPreset:
 
 PRESETS: dict[str, IsolossPreset] = {
     "smoke": _preset(
-        "smoke", seeds=(0, 1, 2), base_steps=30, extra_steps=10, match_from=5, match_to=15, match_every=5,
-        eval_sentences=64, forks=_forks("task-5", 32, 256), probe_sizes=(8, 16), probe_subsets=(3, 3),
-        probe_pool=40, probe_test=64, probe_epochs=3, probe_l2=1e-2, primary_size=16, workers=2,
-        kl_tolerance=10.0),
+        "smoke", seeds=(0, 1, 2), base_steps=30, recipe_steps=10, decay_steps=10, final_lr_factor=0.05,
+        match_from=5, match_every=5, eval_sentences=64, forks=_forks("task-5", 32, 256, 20), probe_sizes=(8, 16),
+        probe_subsets=(3, 3), probe_pool=40, probe_test=64, probe_epochs=3, probe_l2=1e-2, primary_size=16,
+        workers=2, kl_tolerance=10.0),
     "tiny": _preset(
-        "tiny", seeds=tuple(range(16)), base_steps=1500, extra_steps=300, match_from=200, match_to=400,
-        match_every=25, eval_sentences=4000, forks=_forks("task-5", 128, 10_000), probe_sizes=(50, 200, 1000),
-        probe_subsets=(20, 20, 10), probe_pool=2000, probe_test=4000, probe_epochs=50, probe_l2=1e-2,
-        primary_size=200, workers=2, kl_tolerance=3e-4,
+        "tiny", seeds=tuple(range(24)), base_steps=1000, recipe_steps=100, decay_steps=200, final_lr_factor=0.05,
+        match_from=80, match_every=10, eval_sentences=4000, forks=_forks("task-5", 128, 10_000, 400),
+        probe_sizes=(50, 200, 1000), probe_subsets=(20, 40, 10), probe_pool=2000, probe_test=20_000,
+        probe_epochs=50, probe_l2=1e-2, primary_size=200, workers=2, kl_tolerance=3e-4,
         measure=dataclasses.replace(COMMON["tiny"].measure, seeds=(0,))),
     "small": _preset(
-        "small", seeds=tuple(range(8)), base_steps=20_000, extra_steps=2000, match_from=1000, match_to=3000,
-        match_every=100, eval_sentences=20_000, forks=_forks("task-5", 256, 10_000),
-        probe_sizes=(50, 200, 1000), probe_subsets=(20, 20, 10), probe_pool=5000, probe_test=10_000,
-        probe_epochs=100, probe_l2=1e-2, primary_size=200, workers=1, kl_tolerance=3e-4),
+        "small", seeds=tuple(range(8)), base_steps=20_000, recipe_steps=2000, decay_steps=2000,
+        final_lr_factor=0.05, match_from=800, match_every=100, eval_sentences=20_000,
+        forks=_forks("task-5", 256, 10_000, 8000), probe_sizes=(50, 200, 1000), probe_subsets=(20, 40, 10),
+        probe_pool=5000, probe_test=20_000, probe_epochs=100, probe_l2=1e-2, primary_size=200, workers=1,
+        kl_tolerance=3e-4),
     "paper": _preset(
-        "paper", seeds=tuple(range(8)), base_steps=100_000, extra_steps=10_000, match_from=5000,
-        match_to=15_000, match_every=500, eval_sentences=100_000, forks=_forks("task-5", 256, 10_000),
-        probe_sizes=(50, 200, 1000), probe_subsets=(20, 20, 10), probe_pool=5000, probe_test=30_000,
-        probe_epochs=100, probe_l2=1e-2, primary_size=200, workers=1, kl_tolerance=3e-4),
+        "paper", seeds=tuple(range(8)), base_steps=100_000, recipe_steps=10_000, decay_steps=10_000,
+        final_lr_factor=0.05, match_from=4000, match_every=500, eval_sentences=100_000,
+        forks=_forks("task-5", 256, 10_000, 40_000), probe_sizes=(50, 200, 1000), probe_subsets=(20, 40, 10),
+        probe_pool=5000, probe_test=30_000, probe_epochs=100, probe_l2=1e-2, primary_size=200, workers=1,
+        kl_tolerance=3e-4),
 }
 
 
@@ -230,22 +257,24 @@ def _common_settings(p: IsolossPreset, language: str, seed: int) -> tuple[Settin
 
 def runs(p: IsolossPreset, language: str, seed: int, base_dir: str | Path | None = None) -> list[RunSpec]:
     """The base run and its forks (``base_dir``: the base run's folder; forks start from its
-    checkpoint at ``base_steps``)."""
+    checkpoint at ``base_steps``). Every fork ends with the same linear decay of the
+    learning rate, so its candidate checkpoints lie on a smooth stretch of its KL curve
+    rather than on the constant-lr noise floor (where the KL jumps by ~1e-3 nats between
+    checkpoints 25 steps apart, driven by the last batches)."""
     from ...training.checkpoint import checkpoint_dir
 
     base = RunSpec(f"{language}-s{seed}-base", (*_common_settings(p, language, seed), ("steps", p.base_steps)),
-                   label="base (+0)", group="base")
+                   label="base", group="base")
     if base_dir is None:
         return [base]
     start = str(checkpoint_dir(Path(base_dir), p.base_steps).resolve())
-    end = p.base_steps + p.match_to
-    candidates = tuple(range(p.base_steps + p.match_from, end + 1, p.match_every))
     out = [base]
     for f in p.forks:
         out.append(RunSpec(
             f"{language}-s{seed}-{f.name}",
-            (*_common_settings(p, language, seed), ("steps", end), ("checkpoints", candidates),
-             ("eval.every", p.match_every), ("init_from", start), *f.settings),
+            (*_common_settings(p, language, seed), ("steps", p.fork_steps(f)),
+             ("checkpoints", tuple(p.candidates(f))), ("eval.every", p.match_every), ("init_from", start),
+             ("optim.decay_steps", p.decay_steps), ("optim.final_lr_factor", p.final_lr_factor), *f.settings),
             label=f.label, group=f.name))
     return out
 
@@ -265,9 +294,19 @@ def _eval_kls(run_dir: Path) -> dict[int, float]:
     return out
 
 
-def select_iso_loss(kls: dict[int, float], candidates: list[int], target: float) -> int:
-    """The candidate step whose KL is nearest ``target`` (the earliest among ties)."""
-    return min(candidates, key=lambda s: (abs(kls[s] - target), s))
+def iso_loss_target(kls: dict[str, dict[int, float]], candidates: dict[str, list[int]]) -> float:
+    """The lowest KL every fork reaches among its candidates: the largest of the forks'
+    smallest candidate KLs (each fork's decay starts above it, so each passes near it)."""
+    return max(min(kls[name][s] for s in candidates[name]) for name in candidates)
+
+
+def select_iso_loss(kls: dict[int, float], candidates: list[int], target: float, tolerance: float) -> int:
+    """The latest candidate step whose KL is within ``tolerance`` of ``target`` (the most
+    decayed learning rate: the least batch noise), else the nearest (the latest of ties)."""
+    within = [s for s in candidates if abs(kls[s] - target) <= tolerance]
+    if within:
+        return max(within)
+    return min(candidates, key=lambda s: (abs(kls[s] - target), -s))
 
 
 def seed_study(root: Path, p: IsolossPreset, seed: int, progress: bool, device: str) -> dict:
@@ -282,24 +321,22 @@ def seed_study(root: Path, p: IsolossPreset, seed: int, progress: bool, device: 
     base_spec = runs(p, language, seed)[0]
     base = study.train(base_spec)
     specs = runs(p, language, seed, base.path)[1:]
-    infos = {"base": base}
-    for spec in specs:
-        infos[spec.group] = study.train(spec)
+    infos = {spec.group: study.train(spec) for spec in specs}
+    forks = {f.name: f for f in p.forks}
     kls = {name: _eval_kls(info.path) for name, info in infos.items()}
-    ref_step = p.base_steps + p.extra_steps
-    target = kls["adamw"][ref_step]
-    candidates = list(range(p.base_steps + p.match_from, p.base_steps + p.match_to + 1, p.match_every))
-    chosen = {"base": p.base_steps, "adamw": ref_step}
-    for name in kls:
-        if name not in chosen:
-            chosen[name] = select_iso_loss(kls[name], candidates, target)
+    candidates = {name: p.candidates(forks[name]) for name in infos}
+    target = iso_loss_target(kls, candidates)
+    # half the tolerance to the target keeps every pair of forks within the tolerance
+    chosen = {name: select_iso_loss(kls[name], candidates[name], target, p.kl_tolerance / 2) for name in infos}
     rows = []
     for name, step in chosen.items():
         info = infos[name]
         ck = checkpoint_dir(info.path, step)
         study.log(f"measure {study.rel(ck)}")
+        decay_start = p.fork_steps(forks[name]) - p.decay_steps
         row = {"model": f"s{seed}-{name}@{step}", "seed": seed, "fork": name, "label": info.spec.label,
-               "step": step, "extra_steps": step - p.base_steps, "kl_match": kls[name][step],
+               "step": step, "extra_steps": step - p.base_steps, "into_decay": step - decay_start,
+               "lr_factor": info.config.lr_factor(step - 1), "kl_match": kls[name][step], "kl_target": target,
                "dkl": kls[name][step] - target}
         row.update({k: v for k, v in study.measure(ck, mspec).items()
                     if k in ("loss", "loss_std", "kl", "kl_std", "trace_fisher", "trace_fisher_se")})
@@ -310,7 +347,7 @@ def seed_study(root: Path, p: IsolossPreset, seed: int, progress: bool, device: 
     rand = study.cached("fewshot-random-init", base_spec.name, design,
                         lambda: _probe_random_init(base.config, design), json.dumps(dataclasses.asdict(base.config),
                                                                                     default=str))
-    return {"rows": rows, "random_init": rand, "runs": list(infos.values()), "timings": study.timings,
+    return {"rows": rows, "random_init": rand, "runs": [base, *infos.values()], "timings": study.timings,
             "counts": study.counts}
 
 
@@ -456,10 +493,16 @@ def report(study: Study, p: IsolossPreset) -> Section:
     section.rows += rows
     section.text.append(
         f"Language hmm ({p.languages['hmm']}), task {p.task} (the hidden state at position {design.position}); "
-        f"{len(study_seeds(study, p))} seeds; base run {p.base_steps} steps, forks from its step {p.base_steps}; reference: the "
-        f"AdamW fork at +{p.extra_steps} steps; every other fork at its checkpoint (every {p.match_every} steps "
-        f"from +{p.match_from} to +{p.match_to}) whose KL on the shared held-out set ({p.eval_sentences} "
-        f"sentences) is nearest the reference's. Probes: the same {design.pool}-example pool, subsets and "
+        f"{len(study_seeds(study, p))} seeds; base run {p.base_steps} steps (AdamW, constant lr after the "
+        f"warm-up); every fork starts from its step {p.base_steps} (weights, optimiser moments, RNG, data stream), "
+        f"trains its recipe for {p.recipe_steps} steps (short: 0, long: "
+        f"{p.recipe_steps_of(next(f for f in p.forks if f.name == 'long'))}) at the constant lr, then "
+        f"{p.decay_steps} steps of linear decay to {p.final_lr_factor:g} × lr. **Iso-loss**: per seed the target is "
+        "the lowest KL (on one shared held-out set of "
+        f"{p.eval_sentences} sentences) that every fork reaches among its candidate checkpoints (every "
+        f"{p.match_every} steps from {p.match_from} steps into the decay to its end); each fork is taken at its "
+        f"latest candidate within {p.kl_tolerance / 2:g} nats (half the tolerance) of the target (else the nearest). Probes: the same "
+        f"{design.pool}-example pool, subsets and "
         f"{design.test}-example test set for every model. **Primary endpoint**: probe at the task's position, "
         f"converged L-BFGS (l2 {design.l2:g}), n = {p.primary_size}, mean over {dict(zip(p.probe_sizes, p.probe_subsets))[p.primary_size]} "
         "subsets; accuracies in %.")
@@ -497,7 +540,8 @@ def _headroom(section: Section, p: IsolossPreset, base: dict, results: list[dict
 
 def _models_table(section: Section, p: IsolossPreset, rows: list[dict]) -> None:
     cols = [Column("fork", "fork", text=True), Column("+steps", "extra_steps", fmt="d"),
-            Column("KL (nats)", "kl_match", fmt=".5f"), Column("ΔKL to ref", "dkl", fmt=".2e"),
+            Column("into decay", "into_decay", fmt="d"), Column("lr factor", "lr_factor", fmt=".2f"),
+            Column("KL (nats)", "kl_match", fmt=".5f"), Column("ΔKL to target", "dkl", fmt=".2e"),
             Column("tr(H) (Fisher)", "trace_fisher", "trace_fisher_se", fmt=".4g")]
     for n in p.probe_sizes:
         cols.append(Column(f"pos n={n} (%)", f"pos_lbfgs_n{n}", scale=100, fmt=".2f"))
