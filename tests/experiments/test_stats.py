@@ -195,3 +195,19 @@ def test_fixed_effects_ols_equals_dummy_variable_least_squares():
     assert ivs[0].high - ivs[0].low < 0.2
     # a column that is constant within every group has no within-group slope
     assert np.isnan(stats.fixed_effects_ols(y, np.c_[X[:, 0], groups], groups)).all()
+
+
+def test_covariate_adjusted_mean_is_scipys_intercept_with_its_t_interval():
+    from scipy import stats as sps
+
+    rng = np.random.default_rng(3)
+    c = rng.normal(size=15)
+    d = 0.4 - 1.3 * c + rng.normal(scale=0.5, size=15)
+    got = stats.covariate_adjusted_mean(d, c)
+    fit = sps.linregress(c, d)
+    half = sps.t.ppf(0.975, 13) * fit.intercept_stderr
+    assert got.estimate == pytest.approx(fit.intercept, rel=1e-12)
+    assert (got.low, got.high) == pytest.approx((fit.intercept - half, fit.intercept + half), rel=1e-6)
+    # a covariate that is 0 everywhere but one pair leaves the other pairs' mean
+    assert stats.covariate_adjusted_mean([1.0, 2.0, 3.0, 10.0], [0, 0, 0, 1]).estimate == pytest.approx(2.0)
+    assert math.isnan(stats.covariate_adjusted_mean([1.0, 2.0, 3.0], [0.5, 0.5, 0.5]).estimate)

@@ -317,6 +317,25 @@ def power_verdict(diff: PairedDifference, expected_sign: int) -> str:
 
 
 # ---- within-group regression ------------------------------------------------------------
+def covariate_adjusted_mean(diffs: Sequence[float], covariate: Sequence[float], level: float = 0.95) -> Interval:
+    """The mean of ``diffs`` at ``covariate = 0``: the intercept of the least-squares line of
+    ``diffs`` on ``covariate`` with its t interval (``n − 2`` degrees of freedom) — a paired
+    difference corrected for a per-pair nuisance such as the pair's ΔKL. ``nan`` with fewer
+    than 3 points or a constant covariate."""
+    d = np.asarray(diffs, dtype=float)
+    c = np.asarray(covariate, dtype=float)
+    n = d.size
+    nan = float("nan")
+    if n < 3 or np.ptp(c) == 0:
+        return Interval(nan, nan, nan, level, n)
+    X = np.column_stack([np.ones(n), c])
+    beta, *_ = np.linalg.lstsq(X, d, rcond=None)
+    resid = d - X @ beta
+    se = math.sqrt(float(resid @ resid) / (n - 2) * float(np.linalg.inv(X.T @ X)[0, 0]))
+    half = t_quantile(0.5 + level / 2, n - 2) * se
+    return Interval(float(beta[0]), float(beta[0]) - half, float(beta[0]) + half, level, n)
+
+
 def fixed_effects_ols(y: Sequence[float], X, groups: Sequence) -> np.ndarray:
     """Least-squares slopes of ``y`` on the columns of ``X`` with one intercept per group
     (the within estimator: ``y`` and ``X`` demeaned within each group). ``nan`` slopes when
