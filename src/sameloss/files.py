@@ -77,7 +77,8 @@ def write_error(path: str | Path, exc: OSError) -> UserError:
     return UserError(f"cannot write {path}: {reason}")
 
 
-STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
+# EFBIG: a file-size limit (RLIMIT_FSIZE), which the tests use to play a full disk
+STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG}
 
 
 def _first_line(path: Path) -> str:
