@@ -1,8 +1,10 @@
 """Files sameloss writes, and how it recognises its own folders before touching them.
 
-* ``atomic_write_text``: a file is written under a temporary name beside it and renamed
-  into place, so an interrupted write (a kill, a full disk) never leaves a half-written
-  file under the real name; the temporary file is removed on any failure.
+* ``atomic_writer`` (a ``with`` block), ``atomic_write_text``, ``atomic_write_json``: a
+  file is written under a temporary name beside it and renamed into place, so an
+  interrupted write (a kill, a full disk) never leaves a half-written file under the real
+  name; the temporary file is removed on any failure. Every file sameloss rewrites in
+  place goes through these.
 * Markers: a run folder gets ``.sameloss-run`` when ``pretrain`` creates it, a folder
   written by ``embed`` gets ``.sameloss-embedded``. Commands that delete or replace a
   folder (``pretrain --fresh``, ``embed --force``) do so only when it carries the
@@ -12,11 +14,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
+import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
 from .errors import UserError
 
@@ -26,17 +32,31 @@ RUN_CONFIG_HEADER = "# resolved config of run"
 EMBEDDED_CONFIG_HEADER = "# config of the model embedded from"
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder."""
+@contextlib.contextmanager
+def atomic_writer(path: str | Path, newline: str | None = None) -> Iterator[TextIO]:
+    """A text file opened under a temporary name in ``path``'s folder, renamed to ``path``
+    when the ``with`` block ends without an error; on any failure (a full disk, a kill)
+    the temporary file is removed and ``path`` is as it was."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".tmp-{path.name}-")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "w", encoding="utf-8", newline=newline) as f:
+            yield f
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder."""
+    with atomic_writer(path) as f:
+        f.write(text)
+
+
+def atomic_write_json(path: str | Path, obj, indent: int | None = 2, default=None) -> None:
+    """``obj`` as JSON, written like ``atomic_write_text``."""
+    atomic_write_text(path, json.dumps(obj, indent=indent, default=default))
 
 
 def write_error(path: str | Path, exc: OSError) -> UserError:
