@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
 import torch
 
 import sameloss
@@ -70,3 +71,21 @@ def test_imports_flow_one_way_through_the_layers():
             for imported in _imported_layers(path) & later:
                 wrong.append(f"{path.relative_to(PACKAGE)} imports {imported}")
     assert wrong == []
+
+
+def test_metrics_are_read_through_runio(tmp_path):
+    from sameloss.errors import UserError
+
+    runio.append_metrics(tmp_path, {"step": 10, "train_loss": 1.5})
+    runio.append_metrics(tmp_path, {"step": 20, "eval": {"kl": 0.25}})
+    runio.append_metrics(tmp_path, {"step": 30, "train_loss": 1.2, "eval": {"kl": 0.125}})
+    assert [r["step"] for r in runio.read_metrics(tmp_path)] == [10, 20, 30]
+    assert runio.eval_history(tmp_path) == {20: {"kl": 0.25}, 30: {"kl": 0.125}}
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(path.read_text() + '{"step": 4')  # a kill mid-write: the unfinished line is left out
+    assert len(runio.read_metrics(tmp_path)) == 3
+    path.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
+    with pytest.raises(UserError, match=r"metrics.jsonl:2: not a metrics record"):
+        runio.read_metrics(tmp_path)
+    with pytest.raises(UserError, match="unreadable"):
+        runio.read_metrics(tmp_path / "nowhere")
