@@ -146,9 +146,12 @@ class PretrainConfig:
     log_every: int = 20
     device: Literal["auto", "cpu", "cuda"] = "auto"
     # a fork (``training.fork``): start from this checkpoint's weights and step (and, with
-    # init_optimizer, its optimiser moments and RNG state) instead of a fresh model
+    # init_optimizer, its optimiser moments and RNG state) instead of a fresh model;
+    # init_step = "restart": count steps from 0 instead (steps 1..steps of this run's own
+    # schedule and data stream, from the checkpoint's weights: a new run that starts there)
     init_from: str | None = None
     init_optimizer: bool = True
+    init_step: Literal["continue", "restart"] = "continue"
     language: LanguageConfig = field(default_factory=LanguageConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
