@@ -1,14 +1,20 @@
 """The machinery shared by the recipes: ``RunSpec`` (a run, turned into a ``PretrainConfig``
 here and only here) and ``Study`` (one experiment folder: train a run or reuse / resume it,
-measure a checkpoint or reuse the cached row, embed a checkpoint, the look-up-table baseline).
+measure a checkpoint or a reference representation (look-up table, random-init encoder,
+oracle) or reuse the cached row, embed a checkpoint, run seed studies in worker processes).
+A recipe never trains or measures by hand: what it trains is ``RunSpec``s (forks
+included, ``init_from``), what it measures is a ``measures.run.MeasureSpec``.
 
 An experiment lives in one folder, ``<out>/<experiment>-<scale>[-seed<N>]/``:
 
 * ``runs/<run>/`` — every pre-training run (``config.toml``, ``metrics.jsonl``,
   ``checkpoints/``, ``summary.json`` once finished);
 * ``embedded/<run>-step<N>/`` — checkpoints embedded into a larger shape (App. B.4);
-* ``measurements.json`` — every measured row, keyed by checkpoint, the checkpoint's
-  ``meta.json`` and the measure settings, written after each measurement;
+* ``measurements.json`` — every measured row, keyed by what was measured (a checkpoint and
+  its ``meta.json``, or a reference and its language / model settings) and the measure
+  settings, written (atomically) after each measurement;
+* ``seeds/seed<N>/`` — a recipe's per-seed studies (``Study.map_seeds``), each laid out
+  as this one;
 * ``results.csv``, ``report.md``, ``*.png`` — written by ``report.py``.
 
 Re-running reuses: a run with ``summary.json`` and the same config is not trained again; a
@@ -121,6 +127,14 @@ def spec_fingerprint(spec) -> str:
     d = dataclasses.asdict(spec)
     d.pop("device", None)
     return _fingerprint(d)
+
+
+def recipe(name: str):
+    """The module of recipe ``name`` (``sameloss.registry``): how one recipe composes others
+    (``figure1``) without importing them."""
+    from .. import registry
+
+    return registry.recipe(name)
 
 
 def experiment_dir_name(experiment: str, scale: str, seed: int) -> str:

@@ -59,6 +59,11 @@ import torch
 from sameloss.errors import UserError
 from sameloss.languages.base import Batch, Language, Task
 
+# the registry reads this from the file (``sameloss.registry``)
+LANGUAGE = {"name": "causal", "build": "build", "settings": ("generator", "k", "length", "pool", "device"),
+            "describe": False}
+DEFAULTS = {"k": 2000, "length": 24}  # the paper's OPT data (App. A.1)
+
 SAMPLE_BLOCK = 1024  # sentences per sampling block
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 LOGIT_CHECK_TOL = {torch.float64: 1e-9, torch.float32: 1e-4}  # restricted head vs the model's logits
@@ -586,3 +591,14 @@ def _tokenizer_words(transformers, folder: Path, tokens: list[int]) -> list[str]
     except Exception:  # a tokenizer is only used for display names
         return None
 
+
+
+def build(generator: str | None = None, k: int | None = None, length: int | None = None, pool: str | None = None,
+          device: str = "cpu") -> CausalLM:
+    """The causal language of the generator folder ``language.generator`` (``k``, ``length``:
+    the paper's 2000 and 24 by default), run on ``device``, its training sentences from
+    ``pool`` if given."""
+    if generator is None:
+        raise UserError("the causal language needs language.generator=DIR (a local Hugging Face causal LM folder)")
+    return CausalLM.from_pretrained(generator, k=DEFAULTS["k"] if k is None else k,
+                                    length=DEFAULTS["length"] if length is None else length, device=device, pool=pool)
