@@ -542,10 +542,9 @@ def test_fisher_estimator_agrees_with_hutchinson_at_the_minimiser(pair):
 
 
 # ---- Gauss–Newton: the Fisher part of the Hessian (Lemma 3.2) -----------------------------------
-def test_gauss_newton_equals_the_brute_force_matrix(model, batch):
-    G = LossGaussNewton(model, batch)
-    dense = G.matmat(torch.eye(G.dim, dtype=torch.float64))
-    sel = G.selection
+def brute_gauss_newton(model, batch):
+    """``(1/M) Σ_i J_iᵀ (diag f_i − f_i f_iᵀ) J_i`` from the full Jacobian of the logits."""
+    sel = select_parameters(model, None)
 
     def logits(flat):
         return functional_call(model, {**sel.fixed, **sel.unflat(flat)}, (batch.inputs,))[batch.masked]
@@ -554,7 +553,13 @@ def test_gauss_newton_equals_the_brute_force_matrix(model, batch):
     with sdpa_kernel(SDPBackend.MATH):
         J = torch.autograd.functional.jacobian(logits, theta)  # [M, V, P]
         f = torch.softmax(logits(theta), dim=-1)
-    ref = torch.einsum("mvp,mvw,mwq->pq", J, torch.diag_embed(f) - f[:, :, None] * f[:, None, :], J) / J.shape[0]
+    return torch.einsum("mvp,mvw,mwq->pq", J, torch.diag_embed(f) - f[:, :, None] * f[:, None, :], J) / J.shape[0]
+
+
+def test_gauss_newton_equals_the_brute_force_matrix(model, batch):
+    G = LossGaussNewton(model, batch)
+    dense = G.matmat(torch.eye(G.dim, dtype=torch.float64))
+    ref = brute_gauss_newton(model, batch)
     assert float((dense - ref).abs().max()) < 1e-10
     assert float(ref.abs().max()) > 1e-3
 
@@ -579,20 +584,6 @@ def test_model_sampled_labels_make_the_hessian_the_gauss_newton_matrix(model, la
     # ... while with the true token alone the residual is not zero
     R = Difference(LossHessian(model, one), G).matmat(eye)
     assert float(R.abs().max()) > 1e-4
-
-
-def brute_gauss_newton(model, batch):
-    """``(1/M) Σ_i J_iᵀ (diag f_i − f_i f_iᵀ) J_i`` from the full Jacobian of the logits."""
-    sel = select_parameters(model, None)
-
-    def logits(flat):
-        return functional_call(model, {**sel.fixed, **sel.unflat(flat)}, (batch.inputs,))[batch.masked]
-
-    theta = sel.flat(sel.values)
-    with sdpa_kernel(SDPBackend.MATH):
-        J = torch.autograd.functional.jacobian(logits, theta)  # [M, V, P]
-        f = torch.softmax(logits(theta), dim=-1)
-    return torch.einsum("mvp,mvw,mwq->pq", J, torch.diag_embed(f) - f[:, :, None] * f[:, None, :], J) / J.shape[0]
 
 
 def test_hessian_gap_matches_the_exact_traces_batch_by_batch(model, language):
