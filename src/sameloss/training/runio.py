@@ -170,17 +170,16 @@ def append_metrics(run_dir: Path, record: dict) -> None:
         raise files.write_error(path, exc) from None
 
 
-def read_metrics(run_dir: str | Path) -> list[dict]:
-    """The records of a run's ``metrics.jsonl``, in order. ``UserError`` naming the file
-    (and line) if it is missing or a line is not a record; an unfinished last line (a kill
-    mid-write) is left out."""
-    path = Path(run_dir) / METRICS
+def _metric_lines(path: Path, hint: str = "") -> list[tuple[str, dict]]:
+    """``(line, record)`` for every record of a ``metrics.jsonl``; an unfinished last line
+    (a kill or a full disk mid-write) is left out; any other line that is not a record is
+    a ``UserError`` naming the file and line (``hint`` appended)."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: unreadable ({_reason(exc)})") from None
     lines = text.splitlines()
-    records = []
+    out = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -191,9 +190,15 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
         except (json.JSONDecodeError, TypeError):
             if number == len(lines) and not text.endswith("\n"):
                 break  # the unfinished last write
-            raise UserError(f"{path}:{number}: not a metrics record (JSON with an integer 'step')") from None
-        records.append(record)
-    return records
+            raise UserError(f"{path}:{number}: not a metrics record (JSON with an integer 'step'){hint}") from None
+        out.append((line, record))
+    return out
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    """The records of a run's ``metrics.jsonl``, in order (``UserError`` naming the file,
+    and the line, if it is missing or damaged; an unfinished last line is left out)."""
+    return [record for _, record in _metric_lines(Path(run_dir) / METRICS)]
 
 
 def eval_history(run_dir: str | Path) -> dict[int, dict]:
@@ -212,27 +217,8 @@ def truncate_metrics(path: Path, step: int) -> None:
     damaged line before it is an error naming the file and line."""
     if not path.exists():
         return
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: unreadable ({exc})") from None
-    lines = text.splitlines()
-    kept = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            line_step = record["step"]
-            if not isinstance(line_step, int):
-                raise TypeError
-        except (json.JSONDecodeError, KeyError, TypeError):
-            if number == len(lines) and not text.endswith("\n"):
-                break  # the unfinished last write
-            raise UserError(f"{path}:{number}: not a metrics record (JSON with an integer 'step'); "
-                            "repair or delete the line to resume") from None
-        if line_step <= step:
-            kept.append(line)
+    kept = [line for line, record in _metric_lines(path, "; repair or delete the line to resume")
+            if record["step"] <= step]
     try:
         files.atomic_write_text(path, "".join(ln + "\n" for ln in kept))
     except OSError as exc:
