@@ -355,7 +355,7 @@ def format_rows(rows: list[dict]) -> str:
 
 
 def _embed(args) -> None:
-    from .training.embedding import embed_checkpoint
+    from .training.embed_io import embed_checkpoint
 
     path = embed_checkpoint(args.checkpoint, args.out, into=args.into, width_factor=args.width_factor,
                             extra_layers=args.extra_layers, force=args.force)

@@ -89,3 +89,29 @@ def test_metrics_are_read_through_runio(tmp_path):
         runio.read_metrics(tmp_path)
     with pytest.raises(UserError, match="unreadable"):
         runio.read_metrics(tmp_path / "nowhere")
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """The sameloss modules a file imports, at its top or inside functions."""
+    module = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if module[-1] == "__init__":
+        module = module[:-1] + ["__init__"]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = module[:-node.level] if node.level else []
+            name = ".".join(base + ([node.module] if node.module else []))
+            found.add(name)
+            found.update(f"{name}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return {n for n in found if n.startswith("sameloss.")}
+
+
+def test_no_two_modules_import_each_other():
+    """A circle (``lm_generated`` ↔ ``lm_train`` was one) hides which module is the base."""
+    paths = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts): p for p in PACKAGE.rglob("*.py")
+             if p.name != "__init__.py"}
+    imports = {name: _imported_modules(path) & set(paths) for name, path in paths.items()}
+    circles = sorted({tuple(sorted((a, b))) for a in imports for b in imports[a] if a in imports.get(b, ())})
+    assert circles == []

@@ -383,7 +383,7 @@ class Study:
         """The checkpoint embedded function-preservingly into the transformer shape named
         ``into`` (``models.embed``, App. B.4); reused when already written. ``UserError``
         when that shape cannot hold the model (the message says why)."""
-        from ..training.embedding import embed_checkpoint
+        from ..training.embed_io import embed_checkpoint
         from ..training.checkpoint import read_meta
 
         checkpoint = Path(checkpoint)
