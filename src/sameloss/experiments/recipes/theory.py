@@ -52,7 +52,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...measures.run import MeasureSpec
-from ...training.checkpoint import checkpoint_dir
 from ..claims import difference_claim, fmt, trend_claim, zero_claim
 from ..common import COMMON, Preset, Shape, base_settings, run_name
 from ..core import RunSpec, Study
