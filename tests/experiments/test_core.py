@@ -192,10 +192,15 @@ def test_every_measured_row_goes_through_one_cache(tmp_path, monkeypatch):
     design = FewShot("task-5", (("pos", View((4,))),), sizes=(4,), subsets=(2,), pool=12, test=20,
                      endpoints=(("pos", "lbfgs"),))
     spec = MeasureSpec(loss=True, loss_sentences=16, fewshot=design)
+    loads = []
+    real_load = measures_run.load_checkpoint
+    monkeypatch.setattr(measures_run, "load_checkpoint", lambda *a, **k: loads.append(a[0]) or real_load(*a, **k))
     first = Study(tmp_path / "study", progress=False, device="cpu")
     rows = [first.measure(checkpoint_dir(tmp_path / "run", 4), spec), first.reference("oracle", cfg, spec),
             first.reference("random-init", cfg, spec)]
     assert first.counts["measured"] == 3
+    assert len(loads) == 1  # the loss and the few-shot probes of the checkpoint: one load
+    assert {"loss", "kl", "pos_lbfgs_n4"} <= set(rows[0])
 
     def fail(*args, **kwargs):
         raise AssertionError("measured again")
