@@ -57,7 +57,7 @@ import numpy as np
 import torch
 
 from sameloss.errors import UserError
-from sameloss.files import sha256_of
+from sameloss.files import atomic_write_json, sha256_of
 from sameloss.languages.base import Batch, Language, Task
 
 # the registry reads this from the file (``sameloss.registry``)
@@ -272,9 +272,8 @@ class CausalLM(Language):
         record = {"k": k, "length": length, "n_sentences": n_sentences, "seed": seed, "bos": bos,
                   "generator": str(folder.resolve()), "tokens": tokens,
                   "expected_counts": [float(counts[t]) for t in tokens]}
-        try:
-            with open(cache, "x", encoding="utf-8") as f:  # 'x': never overwrite
-                json.dump(record, f)
+        try:  # atomic: a kill mid-write leaves no half-written cache to be read next time
+            atomic_write_json(cache, record, indent=None)
         except OSError as exc:
             warnings.warn(f"could not cache the token list in {cache}: {_one_line(exc)}", stacklevel=3)
         return tokens
@@ -286,7 +285,7 @@ class CausalLM(Language):
             raise UserError(f"{path} exists; not overwriting it")
         record = {"k": self.n_words, "length": self.max_len, "bos": self.bos_id, "generator": self.source,
                   "tokens": self.tokens.tolist()}
-        path.write_text(json.dumps(record), encoding="utf-8")
+        atomic_write_json(path, record, indent=None)
 
     @staticmethod
     def load_tokens(path, k: int | None = None) -> list[int]:
