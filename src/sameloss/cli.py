@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Describe a language: vocabulary, sentence lengths, the entropy of the true masked-token "
                     "conditionals (the optimal MLM loss, with its standard error), each downstream task's "
                     "class count and majority-class rate, and a few sample sentences.")
-    describe.add_argument("name", choices=["pcfg", "hmm", "dyck"], help="which language")
+    from .registry import languages  # read from the language files (and plugins): no torch import
+    describe.add_argument("name", choices=[n for n, e in languages().items() if e.describe], help="which language")
     describe.add_argument("--grammar", metavar="FILE",
                           help="PCFG grammar file (the released rule_deep_mlm.txt format or ours); "
                                "overrides --size")
@@ -354,7 +355,7 @@ def format_rows(rows: list[dict]) -> str:
 
 
 def _embed(args) -> None:
-    from .training.embedding import embed_checkpoint
+    from .training.embed_io import embed_checkpoint
 
     path = embed_checkpoint(args.checkpoint, args.out, into=args.into, width_factor=args.width_factor,
                             extra_layers=args.extra_layers, force=args.force)
@@ -493,7 +494,11 @@ def format_summary(s: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()  # reads the registry: a plugin that fails to import is a user error
+    except UserError as exc:
+        print(f"sameloss: error: {exc}", file=sys.stderr)
+        return 2
     # KEY=VALUE overrides may come after options (``--out runs steps=10``), which plain
     # argparse positionals do not allow: collect the leftovers that look like overrides
     args, extra = parser.parse_known_args(argv)

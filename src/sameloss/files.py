@@ -1,8 +1,10 @@
 """Files sameloss writes, and how it recognises its own folders before touching them.
 
-* ``atomic_write_text``: a file is written under a temporary name beside it and renamed
-  into place, so an interrupted write (a kill, a full disk) never leaves a half-written
-  file under the real name; the temporary file is removed on any failure.
+* ``atomic_write_text`` (and ``atomic_write_json``, ``atomic_writer`` for streaming
+  writers): a file is written under a temporary name beside it and renamed into place, so
+  an interrupted write (a kill, a full disk) never leaves a half-written file under the
+  real name; the temporary file is removed on any failure. Every file sameloss rewrites
+  in place goes through these.
 * Markers: a run folder gets ``.sameloss-run`` when ``pretrain`` creates it, a folder
   written by ``embed`` gets ``.sameloss-embedded``. Commands that delete or replace a
   folder (``pretrain --fresh``, ``embed --force``) do so only when it carries the
@@ -104,6 +106,45 @@ def is_embedded_dir(path: str | Path) -> bool:
         return False
     return (path / EMBEDDED_MARKER).is_file() or \
         _first_line(path / "config.toml").startswith(EMBEDDED_CONFIG_HEADER)
+
+
+def atomic_writer(path: str | Path, newline: str | None = None):
+    """``with atomic_writer(path) as f: ...``: a text file opened under a temporary name in
+    ``path``'s folder and renamed to ``path`` when the block ends without an error; on any
+    failure (a full disk, a kill) the temporary file is removed and ``path`` is as it was.
+    For writers that stream (``csv.writer``); ``atomic_write_text`` for a whole string."""
+    return _AtomicWriter(Path(path), newline)
+
+
+class _AtomicWriter:
+    def __init__(self, path: Path, newline: str | None):
+        self.path, self.newline = path, newline
+
+    def __enter__(self):
+        fd, self.tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".tmp-{self.path.name}-")
+        try:
+            self.file = os.fdopen(fd, "w", encoding="utf-8", newline=self.newline)
+        except BaseException:
+            os.close(fd)
+            Path(self.tmp).unlink(missing_ok=True)
+            raise
+        return self.file
+
+    def __exit__(self, kind, exc, traceback) -> bool:
+        try:
+            self.file.close()
+            if kind is None:
+                os.replace(self.tmp, self.path)
+        finally:
+            Path(self.tmp).unlink(missing_ok=True)
+        return False
+
+
+def atomic_write_json(path: str | Path, obj, indent: int | None = 2, default=None) -> None:
+    """``obj`` as JSON, written like ``atomic_write_text``."""
+    import json
+
+    atomic_write_text(path, json.dumps(obj, indent=indent, default=default))
 
 
 def mark(path: Path, marker: str, text: str) -> None:

@@ -32,15 +32,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..files import sha256_of as _sha256
 from ..errors import UserError
+from ..files import sha256_of as _sha256
+from .lm_generated import POOL_META, POOL_TOKENS, CausalLM, _transformers
 
 EOS = "<|endoftext|>"
 # GPT-2-style shapes for generators trained here (n_embd, n_layer, n_head)
 GENERATOR_SIZES = {"micro": (32, 1, 2), "tiny": (64, 2, 2), "small": (128, 4, 4)}
 MIN_BPE_VOCAB = 257  # the 256 bytes + <|endoftext|>
-POOL_META = "meta.json"
-POOL_TOKENS = "tokens.npy"
 
 
 def _new_folder(out) -> Path:
@@ -67,8 +66,6 @@ def _quiet_hf(transformers):
 
 def generator_config(size: str, vocab: int, positions: int, eos_id: int):
     """The ``GPT2Config`` of a named generator size."""
-    from .lm_generated import _transformers
-
     if size not in GENERATOR_SIZES:
         raise UserError(f"unknown generator size {size!r}; choose from {', '.join(GENERATOR_SIZES)}")
     d, layers, heads = GENERATOR_SIZES[size]
@@ -100,7 +97,6 @@ def train_generator(files: Sequence[str], out, vocab: int = 1000, size: str = "t
                     doc_per: str = "line", log=print) -> dict:
     """Train a BPE and a GPT-2-style model on ``files``; write the HF folder ``out``
     (``steps=0``: the model stays at its seeded initialisation)."""
-    from .lm_generated import _transformers
     from .text import read_documents
 
     out = _new_folder(out)
@@ -157,21 +153,6 @@ def train_generator(files: Sequence[str], out, vocab: int = 1000, size: str = "t
     return record
 
 
-def random_generator(out, vocab: int = 64, size: str = "micro", positions: int = 32, seed: int = 0) -> Path:
-    """A randomly initialised GPT-2-style generator folder (no tokenizer): a causal
-    language for smoke tests that needs neither text nor training."""
-    from .lm_generated import _transformers
-
-    out = _new_folder(out)
-    transformers = _transformers()
-    torch.manual_seed(seed)
-    model = transformers.GPT2LMHeadModel(generator_config(size, vocab, positions, vocab - 1))
-    out.mkdir(parents=True)
-    with _quiet_hf(transformers):
-        model.save_pretrained(str(out))
-    return out
-
-
 def _weights_sha256(folder: Path) -> str | None:
     for name in ("model.safetensors", "pytorch_model.bin"):
         if (folder / name).is_file():
@@ -182,8 +163,6 @@ def _weights_sha256(folder: Path) -> str | None:
 def write_pool(generator, out, k: int, length: int, n: int, seed: int = 0, device: str = "cpu",
                tokens=None) -> dict:
     """Sample ``n`` sentences of the causal language and write a pool folder ``out``."""
-    from .lm_generated import CausalLM
-
     out = _new_folder(out)
     if n < 1:
         raise UserError(f"--n must be positive, got {n}")
@@ -197,31 +176,3 @@ def write_pool(generator, out, k: int, length: int, n: int, seed: int = 0, devic
             "tokens_sha256": _sha256(out / POOL_TOKENS)}
     (out / POOL_META).write_text(json.dumps(meta, indent=2), encoding="utf-8")
     return meta
-
-
-def load_pool(folder, k: int, length: int, tokens: Sequence[int]) -> np.ndarray:
-    """The pool's sentences ``[N, T]`` (language ids, kept in the file's compact dtype),
-    checked against the language."""
-    folder = Path(folder)
-    meta_path = folder / POOL_META
-    if not meta_path.is_file():
-        raise UserError(f"{folder} is not a token pool (no {POOL_META}); write one with 'sameloss causal-lm sample'")
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        want = meta["tokens_sha256"]
-    except (ValueError, KeyError, TypeError):
-        raise UserError(f"{meta_path} is not a pool's meta.json") from None
-    path = folder / POOL_TOKENS
-    if not path.is_file() or _sha256(path) != want:
-        raise UserError(f"{path} is missing or does not match its checksum in {POOL_META}")
-    if meta.get("k") != k or meta.get("length") != length:
-        raise UserError(f"pool {folder} holds K={meta.get('k')}, T={meta.get('length')} sentences; the language has "
-                        f"K={k}, T={length}")
-    if [int(t) for t in meta.get("tokens", [])] != [int(t) for t in tokens]:
-        raise UserError(f"pool {folder} was sampled with other allowed tokens than this language's")
-    data = np.load(path)
-    if data.ndim != 2 or data.shape[1] != length or data.shape[0] < 1 or data.dtype.kind not in "iu" \
-            or int(data.max()) >= k or int(data.min()) < 0:
-        raise UserError(f"{path}: not a [N, {length}] array of ids below {k}")
-    return data
-

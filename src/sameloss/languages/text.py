@@ -42,6 +42,9 @@ from ..errors import UserError
 from ..files import sha256_of
 from .base import Batch, Language
 
+# the registry reads this from the file (``sameloss.registry``)
+LANGUAGE = {"name": "corpus", "build": "build", "settings": ("data",), "describe": False}
+
 META = "meta.json"
 TOKENIZER = "tokenizer.json"
 SHARD_ROWS = 65_536  # sequences per shard file
@@ -353,3 +356,10 @@ class Corpus(Language):
 
 
 __all__ = ["Corpus", "encode", "load_tokenizer_folder", "pack", "prepare_corpus", "read_documents", "train_tokenizer"]
+
+
+def build(data: str | None = None) -> Corpus:
+    """The corpus prepared in the folder ``language.data``."""
+    if data is None:
+        raise UserError("the corpus language needs language.data=DIR (a folder from 'sameloss corpus prepare')")
+    return Corpus(data)
