@@ -55,22 +55,14 @@ def honour_umask(path: str | Path, directory: bool = False) -> None:
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same folder."""
-    atomic_write_bytes(path, text.encode("utf-8"))
+    with atomic_writer(path) as f:
+        f.write(text)
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder (mode as
-    a plain ``open`` would give it)."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".tmp-{path.name}-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        honour_umask(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``data`` to ``path`` through a temporary file in the same folder."""
+    with atomic_writer(path, binary=True) as f:
+        f.write(data)
 
 
 def write_error(path: str | Path, exc: OSError) -> UserError:
@@ -108,22 +100,24 @@ def is_embedded_dir(path: str | Path) -> bool:
         _first_line(path / "config.toml").startswith(EMBEDDED_CONFIG_HEADER)
 
 
-def atomic_writer(path: str | Path, newline: str | None = None):
-    """``with atomic_writer(path) as f: ...``: a text file opened under a temporary name in
-    ``path``'s folder and renamed to ``path`` when the block ends without an error; on any
-    failure (a full disk, a kill) the temporary file is removed and ``path`` is as it was.
-    For writers that stream (``csv.writer``); ``atomic_write_text`` for a whole string."""
-    return _AtomicWriter(Path(path), newline)
+def atomic_writer(path: str | Path, newline: str | None = None, binary: bool = False):
+    """``with atomic_writer(path) as f: ...``: a file (text, or bytes with ``binary``) opened
+    under a temporary name in ``path``'s folder and renamed to ``path`` when the block ends
+    without an error, with the mode a plain ``open`` would give it; on any failure (a full
+    disk, a kill) the temporary file is removed and ``path`` is as it was. For writers that
+    stream (``csv.writer``); ``atomic_write_text`` / ``_bytes`` for a whole string."""
+    return _AtomicWriter(Path(path), newline, binary)
 
 
 class _AtomicWriter:
-    def __init__(self, path: Path, newline: str | None):
-        self.path, self.newline = path, newline
+    def __init__(self, path: Path, newline: str | None, binary: bool):
+        self.path, self.newline, self.binary = path, newline, binary
 
     def __enter__(self):
         fd, self.tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".tmp-{self.path.name}-")
         try:
-            self.file = os.fdopen(fd, "w", encoding="utf-8", newline=self.newline)
+            self.file = os.fdopen(fd, "wb") if self.binary else \
+                os.fdopen(fd, "w", encoding="utf-8", newline=self.newline)
         except BaseException:
             os.close(fd)
             Path(self.tmp).unlink(missing_ok=True)
@@ -134,6 +128,7 @@ class _AtomicWriter:
         try:
             self.file.close()
             if kind is None:
+                honour_umask(self.tmp)
                 os.replace(self.tmp, self.path)
         finally:
             Path(self.tmp).unlink(missing_ok=True)
