@@ -26,6 +26,7 @@ def embed_checkpoint(
     width_factor: int | None = None,
     extra_layers: int = 0,
     force: bool = False,
+    optimizer: str = "fresh",
 ) -> Path:
     """Embed the transformer of a checkpoint and save it as a checkpoint of the large model.
 
@@ -36,7 +37,11 @@ def embed_checkpoint(
 
     ``into``: a transformer size name (e.g. ``t4-1920``) whose shape is the target; the
     width factor and added layers follow from it. Without it: ``width_factor`` (default 1)
-    and ``extra_layers`` (MLP width × the width factor). Writes
+    and ``extra_layers`` (MLP width × the width factor). ``optimizer``: ``"fresh"`` (a new
+    optimiser) or ``"embedded"`` (the small checkpoint's optimiser moments mapped onto the
+    large parameters as gradients map — ``models.embed.embed_gradient`` — with its step
+    count and RNG state, so a fork ``init_from`` it continues the small run's optimiser
+    rather than restarting Adam from zero moments). Writes
     ``out_dir/checkpoints/step_<step of the small checkpoint>/`` (``model.safetensors``,
     ``state.pt`` with a fresh optimiser and schedule, ``meta.json`` with the small run's
     config describing the large model — ``model.size`` a size name when one has the large
@@ -46,6 +51,9 @@ def embed_checkpoint(
     ``out_dir/config.toml``; returns the checkpoint directory. ``UserError`` if the
     checkpoint is not a transformer's or the target cannot hold it.
     """
+    optimizer_state = optimizer
+    if optimizer_state not in ("fresh", "embedded"):
+        raise UserError(f"optimizer must be 'fresh' or 'embedded', got {optimizer_state!r}")
     small_dir = Path(small_checkpoint_dir)
     if not (small_dir / "meta.json").exists():
         raise UserError(f"{small_dir} is not a checkpoint (no meta.json)")
@@ -74,6 +82,8 @@ def embed_checkpoint(
     step = int(small_meta.get("step", 0))
     state = {"step": step, "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
              "rng": torch.get_rng_state(), "cuda_rng": None}
+    if optimizer_state == "embedded":
+        state.update(_embedded_optimizer_state(small, large, plan, cfg, large_cfg, small_dir))
     meta = {
         "config": configlib.to_dict(large_cfg),
         "eval": small_meta.get("eval"),
@@ -88,6 +98,7 @@ def embed_checkpoint(
             "n_heads": plan.n_heads,
             "construction": "App. B.4 replication: embeddings tiled, hidden weights (J/k)⊗W, LayerNorm "
                             "params tiled, decoder-input LayerNorm /k, identity blocks appended",
+            "optimizer": optimizer_state,
         },
     }
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -108,6 +119,50 @@ def embed_checkpoint(
             raise files.write_error(out_dir, exc) from None
         raise
     return ckpt.checkpoint_dir(out_dir, step)
+
+
+def _embedded_optimizer_state(small, large, plan, cfg, large_cfg, small_dir: Path) -> dict:
+    """The small checkpoint's optimiser state mapped onto the large model (module
+    ``models.embed``: moments of gradients map as gradients, of squared gradients as their
+    squares; entries of added blocks start at zero), its schedule and RNG state."""
+    from ..models.embed import embed_gradient, embed_map, embed_second_moment
+    from .sam import SAM
+
+    saved = ckpt.load_state(small_dir)
+    small_opt, _ = build_optimizer(cfg, small)
+    base = small_opt.base if isinstance(small_opt, SAM) else small_opt
+    opt_state = saved["optimizer"]
+    if "base" in opt_state and "rho" in opt_state:  # a SAM run's checkpoint
+        opt_state = opt_state["base"]
+    base.load_state_dict(opt_state)
+    names = {id(p): n for n, p in small.named_parameters()}
+    per_name = {names[id(p)]: st for p, st in base.state.items()}
+    large_opt, large_schedule = build_optimizer(large_cfg, large)
+    large_base = large_opt.base if isinstance(large_opt, SAM) else large_opt
+    m = embed_map(small, plan.width_factor, plan.extra_layers, plan.n_heads, plan.d_inter)
+    shapes = {n: p.shape for n, p in large.named_parameters()}
+    params = dict(large.named_parameters())
+    keys = {k for st in per_name.values() for k in st}
+    mapped = {}
+    for key in keys:
+        tensors = {n: per_name[n][key] for n in m.small_names}
+        if key == "step":
+            continue
+        if key in ("exp_avg", "momentum_buffer"):
+            mapped[key] = embed_gradient(m, tensors, shapes)
+        elif key in ("exp_avg_sq", "max_exp_avg_sq"):
+            mapped[key] = embed_second_moment(m, tensors, shapes)
+        else:
+            raise UserError(f"cannot embed the optimiser state {key!r} of {small_dir}; use a fresh optimiser")
+    step_value = next(iter(per_name.values()))["step"] if per_name else None
+    for n, p in params.items():
+        st = {k: v[n].to(p.dtype) for k, v in mapped.items()}
+        if step_value is not None:
+            st["step"] = step_value.clone() if torch.is_tensor(step_value) else step_value
+        large_base.state[p] = st
+    large_schedule.load_state_dict(saved["schedule"])
+    return {"optimizer": large_base.state_dict(), "schedule": large_schedule.state_dict(), "rng": saved["rng"],
+            "cuda_rng": saved.get("cuda_rng")}
 
 
 def _holds_run_or_checkpoint(folder: Path) -> bool:

@@ -48,7 +48,7 @@ from .sam import SAM
 
 # Config keys that may differ when a run is resumed (they do not change the trajectory).
 RESUMABLE_CHANGES = {"steps", "checkpoints", "checkpoints_log", "save_every", "log_every", "device",
-                     "eval.every"}
+                     "eval.every", "eval.at_checkpoints"}
 
 
 class TrainingDiverged(UserError):
@@ -67,7 +67,8 @@ def check_resumable(saved: dict, current: dict) -> None:
     """``UserError`` naming the first config key whose change would alter the trajectory."""
     a, b = configlib.flatten(saved), configlib.flatten(current)
     # the number of steps shapes the schedule when warm-up or decay depend on it
-    schedule_uses_steps = b.get("optim.warmup_fraction") is not None or b.get("optim.decay_steps", 0) > 0
+    schedule_uses_steps = (b.get("optim.warmup_fraction") is not None or b.get("optim.decay_steps", 0) > 0
+                           or b.get("optim.final_steps", 0) > 0)
     for key in sorted(set(a) | set(b)):
         if key in RESUMABLE_CHANGES and not (key == "steps" and schedule_uses_steps):
             continue
@@ -249,7 +250,7 @@ class Run:
 
 def _step(run: Run, step: int) -> StepResult:
     """One update on batch ``step`` of the stream (SAM: ascent on the first half-batch,
-    update on the second)."""
+    update on the second; ``update_half``: the update on the second half alone)."""
     cfg, optimizer = run.cfg, run.optimizer
     full = global_batch(run.language, cfg.seed, step, cfg.batch_size, run.rate, cfg.mask_replace)
     n_targets = full.n_targets
@@ -263,6 +264,9 @@ def _step(run: Run, step: int) -> StepResult:
         ascent_loss.backward()
         optimizer.ascend()
         optimizer.zero_grad(set_to_none=True)
+        batch, n_targets = update.shard(run.rank, run.world_size).to(run.device), update.n_targets
+    elif cfg.update_half:  # SAM's update half, without the ascent (the control of its batch size)
+        update = full.halves()[1]
         batch, n_targets = update.shard(run.rank, run.world_size).to(run.device), update.n_targets
     else:
         batch = full.shard(run.rank, run.world_size).to(run.device)
@@ -340,7 +344,8 @@ def _log(run: Run, step: int, bar) -> None:
             record["epoch"] = step * cfg.batch_size / run.n_train
     if run.rank != 0:
         return
-    if (cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.steps:
+    if (cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.steps or \
+            (cfg.eval.at_checkpoints and step in run.keep):
         run.last_eval = run.evaluator.evaluate(run.model, run.device)
         record = (record or {"step": step}) | {"eval": run.last_eval}
     if record is None:
