@@ -27,7 +27,11 @@ from .. import registry
 from ..errors import UserError
 
 SCALE_NAMES = ("smoke", "tiny", "small", "paper")
-DEFAULT_EXPERIMENT = "figure1"
+# ``sameloss reproduce`` with no experiment: the powered iso-loss study at the ``quick``
+# scale (its tiny design with fewer seeds; a scale of that recipe only, ≤ 20 min on a
+# 2-core CPU); a named experiment without ``--scale`` runs at ``tiny``
+DEFAULT_EXPERIMENT = "isoloss"
+MAIN_SCALE = "quick"
 DEFAULT_SCALE = "tiny"
 
 
@@ -37,12 +41,21 @@ def experiments() -> dict[str, str]:
     return {name: entry.summary for name, entry in registry.recipes().items()}
 
 
-def reproduce(experiment: str = DEFAULT_EXPERIMENT, scale: str = DEFAULT_SCALE, out: str | Path = "runs",
+def main_job(experiment: str | None, scale: str | None) -> tuple[str, str]:
+    """``(experiment, scale)`` as ``sameloss reproduce`` reads them: no experiment is the main
+    job (``isoloss`` at ``quick``); a named one without a scale runs at ``tiny``."""
+    if experiment is None:
+        return DEFAULT_EXPERIMENT, scale or MAIN_SCALE
+    return experiment, scale or DEFAULT_SCALE
+
+
+def reproduce(experiment: str | None = None, scale: str | None = None, out: str | Path = "runs",
               seed: int = 0, fresh: bool = False, progress: bool = True, device: str | None = None,
               command: str | None = None) -> Path:
-    """Run one recipe at one scale; returns the path of ``report.md``."""
+    """Run one recipe at one scale (``main_job``: the defaults); returns the path of ``report.md``."""
     from .core import Study, experiment_dir_name
 
+    experiment, scale = main_job(experiment, scale)
     recipe = registry.recipe(experiment)
     if scale not in recipe.PRESETS:
         raise UserError(f"unknown scale {scale!r}; choose from {', '.join(recipe.PRESETS)}")
@@ -140,4 +153,5 @@ def _runs_section(study, sections: list):
     return section
 
 
-__all__ = ["DEFAULT_EXPERIMENT", "DEFAULT_SCALE", "SCALE_NAMES", "experiments", "reproduce", "reproduce_command"]
+__all__ = ["DEFAULT_EXPERIMENT", "DEFAULT_SCALE", "MAIN_SCALE", "SCALE_NAMES", "experiments", "main_job", "reproduce",
+           "reproduce_command"]

@@ -20,7 +20,8 @@ def _epilog() -> str:
     for name, what in experiments().items():
         lines.append(f"  {name:<11} {what}")
     lines += ["", "scales: smoke (the pipeline in seconds), tiny (a 2-core CPU in minutes), small and paper (GPU; "
-              "runtimes in each recipe's docstring: src/sameloss/experiments/recipes/<experiment>.py)"]
+              "runtimes in each recipe's docstring: src/sameloss/experiments/recipes/<experiment>.py); quick: "
+              "isoloss only, the main job"]
     return "\n".join(lines)
 
 
@@ -32,9 +33,10 @@ class _DeprecatedScale(argparse.Action):
 
 def add_reproduce_parser(commands) -> argparse.ArgumentParser:
     """Add ``reproduce`` to the ``sameloss`` sub-command parsers ``commands``."""
-    from . import DEFAULT_EXPERIMENT, DEFAULT_SCALE, SCALE_NAMES, experiments
+    from . import DEFAULT_EXPERIMENT, DEFAULT_SCALE, MAIN_SCALE, SCALE_NAMES, experiments
 
     names = list(experiments())
+    scales = [SCALE_NAMES[0], MAIN_SCALE, *SCALE_NAMES[1:]]
 
     reproduce = commands.add_parser(
         "reproduce", help="reproduce a result of the paper end to end: train, measure, report",
@@ -42,14 +44,18 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
                     "(exact loss, trace of Hessian, probe accuracy; cached), and write "
                     "OUT/EXPERIMENT-SCALE/: report.md (tables with error bars, figures, and whether each claim "
                     "of the paper holds in this run), results.csv, figures and every run's folder. Without an "
-                    "experiment: figure1 --scale tiny (about 15 minutes on a 2-core CPU).",
+                    f"experiment: the main job, {DEFAULT_EXPERIMENT} --scale {MAIN_SCALE} (the powered iso-loss "
+                    "study with a few seeds: at most 20 minutes on a 2-core CPU running nothing else).",
         epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    reproduce.add_argument("experiment", nargs="?", default=DEFAULT_EXPERIMENT, choices=names,
-                           metavar="EXPERIMENT", help=f"one of {', '.join(names)} (default {DEFAULT_EXPERIMENT})")
-    reproduce.add_argument("--scale", default=DEFAULT_SCALE, choices=list(SCALE_NAMES),
-                           help=f"how big: {', '.join(SCALE_NAMES)} (default {DEFAULT_SCALE})")
+    reproduce.add_argument("experiment", nargs="?", default=None, choices=names, metavar="EXPERIMENT",
+                           help=f"one of {', '.join(names)} (default: the main job, {DEFAULT_EXPERIMENT} at "
+                                f"--scale {MAIN_SCALE})")
+    reproduce.add_argument("--scale", default=None, choices=scales,
+                           help=f"how big: {', '.join(scales)} (default {DEFAULT_SCALE} for a named experiment; "
+                                f"{MAIN_SCALE}: {DEFAULT_EXPERIMENT}'s tiny design with a few seeds, that recipe "
+                                "only)")
     # the old name of --scale, kept so that earlier commands still work
-    reproduce.add_argument("--preset", dest="scale", choices=list(SCALE_NAMES), action=_DeprecatedScale,
+    reproduce.add_argument("--preset", dest="scale", choices=scales, action=_DeprecatedScale,
                            help=argparse.SUPPRESS)
     reproduce.add_argument("--out", default="runs", metavar="DIR", help="parent folder (default runs)")
     reproduce.add_argument("--seed", type=int, default=0,
@@ -65,9 +71,10 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
 
 
 def _reproduce(args) -> None:
-    from . import reproduce, reproduce_command
+    from . import main_job, reproduce, reproduce_command
 
-    command = reproduce_command(args.experiment, args.scale, args.seed)
-    path = reproduce(args.experiment, args.scale, out=args.out, seed=args.seed, fresh=args.fresh,
+    experiment, scale = main_job(args.experiment, args.scale)
+    command = reproduce_command(experiment, scale, args.seed)
+    path = reproduce(experiment, scale, out=args.out, seed=args.seed, fresh=args.fresh,
                      progress=not args.no_progress, device=args.device, command=command)
     print(path)

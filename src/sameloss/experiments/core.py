@@ -379,24 +379,29 @@ class Study:
                 self.counts[k] += counts[k]
         return [result for result, *_ in done]
 
-    def embed(self, checkpoint: Path, into: str) -> Path:
+    def embed(self, checkpoint: Path, into: str | None = None, *, width_factor: int | None = None,
+              extra_layers: int = 0, optimizer: str = "fresh") -> Path:
         """The checkpoint embedded function-preservingly into the transformer shape named
-        ``into`` (``models.embed``, App. B.4); reused when already written. ``UserError``
-        when that shape cannot hold the model (the message says why)."""
+        ``into``, or ``width_factor``× wider with ``extra_layers`` more blocks
+        (``models.embed``, App. B.4; ``optimizer="embedded"``: with the checkpoint's
+        optimiser moments mapped onto it, for a fork to continue); reused when already
+        written. ``UserError`` when that shape cannot hold the model (the message says why)."""
         from ..training.embed_io import embed_checkpoint
         from ..training.checkpoint import read_meta
 
         checkpoint = Path(checkpoint)
         step = read_meta(checkpoint)["step"]
         run = checkpoint.parent.parent.name
-        out = self.root / "embedded" / f"{run}-step{step}-into-{into}"
+        shape = into or f"w{width_factor or 1}+{extra_layers}"
+        out = self.root / "embedded" / (f"{run}-step{step}-into-{shape}" + ("-optimizer" if optimizer != "fresh" else ""))
         target = checkpoint_dir(out, step)
         if (target / "meta.json").exists() and \
                 (target / "meta.json").stat().st_mtime >= (checkpoint / "meta.json").stat().st_mtime:
             return target
         if out.exists():
             shutil.rmtree(out)
-        return embed_checkpoint(checkpoint, out, into=into)
+        return embed_checkpoint(checkpoint, out, into=into, width_factor=width_factor, extra_layers=extra_layers,
+                                optimizer=optimizer)
 
     # ---- helpers ----------------------------------------------------------------------
     def rel(self, path: Path) -> str:

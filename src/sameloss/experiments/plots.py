@@ -303,3 +303,143 @@ def bars_plot(rows: list[dict], label: str, panels: list[tuple[str, str, float]]
 def bars_figure(path: Path, rows: list[dict], label: str, panels: list[tuple[str, str, float]], title: str) -> Path:
     """``bars_plot`` written to ``path`` (PNG)."""
     return _save(bars_plot(rows, label, panels, title), path)
+
+
+# ---- paired studies (``isoloss``): forest plot, seed-demeaned scatter, KL curves -------------
+def forest_plot(rows: list[dict], panels: list[tuple[str, str]], title: str):
+    """One row per test (``row["label"]``), one panel per ``(key, xlabel)``: the estimate
+    ``row[key]`` with its interval ``[row[key_low], row[key_high]]``; a grey band ±``row[key_mde]``
+    around 0 (the minimum detectable effect), and on panels whose rows carry ``margin`` the
+    equivalence margin ±δ dashed. Differences have a meaningful 0: a vertical line there."""
+    from matplotlib.patches import Patch
+    from matplotlib.lines import Line2D
+
+    plt = _plt()
+    n = len(rows)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 0.42 * n + 1.8), sharey=True,
+                             squeeze=False)
+    axes = list(axes[0])
+    ys = list(range(n))[::-1]
+    for ax, (key, xlabel) in zip(axes, panels):
+        for y, r in zip(ys, rows):
+            mde = _v(r, f"{key}_mde")
+            if math.isfinite(mde):
+                ax.fill_betweenx([y - 0.38, y + 0.38], -mde, mde, color="0.85", lw=0)
+            est, lo, hi = _v(r, key), _v(r, f"{key}_low"), _v(r, f"{key}_high")
+            if math.isfinite(est):
+                err = [[est - lo if math.isfinite(lo) else 0.0], [hi - est if math.isfinite(hi) else 0.0]]
+                ax.errorbar([est], [y], xerr=err, fmt="o", color="C0", capsize=3, ms=4)
+            else:
+                ax.text(0, y, " n/a", va="center", fontsize=8)
+        ax.axvline(0.0, color="0.3", lw=0.8)
+        if key == panels[0][0]:
+            margins = {_v(r, "margin") for r in rows if math.isfinite(_v(r, "margin"))}
+            for m in margins:
+                for s in (-m, m):
+                    ax.axvline(s, color="0.4", lw=0.8, ls="--")
+        ax.set_yticks(ys, [str(r["label"]) for r in rows])
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3, axis="x")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    _legend_below(fig, [Line2D([], [], marker="o", color="C0", linestyle="-"), Patch(color="0.85"),
+                        Line2D([], [], color="0.4", ls="--")],
+                  ["mean paired difference, 95% t interval", "±MDE (80% power)", "±δ (equivalence margin)"])
+    return fig
+
+
+def forest_figure(path: Path, rows: list[dict], panels: list[tuple[str, str]], title: str) -> Path:
+    """``forest_plot`` written to ``path``."""
+    return _save(forest_plot(rows, panels, title), path)
+
+
+def demeaned_scatter_plot(rows: list[dict], x: str, y: str, xlabel: str, ylabel: str, slopes: dict[str, float],
+                          title: str):
+    """One panel per ``row["point"]``: points ``(row[x], row[y])`` coloured by ``row["fork"]``
+    (already demeaned within seeds), and the line through the origin with slope
+    ``slopes[point]`` (the within-seed slope)."""
+    from matplotlib.lines import Line2D
+
+    plt = _plt()
+    panels = list(dict.fromkeys(r["point"] for r in rows))
+    forks = list(dict.fromkeys(r["fork"] for r in rows))
+    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.4 * max(len(panels), 1), 3.9), squeeze=False,
+                             sharey=True)
+    axes = list(axes[0])
+    for ax, point in zip(axes, panels):
+        mine = [r for r in rows if r["point"] == point]
+        for i, f in enumerate(forks):
+            pts = [r for r in mine if r["fork"] == f]
+            ax.plot([_v(r, x) for r in pts], [_v(r, y) for r in pts], MARKERS[i % len(MARKERS)], color=f"C{i % 10}",
+                    ms=4, alpha=0.8, linestyle="none")
+        b = slopes.get(point, math.nan)
+        xs = [_v(r, x) for r in mine if math.isfinite(_v(r, x))]
+        if math.isfinite(b) and xs:
+            lo, hi = min(xs), max(xs)
+            ax.plot([lo, hi], [b * lo, b * hi], color="k", lw=1.2)
+        ax.axhline(0, color="0.7", lw=0.6)
+        ax.axvline(0, color="0.7", lw=0.6)
+        ax.set_title(f"fork point: {point}" + (f" (slope {b:.3g})" if math.isfinite(b) else ""), fontsize=9)
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(ylabel)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    handles = [Line2D([], [], marker=MARKERS[i % len(MARKERS)], color=f"C{i % 10}", linestyle="none")
+               for i in range(len(forks))] + [Line2D([], [], color="k")]
+    _legend_below(fig, handles, forks + ["within-seed slope (KL held fixed)"])
+    return fig
+
+
+def demeaned_scatter_figure(path: Path, rows: list[dict], x: str, y: str, xlabel: str, ylabel: str,
+                            slopes: dict[str, float], title: str) -> Path:
+    """``demeaned_scatter_plot`` written to ``path``."""
+    return _save(demeaned_scatter_plot(rows, x, y, xlabel, ylabel, slopes, title), path)
+
+
+def kl_curves_plot(rows: list[dict], windows: dict[str, tuple[int, int]], targets: dict[str, float], title: str):
+    """Exact KL (log axis) against step, one line per ``row["run"]`` (``"<point>-<fork>"``
+    or ``"base"``, drawn in every panel), one panel per point; the union of the point's
+    matching windows (``windows[run] = (first, last step)``) shaded, its target dotted."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    plt = _plt()
+    runs = list(dict.fromkeys(r["run"] for r in rows))
+    points = list(dict.fromkeys(name.split("-", 1)[0] for name in runs if name != "base"))
+    forks = list(dict.fromkeys(name.split("-", 1)[1] for name in runs if name != "base"))
+    fig, axes = plt.subplots(1, max(len(points), 1), figsize=(5.2 * max(len(points), 1), 3.9), squeeze=False,
+                             sharey=True)
+    axes = list(axes[0])
+    extent = [r["kl"] for r in rows if r["kl"] > 0]
+    for ax, point in zip(axes, points):
+        base = [r for r in rows if r["run"] == "base"]
+        ax.plot([r["step"] for r in base], [r["kl"] for r in base], "-", color="0.2", marker=".", label="base")
+        for i, f in enumerate(forks):
+            mine = [r for r in rows if r["run"] == f"{point}-{f}"]
+            if mine:
+                ax.plot([r["step"] for r in mine], [r["kl"] for r in mine], "-", marker=MARKERS[i % len(MARKERS)],
+                        ms=2.5, lw=0.9, color=f"C{i % 10}")
+        wins = [w for name, w in windows.items() if name.startswith(f"{point}-")]
+        if wins:
+            ax.axvspan(min(w[0] for w in wins), max(w[1] for w in wins), color="C2", alpha=0.12, lw=0)
+        if point in targets:
+            ax.axhline(targets[point], color="0.3", ls=":", lw=1)
+        ax.set_title(f"fork point: {point}", fontsize=9)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        _readable_log_axis(ax, "y", extent)
+    axes[0].set_ylabel("exact KL (nats)")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    handles = [Line2D([], [], color="0.2", marker=".")] + \
+        [Line2D([], [], color=f"C{i % 10}", marker=MARKERS[i % len(MARKERS)]) for i in range(len(forks))] + \
+        [Patch(color="C2", alpha=0.12), Line2D([], [], color="0.3", ls=":")]
+    _legend_below(fig, handles, ["base", *forks, "matching window (stretch at the final lr)", "target KL"])
+    return fig
+
+
+def kl_curves_figure(path: Path, rows: list[dict], windows: dict[str, tuple[int, int]], targets: dict[str, float],
+                     title: str) -> Path:
+    """``kl_curves_plot`` written to ``path``."""
+    return _save(kl_curves_plot(rows, windows, targets, title), path)
