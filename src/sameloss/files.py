@@ -12,7 +12,8 @@
   starts with the header sameloss writes. Anything else is left alone.
 * ``folder_lock``: an exclusive lock on a folder a command writes (a run, an experiment,
   a fetch target), so two processes never write one folder; the second gets one line
-  naming the holder's pid.
+  naming the holder's pid. ``update_lock``: a short one that waits, for a file several
+  processes add to (an experiment's ``measurements.json``).
 * ``building``: a new folder is built under a temporary sibling name and renamed into
   place at the end, so a kill or a full disk never leaves a half-built folder under the
   real name (and never blocks the rerun).
@@ -243,6 +244,25 @@ def folder_lock(folder: str | Path, what: str = "folder"):
                 path.unlink()
         except OSError:
             pass
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def update_lock(path: str | Path):
+    """Hold an exclusive lock for a read-modify-write of the file ``path`` by several
+    processes (the workers of one experiment adding rows to its ``measurements.json``):
+    unlike ``folder_lock``, a second process waits — the holder keeps it for one read and
+    one atomic write. The lock file ``.<name>.lock`` beside ``path`` stays (removing it
+    would race a process that has opened it and waits)."""
+    path = Path(path)
+    try:
+        fd = os.open(path.parent / f".{path.name}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise write_error(path, exc) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
         os.close(fd)
 
 
