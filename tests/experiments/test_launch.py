@@ -10,6 +10,7 @@ import csv
 import dataclasses
 import functools
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -101,10 +102,14 @@ def test_dyck_gives_the_same_results_in_process_in_local_workers_and_through_the
               launch=LaunchOptions("slurm", slurm_cluster="debug", slurm_partition="gpu"))
     expected = results(tmp_path / "inprocess" / "dyck-smoke" / "results.csv")
     assert len(expected) >= 3
+    measured = re.search(r"(\d+) rows measured", (tmp_path / "inprocess" / "dyck-smoke" / "report.md").read_text())
     for launcher in ("local", "slurm"):
         root = tmp_path / launcher / "dyck-smoke"
         assert results(root / "results.csv") == expected, launcher
         assert set(statuses(root).values()) == {"trained"}  # by the workers, this call
+        # as many rows as in one process: none lost by a worker writing measurements.json
+        # over another's (the report would have measured it again)
+        assert re.search(r"(\d+) rows measured", (root / "report.md").read_text()).group(1) == measured.group(1)
     # the workers' logs are in the experiment's submitit folder
     assert list((tmp_path / "local" / "dyck-smoke" / "submitit").glob("*_log.err"))
     # the tracker mirrored each measured row at its step (read back from TensorBoard's files)
@@ -150,6 +155,15 @@ def test_a_recipes_units_leave_its_report_nothing_to_train_or_measure(tmp_path, 
     reproduce(experiment, "smoke", out=tmp_path, progress=False)
     assert at_report["trained"] > 0 and at_report["measured"] > 0
     assert work == at_report
+
+
+def test_rows_two_workers_measure_at_once_are_both_kept(tmp_path):
+    # two workers' studies of one experiment, each holding what it read before the other wrote
+    first, second = Study(tmp_path, progress=False), Study(tmp_path, progress=False)
+    first._memo("checkpoint", "runs/a/checkpoints/step_1", MeasureSpec(loss=True), "", lambda: {"kl": 0.1})
+    second._memo("checkpoint", "runs/b/checkpoints/step_1", MeasureSpec(loss=True), "", lambda: {"kl": 0.2})
+    rows = Study(tmp_path, progress=False).cache
+    assert sorted(row["kl"] for row in rows.values()) == [0.1, 0.2]
 
 
 def _two_seed_smoke(monkeypatch):
