@@ -12,6 +12,7 @@ import signal
 import sys
 
 from . import __version__
+from .config import int_at_least as _int_at_least
 from .errors import UserError
 from .threads import add_threads_argument, configure_threads
 
@@ -21,19 +22,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # noqa: D401 - argparse API
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def _int_at_least(minimum: int):
-    """An argparse type: an integer >= minimum, with a one-line error otherwise."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if value is None or value < minimum:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}")
-        return value
-    return parse
 
 
 _positive_int = _int_at_least(1)

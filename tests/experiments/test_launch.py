@@ -32,7 +32,6 @@ from sameloss.training import load_checkpoint, pretrain
 from sameloss.training.checkpoint import complete_checkpoints
 from sameloss.training.distributed import process_device
 
-submitit = pytest.importorskip("submitit")
 
 TIMING = ("measure_seconds", "seconds")
 
@@ -91,6 +90,31 @@ def test_a_user_error_in_a_worker_is_its_one_line(tmp_path):
     good = WorkerJob(functools.partial(int, "1"), threads=1, name="good unit")
     out = Local(tmp_path / "submitit", workers=2, threads=1, devices=[None, None]).run([bad, good], lambda _: None)
     assert out[0].error == "--threads must be a whole number >= 1, got 0" and out[1].value == 1
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    out = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and text in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                out.append(int(proc.name))
+        except OSError:
+            pass
+    return out
+
+
+def test_an_interrupted_local_study_leaves_no_worker_behind(tmp_path):
+    folder = tmp_path / "submitit"
+    quick = WorkerJob(functools.partial(int, "1"), threads=1, name="quick")
+    # a worker busy for ten minutes (submitit's tasks ignore SIGTERM; SIGINT may be ignored too)
+    slow = WorkerJob(functools.partial(exec, "import time; time.sleep(600)"), threads=1, name="slow")
+
+    def interrupt(line):
+        raise KeyboardInterrupt  # Ctrl-C (or SIGTERM, through the CLI) while the slow one runs
+
+    with pytest.raises(KeyboardInterrupt):
+        Local(folder, workers=2, threads=1, devices=[None, None]).run([quick, slow], interrupt)
+    assert _processes_mentioning(str(folder)) == []
 
 
 # ---- the same results through every launcher ---------------------------------------------

@@ -13,15 +13,13 @@ import types
 
 import pytest
 import torch
+from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
 
 from sameloss import config as configlib
 from sameloss.errors import UserError
 from sameloss.training import PretrainConfig, load_checkpoint, pretrain
 from sameloss.training.checkpoint import complete_checkpoints
 from sameloss.training.tracking import check_tracker, wandb_id
-
-pytest.importorskip("tensorboard")
-from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator  # noqa: E402
 
 
 def small_config(**overrides) -> PretrainConfig:

@@ -109,7 +109,7 @@ def _units(recipe, study, p) -> list:
     make = getattr(recipe, "units", None)
     if make is None:
         if study.launcher.name != "inprocess":
-            study.log(f"note: this recipe declares no units; it runs in this process")
+            study.log("note: this recipe declares no units; all of it runs in this process")
         return []
     return merge_units(make(study, p))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..config import int_at_least
 from ..threads import add_threads_argument
 
 
@@ -67,24 +68,8 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
     return reproduce
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return value
+_positive = int_at_least(1)
+_non_negative = int_at_least(0)
 
 
 def _seeds(text: str) -> list[int]:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import signal
 import socket
 import time
 from dataclasses import dataclass, field
@@ -227,9 +228,42 @@ class Local:
                         f"{time.perf_counter() - started:.0f} s ({_describe(out[i].worker)})")
         except BaseException:
             for _, job, _ in running.values():  # a worker must not outlive an interrupted study
-                job.cancel(check=False)
+                _stop(job)
             raise
         return out
+
+
+def _stop(job) -> None:
+    """Stop a local worker at once: its controller process and the task under it. SIGKILL:
+    a submitit task ignores SIGTERM (it waits for Slurm's USR2), and a process started in
+    the background ignores SIGINT. Safe: checkpoints and rows are written atomically, and
+    the kernel releases the worker's locks."""
+    pid = int(job.job_id)  # a local job's id is its controller's pid
+    for p in [*_descendants(pid), pid]:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    process = getattr(job, "_process", None)
+    if process is not None:
+        process.wait()
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes under ``pid``, deepest first (Linux ``/proc``; none found elsewhere)."""
+    out = []
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            children = [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+        for child in children:
+            out += [*_descendants(child), child]
+    return out
 
 
 class Slurm:
