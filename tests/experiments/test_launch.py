@@ -69,27 +69,37 @@ def test_under_torchrun_each_process_takes_its_local_rank(monkeypatch):
 
 def test_local_workers_see_their_gpu_and_apply_the_threads_policy(tmp_path):
     # int("7") stands in for a unit: what matters is the environment each worker reports
-    jobs = [WorkerJob(functools.partial(int, "7"), threads=threads, name=f"job {i}")
-            for i, threads in enumerate((1, 2, 1))]
+    jobs = [WorkerJob(functools.partial(int, "7"), threads=threads, name=f"job {i}") for i, threads in enumerate((1, 2))]
     launcher = Local(tmp_path / "submitit", workers=2, threads=1, devices=worker_devices(2, {}, device_count=2))
     lines = []
     out = launcher.run(jobs, lines.append)
-    assert [o.value for o in out] == [7, 7, 7] and all(o.error is None for o in out)
-    # the first two start at once, one on each GPU; the third on whichever worker freed first
-    assert {out[0].worker["cuda_visible_devices"], out[1].worker["cuda_visible_devices"]} == {"0", "1"}
-    assert out[2].worker["cuda_visible_devices"] in {"0", "1"}
-    assert [o.worker["threads"] for o in out] == [1, 2, 1]  # each worker applies its job's --threads
-    assert len({o.worker["pid"] for o in out}) == 3 and os.getpid() not in {o.worker["pid"] for o in out}
-    assert len(lines) == 3 and all("done" in line for line in lines)
+    assert [o.value for o in out] == [7, 7] and all(o.error is None for o in out)
+    # both start at once, one on each GPU
+    assert [o.worker["cuda_visible_devices"] for o in out] == ["0", "1"]
+    assert [o.worker["threads"] for o in out] == [1, 2]  # each worker applies its job's --threads
+    assert len({o.worker["pid"] for o in out}) == 2 and os.getpid() not in {o.worker["pid"] for o in out}
+    assert len(lines) == 2 and all("done" in line for line in lines)
 
 
-def test_a_user_error_in_a_worker_is_its_one_line(tmp_path):
+def test_a_user_error_in_a_worker_comes_back_as_its_one_line():
     from sameloss.threads import configure_threads
 
-    bad = WorkerJob(functools.partial(configure_threads, 0), threads=1, name="bad unit")  # raises UserError
-    good = WorkerJob(functools.partial(int, "1"), threads=1, name="good unit")
-    out = Local(tmp_path / "submitit", workers=2, threads=1, devices=[None, None]).run([bad, good], lambda _: None)
-    assert out[0].error == "--threads must be a whole number >= 1, got 0" and out[1].value == 1
+    out = WorkerJob(functools.partial(configure_threads, 0), threads=1, name="bad unit")()  # raises UserError
+    assert out.error == "--threads must be a whole number >= 1, got 0" and out.value is None
+    assert out.worker["pid"] == os.getpid()  # called here, as a worker process would call it
+
+
+def test_a_refused_unit_stops_the_study_with_its_name_and_line(tmp_path):
+    from sameloss.experiments.launch import make_launcher
+
+    launcher = make_launcher(LaunchOptions("slurm", slurm_cluster="debug"), tmp_path, "test")
+    study = Study(tmp_path, progress=False, launcher=launcher)
+    bad = run_unit(RunSpec("bad", (("language.name", "causal"),)), MeasureSpec(loss=True), "test", "causal")
+    with pytest.raises(UserError) as err:
+        study.run_units([bad])
+    assert str(err.value) == "run bad: the causal language needs masking=single: its exact conditionals take one " \
+        "masked position per sentence (m masked positions cost K^m forward passes)"
+    assert not (tmp_path / "runs" / "bad").exists()
 
 
 def _processes_mentioning(text: str) -> list[int]:
