@@ -21,8 +21,8 @@ equals the single-process one.
 
 from __future__ import annotations
 
-import contextlib
 import json
+import math
 import shutil
 import sys
 import time
@@ -60,7 +60,7 @@ def mlm_loss(model, batch, n_targets_global: int, world_size: int) -> tuple[torc
     """Cross-entropy summed over this process's targets / global target count, times the
     world size (DDP averages gradients over processes), and the plain sum for logging."""
     logits = model(batch.inputs)
-    summed = F.cross_entropy(logits[batch.masked].float(), batch.targets[batch.masked], reduction="sum")
+    summed = F.cross_entropy(batch.at_masked(logits).float(), batch.at_masked(batch.targets), reduction="sum")
     return summed * (world_size / n_targets_global), summed.detach()
 
 
@@ -211,10 +211,13 @@ def _restore(cfg: PretrainConfig, language, device: torch.device, run_dir: Path,
 
 @dataclass
 class StepResult:
-    summed_loss: torch.Tensor  # this process's summed cross-entropy (detached)
-    n_targets: int  # prediction targets of the global batch the update used
-    tokens: int  # non-pad tokens this process saw
-    downstream: float | None  # the adversarial objective's downstream loss, if any
+    """What a step leaves for the log. Tensors stay on the device: nothing in a step
+    waits for the device (``LogWindow`` reads them once per log line)."""
+
+    summed_loss: torch.Tensor  # this process's summed cross-entropy (detached, on the device)
+    n_targets: int  # prediction targets of the global batch the update used (counted on the host)
+    tokens: torch.Tensor  # non-pad tokens this process saw (on the device)
+    downstream: torch.Tensor | None  # the adversarial objective's downstream loss, if any
 
 
 def _step(cfg: PretrainConfig, step: int, model, train_model, optimizer, schedule, language, adversary,
@@ -241,17 +244,14 @@ def _step(cfg: PretrainConfig, step: int, model, train_model, optimizer, schedul
         if adversary is not None:
             adv_loss, downstream = adversary.loss(model, step, device)
             loss = loss + adv_loss
-    if not torch.isfinite(summed):
-        good = ckpt.complete_checkpoints(run_dir)
-        where = f"; the last good checkpoint is {good[-1]}" if good else ""
-        raise TrainingDiverged(f"the training loss became {summed.item()} at step {step}{where}")
+    # a non-finite loss is noticed by the log window (``LogWindow.check``) before the
+    # next log line, evaluation or checkpoint: testing it here would wait for the device
     loss.backward()
     if cfg.optim.grad_clip is not None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
     optimizer.step()
     schedule.step()
-    return StepResult(summed, n_targets, int((batch.inputs != language.pad_id).sum()),
-                      None if downstream is None else float(downstream))
+    return StepResult(summed, n_targets, (batch.inputs != language.pad_id).sum(), downstream)
 
 
 # ----------------------------------------------------------------------------- log window
@@ -260,14 +260,22 @@ def _step(cfg: PretrainConfig, step: int, model, train_model, optimizer, schedul
 @dataclass
 class LogWindow:
     """Sums over the steps since the last log line. Saved in ``state.pt`` so that after a
-    resume ``metrics.jsonl`` reads exactly as an uninterrupted run's."""
+    resume ``metrics.jsonl`` reads exactly as an uninterrupted run's.
 
-    tokens: int = 0
-    loss: float = 0.0
+    The per-step sums (loss, tokens, downstream loss) and the first non-finite loss stay
+    on the device, added without reading anything back: a step never waits for the
+    device. They are read once per log line, evaluation or checkpoint (``check``,
+    ``close``, ``state``). The loss is summed in float64 in step order, exactly as
+    Python floats were before (the same numbers in ``metrics.jsonl``)."""
+
+    tokens: int | torch.Tensor = 0
+    loss: float | torch.Tensor = 0.0
     targets: int = 0
-    downstream: float = 0.0
+    downstream: float | torch.Tensor = 0.0
     steps: int = 0
     started: float = field(default_factory=time.perf_counter)
+    # (step, loss) of the first step whose loss was not finite; NaN while none was
+    diverged: torch.Tensor | None = None
 
     @classmethod
     def restore(cls, saved: dict) -> LogWindow:
@@ -276,24 +284,42 @@ class LogWindow:
                    time.perf_counter() - saved.get("seconds", 0.0))
 
     def state(self) -> dict:
-        return {"tokens": self.tokens, "loss": self.loss, "targets": self.targets, "downstream": self.downstream,
-                "steps": self.steps, "seconds": time.perf_counter() - self.started}
+        return {"tokens": int(self.tokens), "loss": float(self.loss), "targets": self.targets,
+                "downstream": float(self.downstream), "steps": self.steps,
+                "seconds": time.perf_counter() - self.started}
 
-    def add(self, result: StepResult, world_size: int) -> None:
-        self.tokens += result.tokens * world_size
-        self.loss += float(result.summed_loss) * world_size
+    def add(self, result: StepResult, world_size: int, step: int) -> None:
+        summed = result.summed_loss.detach().double()
+        self.tokens = self.tokens + result.tokens * world_size
+        self.loss = self.loss + summed * world_size
         self.targets += result.n_targets
         if result.downstream is not None:
-            self.downstream += result.downstream
+            self.downstream = self.downstream + result.downstream.detach().double()
         self.steps += 1
+        if self.diverged is None:
+            self.diverged = torch.full((2,), float("nan"), dtype=torch.float64, device=summed.device)
+        first = torch.isnan(self.diverged[0]) & ~torch.isfinite(summed)
+        self.diverged = torch.where(first, torch.stack([torch.full_like(summed, step), summed]), self.diverged)
+
+    def check(self, run_dir: Path) -> None:
+        """``TrainingDiverged`` naming the first step whose loss was not finite, and the
+        last good checkpoint (reads the device once)."""
+        if self.diverged is None:
+            return
+        step, value = self.diverged.tolist()
+        if math.isnan(step):
+            return
+        good = ckpt.complete_checkpoints(run_dir)
+        where = f"; the last good checkpoint is {good[-1]}" if good else ""
+        raise TrainingDiverged(f"the training loss became {value} at step {int(step)}{where}")
 
     def close(self, step: int, lr: float, adversarial: bool) -> dict:
         """The log record of the window, which then starts again."""
         elapsed = time.perf_counter() - self.started
-        record = {"step": step, "lr": lr, "train_loss": self.loss / max(self.targets, 1),
-                  "tokens_per_s": self.tokens / max(elapsed, 1e-9)}
+        record = {"step": step, "lr": lr, "train_loss": float(self.loss) / max(self.targets, 1),
+                  "tokens_per_s": int(self.tokens) / max(elapsed, 1e-9)}
         if adversarial:
-            record["adversarial_downstream_loss"] = self.downstream / self.steps
+            record["adversarial_downstream_loss"] = float(self.downstream) / self.steps
         self.__init__()
         return record
 
@@ -327,7 +353,7 @@ def _train(cfg, run_dir, model, train_model, optimizer, schedule, language, eval
            rank, world_size, start, window: LogWindow, progress, stop_after) -> dict:
     keep = set(cfg.checkpoint_steps())
     metrics_path = run_dir / "metrics.jsonl"
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
+    autocast = runio.autocast(cfg.precision, device)
     last_eval: dict = {}
     last_train_loss = float("nan")
     # finite data (a corpus): epochs are logged, as sequences drawn / training sequences
@@ -340,15 +366,20 @@ def _train(cfg, run_dir, model, train_model, optimizer, schedule, language, eval
         for step in range(start, cfg.steps + 1):
             result = _step(cfg, step, model, train_model, optimizer, schedule, language, adversary, device, rank,
                            world_size, autocast, run_dir)
-            window.add(result, world_size)
+            window.add(result, world_size, step)
             bar.update(1)
 
             record = None
-            if step % cfg.log_every == 0 or step == cfg.steps:
+            logs = step % cfg.log_every == 0 or step == cfg.steps
+            evaluates = rank == 0 and ((cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.steps)
+            saves = step in keep or step % cfg.save_every == 0 or step == stop_after
+            if logs or evaluates or saves:  # the one read of the device between log lines
+                window.check(run_dir)
+            if logs:
                 record = window.close(step, schedule.get_last_lr()[0], adversary is not None)
                 if n_train:
                     record["epoch"] = step * cfg.batch_size / n_train
-            if rank == 0 and ((cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.steps):
+            if evaluates:
                 last_eval = evaluator.evaluate(model, device)
                 record = (record or {"step": step}) | {"eval": last_eval}
             if rank == 0 and record is not None:
@@ -363,7 +394,7 @@ def _train(cfg, run_dir, model, train_model, optimizer, schedule, language, eval
                     postfix["tok/s"] = f"{record['tokens_per_s']:.0f}"
                 bar.set_postfix(postfix, refresh=False)
 
-            if step in keep or step % cfg.save_every == 0 or step == stop_after:
+            if saves:
                 if rank == 0:
                     _save(cfg, run_dir, step, model, optimizer, schedule, window, device, last_eval, keep)
                 dist.barrier()
