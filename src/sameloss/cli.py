@@ -127,10 +127,22 @@ def build_parser() -> argparse.ArgumentParser:
                               "eval) say what to measure on (default: the folder's sameloss.toml, as export "
                               "writes it)")
     measure.add_argument("--loss", action="store_true", help="exact held-out loss = entropy + KL (and log-KL)")
-    measure.add_argument("--trace", action="append", default=[], choices=["fisher", "hutchinson"],
+    measure.add_argument("--trace", action="append", default=[], choices=["fisher", "hutchinson", "hutchpp"],
                          help="trace of Hessian: 'fisher' = the paper's estimator (labels sampled from the "
-                              "model), 'hutchinson' = probes on the loss with the true tokens; repeatable")
-    measure.add_argument("--top-eig", action="store_true", help="largest Hessian eigenvalue (Lanczos)")
+                              "model), 'hutchinson' = probes on the loss with the true tokens, 'hutchpp' = "
+                              "Hutch++ on the same loss (a smaller error for the same --probes products where the "
+                              "spectrum decays; keeps 2/3 of --probes vectors in memory); repeatable")
+    measure.add_argument("--trace-by", choices=["block"],
+                         help="also each trace per block of parameters: embedding, layer0, layer1, ..., head "
+                              "(columns trace_<estimator>_<block>, summing to the total)")
+    measure.add_argument("--top-eig", action="store_true",
+                         help="largest Hessian eigenvalue (thick-restart Lanczos, --lanczos-basis vectors)")
+    measure.add_argument("--micro-batch", type=_positive_int, metavar="N",
+                         help="hutchinson / hutchpp / --top-eig: hold the Hessian's graph for N sentences at a time "
+                              "(less memory, one more forward and backward per N sentences and product chunk; "
+                              "default: the whole batch)")
+    measure.add_argument("--lanczos-basis", type=_int_at_least(2), default=20, metavar="K",
+                         help="vectors the Lanczos basis keeps (memory: K+1 model-sized vectors; default 20)")
     measure.add_argument("--sharpness", action="store_true", help="SAM sharpness in an L2 ball of radius --rho")
     measure.add_argument("--probe", action="append", default=[], metavar="TASK",
                          help="linear probe on TASK (a corpus model: glue:sst2=DIR, glue:qnli=DIR or glue:rte=DIR, "
@@ -143,7 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     measure.add_argument("--contexts", type=_positive_int, default=1000,
                          help="contexts for the Fisher trace (default 1000; paper 10000)")
     measure.add_argument("--labels", type=_positive_int, default=50, help="labels per context (paper 50)")
-    measure.add_argument("--probes", type=_positive_int, default=100, help="Hutchinson probes (default 100)")
+    measure.add_argument("--probes", type=_positive_int, default=100,
+                         help="Hessian-vector products of hutchinson / hutchpp (default 100)")
     measure.add_argument("--rho", type=float, default=0.05, help="SAM radius (default 0.05)")
     measure.add_argument("--task-size", type=_positive_int, default=2000,
                          help="training examples per task (validation 1/4, test 1/2 of it; paper 0.1M in all)")
@@ -306,7 +319,8 @@ def _measure(args) -> None:
     from .training.runio import resolve_device
 
     spec = MeasureSpec(
-        loss=args.loss, traces=tuple(args.trace), top_eig=args.top_eig, sharpness=args.sharpness,
+        loss=args.loss, traces=tuple(args.trace), trace_by=args.trace_by, top_eig=args.top_eig,
+        sharpness=args.sharpness, lanczos_basis=args.lanczos_basis, micro_batch=args.micro_batch,
         probe=tuple(args.probe), finetune=tuple(args.finetune), lookup=tuple(args.lookup_table),
         n_contexts=args.contexts, n_labels=args.labels, n_probes=args.probes, params=args.params, rho=args.rho,
         task_train=args.task_size, task_validation=max(args.task_size // 4, 1),

@@ -205,7 +205,7 @@ def model_card(model, language, cfg, meta: dict, ckpt: Path, evaluation: dict, t
     shown = " ".join(words[:12]) + (" …" if len(words) > 12 else "")
     if trace:
         parts = []
-        for name in ("fisher", "hutchinson"):
+        for name in ("fisher", "hutchinson", "hutchpp"):
             if f"trace_{name}" in trace:
                 se = trace.get(f"trace_{name}_se")
                 parts.append(f"`trace_{name}` = {_number(trace[f'trace_{name}'])}"
