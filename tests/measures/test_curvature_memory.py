@@ -76,3 +76,35 @@ def test_micro_batches_bound_the_hessian_graph(config):
         peak_bytes("trace_exact", config)
     with pytest.raises(UserError, match="unknown setting"):
         peak_bytes("sam_sharpness", config, {"rho": 0.1})
+
+
+def test_the_curvature_measures_read_their_device_once_or_once_per_step(config):
+    """On the meta device every read of a value is counted (``stand_in_reads``): the trace
+    estimators read once at the end however many probes they take; Lanczos once per
+    product (its stopping test); the Fisher estimator once per block of contexts (the
+    labels are drawn on the host) and at the end."""
+    from sameloss.measures.curvature import MatrixOperator, hutchinson_trace, hutchpp_trace, lanczos_top_eigenvalue
+    from sameloss.measures.curvature.memory import meta_model, meta_probes, stand_in_reads
+    from sameloss.measures.curvature import trace_fisher
+
+    A = MatrixOperator(torch.empty(50, 50, device="meta"))
+    for probes in (8, 40):
+        for estimator in (hutchinson_trace, hutchpp_trace):
+            reads: list = []
+            with stand_in_reads(reads), meta_probes():
+                estimator(A, probes, chunk=4)
+            assert reads == ["tolist"], (estimator.__name__, probes, reads)
+    reads = []
+    with stand_in_reads(reads), meta_probes():
+        r = lanczos_top_eigenvalue(A, max_iter=12, basis_size=5)
+    assert r.iterations == 12 and reads == ["tolist"] * 12
+    model = meta_model(config)
+    for n, block in ((16, 16), (48, 16)):
+        reads = []
+        with stand_in_reads(reads):
+            trace_fisher(model, None, contexts=stand_in_batch(config, n), n_labels=3, block_size=block, repeats=2)
+        assert reads.count("cpu") == 2 * n // block + 1 and reads.count("tolist") == 1, (n, reads)
+    reads = []
+    with stand_in_reads(reads), meta_probes():
+        trace_hutchinson(model, None, batch=stand_in_batch(config, 16), n_probes=12, probe_chunk=4, by_block=True)
+    assert reads == ["tolist", "__float__"]  # the estimate table and the loss, at the end

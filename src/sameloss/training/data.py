@@ -81,8 +81,8 @@ def mask_batch(language: Language, tokens: torch.Tensor, lengths: torch.Tensor, 
         return MaskedBatch(tokens.masked_fill(masked, language.mask_id), tokens, masked)
     if replace != "bert":
         raise ValueError(f"unknown mask replacement {replace!r}; choose from {', '.join(MASK_REPLACEMENTS)}")
-    u = torch.rand(tokens.shape, generator=generator)
-    random_words = torch.randint(language.n_words, tokens.shape, generator=generator)
+    u = torch.rand(tokens.shape, generator=generator, device=tokens.device)
+    random_words = torch.randint(language.n_words, tokens.shape, generator=generator, device=tokens.device)
     inputs = torch.where(masked & (u < 0.8), language.mask_id, tokens)
     inputs = torch.where(masked & (u >= 0.8) & (u < 0.9), random_words, inputs)
     return MaskedBatch(inputs, tokens, masked)

@@ -110,10 +110,11 @@ class StorageTracker(TorchDispatchMode):
 
 
 @contextlib.contextmanager
-def stand_in_reads() -> Iterator[None]:
+def stand_in_reads(record: list | None = None) -> Iterator[None]:
     """While active, reading a meta tensor (``.tolist()``, ``.item()``, ``float``,
     ``int``, ``bool``, ``.cpu()``) gives ones of its shape instead of an error, so code
-    that reads values back runs to its end on the meta device."""
+    that reads values back runs to its end on the meta device. Each read's kind is
+    appended to ``record`` (the tests count a measure's reads of its device)."""
     T = torch.Tensor
     saved = {name: getattr(T, name) for name in ("tolist", "item", "__float__", "__int__", "__bool__", "__index__",
                                                  "cpu")}
@@ -126,6 +127,8 @@ def stand_in_reads() -> Iterator[None]:
 
         def method(self, *args, **kwargs):
             if self.device.type == "meta":
+                if record is not None:
+                    record.append(name)
                 return stand_in(self)
             return original(self, *args, **kwargs)
         return method
