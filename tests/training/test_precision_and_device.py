@@ -16,21 +16,10 @@ import torch
 
 from sameloss import config as configlib
 from sameloss.errors import UserError
-from sameloss.training import PretrainConfig, load_checkpoint, pretrain
+from sameloss.training import PretrainConfig, pretrain
 from sameloss.training import loop, runio
-from sameloss.training.checkpoint import complete_checkpoints
 from sameloss.training.evaluate import ExactEvaluator
-
-
-def small_config(**overrides) -> PretrainConfig:
-    base = ["steps=12", "batch_size=32", "model.size=micro", "eval.every=6", "eval.n_sentences=64",
-            "save_every=4", "log_every=3", "optim.warmup_steps=3", "device=cpu"]
-    return configlib.load(PretrainConfig, None, base + [f"{k}={v}" for k, v in overrides.items()])
-
-
-def weights(run_dir):
-    model, _, _, _ = load_checkpoint(complete_checkpoints(run_dir)[-1])
-    return {k: v.clone() for k, v in model.state_dict().items()}
+from training.test_pretrain import small_config, weights
 
 
 # ---- precision --------------------------------------------------------------------------------
@@ -125,25 +114,6 @@ def test_the_training_loop_runs_on_the_meta_device_reading_only_at_log_lines(tmp
     # the loop read nothing else (any read on the meta device raises); the reads happen
     # at the log lines, the final evaluation and the checkpoint only
     assert reads == [("check", 5), ("close", 5), ("check", 5), ("close", 10), ("eval", None), ("save", 10)]
-
-
-def test_a_non_finite_loss_is_caught_at_the_next_read_before_any_checkpoint(tmp_path, monkeypatch):
-    real = loop.mlm_loss
-    calls = {"n": 0}
-
-    def poisoned(*args):
-        calls["n"] += 1
-        loss, summed = real(*args)
-        if calls["n"] == 5:
-            return loss * float("inf"), summed * float("inf")
-        return loss, summed
-
-    monkeypatch.setattr(loop, "mlm_loss", poisoned)
-    # log lines every 3 steps, a checkpoint every 4: step 5 is read at the step-6 log line,
-    # before the step-8 checkpoint; the message names step 5 and its value
-    with pytest.raises(loop.TrainingDiverged, match=r"became inf at step 5; the last good checkpoint is .*step_0000004"):
-        pretrain(small_config(), tmp_path / "r", progress=False)
-    assert [p.name for p in complete_checkpoints(tmp_path / "r")] == ["step_0000004"]
 
 
 def test_exact_evaluation_runs_on_the_device_and_reads_back_once():

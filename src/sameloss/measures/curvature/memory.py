@@ -18,15 +18,16 @@ vectors. ``legacy=True`` gives the top eigenvalue as the code before issue 26 he
 the whole float64 basis (``max_iter`` vectors) and a stacked copy of it, re-made at every
 product, besides the operator's working memory.
 
-Not counted: the CUDA context and allocator slack (caching, fragmentation: allow
-~10–20 %), and host memory (probes are drawn on the CPU: ``probe_chunk × P × 4`` bytes
-there, ``host_bytes``).
+Not counted: workspace inside single kernels, the allocator's slack (caching,
+fragmentation) and the CUDA context — on the CPU, a real Hutchinson run's peak resident
+memory grew by 1.5× the estimate (``bench/bench_curvature_memory.py``: 1600 MiB against
+1058 MiB), so budget that much headroom —, and host memory (probes are drawn on the CPU:
+``probe_chunk × P × 4`` bytes there, ``host_bytes``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -301,6 +302,3 @@ def memory_table(sizes: tuple[str, ...] = ("t3-256", "t3-768", "t3-1024"), vocab
                              "n_params": est.n_params, "parts_gib": {k: v / 2**30 for k, v in est.parts.items()}})
     return rows
 
-
-def _gib(x: float) -> str:
-    return f"{x:.1f}" if x >= 10 or x == 0 else f"{x:.2f}" if x >= 0.1 else f"{x:.3f}" if not math.isnan(x) else "-"
