@@ -283,7 +283,9 @@ def _causal_sample(args) -> None:
 def _data_fetch(args) -> None:
     from .textdata import fetch
 
-    out, manifest, cached = fetch(args.name, args.cache)
+    # stage lines (and a line every SAMELOSS_PROGRESS_SECONDS while a download runs) go to
+    # stdout: stderr stays the one line of an error
+    out, manifest, cached = fetch(args.name, args.cache, log=lambda line: print(line, flush=True))
     print(f"{args.name}: {'cached' if cached else 'fetched'} in {out} (stands in for {manifest['stands_in_for']})")
     for rel, digest in manifest["files"].items():
         lines = sum(1 for _ in open(out / rel, encoding="utf-8"))
