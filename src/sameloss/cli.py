@@ -40,6 +40,19 @@ _positive_int = _int_at_least(1)
 _non_negative_int = _int_at_least(0)
 
 
+def _positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0 (nan, inf and negatives are usage errors)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="sameloss", description=(
         "Same pre-training loss, different downstream: languages with exact masked-token "
@@ -241,11 +254,13 @@ def add_causal_parsers(commands) -> None:
     train.add_argument("--size", default="tiny", help="micro, tiny (default) or small")
     train.add_argument("--steps", type=_positive_int, default=500, help="optimiser steps (default 500)")
     train.add_argument("--batch-size", type=_positive_int, default=16, help="windows per step (default 16)")
-    train.add_argument("--context", type=_int_at_least(2), default=64, help="tokens per window (default 64)")
-    train.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (default 3e-3)")
+    train.add_argument("--context", type=_int_at_least(2), default=64,
+                       help="tokens per window (default 64; memory grows as its square: a step over 8 GiB is refused)")
+    train.add_argument("--lr", type=_positive_float, default=3e-3, help="AdamW learning rate (default 3e-3)")
     train.add_argument("--doc-per", choices=["line", "paragraph"], default="line")
     train.add_argument("--seed", type=_non_negative_int, default=0)
-    train.add_argument("--out", required=True, metavar="DIR", help="new folder for the generator")
+    train.add_argument("--out", required=True, metavar="DIR",
+                       help="new (or empty) folder for the generator; it appears only when complete")
     add_threads_argument(train)
     train.set_defaults(run=_causal_train)
     sample = actions.add_parser(
@@ -256,17 +271,24 @@ def add_causal_parsers(commands) -> None:
                     "(seed, step); the exact conditionals and the held-out evaluation are unchanged.")
     sample.add_argument("--generator", required=True, metavar="DIR", help="a local Hugging Face causal LM folder")
     sample.add_argument("--k", type=_positive_int, default=2000, help="allowed tokens K (default 2000)")
-    sample.add_argument("--length", type=_positive_int, default=24, help="sentence length T (default 24)")
+    sample.add_argument("--length", type=_positive_int, default=24,
+                        help="sentence length T (default 24; at most the generator's positions - 1)")
     sample.add_argument("--n", type=_positive_int, required=True, help="sentences in the pool")
     sample.add_argument("--seed", type=_non_negative_int, default=0)
     sample.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu")
-    sample.add_argument("--out", required=True, metavar="POOL", help="new folder for the pool")
+    sample.add_argument("--out", required=True, metavar="POOL",
+                        help="new (or empty) folder for the pool; it appears only when complete")
     add_threads_argument(sample)
     sample.set_defaults(run=_causal_sample)
 
 
 def _causal_train(args) -> None:
+    import torch
+
     from .languages.lm_train import train_generator
+    from .languages.text import limit_tokenizer_threads
+
+    limit_tokenizer_threads(torch.get_num_threads())  # --threads (set by main) for the BPE too
 
     record = train_generator(args.corpus, args.out, vocab=args.vocab, size=args.size, steps=args.steps,
                              batch_size=args.batch_size, context=args.context, lr=args.lr, seed=args.seed,

@@ -49,6 +49,7 @@ evaluation, measures) stays ancestral. Text goes through the generator's own tok
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -57,6 +58,7 @@ import numpy as np
 import torch
 
 from sameloss.errors import UserError
+from sameloss.files import honour_umask
 from sameloss.languages.base import Batch, Language, Task
 
 SAMPLE_BLOCK = 1024  # sentences per sampling block
@@ -94,6 +96,33 @@ def _device(value) -> torch.device:
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def generator_shape(path) -> dict:
+    """``positions``, ``layers``, ``hidden`` and ``vocab`` of a generator folder, read from
+    its config alone (before any weights are loaded), for checks that must come first."""
+    transformers = _transformers()
+    folder = Path(path)
+    if not folder.is_dir():
+        raise UserError(f"generator folder not found: {folder}")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            level = transformers.utils.logging.get_verbosity()
+            transformers.utils.logging.set_verbosity_error()
+            try:
+                config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
+            finally:
+                transformers.utils.logging.set_verbosity(level)
+    except Exception as exc:  # transformers raises OSError, ValueError, KeyError, ... for bad folders
+        raise UserError(f"cannot load a causal LM from {folder}: {_one_line(exc)}") from None
+    shape = {"positions": getattr(config, "max_position_embeddings", None),
+             "layers": getattr(config, "num_hidden_layers", None), "hidden": getattr(config, "hidden_size", None),
+             "vocab": getattr(config, "vocab_size", None)}
+    missing = [k for k, v in shape.items() if isinstance(v, bool) or not isinstance(v, int) or v <= 0]
+    if missing:
+        raise UserError(f"the generator config in {folder} has no usable {', '.join(missing)}")
+    return shape
 
 
 def tokens_filename(k: int, length: int, n_sentences: int, seed: int) -> str:
@@ -224,6 +253,9 @@ class CausalLM(Language):
         vocab = int(model.get_output_embeddings().weight.shape[0])
         if k > vocab:
             raise UserError(f"k={k} is larger than the generator's vocabulary of {vocab} tokens")
+        positions = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
+        if positions is not None and length + 1 > positions:  # before the frequent tokens are estimated at T
+            raise UserError(f"length {length} + bos exceeds the generator's {positions} positions")
         config = model.config
         bos = config.bos_token_id if config.bos_token_id is not None else config.eos_token_id
         if isinstance(bos, (list, tuple)):
@@ -266,11 +298,7 @@ class CausalLM(Language):
         record = {"k": k, "length": length, "n_sentences": n_sentences, "seed": seed, "bos": bos,
                   "generator": str(folder.resolve()), "tokens": tokens,
                   "expected_counts": [float(counts[t]) for t in tokens]}
-        try:
-            with open(cache, "x", encoding="utf-8") as f:  # 'x': never overwrite
-                json.dump(record, f)
-        except OSError as exc:
-            warnings.warn(f"could not cache the token list in {cache}: {_one_line(exc)}", stacklevel=3)
+        _write_new(cache, json.dumps(record))
         return tokens
 
     def save_tokens(self, path) -> None:
@@ -574,6 +602,27 @@ def expected_token_counts(model, bos: int, length: int, n_sentences: int, seed: 
     for start in range(0, n_sentences, SAMPLE_BLOCK // 4):
         _ancestral(model, u[start:start + SAMPLE_BLOCK // 4].to(device), restricted=False, bos=bos, accumulate=counts)
     return counts
+
+
+def _write_new(path: Path, text: str) -> None:
+    """Write ``path`` if it does not exist: a whole file or none (a temporary file, then
+    a hard link, which never replaces an existing file); a failure (a full disk, a
+    read-only folder) leaves the list uncached, which costs the estimate next time."""
+    import tempfile
+
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".tmp-{path.name}-")
+    except OSError:
+        return
+    try:
+        with open(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        honour_umask(tmp)
+        os.link(tmp, path)
+    except OSError:
+        pass
+    finally:
+        os.unlink(tmp)
 
 
 def _tokenizer_words(transformers, folder: Path, tokens: list[int]) -> list[str] | None:
