@@ -159,7 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
     measure.add_argument("--probes", type=_positive_int, default=100, help="Hutchinson probes (default 100)")
     measure.add_argument("--rho", type=float, default=0.05, help="SAM radius (default 0.05)")
     measure.add_argument("--task-size", type=_positive_int, default=2000,
-                         help="training examples per task (validation 1/4, test 1/2 of it; paper 0.1M in all)")
+                         help="training examples per task (validation 1/4, test 1/2 of it; paper 0.1M in all). "
+                              "GLUE tasks: a seeded sample of N train.tsv rows and N/4 for validation, each class "
+                              "in proportion (all rows, 10%% for validation, when train.tsv has no more); dev.tsv "
+                              "is the test split, whole")
     measure.add_argument("--seeds", type=_positive_int, default=5, help="probe/fine-tune seeds (default 5)")
     measure.add_argument("--probe-method", choices=["lbfgs", "adamw"], default="lbfgs",
                          help="lbfgs: exact convex solve (default); adamw: the paper's (lr 1e-3, --probe-epochs)")
