@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 
@@ -81,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     describe.add_argument("--n-sentences", type=_positive_int, default=4096,
                           help="sentences sampled for the statistics (default 4096)")
     describe.add_argument("--json", action="store_true", help="print the summary as JSON")
+    describe.add_argument("--save-grammar", metavar="FILE",
+                          help="pcfg: also write the grammar to FILE (a new file; sameloss's format), which "
+                               "--grammar FILE reads back")
     add_threads_argument(describe)
     describe.set_defaults(run=_language_describe)
 
@@ -472,7 +476,19 @@ def _resume_hint(args, run_dir) -> str:
 def _language_describe(args) -> None:
     from .languages import make_language
 
+    if args.save_grammar is not None:
+        if args.name != "pcfg":
+            raise UserError("--save-grammar applies to the pcfg language only")
+        if os.path.lexists(args.save_grammar):
+            raise UserError(f"--save-grammar {args.save_grammar} exists; not overwriting it (choose a new file)")
+        if not os.path.isdir(os.path.dirname(args.save_grammar) or "."):
+            raise UserError(f"--save-grammar {args.save_grammar}: no folder {os.path.dirname(args.save_grammar)}")
     lang = make_language(args.name, preset=args.size, seed=args.seed, grammar=args.grammar)
+    if args.save_grammar is not None:  # before the (slower) statistics: the file is what was asked for
+        from .files import atomic_write_text, storage_errors
+
+        with storage_errors(args.save_grammar):
+            atomic_write_text(args.save_grammar, lang.grammar.to_text())
     summary = lang.describe(n_sentences=args.n_sentences, seed=args.seed or 0)
     seed = "" if args.seed is None else f", seed {args.seed}"
     summary["source"] = args.grammar or f"size {args.size}{seed}"
@@ -484,6 +500,8 @@ def _language_describe(args) -> None:
         print(json.dumps(summary, indent=2))
     else:
         print(format_summary(summary))
+    if args.save_grammar is not None and not args.json:
+        print(f"wrote the grammar to {args.save_grammar}; read it back with --grammar {args.save_grammar}")
 
 
 def _grammar_notes(grammar) -> list[str]:
