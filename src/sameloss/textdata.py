@@ -514,11 +514,11 @@ def _pip_get(requirement: str, sdist: bool, downloads: Path, log: Log | None) ->
     def found(folder):
         return sorted(p for p in folder.iterdir() if p.is_file() and _norm(p.name).startswith(prefix))
 
-    with files.folder_lock(downloads / _norm(requirement), "download"):
+    with files.folder_lock(downloads / prefix, "download"):
         if not found(downloads):
             if log:
                 log(f"downloading {requirement} (pip download)")
-            with _download_folder(downloads, _norm(requirement)) as tmp:
+            with _download_folder(downloads, prefix) as tmp:
                 cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--progress-bar", "off", "-d", str(tmp),
                        requirement]
                 if sdist:
