@@ -103,6 +103,17 @@ def test_a_failed_build_leaves_nothing_and_a_full_disk_is_one_line(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_disk_too_full_for_the_marker_leaves_no_partial_folder(tmp_path, monkeypatch):
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)  # the marker is the first file a build writes
+    with pytest.raises(UserError, match="No space left on device"):
+        with files.building(tmp_path / "out"):
+            pass
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("exc, reason", [
     # safetensors (SafetensorError) and tokenizers (Exception) carry Rust's io::Error text
     (Exception("Error while serializing: I/O error: File too large (os error 27)"), "File too large"),

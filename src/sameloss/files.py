@@ -281,11 +281,14 @@ def building(target: str | Path, replace: bool = False, what: str = "folder"):
         if target.exists() and not replace and not is_empty_dir(target):
             raise UserError(f"{target} already exists and is not empty; choose a new folder")
         remove_stale_partials(target)
+        tmp = None
         try:
             tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=_partial_name(target)))
             honour_umask(tmp, directory=True)
             (tmp / PARTIAL_MARKER).write_text(f"sameloss is building {target.name} here (pid {os.getpid()})\n")
-        except OSError as exc:
+        except OSError as exc:  # a disk too full even for the marker: no empty partial left behind
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
             raise write_error(target, exc) from None
         try:
             yield tmp
