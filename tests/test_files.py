@@ -103,6 +103,39 @@ def test_a_failed_build_leaves_nothing_and_a_full_disk_is_one_line(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_disk_too_full_for_the_marker_leaves_no_partial_folder(tmp_path, monkeypatch):
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)  # the marker is the first file a build writes
+    with pytest.raises(UserError, match="No space left on device"):
+        with files.building(tmp_path / "out"):
+            pass
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("exc, reason", [
+    # safetensors (SafetensorError) and tokenizers (Exception) carry Rust's io::Error text
+    (Exception("Error while serializing: I/O error: File too large (os error 27)"), "File too large"),
+    (Exception("No space left on device (os error 28)"), "No space left on device"),
+    # numpy's np.save to a path after a short write: an OSError without an errno
+    (OSError("7008 requested and 936 written"), "only 936 of 7008 bytes were written"),
+])
+def test_a_full_disk_reported_without_an_errno_is_one_line_too(exc, reason, tmp_path):
+    target = tmp_path / "out"
+    with pytest.raises(UserError) as err:
+        with files.building(target):
+            raise exc
+    assert str(err.value).startswith(f"cannot write {target}: {reason}")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(UserError, match=reason):
+        with files.storage_errors(target):
+            raise exc
+    with pytest.raises(Exception, match="os error 2"):  # not a storage error: not ours to word
+        with files.building(target):
+            raise Exception("No such file or directory (os error 2)")
+
+
 def test_building_refuses_a_folder_that_holds_anything_and_replaces_only_when_asked(tmp_path):
     target = tmp_path / "out"
     target.mkdir()

@@ -25,6 +25,7 @@ import errno
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import socket
 import sys
@@ -73,6 +74,28 @@ def write_error(path: str | Path, exc: OSError) -> UserError:
 
 # EFBIG: a file-size limit (RLIMIT_FSIZE), which the tests use to play a full disk
 STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG}
+# Writers that report a full disk without an OSError errno: the Rust libraries
+# (safetensors' SafetensorError, tokenizers' Exception) put io::Error's "(os error N)" in
+# their message; numpy's tofile (np.save to a path) raises OSError("N requested and M
+# written") with no errno after a short write.
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+_SHORT_WRITE = re.compile(r"^(\d+) requested and (\d+) written$")
+
+
+def storage_reason(exc: BaseException) -> str | None:
+    """Why a write failed when ``exc`` is a full disk, a file-size limit or a read-only
+    folder (``STORAGE_ERRNOS``), in whichever form the writer reported it; else None."""
+    if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS:
+        return exc.strerror or str(exc) or type(exc).__name__
+    text = str(exc).strip()
+    rust = _RUST_OS_ERROR.search(text)
+    if rust and int(rust.group(1)) in STORAGE_ERRNOS:
+        return os.strerror(int(rust.group(1)))
+    short = _SHORT_WRITE.match(text) if isinstance(exc, OSError) and exc.errno is None else None
+    if short:
+        return (f"only {short.group(2)} of {short.group(1)} bytes were written (the disk is full, or a file-size "
+                "limit was reached)")
+    return None
 
 
 def _first_line(path: Path) -> str:
@@ -294,11 +317,14 @@ def building(target: str | Path, replace: bool = False, what: str = "folder"):
         if target.exists() and not replace and not is_empty_dir(target):
             raise UserError(f"{target} already exists and is not empty; choose a new folder")
         remove_stale_partials(target)
+        tmp = None
         try:
             tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=_partial_name(target)))
             honour_umask(tmp, directory=True)
             (tmp / PARTIAL_MARKER).write_text(f"sameloss is building {target.name} here (pid {os.getpid()})\n")
-        except OSError as exc:
+        except OSError as exc:  # a disk too full even for the marker: no empty partial left behind
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
             raise write_error(target, exc) from None
         try:
             yield tmp
@@ -320,8 +346,9 @@ def building(target: str | Path, replace: bool = False, what: str = "folder"):
             os.rename(tmp, target)
         except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)
-            if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS:
-                raise write_error(target, exc) from None
+            reason = storage_reason(exc)
+            if reason is not None:
+                raise UserError(f"cannot write {target}: {reason}") from None
             raise
 
 
@@ -336,6 +363,7 @@ class _StorageErrors(contextlib.AbstractContextManager):
         self.where = where
 
     def __exit__(self, kind, exc, tb):
-        if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS:
-            raise write_error(self.where, exc) from None
+        reason = storage_reason(exc) if exc is not None else None
+        if reason is not None:
+            raise UserError(f"cannot write {self.where}: {reason}") from None
         return False

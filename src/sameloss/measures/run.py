@@ -318,7 +318,8 @@ def _std(values: list[float]) -> float:
 def _task_data(cache, language, cfg, task, spec):
     key = ("task", cfg.language, task)
     if key not in cache and is_glue(task):
-        cache[key] = glue_task_data(language, task, seed=spec.seed)
+        cache[key] = glue_task_data(language, task, seed=spec.seed, n_train=spec.task_train,
+                                    n_validation=spec.task_validation)
     elif key not in cache:
         cache[key] = make_task_data(language, task, spec.task_train, spec.task_validation, spec.task_test,
                                     seed=spec.seed)
