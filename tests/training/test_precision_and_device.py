@@ -106,7 +106,7 @@ def test_the_training_loop_runs_on_the_meta_device_reading_only_at_log_lines(tmp
 
     monkeypatch.setattr(loop.LogWindow, "check", check)
     monkeypatch.setattr(loop.LogWindow, "close", close)
-    monkeypatch.setattr(loop, "_save", lambda cfg, run_dir, step, *rest: reads.append(("save", step)))
+    monkeypatch.setattr(loop, "_save", lambda run, step: reads.append(("save", step)))
     monkeypatch.setattr(ExactEvaluator, "evaluate", lambda self, model, device: reads.append(("eval", None)) or {})
     monkeypatch.setattr(runio, "write_summary", lambda *args: None)
     cfg = small_config(steps=10, log_every=5, save_every=10, **{"eval.every": 0}, **extra)

@@ -1,14 +1,20 @@
 """The machinery shared by the recipes: ``RunSpec`` (a run, turned into a ``PretrainConfig``
 here and only here) and ``Study`` (one experiment folder: train a run or reuse / resume it,
-measure a checkpoint or reuse the cached row, embed a checkpoint, the look-up-table baseline).
+measure a checkpoint or a reference representation (look-up table, random-init encoder,
+oracle) or reuse the cached row, embed a checkpoint, run seed studies in worker processes).
+A recipe never trains or measures by hand: what it trains is ``RunSpec``s (forks
+included, ``init_from``), what it measures is a ``measures.run.MeasureSpec``.
 
 An experiment lives in one folder, ``<out>/<experiment>-<scale>[-seed<N>]/``:
 
 * ``runs/<run>/`` — every pre-training run (``config.toml``, ``metrics.jsonl``,
   ``checkpoints/``, ``summary.json`` once finished);
 * ``embedded/<run>-step<N>/`` — checkpoints embedded into a larger shape (App. B.4);
-* ``measurements.json`` — every measured row, keyed by checkpoint, the checkpoint's
-  ``meta.json`` and the measure settings, written after each measurement;
+* ``measurements.json`` — every measured row, keyed by what was measured (a checkpoint and
+  its ``meta.json``, or a reference and its language / model settings) and the measure
+  settings, written (atomically) after each measurement;
+* ``seeds/seed<N>/`` — a recipe's per-seed studies (``Study.map_seeds``), each laid out
+  as this one;
 * ``results.csv``, ``report.md``, ``*.png`` — written by ``report.py``.
 
 Re-running reuses: a run with ``summary.json`` and the same config is not trained again; a
@@ -22,15 +28,18 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import multiprocessing
 import shutil
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .. import config as configlib
 from ..errors import UserError
+from ..files import atomic_write_json
 from ..training.checkpoint import checkpoint_dir, complete_checkpoints
 from ..training.config import PretrainConfig
 from ..training.loop import RESUMABLE_CHANGES, pretrain
@@ -118,6 +127,14 @@ def spec_fingerprint(spec) -> str:
     d = dataclasses.asdict(spec)
     d.pop("device", None)
     return _fingerprint(d)
+
+
+def recipe(name: str):
+    """The module of recipe ``name`` (``sameloss.registry``): how one recipe composes others
+    (``figure1``) without importing them."""
+    from .. import registry
+
+    return registry.recipe(name)
 
 
 def experiment_dir_name(experiment: str, scale: str, seed: int) -> str:
@@ -274,81 +291,99 @@ class Study:
         return info, measured
 
     # ---- measuring --------------------------------------------------------------------
-    def _key(self, kind: str, path_or_name: str, spec, extra: str = "") -> str:
-        return f"{kind}|{path_or_name}|{extra}|{spec_fingerprint(spec)}"
-
-    def _cached(self, key: str) -> dict:
-        self.counts["cached"] += 1
-        self.counts["earlier"] += key in self._earlier
-        return dict(self.cache[key])
-
-    def _store(self, key: str, row: dict) -> dict:
+    # Every measured row goes through ``_memo``: one key (kind | what | extra | the spec's
+    # fingerprint), looked up in ``measurements.json`` and stored there (atomically) when new.
+    def _memo(self, kind: str, name: str, spec, extra: str, compute) -> dict:
+        key = f"{kind}|{name}|{extra}|{spec_fingerprint(spec)}"
+        if key in self.cache:
+            self.counts["cached"] += 1
+            self.counts["earlier"] += key in self._earlier
+            return dict(self.cache[key])
+        start = time.perf_counter()
+        row = compute()
+        row["measure_seconds"] = time.perf_counter() - start
+        self.timings["measure"] += row["measure_seconds"]
+        self.counts["measured"] += 1
         self.cache[key] = row
-        tmp = self.cache_path.with_name(self.cache_path.name + ".tmp")
-        tmp.write_text(json.dumps(self.cache, indent=1, default=_json_default))
-        tmp.replace(self.cache_path)
-        return row
+        atomic_write_json(self.cache_path, self.cache, indent=1, default=_json_default)
+        return dict(row)
+
+    def _state(self, spec) -> dict:
+        """What the measures of one spec share across checkpoints (evaluators, task data)."""
+        return self._measure_state.setdefault(spec_fingerprint(spec), {})
 
     def measure(self, checkpoint: Path, spec) -> dict:
-        """``measures.run.measure_checkpoint`` of one checkpoint, cached."""
+        """``measures.run.measure_checkpoint`` of one checkpoint (loaded once for all the
+        measures of ``spec``), cached; a retrained checkpoint (another ``meta.json``) is
+        measured again."""
         from ..measures.run import measure_checkpoint
 
         checkpoint = Path(checkpoint)
         rel = self.rel(checkpoint)
         # (a damaged meta.json is reported by measure_checkpoint, naming the file)
         meta = (checkpoint / "meta.json").read_bytes().decode("utf-8", errors="replace")
-        key = self._key("checkpoint", rel, spec, _fingerprint(meta))
-        if key in self.cache:
-            return self._cached(key)
-        start = time.perf_counter()
-        state = self._measure_state.setdefault(spec_fingerprint(spec), {})
-        row = measure_checkpoint(checkpoint, dataclasses.replace(spec, device=self._device_name()), state)
-        row["checkpoint"] = rel
-        row["measure_seconds"] = time.perf_counter() - start
-        self.timings["measure"] += row["measure_seconds"]
-        self.counts["measured"] += 1
-        return dict(self._store(key, row))
 
-    def cached(self, kind: str, name: str, spec, compute, extra: str = "") -> dict:
-        """A recipe's own measurement ``compute() -> dict`` of ``name`` (e.g. a checkpoint's
-        folder relative to the study) with settings ``spec`` (a dataclass), kept in
-        ``measurements.json`` like ``measure``'s rows: computed once per (kind, name,
-        spec, extra) — pass the checkpoint's ``meta.json`` text as ``extra`` so that a
-        retrained checkpoint is measured again."""
-        key = self._key(kind, name, spec, _fingerprint(extra) if extra else "")
-        if key in self.cache:
-            return self._cached(key)
-        start = time.perf_counter()
-        row = compute()
-        row["measure_seconds"] = time.perf_counter() - start
-        self.timings["measure"] += row["measure_seconds"]
-        self.counts["measured"] += 1
-        return dict(self._store(key, row))
+        def compute():
+            row = measure_checkpoint(checkpoint, dataclasses.replace(spec, device=self._device_name()),
+                                     self._state(spec))
+            row["checkpoint"] = rel
+            return row
+        return self._memo("checkpoint", rel, spec, _fingerprint(meta), compute)
 
-    def lookup(self, run: RunInfo, spec) -> dict:
-        """``measures.run.measure_lookup_table`` of a run's language (loss on the run's
-        held-out set, a probe per task of ``spec.lookup``), cached."""
-        from ..measures.run import measure_lookup_table
+    def reference(self, kind: str, cfg: PretrainConfig, spec) -> dict:
+        """A row measured on no checkpoint of ``cfg``'s language, cached: ``lookup-table``
+        (``measures.run.measure_lookup_table``: the loss on the run's held-out set, a probe
+        per task of ``spec.lookup``) or a reference representation's few-shot probes
+        (``measures.run.measure_reference``: ``random-init``, ``lookup``, ``oracle``)."""
+        from ..measures.run import measure_lookup_table, measure_reference
         from ..training.runio import build_language
 
-        cfg = run.config
         what = {"language": cfg.language, "masking": cfg.masking, "mask_rate": cfg.mask_rate, "eval": cfg.eval}
-        key = self._key("lookup", cfg.language.name, spec, _fingerprint(what))
-        if key in self.cache:
-            return self._cached(key)
-        start = time.perf_counter()
-        row = measure_lookup_table(build_language(cfg), cfg, dataclasses.replace(spec, device=self._device_name()),
-                                   self._measure_state.setdefault(spec_fingerprint(spec), {}))
-        row["measure_seconds"] = time.perf_counter() - start
-        self.timings["measure"] += row["measure_seconds"]
-        self.counts["measured"] += 1
-        return dict(self._store(key, row))
+        if kind == "random-init":  # the model's shape and initial weights too
+            what.update(model=cfg.model, seed=cfg.seed)
+        measured = dataclasses.replace(spec, device=self._device_name())
+
+        def compute():
+            language = build_language(cfg)
+            if kind == "lookup-table":
+                return measure_lookup_table(language, cfg, measured, self._state(spec))
+            return measure_reference(kind, language, cfg, measured, self._state(spec))
+        return self._memo(kind, cfg.language.name, spec, _fingerprint(what), compute)
+
+    def lookup(self, run: RunInfo, spec) -> dict:
+        """The look-up table of a run's language (``reference("lookup-table", ...)``)."""
+        return self.reference("lookup-table", run.config, spec)
+
+    def map_seeds(self, work, seeds: list[int], workers: int, *args) -> list:
+        """``work(study, seed, *args)`` for each seed, each in its own study folder
+        ``seeds/seed<N>/`` (the seed is the study's seed), in ``workers`` processes (one:
+        here). The seed studies' runs, timings and counts are added to this one; returns
+        ``work``'s results in the order of ``seeds``. ``work`` and ``args`` must pickle."""
+        calls = [(work, self.root / "seeds", seed, self.progress and workers <= 1, self.device, args)
+                 for seed in seeds]
+        if workers <= 1:
+            done = [_seed_study(*c) for c in calls]
+        else:
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+                futures = [pool.submit(_seed_study, *c) for c in calls]
+                done = []
+                for seed, fut in zip(seeds, futures):
+                    done.append(fut.result())
+                    self.log(f"seed {seed} done")
+        for _, runs, timings, counts in done:
+            self.runs.update(runs)
+            for k in self.timings:
+                self.timings[k] += timings[k]
+            for k in self.counts:
+                self.counts[k] += counts[k]
+        return [result for result, *_ in done]
 
     def embed(self, checkpoint: Path, into: str) -> Path:
         """The checkpoint embedded function-preservingly into the transformer shape named
         ``into`` (``models.embed``, App. B.4); reused when already written. ``UserError``
         when that shape cannot hold the model (the message says why)."""
-        from ..training.embedding import embed_checkpoint
+        from ..training.embed_io import embed_checkpoint
         from ..training.checkpoint import read_meta
 
         checkpoint = Path(checkpoint)
@@ -373,6 +408,13 @@ class Study:
     def _device_name(self) -> str:
         from ..training.runio import resolve_device
         return str(resolve_device(self.device))
+
+
+def _seed_study(work, root: Path, seed: int, progress: bool, device: str, args: tuple):
+    """One seed's study (``Study.map_seeds``; a worker process's entry point)."""
+    study = Study(root / f"seed{seed}", seed=seed, progress=progress, device=device)
+    result = work(study, seed, *args)
+    return result, study.runs, study.timings, study.counts
 
 
 def _json_default(obj):

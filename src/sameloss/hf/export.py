@@ -1,7 +1,7 @@
 """``sameloss export``: a checkpoint as a Hugging Face folder that needs no sameloss.
 
 The folder holds ``config.json`` + ``model.safetensors`` (a ``BertForMaskedLM``: the
-post-LN transformer maps one to one onto BERT, see ``models/hf_bert.py``), a word-level
+post-LN transformer maps one to one onto BERT, see ``hf/bert.py``), a word-level
 tokenizer whose ids are the language's (``vocab.save_tokenizer``), ``sameloss.toml`` (the
 run's resolved config: the recipe, and how to rebuild the language) and a model card
 ``README.md`` with the language, its entropy, the model's exact KL and the measured trace
@@ -77,7 +77,7 @@ def export_checkpoint(path: str | Path, out: str | Path, measures: str | Path | 
         import transformers
     except ImportError:
         raise UserError("sameloss export needs the transformers and tokenizers packages") from None
-    from ..models.hf_bert import to_hf_bert
+    from .bert import to_hf_bert
     from .vocab import save_tokenizer
 
     evaluation = _evaluation(model, language, cfg, meta, ckpt)

@@ -28,6 +28,9 @@ import torch
 from sameloss.errors import UserError
 from sameloss.languages.base import Batch, Language, Task
 
+# the registry reads this from the file (``sameloss.registry``); sizes: the keys of PRESETS
+LANGUAGE = {"name": "hmm", "build": "build", "settings": ("size", "seed"), "describe": True}
+
 ROW_SUM_TOL = 1e-8
 BLOCK = 512  # sentences per forward–backward block (cache-sized messages)
 
@@ -370,3 +373,8 @@ def _inverse_cdf(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     cdf entry is exactly 1, so ``u < 1`` always lands on a positive-probability index."""
     idx = torch.searchsorted(cdf.contiguous(), u[:, None].contiguous(), right=True)[:, 0]
     return idx.clamp(max=cdf.shape[1] - 1)
+
+
+def build(size: str = "tiny", seed: int | None = None) -> HMM:
+    """The HMM of ``language.size`` (``seed``: another draw of its shape)."""
+    return HMM.preset(size, seed=seed)

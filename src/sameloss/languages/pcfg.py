@@ -22,6 +22,9 @@ from .base import Batch, Language, Task
 from .inside_outside import InsideOutside, by_length
 from .pcfg_grammar import Grammar, LengthReport, random_layered
 
+# the registry reads this from the file (``sameloss.registry``); sizes: the keys of PRESETS
+LANGUAGE = {"name": "pcfg", "build": "build", "settings": ("size", "seed", "grammar"), "describe": True}
+
 # Keyword arguments of ``random_layered`` for each preset.
 PRESETS: dict[str, dict] = {
     # The paper's sizes (App. A.1): 200 words, 50 non-terminals, sentences <= 32 tokens.
@@ -395,3 +398,9 @@ def _longest_yield(grammar: Grammar, cap: int) -> int:
     top = can[grammar.start > 0].any(dim=0)
     lengths = torch.nonzero(top).flatten()
     return int(lengths.max()) if lengths.numel() else cap
+
+
+def build(size: str = "tiny", seed: int | None = None, grammar: str | None = None) -> PCFG:
+    """The PCFG of ``language.size`` (``seed``: another draw of its shape), or the grammar
+    file ``grammar`` (read as it is; it overrides the size)."""
+    return PCFG.from_file(grammar) if grammar is not None else PCFG.preset(size, seed=seed)

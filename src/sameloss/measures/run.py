@@ -1,8 +1,9 @@
 """Measure checkpoints: one row of numbers per checkpoint (``sameloss measure``).
 
 ``MeasureSpec`` says what to compute; ``measure_checkpoint`` turns one checkpoint into a
-flat dict (loss, KL, traces, eigenvalue, sharpness, probe / fine-tune / look-up-table
-accuracies, each with its error) through ``measure_model``, which takes any loaded model
+flat dict (loss, KL, traces, Lemma 3.2's Hessian − Fisher gap, eigenvalue, sharpness,
+probe / fine-tune / look-up-table accuracies, few-shot probes and count regressions on
+views of the representation, each with its error) through ``measure_model``, which takes any loaded model
 mapping token ids to logits; ``measure_hf_folder`` does the same for a Hugging Face
 masked-LM folder on a sameloss language or a prepared corpus (``sameloss.hf.adapter``); ``measure_path`` does
 every checkpoint of a run (or one checkpoint, or an HF folder) and ``write_rows`` saves them as CSV or JSON (``check_output`` first, so
@@ -12,7 +13,10 @@ A damaged checkpoint of a run is skipped and reported (``measure_path(..., skipp
 the rows of the others are kept.
 
 The look-up-table baseline does not depend on the checkpoint (it probes the true
-conditionals), so it is computed once per language and repeated in every row.
+conditionals), so it is computed once per language and repeated in every row;
+``measure_lookup_table`` measures it alone, and ``measure_reference`` gives the few-shot
+probes of the reference representations (random-init encoder, look-up table, oracle:
+``representations.py``) a study compares its models with.
 """
 
 from __future__ import annotations
@@ -29,13 +33,16 @@ from .. import files
 from ..errors import UserError
 from ..progress import progress_bar
 from ..training.checkpoint import CorruptCheckpoint, step_dirs
+from ..training.data import step_generator
 from ..training.evaluate import make_evaluator
 from ..training.runio import load_checkpoint
 from . import curvature
+from .fewshot import CountRegression, FewShot, count_regression, fewshot_probes
 from .finetune import finetune
 from .glue import glue_label, glue_task_data, is_glue
 from .lookup import lookup_table_probe
 from .probe import linear_probe
+from .representations import model_representation, reference_representation
 from .tasks import make_task_data
 
 
@@ -52,6 +59,9 @@ class MeasureSpec:
     probe: tuple[str, ...] = ()  # task names
     finetune: tuple[str, ...] = ()
     lookup: tuple[str, ...] = ()
+    hessian_gap: bool = False  # Lemma 3.2: tr H − tr F by Hutchinson, true and model-drawn tokens
+    fewshot: FewShot | None = None  # few-shot probes on views of the representation
+    count_regression: CountRegression | None = None  # min-norm count heads (Dyck's Theorem 5.1)
     # sizes (paper defaults in comments; these defaults suit a CPU)
     loss_sentences: int = 2000  # paper: 10^6
     n_contexts: int = 1000  # paper: 10^4
@@ -59,8 +69,9 @@ class MeasureSpec:
     repeats: int = 5  # paper: 5
     n_probes: int = 100  # Hessian-vector products of Hutchinson / Hutch++
     lanczos_basis: int = 20  # vectors the top-eigenvalue Lanczos keeps (bounded memory)
-    curvature_sentences: int = 1024  # the fixed batch of Hutchinson, eigenvalue, sharpness
+    curvature_sentences: int = 1024  # the fixed batch of Hutchinson, eigenvalue, sharpness; the gap's batches
     micro_batch: int | None = None  # Hessian graphs held for at most this many sentences (memory)
+    gap_batches: int = 8  # independent batches of the gap (its standard error is over them)
     params: str | None = None
     rho: float = 0.05
     task_train: int = 2000  # paper: 0.1M examples in all
@@ -87,7 +98,7 @@ class MeasureSpec:
         if "hutchpp" in self.traces and self.n_probes < 3:
             raise UserError(f"Hutch++ needs at least 3 products (--probes), got {self.n_probes}")
         if not (self.loss or self.traces or self.top_eig or self.sharpness or self.probe or self.finetune
-                or self.lookup):
+                or self.lookup or self.hessian_gap or self.fewshot or self.count_regression):
             raise UserError("nothing to measure: pass --loss, --trace, --top-eig, --sharpness, --probe, "
                             "--finetune or --lookup-table")
 
@@ -179,6 +190,10 @@ def measure_model(model, language, cfg, spec: MeasureSpec, cache: dict | None = 
             row[f"trace_{name}_{block}"] = value["estimate"]
             row[f"trace_{name}_{block}_se"] = value["stderr"]
         row["n_params_measured"] = r.n_params
+    if spec.hessian_gap:
+        _put_gap(row, curvature.trace_hessian_gap(model, language, n_batches=spec.gap_batches,
+                                                  n_sentences=spec.curvature_sentences, n_probes=spec.n_probes,
+                                                  params=spec.params, seed=spec.seed))
     if spec.top_eig:
         r = curvature.top_eigenvalue(model, language, params=spec.params, n_sentences=spec.curvature_sentences,
                                      seed=spec.seed, basis_size=spec.lanczos_basis, micro_batch=spec.micro_batch)
@@ -200,6 +215,64 @@ def measure_model(model, language, cfg, spec: MeasureSpec, cache: dict | None = 
             else:
                 r = _lookup_probe(cache, language, cfg, task, spec)
             _put_downstream(row, kind, task, r)
+    if spec.fewshot is not None:
+        data = _fewshot_data(cache, language, spec.fewshot)
+        row.update(fewshot_probes(model_representation(model, data.train.tokens),
+                                  model_representation(model, data.test.tokens), data.train.labels,
+                                  data.test.labels, data.n_classes, spec.fewshot))
+    if spec.count_regression is not None:
+        d = spec.count_regression
+        data = make_task_data(language, d.task, d.pool, 0, d.n_test, seed=spec.seed)
+        generator = step_generator(spec.seed, 0, stream=STREAM_COUNT_DRAWS)
+        row.update(count_regression(model_representation(model, data.train.tokens),
+                                    model_representation(model, data.test.tokens), data.train.labels,
+                                    data.test.labels, data.n_classes, d, generator))
+    return row
+
+
+# the draws of the count regression's training examples (apart from training, evaluation
+# and the curvature measures' streams)
+STREAM_COUNT_DRAWS = 21
+
+
+def _put_gap(row: dict, gap: dict) -> None:
+    """Lemma 3.2's columns: the Hutchinson traces and gaps (± SE over batches), and with
+    the Fisher trace in the row, ``tr F + gap`` (a lower-variance ``tr H``), the relative
+    gap and the gaps' t statistics."""
+    for name, r in gap.items():
+        row[name] = r.estimate
+        row[f"{name}_se"] = r.stderr
+    if "trace_fisher" in row:
+        row["trace_hessian_cv"] = row["trace_fisher"] + row["trace_gap"]
+        row["trace_hessian_cv_se"] = math.hypot(row["trace_fisher_se"], row["trace_gap_se"])
+        row["relative_gap"] = row["trace_gap"] / row["trace_fisher"]
+    row["trace_abs_gap"] = abs(row["trace_gap"])
+    row["trace_abs_gap_se"] = row["trace_gap_se"]
+    row["z_gap"] = row["trace_gap"] / row["trace_gap_se"]
+    row["z_gap_model"] = row["trace_gap_model"] / row["trace_gap_model_se"]
+
+
+def _fewshot_data(cache, language, design: FewShot):
+    key = ("fewshot", language.name, design)
+    if key not in cache:
+        cache[key] = make_task_data(language, design.task, n_train=design.pool, n_validation=0, n_test=design.test,
+                                    seed=design.seed)
+    return cache[key]
+
+
+def measure_reference(kind: str, language, cfg, spec: MeasureSpec, cache: dict | None = None) -> dict:
+    """The few-shot probes of ``spec.fewshot`` on a reference representation
+    (``representations.REFERENCES``: ``random-init`` — ``cfg``'s model freshly initialised
+    from its seed —, ``lookup``, ``oracle``), and the task's majority rate on the test set
+    (``fewshot_majority``): the headroom a trained model is placed in."""
+    if spec.fewshot is None:
+        raise UserError("a reference representation is measured by few-shot probes: give the spec a fewshot design")
+    cache = {} if cache is None else cache
+    data = _fewshot_data(cache, language, spec.fewshot)
+    pool_h, test_h = (reference_representation(kind, language, cfg, split.tokens, spec.device)
+                      for split in (data.train, data.test))
+    row = fewshot_probes(pool_h, test_h, data.train.labels, data.test.labels, data.n_classes, spec.fewshot)
+    row["fewshot_majority"] = data.majority()[1]
     return row
 
 
@@ -262,7 +335,8 @@ def _std(values: list[float]) -> float:
 def _task_data(cache, language, cfg, task, spec):
     key = ("task", cfg.language, task)
     if key not in cache and is_glue(task):
-        cache[key] = glue_task_data(language, task, seed=spec.seed)
+        cache[key] = glue_task_data(language, task, seed=spec.seed, n_train=spec.task_train,
+                                    n_validation=spec.task_validation)
     elif key not in cache:
         cache[key] = make_task_data(language, task, spec.task_train, spec.task_validation, spec.task_test,
                                     seed=spec.seed)

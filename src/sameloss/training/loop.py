@@ -21,7 +21,6 @@ equals the single-process one.
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 import sys
@@ -137,10 +136,10 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, pro
         start = init_from_checkpoint(cfg, model, optimizer, schedule)
     if not resume and rank == 0:
         created = _create_run_dir(cfg, run_dir, fresh)
-    train_model = dist.wrap(model, device) if world_size > 1 else model
+    run = Run(cfg, run_dir, language, model, dist.wrap(model, device) if world_size > 1 else model, optimizer,
+              schedule, evaluator, adversary, device, rank, world_size, window)
     try:
-        return _train(cfg, run_dir, model, train_model, optimizer, schedule, language, evaluator, adversary,
-                      device, rank, world_size, start, window, progress, stop_after)
+        return _train(run, start, progress, stop_after)
     except BaseException:
         # a new run that failed before its first checkpoint holds nothing to resume from:
         # remove what this call created, so the corrected command can run again
@@ -220,38 +219,69 @@ class StepResult:
     downstream: torch.Tensor | None  # the adversarial objective's downstream loss, if any
 
 
-def _step(cfg: PretrainConfig, step: int, model, train_model, optimizer, schedule, language, adversary,
-          device: torch.device, rank: int, world_size: int, autocast, run_dir: Path) -> StepResult:
-    rate = None if cfg.masking == "single" else cfg.mask_rate
-    full = global_batch(language, cfg.seed, step, cfg.batch_size, rate, cfg.mask_replace)
+@dataclass
+class Run:
+    """What one training call works on, built once by ``pretrain`` (nanoGPT's train.py keeps
+    the same things as module globals). ``model`` is the module whose weights are saved;
+    ``train_model`` the one the loss runs through (the DDP wrapper under ``torchrun``)."""
+
+    cfg: PretrainConfig
+    run_dir: Path
+    language: object
+    model: torch.nn.Module
+    train_model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    schedule: torch.optim.lr_scheduler.LRScheduler
+    evaluator: object | None  # rank 0 only
+    adversary: AdversarialObjective | None
+    device: torch.device
+    rank: int
+    world_size: int
+    window: LogWindow
+    last_eval: dict = field(default_factory=dict)
+    last_train_loss: float = float("nan")  # shown on the progress bar
+
+    def __post_init__(self):
+        self.rate = None if self.cfg.masking == "single" else self.cfg.mask_rate
+        self.keep = set(self.cfg.checkpoint_steps())
+        self.autocast = runio.autocast(self.cfg.precision, self.device)
+        # finite data (a corpus): epochs are logged, as sequences drawn / training sequences
+        self.n_train = self.language.n_sequences("train") if hasattr(self.language, "n_sequences") else None
+
+
+def _step(run: Run, step: int) -> StepResult:
+    """One update on batch ``step`` of the stream (SAM: ascent on the first half-batch,
+    update on the second)."""
+    cfg, optimizer = run.cfg, run.optimizer
+    full = global_batch(run.language, cfg.seed, step, cfg.batch_size, run.rate, cfg.mask_replace)
     n_targets = full.n_targets
     optimizer.zero_grad(set_to_none=True)
     if isinstance(optimizer, SAM):
         ascent, update = full.halves()
         # ascent: this process's own half-batch gradient, not averaged across processes
-        with dist.no_sync(train_model), autocast:
-            ascent_loss, _ = mlm_loss(train_model, ascent.shard(rank, world_size).to(device),
-                                      ascent.n_targets, world_size)
+        with dist.no_sync(run.train_model), run.autocast:
+            ascent_loss, _ = mlm_loss(run.train_model, ascent.shard(run.rank, run.world_size).to(run.device),
+                                      ascent.n_targets, run.world_size)
         ascent_loss.backward()
         optimizer.ascend()
         optimizer.zero_grad(set_to_none=True)
-        batch, n_targets = update.shard(rank, world_size).to(device), update.n_targets
+        batch, n_targets = update.shard(run.rank, run.world_size).to(run.device), update.n_targets
     else:
-        batch = full.shard(rank, world_size).to(device)
+        batch = full.shard(run.rank, run.world_size).to(run.device)
     downstream = None
-    with autocast:
-        loss, summed = mlm_loss(train_model, batch, n_targets, world_size)
-        if adversary is not None:
-            adv_loss, downstream = adversary.loss(model, step, device)
+    with run.autocast:
+        loss, summed = mlm_loss(run.train_model, batch, n_targets, run.world_size)
+        if run.adversary is not None:
+            adv_loss, downstream = run.adversary.loss(run.model, step, run.device)
             loss = loss + adv_loss
     # a non-finite loss is noticed by the log window (``LogWindow.check``) before the
     # next log line, evaluation or checkpoint: testing it here would wait for the device
     loss.backward()
     if cfg.optim.grad_clip is not None:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+        torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.optim.grad_clip)
     optimizer.step()
-    schedule.step()
-    return StepResult(summed, n_targets, (batch.inputs != language.pad_id).sum(), downstream)
+    run.schedule.step()
+    return StepResult(summed, n_targets, (batch.inputs != run.language.pad_id).sum(), downstream)
 
 
 # ----------------------------------------------------------------------------- log window
@@ -324,84 +354,77 @@ class LogWindow:
         return record
 
 
-def _append_metrics(path: Path, record: dict) -> None:
-    try:
-        with path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
-    except OSError as exc:
-        raise files.write_error(path, exc) from None
+def _log(run: Run, step: int, bar, logs: bool, evaluates: bool) -> None:
+    """Close the log window when ``logs`` (every ``log_every`` steps), evaluate when
+    ``evaluates`` (every ``eval.every``, rank 0) and append the record to
+    ``metrics.jsonl``; the progress bar shows the latest."""
+    cfg = run.cfg
+    record = None
+    if logs:
+        record = run.window.close(step, run.schedule.get_last_lr()[0], run.adversary is not None)
+        if run.n_train:
+            record["epoch"] = step * cfg.batch_size / run.n_train
+    if run.rank != 0:
+        return
+    if evaluates:
+        run.last_eval = run.evaluator.evaluate(run.model, run.device)
+        record = (record or {"step": step}) | {"eval": run.last_eval}
+    if record is None:
+        return
+    runio.append_metrics(run.run_dir, record)
+    run.last_train_loss = record.get("train_loss", run.last_train_loss)
+    postfix = {"loss": f"{run.last_train_loss:.4f}"}
+    if run.last_eval.get("kl") is not None:
+        postfix["KL"] = f"{run.last_eval['kl']:.4f}"
+    elif run.last_eval.get("gap") is not None:
+        postfix["gap"] = f"{run.last_eval['gap']:.4f}"
+    if "tokens_per_s" in record:
+        postfix["tok/s"] = f"{record['tokens_per_s']:.0f}"
+    bar.set_postfix(postfix, refresh=False)
 
 
 # ----------------------------------------------------------------------------- save
 
 
-def _save(cfg: PretrainConfig, run_dir: Path, step: int, model, optimizer, schedule, window: LogWindow,
-          device: torch.device, last_eval: dict, keep: set[int]) -> None:
-    state = {"step": step, "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
+def _save(run: Run, step: int) -> None:
+    """A checkpoint at ``step`` (weights, optimiser, schedule, RNG, the open log window);
+    rolling ones not in ``keep`` are pruned."""
+    state = {"step": step, "optimizer": run.optimizer.state_dict(), "schedule": run.schedule.state_dict(),
              "rng": torch.get_rng_state(),
-             "cuda_rng": torch.cuda.get_rng_state() if device.type == "cuda" else None,
-             "window": window.state()}
-    meta = {"config": configlib.to_dict(cfg), "eval": last_eval if step in keep else None}
-    ckpt.save(run_dir, step, model, state, meta)
-    ckpt.prune(run_dir, keep)
+             "cuda_rng": torch.cuda.get_rng_state() if run.device.type == "cuda" else None,
+             "window": run.window.state()}
+    meta = {"config": configlib.to_dict(run.cfg), "eval": run.last_eval if step in run.keep else None}
+    ckpt.save(run.run_dir, step, run.model, state, meta)
+    ckpt.prune(run.run_dir, run.keep)
 
 
 # ----------------------------------------------------------------------------- the loop
 
 
-def _train(cfg, run_dir, model, train_model, optimizer, schedule, language, evaluator, adversary, device,
-           rank, world_size, start, window: LogWindow, progress, stop_after) -> dict:
-    keep = set(cfg.checkpoint_steps())
-    metrics_path = run_dir / "metrics.jsonl"
-    autocast = runio.autocast(cfg.precision, device)
-    last_eval: dict = {}
-    last_train_loss = float("nan")
-    # finite data (a corpus): epochs are logged, as sequences drawn / training sequences
-    n_train = language.n_sequences("train") if hasattr(language, "n_sequences") else None
+def _train(run: Run, start: int, progress: bool, stop_after: int | None) -> dict:
+    cfg = run.cfg
     bar = progress_bar(total=cfg.steps, initial=start - 1, desc=cfg.name, unit="step",
-                       disable=not progress or rank != 0)
+                       disable=not progress or run.rank != 0)
+    step = start - 1
     try:
-        train_model.train()
-        step = start - 1
+        run.train_model.train()
         for step in range(start, cfg.steps + 1):
-            result = _step(cfg, step, model, train_model, optimizer, schedule, language, adversary, device, rank,
-                           world_size, autocast, run_dir)
-            window.add(result, world_size, step)
+            run.window.add(_step(run, step), run.world_size, step)
             bar.update(1)
-
-            record = None
             logs = step % cfg.log_every == 0 or step == cfg.steps
-            evaluates = rank == 0 and ((cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.steps)
-            saves = step in keep or step % cfg.save_every == 0 or step == stop_after
+            evaluates = run.rank == 0 and ((cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.steps)
+            saves = step in run.keep or step % cfg.save_every == 0 or step == stop_after
             if logs or evaluates or saves:  # the one read of the device between log lines
-                window.check(run_dir)
-            if logs:
-                record = window.close(step, schedule.get_last_lr()[0], adversary is not None)
-                if n_train:
-                    record["epoch"] = step * cfg.batch_size / n_train
-            if evaluates:
-                last_eval = evaluator.evaluate(model, device)
-                record = (record or {"step": step}) | {"eval": last_eval}
-            if rank == 0 and record is not None:
-                _append_metrics(metrics_path, record)
-                last_train_loss = record.get("train_loss", last_train_loss)
-                postfix = {"loss": f"{last_train_loss:.4f}"}
-                if last_eval and last_eval.get("kl") is not None:
-                    postfix["KL"] = f"{last_eval['kl']:.4f}"
-                elif last_eval.get("gap") is not None:
-                    postfix["gap"] = f"{last_eval['gap']:.4f}"
-                if "tokens_per_s" in record:
-                    postfix["tok/s"] = f"{record['tokens_per_s']:.0f}"
-                bar.set_postfix(postfix, refresh=False)
-
+                run.window.check(run.run_dir)  # a diverged loss stops the run before it is logged or saved
+            _log(run, step, bar, logs, evaluates)
             if saves:
-                if rank == 0:
-                    _save(cfg, run_dir, step, model, optimizer, schedule, window, device, last_eval, keep)
+                if run.rank == 0:
+                    _save(run, step)
                 dist.barrier()
             if stop_after is not None and step >= stop_after:
                 break
     finally:
         bar.close()
-    if rank == 0 and step == cfg.steps:
-        runio.write_summary(run_dir, step, last_eval, model)
-    return last_eval
+    if run.rank == 0 and step == cfg.steps:
+        runio.write_summary(run.run_dir, step, run.last_eval, run.model)
+    return run.last_eval

@@ -8,8 +8,9 @@
   reading ``meta.json`` once and leaving the global RNG as it was (as nanoGPT's
   ``sample.py`` rebuilds a model from its saved ``model_args``);
 * the run folder's own files: ``read_config_dict`` (``config.toml``), ``read_summary`` /
-  ``write_summary`` / ``finished`` (``summary.json``), ``truncate_metrics``
-  (``metrics.jsonl`` on resume) and ``remove_run`` (``--fresh``).
+  ``write_summary`` / ``finished`` (``summary.json``), ``append_metrics`` /
+  ``read_metrics`` / ``eval_history`` / ``truncate_metrics`` (``metrics.jsonl``) and
+  ``remove_run`` (``--fresh``).
 
 Checkpoint files themselves (safetensors, ``state.pt``, ``meta.json``) are read and
 written by ``checkpoint.py``; the optimiser is built by ``optim.py``.
@@ -185,33 +186,68 @@ def finished(run_dir: str | Path) -> tuple[int, dict] | None:
     return summary["step"], summary.get("eval") or {}
 
 
+METRICS = "metrics.jsonl"
+
+
+def append_metrics(run_dir: Path, record: dict) -> None:
+    """One log record (a JSON line) at the end of the run's ``metrics.jsonl``."""
+    path = Path(run_dir) / METRICS
+    try:
+        with path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+    except OSError as exc:
+        raise files.write_error(path, exc) from None
+
+
+def _metric_lines(path: Path, hint: str = "") -> list[tuple[str, dict]]:
+    """``(line, record)`` for every record of a ``metrics.jsonl``; an unfinished last line
+    (a kill or a full disk mid-write) is left out; any other line that is not a record is
+    a ``UserError`` naming the file and line (``hint`` appended)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: unreadable ({_reason(exc)})") from None
+    lines = text.splitlines()
+    out = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+                raise TypeError
+        except (json.JSONDecodeError, TypeError):
+            if number == len(lines) and not text.endswith("\n"):
+                break  # the unfinished last write
+            raise UserError(f"{path}:{number}: not a metrics record (JSON with an integer 'step'){hint}") from None
+        out.append((line, record))
+    return out
+
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    """The records of a run's ``metrics.jsonl``, in order (``UserError`` naming the file,
+    and the line, if it is missing or damaged; an unfinished last line is left out)."""
+    return [record for _, record in _metric_lines(Path(run_dir) / METRICS)]
+
+
+def eval_history(run_dir: str | Path) -> dict[int, dict]:
+    """``{step: the exact held-out evaluation logged at that step}`` of a run."""
+    return {r["step"]: r["eval"] for r in read_metrics(run_dir) if r.get("eval")}
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def truncate_metrics(path: Path, step: int) -> None:
     """Drop log lines written after the checkpoint a run resumes from (they will be
     redone). An unfinished last line (a kill or a full disk mid-write) is dropped too; a
     damaged line before it is an error naming the file and line."""
     if not path.exists():
         return
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: unreadable ({exc})") from None
-    lines = text.splitlines()
-    kept = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            line_step = record["step"]
-            if not isinstance(line_step, int):
-                raise TypeError
-        except (json.JSONDecodeError, KeyError, TypeError):
-            if number == len(lines) and not text.endswith("\n"):
-                break  # the unfinished last write
-            raise UserError(f"{path}:{number}: not a metrics record (JSON with an integer 'step'); "
-                            "repair or delete the line to resume") from None
-        if line_step <= step:
-            kept.append(line)
+    kept = [line for line, record in _metric_lines(path, "; repair or delete the line to resume")
+            if record["step"] <= step]
     try:
         files.atomic_write_text(path, "".join(ln + "\n" for ln in kept))
     except OSError as exc:

@@ -1,6 +1,6 @@
 """How flat is a trained MLM? Curvature of its pre-training loss (paper §3–4, App. B.1).
 
-The paper's flatness measure is the trace of the Hessian of the MLM loss. Four views are
+The paper's flatness measure is the trace of the Hessian of the MLM loss. Five views are
 offered, each a function ``(model, language, **options) -> CurvatureResult``:
 
 ``trace_fisher``
@@ -22,8 +22,12 @@ offered, each a function ``(model, language, **options) -> CurvatureResult``:
     in bounded memory (a basis of ``basis_size + 1`` vectors).
 ``sam_sharpness``
     SAM's one-step sharpness ``L(θ + ρ g/‖g‖) − L(θ)`` on the same batch.
+``trace_hessian_gap``
+    Lemma 3.2's ``tr H − tr F``: Hutchinson's trace of ``Difference(LossHessian,
+    LossGaussNewton)`` (and of ``LossHessian`` on the same probes), batch after batch, with
+    the true tokens and with tokens drawn from the model (where it is 0 in expectation).
 
-Conventions shared by all four:
+Conventions shared by all of them:
 
 * dropout is off while measuring (``model.eval()``); the previous mode is restored;
 * ``params`` is a regex searched (``re.search``) in the names of
@@ -93,7 +97,7 @@ from .base import (
 )
 from .estimators import LanczosResult, TraceEstimate, hutchinson_trace, hutchpp_trace, lanczos_top_eigenvalue
 from .fisher import trace_fisher
-from .hessian import sam_sharpness, top_eigenvalue, trace_hutchinson
+from .hessian import sam_sharpness, top_eigenvalue, trace_hessian_gap, trace_hutchinson
 from .operators import Difference, LinearOperator, LossGaussNewton, LossHessian, MatrixOperator
 
 __all__ = [
@@ -119,5 +123,6 @@ __all__ = [
     "select_parameters",
     "top_eigenvalue",
     "trace_fisher",
+    "trace_hessian_gap",
     "trace_hutchinson",
 ]

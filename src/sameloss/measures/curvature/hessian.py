@@ -1,6 +1,8 @@
 """The measures of one fixed batch's loss: the trace of its Hessian (Hutchinson or
 Hutch++, optionally per block) and its top eigenvalue (thin wrappers: a ``LossHessian``
-operator and an estimator over it), and SAM's one-step sharpness."""
+operator and an estimator over it), SAM's one-step sharpness, and Lemma 3.2's gap
+``tr H − tr F`` (Hutchinson over ``Difference(LossHessian, LossGaussNewton)``, batch
+after batch)."""
 
 from __future__ import annotations
 
@@ -14,8 +16,9 @@ from ...languages.base import Language
 from ...training.data import MaskedBatch, step_generator
 from .base import (STREAM_DRAWS, CurvatureResult, batch_loss, block_table, grads_or_zeros, loss_batch, measuring,
                    parameter_blocks, select_parameters)
-from .estimators import TRACE_ESTIMATORS, check_probes, lanczos_top_eigenvalue
-from .operators import LossHessian
+from .estimators import (TRACE_ESTIMATORS, check_probes, lanczos_top_eigenvalue, mean_and_stderr,
+                         probe_vectors)
+from .operators import Difference, LossGaussNewton, LossHessian
 
 
 def trace_hutchinson(model: nn.Module, language: Language, *, n_probes: int = 100,
@@ -139,3 +142,66 @@ def sam_sharpness(model: nn.Module, language: Language, *, rho: float = 0.05, pa
              "first_order": rho * norm_value}
     return CurvatureResult("sam_sharpness", sharpness, None, sel.n_params, params, int(batch.inputs.shape[0]),
                            time.perf_counter() - start, settings, extra)
+
+
+def trace_hessian_gap(model: nn.Module, language: Language, *, n_batches: int = 8, n_sentences: int = 128,
+                      n_probes: int = 8, params: str | None = None, seed: int = 0,
+                      engine: str = "auto") -> dict[str, CurvatureResult]:
+    """Lemma 3.2's gap between the Hessian and the Fisher, over ``n_batches`` independent
+    batches of ``n_sentences`` sentences with one masked position each (``loss_batch``,
+    seeds ``seed·1009 + b``), each with its own ``n_probes`` Rademacher probes:
+
+    ``trace_hessian``  Hutchinson's trace of the Hessian of the loss of the true tokens;
+    ``trace_gap``      Hutchinson's trace of ``Difference(LossHessian, LossGaussNewton)``
+                       on the same probes: ``tr H − tr F`` (the Gauss–Newton matrix of
+                       softmax cross-entropy is the Fisher), without the probe noise the
+                       two share;
+    ``…_model``        the same with each target replaced by a draw from the model's own
+                       conditional (the well-specified case: the gap is 0 in expectation).
+
+    Each result's ``estimate`` is the mean over batches of the batch's probe mean and its
+    ``stderr`` the standard error over batches (so it includes the batch-to-batch
+    variation of the trace); ``extra["batches"]`` holds the per-batch values.
+    """
+    if n_batches < 2:
+        raise UserError(f"the gap's standard error needs at least 2 batches, got {n_batches}")
+    check_probes(n_probes, "rademacher")
+    start = time.perf_counter()
+    names = ("trace_hessian", "trace_gap", "trace_hessian_model", "trace_gap_model")
+    # per-batch values stay on the device and are read back once, at the end
+    per_batch: dict[str, list[torch.Tensor]] = {k: [] for k in names}
+    dim = 0
+    for b in range(n_batches):
+        batch = loss_batch(language, n_sentences, None, seed=seed * 1009 + b)
+        gen = step_generator(seed, 100 + b, stream=STREAM_DRAWS)
+        # the model's own conditionals at the masked positions (dropout off), and one draw each
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                on_device = batch.to(next(model.parameters()).device)  # masked positions by index: no sync
+                probs = torch.softmax(on_device.at_masked(model(on_device.inputs)).double(), -1).cpu()
+        finally:
+            model.train(was_training)
+        drawn = torch.multinomial(probs, 1, generator=gen)[:, 0]
+        targets = batch.targets.clone()
+        targets[batch.masked] = drawn
+        model_batch = MaskedBatch(batch.inputs, targets, batch.masked)
+        for suffix, bt in (("", batch), ("_model", model_batch)):
+            D = Difference(LossHessian(model, bt, params=params, engine=engine),
+                           LossGaussNewton(model, bt, params=params))
+            dim = D.dim
+            v = probe_vectors(n_probes, D.dim, "rademacher", gen, D.dtype, D.device)
+            hv, gv = D.parts(v)
+            per_batch["trace_hessian" + suffix].append((v * hv).sum(1).double().mean())
+            per_batch["trace_gap" + suffix].append((v * (hv - gv)).sum(1).double().mean())
+    seconds = time.perf_counter() - start
+    settings = {"n_batches": n_batches, "n_sentences": n_sentences, "n_probes": n_probes, "seed": seed}
+    table = torch.stack([torch.stack(per_batch[k]) for k in names]).cpu()  # the one read
+    out = {}
+    for name, row in zip(names, table):
+        values = row.tolist()
+        estimate, stderr = mean_and_stderr(row)
+        out[name] = CurvatureResult(name, estimate, stderr, dim, params, n_batches * n_probes, seconds, settings,
+                                    {"batches": values})
+    return out

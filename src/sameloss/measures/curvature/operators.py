@@ -220,5 +220,11 @@ class Difference(LinearOperator):
         self.a, self.b = a, b
         self.dim, self.dtype, self.device = a.dim, a.dtype, a.device
 
+    def parts(self, vectors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(A V, B V)``: both products, for an estimator that wants ``tr A`` from the same
+        probes too (one product of each)."""
+        return self.a.matmat(vectors), self.b.matmat(vectors)
+
     def _matmat(self, vectors: torch.Tensor) -> torch.Tensor:
-        return self.a.matmat(vectors) - self.b.matmat(vectors)
+        av, bv = self.parts(vectors)
+        return av - bv
