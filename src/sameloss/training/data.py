@@ -23,7 +23,7 @@ class MaskedBatch:
     masked: torch.Tensor  # [n, T] bool, the prediction targets
     # flat indices (into [n * T]) of the masked positions, in ``masked.nonzero()`` order;
     # ``to`` computes them where the batch was made (the host) and carries them along, so
-    # that picking the targets on the device (``targets_at``) needs no read-back of a
+    # that picking the targets on the device (``at_masked``) needs no read-back of a
     # data-dependent size, as ``x[masked]`` does
     index: torch.Tensor | None = None
 
