@@ -521,12 +521,17 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stderr.close()
         return 0
-    except OSError as exc:
-        from .files import STORAGE_ERRNOS
-        if exc.errno not in STORAGE_ERRNOS:
+    except Exception as exc:
+        # the last net for a full disk or a read-only folder that no writer turned into a
+        # UserError naming its folder (libraries raise it as their own exception types)
+        import os
+
+        from .files import storage_errno
+        code = storage_errno(exc)
+        if code is None:
             raise
-        where = f"{exc.filename}: " if exc.filename else ""
-        print(f"sameloss: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        where = f"{exc.filename}: " if isinstance(exc, OSError) and exc.filename else ""
+        print(f"sameloss: error: {where}{os.strerror(code)}", file=sys.stderr)
         return 2
     finally:
         if previous is not None:

@@ -23,6 +23,7 @@ import errno
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import socket
 import sys
@@ -71,14 +72,42 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         raise
 
 
-def write_error(path: str | Path, exc: OSError) -> UserError:
-    """A one-line ``UserError`` for a failed write (full disk, read-only folder, ...)."""
-    reason = exc.strerror or str(exc) or type(exc).__name__
+def write_error(path: str | Path, exc: BaseException) -> UserError:
+    """A one-line ``UserError`` for a failed write (full disk, read-only folder, ...);
+    ``exc`` may be a library's error that carries the storage error (``storage_errno``)."""
+    code = storage_errno(exc)
+    if isinstance(exc, OSError) and exc.strerror:
+        reason = exc.strerror
+    elif code is not None:
+        reason = os.strerror(code)
+    else:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
     return UserError(f"cannot write {path}: {reason}")
 
 
 # EFBIG: a file-size limit (RLIMIT_FSIZE), which the tests use to play a full disk
 STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG}
+# Rust libraries (safetensors, tokenizers) raise their own exception types whose message
+# ends in the OS error: "Error while serializing: I/O error: No space left on device (os error 28)"
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+def storage_errno(exc: BaseException | None) -> int | None:
+    """The storage errno (``STORAGE_ERRNOS``: a full disk, a read-only folder, ...) behind
+    ``exc``, or None. Libraries hide it: torch's writer raises a ``RuntimeError`` whose
+    ``__context__`` is the ``OSError`` (when it writes to a Python file object); Rust
+    libraries put "(os error N)" in their message. Follows the exception chain."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS:
+            return exc.errno
+        if not isinstance(exc, (OSError, UserError)):
+            match = _RUST_OS_ERROR.search(str(exc))
+            if match and int(match.group(1)) in STORAGE_ERRNOS:
+                return int(match.group(1))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _first_line(path: Path) -> str:
@@ -151,7 +180,7 @@ def _holder(path: Path) -> str:
 @contextlib.contextmanager
 def folder_lock(folder: str | Path, what: str = "folder"):
     """Hold an exclusive lock on ``folder`` for the block (its parent is created if
-    missing). ``UserError`` naming the holder when another process holds it. Re-entrant:
+    missing, and removed again at the end if this call made it and it is still empty). ``UserError`` naming the holder when another process holds it. Re-entrant:
     a process that holds the lock may take it again (e.g. ``reproduce`` locking its
     experiment, then each run it trains)."""
     path = lock_path(folder)
@@ -163,14 +192,17 @@ def folder_lock(folder: str | Path, what: str = "folder"):
         finally:
             _HELD[key][1] -= 1
         return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise write_error(path.parent, exc) from None
+    made = _missing_parents(path.parent)  # removed again at the end if still empty
     fd = None
     for _ in range(100):
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise write_error(path.parent, exc) from None
+        try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except FileNotFoundError:  # another process removed the empty parent it had made: again
+            continue
         except OSError as exc:
             raise write_error(path, exc) from None
         try:
@@ -208,6 +240,22 @@ def folder_lock(folder: str | Path, what: str = "folder"):
         except OSError:
             pass
         os.close(fd)
+        # a command refused before it wrote anything leaves no empty folder it made for
+        # the lock (e.g. ``runs/``); a folder that holds anything stays
+        for folder in made:
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+
+
+def _missing_parents(folder: Path) -> list[Path]:
+    """The folders of ``folder``'s path that do not exist yet, deepest first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
 
 
 def holds_lock(folder: str | Path) -> bool:
@@ -284,7 +332,7 @@ def building(target: str | Path, replace: bool = False, what: str = "folder"):
             os.rename(tmp, target)
         except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)
-            if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS:
+            if not isinstance(exc, UserError) and storage_errno(exc) is not None:
                 raise write_error(target, exc) from None
             raise
 
@@ -300,6 +348,6 @@ class _StorageErrors(contextlib.AbstractContextManager):
         self.where = where
 
     def __exit__(self, kind, exc, tb):
-        if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS:
+        if exc is not None and not isinstance(exc, UserError) and storage_errno(exc) is not None:
             raise write_error(self.where, exc) from None
         return False
