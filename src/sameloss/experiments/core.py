@@ -14,29 +14,36 @@ An experiment lives in one folder, ``<out>/<experiment>-<scale>[-seed<N>]/``:
 Re-running reuses: a run with ``summary.json`` and the same config is not trained again; a
 run with checkpoints but no ``summary.json`` (interrupted) is resumed; a row in
 ``measurements.json`` with the same key is not measured again. ``fresh=True`` deletes the
-experiment folder first.
+experiment folder first — only when everything in it is sameloss's (``folder.py``: the
+folder is marked, and nothing is ever deleted without sameloss's marker). A ``Study``
+holds the folder's lock (``files.folder_lock``) from its creation to ``close()`` (it is a
+context manager), so two processes never write one experiment.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import shutil
 import sys
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .. import config as configlib
+from .. import files
 from ..errors import UserError
+from . import folder as experiment_folder
 from ..training.checkpoint import checkpoint_dir, complete_checkpoints
 from ..training.config import PretrainConfig
 from ..training.loop import RESUMABLE_CHANGES, pretrain
 from ..training.runio import read_config_dict, read_summary
 
-MEASUREMENTS = "measurements.json"
+MEASUREMENTS = experiment_folder.MEASUREMENTS
 
 
 Setting = tuple[str, Any]  # a dotted config key and its value, e.g. ("optim.lr", 0.05)
@@ -150,14 +157,23 @@ class Study:
         self._bar = None
         self.root = Path(root)
         self.seed = seed
-        if fresh and self.root.exists():
-            # delete only what an earlier reproduce made (its cache, report or runs)
-            known = {MEASUREMENTS, "report.md", "results.csv", "runs.csv", "runs", "embedded"}
-            if any(self.root.iterdir()) and not known & {p.name for p in self.root.iterdir()}:
-                raise UserError(f"{self.root} does not look like an experiment folder of sameloss reproduce; "
-                                "--fresh deletes only those: remove it yourself or pass another --out")
-            shutil.rmtree(self.root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        # the folder's lock, held until close() (or, for a Study nobody closes — a seed
+        # sub-study in a worker process — until it is garbage-collected)
+        self._held = contextlib.ExitStack()
+        self._held.enter_context(files.folder_lock(self.root, "experiment"))
+        weakref.finalize(self, self._held.close)
+        try:
+            legacy = experiment_folder.check_usable(self.root, fresh)
+            with files.storage_errors(self.root):
+                if fresh and self.root.exists():
+                    shutil.rmtree(self.root)  # checked: it holds nothing but sameloss's outputs
+                new = not self.root.exists() or files.is_empty_dir(self.root)
+                self.root.mkdir(parents=True, exist_ok=True)
+                if new or legacy:
+                    experiment_folder.mark(self.root)
+        except BaseException:
+            self.close()
+            raise
         self.runs_dir = self.root / "runs"
         self.progress = progress
         self.device = device
@@ -175,6 +191,16 @@ class Study:
         self.runs: dict[str, RunInfo] = {}
         self.timings: dict[str, float] = {"train": 0.0, "measure": 0.0}
         self.counts: dict[str, int] = {"measured": 0, "cached": 0, "earlier": 0}
+
+    def close(self) -> None:
+        """Release the experiment folder's lock."""
+        self._held.close()
+
+    def __enter__(self) -> Study:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def log(self, msg: str) -> None:
         if self._bar is not None:
@@ -211,6 +237,10 @@ class Study:
         if self.device != "auto" and cfg.device != self.device:
             cfg = dataclasses.replace(cfg, device=self.device)
         run_dir = self.runs_dir / spec.name
+        if (run_dir.exists() or run_dir.is_symlink()) and not files.is_empty_dir(run_dir) \
+                and not files.is_run_dir(run_dir):
+            raise UserError(f"{run_dir} is not a sameloss run folder (no {files.RUN_MARKER} marker); reproduce "
+                            "never writes into or deletes it: move it away or pass another --out")
         start = time.perf_counter()
         summary_path = run_dir / "summary.json"
         wanted = configlib.to_dict(cfg)
@@ -230,8 +260,8 @@ class Study:
             self._pretrain(cfg, run_dir, resume=True)
             status = "resumed"
         else:
-            if run_dir.exists():
-                shutil.rmtree(run_dir)  # started but no complete checkpoint: nothing to keep
+            if run_dir.exists() and not files.is_empty_dir(run_dir):
+                shutil.rmtree(run_dir)  # a run started but no complete checkpoint: nothing to keep
             self.log(f"run {spec.name}: training {cfg.steps} steps")
             self._pretrain(cfg, run_dir, resume=False)
             status = "trained"
@@ -284,9 +314,8 @@ class Study:
 
     def _store(self, key: str, row: dict) -> dict:
         self.cache[key] = row
-        tmp = self.cache_path.with_name(self.cache_path.name + ".tmp")
-        tmp.write_text(json.dumps(self.cache, indent=1, default=_json_default))
-        tmp.replace(self.cache_path)
+        with files.storage_errors(self.cache_path):
+            files.atomic_write_text(self.cache_path, json.dumps(self.cache, indent=1, default=_json_default))
         return row
 
     def measure(self, checkpoint: Path, spec) -> dict:
@@ -359,9 +388,10 @@ class Study:
         if (target / "meta.json").exists() and \
                 (target / "meta.json").stat().st_mtime >= (checkpoint / "meta.json").stat().st_mtime:
             return target
-        if out.exists():
-            shutil.rmtree(out)
-        return embed_checkpoint(checkpoint, out, into=into)
+        if (out.exists() or out.is_symlink()) and not files.is_empty_dir(out) and not files.is_embedded_dir(out):
+            raise UserError(f"{out} was not written by sameloss embed (no {files.EMBEDDED_MARKER} marker); reproduce "
+                            "never writes into or deletes it: move it away or pass another --out")
+        return embed_checkpoint(checkpoint, out, into=into, force=True)
 
     # ---- helpers ----------------------------------------------------------------------
     def rel(self, path: Path) -> str:

@@ -16,6 +16,7 @@ written in advance.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,14 +169,24 @@ def merge_rows(rows: list[dict], key: str = "model") -> list[dict]:
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
+    """``rows`` as a CSV file, written atomically (a full disk: one ``UserError`` line,
+    the old file intact) and noted in the experiment folder's marker (``folder.py``)."""
     columns = list(dict.fromkeys(k for row in rows for k in row))
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: _csv_value(row.get(k)) for k in columns})
-    tmp.replace(path)
+    buffer = io.StringIO(newline="")
+    writer = csv.DictWriter(buffer, fieldnames=columns)
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: _csv_value(row.get(k)) for k in columns})
+    _write_output(Path(path), buffer.getvalue())
+
+
+def _write_output(path: Path, text: str) -> None:
+    from .. import files
+    from .folder import record_output
+
+    with files.storage_errors(path):
+        record_output(path)  # listed first: a file sameloss wrote is never taken for a user's
+        files.atomic_write_text(path, text)
 
 
 def _csv_value(v):
@@ -203,7 +214,5 @@ def write_report(root: Path, title: str, header: list[str], sections: list[Secti
             write_csv(file_rows, root / name)
     text = "\n\n".join([f"# {title}", *header, *(s.markdown() for s in sections)]) + "\n"
     path = root / "report.md"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    _write_output(path, text)
     return path
