@@ -40,6 +40,19 @@ _positive_int = _int_at_least(1)
 _non_negative_int = _int_at_least(0)
 
 
+def _positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0 (nan, inf, 0 and negatives are one-line errors)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="sameloss", description=(
         "Same pre-training loss, different downstream: languages with exact masked-token "
@@ -144,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="contexts for the Fisher trace (default 1000; paper 10000)")
     measure.add_argument("--labels", type=_positive_int, default=50, help="labels per context (paper 50)")
     measure.add_argument("--probes", type=_positive_int, default=100, help="Hutchinson probes (default 100)")
-    measure.add_argument("--rho", type=float, default=0.05, help="SAM radius (default 0.05)")
+    measure.add_argument("--rho", type=_positive_float, default=0.05, help="SAM radius (default 0.05)")
     measure.add_argument("--task-size", type=_positive_int, default=2000,
                          help="training examples per task (validation 1/4, test 1/2 of it; paper 0.1M in all)")
     measure.add_argument("--seeds", type=_positive_int, default=5, help="probe/fine-tune seeds (default 5)")
@@ -441,8 +454,12 @@ def _resume_hint(args, run_dir) -> str:
 
 def _language_describe(args) -> None:
     from .languages import make_language
+    from .resources import check_sentences
 
     lang = make_language(args.name, preset=args.size, seed=args.seed, grammar=args.grammar)
+    # describe samples the sentences twice and takes their exact conditionals: refused now
+    # if that cannot fit, not after minutes of allocating
+    check_sentences(args.n_sentences, lang, f"--n-sentences {args.n_sentences}", "lower --n-sentences")
     summary = lang.describe(n_sentences=args.n_sentences, seed=args.seed or 0)
     seed = "" if args.seed is None else f", seed {args.seed}"
     summary["source"] = args.grammar or f"size {args.size}{seed}"

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import config as configlib
-from .. import files
+from .. import files, resources
 from ..errors import UserError
 from ..progress import progress_bar
 from . import checkpoint as ckpt
@@ -112,6 +112,7 @@ def _pretrain(cfg: PretrainConfig, run_dir: Path, resume: bool, progress: bool, 
         if done is not None and done[0] == cfg.steps:
             return done[1]
     language = runio.build_language(cfg)
+    resources.check_pretrain(cfg, language, device)  # a model or held-out set that cannot fit: one line, now
     torch.manual_seed(cfg.seed)  # the run's RNG stream: the initial weights, then dropout
     model = runio.init_model(cfg, language, device)
     optimizer, schedule = build_optimizer(cfg, model)
