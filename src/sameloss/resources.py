@@ -116,11 +116,11 @@ def training_bytes(cfg, language, model) -> int:
     copies = 4 + (1 if cfg.sam.rho > 0 else 0)
     mc = model.config
     per_token = 0
-    if hasattr(mc, "d_model"):  # a transformer: per block the inputs of its linear maps and norms,
+    if hasattr(mc, "d_hidden"):  # an LSTM: its four gates and states per direction and layer
+        per_token = mc.n_layers * 2 * 6 * mc.d_hidden + 2 * mc.d_model
+    elif hasattr(mc, "d_inter"):  # a transformer: per block the inputs of its linear maps and norms,
         # the MLP's hidden layer and the attention weights of each head
         per_token = mc.n_layers * (8 * mc.d_model + 2 * mc.d_inter + 2 * mc.n_heads * language.max_len)
-    elif hasattr(mc, "d_hidden"):  # an LSTM: its four gates and states per direction and layer
-        per_token = mc.n_layers * 2 * 6 * mc.d_hidden
     tokens = cfg.batch_size * language.max_len
     logits = tokens * language.vocab_size * 2  # the logits and their gradient
     return (n_params * copies + tokens * per_token + logits) * FLOAT32
