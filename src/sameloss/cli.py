@@ -13,7 +13,7 @@ import sys
 
 from . import __version__
 from .errors import UserError
-from .threads import add_threads_argument, configure_threads
+from .threads import add_threads_argument, check_env_before_torch, configure_threads
 
 
 class _Parser(argparse.ArgumentParser):
@@ -526,6 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     received = []
     previous = _handle_sigterm(received)
     try:
+        # before anything imports torch (libgomp reads OMP_NUM_THREADS then)
+        check_env_before_torch(getattr(args, "threads", None))
         if "threads" in vars(args):  # every compute command has --threads
             configure_threads(args.threads)
         args.run(args)

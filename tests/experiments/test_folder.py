@@ -193,3 +193,18 @@ def test_a_full_disk_during_reproduce_is_one_line_and_the_rerun_works(copy):
     assert (root / "report.md").read_bytes() == report
     assert main([*STEPS, "--out", str(copy)]) == 0
     assert (root / "measurements.json").is_file()
+
+
+# ---------------------------------------------------------------------------- item 15: progress of cached work
+
+
+def test_cached_checkpoints_show_no_rate(copy, capsys, monkeypatch):
+    """Rows from measurements.json took no time: their "3.85e+03 checkpoint/s" meant nothing."""
+    monkeypatch.setenv("SAMELOSS_PROGRESS_SECONDS", "0")
+    assert main(["reproduce", "steps", "--scale", "smoke", "--out", str(copy)]) == 0
+    err = capsys.readouterr().err
+    assert "checkpoint/s" not in err and "measure runs/" in err  # every row cached, none counted
+    (copy / "steps-smoke" / "measurements.json").unlink()
+    assert main(["reproduce", "steps", "--scale", "smoke", "--out", str(copy)]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "checkpoint/s" in line]
+    assert lines and len(lines) == len(set(lines))  # measured ones counted, each line once

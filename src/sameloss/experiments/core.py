@@ -209,17 +209,25 @@ class Study:
             self._log(msg)
 
     def bar(self, items: list, desc: str):
-        """A progress bar over the checkpoints being measured (a plain list when off)."""
+        """A progress bar over the checkpoints being measured (a plain list when off). It
+        counts only the checkpoints measured now: one whose row comes from the cache
+        leaves the total instead (its "rate" — thousands per second — means nothing)."""
         from ..progress import progress_bar
 
         if not self.progress or len(items) < 2:
             return items
-        bar = progress_bar(items, desc=desc, unit="checkpoint", leave=False)
+        bar = progress_bar(total=len(items), desc=desc, unit="checkpoint", leave=False)
         self._bar = bar
 
         def gen():
             try:
-                yield from bar
+                for item in items:
+                    measured = self.counts["measured"]
+                    yield item
+                    if self.counts["measured"] > measured:
+                        bar.update(1)
+                    else:
+                        bar.total -= 1
             finally:
                 bar.close()
                 self._bar = None
