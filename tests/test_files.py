@@ -183,3 +183,11 @@ def test_the_lock_removes_the_empty_folders_it_made_and_keeps_any_other(tmp_path
     with files.folder_lock(tmp_path / "c" / "run"):
         pass
     assert (tmp_path / "c").is_dir()  # it existed before: never removed
+
+
+def test_an_error_naming_the_temporary_folder_names_the_target(tmp_path):
+    target = tmp_path / "out"
+    with pytest.raises(UserError) as err:
+        with files.building(target) as tmp:
+            raise UserError(f"cannot write {tmp / 'checkpoints'}: No space left on device")
+    assert str(err.value) == f"cannot write {target / 'checkpoints'}: No space left on device"

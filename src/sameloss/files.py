@@ -334,6 +334,8 @@ def building(target: str | Path, replace: bool = False, what: str = "folder"):
             shutil.rmtree(tmp, ignore_errors=True)
             if not isinstance(exc, UserError) and storage_errno(exc) is not None:
                 raise write_error(target, exc) from None
+            if isinstance(exc, UserError) and str(tmp) in str(exc):  # the temporary folder is gone:
+                raise UserError(str(exc).replace(str(tmp), str(target))) from None  # name the target
             raise
 
 

@@ -130,6 +130,10 @@ def test_a_folder_made_before_the_marker_is_reused_and_adopted(copy, capsys):
     runs are reused, the folder is marked; --fresh may then redo it."""
     root = copy / "steps-smoke"
     (root / files.EXPERIMENT_MARKER).unlink()
+    with Study(root, progress=False):  # adopted: the figures its report names are listed as sameloss's
+        assert sorted((root / files.EXPERIMENT_MARKER).read_text().splitlines()[1:]) == \
+            sorted(p.name for p in root.glob("*.png"))
+    (root / files.EXPERIMENT_MARKER).unlink()
     assert main([*STEPS, "--out", str(copy)]) == 0
     assert (root / files.EXPERIMENT_MARKER).is_file()
     assert "trained" not in (root / "runs.csv").read_text()  # every run reused

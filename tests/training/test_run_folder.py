@@ -84,3 +84,14 @@ def test_every_file_of_a_run_has_the_mode_the_umask_gives(tmp_path):
     assert {k for k, m in modes.items() if (tmp_path / k).is_file() and m != 0o644} == set(), modes
     assert {k for k, m in modes.items() if (tmp_path / k).is_dir() and m != 0o755} == set(), modes
     assert any(k.endswith("model.safetensors") for k in modes) and "r/summary.json" in modes
+
+
+def test_a_full_disk_during_embed_is_one_line_naming_the_target_and_leaves_nothing(checkpoint, tmp_path):
+    from helpers.processes import run_cli
+
+    out = tmp_path / "big"
+    done = run_cli(["embed", str(checkpoint), "--out", str(out), "--width-factor", "2"], file_size_limit=8192)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"cannot write {out}" in done.stderr and "partial" not in done.stderr
+    assert list(tmp_path.iterdir()) == []
+    assert run_cli(["embed", str(checkpoint), "--out", str(out), "--width-factor", "2"]).returncode == 0

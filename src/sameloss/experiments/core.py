@@ -169,8 +169,8 @@ class Study:
                     shutil.rmtree(self.root)  # checked: it holds nothing but sameloss's outputs
                 new = not self.root.exists() or files.is_empty_dir(self.root)
                 self.root.mkdir(parents=True, exist_ok=True)
-                if new or legacy:
-                    experiment_folder.mark(self.root)
+                if new or legacy:  # a folder of an earlier version: its report's files are listed as ours
+                    experiment_folder.mark(self.root, experiment_folder.legacy_outputs(self.root) if legacy else set())
         except BaseException:
             self.close()
             raise

@@ -74,13 +74,14 @@ _REFERENCE = re.compile(r"!\[[^\]]*\]\(([^)/\s]+)\)|source=([^\s/]+)")
 
 
 def legacy_outputs(root: Path) -> set[str]:
-    """The files a ``report.md`` of ``root`` names (its figures and its tables' source
-    files): sameloss's in a folder made before the marker existed."""
+    """The files a ``report.md`` of ``root`` names and that exist (its figures and its
+    tables' source files): sameloss's in a folder made before the marker existed."""
+    root = Path(root)
     try:
-        text = (Path(root) / "report.md").read_text(encoding="utf-8", errors="replace")
+        text = (root / "report.md").read_text(encoding="utf-8", errors="replace")
     except OSError:
         return set()
-    return {a or b for a, b in _REFERENCE.findall(text)}
+    return {name for name in (a or b for a, b in _REFERENCE.findall(text)) if (root / name).is_file()}
 
 
 def _is_temporary_of(name: str, owned: set[str]) -> bool:
