@@ -94,4 +94,4 @@ def test_a_full_disk_during_embed_is_one_line_naming_the_target_and_leaves_nothi
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert f"cannot write {out}" in done.stderr and "partial" not in done.stderr
     assert list(tmp_path.iterdir()) == []
-    assert run_cli(["embed", str(checkpoint), "--out", str(out), "--width-factor", "2"]).returncode == 0
+    assert main(["embed", str(checkpoint), "--out", str(out), "--width-factor", "2"]) == 0
