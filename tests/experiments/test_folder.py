@@ -212,3 +212,13 @@ def test_cached_checkpoints_show_no_rate(copy, capsys, monkeypatch):
     assert main(["reproduce", "steps", "--scale", "smoke", "--out", str(copy)]) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if "checkpoint/s" in line]
     assert lines and len(lines) == len(set(lines))  # measured ones counted, each line once
+
+
+def test_fresh_never_deletes_a_run_another_process_is_writing(copy, capsys):
+    root = copy / "steps-smoke"
+    run = next(p for p in sorted((root / "runs").iterdir()) if p.is_dir())
+    before = snapshot(copy)
+    with Holder(run, copy.parent / "scratch") as holder:
+        assert main([*STEPS, "--out", str(copy), "--fresh"]) == 2
+        assert f"pid {holder.pid}" in the_error(capsys)
+    assert snapshot(copy) == before

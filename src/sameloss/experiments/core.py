@@ -166,7 +166,10 @@ class Study:
             legacy = experiment_folder.check_usable(self.root, fresh)
             with files.storage_errors(self.root):
                 if fresh and self.root.exists():
-                    shutil.rmtree(self.root)  # checked: it holds nothing but sameloss's outputs
+                    with contextlib.ExitStack() as runs:  # none of them is being written by another process
+                        for run in experiment_folder.run_folders(self.root):
+                            runs.enter_context(files.folder_lock(run, "run"))
+                        shutil.rmtree(self.root)  # checked: it holds nothing but sameloss's outputs
                 new = not self.root.exists() or files.is_empty_dir(self.root)
                 self.root.mkdir(parents=True, exist_ok=True)
                 if new or legacy:  # a folder of an earlier version: its report's files are listed as ours

@@ -160,3 +160,13 @@ def check_usable(root: Path, fresh: bool) -> bool:
         raise UserError(f"--fresh deletes only what sameloss wrote, and {root} also holds {foreign[0]}{more}; "
                         "move it away (or delete the folder yourself) and run again")
     return not marked
+
+
+def run_folders(root: Path) -> list[Path]:
+    """The run folders of an experiment folder, its seed sub-studies' included."""
+    root = Path(root)
+    found = [p for p in sorted((root / _RUNS).glob("*")) if files.is_run_dir(p)]
+    for seed in sorted((root / _SEEDS).glob("*")):
+        if is_marked(seed):
+            found += run_folders(seed)
+    return found
