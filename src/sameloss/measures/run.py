@@ -29,7 +29,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import files
+from .. import files, resources
 from ..errors import UserError
 from ..progress import progress_bar
 from ..training.checkpoint import CorruptCheckpoint, step_dirs
@@ -88,6 +88,8 @@ class MeasureSpec:
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
+        if not (math.isfinite(self.rho) and self.rho > 0):
+            raise UserError(f"the SAM radius rho must be a finite number > 0, got {self.rho}")
         bad = [t for t in self.traces if t not in TRACES]
         if bad:
             raise UserError(f"unknown trace estimator {bad[0]!r}; choose from {', '.join(TRACES)}")
@@ -165,6 +167,7 @@ def measure_model(model, language, cfg, spec: MeasureSpec, cache: dict | None = 
     cache = {} if cache is None else cache
     if spec.lookup and not getattr(language, "exact", True):
         raise UserError("the look-up table is not defined for a corpus (it needs the true conditionals)")
+    resources.check_measure(spec, cfg, language, model)  # before any measure allocates
     row = {**(row or {}), "parameters": sum(p.numel() for p in model.parameters())}
     if spec.loss:
         result = _evaluator(cache, language, cfg, spec).evaluate(model, spec.device)

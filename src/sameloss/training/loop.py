@@ -21,6 +21,7 @@ equals the single-process one.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import shutil
 import sys
@@ -32,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import config as configlib
-from .. import files
+from .. import files, resources
 from ..errors import UserError
 from ..progress import progress_bar
 from . import checkpoint as ckpt
@@ -90,8 +91,18 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, pro
     evaluation returned. ``fresh``: replace an existing run folder — only one that
     ``files.is_run_dir`` recognises, and only once everything else is built. A new run's
     folder is created after the language, model and evaluator are built, and removed
-    again if this call fails before its first checkpoint."""
+    again if this call fails before its first checkpoint.
+
+    The run folder's lock (``files.folder_lock``, rank 0 only under DDP) is held for the
+    whole call: a second process on the same run gets one line naming the holder."""
     run_dir = Path(run_dir)
+    rank, _ = dist.setup()
+    with files.folder_lock(run_dir, "run") if rank == 0 else contextlib.nullcontext():
+        return _pretrain(cfg, run_dir, resume, progress, stop_after, fresh)
+
+
+def _pretrain(cfg: PretrainConfig, run_dir: Path, resume: bool, progress: bool, stop_after: int | None,
+              fresh: bool) -> dict:
     rank, world_size = dist.setup()
     device = runio.resolve_device(cfg.device)
     if world_size > 1 and device.type == "cuda":
@@ -101,6 +112,7 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, pro
         if done is not None and done[0] == cfg.steps:
             return done[1]
     language = runio.build_language(cfg)
+    resources.check_pretrain(cfg, language, device)  # a model or held-out set that cannot fit: one line, now
     torch.manual_seed(cfg.seed)  # the run's RNG stream: the initial weights, then dropout
     model = runio.init_model(cfg, language, device)
     optimizer, schedule = build_optimizer(cfg, model)
