@@ -77,6 +77,7 @@ def test_local_workers_see_their_gpu_and_apply_the_threads_policy(tmp_path):
     # both start at once, one on each GPU
     assert [o.worker["cuda_visible_devices"] for o in out] == ["0", "1"]
     assert [o.worker["threads"] for o in out] == [1, 2]  # each worker applies its job's --threads
+    assert [o.worker["omp_num_threads"] for o in out] == ["1", "1"]  # libgomp's count: the launcher's
     assert len({o.worker["pid"] for o in out}) == 2 and os.getpid() not in {o.worker["pid"] for o in out}
     assert len(lines) == 2 and all("done" in line for line in lines)
 
@@ -192,11 +193,13 @@ def test_a_recipes_units_leave_its_report_nothing_to_train_or_measure(tmp_path, 
 
 
 def test_rows_two_workers_measure_at_once_are_both_kept(tmp_path):
-    # two workers' studies of one experiment, each holding what it read before the other wrote
-    first, second = Study(tmp_path, progress=False), Study(tmp_path, progress=False)
+    # two workers' studies of one experiment (a unit's study does not lock the experiment),
+    # each holding what it read before the other wrote
+    first, second = Study(tmp_path, progress=False, lock=False), Study(tmp_path, progress=False, lock=False)
     first._memo("checkpoint", "runs/a/checkpoints/step_1", MeasureSpec(loss=True), "", lambda: {"kl": 0.1})
     second._memo("checkpoint", "runs/b/checkpoints/step_1", MeasureSpec(loss=True), "", lambda: {"kl": 0.2})
-    rows = Study(tmp_path, progress=False).cache
+    with Study(tmp_path, progress=False) as study:
+        rows = study.cache
     assert sorted(row["kl"] for row in rows.values()) == [0.1, 0.2]
 
 

@@ -64,7 +64,10 @@ def reproduce(experiment: str = DEFAULT_EXPERIMENT, scale: str = DEFAULT_SCALE, 
     if scale not in recipe.PRESETS:
         raise UserError(f"unknown scale {scale!r}; choose from {', '.join(recipe.PRESETS)}")
     p = recipe.PRESETS[scale]
-    root = Path(out) / experiment_dir_name(experiment, scale, seed)
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is not a folder; pass the folder to write experiments in")
+    root = out / experiment_dir_name(experiment, scale, seed)
     if seeds is not None:
         if fresh:
             raise UserError("--fresh deletes the whole experiment; with --seeds, remove the seeds' folders "
@@ -72,8 +75,9 @@ def reproduce(experiment: str = DEFAULT_EXPERIMENT, scale: str = DEFAULT_SCALE, 
         return _shard(recipe, experiment, p, root, seed, seeds, progress, device, launch, tracker)
     start = time.perf_counter()
     launcher = _launcher(experiment, root, launch)  # a launcher that cannot run: one line, before any file
-    with files.folder_lock(root, "experiment"):
-        study = _study(p, root, seed, fresh, progress, device, launcher, tracker)
+    # the Study holds the experiment folder's lock for the whole call (files.folder_lock);
+    # its units hold their own folders' locks (core.execute_unit)
+    with _study(p, root, seed, fresh, progress, device, launcher, tracker) as study:
         study.log(f"reproduce {experiment} --scale {scale} (seed {seed}) in {root}")
         study.run_units(_units(recipe, study, p))
         result = recipe.report(study, p)
@@ -94,11 +98,12 @@ def _launcher(experiment: str, root: Path, launch):
     return make_launcher(launch or LaunchOptions(), root, f"sameloss-{experiment}")
 
 
-def _study(p, root: Path, seed: int, fresh: bool, progress: bool, device: str | None, launcher, tracker: str):
+def _study(p, root: Path, seed: int, fresh: bool, progress: bool, device: str | None, launcher, tracker: str,
+           lock: bool = True):
     from .core import Study
 
     return Study(root, seed=seed, fresh=fresh, progress=progress, device=device or p.device, tracker=tracker,
-                 launcher=launcher)
+                 launcher=launcher, lock=lock)
 
 
 def _units(recipe, study, p) -> list:
@@ -120,17 +125,20 @@ def _shard(recipe, experiment: str, p, root: Path, seed: int, seeds: list[int], 
     from .launch import format_seeds
 
     start = time.perf_counter()
-    study = _study(p, root, seed, False, progress, device, _launcher(experiment, root, launch), tracker)
-    seeded = [u for u in _units(recipe, study, p) if u.seed is not None]
-    if not seeded:
-        raise UserError(f"{experiment} has no per-seed units: --seeds selects seeds of a study that has several "
-                        "(isoloss); --seed N runs another replication of this one")
-    known = {u.seed for u in seeded}
-    unknown = sorted(set(seeds) - known)
-    if unknown:
-        raise UserError(f"--seeds {format_seeds(unknown)}: not seeds of this study (its seeds: {format_seeds(sorted(known))})")
-    study.log(f"reproduce {experiment} --seeds {format_seeds(seeds)} in {root}")
-    study.run_units([u for u in seeded if u.seed in seeds])
+    launcher = _launcher(experiment, root, launch)
+    # no lock on the experiment: shards on other seeds run at once; each unit locks its seed's folder
+    with _study(p, root, seed, False, progress, device, launcher, tracker, lock=False) as study:
+        seeded = [u for u in _units(recipe, study, p) if u.seed is not None]
+        if not seeded:
+            raise UserError(f"{experiment} has no per-seed units: --seeds selects seeds of a study that has several "
+                            "(isoloss); --seed N runs another replication of this one")
+        known = {u.seed for u in seeded}
+        unknown = sorted(set(seeds) - known)
+        if unknown:
+            raise UserError(f"--seeds {format_seeds(unknown)}: not seeds of this study (its seeds: "
+                            f"{format_seeds(sorted(known))})")
+        study.log(f"reproduce {experiment} --seeds {format_seeds(seeds)} in {root}")
+        study.run_units([u for u in seeded if u.seed in seeds])
     missing = sorted(known - set(seeds))
     trained = sum(1 for r in study.runs.values() if r.status != "reused")
     study.log(f"seeds {format_seeds(seeds)} done in {time.perf_counter() - start:.0f} s ({trained} runs trained or "

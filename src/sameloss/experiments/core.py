@@ -17,7 +17,7 @@ An experiment lives in one folder, ``<out>/<experiment>-<scale>[-seed<N>]/``:
   its ``meta.json``, or a reference and its language / model settings) and the measure
   settings, written (atomically, merged with what other workers wrote meanwhile:
   ``files.update_lock``) after each measurement;
-* ``seeds/seed<N>/`` — a recipe's per-seed studies (``Study.map_seeds``), each laid out
+* ``seeds/seed<N>/`` — a recipe's per-seed studies (``Study.seed_units``), each laid out
   as this one;
 * ``results.csv``, ``report.md``, ``*.png`` — written by ``report.py``;
 * ``submitit/`` — the launchers' files (pickled units, worker logs), ``launch.py``.
@@ -25,11 +25,18 @@ An experiment lives in one folder, ``<out>/<experiment>-<scale>[-seed<N>]/``:
 Re-running reuses: a run with ``summary.json`` and the same config is not trained again; a
 run with checkpoints but no ``summary.json`` (interrupted) is resumed; a row in
 ``measurements.json`` with the same key is not measured again. ``fresh=True`` deletes the
-experiment folder first.
+experiment folder first — only when everything in it is sameloss's (``folder.py``: the
+folder is marked, and nothing is ever deleted without sameloss's marker). A ``Study``
+holds the folder's lock (``files.folder_lock``) from its creation to ``close()`` (it is a
+context manager), so two ``reproduce`` calls never write one experiment; the study of a
+unit (``execute_unit``) or of a shard (``reproduce --seeds``) is opened with
+``lock=False`` and its process locks the unit's own folder instead (``runs/<run>`` or
+``seeds/seed<N>``), so units run in several processes at once and two never run one unit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -37,6 +44,7 @@ import json
 import shutil
 import sys
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -45,13 +53,14 @@ from .. import config as configlib
 from .. import files
 from ..errors import UserError
 from ..files import atomic_write_json
+from . import folder as experiment_folder
 from ..training.checkpoint import checkpoint_dir, complete_checkpoints
 from ..training.config import PretrainConfig
 from ..training.loop import RESUMABLE_CHANGES, pretrain
 from ..training.runio import read_config_dict, read_summary
 from ..training.tracking import check_tracker, log_measured
 
-MEASUREMENTS = "measurements.json"
+MEASUREMENTS = experiment_folder.MEASUREMENTS
 
 
 Setting = tuple[str, Any]  # a dotted config key and its value, e.g. ("optim.lr", 0.05)
@@ -228,9 +237,11 @@ def execute_unit(unit: Unit, root: Path, seed: int, progress: bool, device: str,
     with files.folder_lock(Path(root) / unit.folder, "unit"):
         if study is not None and not unit.study:
             return UnitResult(unit.work(study, *unit.args))
-        sub = Study(Path(root) / unit.study, seed=seed if unit.seed is None else unit.seed, progress=progress,
-                    device=device, tracker=tracker)
-        value = unit.work(sub, *unit.args)
+        # the unit's folder is locked above: its study does not lock the experiment, which the
+        # process that started the units holds (or, for ``reproduce --seeds``, nobody does)
+        with Study(Path(root) / unit.study, seed=seed if unit.seed is None else unit.seed, progress=progress,
+                   device=device, tracker=tracker, lock=False) as sub:
+            value = unit.work(sub, *unit.args)
         return UnitResult(value, sub.runs, sub.timings, sub.counts)
 
 
@@ -242,18 +253,32 @@ class Study:
     (``training.tracking``); ``launcher``: where units run (``launch.py``; default here)."""
 
     def __init__(self, root: str | Path, *, seed: int = 0, fresh: bool = False, progress: bool = True,
-                 device: str = "auto", log=None, tracker: str = "none", launcher=None):
+                 device: str = "auto", log=None, tracker: str = "none", launcher=None, lock: bool = True):
         self._bar = None
         self.root = Path(root)
         self.seed = seed
-        if fresh and self.root.exists():
-            # delete only what an earlier reproduce made (its cache, report or runs)
-            known = {MEASUREMENTS, "report.md", "results.csv", "runs.csv", "runs", "embedded", "seeds", "submitit"}
-            if any(self.root.iterdir()) and not known & {p.name for p in self.root.iterdir()}:
-                raise UserError(f"{self.root} does not look like an experiment folder of sameloss reproduce; "
-                                "--fresh deletes only those: remove it yourself or pass another --out")
-            shutil.rmtree(self.root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        # the folder's lock, held until close() (or, for a Study nobody closes, until it is
+        # garbage-collected); ``lock=False``: a unit's study (``execute_unit``) or a shard's
+        # (``reproduce --seeds``), whose process holds the lock of the unit's folder instead
+        self._held = contextlib.ExitStack()
+        if lock:
+            self._held.enter_context(files.folder_lock(self.root, "experiment"))
+        weakref.finalize(self, self._held.close)
+        try:
+            legacy = experiment_folder.check_usable(self.root, fresh)
+            with files.storage_errors(self.root):
+                if fresh and self.root.exists():
+                    with contextlib.ExitStack() as units:  # none of them is being written by another process
+                        for folder, what in experiment_folder.unit_folders(self.root):
+                            units.enter_context(files.folder_lock(folder, what))
+                        shutil.rmtree(self.root)  # checked: it holds nothing but sameloss's outputs
+                new = not self.root.exists() or files.is_empty_dir(self.root)
+                self.root.mkdir(parents=True, exist_ok=True)
+                if new or legacy:  # a folder of an earlier version: its report's files are listed as ours
+                    experiment_folder.mark(self.root, experiment_folder.legacy_outputs(self.root) if legacy else set())
+        except BaseException:
+            self.close()
+            raise
         self.runs_dir = self.root / "runs"
         self.progress = progress
         self.device = device
@@ -279,6 +304,16 @@ class Study:
         self.timings: dict[str, float] = {"train": 0.0, "measure": 0.0}
         self.counts: dict[str, int] = {"measured": 0, "cached": 0, "earlier": 0}
 
+    def close(self) -> None:
+        """Release the experiment folder's lock."""
+        self._held.close()
+
+    def __enter__(self) -> Study:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def log(self, msg: str) -> None:
         if self._bar is not None:
             self._bar.write(msg, file=sys.stderr)
@@ -286,17 +321,25 @@ class Study:
             self._log(msg)
 
     def bar(self, items: list, desc: str):
-        """A progress bar over the checkpoints being measured (a plain list when off)."""
+        """A progress bar over the checkpoints being measured (a plain list when off). It
+        counts only the checkpoints measured now: one whose row comes from the cache
+        leaves the total instead (its "rate" — thousands per second — means nothing)."""
         from ..progress import progress_bar
 
         if not self.progress or len(items) < 2:
             return items
-        bar = progress_bar(items, desc=desc, unit="checkpoint", leave=False)
+        bar = progress_bar(total=len(items), desc=desc, unit="checkpoint", leave=False)
         self._bar = bar
 
         def gen():
             try:
-                yield from bar
+                for item in items:
+                    measured = self.counts["measured"]
+                    yield item
+                    if self.counts["measured"] > measured:
+                        bar.update(1)
+                    else:
+                        bar.total -= 1
             finally:
                 bar.close()
                 self._bar = None
@@ -314,6 +357,10 @@ class Study:
         if self.device != "auto" and cfg.device != self.device:
             cfg = dataclasses.replace(cfg, device=self.device)
         run_dir = self.runs_dir / spec.name
+        if (run_dir.exists() or run_dir.is_symlink()) and not files.is_empty_dir(run_dir) \
+                and not files.is_run_dir(run_dir):
+            raise UserError(f"{run_dir} is not a sameloss run folder (no {files.RUN_MARKER} marker); reproduce "
+                            "never writes into or deletes it: move it away or pass another --out")
         start = time.perf_counter()
         summary_path = run_dir / "summary.json"
         wanted = configlib.to_dict(cfg)
@@ -333,8 +380,8 @@ class Study:
             self._pretrain(cfg, run_dir, resume=True)
             status = "resumed"
         else:
-            if run_dir.exists():
-                shutil.rmtree(run_dir)  # started but no complete checkpoint: nothing to keep
+            if run_dir.exists() and not files.is_empty_dir(run_dir):
+                shutil.rmtree(run_dir)  # a run started but no complete checkpoint: nothing to keep
             self.log(f"run {spec.name}: training {cfg.steps} steps")
             self._pretrain(cfg, run_dir, resume=False)
             status = "trained"
@@ -391,8 +438,9 @@ class Study:
         self.timings["measure"] += row["measure_seconds"]
         self.counts["measured"] += 1
         self.cache[key] = row
-        # other workers of the experiment may have added rows since this one read the file
-        with files.update_lock(self.cache_path):
+        # other workers of the experiment may have added rows since this one read the file:
+        # merged under the file's update lock, then written atomically
+        with files.storage_errors(self.cache_path), files.update_lock(self.cache_path):
             self.cache = {**self._read_cache(), **self.cache}
             atomic_write_json(self.cache_path, self.cache, indent=1, default=_json_default)
         return dict(row)
@@ -521,9 +569,10 @@ class Study:
         if (target / "meta.json").exists() and \
                 (target / "meta.json").stat().st_mtime >= (checkpoint / "meta.json").stat().st_mtime:
             return target
-        if out.exists():
-            shutil.rmtree(out)
-        return embed_checkpoint(checkpoint, out, into=into)
+        if (out.exists() or out.is_symlink()) and not files.is_empty_dir(out) and not files.is_embedded_dir(out):
+            raise UserError(f"{out} was not written by sameloss embed (no {files.EMBEDDED_MARKER} marker); reproduce "
+                            "never writes into or deletes it: move it away or pass another --out")
+        return embed_checkpoint(checkpoint, out, into=into, force=True)
 
     # ---- helpers ----------------------------------------------------------------------
     def rel(self, path: Path) -> str:

@@ -32,7 +32,6 @@ The launchers other than ``inprocess`` need submitit (``pip install 'sameloss[cl
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
@@ -164,11 +163,14 @@ class WorkerJob:
 
 
 def worker_info() -> dict:
-    """Where this worker runs: host, pid, the GPUs it sees, its torch threads."""
+    """Where this worker runs: host, pid, the GPUs it sees, its torch threads (and the
+    ``OMP_NUM_THREADS`` it started with)."""
     import torch
 
+    from ..threads import ENV
+
     return {"host": socket.gethostname(), "pid": os.getpid(), "threads": torch.get_num_threads(),
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+            "omp_num_threads": os.environ.get(ENV), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
 
 def _describe(worker: dict) -> str:
@@ -199,7 +201,7 @@ class Local:
     def run(self, jobs: list[WorkerJob], log: Callable[[str], None]) -> list[Outcome]:
         import submitit
 
-        from ..threads import ENV
+        from ..threads import for_children
 
         slots = min(self.workers, len(jobs))
         executor = submitit.LocalExecutor(self.folder)
@@ -214,7 +216,7 @@ class Local:
                         i = waiting.pop(0)
                         # the worker's environment is this process's at submission: libgomp reads
                         # OMP_NUM_THREADS when the worker imports torch
-                        with _environment({ENV: str(self.threads)}):
+                        with for_children(self.threads):
                             job = executor.submit(jobs[i].on_device(self.devices[slot]))
                         running[slot] = (i, job, time.perf_counter())
                 finished = [slot for slot, (_, job, _) in running.items() if job.done()]
@@ -318,21 +320,6 @@ class Slurm:
             log(f"[{k}/{len(jobs)}] {job.name}: {'failed' if out[-1].error else 'done'} "
                 f"({out[-1].worker.get('host', '')}, {_describe(out[-1].worker)})")
         return out
-
-
-@contextlib.contextmanager
-def _environment(values: dict[str, str]):
-    """``values`` in this process's environment for the block, then as before."""
-    before = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _outcome(job, worker_job: WorkerJob) -> Outcome:

@@ -12,7 +12,8 @@ Command
 
 Runtime per scale (two seeds at once, one thread each, as ``--launcher local --workers 2``)
     smoke   ~16 s on an idle 2-core CPU (3 seeds, micro model, tens of steps; the numbers
-            mean nothing)
+            mean nothing); one worker: on a busy 2-core CPU (load 5) two spawned workers took
+            52-59 s and one 35-45 s (their start-up costs more than they save)
     tiny    measured: 57 min for the 22 seeds on a 2-core CPU running nothing else (load 2.0:
             the two workers; 2.6 min per seed — base 1000 steps, seven forks of 200–600
             steps, 8 encoders probed ≈ 1.5 min). Primary endpoint (probe at the task's
