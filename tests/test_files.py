@@ -79,6 +79,20 @@ def test_the_lock_is_reentrant_within_one_process_and_lives_beside_the_folder(tm
     assert not files.holds_lock(folder) and not path.exists()
 
 
+def test_a_reentrant_lock_is_held_until_its_last_holder_ends_in_any_order(tmp_path):
+    """Two Studies of one folder in one process (the second re-entrant), the first closed
+    first: the second still holds the lock (it was released under it, and the second's end
+    raised KeyError from a garbage-collector finalizer)."""
+    folder = tmp_path / "a"
+    outer, inner = files.folder_lock(folder), files.folder_lock(folder)
+    path = outer.__enter__()
+    inner.__enter__()
+    outer.__exit__(None, None, None)
+    assert files.holds_lock(folder) and path.exists()
+    inner.__exit__(None, None, None)
+    assert not files.holds_lock(folder) and not path.exists() and not tmp_path.joinpath("a").exists()
+
+
 def test_building_renames_into_place_only_at_the_end(tmp_path):
     target = tmp_path / "corpus"
     with files.building(target) as tmp:
@@ -101,6 +115,39 @@ def test_a_failed_build_leaves_nothing_and_a_full_disk_is_one_line(tmp_path):
             raise OSError(errno.ENOSPC, "No space left on device")
     assert str(err.value) == f"cannot write {target}: No space left on device"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_disk_too_full_for_the_marker_leaves_no_partial_folder(tmp_path, monkeypatch):
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)  # the marker is the first file a build writes
+    with pytest.raises(UserError, match="No space left on device"):
+        with files.building(tmp_path / "out"):
+            pass
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("exc, reason", [
+    # safetensors (SafetensorError) and tokenizers (Exception) carry Rust's io::Error text
+    (Exception("Error while serializing: I/O error: File too large (os error 27)"), "File too large"),
+    (Exception("No space left on device (os error 28)"), "No space left on device"),
+    # numpy's np.save to a path after a short write: an OSError without an errno
+    (OSError("7008 requested and 936 written"), "only 936 of 7008 bytes were written"),
+])
+def test_a_full_disk_reported_without_an_errno_is_one_line_too(exc, reason, tmp_path):
+    target = tmp_path / "out"
+    with pytest.raises(UserError) as err:
+        with files.building(target):
+            raise exc
+    assert str(err.value).startswith(f"cannot write {target}: {reason}")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(UserError, match=reason):
+        with files.storage_errors(target):
+            raise exc
+    with pytest.raises(Exception, match="os error 2"):  # not a storage error: not ours to word
+        with files.building(target):
+            raise Exception("No such file or directory (os error 2)")
 
 
 def test_building_refuses_a_folder_that_holds_anything_and_replaces_only_when_asked(tmp_path):
@@ -145,3 +192,49 @@ def test_written_files_and_built_folders_honour_the_umask(tmp_path):
         assert (tmp_path / "built").stat().st_mode & 0o777 == 0o755
     finally:
         os.umask(old)
+
+
+def test_a_storage_error_hidden_in_a_library_error_is_recognised(tmp_path):
+    """safetensors and tokenizers (Rust) put "(os error N)" in their own exception types;
+    torch's writer raises a RuntimeError whose context is the OSError."""
+    rust = Exception("Error while serializing: I/O error: No space left on device (os error 28)")
+    assert files.storage_reason(rust) == "No space left on device"
+    try:
+        try:
+            raise OSError(errno.EFBIG, "File too large")
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+    except RuntimeError as exc:
+        torch_like = exc
+    assert files.storage_reason(torch_like) == "File too large"
+    assert files.storage_reason(RuntimeError("shape mismatch (os error 2)")) is None  # ENOENT: not storage
+    assert files.storage_reason(ValueError("bad")) is None
+    with pytest.raises(UserError) as err:
+        with files.storage_errors(tmp_path / "x"):
+            raise rust
+    assert str(err.value) == f"cannot write {tmp_path / 'x'}: No space left on device"
+    with pytest.raises(UserError, match="File too large"):
+        with files.building(tmp_path / "built"):
+            raise torch_like
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_lock_removes_the_empty_folders_it_made_and_keeps_any_other(tmp_path):
+    with files.folder_lock(tmp_path / "a" / "b" / "run"):
+        assert (tmp_path / "a" / "b").is_dir()
+    assert list(tmp_path.iterdir()) == []  # a refused command leaves no empty runs/ behind
+    with files.folder_lock(tmp_path / "a" / "b" / "run"):
+        (tmp_path / "a" / "b" / "run").mkdir()
+    assert (tmp_path / "a" / "b" / "run").is_dir()  # what the block wrote stays, with its parents
+    (tmp_path / "c").mkdir()
+    with files.folder_lock(tmp_path / "c" / "run"):
+        pass
+    assert (tmp_path / "c").is_dir()  # it existed before: never removed
+
+
+def test_an_error_naming_the_temporary_folder_names_the_target(tmp_path):
+    target = tmp_path / "out"
+    with pytest.raises(UserError) as err:
+        with files.building(target) as tmp:
+            raise UserError(f"cannot write {tmp / 'checkpoints'}: No space left on device")
+    assert str(err.value) == f"cannot write {target / 'checkpoints'}: No space left on device"

@@ -109,3 +109,53 @@ def test_interop_threads_already_fixed_is_not_an_error(torch_threads, monkeypatc
     assert threads.configure_threads(2) == 2
     assert torch.get_num_threads() == 2
     assert calls == [1]
+
+
+def test_children_started_under_for_children_start_with_the_parents_thread_count(monkeypatch):
+    """A spawned worker (``launch.Local``'s) is a fresh interpreter: libgomp reads
+    OMP_NUM_THREADS when it imports torch, which otherwise starts at one thread per core
+    (2 here) and collapses beside a busy process (issue 20, item 14)."""
+    import os
+    import subprocess
+    import sys
+
+    monkeypatch.delenv(threads.ENV, raising=False)
+    script = "import os, torch; print(torch.get_num_threads(), os.environ.get('OMP_NUM_THREADS'))"
+    with threads.for_children(1):
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["1", "1"]
+    assert threads.ENV not in os.environ  # restored
+
+
+@pytest.mark.parametrize("value, code", [("abc", 2), ("0", 2), (" ", 0), ("99999999999", 2)])
+def test_a_bad_omp_num_threads_gives_our_line_only_not_libgomps(value, code):
+    """libgomp parses OMP_NUM_THREADS when torch is imported and printed its own two lines
+    before ours; the variable is now checked before torch is imported (a blank one means
+    unset and is removed)."""
+    import subprocess
+    import sys
+
+    from helpers.processes import ENV
+
+    done = subprocess.run([sys.executable, "-m", "sameloss.cli", "language", "describe", "hmm", "--size", "micro",
+                           "--n-sentences", "8"], env={**ENV, threads.ENV: value}, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == code
+    lines = done.stderr.strip().splitlines()
+    assert lines == ([] if code == 0 else [lines[0]]) and "libgomp" not in done.stderr, done.stderr
+    if code:
+        assert lines[0].startswith(f"sameloss: error: OMP_NUM_THREADS={value!r}")
+
+
+def test_threads_flag_replaces_a_bad_omp_num_threads_for_this_process_and_its_children():
+    import subprocess
+    import sys
+
+    from helpers.processes import ENV
+
+    script = ("import os, sys\nfrom sameloss.cli import main\n"
+              "code = main(['language', 'describe', 'hmm', '--size', 'micro', '--n-sentences', '8', '--threads', '1'])\n"
+              "import torch\nprint(os.environ['OMP_NUM_THREADS'], torch.get_num_threads(), code)\n")
+    done = subprocess.run([sys.executable, "-c", script], env={**ENV, threads.ENV: "abc"}, capture_output=True,
+                          text=True, timeout=300)
+    assert done.stderr == "" and done.stdout.strip().splitlines()[-1] == "1 1 0", done.stderr

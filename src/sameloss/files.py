@@ -12,7 +12,8 @@
   starts with the header sameloss writes. Anything else is left alone.
 * ``folder_lock``: an exclusive lock on a folder a command writes (a run, an experiment,
   a fetch target), so two processes never write one folder; the second gets one line
-  naming the holder's pid.
+  naming the holder's pid. ``update_lock``: a short one that waits, for a file several
+  processes add to (an experiment's ``measurements.json``).
 * ``building``: a new folder is built under a temporary sibling name and renamed into
   place at the end, so a kill or a full disk never leaves a half-built folder under the
   real name (and never blocks the rerun).
@@ -25,6 +26,7 @@ import errno
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import socket
 import sys
@@ -65,14 +67,53 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         f.write(data)
 
 
-def write_error(path: str | Path, exc: OSError) -> UserError:
-    """A one-line ``UserError`` for a failed write (full disk, read-only folder, ...)."""
-    reason = exc.strerror or str(exc) or type(exc).__name__
+def write_error(path: str | Path, exc: BaseException) -> UserError:
+    """A one-line ``UserError`` for a failed write (full disk, read-only folder, ...);
+    ``exc`` may be a library's error that carries the storage error (``storage_reason``)."""
+    reason = storage_reason(exc)
+    if reason is None:
+        reason = (exc.strerror if isinstance(exc, OSError) else None) or " ".join(str(exc).split()) \
+            or type(exc).__name__
     return UserError(f"cannot write {path}: {reason}")
 
 
 # EFBIG: a file-size limit (RLIMIT_FSIZE), which the tests use to play a full disk
 STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG}
+# Writers that report a full disk without an OSError errno: the Rust libraries
+# (safetensors' SafetensorError, tokenizers' Exception) put io::Error's "(os error N)" in
+# their message; numpy's tofile (np.save to a path) raises OSError("N requested and M
+# written") with no errno after a short write.
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+_SHORT_WRITE = re.compile(r"^(\d+) requested and (\d+) written$")
+
+
+def storage_reason(exc: BaseException | None) -> str | None:
+    """Why a write failed when ``exc`` is a full disk, a file-size limit or a read-only
+    folder (``STORAGE_ERRNOS``), in whichever form the writer reported it; else None.
+    The exception chain is followed: torch's writer raises a ``RuntimeError`` whose
+    ``__context__`` is the ``OSError`` (when it writes to a Python file object)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen and not isinstance(exc, UserError):  # ours: already one line
+        seen.add(id(exc))
+        reason = _storage_reason(exc)
+        if reason is not None:
+            return reason
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    return None
+
+
+def _storage_reason(exc: BaseException) -> str | None:
+    if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS:
+        return exc.strerror or str(exc) or type(exc).__name__
+    text = str(exc).strip()
+    rust = _RUST_OS_ERROR.search(text)
+    if rust and int(rust.group(1)) in STORAGE_ERRNOS:
+        return os.strerror(int(rust.group(1)))
+    short = _SHORT_WRITE.match(text) if isinstance(exc, OSError) and exc.errno is None else None
+    if short:
+        return (f"only {short.group(2)} of {short.group(1)} bytes were written (the disk is full, or a file-size "
+                "limit was reached)")
+    return None
 
 
 def _first_line(path: Path) -> str:
@@ -162,7 +203,7 @@ def sha256_of(path: str | Path) -> str:
 # simply taken over — a stale holder needs no clean-up. The file holds the holder's pid,
 # host and command for the message the second process prints.
 LOCK_TIMEOUT_NOTE = "wait for it to finish, or stop it"
-_HELD: dict[str, list] = {}  # lock path -> [fd, depth]: re-entrant within one process
+_HELD: dict[str, list] = {}  # lock path -> [fd, depth, parents it made]: re-entrant within one process
 
 
 def lock_path(folder: str | Path) -> Path:
@@ -187,9 +228,11 @@ def _holder(path: Path) -> str:
 @contextlib.contextmanager
 def folder_lock(folder: str | Path, what: str = "folder"):
     """Hold an exclusive lock on ``folder`` for the block (its parent is created if
-    missing). ``UserError`` naming the holder when another process holds it. Re-entrant:
+    missing, and removed again at the end if this call made it and it is still empty). ``UserError`` naming the holder when another process holds it. Re-entrant:
     a process that holds the lock may take it again (e.g. ``reproduce`` locking its
-    experiment, then each run it trains)."""
+    experiment, then each run it trains); the lock is released when the last of its
+    holders ends, in whatever order they end (a ``Study`` nobody closed releases its
+    hold when it is garbage-collected)."""
     path = lock_path(folder)
     key = str(path)
     if key in _HELD:
@@ -197,16 +240,19 @@ def folder_lock(folder: str | Path, what: str = "folder"):
         try:
             yield path
         finally:
-            _HELD[key][1] -= 1
+            _release(key, path)
         return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise write_error(path.parent, exc) from None
+    made = _missing_parents(path.parent)  # removed again at the end if still empty
     fd = None
     for _ in range(100):
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise write_error(path.parent, exc) from None
+        try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except FileNotFoundError:  # another process removed the empty parent it had made: again
+            continue
         except OSError as exc:
             raise write_error(path, exc) from None
         try:
@@ -233,17 +279,68 @@ def folder_lock(folder: str | Path, what: str = "folder"):
         os.pwrite(fd, info.encode("utf-8", errors="replace"), 0)
     except OSError:
         pass  # the lock holds without the note (a full disk); the message says "pid unknown"
-    _HELD[key] = [fd, 1]
+    _HELD[key] = [fd, 1, made]
     try:
         yield path
     finally:
-        del _HELD[key]
-        try:  # remove the file while still holding the lock (see the inode check above)
-            if os.fstat(fd).st_ino == os.stat(path).st_ino:
-                path.unlink()
+        _release(key, path)
+
+
+def _release(key: str, path: Path) -> None:
+    """One holder of the lock ``key`` ends; the last one releases it."""
+    held = _HELD[key]
+    held[1] -= 1
+    if held[1] > 0:
+        return
+    del _HELD[key]
+    fd, _, made = held
+    try:  # remove the file while still holding the lock (see the inode check above)
+        if os.fstat(fd).st_ino == os.stat(path).st_ino:
+            path.unlink()
+    except OSError:
+        pass
+    os.close(fd)
+    # a command refused before it wrote anything leaves no empty folder it made for
+    # the lock (e.g. ``runs/``); a folder that holds anything stays
+    for folder in made:
+        try:
+            folder.rmdir()
         except OSError:
-            pass
+            break
+
+
+def _missing_parents(folder: Path) -> list[Path]:
+    """The folders of ``folder``'s path that do not exist yet, deepest first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+@contextlib.contextmanager
+def update_lock(path: str | Path):
+    """Hold an exclusive lock for a read-modify-write of the file ``path`` by several
+    processes (the workers of one experiment adding rows to its ``measurements.json``):
+    unlike ``folder_lock``, a second process waits — the holder keeps it for one read and
+    one atomic write. The lock file ``.<name>.lock`` beside ``path`` stays (removing it
+    would race a process that has opened it and waits)."""
+    path = Path(path)
+    try:
+        fd = os.open(update_lock_path(path), os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise write_error(path, exc) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
         os.close(fd)
+
+
+def update_lock_path(path: str | Path) -> Path:
+    """The lock file of ``update_lock(path)``: ``.<name>.lock`` beside ``path``."""
+    path = Path(path)
+    return path.parent / f".{path.name}.lock"
 
 
 def holds_lock(folder: str | Path) -> bool:
@@ -294,11 +391,14 @@ def building(target: str | Path, replace: bool = False, what: str = "folder"):
         if target.exists() and not replace and not is_empty_dir(target):
             raise UserError(f"{target} already exists and is not empty; choose a new folder")
         remove_stale_partials(target)
+        tmp = None
         try:
             tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=_partial_name(target)))
             honour_umask(tmp, directory=True)
             (tmp / PARTIAL_MARKER).write_text(f"sameloss is building {target.name} here (pid {os.getpid()})\n")
-        except OSError as exc:
+        except OSError as exc:  # a disk too full even for the marker: no empty partial left behind
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
             raise write_error(target, exc) from None
         try:
             yield tmp
@@ -320,8 +420,11 @@ def building(target: str | Path, replace: bool = False, what: str = "folder"):
             os.rename(tmp, target)
         except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)
-            if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS:
-                raise write_error(target, exc) from None
+            reason = storage_reason(exc)
+            if reason is not None:
+                raise UserError(f"cannot write {target}: {reason}") from None
+            if isinstance(exc, UserError) and str(tmp) in str(exc):  # the temporary folder is gone:
+                raise UserError(str(exc).replace(str(tmp), str(target))) from None  # name the target
             raise
 
 
@@ -336,6 +439,7 @@ class _StorageErrors(contextlib.AbstractContextManager):
         self.where = where
 
     def __exit__(self, kind, exc, tb):
-        if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS:
-            raise write_error(self.where, exc) from None
+        reason = storage_reason(exc) if exc is not None else None
+        if reason is not None:
+            raise UserError(f"cannot write {self.where}: {reason}") from None
         return False

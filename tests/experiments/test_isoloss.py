@@ -150,8 +150,10 @@ def test_without_headroom_the_study_stops_before_the_forks(tmp_path, monkeypatch
     root = tmp_path / "isoloss-smoke"
     report = (root / "report.md").read_text()
     assert "No headroom: the forks were not run" in report and "FAILED" in report
-    runs = sorted(d.name for d in (root / "seeds" / "seed0" / "runs").iterdir())
-    assert runs == ["hmm-s0-base"] and not (root / "seeds" / "seed1").exists()
+    # every seed's unit gates its own base: each trained its base and no fork
+    for seed in p.seeds:
+        runs = sorted(d.name for d in (root / "seeds" / f"seed{seed}" / "runs").iterdir())
+        assert runs == [f"hmm-s{seed}-base"]
     assert (root / "headroom.csv").exists() and not (root / "differences.csv").exists()
 
 
@@ -162,10 +164,10 @@ def test_the_headroom_gate_thresholds():
     def row(x):
         return {key: x / 100}
 
-    assert isoloss.headroom_gate(p, row(88.9), row(65.2), row(70.1), row(96.7))[0]
-    assert not isoloss.headroom_gate(p, row(74.0), row(65.2), row(70.1), row(96.7))[0]  # too near the look-up
-    assert not isoloss.headroom_gate(p, row(92.0), row(65.2), row(70.1), row(96.7))[0]  # too near the oracle
-    assert not isoloss.headroom_gate(p, row(85.8), row(65.2), row(86.9), row(98.6))[0]  # issue 22's language
+    assert isoloss.headroom_gate(p, 0, row(88.9), row(65.2), row(70.1), row(96.7))[0]
+    assert not isoloss.headroom_gate(p, 0, row(74.0), row(65.2), row(70.1), row(96.7))[0]  # too near the look-up
+    assert not isoloss.headroom_gate(p, 0, row(92.0), row(65.2), row(70.1), row(96.7))[0]  # too near the oracle
+    assert not isoloss.headroom_gate(p, 0, row(85.8), row(65.2), row(86.9), row(98.6))[0]  # issue 22's language
 
 
 def test_forks_from_scratch_share_the_initial_weights_and_the_data_stream():

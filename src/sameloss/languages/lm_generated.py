@@ -104,6 +104,33 @@ def _one_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def generator_shape(path) -> dict:
+    """``positions``, ``layers``, ``hidden`` and ``vocab`` of a generator folder, read from
+    its config alone (before any weights are loaded), for checks that must come first."""
+    transformers = _transformers()
+    folder = Path(path)
+    if not folder.is_dir():
+        raise UserError(f"generator folder not found: {folder}")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            level = transformers.utils.logging.get_verbosity()
+            transformers.utils.logging.set_verbosity_error()
+            try:
+                config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
+            finally:
+                transformers.utils.logging.set_verbosity(level)
+    except Exception as exc:  # transformers raises OSError, ValueError, KeyError, ... for bad folders
+        raise UserError(f"cannot load a causal LM from {folder}: {_one_line(exc)}") from None
+    shape = {"positions": getattr(config, "max_position_embeddings", None),
+             "layers": getattr(config, "num_hidden_layers", None), "hidden": getattr(config, "hidden_size", None),
+             "vocab": getattr(config, "vocab_size", None)}
+    missing = [k for k, v in shape.items() if isinstance(v, bool) or not isinstance(v, int) or v <= 0]
+    if missing:
+        raise UserError(f"the generator config in {folder} has no usable {', '.join(missing)}")
+    return shape
+
+
 def tokens_filename(k: int, length: int, n_sentences: int, seed: int) -> str:
     """Name of the frequency-estimated token list inside the generator folder."""
     return f"sameloss-tokens-k{k}-len{length}-n{n_sentences}-seed{seed}.json"
@@ -232,6 +259,9 @@ class CausalLM(Language):
         vocab = int(model.get_output_embeddings().weight.shape[0])
         if k > vocab:
             raise UserError(f"k={k} is larger than the generator's vocabulary of {vocab} tokens")
+        positions = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
+        if positions is not None and length + 1 > positions:  # before the frequent tokens are estimated at T
+            raise UserError(f"length {length} + bos exceeds the generator's {positions} positions")
         config = model.config
         bos = config.bos_token_id if config.bos_token_id is not None else config.eos_token_id
         if isinstance(bos, (list, tuple)):
@@ -274,8 +304,9 @@ class CausalLM(Language):
                   "expected_counts": [float(counts[t]) for t in tokens]}
         try:  # atomic: a kill mid-write leaves no half-written cache to be read next time
             atomic_write_json(cache, record, indent=None)
-        except OSError as exc:
-            warnings.warn(f"could not cache the token list in {cache}: {_one_line(exc)}", stacklevel=3)
+        except OSError:
+            pass  # a full disk or a read-only folder leaves the list uncached (it costs the estimate
+            # next time); no warning: stderr carries only the command's own line
         return tokens
 
     def save_tokens(self, path) -> None:
@@ -603,7 +634,9 @@ def load_pool(folder, k: int, length: int, tokens: Sequence[int]) -> np.ndarray:
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         want = meta["tokens_sha256"]
-    except (ValueError, KeyError, TypeError):
+        if not isinstance(want, str) or not isinstance(meta.get("tokens", []), list):
+            raise TypeError
+    except (ValueError, KeyError, TypeError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise UserError(f"{meta_path} is not a pool's meta.json") from None
     path = folder / POOL_TOKENS
     if not path.is_file() or sha256_of(path) != want:
@@ -611,11 +644,14 @@ def load_pool(folder, k: int, length: int, tokens: Sequence[int]) -> np.ndarray:
     if meta.get("k") != k or meta.get("length") != length:
         raise UserError(f"pool {folder} holds K={meta.get('k')}, T={meta.get('length')} sentences; the language has "
                         f"K={k}, T={length}")
-    if [int(t) for t in meta.get("tokens", [])] != [int(t) for t in tokens]:
+    if meta.get("tokens") != [int(t) for t in tokens]:
         raise UserError(f"pool {folder} was sampled with other allowed tokens than this language's")
-    data = np.load(path)
-    if data.ndim != 2 or data.shape[1] != length or data.shape[0] < 1 or data.dtype.kind not in "iu" \
-            or int(data.max()) >= k or int(data.min()) < 0:
+    try:  # a truncated or foreign file (also one whose checksum was updated to match)
+        data = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise UserError(f"{path} is damaged (not a token array: {_one_line(exc)}); sample the pool again") from None
+    if not isinstance(data, np.ndarray) or data.ndim != 2 or data.shape[1] != length or data.shape[0] < 1 \
+            or data.dtype.kind not in "iu" or int(data.max()) >= k or int(data.min()) < 0:
         raise UserError(f"{path}: not a [N, {length}] array of ids below {k}")
     return data
 

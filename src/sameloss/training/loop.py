@@ -8,9 +8,10 @@
 * **step** — batch ``step`` of the stream (``data.global_batch``, a pure function of seed
   and step), forward/backward (SAM: ascent on one half-batch, update on the other;
   adversarial objective: added to the loss), clipping, optimiser and schedule step;
-* **log window** — train loss and tokens/s summed since the last log line; the exact
+* **log window** — train loss, tokens/s and steps/s over the steps since the last log
+  line, the learning rate and the gradient norm of the log step's update; the exact
   held-out loss (``evaluate.make_evaluator``: exact on a synthetic language, cross-entropy on a corpus) every ``eval.every`` steps; appended to
-  ``metrics.jsonl``;
+  ``metrics.jsonl`` and mirrored to the run's tracker (``tracking``: TensorBoard or W&B);
 * **save** — checkpoints that make ``resume=True`` continue a killed run to bit-identical
   weights on CPU, and ``summary.json`` at the end.
 
@@ -22,6 +23,7 @@ equals the single-process one.
 from __future__ import annotations
 
 import contextlib
+import math
 import shutil
 import sys
 import time
@@ -32,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import config as configlib
-from .. import files
+from .. import files, resources
 from ..errors import UserError
 from ..progress import progress_bar
 from . import checkpoint as ckpt
@@ -45,6 +47,7 @@ from .evaluate import make_evaluator
 from .fork import init_from_checkpoint
 from .optim import build_optimizer
 from .sam import SAM
+from .tracking import Tracker, check_tracker, open_tracker, record_scalars
 
 # Config keys that may differ when a run is resumed (they do not change the trajectory).
 RESUMABLE_CHANGES = {"steps", "checkpoints", "checkpoints_log", "save_every", "log_every", "device",
@@ -59,7 +62,7 @@ def mlm_loss(model, batch, n_targets_global: int, world_size: int) -> tuple[torc
     """Cross-entropy summed over this process's targets / global target count, times the
     world size (DDP averages gradients over processes), and the plain sum for logging."""
     logits = model(batch.inputs)
-    summed = F.cross_entropy(logits[batch.masked].float(), batch.targets[batch.masked], reduction="sum")
+    summed = F.cross_entropy(batch.at_masked(logits).float(), batch.at_masked(batch.targets), reduction="sum")
     return summed * (world_size / n_targets_global), summed.detach()
 
 
@@ -82,26 +85,38 @@ def _warn(message: str) -> None:
 
 
 def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, progress: bool = True,
-             stop_after: int | None = None, fresh: bool = False) -> dict:
+             stop_after: int | None = None, fresh: bool = False, tracker: str = "none") -> dict:
     """Train; returns the final exact evaluation. ``stop_after`` ends the call early
     (as if killed right after that step's checkpoint) — used to test resuming.
+    ``tracker``: ``none``, ``tensorboard`` or ``wandb`` (``tracking``; not part of the
+    config: it never changes the trajectory).
 
     ``resume``: continue from the newest checkpoint that loads (damaged newer ones are
     skipped with a warning on stderr); a finished run is left untouched and its final
     evaluation returned. ``fresh``: replace an existing run folder — only one that
     ``files.is_run_dir`` recognises, and only once everything else is built. A new run's
     folder is created after the language, model and evaluator are built, and removed
-    again if this call fails before its first checkpoint."""
+    again if this call fails before its first checkpoint.
+
+    The run folder's lock (``files.folder_lock``, rank 0 only under DDP) is held for the
+    whole call: a second process on the same run gets one line naming the holder."""
     run_dir = Path(run_dir)
+    check_tracker(tracker)  # an unknown tracker or a missing package: one line, before anything is built
+    rank, _ = dist.setup()
+    with files.folder_lock(run_dir, "run") if rank == 0 else contextlib.nullcontext():
+        return _pretrain(cfg, run_dir, resume, progress, stop_after, fresh, tracker)
+
+
+def _pretrain(cfg: PretrainConfig, run_dir: Path, resume: bool, progress: bool, stop_after: int | None,
+              fresh: bool, tracker: str) -> dict:
     rank, world_size = dist.setup()
-    device = runio.resolve_device(cfg.device)
-    if world_size > 1 and device.type == "cuda":
-        device = torch.device("cuda", dist.local_rank())
+    device = dist.process_device(runio.resolve_device(cfg.device), world_size)
     if resume:
         done = runio.finished(run_dir)
         if done is not None and done[0] == cfg.steps:
             return done[1]
     language = runio.build_language(cfg)
+    resources.check_pretrain(cfg, language, device)  # a model or held-out set that cannot fit: one line, now
     torch.manual_seed(cfg.seed)  # the run's RNG stream: the initial weights, then dropout
     model = runio.init_model(cfg, language, device)
     optimizer, schedule = build_optimizer(cfg, model)
@@ -140,6 +155,9 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, pro
     run = Run(cfg, run_dir, language, model, dist.wrap(model, device) if world_size > 1 else model, optimizer,
               schedule, evaluator, adversary, device, rank, world_size, window)
     try:
+        if rank == 0:  # a resumed run's tracker drops what the killed call logged past the checkpoint
+            run.tracker = open_tracker(tracker, run_dir, cfg.name, purge_step=start if resume else None,
+                                       config=configlib.to_dict(cfg))
         return _train(run, start, progress, stop_after)
     except BaseException:
         # a new run that failed before its first checkpoint holds nothing to resume from:
@@ -211,10 +229,14 @@ def _restore(cfg: PretrainConfig, language, device: torch.device, run_dir: Path,
 
 @dataclass
 class StepResult:
-    summed_loss: torch.Tensor  # this process's summed cross-entropy (detached)
-    n_targets: int  # prediction targets of the global batch the update used
-    tokens: int  # non-pad tokens this process saw
-    downstream: float | None  # the adversarial objective's downstream loss, if any
+    """What a step leaves for the log. Tensors stay on the device: nothing in a step
+    waits for the device (``LogWindow`` reads them once per log line)."""
+
+    summed_loss: torch.Tensor  # this process's summed cross-entropy (detached, on the device)
+    n_targets: int  # prediction targets of the global batch the update used (counted on the host)
+    tokens: torch.Tensor  # non-pad tokens this process saw (on the device)
+    downstream: torch.Tensor | None  # the adversarial objective's downstream loss, if any
+    grad_norm: torch.Tensor | None = None  # the update's gradient norm (before clipping), at log steps
 
 
 @dataclass
@@ -236,21 +258,23 @@ class Run:
     rank: int
     world_size: int
     window: LogWindow
+    tracker: Tracker = field(default_factory=Tracker)  # rank 0's; a no-op elsewhere
     last_eval: dict = field(default_factory=dict)
     last_train_loss: float = float("nan")  # shown on the progress bar
 
     def __post_init__(self):
         self.rate = None if self.cfg.masking == "single" else self.cfg.mask_rate
         self.keep = set(self.cfg.checkpoint_steps())
-        self.autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda"
-                         else contextlib.nullcontext())
+        self.autocast = runio.autocast(self.cfg.precision, self.device)
         # finite data (a corpus): epochs are logged, as sequences drawn / training sequences
         self.n_train = self.language.n_sequences("train") if hasattr(self.language, "n_sequences") else None
 
 
-def _step(run: Run, step: int) -> StepResult:
+def _step(run: Run, step: int, grad_norm: bool = False) -> StepResult:
     """One update on batch ``step`` of the stream (SAM: ascent on the first half-batch,
-    update on the second; ``update_half``: the update on the second half alone)."""
+    update on the second; ``update_half``: the update on the second half alone). ``grad_norm``:
+    keep the update's gradient norm (a tensor: read at the log step, so no step waits on the
+    device for it)."""
     cfg, optimizer = run.cfg, run.optimizer
     full = global_batch(run.language, cfg.seed, step, cfg.batch_size, run.rate, cfg.mask_replace)
     n_targets = full.n_targets
@@ -276,17 +300,18 @@ def _step(run: Run, step: int) -> StepResult:
         if run.adversary is not None:
             adv_loss, downstream = run.adversary.loss(run.model, step, run.device)
             loss = loss + adv_loss
-    if not torch.isfinite(summed):
-        good = ckpt.complete_checkpoints(run.run_dir)
-        where = f"; the last good checkpoint is {good[-1]}" if good else ""
-        raise TrainingDiverged(f"the training loss became {summed.item()} at step {step}{where}")
+    # a non-finite loss is noticed by the log window (``LogWindow.check``) before the
+    # next log line, evaluation or checkpoint: testing it here would wait for the device
     loss.backward()
+    norm = None
     if cfg.optim.grad_clip is not None:
-        torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.optim.grad_clip)
+        norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.optim.grad_clip)
+    elif grad_norm:
+        norm = torch.nn.utils.get_total_norm([p.grad for p in run.model.parameters() if p.grad is not None])
     optimizer.step()
     run.schedule.step()
-    return StepResult(summed, n_targets, int((batch.inputs != run.language.pad_id).sum()),
-                      None if downstream is None else float(downstream))
+    return StepResult(summed, n_targets, (batch.inputs != run.language.pad_id).sum(), downstream,
+                      norm if grad_norm else None)
 
 
 # ----------------------------------------------------------------------------- log window
@@ -295,14 +320,23 @@ def _step(run: Run, step: int) -> StepResult:
 @dataclass
 class LogWindow:
     """Sums over the steps since the last log line. Saved in ``state.pt`` so that after a
-    resume ``metrics.jsonl`` reads exactly as an uninterrupted run's."""
+    resume ``metrics.jsonl`` reads exactly as an uninterrupted run's.
 
-    tokens: int = 0
-    loss: float = 0.0
+    The per-step sums (loss, tokens, downstream loss) and the first non-finite loss stay
+    on the device, added without reading anything back: a step never waits for the
+    device. They are read once per log line, evaluation or checkpoint (``check``,
+    ``close``, ``state``). The loss is summed in float64 in step order, exactly as
+    Python floats were before (the same numbers in ``metrics.jsonl``)."""
+
+    tokens: int | torch.Tensor = 0
+    loss: float | torch.Tensor = 0.0
     targets: int = 0
-    downstream: float = 0.0
+    downstream: float | torch.Tensor = 0.0
     steps: int = 0
     started: float = field(default_factory=time.perf_counter)
+    # (step, loss) of the first step whose loss was not finite; NaN while none was
+    diverged: torch.Tensor | None = None
+    grad_norm: torch.Tensor | None = None  # of the window's last step (the log step), on the device
 
     @classmethod
     def restore(cls, saved: dict) -> LogWindow:
@@ -311,46 +345,70 @@ class LogWindow:
                    time.perf_counter() - saved.get("seconds", 0.0))
 
     def state(self) -> dict:
-        return {"tokens": self.tokens, "loss": self.loss, "targets": self.targets, "downstream": self.downstream,
-                "steps": self.steps, "seconds": time.perf_counter() - self.started}
+        return {"tokens": int(self.tokens), "loss": float(self.loss), "targets": self.targets,
+                "downstream": float(self.downstream), "steps": self.steps,
+                "seconds": time.perf_counter() - self.started}
 
-    def add(self, result: StepResult, world_size: int) -> None:
-        self.tokens += result.tokens * world_size
-        self.loss += float(result.summed_loss) * world_size
+    def add(self, result: StepResult, world_size: int, step: int) -> None:
+        summed = result.summed_loss.detach().double()
+        self.tokens = self.tokens + result.tokens * world_size
+        self.loss = self.loss + summed * world_size
         self.targets += result.n_targets
         if result.downstream is not None:
-            self.downstream += result.downstream
+            self.downstream = self.downstream + result.downstream.detach().double()
+        if result.grad_norm is not None:
+            self.grad_norm = result.grad_norm.detach()  # read by ``close``, at the log line
         self.steps += 1
+        if self.diverged is None:
+            self.diverged = torch.full((2,), float("nan"), dtype=torch.float64, device=summed.device)
+        first = torch.isnan(self.diverged[0]) & ~torch.isfinite(summed)
+        self.diverged = torch.where(first, torch.stack([torch.full_like(summed, step), summed]), self.diverged)
+
+    def check(self, run_dir: Path) -> None:
+        """``TrainingDiverged`` naming the first step whose loss was not finite, and the
+        last good checkpoint (reads the device once)."""
+        if self.diverged is None:
+            return
+        step, value = self.diverged.tolist()
+        if math.isnan(step):
+            return
+        good = ckpt.complete_checkpoints(run_dir)
+        where = f"; the last good checkpoint is {good[-1]}" if good else ""
+        raise TrainingDiverged(f"the training loss became {value} at step {int(step)}{where}")
 
     def close(self, step: int, lr: float, adversarial: bool) -> dict:
         """The log record of the window, which then starts again."""
         elapsed = time.perf_counter() - self.started
-        record = {"step": step, "lr": lr, "train_loss": self.loss / max(self.targets, 1),
-                  "tokens_per_s": self.tokens / max(elapsed, 1e-9)}
+        record = {"step": step, "lr": lr, "train_loss": float(self.loss) / max(self.targets, 1),
+                  "tokens_per_s": int(self.tokens) / max(elapsed, 1e-9), "steps_per_s": self.steps / max(elapsed, 1e-9)}
+        if self.grad_norm is not None:
+            record["grad_norm"] = float(self.grad_norm)
         if adversarial:
-            record["adversarial_downstream_loss"] = self.downstream / self.steps
+            record["adversarial_downstream_loss"] = float(self.downstream) / self.steps
         self.__init__()
         return record
 
 
-def _log(run: Run, step: int, bar) -> None:
-    """Close the log window every ``log_every`` steps, evaluate every ``eval.every`` (rank 0)
-    and append the record to ``metrics.jsonl``; the progress bar shows the latest."""
+def _log(run: Run, step: int, bar, logs: bool, evaluates: bool) -> None:
+    """Close the log window when ``logs`` (every ``log_every`` steps), evaluate when
+    ``evaluates`` (every ``eval.every``, the last step, the kept checkpoints under
+    ``eval.at_checkpoints``; rank 0) and append the record to
+    ``metrics.jsonl``; the progress bar shows the latest."""
     cfg = run.cfg
     record = None
-    if step % cfg.log_every == 0 or step == cfg.steps:
+    if logs:
         record = run.window.close(step, run.schedule.get_last_lr()[0], run.adversary is not None)
         if run.n_train:
             record["epoch"] = step * cfg.batch_size / run.n_train
     if run.rank != 0:
         return
-    if (cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.steps or \
-            (cfg.eval.at_checkpoints and step in run.keep):
+    if evaluates:
         run.last_eval = run.evaluator.evaluate(run.model, run.device)
         record = (record or {"step": step}) | {"eval": run.last_eval}
     if record is None:
         return
     runio.append_metrics(run.run_dir, record)
+    run.tracker.log(record_scalars(record), step)
     run.last_train_loss = record.get("train_loss", run.last_train_loss)
     postfix = {"loss": f"{run.last_train_loss:.4f}"}
     if run.last_eval.get("kl") is not None:
@@ -388,10 +446,16 @@ def _train(run: Run, start: int, progress: bool, stop_after: int | None) -> dict
     try:
         run.train_model.train()
         for step in range(start, cfg.steps + 1):
-            run.window.add(_step(run, step), run.world_size)
+            logs = step % cfg.log_every == 0 or step == cfg.steps
+            run.window.add(_step(run, step, grad_norm=logs), run.world_size, step)
             bar.update(1)
-            _log(run, step, bar)
-            if step in run.keep or step % cfg.save_every == 0 or step == stop_after:
+            evaluates = run.rank == 0 and ((cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.steps
+                                           or (cfg.eval.at_checkpoints and step in run.keep))
+            saves = step in run.keep or step % cfg.save_every == 0 or step == stop_after
+            if logs or evaluates or saves:  # the one read of the device between log lines
+                run.window.check(run.run_dir)  # a diverged loss stops the run before it is logged or saved
+            _log(run, step, bar, logs, evaluates)
+            if saves:
                 if run.rank == 0:
                     _save(run, step)
                 dist.barrier()
@@ -399,6 +463,7 @@ def _train(run: Run, start: int, progress: bool, stop_after: int | None) -> dict
                 break
     finally:
         bar.close()
+        run.tracker.close()
     if run.rank == 0 and step == cfg.steps:
         runio.write_summary(run.run_dir, step, run.last_eval, run.model)
     return run.last_eval

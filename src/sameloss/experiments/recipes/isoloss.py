@@ -6,15 +6,22 @@ each acting from step 0 and late — few-shot probes, paired statistics with sta
 Command
     sameloss reproduce                              (the main job: scale ``quick``)
     sameloss reproduce isoloss --scale tiny         [--out runs] [--seed N] [--fresh]
+        [--launcher inprocess|local|slurm] [--workers N] [--seeds 0-7]
 
-    (``--seed N`` shifts the preset's seeds by N: an independent replication.)
+    (``--seed N`` shifts the preset's seeds by N: an independent replication. Each seed's
+    chain — its base run, then the forks — is one unit: ``--launcher local --workers 2``
+    runs two seeds at once, ``--seeds 0-7`` only those seeds; see the README's "Running
+    on a cluster".)
 
-Runtime per scale (``workers`` seeds in parallel, one thread each)
+Runtime per scale (one thread per worker; ``--launcher local --workers N`` runs N seeds at once)
     smoke   ~1 min on a 2-core CPU (3 seeds, micro model, tens of steps; the numbers mean
             nothing)
     quick   predicted ≤ 20 min on a 2-core CPU running nothing else: the tiny design with
-            QUICK_SEEDS seeds (calibration below); verdicts with an MDE of about 0.8 points
-    tiny    predicted TINY_MINUTES min on a 2-core CPU running nothing else (calibration below)
+            4 seeds (calibration below); MDE predicted ~0.9 points (4 seeds at the earlier
+            design's paired SD of 0.35–0.49 points), not measured
+    tiny    not measured yet on a 2-core CPU running nothing else (calibration below; the
+            earlier design — one fork point, no size forks — took 2.6 min per seed, 57 min
+            for 22 seeds with two workers)
     small   estimate, not measured: ~8 h on one H100 (paper HMM, t4-384, batch 4096)
     paper   estimate, not measured: days on one H100
 
@@ -39,12 +46,13 @@ What it runs
     to 1e-6; from scratch: the large shape's own initial weights, same seed and data).
     ``adamw``, ``short`` and ``long`` are the base's own recipe until their decay, so their
     forks at every point are the late ones (one run each).
-    Headroom gate, before any fork: the seed-``seeds[0]`` base is probed beside the
+    Headroom gate, before any fork: in each seed's unit its base is probed beside its
     random-init encoder, the look-up table (true conditionals) and the oracle (true
-    posteriors); the study goes on only if the trained encoder is ≥ ``headroom_margin``
+    posteriors); that seed's forks run only if the trained encoder is ≥ ``headroom_margin``
     points above the look-up table and the random-init encoder and ≥ ``headroom_margin``
-    below the oracle (primary endpoint); else it stops (``on_no_headroom="stop"``) or marks
-    every verdict "uninformative: no headroom" (``"mark"``).
+    below the oracle (primary endpoint). If any seed fails, the study gives no verdict
+    (``on_no_headroom="stop"``: the failing seeds ran no fork) or marks every verdict
+    "uninformative: no headroom" (``"mark"``: every seed's forks run).
     Iso-loss at one learning rate: candidates are checkpoints every ``match_every`` steps
     of each fork's stretch only (every candidate at the same lr factor, KL evaluated there
     and nowhere else); per seed and fork point one target KL, the one whose nearest
@@ -70,10 +78,23 @@ What it runs
 Why the stretch (issue 22, measured on 3 seeds of the earlier design's tiny preset,
 /work/notes/matchprobe: its forks decayed over 200 steps, then 300 steps at lr × 0.05, KL
 every 10 steps)
-    MATCHING_NOTES
+    Lead's measurement (seeds 0-2; /work/notes/matchprobe/summary.txt). At the end of
+    the shared decay the forks' KLs spread over 1.4-1.7e-3 nats (seed 0: 0.0053-0.0071),
+    so matching there means taking forks at different lrs. Along the stretch at the final
+    lr KL keeps falling, 0.6-1.4e-3 nats in 300 steps, smoothly (step-to-step sd 4-8e-5,
+    well under the 3e-4 tolerance). At that one lr the stretch ranges of adamw/noreg and
+    of long/short overlap, so they match by design; SAM ρ 0.05 sits on a higher floor
+    (its 300-step range stays 3-4e-4 above noreg's: seed 0 noreg [0.00460, 0.00518] vs
+    sam05 [0.00558, 0.00672]), so a SAM pair may fall outside the tolerance: it is then
+    excluded and counted, never kept.
 
 Calibration (issue 23: budget, seeds and the profile)
-    CALIBRATION_NOTES
+    Not measured yet for this design (both fork points, the size fork, the stretch): the
+    per-seed CPU cost, the paired SDs, and hence the tiny runtime and MDE, come from the
+    quick run's runtime.csv and report (``sameloss reproduce``). The earlier design's
+    profile (issue 23: training 54 % of a seed's CPU, exact-KL evaluations 18 %, probes
+    23 %, Fisher trace 6 %; 139 of 230 KL evaluations per seed never read) is why KL is
+    now evaluated at the candidates and the slope checkpoints only.
 
 Expected result (paper)
     At the same loss: training longer lowers the trace and raises accuracy (Fig. 2, 4);
@@ -187,7 +208,6 @@ class IsolossPreset(Preset):
     headroom_margin: float  # points: the gate's distance from look-up, random-init and oracle
     on_no_headroom: str  # "stop" (before the forks) or "mark" (every verdict uninformative)
     slope_seeds: int  # seeds whose AdamW fork is probed along its decay and stretch (the tolerance check)
-    workers: int
 
     def __post_init__(self):
         super().__post_init__()
@@ -344,7 +364,7 @@ _TINY = dict(
     base_steps=1000, fork_points=(1000, 0), recipe_steps=100, decay_steps=200, final_lr_factor=0.05,
     final_steps=300, match_every=20, eval_sentences=4000, forks=_forks(400, 600), probe_sizes=(50, 200, 1000),
     probe_subsets=(20, 40, 10), probe_pool=2000, probe_test=20_000, probe_epochs=50, probe_l2=1e-2,
-    primary_size=200, slope_seeds=6, workers=2, kl_tolerance=3e-4,
+    primary_size=200, slope_seeds=6, kl_tolerance=3e-4,
     measure=dataclasses.replace(COMMON["tiny"].measure, seeds=(0,)))
 
 PRESETS: dict[str, IsolossPreset] = {
@@ -352,7 +372,7 @@ PRESETS: dict[str, IsolossPreset] = {
         "smoke", seeds=(0, 1, 2), base_steps=30, fork_points=(30, 0), recipe_steps=10, decay_steps=10,
         final_lr_factor=0.05, final_steps=10, match_every=5, eval_sentences=64, forks=_forks(20), probe_sizes=(8, 16),
         probe_subsets=(3, 3), probe_pool=40, probe_test=64, probe_epochs=3, probe_l2=0.1, primary_size=16,
-        slope_seeds=2, workers=2, kl_tolerance=10.0, headroom_margin=0.0, on_no_headroom="mark",
+        slope_seeds=2, kl_tolerance=10.0, headroom_margin=0.0, on_no_headroom="mark",
         adversarial_batch=32, adversarial_pool=256),
     "quick": _preset("tiny", seeds=tuple(range(4)), **{k: v for k, v in _TINY.items() if k != "slope_seeds"},
                      slope_seeds=4),
@@ -361,13 +381,13 @@ PRESETS: dict[str, IsolossPreset] = {
         "small", seeds=tuple(range(8)), base_steps=20_000, fork_points=(20_000, 0), recipe_steps=2000,
         decay_steps=2000, final_lr_factor=0.05, final_steps=3000, match_every=200, eval_sentences=20_000,
         forks=_forks(8000, 6000), probe_sizes=(50, 200, 1000), probe_subsets=(20, 40, 10), probe_pool=5000,
-        probe_test=20_000, probe_epochs=100, probe_l2=1e-2, primary_size=200, slope_seeds=4, workers=1,
+        probe_test=20_000, probe_epochs=100, probe_l2=1e-2, primary_size=200, slope_seeds=4,
         kl_tolerance=3e-4, adversarial_batch=256),
     "paper": _preset(
         "paper", seeds=tuple(range(8)), base_steps=100_000, fork_points=(100_000, 0), recipe_steps=10_000,
         decay_steps=10_000, final_lr_factor=0.05, final_steps=15_000, match_every=1000, eval_sentences=100_000,
         forks=_forks(40_000, 30_000), probe_sizes=(50, 200, 1000), probe_subsets=(20, 40, 10), probe_pool=5000,
-        probe_test=30_000, probe_epochs=100, probe_l2=1e-2, primary_size=200, slope_seeds=4, workers=1,
+        probe_test=30_000, probe_epochs=100, probe_l2=1e-2, primary_size=200, slope_seeds=4,
         kl_tolerance=3e-4, adversarial_batch=256),
 }
 
@@ -452,24 +472,28 @@ def _kl_spec(p: IsolossPreset) -> MeasureSpec:
     return MeasureSpec(loss=True, loss_sentences=p.eval_sentences)
 
 
-# ---- the headroom gate (a worker process, before any fork) ---------------------------------
-def gate_seed(study: Study, seed: int, p: IsolossPreset) -> dict:
-    """Train one seed's base and probe it beside the random-init encoder (the gate's
-    measures; the look-up table and the oracle do not depend on the seed)."""
-    base = study.train(base_run(p, seed))
+# ---- the headroom gate (in each seed's unit, before its forks) -------------------------------
+def gate_seed(study: Study, seed: int, p: IsolossPreset, base) -> dict:
+    """Probe one seed's trained base beside its random-init encoder, the look-up table and
+    the oracle (the last two do not depend on the seed: measured once per seed folder, a
+    few seconds), and apply the gate."""
     trained = study.measure(checkpoint_dir(base.path, p.base_steps), _fewshot_spec(p, seed))
-    random_init = study.reference("random-init", base.config, MeasureSpec(fewshot=p.fewshot()))
-    return {"trained": trained, "random_init": random_init, "config": base.config, "run": base}
+    refs = {kind: study.reference(kind, base.config, MeasureSpec(fewshot=p.fewshot()))
+            for kind in ("random-init", "lookup", "oracle")}
+    ok, text = headroom_gate(p, seed, trained, refs["random-init"], refs["lookup"], refs["oracle"])
+    study.log(text)
+    return {"seed": seed, "ok": ok, "text": text, "trained": trained, "random_init": refs["random-init"],
+            "lookup": refs["lookup"], "oracle": refs["oracle"]}
 
 
-def headroom_gate(p: IsolossPreset, trained: dict, random_init: dict, lookup: dict, oracle: dict
+def headroom_gate(p: IsolossPreset, seed: int, trained: dict, random_init: dict, lookup: dict, oracle: dict
                   ) -> tuple[bool, str]:
     """Whether the trained encoder has room to differ: ≥ ``headroom_margin`` points above the
     look-up table and the random-init encoder and below the oracle (primary endpoint)."""
     key, m = p.primary_key, p.headroom_margin
     t, r, lk, o = (100 * float(x[key]) for x in (trained, random_init, lookup, oracle))
     ok = t >= lk + m and t >= r + m and t <= o - m
-    text = (f"Headroom gate (primary endpoint, seed {p.seeds[0]}'s base at step {p.base_steps}): trained {t:.1f} %, "
+    text = (f"Headroom gate (primary endpoint, seed {seed}'s base at step {p.base_steps}): trained {t:.1f} %, "
             f"random-init {r:.1f} %, look-up table {lk:.1f} %, oracle {o:.1f} %; the gate asks ≥ {m:g} points above "
             f"both references and ≥ {m:g} below the oracle: " + ("passed." if ok else "FAILED"))
     return ok, text
@@ -477,13 +501,19 @@ def headroom_gate(p: IsolossPreset, trained: dict, random_init: dict, lookup: di
 
 # ---- one seed (a worker process) ---------------------------------------------------------
 def seed_study(study: Study, seed: int, p: IsolossPreset, slope: bool) -> dict:
-    """Train the base and the forks of one seed at every fork point, pick each point's
-    iso-loss checkpoints and measure them (trace and probes; the small model embedded into
-    the large shape for the trace), and — with ``slope`` — probe the AdamW fork along its
-    decay and stretch. Runs in a worker process (``Study.map_seeds``)."""
+    """One seed's chain, one unit of the study (``units``; run by its launcher): train the
+    base and gate it (``gate_seed``: with no headroom and ``on_no_headroom="stop"`` no fork
+    runs), then train the forks at every fork point, pick each point's iso-loss
+    checkpoints and measure them (trace and probes; the small model embedded into the large
+    shape for the trace), and — with ``slope`` — probe the AdamW fork along its decay and
+    stretch."""
     t0, c0 = time.perf_counter(), _cpu()
     spec = _probe_spec(p, seed)
     base = study.train(base_run(p, seed))
+    gate = gate_seed(study, seed, p, base)
+    if not gate["ok"] and p.on_no_headroom == "stop":
+        return {"gate": gate, "rows": [], "slope": [], "runs": [base], "embedded_kl": [], "curves": {},
+                "seconds": time.perf_counter() - t0, "cpu_seconds": _cpu() - c0}
     infos: dict[tuple[str, str], object] = {}  # (point, fork) -> RunInfo
     embedded_kl = []
     for k in sorted(p.fork_points, reverse=True):
@@ -545,8 +575,8 @@ def seed_study(study: Study, seed: int, p: IsolossPreset, slope: bool) -> dict:
               for (pt, name), info in infos.items()}
     curves["base"] = {s: float(ev["kl"]) for s, ev in eval_history(base.path).items()}
     runs_used = [base, *{id(i): i for i in infos.values()}.values()]
-    return {"rows": rows, "slope": slope_rows, "runs": runs_used, "embedded_kl": embedded_kl, "curves": curves,
-            "seconds": time.perf_counter() - t0, "cpu_seconds": _cpu() - c0}
+    return {"gate": gate, "rows": rows, "slope": slope_rows, "runs": runs_used, "embedded_kl": embedded_kl,
+            "curves": curves, "seconds": time.perf_counter() - t0, "cpu_seconds": _cpu() - c0}
 
 
 def _cpu() -> float:
@@ -571,29 +601,43 @@ def study_seeds(study: Study, p: IsolossPreset) -> list[int]:
     return [study.seed + s for s in p.seeds]
 
 
+def units(study: Study, p: IsolossPreset) -> list:
+    """One unit per seed: its chain (the base run and its headroom gate, then its forks at
+    every fork point, the size fork included), measured."""
+    return study.seed_units(_seed_work, *_seed_args(study, p))
+
+
+def _seed_args(study: Study, p: IsolossPreset) -> tuple:
+    seeds = study_seeds(study, p)
+    return seeds, p, tuple(seeds[:p.slope_seeds])
+
+
 def report(study: Study, p: IsolossPreset) -> Section:
     section = Section(TITLE)
     seeds = study_seeds(study, p)
     language, size, task = _language(p)
-    # the headroom gate, before any fork: one seed's base against the references
-    (gate,) = study.map_seeds(gate_seed, seeds[:1], 1, p)
-    refs = {kind: study.reference(kind, gate["config"], MeasureSpec(fewshot=p.fewshot())) for kind in ("lookup", "oracle")}
-    ok, gate_text = headroom_gate(p, gate["trained"], gate["random_init"], refs["lookup"], refs["oracle"])
-    study.log(gate_text)
-    _headroom(section, p, refs, gate)
+    # every seed's unit gated its forks on its own base (gate_seed): the references are the first seed's
+    results = study.map_seeds(_seed_work, *_seed_args(study, p))
+    gates = [res["gate"] for res in results]
+    ok = all(g["ok"] for g in gates)
+    failed = [g for g in gates if not g["ok"]]
+    gate_text = gates[0]["text"] if ok else " ".join(g["text"] for g in failed)
+    if ok and len(gates) > 1:
+        gate_text += f" (passed on all {len(gates)} seeds' bases; headroom.csv: seed {seeds[0]}'s)"
+    _headroom(section, p, gates[0])
     if not ok and p.on_no_headroom == "stop":
-        section.text.append(f"**No headroom: the forks were not run.** {gate_text} On this language and task the "
-                            "trained encoder cannot be told apart from the references, so no verdict would mean "
-                            "anything (set `on_no_headroom=\"mark\"` in the preset to run the forks anyway).")
+        for res in results:
+            section.runs += res["runs"]
+        section.text.append(f"**No headroom: the forks were not run** (the {len(failed)} of {len(gates)} seeds whose "
+                            f"base failed the gate), **and no verdict is given.** {gate_text} On this language and "
+                            "task the trained encoder cannot be told apart from the references, so no verdict would "
+                            "mean anything (set `on_no_headroom=\"mark\"` in the preset to run the forks anyway).")
         return section
     design = Design(p.kl_tolerance, p.equivalence_margin, headroom=ok)
-    slope_seeds = set(seeds[:p.slope_seeds])
-    results = study.map_seeds(_seed_work, seeds, p.workers, p, tuple(sorted(slope_seeds)))
     rows = [r for res in results for r in res["rows"]]
     slope_rows = [r for res in results for r in res["slope"]]
-    for res in results:  # (the gate trained its seed's base: that call's record, not the seed study's reuse)
-        section.runs += [gate["run"] if r.spec.name == gate["run"].spec.name else r for r in res["runs"]]
-    study.runs[gate["run"].spec.name] = gate["run"]
+    for res in results:
+        section.runs += res["runs"]
     section.rows += rows
     comparisons = {c.name: c for c in (*p.comparisons, HALF_BATCH)}
     tests = p.tests()
@@ -620,7 +664,7 @@ def report(study: Study, p: IsolossPreset) -> Section:
                                  ("adv", *(f.name for f in p.forks if f.resized)), design)
     _regression_table(section, reg)
     _figures(study, section, p, rows, diffs, results, seeds)
-    _runtime(section, p, results, seeds)
+    _runtime(section, study, results, seeds)
     return section
 
 
@@ -682,17 +726,18 @@ def _verdict_table(section: Section, p: IsolossPreset, diffs: list[dict], compar
         out, source="verdicts.csv", key="test", key_header="comparison @ fork point"))
 
 
-def _headroom(section: Section, p: IsolossPreset, refs: dict, gate: dict) -> list[dict]:
+def _headroom(section: Section, p: IsolossPreset, gate: dict) -> list[dict]:
     columns = [c for key in p.fewshot().columns() for c in (key, f"{key}_std")]
 
     def pick(d: dict) -> dict:
         return {k: float(d[k]) for k in columns}
 
+    refs = gate
     majority = refs["lookup"]["fewshot_majority"]
     table_rows = [{"baseline": "majority class", **{k: majority for k in p.fewshot().columns()}},
-                  {"baseline": f"random-init encoder (seed {p.seeds[0]})", **pick(gate["random_init"])},
+                  {"baseline": f"random-init encoder (seed {gate['seed']})", **pick(gate["random_init"])},
                   {"baseline": "look-up table (true conditionals)", **pick(refs["lookup"])},
-                  {"baseline": f"trained base (seed {p.seeds[0]}, step {p.base_steps})", **pick(gate["trained"])},
+                  {"baseline": f"trained base (seed {gate['seed']}, step {p.base_steps})", **pick(gate["trained"])},
                   {"baseline": "oracle (true hidden-state posteriors)", **pick(refs["oracle"])}]
     cols = []
     for view, method, what in (("pos", "lbfgs", "position, L-BFGS"), ("all", "adamw", "all positions, AdamW")):
@@ -859,9 +904,18 @@ def _figures(study: Study, section: Section, p: IsolossPreset, rows: list[dict],
         "candidates lie where the KL moves smoothly at one learning rate.")))
 
 
-def _runtime(section: Section, p: IsolossPreset, results: list[dict], seeds: list[int]) -> None:
+def _runtime(section: Section, study: Study, results: list[dict], seeds: list[int]) -> None:
     rows = [{"seed": s, "seconds": res["seconds"], "cpu_seconds": res["cpu_seconds"]} for s, res in zip(seeds, results)]
     section.files["runtime.csv"] = rows
     cpu = [r["cpu_seconds"] for r in rows]
     section.notes.append(f"Runtime per seed (this call, seeds not reused): CPU {fmt(float(np.mean(cpu)))} s on average "
-                         f"(min {fmt(min(cpu))}, max {fmt(max(cpu))}; runtime.csv), {p.workers} seeds at a time.")
+                         f"(min {fmt(min(cpu))}, max {fmt(max(cpu))}; runtime.csv); {_workers_text(study.launcher)}.")
+
+
+def _workers_text(launcher) -> str:
+    """How many seeds ran at once (what a timing depends on)."""
+    if launcher.name == "inprocess":
+        return "one seed at a time in this process (--launcher inprocess)"
+    n = launcher.workers
+    return (f"{n} seeds at a time" if n else "all seeds at once (the launcher's default)") + \
+        f" (--launcher {launcher.name})"
