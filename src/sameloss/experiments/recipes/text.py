@@ -187,7 +187,8 @@ def prepare_data(study: Study, p: TextPreset) -> tuple[Path, dict[str, str]]:
     """The prepared corpus folder and ``{task label: glue:NAME=DIR}``, under
     ``<experiment>/data/`` (reused when already there)."""
     from ...languages.text import META, prepare_corpus
-    from ...textdata import default_cache, fetch, toy_text
+    from ...data.fetch import default_cache, fetch
+    from ...data.toy import toy_text
 
     data = study.root / "data"
     data.mkdir(parents=True, exist_ok=True)
