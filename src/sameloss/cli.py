@@ -426,9 +426,8 @@ def _pretrain(args) -> None:
 
     from . import config as configlib
     from . import files
-    from .training import PretrainConfig, pretrain
+    from .training import PretrainConfig, pretrain, runfolder
     from .training.distributed import setup
-    from .training.runio import finished
 
     cfg = configlib.load(PretrainConfig, args.config, args.overrides)
     paths = {key: str(Path(getattr(cfg.language, key)).expanduser().resolve())
@@ -445,29 +444,17 @@ def _pretrain(args) -> None:
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is not a folder")
     run_dir = out / cfg.name  # cfg.name is one plain path component (PretrainConfig checks it)
-    if run_dir.is_symlink() or (run_dir.exists() and not run_dir.is_dir()):
-        raise UserError(f"{run_dir} exists and is not a run folder; choose another name=")
     args.interrupt_hint = lambda: _resume_hint(args, run_dir)
     rank, _ = setup()
-    # the run's lock from the decisions below to the end of training (loop.pretrain takes
-    # it again: re-entrant), so a second process cannot decide on a folder being written
+    # the run's lock from the decision (runfolder.plan: what to do with the folder) to the
+    # end of training, so a second process cannot decide on a folder being written
     with files.folder_lock(run_dir, "run") if rank == 0 else contextlib.nullcontext():
-        if args.resume:
-            done = finished(run_dir)
-            if done is not None and done[0] == cfg.steps:
-                if rank == 0:
-                    print(f"{run_dir} is complete (step {done[0]} of {cfg.steps}); nothing to do")
-                return
-        if run_dir.exists() and any(run_dir.iterdir()) and not args.resume:
-            if not args.fresh:
-                raise UserError(f"{run_dir} already holds a run; pass --resume to continue it, --fresh to replace "
-                                "it, or name=... for a new run")
-            if not files.is_run_dir(run_dir):
-                raise UserError(f"{run_dir} is not a sameloss run folder (no {files.RUN_MARKER} marker and no "
-                                "config.toml written by sameloss pretrain); --fresh deletes only run folders: "
-                                "remove it yourself or choose another name=")
-        result = pretrain(cfg, run_dir, resume=args.resume, progress=not args.no_progress,
-                          fresh=args.fresh and run_dir.exists())
+        plan = runfolder.plan(run_dir, cfg, "resume" if args.resume else "fresh" if args.fresh else "new")
+        if plan.action == "reuse":
+            if rank == 0:
+                print(plan.message)
+            return
+        result = pretrain(cfg, run_dir, progress=not args.no_progress, plan=plan)
     if rank == 0 and result and result.get("kl") is None:
         print(f"{run_dir}: held-out cross-entropy {result['loss']:.4f} ± {result['loss_std']:.4f}, training subset "
               f"{result['train_loss']:.4f} (gap {result['gap']:+.4f}; KL {result['kl_note']})")

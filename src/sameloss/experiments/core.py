@@ -47,10 +47,11 @@ from .. import files
 from ..errors import UserError
 from ..files import atomic_write_json
 from . import folder as experiment_folder
-from ..training.checkpoint import checkpoint_dir, complete_checkpoints
+from ..training.checkpoint import checkpoint_dir
 from ..training.config import PretrainConfig
-from ..training.loop import RESUMABLE_CHANGES, pretrain
-from ..training.runio import read_config_dict, read_summary
+from ..training import runfolder
+from ..training.loop import pretrain
+from ..training.runio import read_summary
 
 MEASUREMENTS = experiment_folder.MEASUREMENTS
 
@@ -116,13 +117,6 @@ class RunInfo:
     status: str  # trained | resumed | extended | reused
     seconds: float
     summary: dict = field(default_factory=dict)
-
-
-def config_differences(saved: dict, wanted: dict) -> list[str]:
-    """Dotted keys whose values differ (``saved`` as ``runio.read_config_dict`` returns it:
-    a key missing from the TOML already holds its default)."""
-    a, b = configlib.flatten(saved), configlib.flatten(wanted)
-    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
 def _fingerprint(obj) -> str:
@@ -265,48 +259,21 @@ class Study:
         if self.device != "auto" and cfg.device != self.device:
             cfg = dataclasses.replace(cfg, device=self.device)
         run_dir = self.runs_dir / spec.name
-        if (run_dir.exists() or run_dir.is_symlink()) and not files.is_empty_dir(run_dir) \
-                and not files.is_run_dir(run_dir):
-            raise UserError(f"{run_dir} is not a sameloss run folder (no {files.RUN_MARKER} marker); reproduce "
-                            "never writes into or deletes it: move it away or pass another --out")
         start = time.perf_counter()
-        summary_path = run_dir / "summary.json"
-        wanted = configlib.to_dict(cfg)
-        if summary_path.exists():
-            diff = config_differences(read_config_dict(run_dir / "config.toml"), wanted)
-            if not diff:
-                status = "reused"
-            elif set(diff) <= RESUMABLE_CHANGES:
-                self.log(f"run {spec.name}: continuing to {cfg.steps} steps ({', '.join(diff)} changed)")
-                self._pretrain(cfg, run_dir, resume=True)
-                status = "extended"
-            else:
-                raise UserError(f"{run_dir} holds a finished run with another config ({', '.join(diff[:3])} "
-                                "differ); pass --fresh to redo the experiment or remove that folder")
-        elif complete_checkpoints(run_dir):
-            self.log(f"run {spec.name}: resuming an interrupted run")
-            self._pretrain(cfg, run_dir, resume=True)
-            status = "resumed"
-        else:
-            if run_dir.exists() and not files.is_empty_dir(run_dir):
-                shutil.rmtree(run_dir)  # a run started but no complete checkpoint: nothing to keep
-            self.log(f"run {spec.name}: training {cfg.steps} steps")
-            self._pretrain(cfg, run_dir, resume=False)
-            status = "trained"
+        # runfolder.plan decides (reuse, extend, resume, train or refuse) under the run's lock,
+        # and pretrain carries that decision out under the same lock
+        with files.folder_lock(run_dir, "run"):
+            plan = runfolder.plan(run_dir, cfg, "auto", fresh_hint="pass --fresh to redo the experiment")
+            if plan.action != "reuse":
+                self.log(plan.message)
+                pretrain(cfg, run_dir, progress=self.progress, plan=plan)
+            status = plan.status
         seconds = time.perf_counter() - start
         self.timings["train"] += seconds
         summary = read_summary(run_dir) or {}
         info = RunInfo(spec, cfg, run_dir, status, seconds, summary)
         self.runs[spec.name] = info
         return info
-
-    def _pretrain(self, cfg: PretrainConfig, run_dir: Path, resume: bool) -> None:
-        try:
-            pretrain(cfg, run_dir, resume=resume, progress=self.progress)
-        except UserError as exc:
-            if resume and "cannot resume" in str(exc):
-                raise UserError(f"{exc}; pass --fresh to redo the experiment") from None
-            raise
 
     def checkpoints(self, info: RunInfo, steps: tuple[int, ...] = ()) -> list[Path]:
         """The checkpoints at ``steps`` of a trained run (empty: the last one)."""
