@@ -106,9 +106,10 @@ def plan(run_dir: str | Path, cfg: PretrainConfig, mode: str, fresh_hint: str = 
     if newest > cfg.steps:
         raise UserError(f"cannot resume: {run_dir} is at step {newest}, past steps={cfg.steps}; {fresh_hint}")
     if blocking:
-        what = "finished run" if done is not None else "run"
         more = f" (and {len(blocking) - 1} more)" if len(blocking) > 1 else ""
-        raise UserError(f"cannot resume the {what} in {run_dir}: {blocking[0]}{more}; {fresh_hint}")
+        if done is not None:
+            raise UserError(f"{run_dir} holds a finished run with another config: {blocking[0]}{more}; {fresh_hint}")
+        raise UserError(f"cannot resume the run in {run_dir}: {blocking[0]}{more}; {fresh_hint}")
     if done is not None and done[0] == cfg.steps:
         return Plan("reuse", "reused", f"{run_dir} is complete (step {done[0]} of {cfg.steps}); nothing to do")
     if done is not None:
