@@ -4,7 +4,8 @@
 measures their checkpoints (cached), and writes ``<out>/<experiment>-<scale>/``:
 ``report.md`` (what was run, tables with error bars, figures, and for each claim of the
 paper what this run measured and whether the direction agrees), ``results.csv`` (one
-row per model), ``runs.csv``, ``*.png`` and the run folders under ``runs/``.
+row per model), ``runs.csv``, the figures (``*.png``, 200 dpi, or PDF / SVG) each with
+``<figure>.data.csv`` (its plotted numbers) and the run folders under ``runs/``.
 
 Recipes: one module each in ``recipes/``, found from its file (``sameloss.registry``;
 plugins add more): ``steps`` (Fig. 2/4), ``sizes`` (Fig. 3/5), ``algorithms`` (Tables
@@ -39,8 +40,9 @@ def experiments() -> dict[str, str]:
 
 def reproduce(experiment: str = DEFAULT_EXPERIMENT, scale: str = DEFAULT_SCALE, out: str | Path = "runs",
               seed: int = 0, fresh: bool = False, progress: bool = True, device: str | None = None,
-              command: str | None = None) -> Path:
-    """Run one recipe at one scale; returns the path of ``report.md``."""
+              command: str | None = None, formats: tuple[str, ...] = ("png",)) -> Path:
+    """Run one recipe at one scale; returns the path of ``report.md``. ``formats``: of the
+    figures (png, pdf, svg; the report embeds the first)."""
     from .core import Study, experiment_dir_name
 
     recipe = registry.recipe(experiment)
@@ -49,7 +51,7 @@ def reproduce(experiment: str = DEFAULT_EXPERIMENT, scale: str = DEFAULT_SCALE, 
     p = recipe.PRESETS[scale]
     root = Path(out) / experiment_dir_name(experiment, scale, seed)
     start = time.perf_counter()
-    study = Study(root, seed=seed, fresh=fresh, progress=progress, device=device or p.device)
+    study = Study(root, seed=seed, fresh=fresh, progress=progress, device=device or p.device, figure_formats=formats)
     study.log(f"reproduce {experiment} --scale {scale} (seed {seed}) in {root}")
     result = recipe.report(study, p)
     from .report import write_report

@@ -15,7 +15,8 @@ An experiment lives in one folder, ``<out>/<experiment>-<scale>[-seed<N>]/``:
   settings, written (atomically) after each measurement;
 * ``seeds/seed<N>/`` — a recipe's per-seed studies (``Study.map_seeds``), each laid out
   as this one;
-* ``results.csv``, ``report.md``, ``*.png`` — written by ``report.py``.
+* ``results.csv``, ``report.md`` — written by ``report.py``; figures (``<stem>.png``, or
+  ``.pdf`` / ``.svg``) and ``<stem>.data.csv`` beside each — by ``Study.figure``.
 
 Re-running reuses: a run with ``summary.json`` and the same config is not trained again; a
 run with checkpoints but no ``summary.json`` (interrupted) is resumed; a row in
@@ -163,8 +164,9 @@ class Study:
     the recipe's runs and measures (the folder of another seed is another study)."""
 
     def __init__(self, root: str | Path, *, seed: int = 0, fresh: bool = False, progress: bool = True,
-                 device: str = "auto", log=None):
+                 device: str = "auto", log=None, figure_formats: tuple[str, ...] = ("png",)):
         self._bar = None
+        self.figure_formats = figure_formats  # of the figures (``figure``); a report embeds the first
         self.root = Path(root)
         self.seed = seed
         if fresh and self.root.exists():
@@ -192,6 +194,17 @@ class Study:
         self.runs: dict[str, RunInfo] = {}
         self.timings: dict[str, float] = {"train": 0.0, "measure": 0.0}
         self.counts: dict[str, int] = {"measured": 0, "cached": 0, "earlier": 0}
+
+    def figure(self, fig, stem: str, *, shows: str, sample: str, claim: str):
+        """Write a figure of ``plots.py`` as ``<stem>.<format>`` (each of ``figure_formats``)
+        and ``<stem>.data.csv`` (its plotted numbers) in the experiment folder; returns the
+        report's ``Figure``, its caption's error bars taken from the figure's legend."""
+        from .plots import save_figure
+        from .report import Figure
+
+        saved = save_figure(fig, self.root, stem, self.figure_formats)
+        return Figure(saved.files[0], shows=shows, bars=saved.bars, sample=sample, claim=claim, data=saved.data,
+                      other=saved.files[1:])
 
     def log(self, msg: str) -> None:
         if self._bar is not None:
