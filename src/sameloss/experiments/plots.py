@@ -68,10 +68,11 @@ TAG = "sameloss-figure"  # in every written image's metadata: ``is_sameloss_figu
 MARKERS = "osDPXph*d"  # no triangles: they mark a cut error bar
 TRACE_FISHER = "tr(H), Fisher estimator (App. B.1)"  # the paper's estimator, named on its axis
 TRACE_HUTCHINSON = "tr(H), Hutchinson (true tokens)"
-STYLE = {"font.size": 9, "axes.titlesize": 9, "axes.labelsize": 9, "xtick.labelsize": 8, "ytick.labelsize": 8,
-         "legend.fontsize": 8, "legend.title_fontsize": 8, "figure.titlesize": 10, "axes.grid": True,
-         "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False}
-PANEL_WIDTH, PANEL_HEIGHT = 3.4, 2.9  # inches
+LEGEND_FONT = 9  # points; legends, like the axes, stay legible when a 3-panel figure is set at text width
+STYLE = {"font.size": 9.5, "axes.titlesize": 10, "axes.labelsize": 10, "xtick.labelsize": 9, "ytick.labelsize": 9,
+         "legend.fontsize": LEGEND_FONT, "legend.title_fontsize": LEGEND_FONT, "figure.titlesize": 11,
+         "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False}
+PANEL_WIDTH, PANEL_HEIGHT = 3.5, 3.0  # inches
 CUT_MARKERS = {"y_low": "v", "y_high": "^", "x_low": "<", "x_high": ">"}
 DATA_COLUMNS = ("panel", "kind", "series", "x", "y", "x_low", "x_high", "y_low", "y_high", "cut", "x_quantity",
                 "x_scale", "x_label", "y_quantity", "y_scale", "y_label", "note")
@@ -463,7 +464,7 @@ class _Panel:
         for series, x, y, color in self.offaxis:
             left = ax.get_xlim()[0]
             ax.annotate(f"◀ {_number(x)}", (left, y), xytext=(2, 0), textcoords="offset points", va="center",
-                        fontsize=7, color=color, annotation_clip=False)
+                        fontsize=8, color=color, annotation_clip=False)
         ax.set_xlabel(self.xlabel)
         ax.set_ylabel(self.ylabel if self.categories is None else "")
         if self.categories is not None:
@@ -619,14 +620,14 @@ def _legends_below(fig, blocks: list[tuple[str | None, list[tuple]]]) -> None:
     renderer = fig.canvas.get_renderer()
     inverse = fig.transFigure.inverted()
     top = min(ax.get_tightbbox(renderer).transformed(inverse).y0 for ax in fig.axes) - 0.01
-    width_chars = fig.get_figwidth() / 0.065  # characters of 8-point text across the figure
+    width_chars = fig.get_figwidth() / (0.0081 * LEGEND_FONT)  # characters of legend text across the figure
     legends = []
     for title, entries in blocks:
         longest = max(len(label) for _, label in entries) + 5
         ncol = max(1, min(len(entries), int(width_chars // longest), 4))
         legend = fig.legend([h for h, _ in entries], [label for _, label in entries], loc="upper left",
-                            bbox_to_anchor=(0.0, top), ncol=ncol, title=title, frameon=False, fontsize=8,
-                            title_fontsize=8, handletextpad=0.5, columnspacing=1.5, alignment="left")
+                            bbox_to_anchor=(0.0, top), ncol=ncol, title=title, frameon=False, fontsize=LEGEND_FONT,
+                            title_fontsize=LEGEND_FONT, handletextpad=0.5, columnspacing=1.5, alignment="left")
         box = legend.get_window_extent(renderer).transformed(inverse)
         legends.append((legend, box.width, box.height))
     gap = 0.02
@@ -868,7 +869,7 @@ def dots_plot(rows: list[dict], label: str, panels: Sequence[Panel], title: str,
         for i, text in pnl.texts:
             ax = pnl.ax
             ax.annotate(text, (ax.get_xlim()[0], i), xytext=(3, 0), textcoords="offset points", va="center",
-                        fontsize=7, color="0.3", annotation_clip=False)
+                        fontsize=8, color="0.3", annotation_clip=False)
             fig._sameloss.rows.append({"panel": pnl.index, "kind": "text", "y": names[i], "note": text})
     _legends_below(fig, [(None, _ref_entries(built)), ("error bars", _bar_entries(fig))])
     return fig
