@@ -175,14 +175,24 @@ def _figure(study: Study, section: Section, p: StepsPreset, lang: LanguagePart, 
         fig, f"steps-{lang.name}",
         shows=f"{lang.title}: (a) the exact KL to the true conditionals (log axis; loss = entropy + KL), (b) the "
               f"trace of Hessian by the paper's estimator, (c) linear-probe accuracy on task {main}, at every "
-              "measured checkpoint of each run, against the training step; dashed vertical lines where a run's "
-              f"KL first falls within the same-loss tolerance {tol:g} nats (its loss saturates)"
-              + (f"; {', '.join(never)} never reaches it" if never else "")
-              + (f"; {', '.join(already)} is within it from its first measured checkpoint" if already else ""),
+              "measured checkpoint of each run, against the training step; "
+              + _saturation_text(saturation, never, already, tol),
         sample=f"{len(rows)} checkpoints of {len(series)} runs (seed {study.seed}); each probe trained with "
                f"{seeds} seeds",
         claim="after the loss converges, the trace of Hessian keeps falling and downstream accuracy keeps rising "
               "(Figs. 2 and 4, Theorem 3.3)"))
+
+
+def _saturation_text(lines: list[Ref], never: list[str], already: list[str], tol: float) -> str:
+    """Where the runs' losses saturate (KL within the tolerance), in words."""
+    parts = [f"dashed vertical lines where a run's KL first falls within the same-loss tolerance {tol:g} nats (its "
+             "loss saturates)"] if lines else []
+    if never:
+        parts.append(f"{' and '.join(never)} never reach{'es' if len(never) == 1 else ''} the tolerance {tol:g} nats")
+    if already:
+        parts.append(f"{' and '.join(already)} {'is' if len(already) == 1 else 'are'} within the tolerance {tol:g} "
+                     "nats from the first measured checkpoint")
+    return "; ".join(parts)
 
 
 def _run_claims(section: Section, p: StepsPreset, lang: LanguagePart, name: str, all_rows: list[dict],
