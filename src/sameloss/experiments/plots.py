@@ -352,6 +352,7 @@ class _Panel:
         self.offaxis: list[tuple[str, float, float, object]] = []
         self.drew_x_bars = self.drew_y_bars = False
         self.beyond: set[str] = set()  # reference lines beyond the axis's limits (not drawn)
+        self.span: dict[str, list[float]] = {"x": [], "y": []}  # values the limits must include besides the data
 
     def add(self, p: _Points) -> None:
         if self.xlog:  # a value <= 0 cannot be drawn on a log axis: named at the axis's start instead
@@ -389,7 +390,7 @@ class _Panel:
         for p in self.points:
             out += getattr(p, f"{axis}s")
             out += [v for v in getattr(p, f"{axis}_low") + getattr(p, f"{axis}_high") if v is not None]
-        out = [v for v in out if math.isfinite(v)]
+        out = [v for v in out + self.span[axis] if math.isfinite(v)]
         log = self.xlog if axis == "x" else self.ylog
         for r in self.refs:
             if r.axis != axis or r.in_extent is False or (log and r.value <= 0):
@@ -488,8 +489,9 @@ class _Panel:
         has_y = any(p.y_low[i] is not None or p.y_high[i] is not None for i in idx)
         xerr = [side(p.xs, p.x_low), side(p.xs, p.x_high)] if has_x else None
         yerr = [side(p.ys, p.y_low), side(p.ys, p.y_high)] if has_y else None
-        container = ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, fmt="none", ecolor=p.color, elinewidth=0.9,
-                                capsize=2.0, capthick=0.9, zorder=4, clip_on=False)
+        # thin and a little transparent: crossing bars of neighbours stay readable, markers show through
+        container = ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, fmt="none", ecolor=p.color, elinewidth=0.8,
+                                capsize=1.8, capthick=0.8, alpha=0.75, zorder=4, clip_on=False)
         for artist in container.lines[2]:
             artist.set_gid("errorbar")
         self.drew_x_bars |= has_x
@@ -967,6 +969,7 @@ def curves_plot(runs: dict[str, list[dict]], title: str, *, subsets: dict[str, i
     fig, axes = _figure(len(panels), title)
     letters = _letters(len(panels))
     built, drawn_in = [], {}
+    steps = [float(r["step"]) for recs in runs.values() for r in recs]
     for ax, (key, ylabel, data), letter in zip(axes, panels, letters):
         pnl = _Panel(ax, len(built), "step", key, "step", ylabel, ylog=key == "kl", integer_x=True, errors=errors)
         for i, name in enumerate(runs):
@@ -980,9 +983,10 @@ def curves_plot(runs: dict[str, list[dict]], title: str, *, subsets: dict[str, i
             pnl.add(_Points(name, xs, ys, [None] * len(xs), [None] * len(xs), low, high, f"C{i % 10}",
                             marker, line=True, size=4.0))
             drawn_in.setdefault(name, []).append(letter)
+        pnl.span["x"] = [min(steps), max(steps)] if steps else []  # one step range in every panel
         if key == "train_loss":
-            for value, label in _optima(exact):
-                pnl.ref(Ref(value, label))
+            for value, label in _optima(exact):  # the optimum is always shown where a loss is
+                pnl.ref(Ref(value, label, in_extent=True))
         built.append(pnl)
     for pnl, letter in zip(built, letters):
         pnl.finish(fig._sameloss, letter)

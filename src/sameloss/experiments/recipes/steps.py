@@ -53,12 +53,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...training.runio import read_metrics
 from ..claims import difference_claim, trend_claim
 from ..causal import CAUSAL
 from ..common import COMMON, LanguagePart, Preset, base_settings, causal_part, languages_of, measured_columns, \
     reference_run, run_name
 from ..core import RunSpec, Study
-from ..plots import TRACE_FISHER, Panel, Ref, error_labels, majority_ref, series_plot
+from ..plots import TRACE_FISHER, Panel, Ref, curves_plot, error_labels, majority_ref, series_plot
 from ..report import Claim, Section, Table
 
 TITLE = "Training past convergence (Fig. 2, Fig. 4)"
@@ -131,13 +132,16 @@ def report(study: Study, p: StepsPreset, languages: tuple[str, ...] | None = Non
         parts.append(causal)
     for q, lang in parts:
         series: dict[str, list[dict]] = {}  # run label → its checkpoints' rows
+        infos = {}
         for spec in runs(q, lang.name, study.seed):
             info, measured = study.train_and_measure(spec, lang.measure, "steps", lang.name)
             section.runs.append(info)
+            infos[spec.label] = info
             series[spec.label] = [m.row for m in measured]
             section.rows += series[spec.label]
         section.tables.append(Table(f"{lang.title}: checkpoints after convergence", measured_columns(lang.tasks),
                                     [r for rows in series.values() for r in rows]))
+        _curves(study, section, lang, infos)
         _figure(study, section, p, lang, series, _main_task(p, lang))
         for name, rows in series.items():
             _run_claims(section, p, lang, name, rows, study.seed)
@@ -147,6 +151,24 @@ def report(study: Study, p: StepsPreset, languages: tuple[str, ...] | None = Non
 def _main_task(p: StepsPreset, lang: LanguagePart) -> str:
     """The task of the figure and the trend claims (the causal language's first task)."""
     return p.main_task.get(lang.name, lang.tasks[0])
+
+
+def _curves(study: Study, section: Section, lang: LanguagePart, infos: dict) -> None:
+    """The runs' own logs (``metrics.jsonl``): how the loss converges over the whole run (the
+    paper's Fig. 2 plots the loss against step beside the accuracy)."""
+    logs = {label: read_metrics(info.path) for label, info in infos.items()}
+    fig = curves_plot(logs, f"{lang.title}: training curves",
+                      subsets={label: info.config.eval.n_subsets for label, info in infos.items()})
+    evals = {label: sum(1 for r in records if r.get("eval")) for label, records in logs.items()}
+    section.figures.append(study.figure(
+        fig, f"steps-{lang.name}-curves",
+        shows=f"{lang.title}: each run's training log — the train loss (the optimum, the entropy of the true "
+              "conditionals, dashed), the exact KL of its held-out evaluations (log axis) and the learning rate, "
+              "against the training step",
+        sample=", ".join(f"{label}: {n} evaluations of {infos[label].config.eval.n_sentences} held-out sentences"
+                         for label, n in evals.items()) + f" (seed {study.seed})",
+        claim="the loss converges (Fig. 2: it approaches its minimum as training goes on) before the stretch where "
+              "the trace and the accuracy are compared"))
 
 
 def _figure(study: Study, section: Section, p: StepsPreset, lang: LanguagePart, series: dict, main: str) -> None:
