@@ -178,3 +178,49 @@ def test_written_files_and_built_folders_honour_the_umask(tmp_path):
         assert (tmp_path / "built").stat().st_mode & 0o777 == 0o755
     finally:
         os.umask(old)
+
+
+def test_a_storage_error_hidden_in_a_library_error_is_recognised(tmp_path):
+    """safetensors and tokenizers (Rust) put "(os error N)" in their own exception types;
+    torch's writer raises a RuntimeError whose context is the OSError."""
+    rust = Exception("Error while serializing: I/O error: No space left on device (os error 28)")
+    assert files.storage_reason(rust) == "No space left on device"
+    try:
+        try:
+            raise OSError(errno.EFBIG, "File too large")
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+    except RuntimeError as exc:
+        torch_like = exc
+    assert files.storage_reason(torch_like) == "File too large"
+    assert files.storage_reason(RuntimeError("shape mismatch (os error 2)")) is None  # ENOENT: not storage
+    assert files.storage_reason(ValueError("bad")) is None
+    with pytest.raises(UserError) as err:
+        with files.storage_errors(tmp_path / "x"):
+            raise rust
+    assert str(err.value) == f"cannot write {tmp_path / 'x'}: No space left on device"
+    with pytest.raises(UserError, match="File too large"):
+        with files.building(tmp_path / "built"):
+            raise torch_like
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_lock_removes_the_empty_folders_it_made_and_keeps_any_other(tmp_path):
+    with files.folder_lock(tmp_path / "a" / "b" / "run"):
+        assert (tmp_path / "a" / "b").is_dir()
+    assert list(tmp_path.iterdir()) == []  # a refused command leaves no empty runs/ behind
+    with files.folder_lock(tmp_path / "a" / "b" / "run"):
+        (tmp_path / "a" / "b" / "run").mkdir()
+    assert (tmp_path / "a" / "b" / "run").is_dir()  # what the block wrote stays, with its parents
+    (tmp_path / "c").mkdir()
+    with files.folder_lock(tmp_path / "c" / "run"):
+        pass
+    assert (tmp_path / "c").is_dir()  # it existed before: never removed
+
+
+def test_an_error_naming_the_temporary_folder_names_the_target(tmp_path):
+    target = tmp_path / "out"
+    with pytest.raises(UserError) as err:
+        with files.building(target) as tmp:
+            raise UserError(f"cannot write {tmp / 'checkpoints'}: No space left on device")
+    assert str(err.value) == f"cannot write {target / 'checkpoints'}: No space left on device"

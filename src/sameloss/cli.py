@@ -14,7 +14,7 @@ import sys
 
 from . import __version__
 from .errors import UserError
-from .threads import add_threads_argument, configure_threads
+from .threads import add_threads_argument, check_env_before_torch, configure_threads
 
 
 class _Parser(argparse.ArgumentParser):
@@ -145,10 +145,22 @@ def build_parser() -> argparse.ArgumentParser:
                               "eval) say what to measure on (default: the folder's sameloss.toml, as export "
                               "writes it)")
     measure.add_argument("--loss", action="store_true", help="exact held-out loss = entropy + KL (and log-KL)")
-    measure.add_argument("--trace", action="append", default=[], choices=["fisher", "hutchinson"],
+    measure.add_argument("--trace", action="append", default=[], choices=["fisher", "hutchinson", "hutchpp"],
                          help="trace of Hessian: 'fisher' = the paper's estimator (labels sampled from the "
-                              "model), 'hutchinson' = probes on the loss with the true tokens; repeatable")
-    measure.add_argument("--top-eig", action="store_true", help="largest Hessian eigenvalue (Lanczos)")
+                              "model), 'hutchinson' = probes on the loss with the true tokens, 'hutchpp' = "
+                              "Hutch++ on the same loss (a smaller error for the same --probes products where the "
+                              "spectrum decays; keeps 2/3 of --probes vectors in memory); repeatable")
+    measure.add_argument("--trace-by", choices=["block"],
+                         help="also each trace per block of parameters: embedding, layer0, layer1, ..., head "
+                              "(columns trace_<estimator>_<block>, summing to the total)")
+    measure.add_argument("--top-eig", action="store_true",
+                         help="largest Hessian eigenvalue (thick-restart Lanczos, --lanczos-basis vectors)")
+    measure.add_argument("--micro-batch", type=_positive_int, metavar="N",
+                         help="hutchinson / hutchpp / --top-eig: hold the Hessian's graph for N sentences at a time "
+                              "(less memory, one more forward and backward per N sentences and product chunk; "
+                              "default: the whole batch)")
+    measure.add_argument("--lanczos-basis", type=_int_at_least(2), default=20, metavar="K",
+                         help="vectors the Lanczos basis keeps (memory: K+1 model-sized vectors; default 20)")
     measure.add_argument("--sharpness", action="store_true", help="SAM sharpness in an L2 ball of radius --rho")
     measure.add_argument("--probe", action="append", default=[], metavar="TASK",
                          help="linear probe on TASK (a corpus model: glue:sst2=DIR, glue:qnli=DIR or glue:rte=DIR, "
@@ -161,8 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
     measure.add_argument("--contexts", type=_positive_int, default=1000,
                          help="contexts for the Fisher trace (default 1000; paper 10000)")
     measure.add_argument("--labels", type=_positive_int, default=50, help="labels per context (paper 50)")
-    measure.add_argument("--probes", type=_positive_int, default=100, help="Hutchinson probes (default 100)")
-    measure.add_argument("--rho", type=float, default=0.05, help="SAM radius (default 0.05)")
+    measure.add_argument("--probes", type=_positive_int, default=100,
+                         help="Hessian-vector products of hutchinson / hutchpp (default 100)")
+    measure.add_argument("--rho", type=_positive_float, default=0.05, help="SAM radius (default 0.05)")
     measure.add_argument("--task-size", type=_positive_int, default=2000,
                          help="training examples per task (validation 1/4, test 1/2 of it; paper 0.1M in all). "
                               "GLUE tasks: a seeded sample of N train.tsv rows and N/4 for validation, each class "
@@ -346,7 +359,8 @@ def _measure(args) -> None:
     from .training.runio import resolve_device
 
     spec = MeasureSpec(
-        loss=args.loss, traces=tuple(args.trace), top_eig=args.top_eig, sharpness=args.sharpness,
+        loss=args.loss, traces=tuple(args.trace), trace_by=args.trace_by, top_eig=args.top_eig,
+        sharpness=args.sharpness, lanczos_basis=args.lanczos_basis, micro_batch=args.micro_batch,
         probe=tuple(args.probe), finetune=tuple(args.finetune), lookup=tuple(args.lookup_table),
         n_contexts=args.contexts, n_labels=args.labels, n_probes=args.probes, params=args.params, rho=args.rho,
         task_train=args.task_size, task_validation=max(args.task_size // 4, 1),
@@ -408,6 +422,7 @@ def _export(args) -> None:
 
 
 def _pretrain(args) -> None:
+    import contextlib
     from pathlib import Path
 
     from . import config as configlib
@@ -435,22 +450,25 @@ def _pretrain(args) -> None:
         raise UserError(f"{run_dir} exists and is not a run folder; choose another name=")
     args.interrupt_hint = lambda: _resume_hint(args, run_dir)
     rank, _ = setup()
-    if args.resume:
-        done = finished(run_dir)
-        if done is not None and done[0] == cfg.steps:
-            if rank == 0:
-                print(f"{run_dir} is complete (step {done[0]} of {cfg.steps}); nothing to do")
-            return
-    if run_dir.exists() and any(run_dir.iterdir()) and not args.resume:
-        if not args.fresh:
-            raise UserError(f"{run_dir} already holds a run; pass --resume to continue it, --fresh to replace it, "
-                            "or name=... for a new run")
-        if not files.is_run_dir(run_dir):
-            raise UserError(f"{run_dir} is not a sameloss run folder (no {files.RUN_MARKER} marker and no "
-                            "config.toml written by sameloss pretrain); --fresh deletes only run folders: remove "
-                            "it yourself or choose another name=")
-    result = pretrain(cfg, run_dir, resume=args.resume, progress=not args.no_progress,
-                      fresh=args.fresh and run_dir.exists())
+    # the run's lock from the decisions below to the end of training (loop.pretrain takes
+    # it again: re-entrant), so a second process cannot decide on a folder being written
+    with files.folder_lock(run_dir, "run") if rank == 0 else contextlib.nullcontext():
+        if args.resume:
+            done = finished(run_dir)
+            if done is not None and done[0] == cfg.steps:
+                if rank == 0:
+                    print(f"{run_dir} is complete (step {done[0]} of {cfg.steps}); nothing to do")
+                return
+        if run_dir.exists() and any(run_dir.iterdir()) and not args.resume:
+            if not args.fresh:
+                raise UserError(f"{run_dir} already holds a run; pass --resume to continue it, --fresh to replace "
+                                "it, or name=... for a new run")
+            if not files.is_run_dir(run_dir):
+                raise UserError(f"{run_dir} is not a sameloss run folder (no {files.RUN_MARKER} marker and no "
+                                "config.toml written by sameloss pretrain); --fresh deletes only run folders: "
+                                "remove it yourself or choose another name=")
+        result = pretrain(cfg, run_dir, resume=args.resume, progress=not args.no_progress,
+                          fresh=args.fresh and run_dir.exists())
     if rank == 0 and result and result.get("kl") is None:
         print(f"{run_dir}: held-out cross-entropy {result['loss']:.4f} ± {result['loss_std']:.4f}, training subset "
               f"{result['train_loss']:.4f} (gap {result['gap']:+.4f}; KL {result['kl_note']})")
@@ -477,6 +495,7 @@ def _resume_hint(args, run_dir) -> str:
 
 def _language_describe(args) -> None:
     from .languages import make_language
+    from .resources import check_sentences
 
     if args.save_grammar is not None:
         if args.name != "pcfg":
@@ -486,6 +505,9 @@ def _language_describe(args) -> None:
         if not os.path.isdir(os.path.dirname(args.save_grammar) or "."):
             raise UserError(f"--save-grammar {args.save_grammar}: no folder {os.path.dirname(args.save_grammar)}")
     lang = make_language(args.name, preset=args.size, seed=args.seed, grammar=args.grammar)
+    # describe samples the sentences twice and takes their exact conditionals: refused now
+    # if that cannot fit, not after minutes of allocating (and before --save-grammar writes)
+    check_sentences(args.n_sentences, lang, f"--n-sentences {args.n_sentences}", "lower --n-sentences")
     if args.save_grammar is not None:  # before the (slower) statistics: the file is what was asked for
         from .files import atomic_write_text, storage_errors
 
@@ -563,6 +585,8 @@ def main(argv: list[str] | None = None) -> int:
     received = []
     previous = _handle_sigterm(received)
     try:
+        # before anything imports torch (libgomp reads OMP_NUM_THREADS then)
+        check_env_before_torch(getattr(args, "threads", None))
         if "threads" in vars(args):  # every compute command has --threads
             configure_threads(args.threads)
         args.run(args)
@@ -579,12 +603,15 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stderr.close()
         return 0
-    except OSError as exc:
-        from .files import STORAGE_ERRNOS
-        if exc.errno not in STORAGE_ERRNOS:
+    except Exception as exc:
+        # the last net for a full disk or a read-only folder that no writer turned into a
+        # UserError naming its folder (libraries raise it as their own exception types)
+        from .files import storage_reason
+        reason = storage_reason(exc)
+        if reason is None:
             raise
-        where = f"{exc.filename}: " if exc.filename else ""
-        print(f"sameloss: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        where = f"{exc.filename}: " if isinstance(exc, OSError) and exc.filename else ""
+        print(f"sameloss: error: {where}{reason}", file=sys.stderr)
         return 2
     finally:
         if previous is not None:

@@ -66,9 +66,13 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         f.write(data)
 
 
-def write_error(path: str | Path, exc: OSError) -> UserError:
-    """A one-line ``UserError`` for a failed write (full disk, read-only folder, ...)."""
-    reason = exc.strerror or str(exc) or type(exc).__name__
+def write_error(path: str | Path, exc: BaseException) -> UserError:
+    """A one-line ``UserError`` for a failed write (full disk, read-only folder, ...);
+    ``exc`` may be a library's error that carries the storage error (``storage_reason``)."""
+    reason = storage_reason(exc)
+    if reason is None:
+        reason = (exc.strerror if isinstance(exc, OSError) else None) or " ".join(str(exc).split()) \
+            or type(exc).__name__
     return UserError(f"cannot write {path}: {reason}")
 
 
@@ -82,9 +86,22 @@ _RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
 _SHORT_WRITE = re.compile(r"^(\d+) requested and (\d+) written$")
 
 
-def storage_reason(exc: BaseException) -> str | None:
+def storage_reason(exc: BaseException | None) -> str | None:
     """Why a write failed when ``exc`` is a full disk, a file-size limit or a read-only
-    folder (``STORAGE_ERRNOS``), in whichever form the writer reported it; else None."""
+    folder (``STORAGE_ERRNOS``), in whichever form the writer reported it; else None.
+    The exception chain is followed: torch's writer raises a ``RuntimeError`` whose
+    ``__context__`` is the ``OSError`` (when it writes to a Python file object)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen and not isinstance(exc, UserError):  # ours: already one line
+        seen.add(id(exc))
+        reason = _storage_reason(exc)
+        if reason is not None:
+            return reason
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    return None
+
+
+def _storage_reason(exc: BaseException) -> str | None:
     if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS:
         return exc.strerror or str(exc) or type(exc).__name__
     text = str(exc).strip()
@@ -210,7 +227,7 @@ def _holder(path: Path) -> str:
 @contextlib.contextmanager
 def folder_lock(folder: str | Path, what: str = "folder"):
     """Hold an exclusive lock on ``folder`` for the block (its parent is created if
-    missing). ``UserError`` naming the holder when another process holds it. Re-entrant:
+    missing, and removed again at the end if this call made it and it is still empty). ``UserError`` naming the holder when another process holds it. Re-entrant:
     a process that holds the lock may take it again (e.g. ``reproduce`` locking its
     experiment, then each run it trains)."""
     path = lock_path(folder)
@@ -222,14 +239,17 @@ def folder_lock(folder: str | Path, what: str = "folder"):
         finally:
             _HELD[key][1] -= 1
         return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise write_error(path.parent, exc) from None
+    made = _missing_parents(path.parent)  # removed again at the end if still empty
     fd = None
     for _ in range(100):
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise write_error(path.parent, exc) from None
+        try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except FileNotFoundError:  # another process removed the empty parent it had made: again
+            continue
         except OSError as exc:
             raise write_error(path, exc) from None
         try:
@@ -267,6 +287,22 @@ def folder_lock(folder: str | Path, what: str = "folder"):
         except OSError:
             pass
         os.close(fd)
+        # a command refused before it wrote anything leaves no empty folder it made for
+        # the lock (e.g. ``runs/``); a folder that holds anything stays
+        for folder in made:
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+
+
+def _missing_parents(folder: Path) -> list[Path]:
+    """The folders of ``folder``'s path that do not exist yet, deepest first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
 
 
 def holds_lock(folder: str | Path) -> bool:
@@ -349,6 +385,8 @@ def building(target: str | Path, replace: bool = False, what: str = "folder"):
             reason = storage_reason(exc)
             if reason is not None:
                 raise UserError(f"cannot write {target}: {reason}") from None
+            if isinstance(exc, UserError) and str(tmp) in str(exc):  # the temporary folder is gone:
+                raise UserError(str(exc).replace(str(tmp), str(target))) from None  # name the target
             raise
 
 

@@ -11,8 +11,11 @@ import json
 import pytest
 from helpers.datacli import error_line, leftovers, run_cli
 from helpers.figures import check_data
+from helpers.processes import Holder
 
 from sameloss.cli import main
+from sameloss.experiments.core import Study
+from sameloss.experiments.folder import foreign_entries, listed_outputs
 from sameloss.experiments.cli import add_reproduce_parser
 
 
@@ -110,6 +113,20 @@ def test_plot_on_a_full_disk_is_one_line_and_leaves_nothing(runs, tmp_path):
     result = run_cli(["plot", exact, "--out", tmp_path / "c.png"], fsize=4000)  # the PNG is larger
     assert "cannot write" in error_line(result) and "c.png" in error_line(result)
     assert not (tmp_path / "c.png").exists() and leftovers(tmp_path) == []
+
+
+def test_plot_into_an_experiment_folder_is_listed_as_sameloss_and_waits_for_its_lock(runs, tmp_path, capsys):
+    """The files are sameloss's to --fresh (listed in the marker); while another process
+    writes the experiment, the plot is refused naming it, and nothing is written."""
+    exact, _ = runs
+    root = tmp_path / "steps-smoke"
+    Study(root, progress=False).close()  # a marked, empty experiment folder
+    with Holder(root, tmp_path / "scratch") as holder:
+        assert main(["plot", str(exact), "--out", str(root / "curves.png")]) == 2
+        assert f"pid {holder.pid}" in _one_line(capsys)
+    assert sorted(p.name for p in root.iterdir()) == [".sameloss-experiment"]
+    assert main(["plot", str(exact), "--out", str(root / "curves.png")]) == 0
+    assert listed_outputs(root) == {"curves.png", "curves.data.csv"} and foreign_entries(root) == []
 
 
 def test_reproduce_takes_figure_formats():

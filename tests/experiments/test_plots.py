@@ -317,3 +317,15 @@ def test_a_full_disk_while_saving_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(UserError, match=r"cannot write .*steps\.png: No space left on device"):
         save_figure(series_plot(STEPS, "step", STEPS_PANELS, "t"), tmp_path, "steps")
     assert not list(tmp_path.iterdir())
+
+
+def test_the_curvature_options_quantities_are_named_and_bounded():
+    """Hutch++ (measure --trace hutchpp) has its own words for its bars, and a block's trace
+    of the Fisher (--trace-by block) is kept >= 0 on its axis like the whole trace."""
+    from sameloss.experiments.plots import describe_error, quantity
+    from sameloss.measures.run import MeasureSpec
+
+    errors = error_labels(MeasureSpec(traces=("hutchpp",), n_probes=30))
+    assert describe_error("trace_hutchpp", errors) == "± SE of Hutch++ (30 Hessian products)"
+    assert describe_error("trace_hutchpp_layer0", errors) == "± SE of Hutch++ (30 Hessian products)"
+    assert quantity("trace_fisher_layer0").lo == 0.0 and quantity("trace_hutchpp").lo == -math.inf

@@ -49,19 +49,24 @@ def reproduce(experiment: str = DEFAULT_EXPERIMENT, scale: str = DEFAULT_SCALE, 
     if scale not in recipe.PRESETS:
         raise UserError(f"unknown scale {scale!r}; choose from {', '.join(recipe.PRESETS)}")
     p = recipe.PRESETS[scale]
-    root = Path(out) / experiment_dir_name(experiment, scale, seed)
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is not a folder; pass the folder to write experiments in")
+    root = out / experiment_dir_name(experiment, scale, seed)
     start = time.perf_counter()
-    study = Study(root, seed=seed, fresh=fresh, progress=progress, device=device or p.device, figure_formats=formats)
-    study.log(f"reproduce {experiment} --scale {scale} (seed {seed}) in {root}")
-    result = recipe.report(study, p)
-    from .report import write_report
+    # the Study holds the experiment folder's lock for the whole call (files.folder_lock)
+    with Study(root, seed=seed, fresh=fresh, progress=progress, device=device or p.device,
+               figure_formats=formats) as study:
+        study.log(f"reproduce {experiment} --scale {scale} (seed {seed}) in {root}")
+        result = recipe.report(study, p)
+        from .report import write_report
 
-    sections = result if isinstance(result, list) else [result]
-    wall = time.perf_counter() - start
-    runs_section = _runs_section(study, sections)
-    header = _header(recipe, experiment, scale, seed, study, wall, command)
-    path = write_report(root, f"{recipe.TITLE} — scale `{scale}`", header, [runs_section, *sections])
-    study.log(f"wrote {path} ({wall:.0f} s)")
+        sections = result if isinstance(result, list) else [result]
+        wall = time.perf_counter() - start
+        runs_section = _runs_section(study, sections)
+        header = _header(recipe, experiment, scale, seed, study, wall, command)
+        path = write_report(root, f"{recipe.TITLE} — scale `{scale}`", header, [runs_section, *sections])
+        study.log(f"wrote {path} ({wall:.0f} s)")
     return path
 
 

@@ -21,11 +21,15 @@ An experiment lives in one folder, ``<out>/<experiment>-<scale>[-seed<N>]/``:
 Re-running reuses: a run with ``summary.json`` and the same config is not trained again; a
 run with checkpoints but no ``summary.json`` (interrupted) is resumed; a row in
 ``measurements.json`` with the same key is not measured again. ``fresh=True`` deletes the
-experiment folder first.
+experiment folder first — only when everything in it is sameloss's (``folder.py``: the
+folder is marked, and nothing is ever deleted without sameloss's marker). A ``Study``
+holds the folder's lock (``files.folder_lock``) from its creation to ``close()`` (it is a
+context manager), so two processes never write one experiment.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -33,20 +37,23 @@ import multiprocessing
 import shutil
 import sys
 import time
+import weakref
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .. import config as configlib
+from .. import files
 from ..errors import UserError
 from ..files import atomic_write_json
+from . import folder as experiment_folder
 from ..training.checkpoint import checkpoint_dir, complete_checkpoints
 from ..training.config import PretrainConfig
 from ..training.loop import RESUMABLE_CHANGES, pretrain
 from ..training.runio import read_config_dict, read_summary
 
-MEASUREMENTS = "measurements.json"
+MEASUREMENTS = experiment_folder.MEASUREMENTS
 
 
 Setting = tuple[str, Any]  # a dotted config key and its value, e.g. ("optim.lr", 0.05)
@@ -169,14 +176,26 @@ class Study:
         self.figure_formats = figure_formats  # of the figures (``figure``); a report embeds the first
         self.root = Path(root)
         self.seed = seed
-        if fresh and self.root.exists():
-            # delete only what an earlier reproduce made (its cache, report or runs)
-            known = {MEASUREMENTS, "report.md", "results.csv", "runs.csv", "runs", "embedded"}
-            if any(self.root.iterdir()) and not known & {p.name for p in self.root.iterdir()}:
-                raise UserError(f"{self.root} does not look like an experiment folder of sameloss reproduce; "
-                                "--fresh deletes only those: remove it yourself or pass another --out")
-            shutil.rmtree(self.root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        # the folder's lock, held until close() (or, for a Study nobody closes — a seed
+        # sub-study in a worker process — until it is garbage-collected)
+        self._held = contextlib.ExitStack()
+        self._held.enter_context(files.folder_lock(self.root, "experiment"))
+        weakref.finalize(self, self._held.close)
+        try:
+            legacy = experiment_folder.check_usable(self.root, fresh)
+            with files.storage_errors(self.root):
+                if fresh and self.root.exists():
+                    with contextlib.ExitStack() as runs:  # none of them is being written by another process
+                        for run in experiment_folder.run_folders(self.root):
+                            runs.enter_context(files.folder_lock(run, "run"))
+                        shutil.rmtree(self.root)  # checked: it holds nothing but sameloss's outputs
+                new = not self.root.exists() or files.is_empty_dir(self.root)
+                self.root.mkdir(parents=True, exist_ok=True)
+                if new or legacy:  # a folder of an earlier version: its report's files are listed as ours
+                    experiment_folder.mark(self.root, experiment_folder.legacy_outputs(self.root) if legacy else set())
+        except BaseException:
+            self.close()
+            raise
         self.runs_dir = self.root / "runs"
         self.progress = progress
         self.device = device
@@ -194,6 +213,16 @@ class Study:
         self.runs: dict[str, RunInfo] = {}
         self.timings: dict[str, float] = {"train": 0.0, "measure": 0.0}
         self.counts: dict[str, int] = {"measured": 0, "cached": 0, "earlier": 0}
+
+    def close(self) -> None:
+        """Release the experiment folder's lock."""
+        self._held.close()
+
+    def __enter__(self) -> Study:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def figure(self, fig, stem: str, *, shows: str, sample: str, claim: str):
         """Write a figure of ``plots.py`` as ``<stem>.<format>`` (each of ``figure_formats``)
@@ -213,17 +242,25 @@ class Study:
             self._log(msg)
 
     def bar(self, items: list, desc: str):
-        """A progress bar over the checkpoints being measured (a plain list when off)."""
+        """A progress bar over the checkpoints being measured (a plain list when off). It
+        counts only the checkpoints measured now: one whose row comes from the cache
+        leaves the total instead (its "rate" — thousands per second — means nothing)."""
         from ..progress import progress_bar
 
         if not self.progress or len(items) < 2:
             return items
-        bar = progress_bar(items, desc=desc, unit="checkpoint", leave=False)
+        bar = progress_bar(total=len(items), desc=desc, unit="checkpoint", leave=False)
         self._bar = bar
 
         def gen():
             try:
-                yield from bar
+                for item in items:
+                    measured = self.counts["measured"]
+                    yield item
+                    if self.counts["measured"] > measured:
+                        bar.update(1)
+                    else:
+                        bar.total -= 1
             finally:
                 bar.close()
                 self._bar = None
@@ -241,6 +278,10 @@ class Study:
         if self.device != "auto" and cfg.device != self.device:
             cfg = dataclasses.replace(cfg, device=self.device)
         run_dir = self.runs_dir / spec.name
+        if (run_dir.exists() or run_dir.is_symlink()) and not files.is_empty_dir(run_dir) \
+                and not files.is_run_dir(run_dir):
+            raise UserError(f"{run_dir} is not a sameloss run folder (no {files.RUN_MARKER} marker); reproduce "
+                            "never writes into or deletes it: move it away or pass another --out")
         start = time.perf_counter()
         summary_path = run_dir / "summary.json"
         wanted = configlib.to_dict(cfg)
@@ -260,8 +301,8 @@ class Study:
             self._pretrain(cfg, run_dir, resume=True)
             status = "resumed"
         else:
-            if run_dir.exists():
-                shutil.rmtree(run_dir)  # started but no complete checkpoint: nothing to keep
+            if run_dir.exists() and not files.is_empty_dir(run_dir):
+                shutil.rmtree(run_dir)  # a run started but no complete checkpoint: nothing to keep
             self.log(f"run {spec.name}: training {cfg.steps} steps")
             self._pretrain(cfg, run_dir, resume=False)
             status = "trained"
@@ -318,7 +359,8 @@ class Study:
         self.timings["measure"] += row["measure_seconds"]
         self.counts["measured"] += 1
         self.cache[key] = row
-        atomic_write_json(self.cache_path, self.cache, indent=1, default=_json_default)
+        with files.storage_errors(self.cache_path):
+            atomic_write_json(self.cache_path, self.cache, indent=1, default=_json_default)
         return dict(row)
 
     def _state(self, spec) -> dict:
@@ -377,8 +419,15 @@ class Study:
         if workers <= 1:
             done = [_seed_study(*c) for c in calls]
         else:
+            import torch
+
+            from .. import threads
+
             ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            n = torch.get_num_threads()  # this process's count (threads.configure_threads): the workers' too
+            with threads.for_children(n), ProcessPoolExecutor(max_workers=workers, mp_context=ctx,
+                                                              initializer=threads.init_worker,
+                                                              initargs=(n,)) as pool:
                 futures = [pool.submit(_seed_study, *c) for c in calls]
                 done = []
                 for seed, fut in zip(seeds, futures):
@@ -407,9 +456,10 @@ class Study:
         if (target / "meta.json").exists() and \
                 (target / "meta.json").stat().st_mtime >= (checkpoint / "meta.json").stat().st_mtime:
             return target
-        if out.exists():
-            shutil.rmtree(out)
-        return embed_checkpoint(checkpoint, out, into=into)
+        if (out.exists() or out.is_symlink()) and not files.is_empty_dir(out) and not files.is_embedded_dir(out):
+            raise UserError(f"{out} was not written by sameloss embed (no {files.EMBEDDED_MARKER} marker); reproduce "
+                            "never writes into or deletes it: move it away or pass another --out")
+        return embed_checkpoint(checkpoint, out, into=into, force=True)
 
     # ---- helpers ----------------------------------------------------------------------
     def rel(self, path: Path) -> str:
@@ -425,8 +475,8 @@ class Study:
 
 def _seed_study(work, root: Path, seed: int, progress: bool, device: str, args: tuple):
     """One seed's study (``Study.map_seeds``; a worker process's entry point)."""
-    study = Study(root / f"seed{seed}", seed=seed, progress=progress, device=device)
-    result = work(study, seed, *args)
+    with Study(root / f"seed{seed}", seed=seed, progress=progress, device=device) as study:  # its folder's lock
+        result = work(study, seed, *args)
     return result, study.runs, study.timings, study.counts
 
 

@@ -5,11 +5,14 @@ log axis ± std over the held-out subsets (a corpus run: the held-out cross-entr
 the learning rate, against step — one line per run, labelled by its folder's name
 (``plots.curves_plot``). The figure is written like every sameloss figure
 (``plots.save_figure``: atomic, tagged, ``<stem>.data.csv`` beside it); an existing file
-at ``--out`` is replaced only when sameloss wrote it (and the command says so).
+at ``--out`` is replaced only when sameloss wrote it (and the command says so). Into an
+experiment folder, the files are listed in its marker (``folder.record_output``) and the
+folder is locked while they are written, as a run folder is.
 """
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -89,19 +92,35 @@ def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None, format
     drawn or written."""
     runs, subsets = read_runs(paths)
     images, data = targets(out, formats)
-    replaced = {p: _check_target(p, is_sameloss_figure) for p in images}
-    replaced[data] = _check_target(data, is_sameloss_data)
-    title = f"training curves: {', '.join(runs)}" if len(runs) <= 3 else f"training curves of {len(runs)} runs"
-    fig = curves_plot(runs, title, subsets=subsets)
-    try:
-        blobs = [(p, figure_bytes(fig, p.suffix[1:])) for p in images] + [(data, figure_data(fig).encode())]
-    finally:
-        import matplotlib.pyplot as plt
-        plt.close(fig)
-    for path, blob in blobs:
-        write_file(path, blob)
-        log(f"{'replaced' if replaced[path] else 'wrote'} {path}")
+    with _lock(data.parent):
+        replaced = {p: _check_target(p, is_sameloss_figure) for p in images}
+        replaced[data] = _check_target(data, is_sameloss_data)
+        title = f"training curves: {', '.join(runs)}" if len(runs) <= 3 else f"training curves of {len(runs)} runs"
+        fig = curves_plot(runs, title, subsets=subsets)
+        try:
+            blobs = [(p, figure_bytes(fig, p.suffix[1:])) for p in images] + [(data, figure_data(fig).encode())]
+        finally:
+            import matplotlib.pyplot as plt
+            plt.close(fig)
+        for path, blob in blobs:
+            write_file(path, blob)  # in an experiment folder also listed in its marker: --fresh may delete it
+            log(f"{'replaced' if replaced[path] else 'wrote'} {path}")
     return [p for p, _ in blobs]
+
+
+def _lock(folder: Path):
+    """The lock of ``folder`` when it is one that other sameloss processes write (an
+    experiment folder, a run folder): two processes never write one folder, so a plot into
+    a running experiment or run is refused, naming the process. Another folder is the
+    user's: nothing to lock (and no lock file left beside it)."""
+    from .. import files
+    from .folder import is_marked
+
+    if is_marked(folder):
+        return files.folder_lock(folder, "experiment")
+    if files.is_run_dir(folder):
+        return files.folder_lock(folder, "run")
+    return contextlib.nullcontext()
 
 
 __all__ = ["DEFAULT_OUT", "plot_runs", "read_runs", "targets"]

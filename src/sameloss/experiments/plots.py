@@ -68,6 +68,7 @@ TAG = "sameloss-figure"  # in every written image's metadata: ``is_sameloss_figu
 MARKERS = "osDPXph*d"  # no triangles: they mark a cut error bar
 TRACE_FISHER = "tr(H), Fisher estimator (App. B.1)"  # the paper's estimator, named on its axis
 TRACE_HUTCHINSON = "tr(H), Hutchinson (true tokens)"
+TRACE_HUTCHPP = "tr(H), Hutch++ (true tokens)"
 LEGEND_FONT = 9  # points; legends, like the axes, stay legible when a 3-panel figure is set at text width
 STYLE = {"font.size": 9.5, "axes.titlesize": 10, "axes.labelsize": 10, "xtick.labelsize": 9, "ytick.labelsize": 9,
          "legend.fontsize": LEGEND_FONT, "legend.title_fontsize": LEGEND_FONT, "figure.titlesize": 11,
@@ -101,7 +102,9 @@ class Quantity:
 # semi-definite matrices (the Fisher, its embedded view), absolute gaps, counts, MSEs, rates
 NONNEGATIVE = frozenset({"trace", "trace_fisher", "trace_embedded", "trace_abs_gap", "trace_per_kl", "target_variance",
                          "lr", "parameters", "step", "tokens_per_s", "epochs"})
-NONNEGATIVE_PREFIXES = ("down_mse",)
+# (a block's trace of the Fisher, ``trace_fisher_<block>`` of ``measure --trace-by block``, is
+# that of a diagonal block of a PSD matrix)
+NONNEGATIVE_PREFIXES = ("down_mse", "trace_fisher_")
 
 
 def quantity(key: str | None) -> Quantity:
@@ -165,6 +168,7 @@ def error_labels(spec=None) -> dict[str, str]:
                   "sampled labels)")
         out.update({"trace_fisher": fisher, "trace_embedded": fisher,
                     "trace_hutchinson": f"± SE over {spec.n_probes} Hutchinson probes",
+                    "trace_hutchpp": f"± SE of Hutch++ ({spec.n_probes} Hessian products)",
                     "probe": f"± std over {n} probe seeds", "finetune": f"± std over {n} fine-tuning seeds",
                     "lookup": f"± std over {n} probe seeds"})
     return out
@@ -1107,10 +1111,15 @@ def save_figure(fig, folder: str | Path, stem: str, formats: Sequence[str] = ("p
 
 def write_file(path: Path, data: bytes) -> None:
     """The one writer of figure files: atomic, a full disk or a read-only folder one
-    ``UserError`` line naming ``path``."""
+    ``UserError`` line naming ``path``; in an experiment folder, noted in its marker first
+    (``folder.record_output``: ``--fresh`` then knows the file is sameloss's, also when a
+    kill comes between the two)."""
     from .. import files
+    from .folder import record_output
 
+    path = Path(path)
     with files.storage_errors(path):
+        record_output(path)
         files.atomic_write_bytes(path, data)
 
 
@@ -1125,7 +1134,7 @@ def majority_ref(rows: list[dict], task: str) -> tuple[Ref, ...]:
 
 
 __all__ = ["DPI", "FORMATS", "Fit", "Forest", "Panel", "Quantity", "Ref", "SavedFigure", "TRACE_FISHER",
-           "TRACE_HUTCHINSON", "XY", "curves_plot", "data_path", "describe_error", "dots_plot", "error_labels",
-           "figure_bytes", "figure_data", "forest_plot", "is_sameloss_data", "is_sameloss_figure", "log_limits",
+           "TRACE_HUTCHINSON", "TRACE_HUTCHPP", "XY", "curves_plot", "data_path", "describe_error", "dots_plot",
+           "error_labels", "figure_bytes", "figure_data", "forest_plot", "is_sameloss_data", "is_sameloss_figure", "log_limits",
            "majority_ref", "parse_formats", "quantity", "save_figure", "scatter_plot", "series_plot", "with_unit",
            "write_file"]

@@ -15,6 +15,7 @@ written in advance.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import itertools
 import math
@@ -210,12 +211,27 @@ def merge_rows(rows: list[dict], key: str = "model") -> list[dict]:
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
+    """``rows`` as a CSV file, written atomically (a full disk: one ``UserError`` line,
+    the old file intact) and noted in the experiment folder's marker (``folder.py``)."""
     columns = list(dict.fromkeys(k for row in rows for k in row))
-    with atomic_writer(path, newline="") as f:
+    path = Path(path)
+    with _output(path), atomic_writer(path, newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         for row in rows:
             writer.writerow({k: _csv_value(row.get(k)) for k in columns})
+
+
+@contextlib.contextmanager
+def _output(path: Path):
+    """A file of the experiment folder being written: noted in its marker first (a file
+    sameloss wrote is never taken for a user's, ``folder.py``); a full disk is one line."""
+    from .. import files
+    from .folder import record_output
+
+    with files.storage_errors(path):
+        record_output(path)
+        yield
 
 
 def _csv_value(v):
@@ -239,5 +255,6 @@ def write_report(root: Path, title: str, header: list[str], sections: list[Secti
     numbers = itertools.count(1)  # figures numbered through the report
     text = "\n\n".join([f"# {title}", *header, *(s.markdown(numbers=numbers) for s in sections)]) + "\n"
     path = root / "report.md"
-    atomic_write_text(path, text)
+    with _output(path):
+        atomic_write_text(path, text)
     return path

@@ -195,19 +195,34 @@ class HMM(Language):
 
     # ---- sampling ---------------------------------------------------------------------
     def sample(self, n: int, generator: torch.Generator | None = None) -> Batch:
-        """Ancestral sampling by inverse CDF, vectorised over sentences (loop over time)."""
-        u = torch.rand(n, self.max_len, 2, generator=generator, dtype=torch.float64)
-        states = torch.empty(n, self.max_len, dtype=torch.long)
-        tokens = torch.empty(n, self.max_len, dtype=torch.long)
+        """Ancestral sampling by inverse CDF, vectorised over sentences (loop over time).
+
+        Runs on the generator's device (the CPU without one): a CUDA generator samples on
+        the GPU without reading anything back (its stream differs from the CPU's)."""
+        device = generator.device if generator is not None else torch.device("cpu")
+        cdf_initial, cdf_transition, cdf_emission = self._sampling_tables(device)
+        u = torch.rand(n, self.max_len, 2, generator=generator, dtype=torch.float64, device=device)
+        states = torch.empty(n, self.max_len, dtype=torch.long, device=device)
+        tokens = torch.empty(n, self.max_len, dtype=torch.long, device=device)
         for t in range(self.max_len):
             if t == 0:
-                cdf = self._cdf_initial.expand(n, -1)
+                cdf = cdf_initial.expand(n, -1)
             else:
-                cdf = self._cdf_transition[states[:, t - 1]]
+                cdf = cdf_transition[states[:, t - 1]]
             states[:, t] = _inverse_cdf(cdf, u[:, t, 0])
-            tokens[:, t] = _inverse_cdf(self._cdf_emission[states[:, t]], u[:, t, 1])
-        lengths = torch.full((n,), self.max_len, dtype=torch.long)
+            tokens[:, t] = _inverse_cdf(cdf_emission[states[:, t]], u[:, t, 1])
+        lengths = torch.full((n,), self.max_len, dtype=torch.long, device=device)
         return Batch(tokens=tokens, lengths=lengths, latent=states)
+
+    def _sampling_tables(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The inverse-CDF tables on ``device`` (copied there once)."""
+        if device.type == "cpu":
+            return self._cdf_initial, self._cdf_transition, self._cdf_emission
+        cache = self.__dict__.setdefault("_tables_on", {})
+        if device not in cache:
+            cache[device] = (self._cdf_initial.to(device), self._cdf_transition.to(device),
+                             self._cdf_emission.to(device))
+        return cache[device]
 
     # ---- exact inference ----------------------------------------------------------------
     def _observations(self, tokens: torch.Tensor, masked: torch.Tensor | None) -> torch.Tensor:

@@ -29,7 +29,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import files
+from .. import files, resources
 from ..errors import UserError
 from ..progress import progress_bar
 from ..training.checkpoint import CorruptCheckpoint, step_dirs
@@ -46,10 +46,14 @@ from .representations import model_representation, reference_representation
 from .tasks import make_task_data
 
 
+TRACES = ("fisher", "hutchinson", "hutchpp")  # the trace estimators of ``--trace``
+
+
 @dataclass(frozen=True)
 class MeasureSpec:
     loss: bool = False
-    traces: tuple[str, ...] = ()  # "fisher", "hutchinson"
+    traces: tuple[str, ...] = ()  # "fisher", "hutchinson", "hutchpp"
+    trace_by: str | None = None  # "block": each trace also per block (embedding, layer<i>, head)
     top_eig: bool = False
     sharpness: bool = False
     probe: tuple[str, ...] = ()  # task names
@@ -63,8 +67,10 @@ class MeasureSpec:
     n_contexts: int = 1000  # paper: 10^4
     n_labels: int = 50  # paper: 50
     repeats: int = 5  # paper: 5
-    n_probes: int = 100
+    n_probes: int = 100  # Hessian-vector products of Hutchinson / Hutch++
+    lanczos_basis: int = 20  # vectors the top-eigenvalue Lanczos keeps (bounded memory)
     curvature_sentences: int = 1024  # the fixed batch of Hutchinson, eigenvalue, sharpness; the gap's batches
+    micro_batch: int | None = None  # Hessian graphs held for at most this many sentences (memory)
     gap_batches: int = 8  # independent batches of the gap (its standard error is over them)
     params: str | None = None
     rho: float = 0.05
@@ -82,9 +88,17 @@ class MeasureSpec:
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        bad = [t for t in self.traces if t not in ("fisher", "hutchinson")]
+        if not (math.isfinite(self.rho) and self.rho > 0):
+            raise UserError(f"the SAM radius rho must be a finite number > 0, got {self.rho}")
+        bad = [t for t in self.traces if t not in TRACES]
         if bad:
-            raise UserError(f"unknown trace estimator {bad[0]!r}; choose fisher or hutchinson")
+            raise UserError(f"unknown trace estimator {bad[0]!r}; choose from {', '.join(TRACES)}")
+        if self.trace_by not in (None, "block"):
+            raise UserError(f"--trace-by must be 'block', got {self.trace_by!r}")
+        if self.trace_by and not self.traces:
+            raise UserError("--trace-by block needs a --trace estimator to split")
+        if "hutchpp" in self.traces and self.n_probes < 3:
+            raise UserError(f"Hutch++ needs at least 3 products (--probes), got {self.n_probes}")
         if not (self.loss or self.traces or self.top_eig or self.sharpness or self.probe or self.finetune
                 or self.lookup or self.hessian_gap or self.fewshot or self.count_regression):
             raise UserError("nothing to measure: pass --loss, --trace, --top-eig, --sharpness, --probe, "
@@ -153,25 +167,31 @@ def measure_model(model, language, cfg, spec: MeasureSpec, cache: dict | None = 
     cache = {} if cache is None else cache
     if spec.lookup and not getattr(language, "exact", True):
         raise UserError("the look-up table is not defined for a corpus (it needs the true conditionals)")
+    resources.check_measure(spec, cfg, language, model)  # before any measure allocates
     row = {**(row or {}), "parameters": sum(p.numel() for p in model.parameters())}
     if spec.loss:
         result = _evaluator(cache, language, cfg, spec).evaluate(model, spec.device)
         row.update({k: result[k] for k in ("loss", "loss_std", "kl", "kl_std", "log_kl", "entropy", "n_tokens")})
         if "gap" in result:  # a corpus: the train/held-out gap, and why KL is missing
             row.update({k: result[k] for k in ("train_loss", "train_loss_std", "gap", "kl_note")})
+    by_block = spec.trace_by == "block"
     for name in spec.traces:
         if name == "fisher":
             r = curvature.trace_fisher(model, language, n_contexts=spec.n_contexts, n_labels=spec.n_labels,
-                                       params=spec.params, seed=spec.seed, repeats=spec.repeats)
+                                       params=spec.params, seed=spec.seed, repeats=spec.repeats, by_block=by_block)
         else:
             # one masked position per sentence, as the Fisher estimator's contexts: near
             # saturation the two then estimate the same trace
             r = curvature.trace_hutchinson(model, language, n_probes=spec.n_probes, params=spec.params,
-                                           n_sentences=spec.curvature_sentences, mask_rate=None, seed=spec.seed)
+                                           n_sentences=spec.curvature_sentences, mask_rate=None, seed=spec.seed,
+                                           estimator=name, by_block=by_block, micro_batch=spec.micro_batch)
         row[f"trace_{name}"] = r.estimate
         row[f"trace_{name}_se"] = r.stderr
         if "repeat_std" in r.extra:
             row[f"trace_{name}_repeat_std"] = r.extra["repeat_std"]
+        for block, value in r.extra.get("blocks", {}).items():  # trace_fisher_layer0, ..._se
+            row[f"trace_{name}_{block}"] = value["estimate"]
+            row[f"trace_{name}_{block}_se"] = value["stderr"]
         row["n_params_measured"] = r.n_params
     if spec.hessian_gap:
         _put_gap(row, curvature.trace_hessian_gap(model, language, n_batches=spec.gap_batches,
@@ -179,7 +199,7 @@ def measure_model(model, language, cfg, spec: MeasureSpec, cache: dict | None = 
                                                   params=spec.params, seed=spec.seed))
     if spec.top_eig:
         r = curvature.top_eigenvalue(model, language, params=spec.params, n_sentences=spec.curvature_sentences,
-                                     seed=spec.seed)
+                                     seed=spec.seed, basis_size=spec.lanczos_basis, micro_batch=spec.micro_batch)
         row["top_eigenvalue"] = r.estimate
     if spec.sharpness:
         r = curvature.sam_sharpness(model, language, rho=spec.rho, params=spec.params,

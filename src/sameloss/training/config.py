@@ -145,6 +145,11 @@ class PretrainConfig:
     save_every: int = 200  # rolling 'latest' checkpoint for --resume
     log_every: int = 20
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # the arithmetic of the training forward/backward passes: "bf16" runs them under
+    # torch.autocast (bfloat16 matmuls; parameters, optimiser state and checkpoints stay
+    # float32), "fp32" without it, "auto" bf16 on CUDA and fp32 on the CPU. Evaluation,
+    # curvature and probes always run outside autocast (float32/float64).
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
     # a fork (``training.fork``): start from this checkpoint's weights and step (and, with
     # init_optimizer, its optimiser moments and RNG state) instead of a fresh model;
     # init_step = "restart": count steps from 0 instead (steps 1..steps of this run's own

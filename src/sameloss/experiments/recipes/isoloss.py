@@ -8,7 +8,8 @@ Command
 
 Runtime per scale (``workers`` seeds in parallel, one thread each)
     smoke   ~16 s on an idle 2-core CPU (3 seeds, micro model, tens of steps; the numbers
-            mean nothing)
+            mean nothing); one worker: on a busy 2-core CPU (load 5) two spawned workers took
+            52-59 s and one 35-45 s (their start-up costs more than they save)
     tiny    measured: 57 min for the 22 seeds on a 2-core CPU running nothing else (load 2.0:
             the two workers; 2.6 min per seed — base 1000 steps, seven forks of 200–600
             steps, 8 encoders probed ≈ 1.5 min). Primary endpoint (probe at the task's
@@ -221,7 +222,7 @@ PRESETS: dict[str, IsolossPreset] = {
         "smoke", seeds=(0, 1, 2), base_steps=30, recipe_steps=10, decay_steps=10, final_lr_factor=0.05,
         match_from=5, match_every=5, eval_sentences=64, forks=_forks("task-5", 32, 256, 20), probe_sizes=(8, 16),
         probe_subsets=(3, 3), probe_pool=40, probe_test=64, probe_epochs=3, probe_l2=1e-2, primary_size=16,
-        workers=2, kl_tolerance=10.0),
+        workers=1, kl_tolerance=10.0),
     "tiny": _preset(
         "tiny", seeds=tuple(range(22)), base_steps=1000, recipe_steps=100, decay_steps=200, final_lr_factor=0.05,
         match_from=80, match_every=10, eval_sentences=4000, forks=_forks("task-5", 128, 10_000, 400),
