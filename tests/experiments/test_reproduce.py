@@ -195,6 +195,19 @@ def _drop_seconds(text: str) -> str:
     return "\n".join(",".join(r[:i] + r[i + 1:]) for r in rows)
 
 
+def test_steps_smoke_report_figures_keep_the_style(steps_smoke):
+    """The steps recipe on its own (the session's ``reproduce steps --scale smoke``): each
+    language's figure and its runs' training curves, every data file read back against the
+    rules of plots.py, every caption saying what its bars are."""
+    root = steps_smoke / "steps-smoke"
+    figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", (root / "report.md").read_text())
+    assert {"steps-pcfg.png", "steps-pcfg-curves.png"} <= set(figures)
+    assert check_report_figures(root) == len(figures)
+    curves = read_data(root / "steps-pcfg-curves.data.csv")
+    assert [(a["y_quantity"], a["y_scale"]) for a in curves if a["kind"] == "axes"] == [
+        ("train_loss", "linear"), ("kl", "log"), ("lr", "linear")]
+
+
 def test_changed_config_of_a_finished_run_is_refused(tmp_path):
     reproduce("sizes", "smoke", out=tmp_path, progress=False)
     cfg = tmp_path / "sizes-smoke" / "runs" / "pcfg-d8-adamw" / "config.toml"

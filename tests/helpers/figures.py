@@ -7,7 +7,9 @@ figure plots: its saved numbers (``<stem>.data.csv``) and its matplotlib artists
 * the exact KL is on a log axis;
 * every panel that draws error bars has a legend entry "<axis label>: <what the bars are>",
   and a bar cut at its range ends in a triangle that the legend explains;
-* the saved numbers are the drawn ones (the points of each panel, its limits, its scales).
+* the saved numbers are the drawn ones (the points of each panel, its limits, its scales);
+* the axis labels of side-by-side panels do not overlap, and no y label is taller than its
+  panel.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import math
 import re
 from pathlib import Path
 
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.container import BarContainer
 from matplotlib.patches import Rectangle
 
@@ -90,6 +93,7 @@ def check_data(path: str | Path) -> list[dict]:
 
 
 def _stem(label: str) -> str:
+    label = " ".join(label.split())  # a label broken into lines to fit its panel
     return re.sub(r"\s*\([^()]*\)\s*$", "", label) or label
 
 
@@ -116,6 +120,16 @@ def _bar_directions(ax) -> set[str]:
 def check_artists(fig) -> None:
     """The rules on the drawn figure."""
     texts = legend_texts(fig)
+    canvas = fig.canvas if hasattr(fig.canvas, "get_renderer") else FigureCanvasAgg(fig)  # a saved figure is closed
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    boxes = [ax.xaxis.label.get_window_extent(renderer) for ax in fig.axes if ax.get_xlabel()]
+    for a, b in zip(boxes, boxes[1:]):  # legible: side-by-side panels' axis labels do not overlap
+        assert a.x1 <= b.x0, "axis labels of neighbouring panels overlap"
+    for ax in fig.axes:  # nor does a y label run past its panel (into the title)
+        if ax.get_ylabel():
+            assert ax.yaxis.label.get_window_extent(renderer).height <= ax.get_window_extent(renderer).height, \
+                f"the y label {ax.get_ylabel()!r} is taller than its panel"
     for ax in fig.axes:
         assert not any(isinstance(c, BarContainer) for c in ax.containers), "a bar chart"
         assert not any(isinstance(p, Rectangle) for p in ax.patches), "a bar (rectangle) in a panel"

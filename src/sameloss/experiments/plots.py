@@ -614,14 +614,62 @@ def _bar_entries(fig) -> list[tuple]:
     return out
 
 
+def _fit_labels(fig) -> None:
+    """Axis labels stay legible at a panel's size: the x labels of side-by-side panels never
+    run into each other (a label wider than its panel, where it would meet its neighbour's,
+    is broken into lines that fit the panel: the dot and forest plots, whose row names take
+    the figure's left), and a y label taller than its panel (into the title) is broken into
+    lines that fit its height."""
+    gap = 0.08 * fig.dpi  # pixels: 0.08 in between two labels, at least
+    for _ in range(3):  # the layout changes once labels take two lines
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        xs = [(ax, ax.xaxis.label, ax.xaxis.label.get_window_extent(renderer)) for ax in fig.axes]
+        too_long = []  # (label, its length, the room it has), lengths in pixels
+        crowded = set()
+        for (ax_a, a, box_a), (ax_b, b, box_b) in zip(xs, xs[1:]):
+            if a.get_text() and b.get_text() and box_a.x1 + gap > box_b.x0:
+                crowded |= {ax_a, ax_b}
+        for ax, label, box in xs:
+            room = ax.get_window_extent(renderer).width
+            if ax in crowded and box.width > room:
+                too_long.append((label, box.width, room))
+        for ax in fig.axes:
+            label, room = ax.yaxis.label, ax.get_window_extent(renderer).height
+            box = label.get_window_extent(renderer)
+            if label.get_text() and box.height > room:
+                too_long.append((label, box.height, room))
+        if not too_long:
+            return
+        for label, length, room in too_long:
+            label.set_text(_balanced_lines(label.get_text(), length, room))
+        fig.tight_layout()
+
+
+def _balanced_lines(text: str, length: float, room: float) -> str:
+    """``text`` (drawn ``length`` long, its longest line) in the fewest lines of about equal
+    length that fit ``room``."""
+    import textwrap
+
+    per_char = length / max(len(line) for line in text.split("\n"))
+    text = " ".join(text.split())
+    n = max(2, math.ceil(per_char * len(text) / room))
+    for width in range(math.ceil(len(text) / n), len(text) + 1):
+        lines = textwrap.wrap(text, width, break_on_hyphens=False)  # joined by a space again: whole words
+        if len(lines) <= n:
+            return "\n".join(lines)
+    return text
+
+
 def _legends_below(fig, blocks: list[tuple[str | None, list[tuple]]]) -> None:
     """Legends below the panels (outside every axes: they cover no point): one per block,
     side by side while they fit the figure's width, the next row below; each block's
     columns fit the width."""
+    fig.tight_layout()
+    _fit_labels(fig)
     blocks = [(title, entries) for title, entries in blocks if entries]
     if not blocks:
         return
-    fig.tight_layout()
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     inverse = fig.transFigure.inverted()
