@@ -129,6 +129,15 @@ def test_plot_into_an_experiment_folder_is_listed_as_sameloss_and_waits_for_its_
     assert listed_outputs(root) == {"curves.png", "curves.data.csv"} and foreign_entries(root) == []
 
 
+@pytest.mark.parametrize("args", [["plot", "nope", "--format", "pdf"], ["reproduce", "steps", "--format", "pdf"]])
+def test_a_bad_omp_num_threads_is_our_line_only_with_figure_options(args, tmp_path):
+    """Building the parser (plot's default name) and reading --format import no torch, so
+    OMP_NUM_THREADS is checked before libgomp reads it (and prints its own lines)."""
+    result = run_cli(args, cwd=tmp_path, env={"OMP_NUM_THREADS": "abc"})
+    assert "OMP_NUM_THREADS='abc'" in error_line(result) and "libgomp" not in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_reproduce_takes_figure_formats():
     parser = argparse.ArgumentParser()
     add_reproduce_parser(parser.add_subparsers(dest="command"))

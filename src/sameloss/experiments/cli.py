@@ -76,7 +76,7 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
 
 def _formats(text: str) -> tuple[str, ...]:
     """An argparse type: ``png`` / ``png,pdf`` (a bad format is a one-line usage error)."""
-    from .plots import parse_formats
+    from .report import parse_formats  # (not plots: it imports torch, before the threads are checked)
 
     try:
         return parse_formats(text)

@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..errors import UserError
-from ..training.runio import METRICS, read_config_dict, read_metrics
-from .plots import FORMATS, curves_plot, figure_bytes, figure_data, is_sameloss_data, is_sameloss_figure, write_file
+from .report import FORMATS
+
+# runio and plots import torch: imported where used, so that building the CLI's parser (which
+# reads DEFAULT_OUT) does not import torch before OMP_NUM_THREADS is checked (threads.py)
 
 DEFAULT_OUT = "training-curves"
 OTHER_IMAGES = ("jpg", "jpeg", "gif", "tif", "tiff", "bmp", "webp", "eps", "ps")  # refused, not appended to
@@ -28,6 +30,8 @@ def read_runs(paths: Sequence[str | Path]) -> tuple[dict[str, list[dict]], dict[
     """Each run's records (by its folder's name; the path where two names collide) and its
     ``eval.n_subsets``; a missing folder, a folder without ``metrics.jsonl`` or a damaged
     one is a ``UserError`` naming it."""
+    from ..training.runio import METRICS, read_config_dict, read_metrics
+
     runs: dict[str, list[dict]] = {}
     subsets: dict[str, int] = {}
     for path in paths:
@@ -90,6 +94,8 @@ def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None, format
     """Draw the training curves of the runs at ``paths`` and write them; returns the files
     written (the images, then the data file). Every target is checked before anything is
     drawn or written."""
+    from .plots import curves_plot, figure_bytes, figure_data, is_sameloss_data, is_sameloss_figure, write_file
+
     runs, subsets = read_runs(paths)
     images, data = targets(out, formats)
     with _lock(data.parent):

@@ -61,8 +61,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..measures import rows as schema
+from .report import FORMATS, parse_formats  # (there: the CLI reads them without importing torch)
 
-FORMATS = ("png", "pdf", "svg")
 DPI = 200  # PNG; PDF and SVG are vector
 TAG = "sameloss-figure"  # in every written image's metadata: ``is_sameloss_figure``
 MARKERS = "osDPXph*d"  # no triangles: they mark a cut error bar
@@ -1074,16 +1074,6 @@ class SavedFigure:
     files: tuple[str, ...]  # one per format, the first is the one a report embeds
     data: str  # the CSV of the plotted numbers
     bars: str  # "<quantity> ± …; …" ("" when the figure draws no error bar)
-
-
-def parse_formats(text: str) -> tuple[str, ...]:
-    """``"png"`` / ``"png,pdf"`` → the formats, in order (``ValueError`` naming a bad one)."""
-    out = tuple(dict.fromkeys(f.strip().lower().lstrip(".") for f in text.split(",") if f.strip()))
-    bad = [f for f in out if f not in FORMATS]
-    if bad or not out:
-        raise ValueError(f"unknown figure format {(bad or [text])[0]!r}; choose from {', '.join(FORMATS)} "
-                         "(several: png,pdf)")
-    return out
 
 
 def figure_bytes(fig, fmt: str) -> bytes:

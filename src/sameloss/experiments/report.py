@@ -126,6 +126,19 @@ class Claim:
         return f"- **Paper:** {self.paper}  \n  **This run:** {self.measured} **Direction:** {self.verdict}."
 
 
+FORMATS = ("png", "pdf", "svg")  # of a figure (``plots.save_figure``; ``--format``)
+
+
+def parse_formats(text: str) -> tuple[str, ...]:
+    """``"png"`` / ``"png,pdf"`` → the formats, in order (``ValueError`` naming a bad one)."""
+    out = tuple(dict.fromkeys(f.strip().lower().lstrip(".") for f in text.split(",") if f.strip()))
+    bad = [f for f in out if f not in FORMATS]
+    if bad or not out:
+        raise ValueError(f"unknown figure format {(bad or [text])[0]!r}; choose from {', '.join(FORMATS)} "
+                         "(several: png,pdf)")
+    return out
+
+
 @dataclass(frozen=True)
 class Figure:
     """A figure of a report and its caption, in the parts a reader needs: what is plotted,
