@@ -19,7 +19,8 @@ An experiment lives in one folder, ``<out>/<experiment>-<scale>[-seed<N>]/``:
   ``files.update_lock``) after each measurement;
 * ``seeds/seed<N>/`` — a recipe's per-seed studies (``Study.seed_units``), each laid out
   as this one;
-* ``results.csv``, ``report.md``, ``*.png`` — written by ``report.py``;
+* ``results.csv``, ``report.md`` — written by ``report.py``; figures (``<stem>.png``, or
+  ``.pdf`` / ``.svg``) and ``<stem>.data.csv`` beside each — by ``Study.figure``;
 * ``submitit/`` — the launchers' files (pickled units, worker logs), ``launch.py``.
 
 Re-running reuses: a run with ``summary.json`` and the same config is not trained again; a
@@ -247,8 +248,10 @@ class Study:
     (``training.tracking``); ``launcher``: where units run (``launch.py``; default here)."""
 
     def __init__(self, root: str | Path, *, seed: int = 0, fresh: bool = False, progress: bool = True,
-                 device: str = "auto", log=None, tracker: str = "none", launcher=None, lock: bool = True):
+                 device: str = "auto", log=None, tracker: str = "none", launcher=None, lock: bool = True,
+                 figure_formats: tuple[str, ...] = ("png",)):
         self._bar = None
+        self.figure_formats = figure_formats  # of the figures (``figure``); a report embeds the first
         self.root = Path(root)
         self.seed = seed
         # the folder's lock, held until close() (or, for a Study nobody closes, until it is
@@ -307,6 +310,17 @@ class Study:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def figure(self, fig, stem: str, *, shows: str, sample: str, claim: str):
+        """Write a figure of ``plots.py`` as ``<stem>.<format>`` (each of ``figure_formats``)
+        and ``<stem>.data.csv`` (its plotted numbers) in the experiment folder; returns the
+        report's ``Figure``, its caption's error bars taken from the figure's legend."""
+        from .plots import save_figure
+        from .report import Figure
+
+        saved = save_figure(fig, self.root, stem, self.figure_formats)
+        return Figure(saved.files[0], shows=shows, bars=saved.bars, sample=sample, claim=claim, data=saved.data,
+                      other=saved.files[1:])
 
     def log(self, msg: str) -> None:
         if self._bar is not None:
