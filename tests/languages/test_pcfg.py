@@ -183,6 +183,57 @@ def test_task_labels_match_enumeration(case):
             assert labels[name][i] == want or post[int(labels[name][i])] == pytest.approx(max(post), rel=1e-12)
 
 
+def test_span_task_posteriors_match_enumeration(case):
+    """``span-k``: P(symbol spans [0, k) | sentence) for every k against the explicit
+    trees (float64), its argmax is the label; the released tasks' posteriors are their
+    normalised inside scores, whose argmax is their label."""
+    lang, by_string, probs = case
+    g = lang.grammar
+    strings = list(probs)[:80]
+    tokens = _pad(lang, strings)
+    batch = type("B", (), {"tokens": tokens})
+    tasks = lang.tasks
+    assert [f"span-{k}" for k in range(1, lang.max_len)] == [n for n in tasks if n.startswith("span-")]
+    for k in range(1, lang.max_len):
+        task = tasks[f"span-{k}"]
+        assert task.span == (0, k)
+        post, labels = task.posterior(tokens), task.label(batch)
+        assert post.dtype == torch.float64 and post.shape == (len(strings), g.n_nonterminals)
+        for i, s in enumerate(strings):
+            want = [0.0] * g.n_nonterminals
+            for p, constituents in by_string[s]:
+                for a_start, a_end, a in constituents:
+                    if a_start == 0 and a_end == k:
+                        want[a] += p / probs[s]
+            assert torch.allclose(post[i], torch.tensor(want, dtype=torch.float64), atol=TOL, rtol=0), (s, k)
+            if max(want) == 0:
+                assert labels[i] == -1
+            else:
+                assert want[int(labels[i])] == pytest.approx(max(want), rel=1e-12)
+    for name in ("A", "B", "C"):
+        task = tasks[name]
+        post, labels = task.posterior(tokens), task.label(batch)
+        total = post.sum(dim=1)
+        assert torch.allclose(total[labels >= 0], torch.ones(int((labels >= 0).sum()), dtype=torch.float64))
+        assert torch.all(total[labels < 0] == 0)
+        kept = labels >= 0
+        assert torch.equal(post[kept].argmax(dim=1), labels[kept])
+
+
+def test_prefix_posteriors_are_recomputed_for_changed_or_other_tokens(case):
+    lang, _, probs = case
+    strings = [s for s in probs if len(s) >= 2][:20]
+    tokens = _pad(lang, strings)
+    first = lang.prefix_posteriors(tokens)
+    assert lang.prefix_posteriors(tokens) is first  # the same tensor, unchanged: one pass
+    other = _pad(lang, strings[::-1])
+    assert torch.equal(lang.prefix_posteriors(other), first.flip(0))
+    tokens[0] = other[0]  # in place: the kept result no longer applies
+    assert torch.equal(lang.prefix_posteriors(tokens)[0], first[-1])
+    for k in range(1, lang.max_len + 1):
+        assert torch.equal(lang.span_posterior(tokens, k), lang.prefix_posteriors(tokens.clone())[:, k - 1])
+
+
 # ---- the released grammar --------------------------------------------------------------
 @pytest.mark.skipif(not ANCHOR.exists(), reason="shared/anchors not beside the checkout")
 def test_released_grammar_reads_as_is():
