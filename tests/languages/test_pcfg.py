@@ -11,7 +11,8 @@ import torch
 
 from helpers.pcfg_brute import RECURSIVE, conditional, enumerate_trees, string_probs
 from sameloss.errors import InputFileError, UserError
-from sameloss.languages.pcfg import PCFG
+from sameloss.languages.base import Batch
+from sameloss.languages.pcfg import HEADROOM_TASK, MIN_FIT, NOTE_FLOPS, PCFG
 from sameloss.languages.pcfg_grammar import Grammar, random_layered
 
 ANCHOR = Path(__file__).resolve().parents[3] / "shared" / "anchors" / "rule_deep_mlm.txt"
@@ -298,7 +299,7 @@ def test_bad_grammar_names_the_problem_and_line(name):
 def test_missing_file_and_unknown_preset_are_user_errors(tmp_path):
     with pytest.raises(UserError, match="grammar file not found"):
         PCFG.from_file(tmp_path / "nope.txt")
-    with pytest.raises(UserError, match="unknown PCFG size 'huge'; choose from micro, paper, tiny"):
+    with pytest.raises(UserError, match="unknown PCFG size 'huge'; choose from headroom, micro, paper, tiny"):
         PCFG.preset("huge")
 
 
@@ -312,3 +313,29 @@ def test_presets_have_the_documented_shapes():
     # every position's conditional is a distribution
     c = paper.conditionals(batch.tokens[:50], torch.zeros(50, 32, dtype=torch.bool), batch.tokens[:50] != paper.pad_id)
     assert torch.allclose(c.sum(dim=1), torch.ones(c.shape[0], dtype=torch.float64), atol=1e-12)
+
+
+def test_headroom_size_builds_and_its_span_task_labels_each_sentence_by_its_posterior(capsys):
+    lang = PCFG.preset("headroom")
+    assert (lang.n_words, lang.grammar.n_nonterminals, lang.max_len) == (6, 9, 4)
+    rep = lang.length_report
+    assert rep.regime == "subcritical" and rep.fit >= MIN_FIT and rep.shortest == 2
+    p = rep.length_probs[1:] / rep.length_probs[1:].sum()
+    cost = sum(float(p[t - 1]) * lang.parser.flops(t) for t in range(1, 5))
+    assert 0 < cost < NOTE_FLOPS and capsys.readouterr().err == ""  # cheap: no cost note
+    task = lang.tasks[HEADROOM_TASK]
+    assert task.span == (0, 1) and task.n_classes == lang.grammar.n_nonterminals
+    batch = lang.sample(600, torch.Generator().manual_seed(0))
+    labels = task.label(batch)
+    # a function of the sentence: alone or in a batch, and equal sentences, the same label
+    alone = torch.cat([task.label(Batch(batch.tokens[i:i + 1], batch.lengths[i:i + 1])) for i in range(30)])
+    assert torch.equal(alone, labels[:30])
+    seen: dict = {}
+    for row, y in zip(batch.tokens.tolist(), labels.tolist()):
+        assert seen.setdefault(tuple(row), y) == y
+    assert len(seen) < len(batch)  # the check above did compare repeated sentences
+    assert torch.equal(task.posterior(batch.tokens).argmax(dim=1), labels)  # every sentence labelled
+    counts = torch.bincount(labels, minlength=task.n_classes)
+    assert int((counts > 0).sum()) >= 4 and float(counts.max()) / len(labels) < 0.5
+    summary = lang.describe(n_sentences=300)
+    assert summary["max_len"] == 4 and summary["tasks"][HEADROOM_TASK]["kept_fraction"] == 1.0
