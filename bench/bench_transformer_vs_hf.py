@@ -4,7 +4,7 @@
     python bench/bench_transformer_vs_hf.py --sizes t3-256 --steps 5
 
 Both models have the same shape and start from the same weights (ours copied into BERT by
-``sameloss.models.hf_bert``, which uses BERT's default SDPA attention); both run the same
+``sameloss.hf.bert``, which uses BERT's default SDPA attention); both run the same
 random batches (right-padded sentences of random length, 15% of tokens masked) in
 training mode (dropout 0.1) with the same loss and the same AdamW. One step is forward +
 backward + optimiser step. Throughput counts every position of the padded batch
@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from sameloss.models import build_model
-from sameloss.models.hf_bert import to_hf_bert
+from sameloss.hf.bert import to_hf_bert
 
 N_WORDS = 200
 VOCAB = N_WORDS + 3

@@ -39,3 +39,14 @@ def checkpoint(tmp_path_factory):
         "eval.n_sentences=64", "save_every=1000", "log_every=40", "optim.warmup_steps=20", "device=cpu"])
     pretrain(cfg, run, progress=False)
     return complete_checkpoints(run)[-1]
+
+
+@pytest.fixture(scope="session")
+def steps_smoke(tmp_path_factory):
+    """``sameloss reproduce steps --scale smoke`` once per session: the folder holding
+    ``steps-smoke/`` (tests copy it before changing anything)."""
+    from sameloss.cli import main
+
+    out = tmp_path_factory.mktemp("steps_smoke")
+    assert main(["reproduce", "steps", "--scale", "smoke", "--out", str(out), "--no-progress"]) == 0
+    return out

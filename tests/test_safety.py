@@ -358,10 +358,8 @@ def test_a_full_disk_while_saving_a_checkpoint_is_one_line_and_leaves_nothing_ha
 
 
 @pytest.fixture(scope="module")
-def experiment(tmp_path_factory):
-    out = tmp_path_factory.mktemp("reproduce")
-    assert main(["reproduce", "steps", "--preset", "smoke", "--out", str(out), "--no-progress"]) == 0
-    return out
+def experiment(steps_smoke):
+    return steps_smoke
 
 
 @pytest.mark.parametrize("target", ["config.toml", "summary.json", "meta.json", "model.safetensors"])
@@ -513,5 +511,6 @@ def test_reproduce_fresh_deletes_only_an_experiment_folder(tmp_path, capsys):
     (folder / "thesis.tex").write_text("years of work")
     assert main(["reproduce", "steps", "--preset", "smoke", "--out", str(tmp_path), "--fresh", "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("sameloss: error: ") and "does not look like an experiment folder" in err[-1]
+    assert err[-1].startswith("sameloss: error: ") and "is not an experiment folder" in err[-1] \
+        and "thesis.tex" in err[-1]
     assert (folder / "thesis.tex").read_text() == "years of work"

@@ -109,3 +109,94 @@ def test_interop_threads_already_fixed_is_not_an_error(torch_threads, monkeypatc
     assert threads.configure_threads(2) == 2
     assert torch.get_num_threads() == 2
     assert calls == [1]
+
+
+def _report_threads() -> tuple[int, str | None]:
+    import os
+
+    import torch
+    return torch.get_num_threads(), os.environ.get(threads.ENV)
+
+
+def test_spawned_workers_start_with_the_parents_thread_count(monkeypatch):
+    """A spawned worker is a fresh interpreter: without the initializer torch starts it at
+    one thread per core (2 here), which collapses beside a busy process (issue 20, item 14)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    monkeypatch.delenv(threads.ENV, raising=False)
+    ctx = multiprocessing.get_context("spawn")
+    with threads.for_children(1), ProcessPoolExecutor(1, mp_context=ctx, initializer=threads.init_worker,
+                                                      initargs=(1,)) as pool:
+        assert pool.submit(_report_threads).result() == (1, "1")
+    import os
+    assert threads.ENV not in os.environ  # restored
+
+
+def test_seed_studies_start_their_workers_through_the_threads_policy(monkeypatch, tmp_path):
+    """Study.map_seeds (isoloss's seeds) gives its pool the initializer and OMP_NUM_THREADS
+    while it starts workers (checked with an executor that runs in this process)."""
+    import os
+
+    from sameloss.experiments import core
+
+    seen = {}
+
+    class Executor:
+        def __init__(self, max_workers, mp_context, initializer, initargs):
+            seen.update(initializer=initializer, initargs=initargs, env=os.environ.get(threads.ENV))
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def submit(self, fn, *args):
+            from concurrent.futures import Future
+            future = Future()
+            future.set_result(({"seed": args[2]}, {}, {"train": 0.0, "measure": 0.0},
+                               {"measured": 0, "cached": 0, "earlier": 0}))
+            return future
+
+    monkeypatch.setattr(core, "ProcessPoolExecutor", Executor)
+    monkeypatch.delenv(threads.ENV, raising=False)
+    torch.set_num_threads(1)
+    with core.Study(tmp_path / "exp", progress=False) as study:
+        assert study.map_seeds(print, [0, 1], 2) == [{"seed": 0}, {"seed": 1}]
+    assert seen == {"initializer": threads.init_worker, "initargs": (1,), "env": "1"}
+    assert threads.ENV not in os.environ
+
+
+@pytest.mark.parametrize("value, code", [("abc", 2), ("0", 2), (" ", 0), ("99999999999", 2)])
+def test_a_bad_omp_num_threads_gives_our_line_only_not_libgomps(value, code):
+    """libgomp parses OMP_NUM_THREADS when torch is imported and printed its own two lines
+    before ours; the variable is now checked before torch is imported (a blank one means
+    unset and is removed)."""
+    import subprocess
+    import sys
+
+    from helpers.processes import ENV
+
+    done = subprocess.run([sys.executable, "-m", "sameloss.cli", "language", "describe", "hmm", "--size", "micro",
+                           "--n-sentences", "8"], env={**ENV, threads.ENV: value}, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == code
+    lines = done.stderr.strip().splitlines()
+    assert lines == ([] if code == 0 else [lines[0]]) and "libgomp" not in done.stderr, done.stderr
+    if code:
+        assert lines[0].startswith(f"sameloss: error: OMP_NUM_THREADS={value!r}")
+
+
+def test_threads_flag_replaces_a_bad_omp_num_threads_for_this_process_and_its_children():
+    import subprocess
+    import sys
+
+    from helpers.processes import ENV
+
+    script = ("import os, sys\nfrom sameloss.cli import main\n"
+              "code = main(['language', 'describe', 'hmm', '--size', 'micro', '--n-sentences', '8', '--threads', '1'])\n"
+              "import torch\nprint(os.environ['OMP_NUM_THREADS'], torch.get_num_threads(), code)\n")
+    done = subprocess.run([sys.executable, "-c", script], env={**ENV, threads.ENV: "abc"}, capture_output=True,
+                          text=True, timeout=300)
+    assert done.stderr == "" and done.stdout.strip().splitlines()[-1] == "1 1 0", done.stderr

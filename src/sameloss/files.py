@@ -1,51 +1,118 @@
 """Files sameloss writes, and how it recognises its own folders before touching them.
 
-* ``atomic_write_text``: a file is written under a temporary name beside it and renamed
-  into place, so an interrupted write (a kill, a full disk) never leaves a half-written
-  file under the real name; the temporary file is removed on any failure.
+* ``atomic_write_text`` (and ``atomic_write_json``, ``atomic_writer`` for streaming
+  writers): a file is written under a temporary name beside it and renamed into place, so
+  an interrupted write (a kill, a full disk) never leaves a half-written file under the
+  real name; the temporary file is removed on any failure. Every file sameloss rewrites
+  in place goes through these.
 * Markers: a run folder gets ``.sameloss-run`` when ``pretrain`` creates it, a folder
   written by ``embed`` gets ``.sameloss-embedded``. Commands that delete or replace a
   folder (``pretrain --fresh``, ``embed --force``) do so only when it carries the
   marker — or, for folders made before the markers existed, when its ``config.toml``
   starts with the header sameloss writes. Anything else is left alone.
+* ``folder_lock``: an exclusive lock on a folder a command writes (a run, an experiment,
+  a fetch target), so two processes never write one folder; the second gets one line
+  naming the holder's pid.
+* ``building``: a new folder is built under a temporary sibling name and renamed into
+  place at the end, so a kill or a full disk never leaves a half-built folder under the
+  real name (and never blocks the rerun).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import hashlib
 import os
+import re
+import shutil
+import socket
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 from .errors import UserError
 
 RUN_MARKER = ".sameloss-run"
 EMBEDDED_MARKER = ".sameloss-embedded"
+EXPERIMENT_MARKER = ".sameloss-experiment"
 RUN_CONFIG_HEADER = "# resolved config of run"
 EMBEDDED_CONFIG_HEADER = "# config of the model embedded from"
 
 
+def umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def honour_umask(path: str | Path, directory: bool = False) -> None:
+    """Give a file made by ``tempfile`` (mode 0600, folders 0700) the mode a plain
+    ``open``/``mkdir`` would have (0666/0777 less the umask)."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~umask())
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same folder."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".tmp-{path.name}-")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_writer(path) as f:
+        f.write(text)
 
 
-def write_error(path: str | Path, exc: OSError) -> UserError:
-    """A one-line ``UserError`` for a failed write (full disk, read-only folder, ...)."""
-    reason = exc.strerror or str(exc) or type(exc).__name__
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder."""
+    with atomic_writer(path, binary=True) as f:
+        f.write(data)
+
+
+def write_error(path: str | Path, exc: BaseException) -> UserError:
+    """A one-line ``UserError`` for a failed write (full disk, read-only folder, ...);
+    ``exc`` may be a library's error that carries the storage error (``storage_reason``)."""
+    reason = storage_reason(exc)
+    if reason is None:
+        reason = (exc.strerror if isinstance(exc, OSError) else None) or " ".join(str(exc).split()) \
+            or type(exc).__name__
     return UserError(f"cannot write {path}: {reason}")
 
 
-STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
+# EFBIG: a file-size limit (RLIMIT_FSIZE), which the tests use to play a full disk
+STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG}
+# Writers that report a full disk without an OSError errno: the Rust libraries
+# (safetensors' SafetensorError, tokenizers' Exception) put io::Error's "(os error N)" in
+# their message; numpy's tofile (np.save to a path) raises OSError("N requested and M
+# written") with no errno after a short write.
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+_SHORT_WRITE = re.compile(r"^(\d+) requested and (\d+) written$")
+
+
+def storage_reason(exc: BaseException | None) -> str | None:
+    """Why a write failed when ``exc`` is a full disk, a file-size limit or a read-only
+    folder (``STORAGE_ERRNOS``), in whichever form the writer reported it; else None.
+    The exception chain is followed: torch's writer raises a ``RuntimeError`` whose
+    ``__context__`` is the ``OSError`` (when it writes to a Python file object)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen and not isinstance(exc, UserError):  # ours: already one line
+        seen.add(id(exc))
+        reason = _storage_reason(exc)
+        if reason is not None:
+            return reason
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    return None
+
+
+def _storage_reason(exc: BaseException) -> str | None:
+    if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS:
+        return exc.strerror or str(exc) or type(exc).__name__
+    text = str(exc).strip()
+    rust = _RUST_OS_ERROR.search(text)
+    if rust and int(rust.group(1)) in STORAGE_ERRNOS:
+        return os.strerror(int(rust.group(1)))
+    short = _SHORT_WRITE.match(text) if isinstance(exc, OSError) and exc.errno is None else None
+    if short:
+        return (f"only {short.group(2)} of {short.group(1)} bytes were written (the disk is full, or a file-size "
+                "limit was reached)")
+    return None
 
 
 def _first_line(path: Path) -> str:
@@ -73,6 +140,48 @@ def is_embedded_dir(path: str | Path) -> bool:
         _first_line(path / "config.toml").startswith(EMBEDDED_CONFIG_HEADER)
 
 
+def atomic_writer(path: str | Path, newline: str | None = None, binary: bool = False):
+    """``with atomic_writer(path) as f: ...``: a file (text, or bytes with ``binary``) opened
+    under a temporary name in ``path``'s folder and renamed to ``path`` when the block ends
+    without an error, with the mode a plain ``open`` would give it; on any failure (a full
+    disk, a kill) the temporary file is removed and ``path`` is as it was. For writers that
+    stream (``csv.writer``); ``atomic_write_text`` / ``_bytes`` for a whole string."""
+    return _AtomicWriter(Path(path), newline, binary)
+
+
+class _AtomicWriter:
+    def __init__(self, path: Path, newline: str | None, binary: bool):
+        self.path, self.newline, self.binary = path, newline, binary
+
+    def __enter__(self):
+        fd, self.tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".tmp-{self.path.name}-")
+        try:
+            self.file = os.fdopen(fd, "wb") if self.binary else \
+                os.fdopen(fd, "w", encoding="utf-8", newline=self.newline)
+        except BaseException:
+            os.close(fd)
+            Path(self.tmp).unlink(missing_ok=True)
+            raise
+        return self.file
+
+    def __exit__(self, kind, exc, traceback) -> bool:
+        try:
+            self.file.close()
+            if kind is None:
+                honour_umask(self.tmp)
+                os.replace(self.tmp, self.path)
+        finally:
+            Path(self.tmp).unlink(missing_ok=True)
+        return False
+
+
+def atomic_write_json(path: str | Path, obj, indent: int | None = 2, default=None) -> None:
+    """``obj`` as JSON, written like ``atomic_write_text``."""
+    import json
+
+    atomic_write_text(path, json.dumps(obj, indent=indent, default=default))
+
+
 def mark(path: Path, marker: str, text: str) -> None:
     (Path(path) / marker).write_text(text + "\n", encoding="utf-8")
 
@@ -84,3 +193,215 @@ def sha256_of(path: str | Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+# ---- locks -------------------------------------------------------------------------------
+# A lock is an flock(2) on a hidden file beside the folder, ``.<name>.lock`` (beside, not
+# inside: the folder may not exist yet, or be replaced while the lock is held). flock is
+# released by the kernel when its holder dies, so a lock file left by a killed process is
+# simply taken over — a stale holder needs no clean-up. The file holds the holder's pid,
+# host and command for the message the second process prints.
+LOCK_TIMEOUT_NOTE = "wait for it to finish, or stop it"
+_HELD: dict[str, list] = {}  # lock path -> [fd, depth]: re-entrant within one process
+
+
+def lock_path(folder: str | Path) -> Path:
+    folder = Path(folder).absolute()
+    return folder.parent / f".{folder.name}.lock"
+
+
+def _holder(path: Path) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        text = []
+    pid = text[0].strip() if text else ""
+    host = text[1].strip() if len(text) > 1 else ""
+    cmd = text[2].strip() if len(text) > 2 else ""
+    where = f"pid {pid}" if pid else "pid unknown"
+    if host and host != socket.gethostname():
+        where += f" on {host}"
+    return where + (f": {cmd}" if cmd else "")
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str | Path, what: str = "folder"):
+    """Hold an exclusive lock on ``folder`` for the block (its parent is created if
+    missing, and removed again at the end if this call made it and it is still empty). ``UserError`` naming the holder when another process holds it. Re-entrant:
+    a process that holds the lock may take it again (e.g. ``reproduce`` locking its
+    experiment, then each run it trains)."""
+    path = lock_path(folder)
+    key = str(path)
+    if key in _HELD:
+        _HELD[key][1] += 1
+        try:
+            yield path
+        finally:
+            _HELD[key][1] -= 1
+        return
+    made = _missing_parents(path.parent)  # removed again at the end if still empty
+    fd = None
+    for _ in range(100):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise write_error(path.parent, exc) from None
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except FileNotFoundError:  # another process removed the empty parent it had made: again
+            continue
+        except OSError as exc:
+            raise write_error(path, exc) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise UserError(f"{Path(folder)} is in use by another sameloss process ({_holder(path)}); "
+                            f"{LOCK_TIMEOUT_NOTE}") from None
+        # the holder before us may have removed the file between our open and our flock:
+        # then we hold a lock on a file nobody else can find; start again
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+        fd = None
+    if fd is None:
+        raise UserError(f"could not lock {Path(folder)} ({path} keeps changing)")
+    try:
+        info = f"{os.getpid()}\n{socket.gethostname()}\n{' '.join(sys.argv)[:300]}\n{time.time():.0f}\n"
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, info.encode("utf-8", errors="replace"), 0)
+    except OSError:
+        pass  # the lock holds without the note (a full disk); the message says "pid unknown"
+    _HELD[key] = [fd, 1]
+    try:
+        yield path
+    finally:
+        del _HELD[key]
+        try:  # remove the file while still holding the lock (see the inode check above)
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                path.unlink()
+        except OSError:
+            pass
+        os.close(fd)
+        # a command refused before it wrote anything leaves no empty folder it made for
+        # the lock (e.g. ``runs/``); a folder that holds anything stays
+        for folder in made:
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+
+
+def _missing_parents(folder: Path) -> list[Path]:
+    """The folders of ``folder``'s path that do not exist yet, deepest first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def holds_lock(folder: str | Path) -> bool:
+    """Whether this process holds the lock of ``folder``."""
+    return str(lock_path(folder)) in _HELD
+
+
+# ---- folders built atomically ------------------------------------------------------------
+PARTIAL_MARKER = ".sameloss-partial"
+
+
+def _partial_name(target: Path) -> str:
+    return f".{target.name}.partial-"
+
+
+def is_empty_dir(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink() and not any(path.iterdir())
+
+
+def remove_stale_partials(target: str | Path) -> list[Path]:
+    """Remove earlier, interrupted builds of ``target`` (siblings ``.<name>.partial-*``
+    that carry ``PARTIAL_MARKER``); the caller holds ``target``'s lock, so none of them is
+    being built. Returns what was removed."""
+    target = Path(target).absolute()
+    removed = []
+    if not target.parent.is_dir():
+        return removed
+    for p in target.parent.glob(_partial_name(target) + "*"):
+        if p.is_dir() and not p.is_symlink() and (p / PARTIAL_MARKER).is_file():
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed
+
+
+@contextlib.contextmanager
+def building(target: str | Path, replace: bool = False, what: str = "folder"):
+    """Build the folder ``target`` atomically: the block writes into a temporary sibling
+    (yielded), which is renamed to ``target`` when the block ends without an error; on any
+    error the temporary folder is removed and ``target`` is as it was. A full disk (or a
+    read-only folder) becomes one ``UserError`` line.
+
+    ``target`` must not exist or be an empty folder — unless ``replace``, which the caller
+    passes only after checking that the existing folder is its own (a marker or manifest
+    proves it): the old folder is then swapped out and removed. Holds ``target``'s lock
+    for the block and removes earlier interrupted builds first."""
+    target = Path(target).absolute()
+    with folder_lock(target, what):
+        if target.exists() and not replace and not is_empty_dir(target):
+            raise UserError(f"{target} already exists and is not empty; choose a new folder")
+        remove_stale_partials(target)
+        tmp = None
+        try:
+            tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=_partial_name(target)))
+            honour_umask(tmp, directory=True)
+            (tmp / PARTIAL_MARKER).write_text(f"sameloss is building {target.name} here (pid {os.getpid()})\n")
+        except OSError as exc:  # a disk too full even for the marker: no empty partial left behind
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise write_error(target, exc) from None
+        try:
+            yield tmp
+            (tmp / PARTIAL_MARKER).unlink()
+            if target.exists() and (replace or is_empty_dir(target)):
+                if is_empty_dir(target):
+                    target.rmdir()
+                else:  # swap: the old folder becomes a marked partial, then goes
+                    old = Path(tempfile.mkdtemp(dir=target.parent, prefix=_partial_name(target)))
+                    os.rmdir(old)
+                    os.rename(target, old)
+                    try:
+                        (old / PARTIAL_MARKER).write_text("replaced\n")
+                    except OSError:
+                        pass
+                    os.rename(tmp, target)
+                    shutil.rmtree(old, ignore_errors=True)
+                    return
+            os.rename(tmp, target)
+        except BaseException as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            reason = storage_reason(exc)
+            if reason is not None:
+                raise UserError(f"cannot write {target}: {reason}") from None
+            if isinstance(exc, UserError) and str(tmp) in str(exc):  # the temporary folder is gone:
+                raise UserError(str(exc).replace(str(tmp), str(target))) from None  # name the target
+            raise
+
+
+def storage_errors(where: str | Path):
+    """A context manager turning a full disk / read-only folder (``STORAGE_ERRNOS``) inside
+    the block into one ``UserError`` line naming ``where``."""
+    return _StorageErrors(Path(where))
+
+
+class _StorageErrors(contextlib.AbstractContextManager):
+    def __init__(self, where: Path):
+        self.where = where
+
+    def __exit__(self, kind, exc, tb):
+        reason = storage_reason(exc) if exc is not None else None
+        if reason is not None:
+            raise UserError(f"cannot write {self.where}: {reason}") from None
+        return False

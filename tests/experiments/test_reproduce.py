@@ -96,6 +96,9 @@ def check_tables(root: Path) -> int:
                     assert row[keys[0]] in ("", "nan", "None") or not math.isfinite(float(row[keys[0]]))
                     continue
                 numbers = NUMBER.findall(cell)
+                if len(numbers) == 1 < len(keys):  # an undefined error or interval is left out of the cell
+                    assert all(row[k] in ("", "nan", "None") for k in keys[1:]), (cell, keys)
+                    keys = keys[:1]
                 assert len(numbers) == len(keys), (cell, keys)
                 for printed, k in zip(numbers, keys):
                     assert close(printed, row[k], scale), f"{source} {cells[0]} {k}: printed {printed}, file {row[k]}"
@@ -199,10 +202,13 @@ def test_unknown_experiment_or_scale():
 
 
 def test_the_cli_lists_every_recipe_and_scale():
-    from sameloss.experiments import EXPERIMENTS, SCALE_NAMES, all_recipes
+    from sameloss import registry
+    from sameloss.experiments import SCALE_NAMES, experiments
 
-    assert list(EXPERIMENTS) == list(all_recipes())
-    for name, recipe in all_recipes().items():
+    assert set(experiments()) == {"steps", "sizes", "algorithms", "figure1", "isoloss", "text", "theory", "dyck"}
+    for name in experiments():
+        recipe = registry.recipe(name)
+        assert experiments()[name] == recipe.SUMMARY, name  # read from the file as the module says
         assert set(recipe.PRESETS) == set(SCALE_NAMES), name
         doc = recipe.__doc__
         assert "sameloss reproduce" in doc and "Runtime" in doc and "Expected result" in doc, name

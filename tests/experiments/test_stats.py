@@ -211,3 +211,53 @@ def test_covariate_adjusted_mean_is_scipys_intercept_with_its_t_interval():
     # a covariate that is 0 everywhere but one pair leaves the other pairs' mean
     assert stats.covariate_adjusted_mean([1.0, 2.0, 3.0, 10.0], [0, 0, 0, 1]).estimate == pytest.approx(2.0)
     assert math.isnan(stats.covariate_adjusted_mean([1.0, 2.0, 3.0], [0.5, 0.5, 0.5]).estimate)
+
+
+def test_ols_slope_and_interval_match_scipy():
+    from scipy.stats import linregress, t
+
+    rng = np.random.default_rng(0)
+    x = np.linspace(0, 3, 7)
+    y = 2.0 - 1.5 * x + rng.normal(0, 0.3, x.size)
+    iv = stats.ols_slope(list(x), list(y))
+    ref = linregress(x, y)
+    half = t.ppf(0.975, x.size - 2) * ref.stderr
+    assert iv.estimate == pytest.approx(ref.slope, rel=1e-12)
+    assert (iv.low, iv.high) == pytest.approx((ref.slope - half, ref.slope + half), rel=1e-10)
+    assert np.isnan(stats.ols_slope([0.0, 1.0], [1.0, 2.0]).estimate)  # two points: no interval
+    assert np.isnan(stats.ols_slope([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]).estimate)  # constant x
+
+
+def test_differences_without_spread_are_degenerate_not_detected():
+    # all seeds give the same difference (to rounding): a zero-width interval detects nothing
+    d = stats.paired_difference([-1.0416666666666587, -1.0416666666666725, -1.0416666666666667], n_boot=200)
+    assert d.degenerate and math.isnan(d.t_low) and math.isnan(d.mde) and math.isnan(d.p_value)
+    assert d.mean == pytest.approx(-1.0416666666666667)
+    assert stats.power_verdict(d, +1) == stats.power_verdict(d, -1) == stats.DEGENERATE
+    zero = stats.paired_difference([0.0, 0.0, 0.0], n_boot=200)
+    assert zero.degenerate and stats.power_verdict(zero, +1) == stats.DEGENERATE
+    # a real spread, however small against the mean, is tested
+    small = stats.paired_difference([1.0, 1.0 + 1e-6, 1.0 - 1e-6], n_boot=200)
+    assert not small.degenerate and stats.power_verdict(small, +1) == stats.DETECTED
+
+
+def test_interval_power_reads_the_standard_error_off_the_interval():
+    from scipy.stats import t
+
+    df = 9
+    se = 0.5
+    half = t.ppf(0.975, df) * se
+    verdict, mde = stats.interval_power(stats.Interval(2.0, 2.0 - half, 2.0 + half), df, +1)
+    assert verdict == stats.DETECTED
+    assert mde == pytest.approx((t.ppf(0.975, df) + t.ppf(0.8, df)) * se, rel=1e-12)
+    assert stats.interval_power(stats.Interval(2.0, 2.0 - half, 2.0 + half), df, -1)[0] == stats.DETECTED_AGAINST
+    assert stats.interval_power(stats.Interval(0.1, -0.5, 0.7), df, -1)[0] == stats.NONE_LARGER
+
+
+def test_combined_t_test_is_fishers_method():
+    from scipy.stats import combine_pvalues, t
+
+    z = [0.3, -1.2, 2.5, 0.0]
+    pvalues, pooled = stats.combined_t_test(z, 7)
+    assert pvalues == pytest.approx([2 * t.sf(abs(v), 7) for v in z], rel=1e-12)
+    assert pooled == pytest.approx(combine_pvalues(pvalues, method="fisher").pvalue, rel=1e-10)

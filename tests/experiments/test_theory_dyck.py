@@ -7,7 +7,6 @@ import csv
 import json
 import re
 
-import numpy as np
 import pytest
 from experiments.test_reproduce import check_tables, run_cli
 
@@ -58,18 +57,21 @@ def test_theory_smoke_end_to_end(tmp_path):
         assert float(r["x"]) == pytest.approx(float(r["lr"]) * int(r["step"]) / int(r["batch_size"]))
     starts = {r["trace_fisher"] for r in sgd if r["step"] == "0"}
     assert len(starts) == 1  # every continuation starts from the same converged model
-    # a continuation's checkpoint records plain SGD without dropout, and where it started
+    # a continuation is a run forked from the converged checkpoint: plain SGD without dropout,
+    # its own steps from 0 and fresh optimiser state
     c = p.sgd.runs[0]
-    meta = json.loads((root / "continued" / c.name / "checkpoints" / "step_0000010" / "meta.json").read_text())
+    meta = json.loads((root / "runs" / c.name / "checkpoints" / "step_0000010" / "meta.json").read_text())
     cfg = meta["config"]
     assert (cfg["optim"]["name"], cfg["optim"]["lr"], cfg["optim"]["momentum"], cfg["model"]["dropout"],
             cfg["batch_size"]) == ("sgd", c.lr, 0.0, 0.0, c.batch_size)
-    assert meta["continued_from"].endswith("step_0000030")
+    assert cfg["init_from"].endswith("step_0000030")
+    assert (cfg["init_step"], cfg["init_optimizer"], cfg["seed"]) == ("restart", False, theory.CONTINUATION_SEED)
     assert "KL" in report and "Kendall τ" in report
 
     # a second call trains and measures nothing again
     run_cli(["theory", "--scale", "smoke", "--out", str(tmp_path), "--no-progress"])
-    assert "1 runs (1 reused from an earlier call), 0 rows measured" in (root / "report.md").read_text()
+    n = 1 + len(p.sgd.runs)
+    assert f"{n} runs ({n} reused from an earlier call), 0 rows measured" in (root / "report.md").read_text()
 
 
 def test_dyck_smoke_end_to_end(tmp_path):
@@ -115,25 +117,11 @@ def test_figure1_keeps_the_transformers_only():
     assert sizes.PRESETS["tiny"].lstms and sizes.PRESETS["paper"].lstm_use == ("hmm",)
 
 
-def test_ols_slope_and_interval_match_scipy():
-    from scipy.stats import linregress, t
-
-    rng = np.random.default_rng(0)
-    x = np.linspace(0, 3, 7)
-    y = 2.0 - 1.5 * x + rng.normal(0, 0.3, x.size)
-    iv = theory._ols_slope(list(x), list(y))
-    ref = linregress(x, y)
-    half = t.ppf(0.975, x.size - 2) * ref.stderr
-    assert iv.estimate == pytest.approx(ref.slope, rel=1e-12)
-    assert (iv.low, iv.high) == pytest.approx((ref.slope - half, ref.slope + half), rel=1e-10)
-    assert np.isnan(theory._ols_slope([0.0, 1.0], [1.0, 2.0]).estimate)  # two points: no interval
-
-
 def test_presets_are_checked():
     with pytest.raises(ValueError, match="at least 2 batches"):
         theory.LemmaSettings(steps=10, checkpoints=(10,), kl_sentences=8, fisher_contexts=8, fisher_labels=1,
                              hessian_batches=1, hessian_sentences=8, hessian_probes=1)
     with pytest.raises(ValueError, match="draws"):
-        dyck.Downstream(n_train=(8, 64), draws=4, pool=32, n_test=8)
+        dyck.downstream((8, 64), draws=4, pool=32, n_test=8)
     with pytest.raises(ValueError, match="unknown LSTM size"):
         sizes.LSTMRun("x", "h3-l1", steps=1)

@@ -18,6 +18,7 @@ pytest.importorskip("tokenizers")
 from sameloss.cli import main  # noqa: E402
 from sameloss.hf.adapter import load_hf_folder  # noqa: E402
 from sameloss.hf.export import check_exportable  # noqa: E402
+from sameloss.hf.vocab import UNK_LOGIT  # noqa: E402
 from sameloss.languages import make_language  # noqa: E402
 from sameloss.measures.curvature import trace_fisher  # noqa: E402
 from sameloss.models import build_model  # noqa: E402
@@ -79,7 +80,9 @@ def test_export_round_trip_through_transformers_alone(exported, checkpoint, tmp_
     with torch.no_grad():
         ours = model(tokens[:, :width])
     real = tokens[:, :width] != language.pad_id
-    torch.testing.assert_close(theirs["logits"][real], ours[real], rtol=0, atol=1e-5)
+    V = language.vocab_size  # then the tokenizer's [UNK], after the language's ids: never predicted
+    assert theirs["logits"].shape[-1] == V + 1 and bool((theirs["logits"][..., V] == UNK_LOGIT).all())
+    torch.testing.assert_close(theirs["logits"][real][:, :V], ours[real], rtol=0, atol=1e-5)
 
 
 def test_adapter_of_an_exported_folder_is_the_checkpoints_function(exported, checkpoint):
@@ -95,13 +98,16 @@ def test_adapter_of_an_exported_folder_is_the_checkpoints_function(exported, che
     assert adapter.d_features == model.d_features and adapter.config.pad_id == language.pad_id
 
 
-def test_fisher_trace_and_loss_through_the_folder_equal_the_checkpoints(exported, capsys):
+def test_fisher_trace_and_loss_through_the_folder_equal_the_checkpoints(exported, checkpoint, capsys):
     """Same seed, same contexts and labels: the trace over the parameters both have is
     the checkpoint's; BERT's extra token-type embedding only adds to it."""
     folder, row = exported
     assert main(["measure", str(folder), "--loss", *TRACE, "--params", NO_TOKEN_TYPE, "--json", "--no-progress"]) == 0
     (hf_row,) = rows_of(capsys)
-    assert hf_row["n_params_measured"] == int(row["n_params_measured"])
+    d_model = load_checkpoint(checkpoint).model.config.d_model
+    # and the [UNK] row: its embedding and output bias (both with zero gradient: never seen,
+    # never predicted, so the trace is the same)
+    assert hf_row["n_params_measured"] == int(row["n_params_measured"]) + d_model + 1
     assert hf_row["trace_fisher"] == pytest.approx(float(row["trace_fisher"]), rel=1e-5)
     for key in ("loss", "kl", "entropy"):  # the language comes from the folder's sameloss.toml
         assert hf_row[key] == pytest.approx(float(row[key]), rel=1e-6, abs=1e-9)

@@ -12,7 +12,7 @@ import torch
 from sameloss.cli import main
 from sameloss.errors import UserError
 from sameloss.languages.lm_generated import CausalLM
-from sameloss.languages.lm_train import load_pool
+from sameloss.languages.lm_generated import load_pool
 from sameloss.training.data import global_batch
 
 pytest.importorskip("transformers")

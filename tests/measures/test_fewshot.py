@@ -3,6 +3,7 @@ the folded standardisation."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from sameloss.measures import fewshot
@@ -68,3 +69,67 @@ def test_accuracies_with_the_folded_standardisation_equal_explicit_ones():
     assert min(acc) > 0.6  # the toy classes are separable enough
     acc_adamw, g = fewshot.fewshot_accuracies(pool_x, pool_y, test_x, test_y, 3, subsets, method="adamw", epochs=30)
     assert len(acc_adamw) == 3 and g != g  # nan: no convex objective
+
+
+# ---- views, designs and the measures built on them ------------------------------------------
+def test_views_pick_positions_spans_and_pools():
+    h = torch.arange(2 * 4 * 3, dtype=torch.float32).reshape(2, 4, 3)  # [n, T, d]
+    assert torch.equal(fewshot.View((2,))(h), h[:, 2])
+    assert torch.equal(fewshot.View((1, 2))(h), torch.cat([h[:, 1], h[:, 2]], dim=1))  # a span, side by side
+    assert torch.equal(fewshot.View((1, 2), pool="mean")(h), (h[:, 1] + h[:, 2]) / 2)  # a span, averaged
+    assert torch.equal(fewshot.View()(h), h.reshape(2, 12))
+    assert torch.equal(fewshot.View(pool="mean")(h), h.mean(dim=1))
+    with pytest.raises(ValueError, match="outside sentences"):
+        fewshot.View((4,))(h)
+    with pytest.raises(ValueError, match="pooling"):
+        fewshot.View(pool="max")
+
+
+def design(**kw):
+    base = dict(task="t", views=(("pos", fewshot.View((1,))), ("span", fewshot.View((0, 1)))), sizes=(8, 16),
+                subsets=(3, 2), pool=40, test=30, endpoints=(("pos", "lbfgs"), ("span", "adamw")), epochs=3)
+    return fewshot.FewShot(**{**base, **kw})
+
+
+def test_fewshot_probes_are_the_heads_of_each_view():
+    g = torch.Generator().manual_seed(0)
+    y = torch.randint(0, 3, (70,), generator=g)
+    h = torch.randn(70, 3, 4, generator=g) + y[:, None, None].float()
+    d = design()
+    out = fewshot.fewshot_probes(h[:40], h[40:], y[:40], y[40:], 3, d)
+    assert d.columns() == ["pos_lbfgs_n8", "pos_lbfgs_n16", "span_adamw_n8", "span_adamw_n16"]
+    for key in d.columns():
+        assert len(out[f"{key}_subsets"]) == dict(zip(d.sizes, d.subsets))[int(key.split("_n")[1])]
+        assert out[key] == pytest.approx(sum(out[f"{key}_subsets"]) / len(out[f"{key}_subsets"]))
+    acc, grad = fewshot.fewshot_accuracies(h[:40, 0:2].reshape(40, -1), y[:40], h[40:, 0:2].reshape(30, -1),
+                                           y[40:], 3, fewshot.subset_indices(40, 16, 2, 0), "adamw", epochs=3)
+    assert out["span_adamw_n16_subsets"] == acc
+    assert out["pos_lbfgs_n8_grad"] < 1e-5 and "span_adamw_n8_grad" not in out
+    with pytest.raises(ValueError, match="unknown view"):
+        design(endpoints=(("nope", "lbfgs"),))
+    with pytest.raises(ValueError, match="within the pool"):
+        design(sizes=(8, 50))
+
+
+def test_count_regression_is_the_minimum_norm_least_squares_head():
+    g = torch.Generator().manual_seed(1)
+    C = 5  # classes 0..4: the count g = 2c - 4
+    c = torch.randint(0, C, (90,), generator=g)
+    h = torch.randn(90, 2, 3, generator=g, dtype=torch.float64)
+    h[:, 0, 0] += c.double()  # the count is (noisily) linear in the first position
+    d = fewshot.CountRegression("t", (4, 20), draws=3, pool=50, n_test=40, views=(("first", fewshot.View((0,))),))
+    out = fewshot.count_regression(h[:50], h[50:], c[:50], c[50:], C, d, torch.Generator().manual_seed(7))
+    # the same draws by hand
+    gen = torch.Generator().manual_seed(7)
+    for n in (4, 20):
+        mses = []
+        for _ in range(3):
+            idx = torch.randperm(50, generator=gen)[:n]
+            x = torch.cat([h[idx, 0], torch.ones(n, 1, dtype=torch.float64)], 1)
+            w = torch.linalg.lstsq(x, (2 * c[idx] - 4).double()[:, None], driver="gelsd").solution \
+                if n > 4 else torch.linalg.pinv(x) @ (2 * c[idx] - 4).double()[:, None]
+            pred = torch.cat([h[50:, 0], torch.ones(40, 1, dtype=torch.float64)], 1) @ w
+            mses.append(float((pred[:, 0] - (2 * c[50:] - 4).double()).square().mean()))
+        assert out[f"down_mse_first_{n}"] == pytest.approx(sum(mses) / 3, rel=1e-6)
+    assert out["down_mse_first_20"] < out["target_variance"]  # enough examples beat the mean
+    assert out["target_variance"] == pytest.approx(float((2 * c[50:] - 4).double().var()))

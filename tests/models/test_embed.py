@@ -25,7 +25,7 @@ from sameloss.models.embed import (
 )
 from sameloss.models.transformer import TransformerConfig, TransformerMLM
 from sameloss.training import PretrainConfig, load_checkpoint
-from sameloss.training.embedding import embed_checkpoint
+from sameloss.training.embed_io import embed_checkpoint
 from sameloss.training import checkpoint as ckpt
 from sameloss.training.runio import build_language, init_model
 

@@ -127,3 +127,80 @@ def test_cls_pooling_reads_position_zero(setup):
     clf = Classifier(model, 2, lang.pad_id, lang.max_len, pooling="cls")
     tokens = lang.split_batch("heldout", 3).tokens
     assert torch.equal(clf.pooled(tokens), model.features(tokens)[:, 0])
+
+
+# ---- issue 20: encodings, hazards, --task-size -------------------------------------------------
+def test_a_header_behind_a_byte_order_mark_is_read(tmp_path):
+    p = tmp_path / "bom.tsv"
+    p.write_bytes("\ufeffsentence\tlabel\ngood film\t1\nbad film\t0\n".encode("utf-8"))
+    assert read_glue_tsv(p, "sst2") == ([("good film",), ("bad film",)], [1, 0])
+
+
+@pytest.mark.parametrize("data, message", [
+    ("sentence\tlabel\ncafé\t1\n".encode("latin-1"), "is not UTF-8 text (byte 0xe9"),
+    (b"sentence\tlabel\n\x00\x01\x02\t1\n", "looks binary"),
+], ids=["latin1", "binary"])
+def test_a_tsv_in_another_encoding_or_binary_is_one_line(data, message, setup, tmp_path, capsys):
+    (tmp_path / "train.tsv").write_bytes(data)
+    (tmp_path / "dev.tsv").write_text("sentence\tlabel\ngood\t1\n")
+    with pytest.raises(UserError, match=message.replace("(", r"\(")):
+        read_glue_tsv(tmp_path / "train.tsv", "sst2")
+    root, _ = setup
+    assert main(["measure", str(root / "run"), "--finetune", f"glue:sst2={tmp_path}", "--no-progress",
+                 "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message.split(" (")[0] in err
+
+
+def test_a_huge_label_is_refused_with_the_memory_it_would_take(tmp_path):
+    p = tmp_path / "train.tsv"
+    p.write_text("sentence\tlabel\ngood\t1\nbad\t1000000000\n")
+    with pytest.raises(UserError) as err:
+        read_glue_tsv(p, "sst2")
+    msg = str(err.value)
+    assert "train.tsv:3: label 1000000000" in msg and "8 GB" in msg and "at most 1000 classes" in msg
+
+
+def test_stratified_sample_keeps_each_class_in_proportion():
+    import numpy as np
+
+    from sameloss.measures.glue import stratified_sample
+    labels = np.array([0] * 60 + [1] * 30 + [2] * 10)
+    rng = np.random.default_rng(0)
+    picked = stratified_sample(labels, 20, rng)
+    assert len(set(picked.tolist())) == 20 and np.bincount(labels[picked]).tolist() == [12, 6, 2]
+    picked = stratified_sample(labels, 7, np.random.default_rng(1))  # quotas 4.2, 2.1, 0.7: largest remainder
+    assert np.bincount(labels[picked], minlength=3).tolist() == [4, 2, 1]
+    again = stratified_sample(labels, 7, np.random.default_rng(1))
+    assert picked.tolist() == again.tolist()
+
+
+def test_task_size_is_honoured_for_glue(setup, monkeypatch, capsys):
+    root, toy = setup
+    lang = Corpus(root / "corpus")
+    whole = glue_task_data(lang, f"glue:sst2={toy['sst2']}")
+    assert (len(whole.train), len(whole.validation), len(whole.test)) == (216, 24, 60)
+    same = glue_task_data(lang, f"glue:sst2={toy['sst2']}", n_train=2000, n_validation=500)  # fewer rows: all
+    assert torch.equal(same.train.tokens, whole.train.tokens) and torch.equal(same.train.labels, whole.train.labels)
+    small = glue_task_data(lang, f"glue:sst2={toy['sst2']}", n_train=40, n_validation=10)
+    assert (len(small.train), len(small.validation), len(small.test)) == (40, 10, 60)
+    share = float(whole.train.labels.double().mean())
+    assert abs(float(small.train.labels.double().mean()) - share) <= 1 / 40 + 0.05
+    # every kept row is one of the file's, and train and validation do not overlap
+    rows = {tuple(t) for t in torch.cat([whole.train.tokens, whole.validation.tokens]).tolist()}
+    kept = [tuple(t) for t in torch.cat([small.train.tokens, small.validation.tokens]).tolist()]
+    assert set(kept) <= rows
+    # measure --task-size N reaches the GLUE task (it was ignored)
+    from sameloss.measures import run as measure_run
+    sizes = []
+    real = measure_run.glue_task_data
+
+    def spy(*args, **kwargs):
+        data = real(*args, **kwargs)
+        sizes.append((len(data.train), len(data.validation)))
+        return data
+
+    monkeypatch.setattr(measure_run, "glue_task_data", spy)
+    assert main(["measure", str(root / "run"), "--probe", f"glue:sst2={toy['sst2']}", "--task-size", "40",
+                 "--seeds", "1", "--no-progress", "--device", "cpu", "--json"]) == 0
+    assert sizes == [(40, 10)]

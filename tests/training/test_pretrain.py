@@ -174,7 +174,11 @@ def test_bad_config_values_are_one_line_errors():
         small_config(mask_rate=1.5)
 
 
-def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+# the loss is read once per log line (every 3 steps) or checkpoint (every 4): a bad step 7
+# is caught before the step-8 checkpoint, a bad step 5 at the step-6 log line
+@pytest.mark.parametrize("bad_step,value", [(7, "nan"), (5, "inf")])
+def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch, bad_step,
+                                                                               value):
     from sameloss.training import loop
 
     real = loop.mlm_loss
@@ -183,12 +187,13 @@ def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(
     def poisoned(*args):
         calls["n"] += 1
         loss, summed = real(*args)
-        if calls["n"] == 7:
-            return loss * float("nan"), summed * float("nan")
+        if calls["n"] == bad_step:
+            return loss * float(value), summed * float(value)
         return loss, summed
 
     monkeypatch.setattr(loop, "mlm_loss", poisoned)
-    with pytest.raises(loop.TrainingDiverged, match=r"became nan at step 7; the last good checkpoint is .*step_0000004"):
+    with pytest.raises(loop.TrainingDiverged,
+                       match=rf"became {value} at step {bad_step}; the last good checkpoint is .*step_0000004"):
         pretrain(small_config(), tmp_path / "r", progress=False)
     assert [p.name for p in complete_checkpoints(tmp_path / "r")] == ["step_0000004"]
 

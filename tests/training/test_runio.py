@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
 import torch
 
 import sameloss
@@ -70,3 +71,47 @@ def test_imports_flow_one_way_through_the_layers():
             for imported in _imported_layers(path) & later:
                 wrong.append(f"{path.relative_to(PACKAGE)} imports {imported}")
     assert wrong == []
+
+
+def test_metrics_are_read_through_runio(tmp_path):
+    from sameloss.errors import UserError
+
+    runio.append_metrics(tmp_path, {"step": 10, "train_loss": 1.5})
+    runio.append_metrics(tmp_path, {"step": 20, "eval": {"kl": 0.25}})
+    runio.append_metrics(tmp_path, {"step": 30, "train_loss": 1.2, "eval": {"kl": 0.125}})
+    assert [r["step"] for r in runio.read_metrics(tmp_path)] == [10, 20, 30]
+    assert runio.eval_history(tmp_path) == {20: {"kl": 0.25}, 30: {"kl": 0.125}}
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(path.read_text() + '{"step": 4')  # a kill mid-write: the unfinished line is left out
+    assert len(runio.read_metrics(tmp_path)) == 3
+    path.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
+    with pytest.raises(UserError, match=r"metrics.jsonl:2: not a metrics record"):
+        runio.read_metrics(tmp_path)
+    with pytest.raises(UserError, match="unreadable"):
+        runio.read_metrics(tmp_path / "nowhere")
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """The sameloss modules a file imports, at its top or inside functions."""
+    module = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if module[-1] == "__init__":
+        module = module[:-1] + ["__init__"]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = module[:-node.level] if node.level else []
+            name = ".".join(base + ([node.module] if node.module else []))
+            found.add(name)
+            found.update(f"{name}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return {n for n in found if n.startswith("sameloss.")}
+
+
+def test_no_two_modules_import_each_other():
+    """A circle (``lm_generated`` ↔ ``lm_train`` was one) hides which module is the base."""
+    paths = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts): p for p in PACKAGE.rglob("*.py")
+             if p.name != "__init__.py"}
+    imports = {name: _imported_modules(path) & set(paths) for name, path in paths.items()}
+    circles = sorted({tuple(sorted((a, b))) for a in imports for b in imports[a] if a in imports.get(b, ())})
+    assert circles == []

@@ -6,10 +6,11 @@ measures their checkpoints (cached), and writes ``<out>/<experiment>-<scale>/``:
 paper what this run measured and whether the direction agrees), ``results.csv`` (one
 row per model), ``runs.csv``, ``*.png`` and the run folders under ``runs/``.
 
-Recipes (``recipes/``): ``steps`` (Fig. 2/4), ``sizes`` (Fig. 3/5), ``algorithms``
-(Tables 1–2), ``figure1`` (Fig. 1: all of them together, with rank correlations),
-``isoloss`` (the decisive test: forks of one base run at matched KL, paired statistics
-with stated power).
+Recipes: one module each in ``recipes/``, found from its file (``sameloss.registry``;
+plugins add more): ``steps`` (Fig. 2/4), ``sizes`` (Fig. 3/5), ``algorithms`` (Tables
+1–2), ``figure1`` (Fig. 1: all of them together, with rank correlations), ``isoloss`` (the
+decisive test: forks of one base run at matched KL, paired statistics with stated power),
+``text`` (real text), ``theory`` (Lemma 3.2, Theorem 3.3), ``dyck`` (Theorem 5.1).
 Scales: ``smoke`` (seconds), ``tiny`` (a CPU in minutes), ``small`` and ``paper`` (GPU); a
 recipe's settings at one scale are its preset (``PRESETS[scale]``, typed: ``common.py``).
 """
@@ -22,27 +23,18 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .. import registry
 from ..errors import UserError
 
-# (kept free of heavy imports: ``sameloss --help`` builds the parser from these)
-EXPERIMENTS = {
-    "steps": "training past convergence: loss, trace of Hessian, probe accuracy per checkpoint (Fig. 2, 4)",
-    "sizes": "model sizes at the same loss, trace also in the embedded view (Fig. 3, 5)",
-    "algorithms": "AdamW, adversarial, -dropout-WD, +SAM, look-up table (Tables 1, 2)",
-    "figure1": "all of the above together: loss/trace vs accuracy, rank correlations (Fig. 1)",
-    "isoloss": "forks of one base run at matched KL, few-shot probes, paired differences with power (Fig. 1)",
-    "text": "real text: AdamW, -dropout-WD, +SAM on a corpus; held-out loss, trace, GLUE fine-tuning (Tables 1, 2)",
-    "theory": "Lemma 3.2 (Hessian vs Fisher as KL -> 0) and Theorem 3.3 (SGD lowers the trace at rate eta/B)",
-    "dyck": "Theorem 5.1 on the Dyck language: flatness of zero-loss solutions vs few-shot mismatch counting",
-}
 SCALE_NAMES = ("smoke", "tiny", "small", "paper")
 DEFAULT_EXPERIMENT = "figure1"
 DEFAULT_SCALE = "tiny"
 
 
-def all_recipes() -> dict:
-    from .recipes import RECIPES
-    return RECIPES
+def experiments() -> dict[str, str]:
+    """Every recipe's name and one-line summary (``sameloss.registry``: the files of
+    ``recipes/`` and plugins; read without importing them, so ``sameloss --help`` stays fast)."""
+    return {name: entry.summary for name, entry in registry.recipes().items()}
 
 
 def reproduce(experiment: str = DEFAULT_EXPERIMENT, scale: str = DEFAULT_SCALE, out: str | Path = "runs",
@@ -51,26 +43,27 @@ def reproduce(experiment: str = DEFAULT_EXPERIMENT, scale: str = DEFAULT_SCALE, 
     """Run one recipe at one scale; returns the path of ``report.md``."""
     from .core import Study, experiment_dir_name
 
-    recipes = all_recipes()
-    if experiment not in recipes:
-        raise UserError(f"unknown experiment {experiment!r}; choose from {', '.join(recipes)}")
-    recipe = recipes[experiment]
+    recipe = registry.recipe(experiment)
     if scale not in recipe.PRESETS:
         raise UserError(f"unknown scale {scale!r}; choose from {', '.join(recipe.PRESETS)}")
     p = recipe.PRESETS[scale]
-    root = Path(out) / experiment_dir_name(experiment, scale, seed)
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is not a folder; pass the folder to write experiments in")
+    root = out / experiment_dir_name(experiment, scale, seed)
     start = time.perf_counter()
-    study = Study(root, seed=seed, fresh=fresh, progress=progress, device=device or p.device)
-    study.log(f"reproduce {experiment} --scale {scale} (seed {seed}) in {root}")
-    result = recipe.report(study, p)
-    from .report import write_report
+    # the Study holds the experiment folder's lock for the whole call (files.folder_lock)
+    with Study(root, seed=seed, fresh=fresh, progress=progress, device=device or p.device) as study:
+        study.log(f"reproduce {experiment} --scale {scale} (seed {seed}) in {root}")
+        result = recipe.report(study, p)
+        from .report import write_report
 
-    sections = result if isinstance(result, list) else [result]
-    wall = time.perf_counter() - start
-    runs_section = _runs_section(study, sections)
-    header = _header(recipe, experiment, scale, seed, study, wall, command)
-    path = write_report(root, f"{recipe.TITLE} — scale `{scale}`", header, [runs_section, *sections])
-    study.log(f"wrote {path} ({wall:.0f} s)")
+        sections = result if isinstance(result, list) else [result]
+        wall = time.perf_counter() - start
+        runs_section = _runs_section(study, sections)
+        header = _header(recipe, experiment, scale, seed, study, wall, command)
+        path = write_report(root, f"{recipe.TITLE} — scale `{scale}`", header, [runs_section, *sections])
+        study.log(f"wrote {path} ({wall:.0f} s)")
     return path
 
 
@@ -151,5 +144,4 @@ def _runs_section(study, sections: list):
     return section
 
 
-__all__ = ["DEFAULT_EXPERIMENT", "DEFAULT_SCALE", "EXPERIMENTS", "SCALE_NAMES", "all_recipes", "reproduce",
-           "reproduce_command"]
+__all__ = ["DEFAULT_EXPERIMENT", "DEFAULT_SCALE", "SCALE_NAMES", "experiments", "reproduce", "reproduce_command"]

@@ -3,7 +3,8 @@ agrees — all computed from result rows.
 
 ``difference_claim`` compares one quantity between two models (``b - a`` with its normal
 95% interval from the two standard errors); ``trend_claim`` is a rank correlation
-(Kendall's tau) between two quantities over several models, with a bootstrap interval.
+(Kendall's tau) between two quantities over several models, with a bootstrap interval;
+``zero_claim`` checks a quantity a theorem says is 0 (it agrees when its interval holds 0).
 The verdict is ``stats.verdict``: "agrees" / "disagrees" when the interval excludes 0,
 the weak forms when only the point estimate has a side.
 """
@@ -14,7 +15,7 @@ import math
 
 from ..measures.rows import error_column, spread_of
 from .report import Claim
-from .stats import Interval, bootstrap_ci, diff_interval, kendall_tau, std_to_se, verdict
+from .stats import AGREES, DISAGREES, Interval, bootstrap_ci, diff_interval, kendall_tau, std_to_se, verdict
 
 
 def fmt(v: float | None, spec: str = ".3g") -> str:
@@ -67,3 +68,13 @@ def trend_claim(paper: str, what: str, x: list[float], y: list[float], expected_
     measured = (f"{what}: Kendall τ = {fmt(iv.estimate)} over {iv.n} points, 95% bootstrap interval "
                 f"[{fmt(iv.low)}, {fmt(iv.high)}].")
     return Claim(paper, measured, verdict(iv, expected_sign)), iv
+
+
+def zero_claim(paper: str, what: str, value: float, se: float) -> Claim:
+    """A quantity the theory says is 0: agrees when its 95% interval contains 0."""
+    iv = diff_interval(0.0, 0.0, value, se)
+    inside = iv.low <= 0 <= iv.high
+    measured = (f"{what}: {fmt(value)} ± {fmt(se, '.2g')} (SE), 95% interval [{fmt(iv.low)}, {fmt(iv.high)}]"
+                f"{' contains' if inside else ' excludes'} 0.")
+    return Claim(paper + " [an equality: \"agrees\" = the interval contains 0]", measured,
+                 AGREES if inside else DISAGREES)

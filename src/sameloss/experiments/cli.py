@@ -14,10 +14,10 @@ from ..threads import add_threads_argument
 
 
 def _epilog() -> str:
-    from . import EXPERIMENTS
+    from . import experiments
 
     lines = ["experiments:"]
-    for name, what in EXPERIMENTS.items():
+    for name, what in experiments().items():
         lines.append(f"  {name:<11} {what}")
     lines += ["", "scales: smoke (the pipeline in seconds), tiny (a 2-core CPU in minutes), small and paper (GPU; "
               "runtimes in each recipe's docstring: src/sameloss/experiments/recipes/<experiment>.py)"]
@@ -32,7 +32,9 @@ class _DeprecatedScale(argparse.Action):
 
 def add_reproduce_parser(commands) -> argparse.ArgumentParser:
     """Add ``reproduce`` to the ``sameloss`` sub-command parsers ``commands``."""
-    from . import DEFAULT_EXPERIMENT, DEFAULT_SCALE, EXPERIMENTS, SCALE_NAMES
+    from . import DEFAULT_EXPERIMENT, DEFAULT_SCALE, SCALE_NAMES, experiments
+
+    names = list(experiments())
 
     reproduce = commands.add_parser(
         "reproduce", help="reproduce a result of the paper end to end: train, measure, report",
@@ -42,8 +44,8 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
                     "of the paper holds in this run), results.csv, figures and every run's folder. Without an "
                     "experiment: figure1 --scale tiny (about 15 minutes on a 2-core CPU).",
         epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    reproduce.add_argument("experiment", nargs="?", default=DEFAULT_EXPERIMENT, choices=list(EXPERIMENTS),
-                           metavar="EXPERIMENT", help=f"one of {', '.join(EXPERIMENTS)} (default {DEFAULT_EXPERIMENT})")
+    reproduce.add_argument("experiment", nargs="?", default=DEFAULT_EXPERIMENT, choices=names,
+                           metavar="EXPERIMENT", help=f"one of {', '.join(names)} (default {DEFAULT_EXPERIMENT})")
     reproduce.add_argument("--scale", default=DEFAULT_SCALE, choices=list(SCALE_NAMES),
                            help=f"how big: {', '.join(SCALE_NAMES)} (default {DEFAULT_SCALE})")
     # the old name of --scale, kept so that earlier commands still work
@@ -53,7 +55,8 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
     reproduce.add_argument("--seed", type=int, default=0,
                            help="seed of every run and measure (default 0; other seeds get their own folder)")
     reproduce.add_argument("--fresh", action="store_true",
-                           help="delete the experiment's folder first and redo everything")
+                           help="delete the experiment's folder first and redo everything (only when all it "
+                                "holds is what sameloss wrote: a user's file there is named and nothing is deleted)")
     reproduce.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
                            help="where to train and measure (default: the preset's; auto = CUDA when present)")
     reproduce.add_argument("--no-progress", action="store_true", help="no progress bars")

@@ -39,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ..languages import LANGUAGES
+from .. import registry
 from ..measures.run import MeasureSpec
 from ..models.sizes import TRANSFORMER_SIZES
 from . import SCALE_NAMES
@@ -51,11 +51,6 @@ from .report import Column
 def _check(ok: bool, what: str) -> None:
     if not ok:
         raise ValueError(what)
-
-
-def _language_sizes(language: str) -> tuple[str, ...]:
-    import importlib
-    return tuple(importlib.import_module(f"sameloss.languages.{language}").PRESETS)
 
 
 def _check_checkpoints(checkpoints: tuple[int, ...], steps: int, what: str) -> None:
@@ -152,7 +147,8 @@ class Common:
     def __post_init__(self):
         _check(self.device in ("auto", "cpu", "cuda"), f"unknown device {self.device!r}")
         for language, size in self.languages.items():
-            _check(language in LANGUAGES and size in _language_sizes(language), f"unknown {language} size {size!r}")
+            known = registry.languages()
+            _check(language in known and size in known[language].sizes, f"unknown {language} size {size!r}")
         _check(set(self.tasks) <= set(self.languages), "tasks of a language that is not in languages")
         _check(self.kl_tolerance > 0, "kl_tolerance must be positive")
 

@@ -149,8 +149,20 @@ def _legend_below(fig, handles: list, labels: list[str]) -> None:
 
 
 def _save(fig, path: Path) -> Path:
-    fig.savefig(path, dpi=110, bbox_inches="tight")  # "tight": the canvas grows to hold the legend
+    """The figure as a PNG, written atomically (a full disk: one ``UserError`` line, no
+    half-written image) and noted in the experiment folder's marker."""
+    import io
+
+    from .. import files
+    from .folder import record_output
+
+    path = Path(path)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")  # "tight": the canvas grows to hold the legend
     _plt().close(fig)
+    with files.storage_errors(path):
+        record_output(path)
+        files.atomic_write_bytes(path, buffer.getvalue())
     return path
 
 

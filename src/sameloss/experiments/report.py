@@ -15,10 +15,13 @@ written in advance.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ..files import atomic_write_text, atomic_writer
 
 MISSING = "–"
 
@@ -168,14 +171,27 @@ def merge_rows(rows: list[dict], key: str = "model") -> list[dict]:
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
+    """``rows`` as a CSV file, written atomically (a full disk: one ``UserError`` line,
+    the old file intact) and noted in the experiment folder's marker (``folder.py``)."""
     columns = list(dict.fromkeys(k for row in rows for k in row))
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="") as f:
+    path = Path(path)
+    with _output(path), atomic_writer(path, newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         for row in rows:
             writer.writerow({k: _csv_value(row.get(k)) for k in columns})
-    tmp.replace(path)
+
+
+@contextlib.contextmanager
+def _output(path: Path):
+    """A file of the experiment folder being written: noted in its marker first (a file
+    sameloss wrote is never taken for a user's, ``folder.py``); a full disk is one line."""
+    from .. import files
+    from .folder import record_output
+
+    with files.storage_errors(path):
+        record_output(path)
+        yield
 
 
 def _csv_value(v):
@@ -188,11 +204,6 @@ def _csv_value(v):
     return v
 
 
-def read_csv(path: Path) -> list[dict]:
-    with Path(path).open(newline="") as f:
-        return list(csv.DictReader(f))
-
-
 def write_report(root: Path, title: str, header: list[str], sections: list[Section]) -> Path:
     """``results.csv`` (the model rows of every section, merged by model), the other CSV
     files, and ``report.md``."""
@@ -203,7 +214,6 @@ def write_report(root: Path, title: str, header: list[str], sections: list[Secti
             write_csv(file_rows, root / name)
     text = "\n\n".join([f"# {title}", *header, *(s.markdown() for s in sections)]) + "\n"
     path = root / "report.md"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    with _output(path):
+        atomic_write_text(path, text)
     return path

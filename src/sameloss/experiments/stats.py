@@ -1,4 +1,5 @@
-"""Rank correlations, bootstrap intervals and the verdict of a claim — plain numpy.
+"""Rank correlations, bootstrap intervals and the verdict of a claim (numpy; Student's t
+from ``scipy.stats``).
 
 * ``rankdata(x)``: ranks 1..n, ties get the average of the ranks they span;
 * ``spearman_rho(x, y)``: Pearson correlation of the (average) ranks;
@@ -12,12 +13,14 @@
 * ``verdict``: does a measured effect agree in direction with a claim, and does its
   interval exclude zero.
 
-Power (the ``isoloss`` study): ``t_cdf`` / ``t_quantile`` (Student's t through the
-regularised incomplete beta function; no scipy), ``paired_difference`` (mean of paired
-differences with t and bootstrap intervals, p value and ``minimum_detectable_effect`` at 80 %
-power), ``power_verdict`` (detected in the paper's direction / against it / none larger than
-MDE), ``fixed_effects_ols`` and ``cluster_bootstrap_ols`` (within-group slopes, whole groups
-resampled).
+Power (the ``isoloss`` study): ``t_cdf`` / ``t_quantile`` (``scipy.stats.t``),
+``paired_difference`` (mean of paired differences with t and bootstrap intervals, p value and
+``minimum_detectable_effect`` at 80 % power; ``degenerate`` when the differences have no
+spread), ``power_verdict`` (detected in the paper's direction / against it / none larger
+than MDE / degenerate), ``interval_power`` (the same verdict and the MDE of any estimate
+with a 95 % interval, e.g. a bootstrap slope), ``ols_slope`` (a least-squares slope with
+its t interval), ``combined_t_test`` (t tests against 0 and Fisher's combination), ``fixed_effects_ols`` and ``cluster_bootstrap_ols`` (within-group slopes,
+whole groups resampled).
 
 ``nan`` is returned where a statistic is undefined (fewer than 2 points, or a constant
 variable), never an exception.
@@ -30,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import t as student_t
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
@@ -183,72 +187,18 @@ def verdict(interval: Interval, expected_sign: int) -> str:
 
 
 # ---- power: Student's t, paired differences, minimum detectable effects ----------------------
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz; Numerical Recipes
-    §6.4), converged to double precision."""
-    tiny = 1e-300
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 10_000):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < 1e-15:
-            break
-    return h
-
-
-def incomplete_beta(a: float, b: float, x: float) -> float:
-    """The regularised incomplete beta function ``I_x(a, b)``."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    if x < (a + 1.0) / (a + b + 2.0):
-        return math.exp(log_front) * _betacf(a, b, x) / a
-    return 1.0 - math.exp(log_front) * _betacf(b, a, 1.0 - x) / b
-
-
 def t_cdf(t: float, df: float) -> float:
-    """``P(T <= t)`` for Student's t with ``df`` degrees of freedom."""
+    """``P(T <= t)`` for Student's t with ``df`` degrees of freedom (``scipy.stats.t``)."""
     if df <= 0:
         raise ValueError("df must be positive")
-    tail = 0.5 * incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
-    return 1.0 - tail if t > 0 else tail
+    return float(student_t.cdf(t, df))
 
 
 def t_quantile(p: float, df: float) -> float:
-    """The ``p`` quantile of Student's t (bisection on ``t_cdf`` to ~1e-12)."""
+    """The ``p`` quantile of Student's t (``scipy.stats.t``)."""
     if not 0.0 < p < 1.0:
         raise ValueError("p must lie in (0, 1)")
-    if p < 0.5:
-        return -t_quantile(1.0 - p, df)
-    lo, hi = 0.0, 1.0
-    while t_cdf(hi, df) < p:
-        hi *= 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if t_cdf(mid, df) < p:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-13 * max(1.0, hi):
-            break
-    return 0.5 * (lo + hi)
+    return float(student_t.ppf(p, df))
 
 
 def minimum_detectable_effect(sd: float, n: int, level: float = 0.95, power: float = 0.8) -> float:
@@ -265,7 +215,8 @@ def minimum_detectable_effect(sd: float, n: int, level: float = 0.95, power: flo
 class PairedDifference:
     """Mean of paired differences (e.g. recipe − reference, one per seed) with its t and
     percentile-bootstrap intervals, the two-sided t-test p value and the minimum
-    detectable effect at ``power``."""
+    detectable effect at ``power``. ``degenerate``: the differences have no spread (all
+    equal to rounding), so the t interval, p value and MDE are undefined (``nan``)."""
 
     n: int
     mean: float
@@ -278,6 +229,12 @@ class PairedDifference:
     mde: float
     level: float = 0.95
     power: float = 0.8
+    degenerate: bool = False
+
+
+# differences whose standard deviation is below this fraction of their size are all equal
+# up to rounding (e.g. the same accuracy difference on every seed): no spread to test against
+DEGENERATE_SPREAD = 1e-9
 
 
 def paired_difference(diffs: Sequence[float], level: float = 0.95, power: float = 0.8, n_boot: int = 2000,
@@ -285,17 +242,16 @@ def paired_difference(diffs: Sequence[float], level: float = 0.95, power: float 
     d = np.asarray(diffs, dtype=float)
     n = d.size
     mean = float(d.mean()) if n else float("nan")
+    nan = float("nan")
     if n < 2:
-        nan = float("nan")
         return PairedDifference(n, mean, nan, nan, nan, nan, nan, nan, nan, level, power)
     sd = float(d.std(ddof=1))
+    boot = bootstrap_ci(np.mean, d, n_boot=n_boot, level=level, seed=seed)
+    if sd <= DEGENERATE_SPREAD * float(np.abs(d).max()):
+        return PairedDifference(n, mean, sd, nan, nan, boot.low, boot.high, nan, nan, level, power, True)
     se = sd / math.sqrt(n)
     half = t_quantile(0.5 + level / 2, n - 1) * se
-    if se > 0:
-        p = 2.0 * (1.0 - t_cdf(abs(mean) / se, n - 1))
-    else:
-        p = 1.0 if mean == 0 else 0.0
-    boot = bootstrap_ci(np.mean, d, n_boot=n_boot, level=level, seed=seed)
+    p = 2.0 * float(student_t.sf(abs(mean) / se, n - 1))
     return PairedDifference(n, mean, sd, mean - half, mean + half, boot.low, boot.high, p,
                             minimum_detectable_effect(sd, n, level, power), level, power)
 
@@ -303,17 +259,63 @@ def paired_difference(diffs: Sequence[float], level: float = 0.95, power: float 
 DETECTED = "detected in the paper's direction"
 DETECTED_AGAINST = "detected against it"
 NONE_LARGER = "none larger than MDE"
+DEGENERATE = "degenerate: the differences have no spread, nothing to test"
+
+
+def _detection(low: float, high: float, expected_sign: int) -> str:
+    if expected_sign not in (1, -1):
+        raise ValueError("expected_sign must be +1 or -1")
+    if not (math.isfinite(low) and math.isfinite(high)) or low <= 0 <= high:
+        return NONE_LARGER
+    return DETECTED if (low > 0) == (expected_sign > 0) else DETECTED_AGAINST
 
 
 def power_verdict(diff: PairedDifference, expected_sign: int) -> str:
     """``detected in the paper's direction`` / ``detected against it`` when the t interval
     excludes 0 on that side, else ``none larger than MDE`` (the design's MDE says how large
-    an effect it would have seen)."""
-    if expected_sign not in (1, -1):
-        raise ValueError("expected_sign must be +1 or -1")
-    if not (math.isfinite(diff.t_low) and math.isfinite(diff.t_high)) or diff.t_low <= 0 <= diff.t_high:
-        return NONE_LARGER
-    return DETECTED if (diff.t_low > 0) == (expected_sign > 0) else DETECTED_AGAINST
+    an effect it would have seen); ``degenerate`` when the differences have no spread (an
+    interval of zero width detects nothing)."""
+    if diff.degenerate:
+        if expected_sign not in (1, -1):
+            raise ValueError("expected_sign must be +1 or -1")
+        return DEGENERATE
+    return _detection(diff.t_low, diff.t_high, expected_sign)
+
+
+def interval_power(interval: Interval, df: int, expected_sign: int, level: float = 0.95,
+                   power: float = 0.8) -> tuple[str, float]:
+    """The power verdict of an estimate with a two-sided ``level`` interval (e.g. a
+    bootstrap interval of a slope) and its minimum detectable effect at ``power``:
+    ``(t_{1-α/2} + t_power) × se`` on ``df`` degrees of freedom, the standard error read
+    off the interval's width as ``(high − low) / (2 t_{1-α/2})``."""
+    q = t_quantile(0.5 + level / 2, df)
+    se = (interval.high - interval.low) / (2 * q)
+    return _detection(interval.low, interval.high, expected_sign), (q + t_quantile(power, df)) * se
+
+
+def ols_slope(x: Sequence[float], y: Sequence[float], level: float = 0.95) -> Interval:
+    """Least-squares slope of ``y`` on ``x`` with its t interval (``n − 2`` degrees of
+    freedom, residual variance; ``scipy.stats.linregress``). ``nan`` with fewer than 3
+    points or a constant ``x``."""
+    from scipy.stats import linregress
+
+    x, y = _pair(x, y)
+    n = x.size
+    if n < 3 or np.ptp(x) == 0:
+        return Interval(float("nan"), float("nan"), float("nan"), level, n)
+    fit = linregress(x, y)
+    half = t_quantile(0.5 + level / 2, n - 2) * float(fit.stderr)
+    return Interval(float(fit.slope), float(fit.slope) - half, float(fit.slope) + half, level, n)
+
+
+def combined_t_test(t_values: Sequence[float], df: int) -> tuple[list[float], float]:
+    """Two-sided p values of t statistics (``df`` degrees of freedom each) against 0, and
+    Fisher's combination of them: ``−2 Σ log p ~ χ²(2k)`` under the null, its p value."""
+    from scipy.stats import chi2
+
+    pvalues = [float(2 * student_t.sf(abs(t), df)) for t in t_values]
+    statistic = -2 * sum(math.log(max(p, 1e-300)) for p in pvalues)
+    return pvalues, float(chi2.sf(statistic, 2 * len(pvalues)))
 
 
 # ---- within-group regression ------------------------------------------------------------

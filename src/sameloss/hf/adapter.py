@@ -89,6 +89,7 @@ class HFMaskedLM(nn.Module):
         the 2-D one. If neither runs under ``vmap``, ``vmap_safe`` is False and the
         curvature measures use plain autograd (``curvature.base.resolve_engine``)."""
         from torch.func import functional_call, vmap
+        from torch.nn.attention import SDPBackend, sdpa_kernel
 
         T = min(3, self.config.max_len)
         tokens = torch.full((2, T), self.config.pad_id + 1, dtype=torch.long, device=self.input_ids.device)
@@ -107,7 +108,10 @@ class HFMaskedLM(nn.Module):
                         out = self.hf(**self._inputs(tokens)).logits[real]
                         if not (torch.isfinite(out).all() and torch.allclose(out, ref, rtol=1e-4, atol=1e-4)):
                             continue
-                        vmap(lambda t: functional_call(self, params, (t[None],))[0])(tokens)
+                        # the math kernel, as the measures run it (curvature.base.measuring): the
+                        # CPU flash-attention kernel has no vmap batching rule (a torch warning)
+                        with sdpa_kernel(SDPBackend.MATH):
+                            vmap(lambda t: functional_call(self, params, (t[None],))[0])(tokens)
                     except Exception:  # noqa: BLE001 - any failure just rules this form out
                         continue
                     return form, True
@@ -145,7 +149,10 @@ def word_ids(tokenizer, language, folder: str | Path) -> list[int]:
     for word in word_tokens(language):
         hf_id = vocab.get(word)
         if hf_id is None:
-            encoded = tokenizer(word, add_special_tokens=False)["input_ids"]
+            try:
+                encoded = tokenizer(word, add_special_tokens=False)["input_ids"]
+            except Exception:  # noqa: BLE001 - e.g. "Missing [UNK] token": the word is not one token
+                encoded = []
             hf_id = encoded[0] if len(encoded) == 1 and encoded[0] not in specials else None
         if hf_id is None:
             missing.append(word)
@@ -193,7 +200,11 @@ def load_hf_folder(folder: str | Path, language, device: str = "cpu") -> HFMaske
         raise UserError("measuring a Hugging Face folder needs the transformers package") from None
     hf_logging = transformers.utils.logging
     bar = hf_logging.is_progress_bar_enabled()
+    verbosity = hf_logging.get_verbosity()
     hf_logging.disable_progress_bar()  # one weight-loading bar per measure is noise
+    # transformers logs its own warnings (e.g. an unknown model_type) before it raises:
+    # the failure is ours to report, in one line
+    hf_logging.set_verbosity_error()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -203,6 +214,7 @@ def load_hf_folder(folder: str | Path, language, device: str = "cpu") -> HFMaske
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError, … for bad folders
         raise UserError(f"cannot load a Hugging Face masked LM from {folder}: {_one_line(exc)}") from None
     finally:
+        hf_logging.set_verbosity(verbosity)
         if bar:
             hf_logging.enable_progress_bar()
     if tokenizer.mask_token_id is None:

@@ -111,13 +111,14 @@ def sample_mask(
     Otherwise each token is masked independently with probability ``rate``, and a
     sentence that drew none gets one uniform position, so every sentence has at
     least one prediction target. ``maskable`` (``[n, max_len]`` bool, optional) limits
-    both to those positions (a corpus never masks ``[CLS]`` or ``[SEP]``).
+    both to those positions (a corpus never masks ``[CLS]`` or ``[SEP]``). Drawn on
+    ``lengths``' device (that of ``generator``).
     """
     n = lengths.shape[0]
-    pos = torch.arange(max_len)
+    pos = torch.arange(max_len, device=lengths.device)
     valid = pos[None, :] < lengths[:, None]
     # one uniform position per sentence (used alone, or as the fallback)
-    u = torch.rand(n, generator=generator, dtype=torch.float64)
+    u = torch.rand(n, generator=generator, dtype=torch.float64, device=lengths.device)
     if maskable is None:
         one = (u * lengths.double()).long().clamp(max=max_len - 1)
         single = pos[None, :] == one[:, None]
@@ -130,11 +131,10 @@ def sample_mask(
         return single & valid
     if not 0.0 < rate <= 1.0:
         raise ValueError(f"mask rate must be in (0, 1], got {rate}")
-    draws = torch.rand(n, max_len, generator=generator) < rate
+    draws = torch.rand(n, max_len, generator=generator, device=lengths.device) < rate
     masked = draws & valid
     empty = ~masked.any(dim=1)
-    masked[empty] = single[empty] & valid[empty]
-    return masked
+    return torch.where(empty[:, None], single & valid, masked)  # (no data-dependent indexing)
 
 
 def entropy_of(probs: torch.Tensor) -> torch.Tensor:

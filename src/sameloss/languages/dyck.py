@@ -51,6 +51,9 @@ from sameloss.languages.base import Batch, Language, Task
 
 OPEN, CLOSE = 0, 1
 
+# the registry reads this from the file (``sameloss.registry``); sizes: the keys of PRESETS
+LANGUAGE = {"name": "dyck", "build": "build", "settings": ("size", "seed"), "describe": True}
+
 #: Named configurations. The paper fixes no length (Theorem 5.1 needs ``T >= 6``);
 #: ``paper`` takes ``T = 16``: C(16, 8) = 12,870 sentences, small enough to enumerate,
 #: large enough that the pre-training set is not memorised trivially.
@@ -320,3 +323,9 @@ class Dyck(Language):
         out = torch.zeros(n, T, 2 * T, dtype=dtype)
         out.scatter_(2, index[..., None], value[..., None])
         return out
+
+
+def build(size: str = "tiny", seed: int | None = None) -> Dyck:
+    """The Dyck language of ``language.size`` (nothing random about it: ``seed`` changes
+    nothing, and is accepted so that ``language describe dyck --seed N`` seeds the samples)."""
+    return Dyck.preset(size)

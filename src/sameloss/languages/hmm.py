@@ -28,6 +28,9 @@ import torch
 from sameloss.errors import UserError
 from sameloss.languages.base import Batch, Language, Task
 
+# the registry reads this from the file (``sameloss.registry``); sizes: the keys of PRESETS
+LANGUAGE = {"name": "hmm", "build": "build", "settings": ("size", "seed"), "describe": True}
+
 ROW_SUM_TOL = 1e-8
 BLOCK = 512  # sentences per forward–backward block (cache-sized messages)
 
@@ -192,19 +195,34 @@ class HMM(Language):
 
     # ---- sampling ---------------------------------------------------------------------
     def sample(self, n: int, generator: torch.Generator | None = None) -> Batch:
-        """Ancestral sampling by inverse CDF, vectorised over sentences (loop over time)."""
-        u = torch.rand(n, self.max_len, 2, generator=generator, dtype=torch.float64)
-        states = torch.empty(n, self.max_len, dtype=torch.long)
-        tokens = torch.empty(n, self.max_len, dtype=torch.long)
+        """Ancestral sampling by inverse CDF, vectorised over sentences (loop over time).
+
+        Runs on the generator's device (the CPU without one): a CUDA generator samples on
+        the GPU without reading anything back (its stream differs from the CPU's)."""
+        device = generator.device if generator is not None else torch.device("cpu")
+        cdf_initial, cdf_transition, cdf_emission = self._sampling_tables(device)
+        u = torch.rand(n, self.max_len, 2, generator=generator, dtype=torch.float64, device=device)
+        states = torch.empty(n, self.max_len, dtype=torch.long, device=device)
+        tokens = torch.empty(n, self.max_len, dtype=torch.long, device=device)
         for t in range(self.max_len):
             if t == 0:
-                cdf = self._cdf_initial.expand(n, -1)
+                cdf = cdf_initial.expand(n, -1)
             else:
-                cdf = self._cdf_transition[states[:, t - 1]]
+                cdf = cdf_transition[states[:, t - 1]]
             states[:, t] = _inverse_cdf(cdf, u[:, t, 0])
-            tokens[:, t] = _inverse_cdf(self._cdf_emission[states[:, t]], u[:, t, 1])
-        lengths = torch.full((n,), self.max_len, dtype=torch.long)
+            tokens[:, t] = _inverse_cdf(cdf_emission[states[:, t]], u[:, t, 1])
+        lengths = torch.full((n,), self.max_len, dtype=torch.long, device=device)
         return Batch(tokens=tokens, lengths=lengths, latent=states)
+
+    def _sampling_tables(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The inverse-CDF tables on ``device`` (copied there once)."""
+        if device.type == "cpu":
+            return self._cdf_initial, self._cdf_transition, self._cdf_emission
+        cache = self.__dict__.setdefault("_tables_on", {})
+        if device not in cache:
+            cache[device] = (self._cdf_initial.to(device), self._cdf_transition.to(device),
+                             self._cdf_emission.to(device))
+        return cache[device]
 
     # ---- exact inference ----------------------------------------------------------------
     def _observations(self, tokens: torch.Tensor, masked: torch.Tensor | None) -> torch.Tensor:
@@ -362,3 +380,8 @@ def _inverse_cdf(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     cdf entry is exactly 1, so ``u < 1`` always lands on a positive-probability index."""
     idx = torch.searchsorted(cdf.contiguous(), u[:, None].contiguous(), right=True)[:, 0]
     return idx.clamp(max=cdf.shape[1] - 1)
+
+
+def build(size: str = "tiny", seed: int | None = None) -> HMM:
+    """The HMM of ``language.size`` (``seed``: another draw of its shape)."""
+    return HMM.preset(size, seed=seed)

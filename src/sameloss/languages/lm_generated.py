@@ -57,9 +57,17 @@ import numpy as np
 import torch
 
 from sameloss.errors import UserError
+from sameloss.files import atomic_write_json, sha256_of
 from sameloss.languages.base import Batch, Language, Task
 
+# the registry reads this from the file (``sameloss.registry``)
+LANGUAGE = {"name": "causal", "build": "build", "settings": ("generator", "k", "length", "pool", "device"),
+            "describe": False}
+DEFAULTS = {"k": 2000, "length": 24}  # the paper's OPT data (App. A.1)
+
 SAMPLE_BLOCK = 1024  # sentences per sampling block
+POOL_META = "meta.json"  # a token pool (``sameloss causal-lm sample``, ``lm_train.write_pool``)
+POOL_TOKENS = "tokens.npy"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 LOGIT_CHECK_TOL = {torch.float64: 1e-9, torch.float32: 1e-4}  # restricted head vs the model's logits
 
@@ -94,6 +102,33 @@ def _device(value) -> torch.device:
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def generator_shape(path) -> dict:
+    """``positions``, ``layers``, ``hidden`` and ``vocab`` of a generator folder, read from
+    its config alone (before any weights are loaded), for checks that must come first."""
+    transformers = _transformers()
+    folder = Path(path)
+    if not folder.is_dir():
+        raise UserError(f"generator folder not found: {folder}")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            level = transformers.utils.logging.get_verbosity()
+            transformers.utils.logging.set_verbosity_error()
+            try:
+                config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
+            finally:
+                transformers.utils.logging.set_verbosity(level)
+    except Exception as exc:  # transformers raises OSError, ValueError, KeyError, ... for bad folders
+        raise UserError(f"cannot load a causal LM from {folder}: {_one_line(exc)}") from None
+    shape = {"positions": getattr(config, "max_position_embeddings", None),
+             "layers": getattr(config, "num_hidden_layers", None), "hidden": getattr(config, "hidden_size", None),
+             "vocab": getattr(config, "vocab_size", None)}
+    missing = [k for k, v in shape.items() if isinstance(v, bool) or not isinstance(v, int) or v <= 0]
+    if missing:
+        raise UserError(f"the generator config in {folder} has no usable {', '.join(missing)}")
+    return shape
 
 
 def tokens_filename(k: int, length: int, n_sentences: int, seed: int) -> str:
@@ -224,6 +259,9 @@ class CausalLM(Language):
         vocab = int(model.get_output_embeddings().weight.shape[0])
         if k > vocab:
             raise UserError(f"k={k} is larger than the generator's vocabulary of {vocab} tokens")
+        positions = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
+        if positions is not None and length + 1 > positions:  # before the frequent tokens are estimated at T
+            raise UserError(f"length {length} + bos exceeds the generator's {positions} positions")
         config = model.config
         bos = config.bos_token_id if config.bos_token_id is not None else config.eos_token_id
         if isinstance(bos, (list, tuple)):
@@ -240,8 +278,6 @@ class CausalLM(Language):
         lm = cls(model, tokens, length, int(bos), words=_tokenizer_words(transformers, folder, tokens),
                  chunk_tokens=chunk_tokens, source=str(folder))
         if pool is not None:
-            from .lm_train import load_pool
-
             lm.pool = load_pool(pool, k, length, tokens)
         return lm
 
@@ -266,11 +302,11 @@ class CausalLM(Language):
         record = {"k": k, "length": length, "n_sentences": n_sentences, "seed": seed, "bos": bos,
                   "generator": str(folder.resolve()), "tokens": tokens,
                   "expected_counts": [float(counts[t]) for t in tokens]}
-        try:
-            with open(cache, "x", encoding="utf-8") as f:  # 'x': never overwrite
-                json.dump(record, f)
-        except OSError as exc:
-            warnings.warn(f"could not cache the token list in {cache}: {_one_line(exc)}", stacklevel=3)
+        try:  # atomic: a kill mid-write leaves no half-written cache to be read next time
+            atomic_write_json(cache, record, indent=None)
+        except OSError:
+            pass  # a full disk or a read-only folder leaves the list uncached (it costs the estimate
+            # next time); no warning: stderr carries only the command's own line
         return tokens
 
     def save_tokens(self, path) -> None:
@@ -280,7 +316,7 @@ class CausalLM(Language):
             raise UserError(f"{path} exists; not overwriting it")
         record = {"k": self.n_words, "length": self.max_len, "bos": self.bos_id, "generator": self.source,
                   "tokens": self.tokens.tolist()}
-        path.write_text(json.dumps(record), encoding="utf-8")
+        atomic_write_json(path, record, indent=None)
 
     @staticmethod
     def load_tokens(path, k: int | None = None) -> list[int]:
@@ -586,3 +622,46 @@ def _tokenizer_words(transformers, folder: Path, tokens: list[int]) -> list[str]
     except Exception:  # a tokenizer is only used for display names
         return None
 
+
+
+def load_pool(folder, k: int, length: int, tokens: Sequence[int]) -> np.ndarray:
+    """The pool's sentences ``[N, T]`` (language ids, kept in the file's compact dtype),
+    checked against the language."""
+    folder = Path(folder)
+    meta_path = folder / POOL_META
+    if not meta_path.is_file():
+        raise UserError(f"{folder} is not a token pool (no {POOL_META}); write one with 'sameloss causal-lm sample'")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        want = meta["tokens_sha256"]
+        if not isinstance(want, str) or not isinstance(meta.get("tokens", []), list):
+            raise TypeError
+    except (ValueError, KeyError, TypeError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise UserError(f"{meta_path} is not a pool's meta.json") from None
+    path = folder / POOL_TOKENS
+    if not path.is_file() or sha256_of(path) != want:
+        raise UserError(f"{path} is missing or does not match its checksum in {POOL_META}")
+    if meta.get("k") != k or meta.get("length") != length:
+        raise UserError(f"pool {folder} holds K={meta.get('k')}, T={meta.get('length')} sentences; the language has "
+                        f"K={k}, T={length}")
+    if meta.get("tokens") != [int(t) for t in tokens]:
+        raise UserError(f"pool {folder} was sampled with other allowed tokens than this language's")
+    try:  # a truncated or foreign file (also one whose checksum was updated to match)
+        data = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise UserError(f"{path} is damaged (not a token array: {_one_line(exc)}); sample the pool again") from None
+    if not isinstance(data, np.ndarray) or data.ndim != 2 or data.shape[1] != length or data.shape[0] < 1 \
+            or data.dtype.kind not in "iu" or int(data.max()) >= k or int(data.min()) < 0:
+        raise UserError(f"{path}: not a [N, {length}] array of ids below {k}")
+    return data
+
+
+def build(generator: str | None = None, k: int | None = None, length: int | None = None, pool: str | None = None,
+          device: str = "cpu") -> CausalLM:
+    """The causal language of the generator folder ``language.generator`` (``k``, ``length``:
+    the paper's 2000 and 24 by default), run on ``device``, its training sentences from
+    ``pool`` if given."""
+    if generator is None:
+        raise UserError("the causal language needs language.generator=DIR (a local Hugging Face causal LM folder)")
+    return CausalLM.from_pretrained(generator, k=DEFAULTS["k"] if k is None else k,
+                                    length=DEFAULTS["length"] if length is None else length, device=device, pool=pool)

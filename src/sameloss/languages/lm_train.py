@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,22 +33,53 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..files import sha256_of as _sha256
 from ..errors import UserError
+from ..files import building, is_empty_dir
+from ..files import sha256_of as _sha256
+from .lm_generated import POOL_META, POOL_TOKENS, SAMPLE_BLOCK, CausalLM, _transformers, generator_shape
+from .text import _gib
 
 EOS = "<|endoftext|>"
 # GPT-2-style shapes for generators trained here (n_embd, n_layer, n_head)
 GENERATOR_SIZES = {"micro": (32, 1, 2), "tiny": (64, 2, 2), "small": (128, 4, 4)}
 MIN_BPE_VOCAB = 257  # the 256 bytes + <|endoftext|>
-POOL_META = "meta.json"
-POOL_TOKENS = "tokens.npy"
+# Memory a command may plan to use, refused beyond (with the estimate) before anything is
+# allocated. A training step materialises its attention scores (batch x layers x heads x
+# context^2, about 4 copies with softmax, dropout and gradients: measured 4.2 GB for the
+# tiny generator at context 2048, batch 16) and its logits (3 copies of batch x context x
+# vocab); 8 GiB is a third of this 24 GiB machine, and a step that size takes minutes on
+# a CPU. GPT-2 itself trains with 1024 positions.
+MAX_TRAIN_BYTES = 8 * 2**30
+# Sampling holds the pool twice while it is drawn (float64 uniforms + int64 ids, 16 bytes
+# a token) plus one block's KV cache and next-token probabilities: the same 8 GiB bound.
+MAX_SAMPLE_BYTES = 8 * 2**30
 
 
 def _new_folder(out) -> Path:
+    """``out`` as a new folder to build (``files.building``): missing or empty."""
     out = Path(out)
-    if out.exists() or out.is_symlink():
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise UserError(f"--out {out} is a file, not a folder; not overwriting it (choose a new --out)")
+    if out.exists() and not is_empty_dir(out):
         raise UserError(f"{out} exists; not overwriting it (choose a new --out)")
     return out
+
+
+def train_step_bytes(size: str, vocab: int, context: int, batch_size: int) -> int:
+    """An estimate of the memory one training step of a generator takes (see
+    ``MAX_TRAIN_BYTES``): attention scores, logits and per-layer activations."""
+    d, layers, heads = GENERATOR_SIZES[size]
+    tokens = batch_size * context
+    attention = 4 * batch_size * layers * heads * context ** 2 * 4
+    logits = 3 * tokens * vocab * 4
+    activations = 24 * tokens * d * layers * 4
+    params = 16 * (vocab * d + context * d + 12 * layers * d * d)  # weights, gradients, two AdamW moments
+    return attention + logits + activations + params
+
+
+def _check_lr(lr) -> None:
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
+        raise UserError(f"--lr must be a finite number > 0, got {lr!r}")
 
 
 @contextlib.contextmanager
@@ -67,8 +99,6 @@ def _quiet_hf(transformers):
 
 def generator_config(size: str, vocab: int, positions: int, eos_id: int):
     """The ``GPT2Config`` of a named generator size."""
-    from .lm_generated import _transformers
-
     if size not in GENERATOR_SIZES:
         raise UserError(f"unknown generator size {size!r}; choose from {', '.join(GENERATOR_SIZES)}")
     d, layers, heads = GENERATOR_SIZES[size]
@@ -100,7 +130,6 @@ def train_generator(files: Sequence[str], out, vocab: int = 1000, size: str = "t
                     doc_per: str = "line", log=print) -> dict:
     """Train a BPE and a GPT-2-style model on ``files``; write the HF folder ``out``
     (``steps=0``: the model stays at its seeded initialisation)."""
-    from .lm_generated import _transformers
     from .text import read_documents
 
     out = _new_folder(out)
@@ -109,6 +138,12 @@ def train_generator(files: Sequence[str], out, vocab: int = 1000, size: str = "t
     for label, value in (("steps", steps + 1), ("batch size", batch_size), ("context", context)):
         if value < 1:  # steps=0: the tokenizer and an untrained model of the size (a random generator)
             raise UserError(f"{label} must be positive, got {value}")
+    _check_lr(lr)
+    need = train_step_bytes(size, vocab, context, batch_size)
+    if need > MAX_TRAIN_BYTES:
+        raise UserError(f"a training step with --context {context}, --batch-size {batch_size}, --size {size} and "
+                        f"--vocab {vocab} needs about {_gib(need)} (attention scores grow as context^2); the limit "
+                        f"is {_gib(MAX_TRAIN_BYTES)}: use a shorter --context or a smaller --batch-size")
     transformers = _transformers()
     documents = [d for f in files for d in read_documents(f, doc_per)]
     if not documents:
@@ -137,6 +172,9 @@ def train_generator(files: Sequence[str], out, vocab: int = 1000, size: str = "t
         batch = stream[starts[:, None] + torch.arange(context + 1)[None, :]]
         logits = model(input_ids=batch[:, :-1]).logits
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+        if not torch.isfinite(loss.detach()):  # a diverged run is an error, not a generator
+            raise UserError(f"training diverged: the loss is {float(loss.detach())} at step {step} of {steps} "
+                            f"(--lr {lr}); lower --lr. Nothing was written")
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -145,31 +183,19 @@ def train_generator(files: Sequence[str], out, vocab: int = 1000, size: str = "t
             log(f"step {step}/{steps}  loss {sum(losses[-every:]) / len(losses[-every:]):.4f}  "
                 f"({time.monotonic() - start:.1f} s)")
     model.eval()
-    out.mkdir(parents=True)
-    with _quiet_hf(transformers):
-        model.save_pretrained(str(out))
-        fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOS, eos_token=EOS, unk_token=EOS)
-        fast.save_pretrained(str(out))
+    bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        raise UserError(f"training diverged: parameter {bad[0]} is not finite after {steps} steps (--lr {lr}); "
+                        "lower --lr. Nothing was written")
     record = {"files": [str(Path(f).resolve()) for f in files], "sources_sha256": [_sha256(Path(f)) for f in files],
               "vocab": n_vocab, "size": size, "steps": steps, "batch_size": batch_size, "context": context, "lr": lr,
               "seed": seed, "final_loss": sum(losses[-every:]) / len(losses[-every:]) if losses else None}
-    (out / "sameloss-generator.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
+    with building(out, what="generator") as tmp, _quiet_hf(transformers):
+        model.save_pretrained(str(tmp))
+        fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOS, eos_token=EOS, unk_token=EOS)
+        fast.save_pretrained(str(tmp))
+        (tmp / "sameloss-generator.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
     return record
-
-
-def random_generator(out, vocab: int = 64, size: str = "micro", positions: int = 32, seed: int = 0) -> Path:
-    """A randomly initialised GPT-2-style generator folder (no tokenizer): a causal
-    language for smoke tests that needs neither text nor training."""
-    from .lm_generated import _transformers
-
-    out = _new_folder(out)
-    transformers = _transformers()
-    torch.manual_seed(seed)
-    model = transformers.GPT2LMHeadModel(generator_config(size, vocab, positions, vocab - 1))
-    out.mkdir(parents=True)
-    with _quiet_hf(transformers):
-        model.save_pretrained(str(out))
-    return out
 
 
 def _weights_sha256(folder: Path) -> str | None:
@@ -182,46 +208,27 @@ def _weights_sha256(folder: Path) -> str | None:
 def write_pool(generator, out, k: int, length: int, n: int, seed: int = 0, device: str = "cpu",
                tokens=None) -> dict:
     """Sample ``n`` sentences of the causal language and write a pool folder ``out``."""
-    from .lm_generated import CausalLM
-
     out = _new_folder(out)
-    if n < 1:
-        raise UserError(f"--n must be positive, got {n}")
+    for label, value in (("--n", n), ("--k", k), ("--length", length)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UserError(f"{label} must be a positive integer, got {value!r}")
+    shape = generator_shape(generator)  # the config alone: checked before the weights load
+    if length + 1 > shape["positions"]:
+        raise UserError(f"--length {length} + the bos token exceeds the generator's {shape['positions']} positions "
+                        f"(at most --length {shape['positions'] - 1})")
+    block = min(n, SAMPLE_BLOCK)
+    need = 16 * n * length + block * length * shape["layers"] * 2 * shape["hidden"] * 4 + 2 * block * shape["vocab"] * 8
+    if need > MAX_SAMPLE_BYTES:
+        raise UserError(f"sampling --n {n} sentences of --length {length} from this generator needs about {_gib(need)} "
+                        f"(16 bytes a token, and a KV cache of {min(n, SAMPLE_BLOCK)} sentences); the limit is "
+                        f"{_gib(MAX_SAMPLE_BYTES)}: write several smaller pools or a shorter --length")
     lm = CausalLM.from_pretrained(generator, k=k, length=length, tokens=tokens, device=device)
     sentences = lm.sample(n, torch.Generator().manual_seed(seed)).tokens.numpy()
     dtype = np.uint16 if k <= np.iinfo(np.uint16).max else np.int32
-    out.mkdir(parents=True)
-    np.save(out / POOL_TOKENS, sentences.astype(dtype))
-    meta = {"format": 1, "generator": str(Path(generator).resolve()), "generator_sha256": _weights_sha256(Path(generator)),
-            "k": k, "length": length, "n": n, "seed": seed, "tokens": lm.tokens.tolist(),
-            "tokens_sha256": _sha256(out / POOL_TOKENS)}
-    (out / POOL_META).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    with building(out, what="token pool") as tmp:
+        np.save(tmp / POOL_TOKENS, sentences.astype(dtype))
+        meta = {"format": 1, "generator": str(Path(generator).resolve()),
+                "generator_sha256": _weights_sha256(Path(generator)), "k": k, "length": length, "n": n, "seed": seed,
+                "tokens": lm.tokens.tolist(), "tokens_sha256": _sha256(tmp / POOL_TOKENS)}
+        (tmp / POOL_META).write_text(json.dumps(meta, indent=2), encoding="utf-8")
     return meta
-
-
-def load_pool(folder, k: int, length: int, tokens: Sequence[int]) -> np.ndarray:
-    """The pool's sentences ``[N, T]`` (language ids, kept in the file's compact dtype),
-    checked against the language."""
-    folder = Path(folder)
-    meta_path = folder / POOL_META
-    if not meta_path.is_file():
-        raise UserError(f"{folder} is not a token pool (no {POOL_META}); write one with 'sameloss causal-lm sample'")
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        want = meta["tokens_sha256"]
-    except (ValueError, KeyError, TypeError):
-        raise UserError(f"{meta_path} is not a pool's meta.json") from None
-    path = folder / POOL_TOKENS
-    if not path.is_file() or _sha256(path) != want:
-        raise UserError(f"{path} is missing or does not match its checksum in {POOL_META}")
-    if meta.get("k") != k or meta.get("length") != length:
-        raise UserError(f"pool {folder} holds K={meta.get('k')}, T={meta.get('length')} sentences; the language has "
-                        f"K={k}, T={length}")
-    if [int(t) for t in meta.get("tokens", [])] != [int(t) for t in tokens]:
-        raise UserError(f"pool {folder} was sampled with other allowed tokens than this language's")
-    data = np.load(path)
-    if data.ndim != 2 or data.shape[1] != length or data.shape[0] < 1 or data.dtype.kind not in "iu" \
-            or int(data.max()) >= k or int(data.min()) < 0:
-        raise UserError(f"{path}: not a [N, {length}] array of ids below {k}")
-    return data
-

@@ -23,6 +23,9 @@ from .base import Batch, Language, Task
 from .inside_outside import InsideOutside, by_length
 from .pcfg_grammar import Grammar, LengthReport, random_layered
 
+# the registry reads this from the file (``sameloss.registry``); sizes: the keys of PRESETS
+LANGUAGE = {"name": "pcfg", "build": "build", "settings": ("size", "seed", "grammar"), "describe": True}
+
 # Keyword arguments of ``random_layered`` for each preset.
 PRESETS: dict[str, dict] = {
     # The paper's sizes (App. A.1): 200 words, 50 non-terminals, sentences <= 32 tokens.
@@ -171,6 +174,10 @@ class PCFG(Language):
         of items in left-to-right order, and each round replaces every non-terminal by
         its one or two children with ``repeat_interleave`` (which keeps the order).
         Sentences that grow past ``max_len`` are dropped and redrawn.
+
+        Runs on the generator's device (the CPU without one; a CUDA generator's stream
+        differs from the CPU's). Growing trees reads a few numbers back per round (whether
+        any non-terminal is left, how many items there are): their shapes depend on them.
         """
         tokens, lengths, latents, have, drawn = [], [], [], 0, 0
         fit = self.length_report.fit
@@ -199,11 +206,13 @@ class PCFG(Language):
 
     def _sample_round(self, n: int, generator: torch.Generator | None) -> Batch:
         nt = self.grammar.n_nonterminals
-        u = torch.rand(n, generator=generator, dtype=torch.float64)
-        sym = torch.searchsorted(self._start_cdf, u[:, None]).flatten().clamp(max=nt - 1)
-        sent = torch.arange(n)
+        device = generator.device if generator is not None else torch.device("cpu")
+        start_cdf, cdf_table, left_table, right_table = self._sampling_tables(device)
+        u = torch.rand(n, generator=generator, dtype=torch.float64, device=device)
+        sym = torch.searchsorted(start_cdf, u[:, None]).flatten().clamp(max=nt - 1)
+        sent = torch.arange(n, device=device)
         # item codes: 0..nt-1 non-terminals, nt + w for word w
-        alive = torch.ones(n, dtype=torch.bool)
+        alive = torch.ones(n, dtype=torch.bool, device=device)
         # per round, how items map back to the previous round's items (and, for an
         # expansion, which items were expanded) — used to recover constituent spans
         history = []
@@ -213,13 +222,13 @@ class PCFG(Language):
                 break
             idx = torch.nonzero(is_nt).flatten()
             a = sym[idx]
-            u = torch.rand(idx.numel(), generator=generator, dtype=torch.float64)
-            choice = torch.searchsorted(self._cdf[a], u[:, None]).flatten().clamp(max=self._cdf.shape[1] - 1)
-            left, right = self._left[a, choice], self._right[a, choice]
+            u = torch.rand(idx.numel(), generator=generator, dtype=torch.float64, device=device)
+            choice = torch.searchsorted(cdf_table[a], u[:, None]).flatten().clamp(max=cdf_table.shape[1] - 1)
+            left, right = left_table[a, choice], right_table[a, choice]
             emits = left < 0
             counts = torch.ones_like(sym)
             counts[idx] = torch.where(emits, 1, 2)
-            new_index = torch.repeat_interleave(torch.arange(sym.numel()), counts)
+            new_index = torch.repeat_interleave(torch.arange(sym.numel(), device=device), counts)
             first = torch.cumsum(counts, 0) - counts  # position of each item's first child
             new_sym = sym[new_index].clone()
             new_sym[first[idx]] = torch.where(emits, nt + right, left)
@@ -240,10 +249,11 @@ class PCFG(Language):
         """Turn the final flat list of words into padded sentences, and the recorded
         rounds into constituent spans (the leaves under each expanded item)."""
         lengths_all = torch.bincount(sent, minlength=n)
-        order_in_sentence = torch.arange(sent.numel()) - (torch.cumsum(lengths_all, 0) - lengths_all)[sent]
+        device = sent.device
+        order_in_sentence = torch.arange(sent.numel(), device=device) - (torch.cumsum(lengths_all, 0) - lengths_all)[sent]
         # map each final leaf back through the rounds to its ancestor item in each round
         spans = []
-        leaf_item = torch.arange(sent.numel())  # index of the leaf's ancestor in the current round
+        leaf_item = torch.arange(sent.numel(), device=device)  # the leaf's ancestor in the current round
         big = torch.iinfo(torch.long).max
         for kind, to_previous, expanded in reversed(history):
             leaf_item = to_previous[leaf_item]  # ancestor one round earlier
@@ -251,25 +261,35 @@ class PCFG(Language):
                 continue
             s, a, idx = expanded
             n_previous = int(to_previous.max()) + 1
-            owner = torch.full((n_previous,), -1, dtype=torch.long)
-            owner[idx] = torch.arange(idx.numel())
+            owner = torch.full((n_previous,), -1, dtype=torch.long, device=device)
+            owner[idx] = torch.arange(idx.numel(), device=device)
             owner = owner[leaf_item]  # which expanded item each leaf descends from
             has = owner >= 0
-            lo = torch.full((idx.numel(),), big, dtype=torch.long).scatter_reduce(
+            lo = torch.full((idx.numel(),), big, dtype=torch.long, device=device).scatter_reduce(
                 0, owner[has], order_in_sentence[has], reduce="amin")
-            hi = torch.full((idx.numel(),), -1, dtype=torch.long).scatter_reduce(
+            hi = torch.full((idx.numel(),), -1, dtype=torch.long, device=device).scatter_reduce(
                 0, owner[has], order_in_sentence[has], reduce="amax")
             spans.append(torch.stack([s, lo, hi + 1, a], dim=1))
-        latent = torch.cat(spans) if spans else torch.zeros(0, 4, dtype=torch.long)
+        latent = torch.cat(spans) if spans else torch.zeros(0, 4, dtype=torch.long, device=device)
         # renumber the surviving sentences 0..k-1
         new_id = torch.cumsum(alive, 0) - 1
         latent = latent[alive[latent[:, 0]]]
         latent[:, 0] = new_id[latent[:, 0]]
         k = int(alive.sum())
         lengths = lengths_all[alive]
-        tokens = torch.full((k, self.max_len), self.pad_id, dtype=torch.long)
+        tokens = torch.full((k, self.max_len), self.pad_id, dtype=torch.long, device=device)
         tokens[new_id[sent], order_in_sentence] = words
         return Batch(tokens, lengths, latent)
+
+    def _sampling_tables(self, device: torch.device) -> tuple[torch.Tensor, ...]:
+        """``(start cdf, outcome cdfs, left, right)`` on ``device`` (copied there once)."""
+        tables = (self._start_cdf, self._cdf, self._left, self._right)
+        if device.type == "cpu":
+            return tables
+        cache = self.__dict__.setdefault("_tables_on", {})
+        if device not in cache:
+            cache[device] = tuple(t.to(device) for t in tables)
+        return cache[device]
 
     # ---- exact conditionals ---------------------------------------------------------
     def _check_tokens(self, tokens: torch.Tensor) -> None:
@@ -439,3 +459,9 @@ def _longest_yield(grammar: Grammar, cap: int) -> int:
     top = can[grammar.start > 0].any(dim=0)
     lengths = torch.nonzero(top).flatten()
     return int(lengths.max()) if lengths.numel() else cap
+
+
+def build(size: str = "tiny", seed: int | None = None, grammar: str | None = None) -> PCFG:
+    """The PCFG of ``language.size`` (``seed``: another draw of its shape), or the grammar
+    file ``grammar`` (read as it is; it overrides the size)."""
+    return PCFG.from_file(grammar) if grammar is not None else PCFG.preset(size, seed=seed)

@@ -32,15 +32,21 @@ a training batch is a pure function of ``(seed, step)`` like every other languag
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from ..files import building
 from ..errors import UserError
 from ..files import sha256_of
 from .base import Batch, Language
+from .lm_generated import _one_line as _first_line
+
+# the registry reads this from the file (``sameloss.registry``)
+LANGUAGE = {"name": "corpus", "build": "build", "settings": ("data",), "describe": False}
 
 META = "meta.json"
 TOKENIZER = "tokenizer.json"
@@ -48,8 +54,39 @@ SHARD_ROWS = 65_536  # sequences per shard file
 SPLITS = ("train", "heldout")
 TRAINED_TOKENIZERS = ("wordpiece", "bpe")
 SEP_CANDIDATES = ("[SEP]", "</s>", "<|endoftext|>")
-# checksums of shards are verified on load up to this many bytes in all (beyond, only sizes)
+# checksums of shards are verified (and every token id range-checked) on load up to this
+# many bytes in all; beyond, only shapes and dtypes, and the rows are range-checked as read
 VERIFY_BYTES = 256 * 2**20
+# The longest sequence a corpus may hold. Attention scores are T^2 floats per head and
+# sequence: at T = 8192 one head of one sequence is 256 MiB (a batch of 32 with 4 heads,
+# 32 GiB: beyond a CPU's memory and most GPUs'); BERT and the paper use 128-512. Refused
+# when preparing (and on load, for a meta.json that says more) with that estimate.
+MAX_LEN = 8192
+SHARD_DTYPES = ("uint16", "int32")
+# files a Hugging Face tokenizer folder holds (one of them at least)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "merges.txt",
+                   "tokenizer.model", "spiece.model", "sentencepiece.bpe.model")
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.3g} GiB" if n >= 2**30 else f"{n / 2**20:.3g} MiB"
+
+
+def check_max_len(max_len, where: str = "--max-len") -> None:
+    """``UserError`` for a sequence length below 2 or above ``MAX_LEN`` (naming the
+    attention memory it would take)."""
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 2:
+        raise UserError(f"{where} must be an integer >= 2, got {max_len!r}")
+    if max_len > MAX_LEN:
+        raise UserError(f"{where} {max_len} is too long: one sequence's attention scores take T^2 x 4 bytes = "
+                        f"{_gib(4 * max_len ** 2)} per head (limit {MAX_LEN} = {_gib(4 * MAX_LEN ** 2)}; "
+                        "BERT uses 512)")
+
+
+def limit_tokenizer_threads(n: int) -> None:
+    """Give the ``tokenizers`` thread pool (Rust, rayon) ``n`` threads, as ``--threads``
+    does torch's: it is sized from ``RAYON_NUM_THREADS`` when first used."""
+    os.environ["RAYON_NUM_THREADS"] = str(int(n))
 
 
 # ---- reading documents --------------------------------------------------------------------
@@ -57,36 +94,37 @@ def read_documents(path: str | Path, doc_per: str = "line") -> list[str]:
     """The documents of one file: ``.jsonl`` (``text`` of each record), ``.parquet`` (the
     ``text`` column) or plain text (``doc_per``: ``line`` or ``paragraph``)."""
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path} is a folder, not a text file")
     if not path.is_file():
         raise UserError(f"no such text file: {path}")
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json"):
         docs = []
-        with path.open(encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise UserError(f"{path}:{number}: not a JSON record ({exc.msg})") from None
-                if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-                    raise UserError(f"{path}:{number}: a JSONL record needs a string field 'text'")
-                docs.append(record["text"])
+        for number, line in enumerate(read_text(path).splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UserError(f"{path}:{number}: not a JSON record ({exc.msg})") from None
+            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+                raise UserError(f"{path}:{number}: a JSONL record needs a string field 'text'")
+            docs.append(record["text"])
     elif suffix == ".parquet":
         try:
             import pyarrow.parquet as pq
         except ImportError:
             raise UserError(f"reading {path} needs pyarrow (pip install pyarrow); or convert it to JSONL") from None
-        table = pq.read_table(path)
+        try:
+            table = pq.read_table(path)
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError, ... for a bad file
+            raise UserError(f"{path} is not a readable Parquet file ({_first_line(exc)})") from None
         if "text" not in table.column_names:
             raise UserError(f"{path}: no 'text' column (columns: {', '.join(table.column_names)})")
         docs = [t for t in table.column("text").to_pylist() if isinstance(t, str)]
     else:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            raise UserError(f"{path} is not UTF-8 text") from None
+        text = read_text(path)
         if doc_per == "line":
             docs = text.splitlines()
         elif doc_per == "paragraph":
@@ -94,6 +132,20 @@ def read_documents(path: str | Path, doc_per: str = "line") -> list[str]:
         else:
             raise UserError(f"unknown document unit {doc_per!r}; choose line or paragraph")
     return [d.strip() for d in docs if d.strip()]
+
+
+def read_text(path: Path) -> str:
+    """A text file's contents: UTF-8 (a leading byte-order mark is dropped); ``UserError``
+    naming the first bad byte for anything else, and for binary files (a NUL byte)."""
+    data = path.read_bytes()
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        raise UserError(f"{path} looks binary (a NUL byte at offset {nul}), not text")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                        "convert it first, e.g. iconv -f latin1 -t utf-8") from None
 
 
 # ---- tokenizers -----------------------------------------------------------------------------
@@ -135,19 +187,36 @@ def load_tokenizer_folder(folder: str | Path):
     tk = _require_tokenizers()
     folder = Path(folder)
     if not folder.is_dir():
+        if folder.exists():
+            raise UserError(f"--tokenizer {folder} is a file; give a tokenizer folder (or wordpiece / bpe)")
         raise UserError(f"tokenizer folder not found: {folder} (or give --tokenizer wordpiece / bpe)")
+    if not any((folder / f).is_file() for f in TOKENIZER_FILES):
+        raise UserError(f"{folder} holds no tokenizer (none of {', '.join(TOKENIZER_FILES)}); give a Hugging "
+                        "Face tokenizer folder, or --tokenizer wordpiece / bpe to train one")
     if (folder / TOKENIZER).is_file():
         try:
             return tk.Tokenizer.from_file(str(folder / TOKENIZER))
         except Exception as exc:  # noqa: BLE001 - a broken file is the user's to fix
-            raise UserError(f"cannot read {folder / TOKENIZER}: {str(exc).splitlines()[0]}") from None
+            raise UserError(f"cannot read {folder / TOKENIZER}: {_first_line(exc)}") from None
     try:
+        import warnings
+
         from transformers import AutoTokenizer
-        hf = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        from transformers.utils import logging as hf_logging
+        level = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # our one line, not transformers' notices before it
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                hf = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        finally:
+            hf_logging.set_verbosity(level)
     except ImportError:
         raise UserError(f"{folder} has no tokenizer.json; reading other tokenizer files needs transformers") from None
     except Exception as exc:  # noqa: BLE001
-        raise UserError(f"cannot load a tokenizer from {folder}: {str(exc).splitlines()[0]}") from None
+        # transformers' messages run over several lines; the first may end mid-sentence
+        text = " ".join(str(exc).split())
+        raise UserError(f"cannot load a tokenizer from {folder} ({type(exc).__name__}: {text[:300]})") from None
     if not getattr(hf, "is_fast", False):
         raise UserError(f"the tokenizer in {folder} has no fast (tokenizers) version")
     return hf.backend_tokenizer
@@ -192,16 +261,27 @@ def pack(ids: list[list[int]], sep_id: int, cls_id: int, pad_id: int, max_len: i
 
 def prepare_corpus(files: Sequence[str | Path], out: str | Path, tokenizer: str = "wordpiece", vocab: int = 8000,
                    max_len: int = 128, heldout: float = 0.05, seed: int = 0, doc_per: str = "line") -> dict:
-    """Write a prepared corpus to ``out`` (see the module docstring); returns its meta."""
+    """Write a prepared corpus to ``out`` (see the module docstring); returns its meta.
+
+    ``out`` is built under a temporary sibling and renamed into place at the end
+    (``files.building``): a kill or a full disk leaves no half-written corpus, and the
+    rerun is not blocked."""
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise UserError(f"--out {out} is a file, not a folder; choose a new --out folder")
+    if out.exists() and any(out.iterdir()):
         raise UserError(f"{out} exists and is not empty; choose a new --out folder")
     if not files:
         raise UserError("no text files given")
     if not 0 < heldout < 1:
         raise UserError(f"--heldout must be in (0, 1), got {heldout}")
-    if vocab < 10:
-        raise UserError(f"--vocab must be at least 10, got {vocab}")
+    if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 10:
+        raise UserError(f"--vocab must be an integer >= 10, got {vocab!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise UserError(f"--seed must be an integer >= 0, got {seed!r}")
+    check_max_len(max_len)
+    # a bad tokenizer folder is refused before the text is read
+    folder_tok = None if tokenizer in TRAINED_TOKENIZERS else load_tokenizer_folder(tokenizer)
     sources, documents = [], []
     for f in files:
         docs = read_documents(f, doc_per)
@@ -218,29 +298,95 @@ def prepare_corpus(files: Sequence[str | Path], out: str | Path, tokenizer: str 
         tok = train_tokenizer(tokenizer, split_docs["train"], vocab)  # held-out text is never seen
         tokenizer_source = f"{tokenizer} trained on the training documents (vocab {vocab})"
     else:
-        tok = load_tokenizer_folder(tokenizer)
+        tok = folder_tok
         tokenizer_source = str(Path(tokenizer).resolve())
     n_words = tok.get_vocab_size(with_added_tokens=True)
     sep = _sep_id(tok)
     pad_id, cls_id = n_words, n_words + 2
     dtype = np.uint16 if n_words + 3 <= np.iinfo(np.uint16).max else np.int32
-    out.mkdir(parents=True, exist_ok=True)
-    tok.save(str(out / TOKENIZER))
-    meta: dict = {"format": 1, "n_words": n_words, "max_len": max_len, "sep_id": sep, "dtype": np.dtype(dtype).name,
-                  "tokenizer": tokenizer_source, "tokenizer_sha256": sha256_of(out / TOKENIZER),
-                  "heldout_fraction": heldout, "seed": seed, "doc_per": doc_per, "sources": sources, "splits": {}}
+    with building(out, what="corpus") as tmp:
+        # written by Python, not tok.save: a full disk is then an OSError (one line), not
+        # the Rust library's generic Exception
+        (tmp / TOKENIZER).write_text(tok.to_str(pretty=True), encoding="utf-8")
+        meta: dict = {"format": 1, "n_words": n_words, "max_len": max_len, "sep_id": sep,
+                      "dtype": np.dtype(dtype).name, "tokenizer": tokenizer_source,
+                      "tokenizer_sha256": sha256_of(tmp / TOKENIZER), "heldout_fraction": heldout, "seed": seed,
+                      "doc_per": doc_per, "sources": sources, "splits": {}}
+        for split in SPLITS:
+            ids = encode(tok, split_docs[split])
+            rows = pack(ids, sep, cls_id, pad_id, max_len)
+            shards = []
+            for k, start in enumerate(range(0, rows.shape[0], SHARD_ROWS)):
+                name = f"{split}-{k:05d}.npy"
+                np.save(tmp / name, rows[start:start + SHARD_ROWS].astype(dtype))
+                shards.append({"file": name, "rows": int(min(SHARD_ROWS, rows.shape[0] - start)),
+                               "sha256": sha256_of(tmp / name)})
+            meta["splits"][split] = {"documents": len(split_docs[split]), "sequences": int(rows.shape[0]),
+                                     "tokens": int(sum(len(d) + 1 for d in ids)), "shards": shards}
+        (tmp / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    return meta
+
+
+# ---- reading a prepared corpus ----------------------------------------------------------
+def _is_count(value, minimum: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _meta_problem(meta) -> str | None:
+    """What is wrong with a corpus's ``meta.json`` (``None``: nothing)."""
+    if not isinstance(meta, dict):
+        return f"a JSON {type(meta).__name__}, not an object"
+    for key in ("n_words", "max_len", "sep_id", "dtype", "splits"):
+        if key not in meta:
+            return f"no {key!r}"
+    if not _is_count(meta["n_words"], 1):
+        return f"n_words {meta['n_words']!r} is not a positive integer"
+    if not _is_count(meta["max_len"], 2):
+        return f"max_len {meta['max_len']!r} is not an integer >= 2"
+    if not _is_count(meta["sep_id"]) or meta["sep_id"] >= meta["n_words"]:
+        return f"sep_id {meta['sep_id']!r} is not a word id below n_words {meta['n_words']}"
+    if meta["dtype"] not in SHARD_DTYPES:
+        return f"dtype {meta['dtype']!r} is not one of {', '.join(SHARD_DTYPES)}"
+    if meta["n_words"] + 3 > np.iinfo(np.dtype(meta["dtype"])).max + 1:
+        return f"n_words {meta['n_words']} + 3 specials do not fit dtype {meta['dtype']}"
+    if not isinstance(meta.get("tokenizer_sha256", ""), str):
+        return "tokenizer_sha256 is not a string"
+    splits = meta["splits"]
+    if not isinstance(splits, dict) or any(not isinstance(splits.get(k), dict) for k in SPLITS):
+        return f"splits must hold {' and '.join(SPLITS)}"
     for split in SPLITS:
-        ids = encode(tok, split_docs[split])
-        rows = pack(ids, sep, cls_id, pad_id, max_len)
-        shards = []
-        for k, start in enumerate(range(0, rows.shape[0], SHARD_ROWS)):
-            name = f"{split}-{k:05d}.npy"
-            np.save(out / name, rows[start:start + SHARD_ROWS].astype(dtype))
-            shards.append({"file": name, "rows": int(min(SHARD_ROWS, rows.shape[0] - start)),
-                           "sha256": sha256_of(out / name)})
-        meta["splits"][split] = {"documents": len(split_docs[split]), "sequences": int(rows.shape[0]),
-                                 "tokens": int(sum(len(d) + 1 for d in ids)), "shards": shards}
-    (out / META).write_text(json.dumps(meta, indent=2) + "\n")
+        shards = splits[split].get("shards")
+        if not isinstance(shards, list) or not shards:
+            return f"split {split!r} has no shards"
+        for s in shards:
+            if not isinstance(s, dict) or not isinstance(s.get("file"), str) or not isinstance(s.get("sha256"), str) \
+                    or not _is_count(s.get("rows"), 1):
+                return f"a shard of {split!r} is not {{file, rows, sha256}}"
+            name = s["file"]
+            if Path(name).name != name or name.startswith(".") or not name.endswith(".npy"):
+                return f"shard file {name!r} is not a .npy file inside the corpus folder"
+        if splits[split].get("sequences", sum(s["rows"] for s in shards)) != sum(s["rows"] for s in shards):
+            return f"split {split!r} says {splits[split].get('sequences')} sequences, its shards hold " \
+                   f"{sum(s['rows'] for s in shards)}"
+    return None
+
+
+def read_meta(folder: Path) -> dict:
+    """A prepared corpus's ``meta.json``, checked (one ``UserError`` line when damaged)."""
+    path = folder / META
+    if not path.is_file():
+        raise UserError(f"{folder} is not a prepared corpus (no {META}); run 'sameloss corpus prepare' first")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise UserError(f"corpus file {path} is damaged (not UTF-8 text); prepare the corpus again") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"corpus file {path} is damaged (not JSON: {exc.msg} at line {exc.lineno}); prepare the "
+                        "corpus again") from None
+    problem = _meta_problem(meta)
+    if problem:
+        raise UserError(f"corpus file {path} is damaged ({problem}); prepare the corpus again")
+    check_max_len(meta["max_len"], f"{path}: max_len")
     return meta
 
 
@@ -253,32 +399,78 @@ class Corpus(Language):
     uses_cls = True  # every sequence starts with [CLS]
 
     def __init__(self, folder: str | Path, verify: bool | None = None):
+        """Read the corpus in ``folder``, validated cheaply on load: ``meta.json``'s fields,
+        the tokenizer (its checksum, and that it has ``n_words`` tokens and the separator),
+        every shard's dtype and shape as it is memory-mapped, and — for corpora up to
+        ``VERIFY_BYTES`` (or ``verify=True``) — every shard's checksum and token range.
+        Rows read later are range-checked too (``rows``). Damage is one ``UserError``."""
         folder = Path(folder)
-        if not (folder / META).is_file():
-            raise UserError(f"{folder} is not a prepared corpus (no {META}); run 'sameloss corpus prepare' first")
-        meta = json.loads((folder / META).read_text())
+        meta = read_meta(folder)
         self.folder, self.meta = folder, meta
         self.n_words, self.max_len, self.sep_id = meta["n_words"], meta["max_len"], meta["sep_id"]
-        total = sum((folder / s["file"]).stat().st_size if (folder / s["file"]).exists() else 0
+        self._tokenizer = self._checked_tokenizer()
+        total = sum((folder / s["file"]).stat().st_size if (folder / s["file"]).is_file() else 0
                     for sp in meta["splits"].values() for s in sp["shards"])
         verify = total <= VERIFY_BYTES if verify is None else verify
         self._rows = {}
         for split in SPLITS:
-            arrays = []
-            for s in meta["splits"][split]["shards"]:
-                path = folder / s["file"]
-                if not path.is_file():
-                    raise UserError(f"corpus shard missing: {path}")
-                if verify and sha256_of(path) != s["sha256"]:
-                    raise UserError(f"corpus shard {path} does not match its checksum in {META}; prepare it again")
-                arr = np.load(path, mmap_mode="r")
-                if arr.shape != (s["rows"], self.max_len):
-                    raise UserError(f"corpus shard {path} has shape {arr.shape}, expected {(s['rows'], self.max_len)}")
-                arrays.append(arr)
-            self._rows[split] = arrays
+            self._rows[split] = [self._shard(s, verify) for s in meta["splits"][split]["shards"]]
         self._offsets = {k: np.cumsum([0] + [a.shape[0] for a in v]) for k, v in self._rows.items()}
-        self._tokenizer = None
         self._words: list[str] | None = None
+
+    def _damaged(self, path: Path, what: str) -> UserError:
+        return UserError(f"corpus file {path} is damaged ({what}); prepare the corpus again")
+
+    def _checked_tokenizer(self):
+        """The corpus's tokenizer, checked against ``meta.json`` (``None`` without the
+        ``tokenizers`` package: then only its checksum is checked)."""
+        path = self.folder / TOKENIZER
+        if not path.is_file():
+            raise UserError(f"corpus file missing: {path}; prepare the corpus again")
+        want = self.meta.get("tokenizer_sha256")
+        if want is not None and sha256_of(path) != want:
+            raise UserError(f"{path} does not match its checksum in {META}; prepare the corpus again")
+        try:
+            import tokenizers
+        except ImportError:
+            return None
+        try:
+            tok = tokenizers.Tokenizer.from_file(str(path))
+        except Exception as exc:  # noqa: BLE001 - the Rust library raises a plain Exception
+            raise self._damaged(path, f"not a tokenizer: {_first_line(exc)}") from None
+        size = tok.get_vocab_size(with_added_tokens=True)
+        if size != self.n_words:
+            raise self._damaged(self.folder / META, f"n_words {self.n_words}, but its tokenizer has {size} tokens")
+        if tok.id_to_token(self.sep_id) not in SEP_CANDIDATES:
+            raise self._damaged(self.folder / META, f"sep_id {self.sep_id} is not a separator token of the tokenizer")
+        return tok
+
+    def _shard(self, s: dict, verify: bool) -> np.ndarray:
+        path = self.folder / s["file"]
+        if not path.is_file():
+            raise UserError(f"corpus shard missing: {path}")
+        if verify and sha256_of(path) != s["sha256"]:
+            raise UserError(f"corpus shard {path} does not match its checksum in {META}; prepare it again")
+        try:
+            arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:  # truncated, or not a .npy file at all
+            raise self._damaged(path, f"not a token array: {_first_line(exc)}") from None
+        if not isinstance(arr, np.ndarray):
+            raise self._damaged(path, "not a single array")
+        if arr.dtype != np.dtype(self.meta["dtype"]):
+            raise self._damaged(path, f"dtype {arr.dtype}, expected {self.meta['dtype']}")
+        if arr.shape != (s["rows"], self.max_len):
+            raise UserError(f"corpus shard {path} has shape {arr.shape}, expected {(s['rows'], self.max_len)}")
+        if verify:  # the file is in the page cache after its checksum: the range is one more pass
+            self._check_ids(arr, path)
+            if not (arr[:, 0] == self.cls_id).all():
+                raise self._damaged(path, "a sequence does not start with [CLS]")
+        return arr
+
+    def _check_ids(self, ids: np.ndarray, path: Path | str) -> None:
+        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= self.vocab_size):
+            bad = int(ids.max()) if int(ids.max()) >= self.vocab_size else int(ids.min())
+            raise self._damaged(Path(path), f"token id {bad} outside 0..{self.vocab_size - 1}")
 
     # ---- data ---------------------------------------------------------------------------
     def n_sequences(self, split: str = "train") -> int:
@@ -293,6 +485,8 @@ class Corpus(Language):
         for k in np.unique(shard):  # one fancy-indexing read per shard
             sel = shard == k
             out[sel] = self._rows[split][k][index[sel] - offsets[k]]
+            # a large corpus is not range-checked on load: every row read is (O(batch))
+            self._check_ids(out[sel], self.folder / self.meta["splits"][split]["shards"][k]["file"])
         return torch.from_numpy(out)
 
     def batch_of(self, tokens: torch.Tensor) -> Batch:
@@ -324,8 +518,7 @@ class Corpus(Language):
     @property
     def tokenizer(self):
         if self._tokenizer is None:
-            tk = _require_tokenizers()
-            self._tokenizer = tk.Tokenizer.from_file(str(self.folder / TOKENIZER))
+            _require_tokenizers()  # checked on load when the package is there
         return self._tokenizer
 
     @property
@@ -353,3 +546,10 @@ class Corpus(Language):
 
 
 __all__ = ["Corpus", "encode", "load_tokenizer_folder", "pack", "prepare_corpus", "read_documents", "train_tokenizer"]
+
+
+def build(data: str | None = None) -> Corpus:
+    """The corpus prepared in the folder ``language.data``."""
+    if data is None:
+        raise UserError("the corpus language needs language.data=DIR (a folder from 'sameloss corpus prepare')")
+    return Corpus(data)

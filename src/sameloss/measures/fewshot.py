@@ -1,9 +1,18 @@
-"""Few-shot linear probes, batched over training subsets (the ``isoloss`` study).
+"""Few-shot heads on a frozen representation, batched over training subsets (the
+``isoloss`` and ``dyck`` studies).
 
-A *design* fixes, for every model compared, the same labelled pool, the same training
-subsets (``k`` subsets of ``n`` examples drawn without replacement from the pool, for each
-size ``n``) and one test set, so that differences between models are paired down to the
-subset. ``subset_indices(pool, n, k, seed)`` draws them.
+A representation is ``[n, T, d]``: one feature vector per position of each sentence (a
+model's final hidden states, the true conditionals of the look-up table, the true
+posteriors of the latent structure: ``representations.py``). A ``View`` says which
+positions a head reads and how — one position (a task about the word at ``t``), a span of
+positions (a task about a constituent), every position side by side, or their mean — so
+a task about a span is one more view, not one more code path.
+
+A design (``FewShot``) fixes, for every model compared, the same labelled pool, the same
+training subsets (``k`` subsets of ``n`` examples drawn without replacement from the pool,
+for each size ``n``) and one test set, so that differences between models are paired down
+to the subset. ``subset_indices(pool, n, k, seed)`` draws them; ``fewshot_probes`` runs
+every (view, method) endpoint of a design on one representation.
 
 ``fewshot_accuracies(features_pool, labels_pool, features_test, labels_test, ...)`` trains
 one linear head per subset — all ``k`` of one size at once, as one batched problem — and
@@ -20,16 +29,109 @@ element-wise, and the convex objective's optimum is each subset's own optimum.
 
 Standardisation is folded into the head (``W/σ``, ``b − (μ/σ)·W``), so a test set is never
 copied per subset.
+
+``count_regression`` is the other head: minimum-norm least squares (``pinv``) for a signed
+count read off the class index (Dyck's mismatch count, Theorem 5.1), over independent
+draws of ``n`` training examples.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 METHODS = ("adamw", "lbfgs")
+POOLINGS = ("concat", "mean")
+
+
+@dataclass(frozen=True)
+class View:
+    """The positions of a representation ``[n, T, d]`` a head reads (0-based; ``None``:
+    all ``T``) and how: their features side by side (``"concat"``: ``[n, len · d]``) or
+    averaged (``"mean"``: ``[n, d]``). ``View((4,))`` is the word at position 5,
+    ``View((2, 3, 4))`` a span, ``View()`` the paper's all-positions probe."""
+
+    positions: tuple[int, ...] | None = None
+    pool: str = "concat"
+
+    def __post_init__(self):
+        if self.pool not in POOLINGS:
+            raise ValueError(f"unknown pooling {self.pool!r}; choose from {', '.join(POOLINGS)}")
+        if self.positions is not None and (not self.positions or min(self.positions) < 0):
+            raise ValueError(f"a view's positions must be non-negative and not empty, got {self.positions}")
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        if self.positions is not None:
+            if max(self.positions) >= h.shape[1]:
+                raise ValueError(f"view position {max(self.positions)} outside sentences of {h.shape[1]} positions")
+            h = h[:, self.positions[0]] if len(self.positions) == 1 else h[:, list(self.positions)]
+            if h.dim() == 2:
+                return h
+        return h.mean(dim=1) if self.pool == "mean" else h.reshape(h.shape[0], -1)
+
+
+@dataclass(frozen=True)
+class FewShot:
+    """Few-shot linear probes of a task, the same for every model of a study: a labelled
+    pool of ``pool`` examples and a test set of ``test`` (``tasks.make_task_data`` with
+    ``seed``), ``subsets[i]`` subsets of ``sizes[i]`` examples each, and the endpoints
+    probed — ``(view name, method)`` pairs over the named ``views`` (methods: ``lbfgs``, the
+    converged convex probe with ridge ``l2``; ``adamw``, the paper's probe for ``epochs``
+    epochs). A result's columns are ``<view>_<method>_n<size>`` (mean test accuracy over
+    the subsets), ``_std``, ``_subsets`` (each subset's) and, for lbfgs, ``_grad``."""
+
+    task: str
+    views: tuple[tuple[str, View], ...]
+    sizes: tuple[int, ...]
+    subsets: tuple[int, ...]
+    pool: int
+    test: int
+    endpoints: tuple[tuple[str, str], ...]
+    epochs: int = 50
+    l2: float = 1e-2
+    seed: int = 0
+
+    def __post_init__(self):
+        names = {name for name, _ in self.views}
+        if len(self.sizes) != len(self.subsets) or not self.sizes or max(self.sizes) > self.pool:
+            raise ValueError("few-shot design: one subset count per size, every size within the pool")
+        for view, method in self.endpoints:
+            if view not in names or method not in METHODS:
+                raise ValueError(f"few-shot endpoint ({view}, {method}): unknown view or method")
+
+    def view(self, name: str) -> View:
+        return dict(self.views)[name]
+
+    def columns(self) -> list[str]:
+        """The accuracy columns of a result, endpoint by endpoint, size by size."""
+        return [f"{view}_{method}_n{n}" for view, method in self.endpoints for n in self.sizes]
+
+
+def fewshot_probes(pool_h: torch.Tensor, test_h: torch.Tensor, pool_y: torch.Tensor, test_y: torch.Tensor,
+                   n_classes: int, design: FewShot) -> dict:
+    """Every endpoint of ``design`` on one representation (``pool_h`` ``[pool, T, d]``,
+    ``test_h`` ``[test, T, d]``, labels ``pool_y``, ``test_y``): per size, the mean test
+    accuracy over the subsets, its std, the subsets' accuracies (and for lbfgs the largest
+    gradient norm left)."""
+    out: dict = {}
+    views = {name: (view(pool_h), view(test_h)) for name, view in design.views}
+    for view, method in design.endpoints:
+        xp, xt = views[view]
+        for n, k in zip(design.sizes, design.subsets):
+            subsets = subset_indices(design.pool, n, k, design.seed)
+            kw = {"l2": design.l2} if method == "lbfgs" else {"epochs": design.epochs}
+            acc, grad = fewshot_accuracies(xp, pool_y, xt, test_y, n_classes, subsets, method, **kw)
+            key = f"{view}_{method}_n{n}"
+            out[key] = float(np.mean(acc))
+            out[f"{key}_std"] = float(np.std(acc, ddof=1)) if len(acc) > 1 else 0.0
+            out[f"{key}_subsets"] = acc
+            if method == "lbfgs":
+                out[f"{key}_grad"] = grad
+    return out
 
 
 def subset_indices(pool: int, n: int, k: int, seed: int) -> torch.Tensor:
@@ -121,3 +223,57 @@ def fewshot_accuracies(pool_x: torch.Tensor, pool_y: torch.Tensor, test_x: torch
     W, b, grad = train_heads(x, pool_y[subsets], n_classes, method=method, **kwargs)
     acc = _accuracies(W, b, mu, sd, test_x.to(dtype), test_y)
     return acc.tolist(), grad
+
+
+@dataclass(frozen=True)
+class CountRegression:
+    """Minimum-norm least-squares heads (with a bias) for the signed count ``g = 2·c − (C − 1)``
+    of a task whose class ``c`` counts something out of ``C − 1`` (Dyck's mismatch task:
+    ``g* = #')' − #'('``), learned from ``n`` examples (each of ``n_train``) drawn ``draws``
+    times from a pool of ``pool``, tested on ``n_test`` others, on each named view."""
+
+    task: str
+    n_train: tuple[int, ...]
+    draws: int
+    pool: int
+    n_test: int
+    views: tuple[tuple[str, View], ...]
+
+    def __post_init__(self):
+        if self.draws < 2 or max(self.n_train) > self.pool:
+            raise ValueError("downstream: need >= 2 draws and n_train <= pool")
+
+
+def count_regression(pool_h: torch.Tensor, test_h: torch.Tensor, pool_c: torch.Tensor, test_c: torch.Tensor,
+                     n_classes: int, design: CountRegression, generator: torch.Generator) -> dict:
+    """Per ``n`` and view: test MSE of the count and accuracy of its rounded prediction,
+    mean, std and standard error over the draws (columns ``down_{mse,acc}_<view>_<n>``,
+    ``_std``, ``_se``), and the count's variance on the test set (``target_variance``: what
+    a head predicting the mean scores). Representations in float64; the draws come from
+    ``generator``."""
+    top = n_classes - 1
+
+    def count(c):
+        return (2 * c - top).double()
+
+    y_pool, y_test = count(pool_c), count(test_c)
+    views = {name: (view(pool_h.double()), view(test_h.double())) for name, view in design.views}
+    row: dict = {}
+    for n in design.n_train:
+        idx = torch.stack([torch.randperm(design.pool, generator=generator)[:n] for _ in range(design.draws)])
+        for name, (x_pool, x_test) in views.items():
+            ones = torch.ones(x_pool.shape[0], 1, dtype=torch.float64)
+            xb = torch.cat([x_pool, ones], 1)[idx]  # [draws, n, D+1]
+            w = torch.linalg.pinv(xb) @ y_pool[idx][..., None]  # minimum-norm solutions [draws, D+1, 1]
+            xt = torch.cat([x_test, torch.ones(x_test.shape[0], 1, dtype=torch.float64)], 1)
+            pred = (xt @ w)[..., 0]  # [draws, n_test]
+            mse = (pred - y_test).square().mean(dim=1)
+            cls = ((pred + top) / 2).round().clamp(0, top)
+            acc = (cls == test_c.double()).double().mean(dim=1)
+            for what, v in (("mse", mse), ("acc", acc)):
+                key = f"down_{what}_{name}_{n}"
+                row[key] = float(v.mean())
+                row[f"{key}_std"] = float(v.std())
+                row[f"{key}_se"] = float(v.std()) / math.sqrt(design.draws)
+    row["target_variance"] = float(y_test.var())
+    return row

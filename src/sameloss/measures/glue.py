@@ -30,12 +30,19 @@ must hold one) and mapped into the language's K-token vocabulary:
 
 Splits: the training rows less a seeded 10 % (the validation split
 that picks the fine-tuning epoch), and ``dev.tsv`` as the test split — the accuracy
-reported is dev accuracy, as in the paper's GLUE rows.
+reported is dev accuracy, as in the paper's GLUE rows. With ``n_train`` (``measure
+--task-size N``) and more rows than ``n_train + n_validation``, a seeded sample
+stratified by label (each class in proportion) of ``n_train`` training and
+``n_validation`` validation rows is kept instead; ``dev.tsv`` stays whole.
+
+Files are UTF-8 (a leading byte-order mark is dropped, as spreadsheets write one);
+anything else — another encoding, a binary file — is one ``UserError`` line.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +55,10 @@ GLUE_COLUMNS = {"sst2": ("sentence",), "qnli": ("question", "sentence"), "rte": 
 PAIR_LABELS = {"entailment": 0, "not_entailment": 1}
 PREFIX = "glue:"
 VALIDATION_FRACTION = 0.1
+# The most classes a task may have: GLUE's tasks have 2-3, the offline sets of ``data
+# fetch`` up to 20. The probe and the fine-tuning head hold examples x classes outputs,
+# so a stray label (1e9) would allocate terabytes: refused with that estimate instead.
+MAX_CLASSES = 1000
 
 
 def is_glue(task: str) -> bool:
@@ -62,7 +73,7 @@ def parse_glue(task: str) -> tuple[str, Path]:
         raise UserError(f"a GLUE task is written glue:NAME=DIR, got {task!r}")
     if name not in GLUE_COLUMNS:
         raise UserError(f"unknown GLUE task {name!r}; choose from {', '.join(GLUE_COLUMNS)}")
-    folder = Path(folder)
+    folder = Path(folder).expanduser()  # the shell leaves a ~ after "=" alone
     if not folder.is_dir():
         raise UserError(f"GLUE folder not found: {folder}")
     return name, folder
@@ -75,10 +86,14 @@ def glue_label(task: str) -> str:
 
 def read_glue_tsv(path: Path, name: str) -> tuple[list[tuple[str, ...]], list[int]]:
     """The text columns and integer labels of one GLUE TSV."""
+    from ..languages.text import read_text
+
     if not path.is_file():
         raise UserError(f"{path} not found (a GLUE folder needs train.tsv and dev.tsv)")
-    with path.open(encoding="utf-8", newline="") as f:
-        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    try:
+        rows = list(csv.reader(io.StringIO(read_text(path), newline=""), delimiter="\t", quoting=csv.QUOTE_NONE))
+    except csv.Error as exc:
+        raise UserError(f"{path}: not a tab-separated file ({exc})") from None
     rows = [r for r in rows if any(c.strip() for c in r)]
     if not rows:
         raise UserError(f"{path} is empty")
@@ -105,9 +120,57 @@ def read_glue_tsv(path: Path, name: str) -> tuple[list[tuple[str, ...]], list[in
                 raise UserError(f"{path}:{number}: label {raw!r} is not an integer") from None
             if label < 0:
                 raise UserError(f"{path}:{number}: label {label} is negative")
+            if label >= MAX_CLASSES:
+                n = len(rows) - 1
+                raise UserError(f"{path}:{number}: label {label} would make a task of {label + 1} classes; its "
+                                f"{n} examples' class scores alone would take {n} x {label + 1} x 4 bytes = "
+                                f"{_bytes(4 * n * (label + 1))} (a task may have at most {MAX_CLASSES} classes)")
         texts.append(tuple(row[i] for i in where[:-1]))
         labels.append(label)
     return texts, labels
+
+
+def _bytes(n: float) -> str:
+    for unit in ("bytes", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.3g} {unit}"
+        n /= 1000
+    return f"{n:.3g} TB"
+
+
+def stratified_sample(labels: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` indices of ``labels`` (sorted), drawn without replacement, each class in
+    proportion to its count (largest remainders round the quotas to ``n``)."""
+    labels = np.asarray(labels)
+    order = rng.permutation(labels.size)
+    by_class = order[np.argsort(labels[order], kind="stable")]  # each class's rows, in random order
+    classes, counts = np.unique(labels, return_counts=True)
+    exact = counts * n / labels.size
+    quota = np.floor(exact).astype(np.int64)
+    quota[np.argsort(-(exact - quota), kind="stable")[:n - int(quota.sum())]] += 1
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    picked = np.concatenate([by_class[s:s + q] for s, q in zip(starts, quota)])
+    return np.sort(picked)
+
+
+def split_rows(labels: torch.Tensor, seed: int, n_train: int | None = None,
+               n_validation: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(train, validation)`` row indices (module docstring): all rows less a seeded
+    10 % for validation; or, with ``n_train`` and more rows than ``n_train +
+    n_validation`` (default ``n_train // 4``, at least 1), a label-stratified sample."""
+    n = len(labels)
+    rng = np.random.default_rng(seed)
+    if n_train is not None:
+        n_validation = max(1, n_train // 4) if n_validation is None else n_validation
+    if n_train is None or n <= n_train + n_validation:
+        order = torch.from_numpy(rng.permutation(n))
+        n_val = max(1, round(VALIDATION_FRACTION * n)) if n > 1 else 0
+        return order[n_val:].sort().values, order[:n_val].sort().values
+    y = labels.numpy()
+    kept = stratified_sample(y, n_train + n_validation, rng)
+    val = kept[stratified_sample(y[kept], n_validation, rng)]
+    train = np.setdiff1d(kept, val)
+    return torch.from_numpy(train), torch.from_numpy(val)
 
 
 def _cut(la: int, lb: int, budget: int) -> tuple[int, int]:
@@ -166,10 +229,12 @@ def encode_examples(language, texts: list[tuple[str, ...]]) -> torch.Tensor:
     return torch.from_numpy(out)
 
 
-def glue_task_data(language, task: str, seed: int = 0) -> TaskData:
+def glue_task_data(language, task: str, seed: int = 0, n_train: int | None = None,
+                   n_validation: int | None = None) -> TaskData:
     """Train / validation / test (= dev) splits of a GLUE-format task for a model
     pre-trained on a corpus or on the causal language (whose out-of-vocabulary sentences
-    are dropped: ``kept_fraction``)."""
+    are dropped: ``kept_fraction``); ``n_train`` / ``n_validation``: a label-stratified
+    sample of the training rows (``split_rows``)."""
     name, folder = parse_glue(task)
     causal = hasattr(language, "encode_generator")
     if not causal and not hasattr(language, "encode"):
@@ -190,11 +255,17 @@ def glue_task_data(language, task: str, seed: int = 0) -> TaskData:
                                 f"{language.max_len} tokens; too few to train and test on")
         kept_fraction = float(keep.sum() + dkeep.sum()) / (len(keep) + len(dkeep))
         x, y, dx, dy = x[keep], y[keep], dx[dkeep], dy[dkeep]
+        tr, val = split_rows(y, seed, n_train, n_validation)
     else:
+        tr, val = split_rows(y, seed, n_train, n_validation)
+        used = torch.cat([tr, val]).sort().values  # only the rows kept are encoded
+        if used.numel() < len(y):
+            train_texts = [train_texts[i] for i in used.tolist()]
+            y = y[used]
+            where = torch.full((int(used.max()) + 1,), -1, dtype=torch.long)
+            where[used] = torch.arange(used.numel())
+            tr, val = where[tr], where[val]
         x, dx = encode_examples(language, train_texts), encode_examples(language, dev_texts)
-    order = torch.from_numpy(np.random.default_rng(seed).permutation(len(y)))
-    n_val = max(1, round(VALIDATION_FRACTION * len(y))) if len(y) > 1 else 0
-    val, tr = order[:n_val].sort().values, order[n_val:].sort().values
 
     def split(tokens, labels):
         return Split(tokens, language.lengths_of(tokens), labels)

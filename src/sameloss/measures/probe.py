@@ -53,6 +53,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from sameloss.errors import UserError
+from sameloss.files import atomic_write_text
 from sameloss.measures.tasks import SPLITS, TaskData
 
 METHODS = ("adamw", "lbfgs")
@@ -96,7 +97,7 @@ class DownstreamResult:
     def to_json(self, path: str | Path | None = None) -> str:
         text = json.dumps(self.to_dict(), indent=2, allow_nan=False)
         if path is not None:
-            Path(path).write_text(text + "\n")
+            atomic_write_text(path, text + "\n")
         return text
 
     def __str__(self) -> str:

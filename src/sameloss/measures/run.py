@@ -1,8 +1,9 @@
 """Measure checkpoints: one row of numbers per checkpoint (``sameloss measure``).
 
 ``MeasureSpec`` says what to compute; ``measure_checkpoint`` turns one checkpoint into a
-flat dict (loss, KL, traces, eigenvalue, sharpness, probe / fine-tune / look-up-table
-accuracies, each with its error) through ``measure_model``, which takes any loaded model
+flat dict (loss, KL, traces, Lemma 3.2's Hessian − Fisher gap, eigenvalue, sharpness,
+probe / fine-tune / look-up-table accuracies, few-shot probes and count regressions on
+views of the representation, each with its error) through ``measure_model``, which takes any loaded model
 mapping token ids to logits; ``measure_hf_folder`` does the same for a Hugging Face
 masked-LM folder on a sameloss language or a prepared corpus (``sameloss.hf.adapter``); ``measure_path`` does
 every checkpoint of a run (or one checkpoint, or an HF folder) and ``write_rows`` saves them as CSV or JSON (``check_output`` first, so
@@ -12,7 +13,10 @@ A damaged checkpoint of a run is skipped and reported (``measure_path(..., skipp
 the rows of the others are kept.
 
 The look-up-table baseline does not depend on the checkpoint (it probes the true
-conditionals), so it is computed once per language and repeated in every row.
+conditionals), so it is computed once per language and repeated in every row;
+``measure_lookup_table`` measures it alone, and ``measure_reference`` gives the few-shot
+probes of the reference representations (random-init encoder, look-up table, oracle:
+``representations.py``) a study compares its models with.
 """
 
 from __future__ import annotations
@@ -25,36 +29,49 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import files
+from .. import files, resources
 from ..errors import UserError
 from ..progress import progress_bar
 from ..training.checkpoint import CorruptCheckpoint, step_dirs
+from ..training.data import step_generator
 from ..training.evaluate import make_evaluator
 from ..training.runio import load_checkpoint
 from . import curvature
+from .fewshot import CountRegression, FewShot, count_regression, fewshot_probes
 from .finetune import finetune
 from .glue import glue_label, glue_task_data, is_glue
 from .lookup import lookup_table_probe
 from .probe import linear_probe
+from .representations import model_representation, reference_representation
 from .tasks import make_task_data
+
+
+TRACES = ("fisher", "hutchinson", "hutchpp")  # the trace estimators of ``--trace``
 
 
 @dataclass(frozen=True)
 class MeasureSpec:
     loss: bool = False
-    traces: tuple[str, ...] = ()  # "fisher", "hutchinson"
+    traces: tuple[str, ...] = ()  # "fisher", "hutchinson", "hutchpp"
+    trace_by: str | None = None  # "block": each trace also per block (embedding, layer<i>, head)
     top_eig: bool = False
     sharpness: bool = False
     probe: tuple[str, ...] = ()  # task names
     finetune: tuple[str, ...] = ()
     lookup: tuple[str, ...] = ()
+    hessian_gap: bool = False  # Lemma 3.2: tr H − tr F by Hutchinson, true and model-drawn tokens
+    fewshot: FewShot | None = None  # few-shot probes on views of the representation
+    count_regression: CountRegression | None = None  # min-norm count heads (Dyck's Theorem 5.1)
     # sizes (paper defaults in comments; these defaults suit a CPU)
     loss_sentences: int = 2000  # paper: 10^6
     n_contexts: int = 1000  # paper: 10^4
     n_labels: int = 50  # paper: 50
     repeats: int = 5  # paper: 5
-    n_probes: int = 100
-    curvature_sentences: int = 1024  # the fixed batch of Hutchinson, eigenvalue, sharpness
+    n_probes: int = 100  # Hessian-vector products of Hutchinson / Hutch++
+    lanczos_basis: int = 20  # vectors the top-eigenvalue Lanczos keeps (bounded memory)
+    curvature_sentences: int = 1024  # the fixed batch of Hutchinson, eigenvalue, sharpness; the gap's batches
+    micro_batch: int | None = None  # Hessian graphs held for at most this many sentences (memory)
+    gap_batches: int = 8  # independent batches of the gap (its standard error is over them)
     params: str | None = None
     rho: float = 0.05
     task_train: int = 2000  # paper: 0.1M examples in all
@@ -71,11 +88,19 @@ class MeasureSpec:
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        bad = [t for t in self.traces if t not in ("fisher", "hutchinson")]
+        if not (math.isfinite(self.rho) and self.rho > 0):
+            raise UserError(f"the SAM radius rho must be a finite number > 0, got {self.rho}")
+        bad = [t for t in self.traces if t not in TRACES]
         if bad:
-            raise UserError(f"unknown trace estimator {bad[0]!r}; choose fisher or hutchinson")
+            raise UserError(f"unknown trace estimator {bad[0]!r}; choose from {', '.join(TRACES)}")
+        if self.trace_by not in (None, "block"):
+            raise UserError(f"--trace-by must be 'block', got {self.trace_by!r}")
+        if self.trace_by and not self.traces:
+            raise UserError("--trace-by block needs a --trace estimator to split")
+        if "hutchpp" in self.traces and self.n_probes < 3:
+            raise UserError(f"Hutch++ needs at least 3 products (--probes), got {self.n_probes}")
         if not (self.loss or self.traces or self.top_eig or self.sharpness or self.probe or self.finetune
-                or self.lookup):
+                or self.lookup or self.hessian_gap or self.fewshot or self.count_regression):
             raise UserError("nothing to measure: pass --loss, --trace, --top-eig, --sharpness, --probe, "
                             "--finetune or --lookup-table")
 
@@ -142,29 +167,39 @@ def measure_model(model, language, cfg, spec: MeasureSpec, cache: dict | None = 
     cache = {} if cache is None else cache
     if spec.lookup and not getattr(language, "exact", True):
         raise UserError("the look-up table is not defined for a corpus (it needs the true conditionals)")
+    resources.check_measure(spec, cfg, language, model)  # before any measure allocates
     row = {**(row or {}), "parameters": sum(p.numel() for p in model.parameters())}
     if spec.loss:
         result = _evaluator(cache, language, cfg, spec).evaluate(model, spec.device)
         row.update({k: result[k] for k in ("loss", "loss_std", "kl", "kl_std", "log_kl", "entropy", "n_tokens")})
         if "gap" in result:  # a corpus: the train/held-out gap, and why KL is missing
             row.update({k: result[k] for k in ("train_loss", "train_loss_std", "gap", "kl_note")})
+    by_block = spec.trace_by == "block"
     for name in spec.traces:
         if name == "fisher":
             r = curvature.trace_fisher(model, language, n_contexts=spec.n_contexts, n_labels=spec.n_labels,
-                                       params=spec.params, seed=spec.seed, repeats=spec.repeats)
+                                       params=spec.params, seed=spec.seed, repeats=spec.repeats, by_block=by_block)
         else:
             # one masked position per sentence, as the Fisher estimator's contexts: near
             # saturation the two then estimate the same trace
             r = curvature.trace_hutchinson(model, language, n_probes=spec.n_probes, params=spec.params,
-                                           n_sentences=spec.curvature_sentences, mask_rate=None, seed=spec.seed)
+                                           n_sentences=spec.curvature_sentences, mask_rate=None, seed=spec.seed,
+                                           estimator=name, by_block=by_block, micro_batch=spec.micro_batch)
         row[f"trace_{name}"] = r.estimate
         row[f"trace_{name}_se"] = r.stderr
         if "repeat_std" in r.extra:
             row[f"trace_{name}_repeat_std"] = r.extra["repeat_std"]
+        for block, value in r.extra.get("blocks", {}).items():  # trace_fisher_layer0, ..._se
+            row[f"trace_{name}_{block}"] = value["estimate"]
+            row[f"trace_{name}_{block}_se"] = value["stderr"]
         row["n_params_measured"] = r.n_params
+    if spec.hessian_gap:
+        _put_gap(row, curvature.trace_hessian_gap(model, language, n_batches=spec.gap_batches,
+                                                  n_sentences=spec.curvature_sentences, n_probes=spec.n_probes,
+                                                  params=spec.params, seed=spec.seed))
     if spec.top_eig:
         r = curvature.top_eigenvalue(model, language, params=spec.params, n_sentences=spec.curvature_sentences,
-                                     seed=spec.seed)
+                                     seed=spec.seed, basis_size=spec.lanczos_basis, micro_batch=spec.micro_batch)
         row["top_eigenvalue"] = r.estimate
     if spec.sharpness:
         r = curvature.sam_sharpness(model, language, rho=spec.rho, params=spec.params,
@@ -183,6 +218,64 @@ def measure_model(model, language, cfg, spec: MeasureSpec, cache: dict | None = 
             else:
                 r = _lookup_probe(cache, language, cfg, task, spec)
             _put_downstream(row, kind, task, r)
+    if spec.fewshot is not None:
+        data = _fewshot_data(cache, language, spec.fewshot)
+        row.update(fewshot_probes(model_representation(model, data.train.tokens),
+                                  model_representation(model, data.test.tokens), data.train.labels,
+                                  data.test.labels, data.n_classes, spec.fewshot))
+    if spec.count_regression is not None:
+        d = spec.count_regression
+        data = make_task_data(language, d.task, d.pool, 0, d.n_test, seed=spec.seed)
+        generator = step_generator(spec.seed, 0, stream=STREAM_COUNT_DRAWS)
+        row.update(count_regression(model_representation(model, data.train.tokens),
+                                    model_representation(model, data.test.tokens), data.train.labels,
+                                    data.test.labels, data.n_classes, d, generator))
+    return row
+
+
+# the draws of the count regression's training examples (apart from training, evaluation
+# and the curvature measures' streams)
+STREAM_COUNT_DRAWS = 21
+
+
+def _put_gap(row: dict, gap: dict) -> None:
+    """Lemma 3.2's columns: the Hutchinson traces and gaps (± SE over batches), and with
+    the Fisher trace in the row, ``tr F + gap`` (a lower-variance ``tr H``), the relative
+    gap and the gaps' t statistics."""
+    for name, r in gap.items():
+        row[name] = r.estimate
+        row[f"{name}_se"] = r.stderr
+    if "trace_fisher" in row:
+        row["trace_hessian_cv"] = row["trace_fisher"] + row["trace_gap"]
+        row["trace_hessian_cv_se"] = math.hypot(row["trace_fisher_se"], row["trace_gap_se"])
+        row["relative_gap"] = row["trace_gap"] / row["trace_fisher"]
+    row["trace_abs_gap"] = abs(row["trace_gap"])
+    row["trace_abs_gap_se"] = row["trace_gap_se"]
+    row["z_gap"] = row["trace_gap"] / row["trace_gap_se"]
+    row["z_gap_model"] = row["trace_gap_model"] / row["trace_gap_model_se"]
+
+
+def _fewshot_data(cache, language, design: FewShot):
+    key = ("fewshot", language.name, design)
+    if key not in cache:
+        cache[key] = make_task_data(language, design.task, n_train=design.pool, n_validation=0, n_test=design.test,
+                                    seed=design.seed)
+    return cache[key]
+
+
+def measure_reference(kind: str, language, cfg, spec: MeasureSpec, cache: dict | None = None) -> dict:
+    """The few-shot probes of ``spec.fewshot`` on a reference representation
+    (``representations.REFERENCES``: ``random-init`` — ``cfg``'s model freshly initialised
+    from its seed —, ``lookup``, ``oracle``), and the task's majority rate on the test set
+    (``fewshot_majority``): the headroom a trained model is placed in."""
+    if spec.fewshot is None:
+        raise UserError("a reference representation is measured by few-shot probes: give the spec a fewshot design")
+    cache = {} if cache is None else cache
+    data = _fewshot_data(cache, language, spec.fewshot)
+    pool_h, test_h = (reference_representation(kind, language, cfg, split.tokens, spec.device)
+                      for split in (data.train, data.test))
+    row = fewshot_probes(pool_h, test_h, data.train.labels, data.test.labels, data.n_classes, spec.fewshot)
+    row["fewshot_majority"] = data.majority()[1]
     return row
 
 
@@ -245,7 +338,8 @@ def _std(values: list[float]) -> float:
 def _task_data(cache, language, cfg, task, spec):
     key = ("task", cfg.language, task)
     if key not in cache and is_glue(task):
-        cache[key] = glue_task_data(language, task, seed=spec.seed)
+        cache[key] = glue_task_data(language, task, seed=spec.seed, n_train=spec.task_train,
+                                    n_validation=spec.task_validation)
     elif key not in cache:
         cache[key] = make_task_data(language, task, spec.task_train, spec.task_validation, spec.task_test,
                                     seed=spec.seed)

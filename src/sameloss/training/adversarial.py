@@ -37,7 +37,17 @@ class AdversarialObjective:
         self.weight, self.batch_size, self.ridge, self.seed = weight, batch_size, ridge, seed
 
     def downstream_loss(self, features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Squared loss on the second half of a head ridge-fitted on the first half."""
+        """Squared loss on the second half of a head ridge-fitted on the first half (in
+        float32 also under bf16 autocast: the ridge solve needs the precision)."""
+        if features.dtype in (torch.float16, torch.bfloat16):
+            features = features.float()
+        kind = features.device.type
+        if not torch.amp.is_autocast_available(kind):  # e.g. meta (the placement tests)
+            return self._downstream_loss(features, labels)
+        with torch.autocast(kind, enabled=False):
+            return self._downstream_loss(features, labels)
+
+    def _downstream_loss(self, features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         x = features.flatten(1)
         x = torch.cat([x, torch.ones_like(x[:, :1])], dim=1)  # bias column
         y = F.one_hot(labels, self.n_classes).to(x.dtype)
@@ -55,5 +65,5 @@ class AdversarialObjective:
         gen = step_generator(self.seed, step, stream=4)
         idx = torch.randperm(self.tokens.shape[0], generator=gen)[: self.batch_size]
         features = model.features(self.tokens[idx].to(device))
-        d2 = self.downstream_loss(features.float(), self.labels[idx].to(device))
+        d2 = self.downstream_loss(features, self.labels[idx].to(device))
         return -self.weight * d2, d2.detach()

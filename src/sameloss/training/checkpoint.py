@@ -7,7 +7,9 @@
 
 Each checkpoint is written into a temporary directory and renamed into place, so a
 crash never leaves a half-written checkpoint under a real name; a failed write (a full
-disk) removes the temporary directory and raises a one-line ``UserError``.
+disk, also when a library reports it as its own error type) removes the temporary
+directory and raises a one-line ``UserError``. Files get the mode a plain ``open`` would
+give them (the umask), whatever the writing library does.
 
 Reading a damaged file (truncated, garbage, empty, missing, weights of another shape)
 raises ``CorruptCheckpoint`` naming the file, never a library traceback.
@@ -24,7 +26,7 @@ import torch
 from safetensors.torch import load_file, save_model
 
 from ..errors import UserError
-from ..files import write_error
+from ..files import honour_umask, storage_reason, write_error
 
 PREFIX = "step_"
 
@@ -49,14 +51,16 @@ def save(run_dir: Path, step: int, model: torch.nn.Module, state: dict, meta: di
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
         save_model(model, str(tmp / "model.safetensors"))
-        torch.save(state, tmp / "state.pt")
+        honour_umask(tmp / "model.safetensors")  # safetensors creates it 0600, the others are 0666 - umask
+        with open(tmp / "state.pt", "wb") as f:  # a file object: a full disk stays an OSError in the chain
+            torch.save(state, f)
         (tmp / "meta.json").write_text(json.dumps({"step": step, **meta}, indent=2))
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
     except BaseException as exc:  # a full disk, a kill: no half-written folder stays behind
         shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(exc, OSError):
+        if isinstance(exc, OSError) or storage_reason(exc) is not None:
             raise write_error(final, exc) from None
         raise
     return final

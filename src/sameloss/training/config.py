@@ -11,7 +11,7 @@ from typing import Literal
 
 @dataclass(frozen=True)
 class LanguageConfig:
-    name: str = "pcfg"  # a key of ``sameloss.languages.LANGUAGES``
+    name: str = "pcfg"  # a language of ``sameloss.registry``
     size: str = "tiny"  # a named size of the language: micro, tiny, paper
     seed: int | None = None  # another random language of that size's shape (None: the size's own)
     grammar: str | None = None  # PCFG grammar file; overrides the size
@@ -26,10 +26,10 @@ class LanguageConfig:
     ALIASES = {"preset": "size"}
 
     def __post_init__(self):
-        from ..languages import LANGUAGES  # the registry: a new language is named in one place
+        from ..registry import languages  # found from their files (and plugins), without importing them
 
-        if self.name not in LANGUAGES:
-            raise ValueError(f"language.name must be one of {', '.join(LANGUAGES)}, got {self.name!r}")
+        if self.name not in languages():
+            raise ValueError(f"language.name must be one of {', '.join(languages())}, got {self.name!r}")
         if self.seed is not None and self.seed < 0:
             raise ValueError(f"language.seed must be >= 0, got {self.seed}")
 
@@ -145,10 +145,18 @@ class PretrainConfig:
     save_every: int = 200  # rolling 'latest' checkpoint for --resume
     log_every: int = 20
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # the arithmetic of the training forward/backward passes: "bf16" runs them under
+    # torch.autocast (bfloat16 matmuls; parameters, optimiser state and checkpoints stay
+    # float32), "fp32" without it, "auto" bf16 on CUDA and fp32 on the CPU. Evaluation,
+    # curvature and probes always run outside autocast (float32/float64).
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
     # a fork (``training.fork``): start from this checkpoint's weights and step (and, with
-    # init_optimizer, its optimiser moments and RNG state) instead of a fresh model
+    # init_optimizer, its optimiser moments and RNG state) instead of a fresh model;
+    # init_step = "restart": count steps from 0 instead (steps 1..steps of this run's own
+    # schedule and data stream, from the checkpoint's weights: a new run that starts there)
     init_from: str | None = None
     init_optimizer: bool = True
+    init_step: Literal["continue", "restart"] = "continue"
     language: LanguageConfig = field(default_factory=LanguageConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)

@@ -21,6 +21,11 @@ class MaskedBatch:
     inputs: torch.Tensor  # [n, T] ids, masked positions replaced by mask_id
     targets: torch.Tensor  # [n, T] the original ids
     masked: torch.Tensor  # [n, T] bool, the prediction targets
+    # flat indices (into [n * T]) of the masked positions, in ``masked.nonzero()`` order;
+    # ``to`` computes them where the batch was made (the host) and carries them along, so
+    # that picking the targets on the device (``at_masked``) needs no read-back of a
+    # data-dependent size, as ``x[masked]`` does
+    index: torch.Tensor | None = None
 
     @property
     def n_targets(self) -> int:
@@ -39,7 +44,18 @@ class MaskedBatch:
         return self.rows(0, mid), self.rows(mid, self.inputs.shape[0])
 
     def to(self, device) -> MaskedBatch:
-        return MaskedBatch(self.inputs.to(device), self.targets.to(device), self.masked.to(device))
+        index = self.index
+        if index is None and self.masked.device.type == "cpu":
+            index = self.masked.reshape(-1).nonzero().squeeze(1)
+        return MaskedBatch(self.inputs.to(device), self.targets.to(device), self.masked.to(device),
+                           None if index is None else index.to(device))
+
+    def at_masked(self, values: torch.Tensor) -> torch.Tensor:
+        """``values[masked]`` for ``values`` of shape ``[n, T, ...]`` (e.g. logits), in
+        the same order; by ``index`` when the batch carries it (no device sync)."""
+        if self.index is None:
+            return values[self.masked]
+        return values.reshape(-1, *values.shape[2:]).index_select(0, self.index)
 
 
 def step_generator(seed: int, step: int, stream: int = 0) -> torch.Generator:
@@ -65,8 +81,8 @@ def mask_batch(language: Language, tokens: torch.Tensor, lengths: torch.Tensor, 
         return MaskedBatch(tokens.masked_fill(masked, language.mask_id), tokens, masked)
     if replace != "bert":
         raise ValueError(f"unknown mask replacement {replace!r}; choose from {', '.join(MASK_REPLACEMENTS)}")
-    u = torch.rand(tokens.shape, generator=generator)
-    random_words = torch.randint(language.n_words, tokens.shape, generator=generator)
+    u = torch.rand(tokens.shape, generator=generator, device=tokens.device)
+    random_words = torch.randint(language.n_words, tokens.shape, generator=generator, device=tokens.device)
     inputs = torch.where(masked & (u < 0.8), language.mask_id, tokens)
     inputs = torch.where(masked & (u >= 0.8) & (u < 0.9), random_words, inputs)
     return MaskedBatch(inputs, tokens, masked)

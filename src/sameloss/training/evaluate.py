@@ -19,7 +19,15 @@ from .data import mask_batch, step_generator
 
 
 class ExactEvaluator:
-    """Held-out sentences, masks and true conditionals, computed once per run."""
+    """Held-out sentences, masks and true conditionals, computed once per run.
+
+    Device-correct: the model runs on ``device`` chunk by chunk, each chunk's true
+    conditionals are copied there, and only per-token values stay on the device; the
+    results are read back once, at the end of ``evaluate`` (no read-back per chunk).
+    The masked positions are picked by indices computed on the host (``MaskedBatch.to``),
+    which needs no read-back either."""
+
+    QUANTITIES = ("loss", "kl", "entropy", "sampled_loss")
 
     def __init__(self, language: Language, n_sentences: int, rate: float | None, seed: int,
                  n_subsets: int = 5, batch_size: int = 1024):
@@ -39,41 +47,77 @@ class ExactEvaluator:
         self.subset = sentence_of_row * n_subsets // n_sentences
         self.n_subsets = n_subsets
         self.target_rows = self.batch.targets[self.batch.masked]
+        # rows are in sentence order, so each subset is a contiguous run of rows
+        counts = torch.bincount(self.subset, minlength=n_subsets).tolist()
+        bounds = [0] + torch.tensor(counts).cumsum(0).tolist()
+        self._subset_slices = [slice(bounds[k], bounds[k + 1]) for k in range(n_subsets)]
+        # (first row, rows) of every chunk of sentences
+        per_sentence = self.batch.masked.sum(dim=1)
+        self._chunk_rows = []
+        row = 0
+        for i in range(0, n_sentences, batch_size):
+            k = int(per_sentence[i:i + batch_size].sum())
+            self._chunk_rows.append((row, k))
+            row += k
+
+    def _chunks(self, model: torch.nn.Module, device):
+        """``(first row, log q [rows, vocab] float64 on device)`` per chunk of sentences."""
+        for (row, _), i in zip(self._chunk_rows, range(0, self.batch.inputs.shape[0], self.batch_size)):
+            chunk = self.batch.rows(i, i + self.batch_size).to(device)
+            yield row, torch.log_softmax(chunk.at_masked(model(chunk.inputs)).double(), dim=-1)
 
     @torch.no_grad()
     def log_probs(self, model: torch.nn.Module, device: torch.device | str = "cpu") -> torch.Tensor:
-        """``[M, vocab]`` float64 model log-probabilities at the held-out masked positions."""
+        """``[M, vocab]`` float64 model log-probabilities at the held-out masked positions
+        (on the host)."""
         was_training = model.training
         model.eval()
-        out = []
-        for i in range(0, self.batch.inputs.shape[0], self.batch_size):
-            inputs = self.batch.inputs[i:i + self.batch_size].to(device)
-            masked = self.batch.masked[i:i + self.batch_size].to(device)
-            logits = model(inputs)[masked]
-            out.append(torch.log_softmax(logits.double(), dim=-1).cpu())
-        model.train(was_training)
-        return torch.cat(out)
+        try:
+            return torch.cat([logq for _, logq in self._chunks(model, device)]).cpu()
+        finally:
+            model.train(was_training)
 
     def evaluate(self, model: torch.nn.Module, device: torch.device | str = "cpu") -> dict:
-        logq = self.log_probs(model, device)
-        p = self.true
-        words = logq[:, : self.n_words]
-        expected_ce = -(p * words).sum(dim=1)  # E_p[-log q] per masked token
-        kl = expected_ce - self.entropy
-        sampled_ce = -logq.gather(1, self.target_rows[:, None]).squeeze(1)
-        result = {"n_tokens": int(p.shape[0])}
-        for name, values in (("loss", expected_ce), ("kl", kl), ("entropy", self.entropy),
-                             ("sampled_loss", sampled_ce)):
-            mean, std = self._mean_and_subset_std(values)
+        table = self.table(model, device).tolist()  # the one read-back
+        result = {"n_tokens": int(self.true.shape[0])}
+        for name, (mean, *subsets) in zip(self.QUANTITIES, table):
             result[name] = mean
-            result[f"{name}_std"] = std
+            result[f"{name}_std"] = _std(subsets)
         result["log_kl"] = math.log(max(result["kl"], 1e-300))
         return result
 
-    def _mean_and_subset_std(self, values: torch.Tensor) -> tuple[float, float]:
-        means = torch.stack([values[self.subset == k].mean() for k in range(self.n_subsets)])
-        std = float(means.std()) if self.n_subsets > 1 else float("nan")
-        return float(values.mean()), std
+    @torch.no_grad()
+    def table(self, model: torch.nn.Module, device: torch.device | str = "cpu") -> torch.Tensor:
+        """``[len(QUANTITIES), 1 + n_subsets]`` float64 on ``device``: per quantity, its
+        mean over the held-out tokens and each subset's mean."""
+        was_training = model.training
+        model.eval()
+        try:
+            values = {name: [] for name in self.QUANTITIES}
+            for row, logq in self._chunks(model, device):
+                sl = slice(row, row + logq.shape[0])
+                p = self.true[sl].to(device)
+                entropy = self.entropy[sl].to(device)
+                expected_ce = -(p * logq[:, : self.n_words]).sum(dim=1)  # E_p[-log q] per masked token
+                targets = self.target_rows[sl].to(device)
+                values["loss"].append(expected_ce)
+                values["kl"].append(expected_ce - entropy)
+                values["entropy"].append(entropy)
+                values["sampled_loss"].append(-logq.gather(1, targets[:, None]).squeeze(1))
+        finally:
+            model.train(was_training)
+        return torch.stack([self._means(torch.cat(values[name])) for name in self.QUANTITIES])
+
+    def _means(self, values: torch.Tensor) -> torch.Tensor:
+        """``[1 + n_subsets]``: the mean of ``values``, then each subset's."""
+        return torch.stack([values.mean()] + [values[sl].mean() for sl in self._subset_slices])
+
+
+def _std(values: list[float]) -> float:
+    """Sample standard deviation (``nan`` for fewer than two), as ``torch.std``."""
+    if len(values) < 2:
+        return float("nan")
+    return float(torch.tensor(values, dtype=torch.float64).std())
 
 
 NOT_DEFINED = "not defined for a corpus"
@@ -100,15 +144,15 @@ class HeldOutEvaluator:
 
     @torch.no_grad()
     def _token_losses(self, model, batch, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per masked token, the cross-entropy of the true token (kept on the device and
+        read back once), and the token's sentence."""
         out = []
         for i in range(0, batch.inputs.shape[0], self.batch_size):
-            inputs = batch.inputs[i:i + self.batch_size].to(device)
-            masked = batch.masked[i:i + self.batch_size].to(device)
-            logq = torch.log_softmax(model(inputs)[masked].double(), dim=-1)
-            target = batch.targets[i:i + self.batch_size].to(device)[masked]
-            out.append(-logq.gather(1, target[:, None]).squeeze(1).cpu())
+            chunk = batch.rows(i, i + self.batch_size).to(device)
+            logq = torch.log_softmax(chunk.at_masked(model(chunk.inputs)).double(), dim=-1)
+            out.append(-logq.gather(1, chunk.at_masked(chunk.targets)[:, None]).squeeze(1))
         rows = batch.masked.nonzero()[:, 0]
-        return torch.cat(out), rows
+        return torch.cat(out).cpu(), rows
 
     def evaluate(self, model: torch.nn.Module, device: torch.device | str = "cpu") -> dict:
         was_training = model.training

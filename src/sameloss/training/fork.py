@@ -12,6 +12,12 @@ step (after the warm-up: the fork's constant lr).
 
 A fork of an AdamW base with the base's own settings and seed is the base continued:
 bit-identical on CPU to a longer base run (tested).
+
+``init_step = "restart"`` takes the checkpoint's weights (and, with ``init_optimizer``,
+its optimiser state) but counts steps from 0: steps ``1..steps`` of the fork's own
+schedule and data stream (its ``seed``). With ``init_optimizer = false`` that is a new run
+started from the checkpoint's weights — e.g. plain SGD from a converged AdamW model
+(``reproduce theory``, Theorem 3.3), which needs no moments.
 """
 
 from __future__ import annotations
@@ -28,12 +34,12 @@ from .sam import SAM
 
 def init_from_checkpoint(cfg: PretrainConfig, model: torch.nn.Module, optimizer, schedule) -> int:
     """Load ``cfg.init_from`` into a freshly built model / optimiser / schedule; returns the
-    first step to train (the checkpoint's step + 1)."""
+    first step to train (the checkpoint's step + 1; 1 with ``init_step = "restart"``)."""
     path = Path(cfg.init_from)
     if not (path / "meta.json").exists():
         raise UserError(f"init_from: {path} is not a checkpoint (no meta.json)")
     meta = ckpt.read_meta(path)
-    step = int(meta["step"])
+    step = int(meta["step"]) if cfg.init_step == "continue" else 0
     if step >= cfg.steps:
         raise UserError(f"init_from: the checkpoint is at step {step}, but the fork trains to steps={cfg.steps}")
     try:

@@ -22,7 +22,7 @@ equals the single-process one.
 from __future__ import annotations
 
 import contextlib
-import json
+import math
 import shutil
 import sys
 import time
@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import config as configlib
-from .. import files
+from .. import files, resources
 from ..errors import UserError
 from ..progress import progress_bar
 from . import checkpoint as ckpt
@@ -60,7 +60,7 @@ def mlm_loss(model, batch, n_targets_global: int, world_size: int) -> tuple[torc
     """Cross-entropy summed over this process's targets / global target count, times the
     world size (DDP averages gradients over processes), and the plain sum for logging."""
     logits = model(batch.inputs)
-    summed = F.cross_entropy(logits[batch.masked].float(), batch.targets[batch.masked], reduction="sum")
+    summed = F.cross_entropy(batch.at_masked(logits).float(), batch.at_masked(batch.targets), reduction="sum")
     return summed * (world_size / n_targets_global), summed.detach()
 
 
@@ -91,8 +91,18 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, pro
     evaluation returned. ``fresh``: replace an existing run folder — only one that
     ``files.is_run_dir`` recognises, and only once everything else is built. A new run's
     folder is created after the language, model and evaluator are built, and removed
-    again if this call fails before its first checkpoint."""
+    again if this call fails before its first checkpoint.
+
+    The run folder's lock (``files.folder_lock``, rank 0 only under DDP) is held for the
+    whole call: a second process on the same run gets one line naming the holder."""
     run_dir = Path(run_dir)
+    rank, _ = dist.setup()
+    with files.folder_lock(run_dir, "run") if rank == 0 else contextlib.nullcontext():
+        return _pretrain(cfg, run_dir, resume, progress, stop_after, fresh)
+
+
+def _pretrain(cfg: PretrainConfig, run_dir: Path, resume: bool, progress: bool, stop_after: int | None,
+              fresh: bool) -> dict:
     rank, world_size = dist.setup()
     device = runio.resolve_device(cfg.device)
     if world_size > 1 and device.type == "cuda":
@@ -102,6 +112,7 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, pro
         if done is not None and done[0] == cfg.steps:
             return done[1]
     language = runio.build_language(cfg)
+    resources.check_pretrain(cfg, language, device)  # a model or held-out set that cannot fit: one line, now
     torch.manual_seed(cfg.seed)  # the run's RNG stream: the initial weights, then dropout
     model = runio.init_model(cfg, language, device)
     optimizer, schedule = build_optimizer(cfg, model)
@@ -137,10 +148,10 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, pro
         start = init_from_checkpoint(cfg, model, optimizer, schedule)
     if not resume and rank == 0:
         created = _create_run_dir(cfg, run_dir, fresh)
-    train_model = dist.wrap(model, device) if world_size > 1 else model
+    run = Run(cfg, run_dir, language, model, dist.wrap(model, device) if world_size > 1 else model, optimizer,
+              schedule, evaluator, adversary, device, rank, world_size, window)
     try:
-        return _train(cfg, run_dir, model, train_model, optimizer, schedule, language, evaluator, adversary,
-                      device, rank, world_size, start, window, progress, stop_after)
+        return _train(run, start, progress, stop_after)
     except BaseException:
         # a new run that failed before its first checkpoint holds nothing to resume from:
         # remove what this call created, so the corrected command can run again
@@ -211,47 +222,78 @@ def _restore(cfg: PretrainConfig, language, device: torch.device, run_dir: Path,
 
 @dataclass
 class StepResult:
-    summed_loss: torch.Tensor  # this process's summed cross-entropy (detached)
-    n_targets: int  # prediction targets of the global batch the update used
-    tokens: int  # non-pad tokens this process saw
-    downstream: float | None  # the adversarial objective's downstream loss, if any
+    """What a step leaves for the log. Tensors stay on the device: nothing in a step
+    waits for the device (``LogWindow`` reads them once per log line)."""
+
+    summed_loss: torch.Tensor  # this process's summed cross-entropy (detached, on the device)
+    n_targets: int  # prediction targets of the global batch the update used (counted on the host)
+    tokens: torch.Tensor  # non-pad tokens this process saw (on the device)
+    downstream: torch.Tensor | None  # the adversarial objective's downstream loss, if any
 
 
-def _step(cfg: PretrainConfig, step: int, model, train_model, optimizer, schedule, language, adversary,
-          device: torch.device, rank: int, world_size: int, autocast, run_dir: Path) -> StepResult:
-    rate = None if cfg.masking == "single" else cfg.mask_rate
-    full = global_batch(language, cfg.seed, step, cfg.batch_size, rate, cfg.mask_replace)
+@dataclass
+class Run:
+    """What one training call works on, built once by ``pretrain`` (nanoGPT's train.py keeps
+    the same things as module globals). ``model`` is the module whose weights are saved;
+    ``train_model`` the one the loss runs through (the DDP wrapper under ``torchrun``)."""
+
+    cfg: PretrainConfig
+    run_dir: Path
+    language: object
+    model: torch.nn.Module
+    train_model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    schedule: torch.optim.lr_scheduler.LRScheduler
+    evaluator: object | None  # rank 0 only
+    adversary: AdversarialObjective | None
+    device: torch.device
+    rank: int
+    world_size: int
+    window: LogWindow
+    last_eval: dict = field(default_factory=dict)
+    last_train_loss: float = float("nan")  # shown on the progress bar
+
+    def __post_init__(self):
+        self.rate = None if self.cfg.masking == "single" else self.cfg.mask_rate
+        self.keep = set(self.cfg.checkpoint_steps())
+        self.autocast = runio.autocast(self.cfg.precision, self.device)
+        # finite data (a corpus): epochs are logged, as sequences drawn / training sequences
+        self.n_train = self.language.n_sequences("train") if hasattr(self.language, "n_sequences") else None
+
+
+def _step(run: Run, step: int) -> StepResult:
+    """One update on batch ``step`` of the stream (SAM: ascent on the first half-batch,
+    update on the second)."""
+    cfg, optimizer = run.cfg, run.optimizer
+    full = global_batch(run.language, cfg.seed, step, cfg.batch_size, run.rate, cfg.mask_replace)
     n_targets = full.n_targets
     optimizer.zero_grad(set_to_none=True)
     if isinstance(optimizer, SAM):
         ascent, update = full.halves()
         # ascent: this process's own half-batch gradient, not averaged across processes
-        with dist.no_sync(train_model), autocast:
-            ascent_loss, _ = mlm_loss(train_model, ascent.shard(rank, world_size).to(device),
-                                      ascent.n_targets, world_size)
+        with dist.no_sync(run.train_model), run.autocast:
+            ascent_loss, _ = mlm_loss(run.train_model, ascent.shard(run.rank, run.world_size).to(run.device),
+                                      ascent.n_targets, run.world_size)
         ascent_loss.backward()
         optimizer.ascend()
         optimizer.zero_grad(set_to_none=True)
-        batch, n_targets = update.shard(rank, world_size).to(device), update.n_targets
+        batch, n_targets = update.shard(run.rank, run.world_size).to(run.device), update.n_targets
     else:
-        batch = full.shard(rank, world_size).to(device)
+        batch = full.shard(run.rank, run.world_size).to(run.device)
     downstream = None
-    with autocast:
-        loss, summed = mlm_loss(train_model, batch, n_targets, world_size)
-        if adversary is not None:
-            adv_loss, downstream = adversary.loss(model, step, device)
+    with run.autocast:
+        loss, summed = mlm_loss(run.train_model, batch, n_targets, run.world_size)
+        if run.adversary is not None:
+            adv_loss, downstream = run.adversary.loss(run.model, step, run.device)
             loss = loss + adv_loss
-    if not torch.isfinite(summed):
-        good = ckpt.complete_checkpoints(run_dir)
-        where = f"; the last good checkpoint is {good[-1]}" if good else ""
-        raise TrainingDiverged(f"the training loss became {summed.item()} at step {step}{where}")
+    # a non-finite loss is noticed by the log window (``LogWindow.check``) before the
+    # next log line, evaluation or checkpoint: testing it here would wait for the device
     loss.backward()
     if cfg.optim.grad_clip is not None:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+        torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.optim.grad_clip)
     optimizer.step()
-    schedule.step()
-    return StepResult(summed, n_targets, int((batch.inputs != language.pad_id).sum()),
-                      None if downstream is None else float(downstream))
+    run.schedule.step()
+    return StepResult(summed, n_targets, (batch.inputs != run.language.pad_id).sum(), downstream)
 
 
 # ----------------------------------------------------------------------------- log window
@@ -260,14 +302,22 @@ def _step(cfg: PretrainConfig, step: int, model, train_model, optimizer, schedul
 @dataclass
 class LogWindow:
     """Sums over the steps since the last log line. Saved in ``state.pt`` so that after a
-    resume ``metrics.jsonl`` reads exactly as an uninterrupted run's."""
+    resume ``metrics.jsonl`` reads exactly as an uninterrupted run's.
 
-    tokens: int = 0
-    loss: float = 0.0
+    The per-step sums (loss, tokens, downstream loss) and the first non-finite loss stay
+    on the device, added without reading anything back: a step never waits for the
+    device. They are read once per log line, evaluation or checkpoint (``check``,
+    ``close``, ``state``). The loss is summed in float64 in step order, exactly as
+    Python floats were before (the same numbers in ``metrics.jsonl``)."""
+
+    tokens: int | torch.Tensor = 0
+    loss: float | torch.Tensor = 0.0
     targets: int = 0
-    downstream: float = 0.0
+    downstream: float | torch.Tensor = 0.0
     steps: int = 0
     started: float = field(default_factory=time.perf_counter)
+    # (step, loss) of the first step whose loss was not finite; NaN while none was
+    diverged: torch.Tensor | None = None
 
     @classmethod
     def restore(cls, saved: dict) -> LogWindow:
@@ -276,101 +326,117 @@ class LogWindow:
                    time.perf_counter() - saved.get("seconds", 0.0))
 
     def state(self) -> dict:
-        return {"tokens": self.tokens, "loss": self.loss, "targets": self.targets, "downstream": self.downstream,
-                "steps": self.steps, "seconds": time.perf_counter() - self.started}
+        return {"tokens": int(self.tokens), "loss": float(self.loss), "targets": self.targets,
+                "downstream": float(self.downstream), "steps": self.steps,
+                "seconds": time.perf_counter() - self.started}
 
-    def add(self, result: StepResult, world_size: int) -> None:
-        self.tokens += result.tokens * world_size
-        self.loss += float(result.summed_loss) * world_size
+    def add(self, result: StepResult, world_size: int, step: int) -> None:
+        summed = result.summed_loss.detach().double()
+        self.tokens = self.tokens + result.tokens * world_size
+        self.loss = self.loss + summed * world_size
         self.targets += result.n_targets
         if result.downstream is not None:
-            self.downstream += result.downstream
+            self.downstream = self.downstream + result.downstream.detach().double()
         self.steps += 1
+        if self.diverged is None:
+            self.diverged = torch.full((2,), float("nan"), dtype=torch.float64, device=summed.device)
+        first = torch.isnan(self.diverged[0]) & ~torch.isfinite(summed)
+        self.diverged = torch.where(first, torch.stack([torch.full_like(summed, step), summed]), self.diverged)
+
+    def check(self, run_dir: Path) -> None:
+        """``TrainingDiverged`` naming the first step whose loss was not finite, and the
+        last good checkpoint (reads the device once)."""
+        if self.diverged is None:
+            return
+        step, value = self.diverged.tolist()
+        if math.isnan(step):
+            return
+        good = ckpt.complete_checkpoints(run_dir)
+        where = f"; the last good checkpoint is {good[-1]}" if good else ""
+        raise TrainingDiverged(f"the training loss became {value} at step {int(step)}{where}")
 
     def close(self, step: int, lr: float, adversarial: bool) -> dict:
         """The log record of the window, which then starts again."""
         elapsed = time.perf_counter() - self.started
-        record = {"step": step, "lr": lr, "train_loss": self.loss / max(self.targets, 1),
-                  "tokens_per_s": self.tokens / max(elapsed, 1e-9)}
+        record = {"step": step, "lr": lr, "train_loss": float(self.loss) / max(self.targets, 1),
+                  "tokens_per_s": int(self.tokens) / max(elapsed, 1e-9)}
         if adversarial:
-            record["adversarial_downstream_loss"] = self.downstream / self.steps
+            record["adversarial_downstream_loss"] = float(self.downstream) / self.steps
         self.__init__()
         return record
 
 
-def _append_metrics(path: Path, record: dict) -> None:
-    try:
-        with path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
-    except OSError as exc:
-        raise files.write_error(path, exc) from None
+def _log(run: Run, step: int, bar, logs: bool, evaluates: bool) -> None:
+    """Close the log window when ``logs`` (every ``log_every`` steps), evaluate when
+    ``evaluates`` (every ``eval.every``, rank 0) and append the record to
+    ``metrics.jsonl``; the progress bar shows the latest."""
+    cfg = run.cfg
+    record = None
+    if logs:
+        record = run.window.close(step, run.schedule.get_last_lr()[0], run.adversary is not None)
+        if run.n_train:
+            record["epoch"] = step * cfg.batch_size / run.n_train
+    if run.rank != 0:
+        return
+    if evaluates:
+        run.last_eval = run.evaluator.evaluate(run.model, run.device)
+        record = (record or {"step": step}) | {"eval": run.last_eval}
+    if record is None:
+        return
+    runio.append_metrics(run.run_dir, record)
+    run.last_train_loss = record.get("train_loss", run.last_train_loss)
+    postfix = {"loss": f"{run.last_train_loss:.4f}"}
+    if run.last_eval.get("kl") is not None:
+        postfix["KL"] = f"{run.last_eval['kl']:.4f}"
+    elif run.last_eval.get("gap") is not None:
+        postfix["gap"] = f"{run.last_eval['gap']:.4f}"
+    if "tokens_per_s" in record:
+        postfix["tok/s"] = f"{record['tokens_per_s']:.0f}"
+    bar.set_postfix(postfix, refresh=False)
 
 
 # ----------------------------------------------------------------------------- save
 
 
-def _save(cfg: PretrainConfig, run_dir: Path, step: int, model, optimizer, schedule, window: LogWindow,
-          device: torch.device, last_eval: dict, keep: set[int]) -> None:
-    state = {"step": step, "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
+def _save(run: Run, step: int) -> None:
+    """A checkpoint at ``step`` (weights, optimiser, schedule, RNG, the open log window);
+    rolling ones not in ``keep`` are pruned."""
+    state = {"step": step, "optimizer": run.optimizer.state_dict(), "schedule": run.schedule.state_dict(),
              "rng": torch.get_rng_state(),
-             "cuda_rng": torch.cuda.get_rng_state() if device.type == "cuda" else None,
-             "window": window.state()}
-    meta = {"config": configlib.to_dict(cfg), "eval": last_eval if step in keep else None}
-    ckpt.save(run_dir, step, model, state, meta)
-    ckpt.prune(run_dir, keep)
+             "cuda_rng": torch.cuda.get_rng_state() if run.device.type == "cuda" else None,
+             "window": run.window.state()}
+    meta = {"config": configlib.to_dict(run.cfg), "eval": run.last_eval if step in run.keep else None}
+    ckpt.save(run.run_dir, step, run.model, state, meta)
+    ckpt.prune(run.run_dir, run.keep)
 
 
 # ----------------------------------------------------------------------------- the loop
 
 
-def _train(cfg, run_dir, model, train_model, optimizer, schedule, language, evaluator, adversary, device,
-           rank, world_size, start, window: LogWindow, progress, stop_after) -> dict:
-    keep = set(cfg.checkpoint_steps())
-    metrics_path = run_dir / "metrics.jsonl"
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
-    last_eval: dict = {}
-    last_train_loss = float("nan")
-    # finite data (a corpus): epochs are logged, as sequences drawn / training sequences
-    n_train = language.n_sequences("train") if hasattr(language, "n_sequences") else None
+def _train(run: Run, start: int, progress: bool, stop_after: int | None) -> dict:
+    cfg = run.cfg
     bar = progress_bar(total=cfg.steps, initial=start - 1, desc=cfg.name, unit="step",
-                       disable=not progress or rank != 0)
+                       disable=not progress or run.rank != 0)
+    step = start - 1
     try:
-        train_model.train()
-        step = start - 1
+        run.train_model.train()
         for step in range(start, cfg.steps + 1):
-            result = _step(cfg, step, model, train_model, optimizer, schedule, language, adversary, device, rank,
-                           world_size, autocast, run_dir)
-            window.add(result, world_size)
+            run.window.add(_step(run, step), run.world_size, step)
             bar.update(1)
-
-            record = None
-            if step % cfg.log_every == 0 or step == cfg.steps:
-                record = window.close(step, schedule.get_last_lr()[0], adversary is not None)
-                if n_train:
-                    record["epoch"] = step * cfg.batch_size / n_train
-            if rank == 0 and ((cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.steps):
-                last_eval = evaluator.evaluate(model, device)
-                record = (record or {"step": step}) | {"eval": last_eval}
-            if rank == 0 and record is not None:
-                _append_metrics(metrics_path, record)
-                last_train_loss = record.get("train_loss", last_train_loss)
-                postfix = {"loss": f"{last_train_loss:.4f}"}
-                if last_eval and last_eval.get("kl") is not None:
-                    postfix["KL"] = f"{last_eval['kl']:.4f}"
-                elif last_eval.get("gap") is not None:
-                    postfix["gap"] = f"{last_eval['gap']:.4f}"
-                if "tokens_per_s" in record:
-                    postfix["tok/s"] = f"{record['tokens_per_s']:.0f}"
-                bar.set_postfix(postfix, refresh=False)
-
-            if step in keep or step % cfg.save_every == 0 or step == stop_after:
-                if rank == 0:
-                    _save(cfg, run_dir, step, model, optimizer, schedule, window, device, last_eval, keep)
+            logs = step % cfg.log_every == 0 or step == cfg.steps
+            evaluates = run.rank == 0 and ((cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.steps)
+            saves = step in run.keep or step % cfg.save_every == 0 or step == stop_after
+            if logs or evaluates or saves:  # the one read of the device between log lines
+                run.window.check(run.run_dir)  # a diverged loss stops the run before it is logged or saved
+            _log(run, step, bar, logs, evaluates)
+            if saves:
+                if run.rank == 0:
+                    _save(run, step)
                 dist.barrier()
             if stop_after is not None and step >= stop_after:
                 break
     finally:
         bar.close()
-    if rank == 0 and step == cfg.steps:
-        runio.write_summary(run_dir, step, last_eval, model)
-    return last_eval
+    if run.rank == 0 and step == cfg.steps:
+        runio.write_summary(run.run_dir, step, run.last_eval, run.model)
+    return run.last_eval

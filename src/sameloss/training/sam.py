@@ -34,8 +34,10 @@ class SAM:
         return self.base.param_groups
 
     @torch.no_grad()
-    def ascend(self) -> float:
-        """Move to ``θ + ε`` using the gradients now in ``.grad``; returns ``‖g‖``."""
+    def ascend(self) -> torch.Tensor:
+        """Move to ``θ + ε`` using the gradients now in ``.grad``; returns ``‖g‖`` as a
+        0-d tensor on the parameters' device (read it only when needed: reading it
+        waits for the device)."""
         scaled = [(p.abs() * p.grad if self.adaptive else p.grad) if p.grad is not None else None
                   for p in self.params]
         norm = torch.norm(torch.stack([s.norm() for s in scaled if s is not None]))
@@ -48,7 +50,7 @@ class SAM:
             eps = (p.abs() * s if self.adaptive else s) * scale
             p.add_(eps)
             self._eps.append(eps)
-        return float(norm)
+        return norm
 
     @torch.no_grad()
     def step(self) -> None:

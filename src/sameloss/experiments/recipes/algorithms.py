@@ -47,6 +47,7 @@ from ..plots import bars_figure
 from ..report import Column, Section, Table
 
 TITLE = "Pre-training algorithms at the same loss (Tables 1–2)"
+SUMMARY = "AdamW, adversarial, -dropout-WD, +SAM, look-up table (Tables 1, 2)"
 
 
 @dataclass(frozen=True)

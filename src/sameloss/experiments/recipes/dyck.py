@@ -47,20 +47,21 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
+from ...measures.fewshot import CountRegression, View
 from ..claims import fmt, trend_claim
 from ..common import COMMON, Preset, Shape, base_settings, measure_spec, run_name
 from ..core import RunSpec, Setting, Study
 from ..plots import scatter_figure
 from ..report import Claim, Column, Section, Table
-from ..stats import diff_interval, std_to_se, verdict
+from ..stats import diff_interval, verdict
 
 TITLE = "Theorem 5.1: flatness and transfer on the Dyck language"
+SUMMARY = "Theorem 5.1 on the Dyck language: flatness of zero-loss solutions vs few-shot mismatch counting"
 TASK = "mismatch"
-# changes when downstream_measure computes something else (cached rows are then redone)
-DOWNSTREAM_VERSION = "2"
 NOREG: tuple[Setting, ...] = (("model.dropout", 0.0), ("optim.weight_decay", 0.0))
+# the hidden states averaged over positions, and the first position's alone
+VIEWS = (("mean", View(pool="mean")), ("first", View((0,))))
 
 
 @dataclass(frozen=True)
@@ -73,26 +74,18 @@ class Solution:
     settings: tuple[Setting, ...] = ()
 
 
-@dataclass(frozen=True)
-class Downstream:
-    """The few-shot head: ``n_train`` examples drawn ``draws`` times from a pool of
-    ``pool`` uniform strings, tested on ``n_test`` others."""
-
-    n_train: tuple[int, ...]
-    draws: int
-    pool: int
-    n_test: int
-
-    def __post_init__(self):
-        if self.draws < 2 or max(self.n_train) > self.pool:
-            raise ValueError("downstream: need >= 2 draws and n_train <= pool")
+def downstream(n_train: tuple[int, ...], draws: int, pool: int, n_test: int) -> CountRegression:
+    """The few-shot head of g* (``measures.fewshot.count_regression``): ``n_train`` examples
+    drawn ``draws`` times from a pool of ``pool`` uniform strings, tested on ``n_test`` others,
+    on the mean-pooled and the first position's hidden states."""
+    return CountRegression(TASK, n_train, draws, pool, n_test, VIEWS)
 
 
 @dataclass(frozen=True, kw_only=True)
 class DyckPreset(Preset):
     steps: int
     solutions: tuple[Solution, ...]
-    downstream: Downstream
+    downstream: CountRegression
 
 
 def one_layer(m: int) -> Shape:
@@ -117,7 +110,7 @@ def _solutions(widths: tuple[int, ...], main: int, large: Shape, sam_rho: float,
     return tuple(out)
 
 
-def _preset(scale: str, size: str, steps: int, solutions: tuple[Solution, ...], downstream: Downstream,
+def _preset(scale: str, size: str, steps: int, solutions: tuple[Solution, ...], downstream: CountRegression,
             kl_tolerance: float) -> DyckPreset:
     common = {**COMMON[scale].common(), "languages": {"dyck": size}, "tasks": {"dyck": (TASK,)},
               "kl_tolerance": kl_tolerance}
@@ -129,15 +122,15 @@ PRESETS: dict[str, DyckPreset] = {
                      (Solution("1-layer m=8 AdamW", "m8", one_layer(8)),
                       Solution("1-layer m=8 −dropout−WD+SAM", "m8-sam", one_layer(8), (*NOREG, ("sam.rho", 0.05))),
                       Solution("1-layer m=16 AdamW", "m16", one_layer(16))),
-                     Downstream(n_train=(8, 32), draws=4, pool=64, n_test=128), kl_tolerance=10.0),
+                     downstream(n_train=(8, 32), draws=4, pool=64, n_test=128), kl_tolerance=10.0),
     # one-layer models of width 8 and (mostly) 16 sit on the KL = ln 2 plateau (a coin flip
     # for the masked bracket) for over 1500 steps; width 32 leaves it within ~500
     "tiny": _preset("tiny", "tiny", 1500, _solutions((16, 32, 64), 32, Shape("tiny"), 0.05, 0.05, large_sam=False),
-                    Downstream(n_train=(8, 32, 128), draws=20, pool=1024, n_test=2000), kl_tolerance=0.02),
+                    downstream(n_train=(8, 32, 128), draws=20, pool=1024, n_test=2000), kl_tolerance=0.02),
     "small": _preset("small", "paper", 10000, _solutions((16, 32, 64, 128), 32, Shape("t4-128"), 0.05, 0.05),
-                     Downstream(n_train=(8, 32, 128), draws=50, pool=4096, n_test=10000), kl_tolerance=0.005),
+                     downstream(n_train=(8, 32, 128), draws=50, pool=4096, n_test=10000), kl_tolerance=0.005),
     "paper": _preset("paper", "paper", 30000, _solutions((16, 32, 64, 128), 32, Shape("t4-128"), 0.05, 0.05),
-                     Downstream(n_train=(8, 32, 128), draws=100, pool=10000, n_test=30000), kl_tolerance=0.002),
+                     downstream(n_train=(8, 32, 128), draws=100, pool=10000, n_test=30000), kl_tolerance=0.002),
 }
 
 
@@ -149,62 +142,13 @@ def runs(p: DyckPreset, language: str, seed: int) -> list[RunSpec]:
                     label=s.label, group=s.variant) for s in p.solutions]
 
 
-# ---- the downstream head --------------------------------------------------------------------
-def downstream_measure(checkpoint: Path, d: Downstream, seed: int, device: str = "cpu") -> dict:
-    """Minimum-norm least-squares heads for g* on the checkpoint's features (see the
-    module docstring): per n and pooling, test MSE and accuracy, mean and SE over draws."""
-    import torch
-
-    from ...measures.probe import extract_features
-    from ...measures.tasks import make_task_data
-    from ...training.data import step_generator
-    from ...training.runio import load_checkpoint
-
-    model, language, cfg, _ = load_checkpoint(checkpoint, device)
-    data = make_task_data(language, TASK, d.pool, 1, d.n_test, seed=seed)
-    T = language.length
-
-    def target(split):  # g* = #')' - #'(' = 2·class - T
-        return (2 * split.labels - T).double()
-
-    feats = {}
-    for split in ("train", "test"):
-        tokens = getattr(data, split).tokens
-        h = extract_features(model, tokens, language.pad_id).double().view(tokens.shape[0], T, -1)
-        feats[split] = {"mean": h.mean(dim=1), "first": h[:, 0]}
-    y_pool, y_test = target(data.train), target(data.test)
-    gen = step_generator(seed, 0, stream=21)
-    row: dict = {}
-    for n in d.n_train:
-        idx = torch.stack([torch.randperm(d.pool, generator=gen)[:n] for _ in range(d.draws)])  # [R, n]
-        for pooling in ("mean", "first"):
-            x_pool, x_test = feats["train"][pooling], feats["test"][pooling]
-            ones = torch.ones(x_pool.shape[0], 1, dtype=torch.float64)
-            xb = torch.cat([x_pool, ones], 1)[idx]  # [R, n, D+1]
-            w = torch.linalg.pinv(xb) @ y_pool[idx][..., None]  # minimum-norm solutions [R, D+1, 1]
-            xt = torch.cat([x_test, torch.ones(x_test.shape[0], 1, dtype=torch.float64)], 1)
-            pred = (xt @ w)[..., 0]  # [R, n_test]
-            mse = (pred - y_test).square().mean(dim=1)
-            cls = ((pred + T) / 2).round().clamp(0, T)
-            acc = (cls == data.test.labels.double()).double().mean(dim=1)
-            for name, v in (("mse", mse), ("acc", acc)):
-                key = f"down_{name}_{pooling}_{n}"
-                row[key] = float(v.mean())
-                row[f"{key}_std"] = float(v.std())
-                row[f"{key}_se"] = std_to_se(float(v.std()), d.draws)
-    row["target_variance"] = float(y_test.var())
-    return row
-
-
 def _measure(study: Study, p: DyckPreset, spec: RunSpec) -> dict:
+    """The last checkpoint's exact KL, trace and few-shot count regression (one pass)."""
     info = study.train(spec)
     (ck,) = study.checkpoints(info)
     study.log(f"measure {study.rel(ck)}")
-    mspec = dataclasses.replace(measure_spec(p, (), study.seed), traces=("fisher",))
+    mspec = dataclasses.replace(measure_spec(p, (), study.seed), traces=("fisher",), count_regression=p.downstream)
     row = study.measure(ck, mspec)
-    row.update(study.cached("downstream", study.rel(ck), p.downstream,
-                            lambda: downstream_measure(ck, p.downstream, study.seed, study._device_name()),
-                            extra=DOWNSTREAM_VERSION + (ck / "meta.json").read_text()))
     row.update(model=f"{spec.name}@{row['step']}", experiment="dyck", language="dyck", group=spec.group,
                label=spec.label, run=spec.name, solution=spec.label)
     # the masked bracket is determined by the others: the Hessian vanishes with the loss,

@@ -43,22 +43,23 @@ import numpy as np
 
 from ..claims import fmt
 from ..common import COMMON, Preset, quantity_column
-from ..core import RunSpec, Study
+from ..core import RunSpec, Study, recipe
 from ..plots import scatter_figure
 from ..report import Claim, Column, Section, Table, merge_rows
 from ..stats import Interval, bootstrap_ci, kendall_tau, spearman_rho, verdict
-from . import algorithms, sizes, steps
 
 TITLE = "Figure 1: loss, flatness and downstream accuracy"
+SUMMARY = "all of the above together: loss/trace vs accuracy, rank correlations (Fig. 1)"
+PARTS = ("steps", "sizes", "algorithms")  # the recipes whose models Figure 1 puts together
 
 
 @dataclass(frozen=True, kw_only=True)
 class Figure1Preset(Preset):
     task: str  # the probe task of the correlations (the paper's Fig. 1: task B)
     n_boot: int  # bootstrap resamples of the models
-    steps: steps.StepsPreset
-    sizes: sizes.SizesPreset
-    algorithms: algorithms.AlgorithmsPreset
+    steps: Preset  # the presets of the parts at this scale
+    sizes: Preset
+    algorithms: Preset
 
     def __post_init__(self):
         super().__post_init__()
@@ -66,13 +67,17 @@ class Figure1Preset(Preset):
             if self.task not in self.tasks[language]:
                 raise ValueError(f"figure-1 task {self.task!r} is not probed on {language}")
 
+    def parts(self) -> list[tuple[object, Preset]]:
+        """Each part's recipe (through the core's registry) and preset."""
+        return [(recipe(name), getattr(self, name)) for name in PARTS]
+
 
 PRESETS: dict[str, Figure1Preset] = {
     scale: Figure1Preset(**COMMON[scale].common(), use=("pcfg",), task="B", n_boot=2000,
-                         steps=steps.PRESETS[scale],
+                         steps=recipe("steps").PRESETS[scale],
                          # Figure 1 is the transformers': the LSTM family stays in `sizes`
-                         sizes=dataclasses.replace(sizes.PRESETS[scale], lstms=(), lstm_use=()),
-                         algorithms=algorithms.PRESETS[scale])
+                         sizes=dataclasses.replace(recipe("sizes").PRESETS[scale], lstms=(), lstm_use=()),
+                         algorithms=recipe("algorithms").PRESETS[scale])
     for scale in COMMON
 }
 
@@ -80,8 +85,8 @@ PRESETS: dict[str, Figure1Preset] = {
 def runs(p: Figure1Preset, language: str, seed: int) -> list[RunSpec]:
     """The runs of ``steps``, ``sizes`` and ``algorithms`` (a run they share, once)."""
     out = {}
-    for recipe, preset in ((steps, p.steps), (sizes, p.sizes), (algorithms, p.algorithms)):
-        for spec in recipe.runs(preset, language, seed):
+    for part, preset in p.parts():
+        for spec in part.runs(preset, language, seed):
             out.setdefault(spec.name, spec)
     return list(out.values())
 
@@ -109,8 +114,7 @@ def correlation_rows(models: list[dict], task: str, n_boot: int, seed: int) -> l
 
 def report(study: Study, p: Figure1Preset, languages: tuple[str, ...] | None = None) -> list[Section]:
     use = languages or p.use
-    parts = [steps.report(study, p.steps, use), sizes.report(study, p.sizes, use),
-             algorithms.report(study, p.algorithms, use)]
+    parts = [part.report(study, preset, use) for part, preset in p.parts()]
     section = Section(TITLE)
     all_rows = merge_rows([r for s in parts for r in s.rows])
     for language in use:

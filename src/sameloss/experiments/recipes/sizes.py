@@ -67,6 +67,7 @@ from ..plots import series_figure
 from ..report import Column, Section, Table
 
 TITLE = "Model size at the same loss (Fig. 3, Fig. 5)"
+SUMMARY = "model sizes at the same loss, trace also in the embedded view (Fig. 3, 5)"
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,7 @@ from ..plots import series_figure
 from ..report import Claim, Section, Table
 
 TITLE = "Training past convergence (Fig. 2, Fig. 4)"
+SUMMARY = "training past convergence: loss, trace of Hessian, probe accuracy per checkpoint (Fig. 2, 4)"
 MIN_TREND_POINTS = 5  # a rank trend (Kendall's tau with a bootstrap interval) needs at least this many
 
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import UserError
+from ...files import atomic_writer
 from ...measures.glue import glue_label
 from ...measures.run import MeasureSpec
 from ..claims import difference_claim, fmt
@@ -50,6 +51,7 @@ from ..core import RunSpec, Study
 from ..report import Column, Section, Table
 
 TITLE = "Real text: pre-training algorithms at the same loss (Tables 1–2, BookCorpus rows)"
+SUMMARY = "real text: AdamW, -dropout-WD, +SAM on a corpus; held-out loss, trace, GLUE fine-tuning (Tables 1, 2)"
 
 HUB_CORPORA = {"bookcorpus": "bookcorpus/bookcorpus", "openwebtext": "Skylion007/openwebtext"}
 HUB_GLUE = "nyu-mll/glue"
@@ -148,13 +150,11 @@ def _hub_corpus(name: str, out: Path, limit: int) -> Path:
     if path.exists():
         return path
     ds = _hub().load_dataset(HUB_CORPORA[name], split="train", streaming=True)
-    tmp = path.with_suffix(".partial")
-    with tmp.open("w", encoding="utf-8") as f:
+    with atomic_writer(path) as f:
         for i, record in enumerate(ds):
             if limit and i >= limit:
                 break
             f.write(json.dumps({"text": record["text"]}) + "\n")
-    tmp.rename(path)
     return path
 
 

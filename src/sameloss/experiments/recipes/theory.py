@@ -21,7 +21,8 @@ What it runs
     from early to past convergence. At each: the exact KL; the paper's Fisher trace
     (labels sampled from the model, App. B.1); the trace of the Hessian of the loss of
     the *true* tokens by Hutchinson; and the gap tr H − tr F directly, as Hutchinson's
-    trace of ``LossHessian − LossGaussNewton`` (the Gauss–Newton matrix of softmax
+    trace of ``Difference(LossHessian, LossGaussNewton)`` (the measure
+    ``MeasureSpec(hessian_gap=True)``; the Gauss–Newton matrix of softmax
     cross-entropy is the Fisher, so this is the residual term Σ_y (f_y − 1[y = x_t]) ∇²z_y;
     the same probes on both cancel most of the probe noise). Standard errors are over
     independent batches (each its own sentences and probes). The well-specified case:
@@ -31,7 +32,9 @@ What it runs
     (b) Theorem 3.3. From the converged checkpoint, plain SGD (no momentum, dropout,
     weight decay or warm-up) on fresh sentences at small learning rates η and small
     batch B, and with the same steps at a much larger batch; at each kept step the exact
-    KL and the Fisher trace, plotted against η·steps/B.
+    KL and the Fisher trace, plotted against η·steps/B. Each continuation is an ordinary
+    run forked from the converged checkpoint (``init_from``, ``init_step = "restart"``: its
+    own steps 1..N and data stream, ``init_optimizer = false``: SGD needs no moments).
 
 Expected result (paper)
     Lemma 3.2: at a minimum of the population loss the Hessian equals the Fisher, so tr H
@@ -44,25 +47,30 @@ Expected result (paper)
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..claims import difference_claim, fmt, trend_claim
+from ...measures.run import MeasureSpec
+from ..claims import difference_claim, fmt, trend_claim, zero_claim
 from ..common import COMMON, Preset, Shape, base_settings, run_name
 from ..core import RunSpec, Study
 from ..plots import series_figure
 from ..report import Claim, Column, Section, Table
-from ..stats import AGREES, DISAGREES, Interval, diff_interval, verdict
+from ..stats import AGREES, DISAGREES, Interval, combined_t_test, diff_interval, ols_slope, verdict
 
 TITLE = "The theory at work: Lemma 3.2 and Theorem 3.3"
+SUMMARY = "Lemma 3.2 (Hessian vs Fisher as KL -> 0) and Theorem 3.3 (SGD lowers the trace at rate eta/B)"
 LEMMA_FILE = "lemma.csv"
 SGD_FILE = "continuations.csv"
-# changes when lemma_measure computes something else (cached rows are then redone)
-LEMMA_VERSION = "1"
+# the continuations' data stream: the seed of the run plus this (apart from the pre-training's)
+CONTINUATION_SEED = 10_007
+# the columns of a Lemma 3.2 row (the measure's, less the loss's entropy and token count)
+LEMMA_COLUMNS = ("model", "experiment", "language", "group", "label", "run", "step", "kl", "kl_std", "loss",
+                 "loss_std", "trace_fisher", "trace_fisher_se", "trace_hessian", "trace_hessian_se", "trace_gap",
+                 "trace_gap_se", "trace_hessian_model", "trace_hessian_model_se", "trace_gap_model",
+                 "trace_gap_model_se", "trace_hessian_cv", "trace_hessian_cv_se", "trace_abs_gap", "trace_abs_gap_se",
+                 "relative_gap", "z_gap", "z_gap_model", "measure_seconds")
 
 
 @dataclass(frozen=True)
@@ -162,89 +170,36 @@ PRESETS: dict[str, TheoryPreset] = {
 }
 
 
-def runs(p: TheoryPreset, language: str, seed: int) -> list[RunSpec]:
-    """The one pre-training run (the continuations start from its last checkpoint and are
-    trained by this recipe, see ``continue_sgd``)."""
+def runs(p: TheoryPreset, language: str, seed: int, start: Path | None = None) -> list[RunSpec]:
+    """The Lemma 3.2 run, and with ``start`` (its last checkpoint) the plain-SGD
+    continuations forked from it (module docstring), each measured at its checkpoints."""
     s = p.lemma
-    return [RunSpec(run_name(language, p.shape.size, "adamw", "single"),
-                    (*base_settings(p, language, seed), *p.shape.settings(), ("masking", "single"),
-                     ("steps", s.steps), ("checkpoints", s.checkpoints)),
-                    label=f"AdamW {p.shape.size}, one mask per sentence", group="adamw",
-                    measure_steps=s.checkpoints)]
+    common = (*base_settings(p, language, seed), *p.shape.settings(), ("masking", "single"))
+    out = [RunSpec(run_name(language, p.shape.size, "adamw", "single"),
+                   (*common, ("steps", s.steps), ("checkpoints", s.checkpoints)),
+                   label=f"AdamW {p.shape.size}, one mask per sentence", group="lemma", measure_steps=s.checkpoints)]
+    if start is None:
+        return out
+    g = p.sgd
+    for c in g.runs:
+        out.append(RunSpec(c.name, (
+            *common, ("seed", CONTINUATION_SEED + seed), ("steps", g.steps), ("batch_size", c.batch_size),
+            ("checkpoints", g.checkpoints), ("init_from", str(start)), ("init_step", "restart"),
+            ("init_optimizer", False), ("model.dropout", 0.0), ("optim.name", "sgd"), ("optim.lr", c.lr),
+            ("optim.momentum", 0.0), ("optim.weight_decay", 0.0), ("optim.warmup_steps", 0)),
+            label=c.label, group="sgd", measure_steps=g.checkpoints))
+    return out
 
 
 # ---- (a) Lemma 3.2 ------------------------------------------------------------------------
-def _batch_mean_se(values: list[float]) -> tuple[float, float]:
-    n = len(values)
-    mean = sum(values) / n
-    var = sum((v - mean) ** 2 for v in values) / (n - 1)
-    return mean, math.sqrt(var / n)
-
-
-def lemma_measure(checkpoint: Path, s: LemmaSettings, seed: int, device: str = "cpu") -> dict:
-    """KL, Fisher trace, Hutchinson traces of the Hessian and of Hessian − Gauss–Newton,
-    with the true tokens and with model-sampled ones, of one checkpoint."""
-    import torch
-
-    from ...measures.curvature import LossGaussNewton, LossHessian, loss_batch, trace_fisher
-    from ...measures.curvature.base import STREAM_DRAWS
-    from ...measures.curvature.estimators import probe_vectors
-    from ...training.data import MaskedBatch, step_generator
-    from ...training.evaluate import ExactEvaluator
-    from ...training.runio import load_checkpoint
-
-    model, language, cfg, _ = load_checkpoint(checkpoint, device)
-    ev = ExactEvaluator(language, s.kl_sentences, None, cfg.eval.seed, 5).evaluate(model, device)
-    fisher = trace_fisher(model, language, n_contexts=s.fisher_contexts, n_labels=s.fisher_labels, seed=seed)
-    per_batch: dict[str, list[float]] = {k: [] for k in ("hessian", "gap", "hessian_model", "gap_model")}
-    for b in range(s.hessian_batches):
-        batch = loss_batch(language, s.hessian_sentences, None, seed=seed * 1009 + b)
-        gen = step_generator(seed, 100 + b, stream=STREAM_DRAWS)
-        with torch.no_grad():
-            probs = torch.softmax(model(batch.inputs.to(device))[batch.masked.to(device)].double(), -1).cpu()
-        drawn = torch.multinomial(probs, 1, generator=gen)[:, 0]
-        targets = batch.targets.clone()
-        targets[batch.masked] = drawn
-        model_batch = MaskedBatch(batch.inputs, targets, batch.masked)
-        for suffix, bt in (("", batch), ("_model", model_batch)):
-            H, G = LossHessian(model, bt, engine="auto"), LossGaussNewton(model, bt)
-            v = probe_vectors(s.hessian_probes, H.dim, "rademacher", gen, H.dtype).to(H.device)
-            hv, gv = H.matmat(v), G.matmat(v)
-            qh = (v * hv).sum(1).double()
-            qg = (v * gv).sum(1).double()
-            per_batch["hessian" + suffix].append(float(qh.mean()))
-            per_batch["gap" + suffix].append(float((qh - qg).mean()))
-    row = {"kl": ev["kl"], "kl_std": ev["kl_std"], "loss": ev["loss"], "loss_std": ev["loss_std"],
-           "trace_fisher": fisher.estimate, "trace_fisher_se": fisher.stderr}
-    for key, values in per_batch.items():
-        mean, se = _batch_mean_se(values)
-        row[f"trace_{key}"] = mean
-        row[f"trace_{key}_se"] = se
-    # tr H = tr F + gap: the Fisher estimate (other contexts) plus the gap (independent)
-    row["trace_hessian_cv"] = row["trace_fisher"] + row["trace_gap"]
-    row["trace_hessian_cv_se"] = math.hypot(row["trace_fisher_se"], row["trace_gap_se"])
-    row["trace_abs_gap"] = abs(row["trace_gap"])
-    row["trace_abs_gap_se"] = row["trace_gap_se"]
-    row["relative_gap"] = row["trace_gap"] / row["trace_fisher"]
-    row["z_gap"] = row["trace_gap"] / row["trace_gap_se"]
-    row["z_gap_model"] = row["trace_gap_model"] / row["trace_gap_model_se"]
-    return row
-
-
 def _lemma(study: Study, section: Section, p: TheoryPreset, lang: str) -> list[dict]:
-    spec = runs(p, lang, study.seed)[0]
-    info = study.train(spec)
+    s = p.lemma
+    spec = MeasureSpec(loss=True, traces=("fisher",), hessian_gap=True, loss_sentences=s.kl_sentences,
+                       n_contexts=s.fisher_contexts, n_labels=s.fisher_labels, repeats=1, n_probes=s.hessian_probes,
+                       curvature_sentences=s.hessian_sentences, gap_batches=s.hessian_batches, seed=study.seed)
+    info, measured = study.train_and_measure(runs(p, lang, study.seed)[0], spec, "theory", lang)
     section.runs.append(info)
-    rows = []
-    for ck in study.bar(study.checkpoints(info, spec.measure_steps), "measuring (Lemma 3.2)"):
-        study.log(f"measure {study.rel(ck)} (Lemma 3.2)")
-        row = study.cached("lemma", study.rel(ck), p.lemma,
-                           lambda ck=ck: lemma_measure(ck, p.lemma, study.seed, study._device_name()),
-                           extra=LEMMA_VERSION + (ck / "meta.json").read_text())
-        step = int(ck.name.split("_")[-1])
-        rows.append({"model": f"{spec.name}@{step}", "experiment": "theory", "language": lang, "group": "lemma",
-                     "label": spec.label, "run": spec.name, "step": step, **row})
-    return rows
+    return [{k: m.row[k] for k in LEMMA_COLUMNS} for m in measured]
 
 
 def _lemma_report(study: Study, section: Section, p: TheoryPreset, lang: str, rows: list[dict]) -> None:
@@ -286,7 +241,7 @@ def _lemma_report(study: Study, section: Section, p: TheoryPreset, lang: str, ro
     section.claims.append(difference_claim(
         "Lemma 3.2: the gap shrinks between the least and the most converged checkpoint.",
         f"{lang}, |tr H − tr F|", "trace_abs_gap", first, last, f"step {first['step']}", f"step {last['step']}", -1))
-    section.claims.append(_zero_claim(
+    section.claims.append(zero_claim(
         "Lemma 3.2 at the most converged checkpoint: tr H − tr F ≈ 0.",
         f"{lang}, gap at step {last['step']} (KL {fmt(last['kl'])} nats, tr F {fmt(last['trace_fisher'])})",
         last["trace_gap"], last["trace_gap_se"]))
@@ -297,29 +252,13 @@ def _lemma_report(study: Study, section: Section, p: TheoryPreset, lang: str, ro
                          "in the well-specified claim inherit that.")
 
 
-def _zero_claim(paper: str, what: str, value: float, se: float) -> Claim:
-    """A quantity the theory says is 0: agrees when its 95% interval contains 0."""
-    iv = diff_interval(0.0, 0.0, value, se)
-    inside = iv.low <= 0 <= iv.high
-    measured = (f"{what}: {fmt(value)} ± {fmt(se, '.2g')} (SE), 95% interval [{fmt(iv.low)}, {fmt(iv.high)}]"
-                f"{' contains' if inside else ' excludes'} 0.")
-    return Claim(paper + " [an equality: \"agrees\" = the interval contains 0]", measured,
-                 AGREES if inside else DISAGREES)
-
-
 def _wellspecified_claim(lang: str, rows: list[dict], n_batches: int) -> Claim:
     """Every checkpoint's gap with model-sampled labels against 0: a two-sided t test per
     checkpoint (its SE is over ``n_batches`` batches: n − 1 degrees of freedom), the count
-    that pass at 5%, and Fisher's combination −2 Σ log p ~ χ²(2 × checkpoints)."""
-    from scipy.stats import chi2
-    from scipy.stats import t as student
-
-    z = [float(r["z_gap_model"]) for r in rows]
-    pvalues = [float(2 * student.sf(abs(v), n_batches - 1)) for v in z]
+    that pass at 5%, and Fisher's combination of their p values."""
+    pvalues, pooled = combined_t_test([float(r["z_gap_model"]) for r in rows], n_batches - 1)
     inside = sum(pv > 0.05 for pv in pvalues)
-    stat = -2 * sum(math.log(max(pv, 1e-300)) for pv in pvalues)
-    pooled = float(chi2.sf(stat, 2 * len(z)))
-    measured = (f"{lang}, gap with labels drawn from the model, at {len(z)} checkpoints: {inside} of {len(z)} "
+    measured = (f"{lang}, gap with labels drawn from the model, at {len(rows)} checkpoints: {inside} of {len(rows)} "
                 f"consistent with 0 (t test on {n_batches} batches, p > 0.05); Fisher's combined test p = "
                 f"{fmt(pooled, '.2g')}.")
     return Claim("well-specified case (data from the model itself): Hessian and Fisher estimate the same matrix, "
@@ -328,118 +267,23 @@ def _wellspecified_claim(lang: str, rows: list[dict], n_batches: int) -> Claim:
 
 
 # ---- (b) Theorem 3.3 ----------------------------------------------------------------------
-def continue_sgd(start: Path, out: Path, c: Continuation, s: SGDSettings, data_seed: int, device: str = "cpu",
-                 log=print) -> Path:
-    """Plain SGD (lr ``c.lr``, batch ``c.batch_size``, no momentum, dropout, weight decay
-    or warm-up) from the weights of checkpoint ``start`` for ``s.steps`` steps on fresh
-    sentences (the stream of ``data_seed``), keeping ``s.checkpoints`` under ``out``
-    (``checkpoints/step_*`` as a pre-training run; their config is the continuation's,
-    ``meta.json`` names the start). Reused when ``out/summary.json`` says the same."""
-    import torch
-
-    from ... import config as configlib
-    from ...training import checkpoint as ckpt
-    from ...training.data import global_batch
-    from ...training.loop import mlm_loss
-    from ...training.optim import build_optimizer
-    from ...training.runio import build_language, init_model, resolve_device
-
-    from ...training.config import PretrainConfig
-
-    origin = {"start": str(start), "start_meta": json.loads((start / "meta.json").read_text()),
-              "continuation": dataclasses.asdict(c), "steps": s.steps, "checkpoints": list(s.checkpoints),
-              "data_seed": data_seed}
-    summary = out / "summary.json"
-    if summary.exists() and json.loads(summary.read_text()).get("origin") == json.loads(json.dumps(origin)):
-        return out
-    if out.exists():
-        import shutil
-        shutil.rmtree(out)  # ours (written by an earlier call with other settings)
-    base = configlib.from_dict(PretrainConfig, origin["start_meta"]["config"])
-    cfg = dataclasses.replace(
-        base, name=out.name, seed=data_seed, steps=s.steps, batch_size=c.batch_size, checkpoints=s.checkpoints,
-        model=dataclasses.replace(base.model, dropout=0.0),
-        optim=dataclasses.replace(base.optim, name="sgd", lr=c.lr, momentum=0.0, weight_decay=0.0, warmup_steps=0,
-                                  warmup_fraction=None, decay_steps=0, grad_clip=None))
-    dev = resolve_device(device)
-    language = build_language(cfg)
-    with torch.random.fork_rng(devices=[]):  # the weights are overwritten: no draw counts
-        model = init_model(cfg, language, dev)
-    ckpt.load_weights(start, model)
-    optimizer, _ = build_optimizer(cfg, model)
-    rate = None if cfg.masking == "single" else cfg.mask_rate
-    log(f"continuation {out.name}: {s.steps} SGD steps from {start.parent.parent.name}@{origin['start_meta']['step']}")
-    t0 = time.perf_counter()
-    model.train()
-    losses = []
-    for step in range(1, s.steps + 1):
-        batch = global_batch(language, data_seed, step, c.batch_size, rate).to(dev)
-        optimizer.zero_grad(set_to_none=True)
-        loss, summed = mlm_loss(model, batch, batch.n_targets, 1)
-        if not torch.isfinite(summed):
-            from ...training.loop import TrainingDiverged
-            raise TrainingDiverged(f"continuation {out.name}: the loss became {float(summed)} at step {step}")
-        loss.backward()
-        optimizer.step()
-        losses.append(float(summed) / batch.n_targets)
-        if step in s.checkpoints:
-            ckpt.save(out, step, model, {"step": step},
-                      {"config": configlib.to_dict(cfg), "eval": None, "continued_from": str(start)})
-    (out / "summary.json").write_text(json.dumps({"origin": origin, "seconds": time.perf_counter() - t0,
-                                                  "final_train_loss": sum(losses[-50:]) / len(losses[-50:])},
-                                                 indent=1))
-    return out
-
-
-def _ols_slope(x: list[float], y: list[float]) -> Interval:
-    """Least-squares slope with its 95% t interval (residual variance)."""
-    from scipy.stats import t as student
-
-    n = len(x)
-    mx, my = sum(x) / n, sum(y) / n
-    sxx = sum((a - mx) ** 2 for a in x)
-    if n < 3 or sxx == 0:
-        return Interval(float("nan"), float("nan"), float("nan"), n=n)
-    b = sum((a - mx) * (c - my) for a, c in zip(x, y)) / sxx
-    resid = sum((c - my - b * (a - mx)) ** 2 for a, c in zip(x, y))
-    se = math.sqrt(resid / (n - 2) / sxx)
-    half = float(student.ppf(0.975, n - 2)) * se
-    return Interval(b, b - half, b + half, n=n)
-
-
 def _theorem(study: Study, section: Section, p: TheoryPreset, lang: str, start: Path) -> None:
-    from ...measures.run import MeasureSpec
-
     s = p.sgd
     mspec = MeasureSpec(loss=True, traces=("fisher",), loss_sentences=s.loss_sentences, n_contexts=s.fisher_contexts,
                         n_labels=s.fisher_labels, repeats=s.fisher_repeats, seed=study.seed)
     start_row = study.measure(start, mspec)
     series: dict[str, list[dict]] = {}
-    rows, runs_rows = [], []
-    for c in s.runs:
-        out = study.root / "continued" / c.name
-        t0 = time.perf_counter()
-        continue_sgd(start, out, c, s, data_seed=10_007 + study.seed, device=study._device_name(), log=study.log)
-        study.timings["train"] += time.perf_counter() - t0  # (≈ 0 when reused)
-        summary = json.loads((out / "summary.json").read_text())
-        runs_rows.append({"run": c.name, "label": c.label, "lr": c.lr, "batch_size": c.batch_size, "steps": s.steps,
-                          "seconds": summary["seconds"], "seconds_this_call": time.perf_counter() - t0,
-                          "folder": study.rel(out)})
-        pts = [dict(start_row, step=0)]
-        for step in s.checkpoints:
-            from ...training.checkpoint import checkpoint_dir
-
-            ck = checkpoint_dir(out, step)
-            study.log(f"measure {study.rel(ck)}")
-            pts.append(study.measure(ck, mspec))
+    rows = []
+    for c, spec in zip(s.runs, runs(p, lang, study.seed, start)[1:]):
+        info, measured = study.train_and_measure(spec, mspec, "theory", lang)
+        section.runs.append(info)
+        pts = [dict(start_row, model=f"{c.name}@0", experiment="theory", language=lang, group="sgd", label=c.label,
+                    run=c.name, step=0)] + [m.row for m in measured]
         for r in pts:
-            r.update(model=f"{c.name}@{r['step']}", experiment="theory", language=lang, group="sgd",
-                     label=c.label, run=c.name, lr=c.lr, batch_size=c.batch_size,
-                     x=c.lr * r["step"] / c.batch_size)
+            r.update(lr=c.lr, batch_size=c.batch_size, x=c.lr * r["step"] / c.batch_size)
         series[c.label] = pts
         rows += pts
     section.files[SGD_FILE] = rows
-    section.files["continuation_runs.csv"] = runs_rows
     section.tables.append(Table(f"{lang}: plain-SGD continuations from step {start_row['step']}",
                                 [Column("η", "lr", fmt="g"), Column("B", "batch_size", fmt="d"),
                                  Column("step", "step", fmt="d"), Column("η·steps/B", "x", fmt=".3g"),
@@ -455,7 +299,7 @@ def _theorem(study: Study, section: Section, p: TheoryPreset, lang: str, start: 
     slope_rows = []
     for c in s.runs:
         pts = series[c.label]
-        iv = _ols_slope([r["x"] for r in pts], [float(r["trace_fisher"]) for r in pts])
+        iv = ols_slope([r["x"] for r in pts], [float(r["trace_fisher"]) for r in pts])
         kl0, kl1 = pts[0], pts[-1]
         slope_rows.append({"run": c.label, "lr": c.lr, "batch_size": c.batch_size, "trace_slope": iv.estimate,
                            "trace_slope_low": iv.low, "trace_slope_high": iv.high,
@@ -516,15 +360,15 @@ def report(study: Study, p: TheoryPreset, languages: tuple[str, ...] | None = No
         "independent batches of sentences and probes. \"Model-sampled labels\" replaces the true tokens by draws "
         "from the model's own conditionals: the well-specified case, where the gap is 0 in expectation.")
     section.text.append(
-        "(b) Plain SGD continued from the last checkpoint of (a) on fresh sentences; tr F by the paper's estimator "
+        "(b) Plain SGD continued from the last checkpoint of (a) on fresh sentences (runs forked from it, counting "
+        "their own steps); tr F by the paper's estimator "
         "with the same contexts at every step (common random numbers, so differences are less noisy than the "
         "SEs suggest); step 0 is the start.")
     for lang in languages or p.use:
         rows = _lemma(study, section, p, lang)
         _lemma_report(study, section, p, lang, rows)
         section.rows += rows
-        info = section.runs[-1]
-        start = study.checkpoints(info)[0]
+        start = study.checkpoints(section.runs[-1])[0]
         _theorem(study, section, p, lang, start)
         section.rows += section.files[SGD_FILE]
     return section

@@ -1,6 +1,6 @@
 """How flat is a trained MLM? Curvature of its pre-training loss (paper §3–4, App. B.1).
 
-The paper's flatness measure is the trace of the Hessian of the MLM loss. Four views are
+The paper's flatness measure is the trace of the Hessian of the MLM loss. Five views are
 offered, each a function ``(model, language, **options) -> CurvatureResult``:
 
 ``trace_fisher``
@@ -15,12 +15,19 @@ offered, each a function ``(model, language, **options) -> CurvatureResult``:
     its *true* tokens — what the authors' released script computes. Exact in
     expectation for that batch's Hessian at any θ, but each probe is a Hessian-vector
     product (a double backward) and the probe variance is ``2 Σ_{i≠j} H_ij²``.
+    ``estimator="hutchpp"``: Hutch++ (Meyer et al. 2021) with the same products — the top
+    of the spectrum sketched and taken exactly, Hutchinson on the rest.
 ``top_eigenvalue``
-    The largest Hessian eigenvalue of the same fixed-batch loss, by Lanczos.
+    The largest Hessian eigenvalue of the same fixed-batch loss, by thick-restart Lanczos
+    in bounded memory (a basis of ``basis_size + 1`` vectors).
 ``sam_sharpness``
     SAM's one-step sharpness ``L(θ + ρ g/‖g‖) − L(θ)`` on the same batch.
+``trace_hessian_gap``
+    Lemma 3.2's ``tr H − tr F``: Hutchinson's trace of ``Difference(LossHessian,
+    LossGaussNewton)`` (and of ``LossHessian`` on the same probes), batch after batch, with
+    the true tokens and with tokens drawn from the model (where it is 0 in expectation).
 
-Conventions shared by all four:
+Conventions shared by all of them:
 
 * dropout is off while measuring (``model.eval()``); the previous mode is restored;
 * ``params`` is a regex searched (``re.search``) in the names of
@@ -47,10 +54,25 @@ probe and a loop over contexts — correct, but much slower.
 Operators. The Hessian of the fixed-batch loss is a public linear operator,
 ``LossHessian(model, batch, params=..., engine=...)`` (``matvec``/``matmat``, ``dim``,
 ``dtype``, ``device``; ``operators.py``), and the estimators are free functions over any
-``LinearOperator`` (``estimators.py``): ``hutchinson_trace(A, num_matvecs)`` → (mean,
-standard error) and ``lanczos_top_eigenvalue(A)``. ``trace_hutchinson`` and
-``top_eigenvalue`` are these two applied to a ``LossHessian``; ``MatrixOperator`` wraps a
-dense matrix (to test an estimator, or to compare).
+``LinearOperator`` (``estimators.py``): ``hutchinson_trace(A, num_matvecs)`` and
+``hutchpp_trace`` → ``TraceEstimate`` (estimate, standard error, and with ``blocks=`` each
+diagonal block's trace from the same products), and ``lanczos_top_eigenvalue(A)``.
+``trace_hutchinson`` and ``top_eigenvalue`` are these applied to a ``LossHessian``;
+``MatrixOperator`` wraps a dense matrix (to test an estimator, or to compare).
+
+Blocks. ``by_block=True`` (``measure --trace-by block``) splits a trace over the
+diagonal blocks of embedding, each layer and head (``base.parameter_blocks``): for the
+Fisher, a squared gradient norm is a sum over parameters; for Hutchinson and Hutch++, the
+probes' products are summed per block. The blocks sum to the total.
+
+Memory. ``memory.peak_bytes(measure, model_config, settings)`` states what each
+measure holds at its peak (parameter-sized vectors kept, activations of its batch),
+from parameter counts on the meta device.
+
+Device. Every estimator keeps its per-sample values on the model's device and reads
+them back once at the end; Lanczos reads its recurrence coefficients once per product,
+the Fisher estimator the model's probabilities once per block of contexts (its labels
+are drawn on the host from the seeded generator, the same on every device).
 
 Which is cheaper? On the tiny transformer (``bench/bench_trace.py``) the Fisher
 estimator reaches a 2% relative standard error 4–5× faster than Hutchinson with the
@@ -63,20 +85,28 @@ measures: Hutchinson, top eigenvalue, SAM sharpness).
 """
 
 from .base import (
+    Blocks,
     CurvatureResult,
     SelectedParameters,
+    block_name,
     loss_batch,
     map_in_chunks,
+    parameter_blocks,
     sample_contexts,
     select_parameters,
 )
-from .estimators import LanczosResult, hutchinson_trace, lanczos_top_eigenvalue
+from .estimators import LanczosResult, TraceEstimate, hutchinson_trace, hutchpp_trace, lanczos_top_eigenvalue
 from .fisher import trace_fisher
-from .hessian import sam_sharpness, top_eigenvalue, trace_hutchinson
+from .hessian import sam_sharpness, top_eigenvalue, trace_hessian_gap, trace_hutchinson
 from .operators import Difference, LinearOperator, LossGaussNewton, LossHessian, MatrixOperator
 
 __all__ = [
+    "Blocks",
     "CurvatureResult",
+    "TraceEstimate",
+    "block_name",
+    "hutchpp_trace",
+    "parameter_blocks",
     "Difference",
     "LanczosResult",
     "LinearOperator",
@@ -93,5 +123,6 @@ __all__ = [
     "select_parameters",
     "top_eigenvalue",
     "trace_fisher",
+    "trace_hessian_gap",
     "trace_hutchinson",
 ]

@@ -118,6 +118,87 @@ class SelectedParameters:
         return {n: p.view(s) for n, p, s in zip(self.names, parts, self.shapes)}
 
 
+# ---- blocks of parameters -----------------------------------------------------------------
+@dataclass(frozen=True)
+class Blocks:
+    """A partition of the flat coordinates ``[0, dim)`` into named blocks: consecutive
+    segments of lengths ``sizes`` (covering ``[0, dim)`` in order; e.g. one per
+    parameter tensor), segment ``i`` belonging to block ``of[i]`` (an index into
+    ``names``). ``sums`` adds a row's entries per block: the per-block part of a trace
+    estimate, so the blocks' estimates sum to the total one."""
+
+    names: tuple[str, ...]
+    sizes: tuple[int, ...]
+    of: tuple[int, ...]
+
+    def __post_init__(self):
+        if len(self.sizes) != len(self.of) or any(not 0 <= b < len(self.names) for b in self.of):
+            raise ValueError("every segment needs a block index into names")
+
+    @property
+    def dim(self) -> int:
+        return sum(self.sizes)
+
+    @classmethod
+    def whole(cls, dim: int | Sequence[int]) -> Blocks:
+        """One block, ``"all"``, of ``dim`` coordinates (or of segments of these sizes)."""
+        sizes = (dim,) if isinstance(dim, int) else tuple(dim)
+        return cls(("all",), sizes, (0,) * len(sizes))
+
+    def sums(self, x: torch.Tensor) -> torch.Tensor:
+        """``[k, dim] -> [k, len(names)]`` float64: each row's entries summed per block
+        (in float64; a fixed order — no atomics —, so reruns give the same numbers)."""
+        per_segment = torch.stack([p.sum(dim=1, dtype=torch.float64) for p in x.split(self.sizes, dim=1)], dim=1)
+        if len(self.names) == len(self.sizes) and self.of == tuple(range(len(self.sizes))):
+            return per_segment
+        onehot = torch.zeros(len(self.sizes), len(self.names), dtype=torch.float64, device=x.device)
+        onehot[torch.arange(len(self.sizes)), torch.tensor(self.of)] = 1.0
+        return per_segment @ onehot
+
+
+
+# where a parameter belongs in ``--trace-by block``: a numbered layer (ours ``blocks.3.``,
+# Hugging Face BERT's ``encoder.layer.3.``, GPT-2's ``h.3.``, an LSTM's ``_l3`` /
+# ``_l3_reverse``), else the embedding (a name with ``emb``: token, position, their
+# LayerNorm; the tied decoder is the token embedding), else the head (MLM head, final
+# LayerNorm, output bias)
+_LAYER = re.compile(r"(?:^|\.)(?:blocks|layers?|h)\.(\d+)\.|_l(\d+)(?:_reverse)?$")
+
+
+def block_name(parameter: str) -> str:
+    """``"embedding"``, ``"layer<i>"`` or ``"head"`` for a parameter name."""
+    found = _LAYER.search(parameter)
+    if found:
+        return f"layer{found.group(1) or found.group(2)}"
+    return "embedding" if "emb" in parameter else "head"
+
+
+def parameter_blocks(selection: SelectedParameters) -> Blocks:
+    """The selected parameters grouped by ``block_name`` (in the order embedding,
+    layer0, layer1, …, head; blocks with no selected parameter left out), as ``Blocks``
+    over the selection's flat vectors."""
+    names = [block_name(n) for n in selection.names]
+
+    def order(name: str) -> tuple[int, int]:
+        if name == "embedding":
+            return (0, 0)
+        if name == "head":
+            return (2, 0)
+        return (1, int(name[len("layer"):]))
+
+    unique = sorted(set(names), key=order)
+    index = {n: i for i, n in enumerate(unique)}
+    return Blocks(tuple(unique), tuple(selection.sizes), tuple(index[n] for n in names))
+
+
+def block_table(blocks: Blocks, values: dict[str, tuple[float, float | None]]) -> dict[str, dict]:
+    """``{block: {"estimate", "stderr", "n_params"}}``: a measure's ``extra["blocks"]``."""
+    counts = dict.fromkeys(blocks.names, 0)
+    for size, b in zip(blocks.sizes, blocks.of):
+        counts[blocks.names[b]] += size
+    return {name: {"estimate": est, "stderr": se, "n_params": counts[name]} for name, (est, se) in values.items()}
+
+
 def select_parameters(model: nn.Module, params: str | None = None) -> SelectedParameters:
     """The parameters whose names match ``params`` (``re.search``; ``None``: all)."""
     return SelectedParameters(model, params)
@@ -163,10 +244,10 @@ def sample_contexts(language: Language, n_contexts: int, seed: int = 0, repeat: 
 def batch_loss(logits: torch.Tensor, batch: MaskedBatch) -> torch.Tensor:
     """Mean cross-entropy of the true tokens at the masked positions (in the logits'
     precision; half precision is raised to float32)."""
-    z = logits[batch.masked]
+    z = batch.at_masked(logits)
     if z.dtype in (torch.float16, torch.bfloat16):
         z = z.float()
-    return F.cross_entropy(z, batch.targets[batch.masked])
+    return F.cross_entropy(z, batch.at_masked(batch.targets))
 
 
 def map_in_chunks(fn: Callable[..., torch.Tensor], *batched: torch.Tensor, row_bytes: int,

@@ -17,9 +17,9 @@ from torch.func import vjp, vmap
 from ...errors import UserError
 from ...languages.base import Language
 from ...training.data import MaskedBatch, step_generator
-from .base import (STREAM_DRAWS, CurvatureResult, SelectedParameters, map_in_chunks, measuring, resolve_engine,
-                   sample_contexts, select_parameters)
-from .estimators import mean_and_stderr
+from .base import (STREAM_DRAWS, Blocks, CurvatureResult, SelectedParameters, block_table, grads_or_zeros,
+                   map_in_chunks, measuring, parameter_blocks, resolve_engine, sample_contexts, select_parameters)
+from .estimators import _mean_and_stderr_table
 
 
 def _draw_labels(probs: torch.Tensor, n_labels: int | None, gen: torch.Generator
@@ -105,8 +105,10 @@ def _shift_outputs(linears: dict[str, nn.Linear], shifts: dict[str, torch.Tensor
 
 def _fisher_values_func(model: nn.Module, sel: SelectedParameters, tokens: torch.Tensor,
                         positions: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor,
-                        linears: dict[str, nn.Linear]) -> torch.Tensor:
-    """Per-context ``Σ_j w_j ‖∇_θ log f_θ(x)_{y_j}‖²``, vectorised over contexts and labels.
+                        linears: dict[str, nn.Linear], blocks: Blocks) -> torch.Tensor:
+    """Per-context ``Σ_j w_j ‖∇_θ log f_θ(x)_{y_j}‖²``, vectorised over contexts and labels,
+    per block of parameters (``blocks``: ``[n, n_blocks]``; the squared norm is a sum
+    over parameters, so the blocks' values sum to the whole).
 
     Sharing the forward pass. For one context, ``∂ log softmax(z)_y / ∂z = e_y − f``, so
     the gradient of every label is a vector-Jacobian product of the *same* logits
@@ -129,6 +131,8 @@ def _fisher_values_func(model: nn.Module, sel: SelectedParameters, tokens: torch
     memory no longer grows with the number of parameters.
     """
     seq_len = tokens.shape[1]
+    block_of = dict(zip(sel.names, blocks.of))
+    n_blocks = len(blocks.names)
     ghosted = {f"{n}.{k}" for n in linears for k in ("weight", "bias")}
     direct = {n: v for n, v in sel.values.items() if n not in ghosted}
     held = {n: v for n, v in sel.values.items() if n in ghosted}  # constants here
@@ -151,36 +155,41 @@ def _fisher_values_func(model: nn.Module, sel: SelectedParameters, tokens: torch
         f = torch.softmax(z, dim=-1)
         onehot = (torch.arange(z.shape[-1], device=z.device) == lab[:, None]).to(z.dtype)
         g_direct, g_out = vmap(pullback)(onehot - f)  # dicts of [k, *shape]
-        sq = torch.zeros(lab.shape[0], dtype=z.dtype, device=z.device)
-        for g in g_direct.values():
-            sq = sq + torch.linalg.vector_norm(g.reshape(g.shape[0], -1), dim=1).square()
+        sq = [torch.zeros(lab.shape[0], dtype=z.dtype, device=z.device) for _ in range(n_blocks)]
+        for name, g in g_direct.items():
+            b = block_of[name]
+            sq[b] = sq[b] + torch.linalg.vector_norm(g.reshape(g.shape[0], -1), dim=1).square()
         for n, mod in linears.items():
             g = g_out[n].reshape(lab.shape[0], -1, mod.out_features)  # [k, T, out]
             if weight_in[n]:
                 a = inputs[n].reshape(-1, mod.in_features)  # [T, in]
-                sq = sq + ((g @ g.transpose(1, 2)) * (a @ a.T)).sum(dim=(1, 2))
+                b = block_of[f"{n}.weight"]
+                sq[b] = sq[b] + ((g @ g.transpose(1, 2)) * (a @ a.T)).sum(dim=(1, 2))
             if bias_in[n]:
-                sq = sq + g.sum(dim=1).square().sum(dim=1)
-        return (w.to(sq.dtype) * sq).sum()
+                b = block_of[f"{n}.bias"]
+                sq[b] = sq[b] + g.sum(dim=1).square().sum(dim=1)
+        return torch.stack([(w.to(v.dtype) * v).sum() for v in sq])
 
     return vmap(one_context)(tokens, positions, labels, weights)
 
 
 def _fisher_values_autograd(model: nn.Module, sel: SelectedParameters, tokens: torch.Tensor,
                             positions: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor,
-                            linears: dict | None = None) -> torch.Tensor:
+                            linears: dict | None = None, blocks: Blocks | None = None) -> torch.Tensor:
     """The same quantity with plain autograd: a loop over contexts, one backward per
-    distinct label (the fallback for models torch.func cannot transform)."""
-    out = torch.zeros(tokens.shape[0], dtype=torch.float64)
-    for i in range(tokens.shape[0]):
+    distinct label (the fallback for models torch.func cannot transform). The labels and
+    weights are read to the host once (they pick which backward passes to run); the
+    squared norms are summed on the device."""
+    blocks = blocks or Blocks.whole(sel.sizes)
+    out = torch.zeros(tokens.shape[0], len(blocks.names), dtype=torch.float64, device=tokens.device)
+    for i, (row_labels, row_weights) in enumerate(zip(labels.tolist(), weights.tolist())):
         logp = torch.log_softmax(model(tokens[i:i + 1])[0, positions[i]], dim=-1)
-        total = 0.0
-        for y, w in zip(labels[i].tolist(), weights[i].tolist()):
+        for y, w in zip(row_labels, row_weights):
             if w == 0:
                 continue
-            grads = torch.autograd.grad(logp[y], sel.tensors, retain_graph=True, allow_unused=True)
-            total += w * sum(float(g.double().square().sum()) for g in grads if g is not None)
-        out[i] = total
+            grads = grads_or_zeros(torch.autograd.grad(logp[y], sel.tensors, retain_graph=True, allow_unused=True),
+                                   sel.tensors)
+            out[i] += w * blocks.sums(torch.cat([g.reshape(-1) for g in grads]).square()[None])[0]
     return out
 
 
@@ -188,7 +197,7 @@ def trace_fisher(model: nn.Module, language: Language, *, n_contexts: int = 10_0
                  n_labels: int | None = 50, params: str | None = None, seed: int = 0,
                  repeats: int = 1, contexts: MaskedBatch | None = None, block_size: int = 256,
                  max_chunk_bytes: int = 2**27, ghost_norms: bool = True,
-                 engine: str = "auto") -> CurvatureResult:
+                 engine: str = "auto", by_block: bool = False) -> CurvatureResult:
     """The paper's estimate of the trace of the Hessian (App. B.1), which is exactly the
     trace of the Fisher ``E_{t,x₋ₜ} E_{y∼f} ‖∇_θ log f_θ(x₋ₜ)_y‖²``.
 
@@ -208,7 +217,10 @@ def trace_fisher(model: nn.Module, language: Language, *, n_contexts: int = 10_0
     draws; they are then processed in chunks whose per-sample gradients take about
     ``max_chunk_bytes`` at most. ``ghost_norms``: take the squared gradient norms of
     linear layers from their activations instead of materialising per-sample gradients
-    (same value, faster; see ``_fisher_values_func``).
+    (same value, faster; see ``_fisher_values_func``). ``by_block``: also the trace of
+    each diagonal block — embedding, each layer, head (``base.parameter_blocks``) — in
+    ``extra["blocks"]``: a squared gradient norm is a sum over parameters, so the blocks
+    sum to the total, context by context.
     """
     if n_labels is not None and n_labels < 1:
         raise UserError(f"n_labels must be >= 1 or None (exact), got {n_labels}")
@@ -222,7 +234,8 @@ def trace_fisher(model: nn.Module, language: Language, *, n_contexts: int = 10_0
         per_row = contexts.masked.sum(dim=1)
         if not bool((per_row == 1).all()):
             raise UserError("contexts must have exactly one masked position per sentence")
-    per_repeat: list[torch.Tensor] = []
+    blocks = parameter_blocks(sel) if by_block else Blocks.whole(sel.sizes)
+    per_repeat: list[torch.Tensor] = []  # [contexts, blocks] per repeat, on the device
     n_grads = 0
     with measuring(model):
         for r in range(repeats):
@@ -239,26 +252,31 @@ def trace_fisher(model: nn.Module, language: Language, *, n_contexts: int = 10_0
             widths = sum(m.in_features + m.out_features for m in model.modules() if isinstance(m, nn.Linear))
             per_label = sel.n_params - ghosted + 2 * one.shape[1] * widths
             for b0 in range(0, ctx.inputs.shape[0], block_size):
-                tokens = ctx.inputs[b0:b0 + block_size].to(sel.device)
-                masked = ctx.masked[b0:b0 + block_size].to(sel.device)
-                positions = masked.long().argmax(dim=1)
+                chunk = ctx.rows(b0, b0 + block_size).to(sel.device)
+                positions = ctx.masked[b0:b0 + block_size].long().argmax(dim=1).to(sel.device)
                 with torch.no_grad():
-                    probs = torch.softmax(model(tokens)[masked].double(), dim=-1).cpu()
+                    # the labels are drawn on the host, from the seeded CPU generator, so a
+                    # seed draws the same labels on every device: the one read-back per
+                    # block of contexts (its number of distinct labels shapes what follows)
+                    probs = torch.softmax(chunk.at_masked(model(chunk.inputs)).double(), dim=-1).cpu()
                 labels, weights = _draw_labels(probs, n_labels, gen)
                 n_grads += int((weights > 0).sum())
                 row_bytes = labels.shape[1] * per_label * sel.dtype.itemsize
-                values.append(map_in_chunks(partial(values_fn, model, sel, linears=linears), tokens, positions,
-                                            labels.to(sel.device), weights.to(sel.device), row_bytes=row_bytes,
-                                            max_bytes=max_chunk_bytes).double().cpu())
+                values.append(map_in_chunks(partial(values_fn, model, sel, linears=linears, blocks=blocks),
+                                            chunk.inputs, positions, labels.to(sel.device), weights.to(sel.device),
+                                            row_bytes=row_bytes, max_bytes=max_chunk_bytes).double())
             per_repeat.append(torch.cat(values))
-    everything = torch.cat(per_repeat)
-    estimate, stderr = mean_and_stderr(everything)
+    everything = torch.cat(per_repeat)  # [all contexts, blocks]
+    (estimate, stderr), *per_block = _mean_and_stderr_table(torch.cat([everything.sum(dim=1, keepdim=True),
+                                                                       everything], dim=1))
     extra: dict = {"n_gradients": n_grads}
+    if by_block:
+        extra["blocks"] = block_table(blocks, dict(zip(blocks.names, per_block)))
     if repeats > 1:
-        reps = torch.stack([v.mean() for v in per_repeat])
-        extra.update(repeat_estimates=[float(v) for v in reps], repeat_std=float(reps.std()))
-    settings = {"n_contexts": int(per_repeat[0].numel()), "n_labels": n_labels, "repeats": repeats,
+        reps = torch.stack([v.sum(dim=1).mean() for v in per_repeat]).cpu()
+        extra.update(repeat_estimates=reps.tolist(), repeat_std=float(reps.std()))
+    settings = {"n_contexts": int(per_repeat[0].shape[0]), "n_labels": n_labels, "repeats": repeats,
                 "seed": seed, "engine": engine, "ghost_norms": ghost_norms and engine == "func",
                 "contexts_given": contexts is not None}
-    return CurvatureResult("trace_fisher", estimate, stderr, sel.n_params, params, int(everything.numel()),
+    return CurvatureResult("trace_fisher", estimate, stderr, sel.n_params, params, int(everything.shape[0]),
                            time.perf_counter() - start, settings, extra)

@@ -81,13 +81,45 @@ class LossHessian(LinearOperator):
     ``jvp(grad(L))``, measured no faster on CPU, and needs forward AD that the fused
     attention kernels lack.) The graph holds the activations of the whole batch until
     the operator is dropped.
+
+    ``micro_batch``: hold the graph of at most this many sentences. The loss is the mean
+    over the batch's targets, ``L = Σ_b (M_b/M) L_b`` over micro-batches ``b`` with
+    ``M_b`` targets, so ``Hv = Σ_b (M_b/M) H_b v``: each product rebuilds each
+    micro-batch's graph (one more forward and backward per micro-batch and product
+    chunk) and frees it, so the activations held shrink by ``n / micro_batch``
+    (``memory.peak_bytes`` states them). The same operator, up to float rounding.
     """
 
-    def __init__(self, model: nn.Module, batch: MaskedBatch, *, params: str | None = None, engine: str = "auto"):
+    def __init__(self, model: nn.Module, batch: MaskedBatch, *, params: str | None = None, engine: str = "auto",
+                 micro_batch: int | None = None):
         self.engine = resolve_engine(model, engine)
         sel = self.selection = select_parameters(model, params)
         self.dim, self.dtype, self.device = sel.n_params, sel.dtype, sel.device
-        batch = batch.to(sel.device)
+        self._model = model
+        n = batch.inputs.shape[0]
+        if micro_batch is not None and micro_batch < 1:
+            raise ValueError(f"micro_batch must be >= 1, got {micro_batch}")
+        if micro_batch is None or micro_batch >= n:
+            self._pieces = None
+            self._built = self._build(batch.to(sel.device))
+            self.loss, self.gradient = self._built[2], self._built[1]
+            return
+        # each micro-batch's weight M_b / M, counted where the batch was made (the host)
+        total = batch.n_targets
+        self._pieces = [(piece.to(sel.device), piece.n_targets / total)
+                        for piece in (batch.rows(i, i + micro_batch) for i in range(0, n, micro_batch))
+                        if piece.n_targets > 0]
+        loss = gradient = None
+        for piece, weight in self._pieces:
+            _, g, l_b = self._build(piece, keep_graph=False)
+            loss = weight * l_b if loss is None else loss + weight * l_b
+            gradient = weight * g if gradient is None else gradient + weight * g
+        self.loss, self.gradient = loss, gradient
+
+    def _build(self, batch: MaskedBatch, keep_graph: bool = True):
+        """``(product state, gradient, loss)`` of one batch: the pullback of
+        ``vjp(grad(L))`` (func) or the gradients with their graph (autograd)."""
+        model, sel = self._model, self.selection
         with measuring(model):
             if self.engine == "func":
                 def loss_fn(values):
@@ -98,25 +130,37 @@ class LossHessian(LinearOperator):
                     g, loss = grad(loss_fn, has_aux=True)(values)
                     return g, loss
 
-                gradient, self._pullback, loss = vjp(grad_fn, sel.values, has_aux=True)
-                self.gradient = sel.flat(gradient).detach()
-            else:
-                loss = batch_loss(model(batch.inputs), batch)
-                grads = torch.autograd.grad(loss, sel.tensors, create_graph=True, allow_unused=True)
-                self._grads = grads_or_zeros(grads, sel.tensors)
-                self.gradient = sel.flat([g.detach() for g in self._grads])
-        self.loss = loss.detach()
+                if not keep_graph:
+                    g, loss = grad_fn(sel.values)
+                    return None, sel.flat(g).detach(), loss.detach()
+                gradient, pullback, loss = vjp(grad_fn, sel.values, has_aux=True)
+                return pullback, sel.flat(gradient).detach(), loss.detach()
+            loss = batch_loss(model(batch.inputs), batch)
+            grads = torch.autograd.grad(loss, sel.tensors, create_graph=keep_graph, allow_unused=True)
+            grads = grads_or_zeros(grads, sel.tensors)
+            return (grads if keep_graph else None), sel.flat([g.detach() for g in grads]), loss.detach()
 
-    def _matmat(self, vectors: torch.Tensor) -> torch.Tensor:
+    def _apply(self, state, vectors: torch.Tensor) -> torch.Tensor:
         sel = self.selection
         if self.engine == "func":
-            return vmap(lambda v: sel.flat(self._pullback(sel.unflat(v))[0]))(vectors)
+            return vmap(lambda v: sel.flat(state(sel.unflat(v))[0]))(vectors)
         rows = []
         for v in vectors:
-            hv = torch.autograd.grad(self._grads, sel.tensors, list(sel.unflat(v).values()), retain_graph=True,
+            hv = torch.autograd.grad(state, sel.tensors, list(sel.unflat(v).values()), retain_graph=True,
                                      allow_unused=True)
             rows.append(sel.flat(grads_or_zeros(hv, sel.tensors)))
         return torch.stack(rows).detach()
+
+    def _matmat(self, vectors: torch.Tensor) -> torch.Tensor:
+        if self._pieces is None:
+            return self._apply(self._built[0], vectors)
+        out = None
+        for piece, weight in self._pieces:  # one micro-batch's graph alive at a time
+            state = self._build(piece)[0]
+            hv = weight * self._apply(state, vectors)
+            del state
+            out = hv if out is None else out + hv
+        return out
 
 
 class LossGaussNewton(LinearOperator):
@@ -138,12 +182,12 @@ class LossGaussNewton(LinearOperator):
 
         sel = self.selection = select_parameters(model, params)
         self.dim, self.dtype, self.device = sel.n_params, sel.dtype, sel.device
+        n_targets = batch.n_targets
         batch = batch.to(sel.device)
         self._model = model
-        n_targets = int(batch.masked.sum())
 
         def logits_fn(values):
-            z = sel.call(model, values, batch.inputs)[batch.masked]
+            z = batch.at_masked(sel.call(model, values, batch.inputs))
             return z.float() if z.dtype in (torch.float16, torch.bfloat16) else z
 
         with measuring(model):
@@ -176,5 +220,11 @@ class Difference(LinearOperator):
         self.a, self.b = a, b
         self.dim, self.dtype, self.device = a.dim, a.dtype, a.device
 
+    def parts(self, vectors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(A V, B V)``: both products, for an estimator that wants ``tr A`` from the same
+        probes too (one product of each)."""
+        return self.a.matmat(vectors), self.b.matmat(vectors)
+
     def _matmat(self, vectors: torch.Tensor) -> torch.Tensor:
-        return self.a.matmat(vectors) - self.b.matmat(vectors)
+        av, bv = self.parts(vectors)
+        return av - bv

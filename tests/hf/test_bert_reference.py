@@ -14,7 +14,7 @@ from models.model_test_utils import MAX_LEN, PAD, VOCAB, padded_batch
 pytest.importorskip("transformers")
 
 from sameloss.models import build_model  # noqa: E402
-from sameloss.models.hf_bert import to_hf_bert  # noqa: E402
+from sameloss.hf.bert import to_hf_bert  # noqa: E402
 
 
 def randomised(size: str):

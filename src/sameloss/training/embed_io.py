@@ -4,8 +4,6 @@ the function of a small checkpoint (App. B.4) — the run I/O around ``models.em
 from __future__ import annotations
 
 import dataclasses
-import os
-import shutil
 from pathlib import Path
 
 import torch
@@ -51,6 +49,13 @@ def embed_checkpoint(
         raise UserError(f"{small_dir} is not a checkpoint (no meta.json)")
     out_dir = Path(out_dir)
     _check_out_dir(out_dir, small_dir, force)
+    # held from the checks to the rename: no other process writes --out meanwhile
+    with files.folder_lock(out_dir, "embedded checkpoint"):
+        _check_out_dir(out_dir, small_dir, force)
+        return _embed(small_dir, out_dir, into, width_factor, extra_layers)
+
+
+def _embed(small_dir: Path, out_dir: Path, into: str | None, width_factor: int | None, extra_layers: int) -> Path:
     small, language, cfg, small_meta = runio.load_checkpoint(small_dir)
     if cfg.model.kind != "transformer":
         raise UserError(f"only transformers can be embedded (App. B.4); {small_dir} holds a {cfg.model.kind}")
@@ -90,23 +95,15 @@ def embed_checkpoint(
                             "params tiled, decoder-input LayerNorm /k, identity blocks appended",
         },
     }
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".tmp-embed-{out_dir.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        tmp.mkdir()
+    # built under a marked temporary sibling and renamed into place (files.building: a
+    # full disk is one line and leaves nothing); an existing folder is replaced only when
+    # _check_out_dir proved it an earlier embed's and --force was given
+    replace = out_dir.exists() and not files.is_empty_dir(out_dir)
+    with files.building(out_dir, replace=replace, what="embedded checkpoint") as tmp:
         files.mark(tmp, files.EMBEDDED_MARKER, f"sameloss embed of {small_dir}")
         ckpt.save(tmp, step, large, state, meta)
-        (tmp / "config.toml").write_text(
-            f"{files.EMBEDDED_CONFIG_HEADER} {small_dir} (App. B.4)\n" + configlib.to_toml(large_cfg))
-        if out_dir.exists() and any(out_dir.iterdir()):  # checked above: an earlier embed, and --force
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    except BaseException as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(exc, OSError):
-            raise files.write_error(out_dir, exc) from None
-        raise
+        files.atomic_write_text(tmp / "config.toml", f"{files.EMBEDDED_CONFIG_HEADER} {small_dir} (App. B.4)\n"
+                                + configlib.to_toml(large_cfg))
     return ckpt.checkpoint_dir(out_dir, step)
 
 

@@ -1,0 +1,176 @@
+"""Where sameloss finds its languages and its recipes: one registry each, filled from their
+own files and from plugins, without importing torch (``sameloss --help``, config
+validation and the command-line choices stay fast).
+
+Languages. A language is one module in ``sameloss/languages/`` that declares itself near
+its top, as a literal the registry reads from the file (``ast``, no import)::
+
+    LANGUAGE = {"name": "hmm", "build": "build", "settings": ("size", "seed"), "describe": True}
+
+``build`` names a function of the module, imported only when a language is built, that
+takes the ``language.*`` settings listed in ``settings`` (``size``, ``seed``, ``grammar``,
+``generator``, ``k``, ``length``, ``pool``, ``data``, ``device``) as keyword arguments;
+``describe``: whether ``sameloss language describe`` offers it (it needs no files). Its
+named sizes are the keys of the module's ``PRESETS`` dict literal (no sizes: none).
+
+Recipes. A recipe is one module in ``sameloss/experiments/recipes/``, named by its file,
+with ``SUMMARY`` (a string literal, read from the file the same way: the line of
+``reproduce --help``), ``TITLE``, ``PRESETS``, ``runs()`` and ``report()``.
+
+Plugins. ``SAMELOSS_PLUGINS=module[,module...]`` (importable module names, e.g. a file on
+``PYTHONPATH``) are imported the first time the registry is asked; they add languages and
+recipes through the public hooks ``register_language`` and ``register_recipe``. Nothing
+else needs an edit: ``pretrain language.name=...``, ``language describe`` and
+``reproduce`` find them here.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from .errors import UserError
+
+PACKAGE = Path(__file__).parent
+PLUGINS_ENV = "SAMELOSS_PLUGINS"
+# language.* settings a builder may take; size and device are always given (a config
+# always has them) and go only to builders that take them
+LANGUAGE_SETTINGS = ("size", "seed", "grammar", "generator", "k", "length", "pool", "data", "device")
+ALWAYS_GIVEN = ("size", "device")
+
+
+@dataclass(frozen=True)
+class LanguageEntry:
+    """A registered language: its name, named sizes (empty: none), the ``language.*``
+    settings its builder takes, whether ``language describe`` offers it, and the builder
+    (a callable, or ``"module:function"`` imported when first used)."""
+
+    name: str
+    sizes: tuple[str, ...]
+    settings: tuple[str, ...]
+    describe: bool
+    build: Callable | str
+
+    def builder(self) -> Callable:
+        if callable(self.build):
+            return self.build
+        module, _, function = self.build.partition(":")
+        return getattr(importlib.import_module(module), function)
+
+
+@dataclass(frozen=True)
+class RecipeEntry:
+    """A registered recipe: its name, one-line summary and module (or module name)."""
+
+    name: str
+    summary: str
+    module: ModuleType | str
+
+    def load(self) -> ModuleType:
+        return self.module if isinstance(self.module, ModuleType) else importlib.import_module(self.module)
+
+
+_languages: dict[str, LanguageEntry] = {}
+_recipes: dict[str, RecipeEntry] = {}
+_loaded = False
+
+
+def register_language(name: str, build: Callable | str, sizes=(), settings=("size", "seed"),
+                      describe: bool = True) -> None:
+    """Add a language (the hook for plugins; built-in languages are read from their files).
+    ``build(**settings)`` returns the language (``languages.base.Language``)."""
+    bad = [s for s in settings if s not in LANGUAGE_SETTINGS]
+    if bad:
+        raise ValueError(f"language {name!r}: unknown setting {bad[0]!r}; choose from {', '.join(LANGUAGE_SETTINGS)}")
+    _languages[name] = LanguageEntry(name, tuple(sizes), tuple(settings), describe, build)
+
+
+def register_recipe(name: str, module: ModuleType | str, summary: str | None = None) -> None:
+    """Add a recipe (the hook for plugins; built-in recipes are the files of
+    ``experiments/recipes/``): a module with ``TITLE``, ``PRESETS``, ``runs`` and ``report``."""
+    if summary is None:
+        loaded = module if isinstance(module, ModuleType) else importlib.import_module(module)
+        summary = getattr(loaded, "SUMMARY", "") or (loaded.__doc__ or "").strip().split("\n")[0]
+    _recipes[name] = RecipeEntry(name, summary, module)
+
+
+def languages() -> dict[str, LanguageEntry]:
+    _load()
+    return dict(_languages)
+
+
+def recipes() -> dict[str, RecipeEntry]:
+    _load()
+    return dict(_recipes)
+
+
+def language(name: str) -> LanguageEntry:
+    found = languages()
+    if name not in found:
+        raise UserError(f"unknown language {name!r}; choose from {', '.join(found)}")
+    return found[name]
+
+
+def recipe(name: str) -> ModuleType:
+    """The module of recipe ``name``."""
+    found = recipes()
+    if name not in found:
+        raise UserError(f"unknown experiment {name!r}; choose from {', '.join(found)}")
+    return found[name].load()
+
+
+# ---- discovery --------------------------------------------------------------------------
+def _load() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for path in sorted((PACKAGE / "languages").glob("*.py")):
+        declared = _literals(path, ("LANGUAGE", "PRESETS"))
+        if "LANGUAGE" in declared:
+            d = declared["LANGUAGE"]
+            module = f"sameloss.languages.{path.stem}"
+            register_language(d["name"], f"{module}:{d.get('build', 'build')}", tuple(declared.get("PRESETS", ())),
+                              tuple(d.get("settings", ("size", "seed"))), bool(d.get("describe", True)))
+    for path in sorted((PACKAGE / "experiments" / "recipes").glob("*.py")):
+        if not path.stem.startswith("_"):
+            declared = _literals(path, ("SUMMARY",))
+            register_recipe(path.stem, f"sameloss.experiments.recipes.{path.stem}", declared.get("SUMMARY", ""))
+    for name in filter(None, (n.strip() for n in os.environ.get(PLUGINS_ENV, "").split(","))):
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise UserError(f"{PLUGINS_ENV}: cannot import plugin {name!r} ({exc})") from None
+
+
+def _literals(path: Path, names: tuple[str, ...]) -> dict:
+    """The values of the module-level assignments ``names`` of a Python file, where they are
+    literals (a dict literal whose values are not gives its keys). Only each assignment's
+    own lines are parsed (``NAME = ...`` or ``NAME: type = ...`` at the start of a line, up
+    to where it parses), not the whole file: the registry is read at every start."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    out = {}
+    for i, line in enumerate(lines):
+        name = next((n for n in names if line.startswith((f"{n} =", f"{n}:")) and n not in out), None)
+        if name is None:
+            continue
+        for j in range(i + 1, min(i + 400, len(lines)) + 1):
+            try:
+                node = ast.parse("\n".join(lines[i:j])).body[0]
+                break
+            except SyntaxError:
+                continue
+        else:
+            continue
+        value = node.value
+        try:
+            out[name] = ast.literal_eval(value)
+        except ValueError:  # e.g. PRESETS = {"paper": dict(...)}: its keys are enough
+            if isinstance(value, ast.Dict) and all(isinstance(k, ast.Constant) for k in value.keys):
+                out[name] = [k.value for k in value.keys]
+    return out

@@ -1,0 +1,224 @@
+"""Experiment folders are sameloss's only where its marker says so (issue 20, items 2, 3, 4
+and 8): ``--fresh`` deletes nothing of a user's, ``reproduce`` never deletes a folder
+without sameloss's marker, two processes never write one experiment, a full disk is one
+line, and a bad ``--out`` is one line."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sameloss import files
+from sameloss.cli import main
+from sameloss.errors import UserError
+from sameloss.experiments.core import RunSpec, Study
+from helpers.processes import Holder, error_lines, run_cli
+
+STEPS = ["reproduce", "steps", "--scale", "smoke", "--no-progress"]
+RUN = (("steps", 2), ("batch_size", 8), ("model.size", "micro"), ("language.name", "hmm"),
+       ("language.size", "micro"), ("eval.n_sentences", 16), ("optim.warmup_steps", 1), ("device", "cpu"),
+       ("save_every", 100), ("log_every", 1))
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def the_error(capsys) -> str:
+    """The one error line (reproduce logs its progress on stderr before it)."""
+    err = capsys.readouterr().err
+    errors = error_lines(err)
+    assert len(errors) == 1 and err.strip().splitlines()[-1] == errors[0] and "Traceback" not in err, err
+    return errors[0]
+
+
+@pytest.fixture
+def copy(steps_smoke, tmp_path) -> Path:
+    """A copy of a finished ``reproduce steps --scale smoke`` (the folder holding steps-smoke/)."""
+    out = tmp_path / "out"
+    shutil.copytree(steps_smoke, out)
+    return out
+
+
+# ---------------------------------------------------------------------------- item 2: markers, --fresh
+
+
+def test_reproduce_marks_the_folder_and_lists_what_it_wrote(steps_smoke):
+    root = steps_smoke / "steps-smoke"
+    lines = (root / files.EXPERIMENT_MARKER).read_text().splitlines()
+    assert sorted(lines[1:]) == sorted(p.name for p in root.glob("*.png")) and lines[1:]
+    assert not list(steps_smoke.glob(".*.lock"))  # the experiment's lock is released
+
+
+def test_fresh_refuses_a_users_file_beside_the_report_and_deletes_nothing(copy, capsys):
+    root = copy / "steps-smoke"
+    (root / "thesis.tex").write_text("years of work")
+    before = snapshot(copy)
+    assert main([*STEPS, "--out", str(copy), "--fresh"]) == 2
+    line = the_error(capsys)
+    assert "steps-smoke/thesis.tex" in line and "--fresh deletes only what sameloss wrote" in line
+    assert snapshot(copy) == before
+
+
+@pytest.mark.parametrize("where", ["runs/mine", "embedded/mine", "seeds/seed0", "notes"])
+def test_fresh_refuses_a_users_folder_anywhere_sameloss_writes(copy, capsys, where):
+    root = copy / "steps-smoke"
+    (root / where).mkdir(parents=True)
+    (root / where / "data.txt").write_text("mine")
+    before = snapshot(copy)
+    assert main([*STEPS, "--out", str(copy), "--fresh"]) == 2
+    assert f"steps-smoke/{where}" in the_error(capsys)
+    assert snapshot(copy) == before
+
+
+def test_fresh_deletes_a_folder_that_holds_only_sameloss_outputs(copy):
+    root = copy / "steps-smoke"
+    (root / ".tmp-report.md-x1y2").write_text("a killed atomic write")  # sameloss's leftover
+    (root / "runs" / ".pcfg-micro-adamw.lock").write_text("123")  # a killed run's lock file
+    with Study(root, fresh=True, progress=False):
+        assert [p.name for p in root.iterdir()] == [files.EXPERIMENT_MARKER]
+
+
+def test_fresh_on_a_symlink_is_one_line_and_deletes_nothing(copy, tmp_path, capsys):
+    real = tmp_path / "elsewhere"
+    (copy / "steps-smoke").rename(real)
+    (copy / "steps-smoke").symlink_to(real)
+    before = snapshot(real)
+    assert main([*STEPS, "--out", str(copy), "--fresh"]) == 2
+    assert "symbolic link" in the_error(capsys)
+    assert snapshot(real) == before and (copy / "steps-smoke").is_symlink()
+
+
+def test_reproduce_never_deletes_a_users_folder_at_a_run_name(tmp_path):
+    """Study.train removed ``runs/<name>/`` when it held no complete checkpoint."""
+    study = Study(tmp_path / "exp", progress=False)
+    mine = study.runs_dir / "r"
+    mine.mkdir(parents=True)
+    (mine / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match="not a sameloss run folder"):
+        study.train(RunSpec("r", RUN))
+    assert (mine / "notes.txt").read_text() == "mine"
+
+
+def test_a_started_run_without_a_checkpoint_is_started_again(tmp_path):
+    """A marked run folder with no complete checkpoint holds nothing to keep: it is redone."""
+    study = Study(tmp_path / "exp", progress=False)
+    run = study.runs_dir / "r"
+    run.mkdir(parents=True)
+    files.mark(run, files.RUN_MARKER, "sameloss run r")
+    (run / "metrics.jsonl").write_text('{"step": 1}\n')
+    info = study.train(RunSpec("r", RUN))
+    assert info.status == "trained" and (run / "summary.json").is_file()
+
+
+def test_an_unmarked_folder_holding_a_users_file_is_refused_without_fresh_too(tmp_path, capsys):
+    root = tmp_path / "steps-smoke"
+    root.mkdir()
+    (root / "report.md").write_text("my own report")
+    (root / "thesis.tex").write_text("years of work")
+    before = snapshot(tmp_path)
+    assert main([*STEPS, "--out", str(tmp_path)]) == 2
+    line = the_error(capsys)
+    assert "is not an experiment folder" in line and "thesis.tex" in line
+    assert snapshot(tmp_path) == before and sorted(p.name for p in tmp_path.iterdir()) == ["steps-smoke"]
+
+
+def test_a_folder_made_before_the_marker_is_reused_and_adopted(copy, capsys):
+    """Every entry is one sameloss writes (the figures: those its report.md names): the
+    runs are reused, the folder is marked; --fresh may then redo it."""
+    root = copy / "steps-smoke"
+    (root / files.EXPERIMENT_MARKER).unlink()
+    with Study(root, progress=False):  # adopted: the figures its report names are listed as sameloss's
+        assert sorted((root / files.EXPERIMENT_MARKER).read_text().splitlines()[1:]) == \
+            sorted(p.name for p in root.glob("*.png"))
+    (root / files.EXPERIMENT_MARKER).unlink()
+    assert main([*STEPS, "--out", str(copy)]) == 0
+    assert (root / files.EXPERIMENT_MARKER).is_file()
+    assert "trained" not in (root / "runs.csv").read_text()  # every run reused
+    (root / files.EXPERIMENT_MARKER).unlink()
+    (root / "thesis.tex").write_text("years of work")
+    assert main([*STEPS, "--out", str(copy), "--fresh"]) == 2
+    assert "thesis.tex" in the_error(capsys) and (root / "thesis.tex").exists()
+
+
+# ---------------------------------------------------------------------------- item 8: bad --out
+
+
+@pytest.mark.parametrize("case", ["out-is-a-file", "experiment-is-a-file"])
+def test_an_out_or_experiment_folder_that_is_a_file_is_one_line(tmp_path, capsys, case):
+    target = tmp_path / "file" if case == "out-is-a-file" else tmp_path / "steps-smoke"
+    target.write_text("mine")
+    out = tmp_path / "file" if case == "out-is-a-file" else tmp_path
+    for fresh in ([], ["--fresh"]):
+        assert main([*STEPS, "--out", str(out), *fresh]) == 2
+        assert "not a folder" in the_error(capsys)
+        assert target.read_text() == "mine" and sorted(p.name for p in tmp_path.iterdir()) == [target.name]
+
+
+# ---------------------------------------------------------------------------- item 3: one process per folder
+
+
+def test_a_second_reproduce_on_one_experiment_is_refused_naming_the_holder(tmp_path, capsys):
+    root = tmp_path / "steps-smoke"
+    with Holder(root, tmp_path / "scratch") as holder:
+        assert main([*STEPS, "--out", str(tmp_path)]) == 2
+        line = the_error(capsys)
+        assert f"pid {holder.pid}" in line and "in use by another sameloss process" in line
+    assert not root.exists()  # nothing written
+
+
+def test_a_study_releases_its_lock_when_closed(tmp_path):
+    study = Study(tmp_path / "exp", progress=False)
+    assert files.holds_lock(tmp_path / "exp")
+    study.close()
+    assert not files.holds_lock(tmp_path / "exp")
+    with Study(tmp_path / "exp", progress=False):  # and a later study takes it
+        pass
+
+
+# ---------------------------------------------------------------------------- item 4: a full disk
+
+
+def test_a_full_disk_during_reproduce_is_one_line_and_the_rerun_works(copy):
+    """The measurements, tables, report and figures are written again when the rows are
+    gone: with a 4 kB file-size limit each write fails. One line, no temporary file, the
+    earlier report intact; after "freeing space" the rerun works."""
+    root = copy / "steps-smoke"
+    report = (root / "report.md").read_bytes()
+    (root / "measurements.json").unlink()
+    done = run_cli([*STEPS, "--out", str(copy)], file_size_limit=4096)
+    assert done.returncode == 2, done.stderr
+    errors = error_lines(done.stderr)
+    assert len(errors) == 1 and "Traceback" not in done.stderr and done.stderr.strip().splitlines()[-1] == errors[0]
+    assert "cannot write" in errors[0] and "File too large" in errors[0]
+    assert not [p for p in copy.rglob("*") if p.name.startswith(".tmp-") or p.name.endswith(".tmp")]
+    assert (root / "report.md").read_bytes() == report
+    assert main([*STEPS, "--out", str(copy)]) == 0
+    assert (root / "measurements.json").is_file()
+
+
+# ---------------------------------------------------------------------------- item 15: progress of cached work
+
+
+def test_cached_checkpoints_show_no_rate(copy, capsys, monkeypatch):
+    """Rows from measurements.json took no time: their "3.85e+03 checkpoint/s" meant nothing."""
+    monkeypatch.setenv("SAMELOSS_PROGRESS_SECONDS", "0")
+    assert main(["reproduce", "steps", "--scale", "smoke", "--out", str(copy)]) == 0
+    err = capsys.readouterr().err
+    assert "checkpoint/s" not in err and "measure runs/" in err  # every row cached, none counted
+    (copy / "steps-smoke" / "measurements.json").unlink()
+    assert main(["reproduce", "steps", "--scale", "smoke", "--out", str(copy)]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "checkpoint/s" in line]
+    assert lines and len(lines) == len(set(lines))  # measured ones counted, each line once
+
+
+def test_fresh_never_deletes_a_run_another_process_is_writing(copy, capsys):
+    root = copy / "steps-smoke"
+    run = next(p for p in sorted((root / "runs").iterdir()) if p.is_dir())
+    before = snapshot(copy)
+    with Holder(run, copy.parent / "scratch") as holder:
+        assert main([*STEPS, "--out", str(copy), "--fresh"]) == 2
+        assert f"pid {holder.pid}" in the_error(capsys)
+    assert snapshot(copy) == before

@@ -1,0 +1,226 @@
+"""The folder primitives every writer shares (``sameloss.files``): the lock that keeps two
+processes out of one folder, the atomic folder build, file modes under the umask."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from sameloss import files
+from sameloss.errors import UserError
+
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from sameloss import files
+    with files.folder_lock(sys.argv[1]):
+        Path(sys.argv[2]).write_text("held")
+        while not Path(sys.argv[3]).exists():
+            time.sleep(0.01)
+""")
+
+
+def _start_holder(tmp_path: Path, folder: Path):
+    ready, release = tmp_path / "ready", tmp_path / "release"
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder), str(ready), str(release)],
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    # a safety net for a broken child, not a timing assertion
+    for _ in range(3000):
+        if ready.exists() or proc.poll() is not None:
+            break
+        import time
+        time.sleep(0.01)
+    assert ready.exists(), "the holder process did not take the lock"
+    return proc, release
+
+
+def test_a_second_process_is_refused_with_the_holders_pid(tmp_path):
+    folder = tmp_path / "runs" / "base"
+    proc, release = _start_holder(tmp_path, folder)
+    try:
+        with pytest.raises(UserError) as err:
+            with files.folder_lock(folder):
+                pass
+        msg = str(err.value)
+        assert f"pid {proc.pid}" in msg and str(folder) in msg and "\n" not in msg
+    finally:
+        release.write_text("go")
+        proc.wait()
+    # released: the lock file is gone and the lock can be taken
+    assert not files.lock_path(folder).exists()
+    with files.folder_lock(folder):
+        pass
+
+
+def test_a_lock_left_by_a_killed_process_is_taken_over(tmp_path):
+    folder = tmp_path / "exp"
+    proc, _ = _start_holder(tmp_path, folder)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert files.lock_path(folder).exists()  # the stale file stays behind...
+    with files.folder_lock(folder):  # ...but its holder is gone: no error
+        assert f"{os.getpid()}" == files.lock_path(folder).read_text().splitlines()[0]
+
+
+def test_the_lock_is_reentrant_within_one_process_and_lives_beside_the_folder(tmp_path):
+    folder = tmp_path / "a"
+    with files.folder_lock(folder) as path:
+        assert path == tmp_path / ".a.lock" and not folder.exists()
+        with files.folder_lock(folder):
+            assert files.holds_lock(folder)
+        assert files.holds_lock(folder) and path.exists()
+    assert not files.holds_lock(folder) and not path.exists()
+
+
+def test_building_renames_into_place_only_at_the_end(tmp_path):
+    target = tmp_path / "corpus"
+    with files.building(target) as tmp:
+        assert not target.exists() and tmp.parent == tmp_path and tmp.name.startswith(".corpus.partial-")
+        (tmp / "shard.npy").write_bytes(b"x")
+    assert (target / "shard.npy").read_bytes() == b"x"
+    assert not (target / files.PARTIAL_MARKER).exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]  # no partial, no lock file left
+
+
+def test_a_failed_build_leaves_nothing_and_a_full_disk_is_one_line(tmp_path):
+    target = tmp_path / "out"
+    with pytest.raises(RuntimeError):
+        with files.building(target) as tmp:
+            (tmp / "half").write_text("half")
+            raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(UserError) as err:
+        with files.building(target) as tmp:
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert str(err.value) == f"cannot write {target}: No space left on device"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_disk_too_full_for_the_marker_leaves_no_partial_folder(tmp_path, monkeypatch):
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)  # the marker is the first file a build writes
+    with pytest.raises(UserError, match="No space left on device"):
+        with files.building(tmp_path / "out"):
+            pass
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("exc, reason", [
+    # safetensors (SafetensorError) and tokenizers (Exception) carry Rust's io::Error text
+    (Exception("Error while serializing: I/O error: File too large (os error 27)"), "File too large"),
+    (Exception("No space left on device (os error 28)"), "No space left on device"),
+    # numpy's np.save to a path after a short write: an OSError without an errno
+    (OSError("7008 requested and 936 written"), "only 936 of 7008 bytes were written"),
+])
+def test_a_full_disk_reported_without_an_errno_is_one_line_too(exc, reason, tmp_path):
+    target = tmp_path / "out"
+    with pytest.raises(UserError) as err:
+        with files.building(target):
+            raise exc
+    assert str(err.value).startswith(f"cannot write {target}: {reason}")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(UserError, match=reason):
+        with files.storage_errors(target):
+            raise exc
+    with pytest.raises(Exception, match="os error 2"):  # not a storage error: not ours to word
+        with files.building(target):
+            raise Exception("No such file or directory (os error 2)")
+
+
+def test_building_refuses_a_folder_that_holds_anything_and_replaces_only_when_asked(tmp_path):
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "thesis.tex").write_text("mine")
+    with pytest.raises(UserError, match="already exists and is not empty"):
+        with files.building(target):
+            pass
+    assert (target / "thesis.tex").read_text() == "mine"
+    with files.building(target, replace=True) as tmp:  # the caller proved it is its own
+        (tmp / "new").write_text("new")
+    assert sorted(p.name for p in target.iterdir()) == ["new"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with files.building(empty) as tmp:
+        (tmp / "f").write_text("f")
+    assert (empty / "f").exists()
+
+
+def test_an_interrupted_build_does_not_block_the_rerun_and_only_marked_partials_go(tmp_path):
+    target = tmp_path / "out"
+    stale = tmp_path / ".out.partial-killed"
+    stale.mkdir()
+    (stale / files.PARTIAL_MARKER).write_text("x")
+    (stale / "half.npy").write_text("half")
+    users = tmp_path / ".out.partial-users"  # looks alike but carries no marker
+    users.mkdir()
+    (users / "notes").write_text("mine")
+    with files.building(target) as tmp:
+        (tmp / "done").write_text("ok")
+    assert not stale.exists() and (users / "notes").read_text() == "mine" and (target / "done").exists()
+
+
+def test_written_files_and_built_folders_honour_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        files.atomic_write_text(tmp_path / "config.toml", "a = 1\n")
+        assert (tmp_path / "config.toml").stat().st_mode & 0o777 == 0o644
+        with files.building(tmp_path / "built") as tmp:
+            pass
+        assert (tmp_path / "built").stat().st_mode & 0o777 == 0o755
+    finally:
+        os.umask(old)
+
+
+def test_a_storage_error_hidden_in_a_library_error_is_recognised(tmp_path):
+    """safetensors and tokenizers (Rust) put "(os error N)" in their own exception types;
+    torch's writer raises a RuntimeError whose context is the OSError."""
+    rust = Exception("Error while serializing: I/O error: No space left on device (os error 28)")
+    assert files.storage_reason(rust) == "No space left on device"
+    try:
+        try:
+            raise OSError(errno.EFBIG, "File too large")
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+    except RuntimeError as exc:
+        torch_like = exc
+    assert files.storage_reason(torch_like) == "File too large"
+    assert files.storage_reason(RuntimeError("shape mismatch (os error 2)")) is None  # ENOENT: not storage
+    assert files.storage_reason(ValueError("bad")) is None
+    with pytest.raises(UserError) as err:
+        with files.storage_errors(tmp_path / "x"):
+            raise rust
+    assert str(err.value) == f"cannot write {tmp_path / 'x'}: No space left on device"
+    with pytest.raises(UserError, match="File too large"):
+        with files.building(tmp_path / "built"):
+            raise torch_like
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_lock_removes_the_empty_folders_it_made_and_keeps_any_other(tmp_path):
+    with files.folder_lock(tmp_path / "a" / "b" / "run"):
+        assert (tmp_path / "a" / "b").is_dir()
+    assert list(tmp_path.iterdir()) == []  # a refused command leaves no empty runs/ behind
+    with files.folder_lock(tmp_path / "a" / "b" / "run"):
+        (tmp_path / "a" / "b" / "run").mkdir()
+    assert (tmp_path / "a" / "b" / "run").is_dir()  # what the block wrote stays, with its parents
+    (tmp_path / "c").mkdir()
+    with files.folder_lock(tmp_path / "c" / "run"):
+        pass
+    assert (tmp_path / "c").is_dir()  # it existed before: never removed
+
+
+def test_an_error_naming_the_temporary_folder_names_the_target(tmp_path):
+    target = tmp_path / "out"
+    with pytest.raises(UserError) as err:
+        with files.building(target) as tmp:
+            raise UserError(f"cannot write {tmp / 'checkpoints'}: No space left on device")
+    assert str(err.value) == f"cannot write {target / 'checkpoints'}: No space left on device"

@@ -1,0 +1,53 @@
+"""The README's examples run from a fresh clone (issue 20): no path outside the
+repository, and a grammar file is one an earlier example writes."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from sameloss.cli import main
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _commands() -> list[str]:
+    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+    text = "\n".join(blocks).replace("\\\n", " ")
+    return [line.split("#")[0].strip() for line in text.splitlines() if line.strip().startswith("sameloss ")]
+
+
+def test_readme_examples_stay_inside_the_repository_and_write_what_they_read():
+    commands = _commands()
+    assert commands
+    written: set[str] = set()
+    for cmd in commands:
+        words = cmd.split()
+        assert not any(w.startswith("../") or "=../" in w or "/../" in w for w in words), cmd
+        if "--grammar" in words:
+            assert words[words.index("--grammar") + 1] in written, f"{cmd}: its grammar file is not made earlier"
+        if "--save-grammar" in words:
+            written.add(words[words.index("--save-grammar") + 1])
+
+
+def test_save_grammar_writes_a_grammar_that_reads_back_as_the_same_language(tmp_path, capsys):
+    g = tmp_path / "g.txt"
+    args = ["language", "describe", "pcfg", "--size", "micro", "--seed", "3", "--n-sentences", "256", "--json"]
+    assert main(args + ["--save-grammar", str(g)]) == 0
+    saved = json.loads(capsys.readouterr().out)
+    assert g.read_text().startswith("# sameloss PCFG")
+    assert main(["language", "describe", "pcfg", "--grammar", str(g), "--seed", "3", "--n-sentences", "256",
+                 "--json"]) == 0
+    back = json.loads(capsys.readouterr().out)
+    for key in ("n_words", "vocab_size", "max_len", "length", "examples"):
+        assert back[key] == saved[key], key
+    assert back["entropy"]["mean"] == pytest.approx(saved["entropy"]["mean"], abs=1e-9)
+    # never over an existing file; pcfg only
+    assert main(args + ["--save-grammar", str(g)]) == 2
+    assert "exists; not overwriting it" in capsys.readouterr().err
+    assert main(["language", "describe", "hmm", "--size", "micro", "--save-grammar", str(tmp_path / "h.txt")]) == 2
+    assert "pcfg language only" in capsys.readouterr().err
+    assert not (tmp_path / "h.txt").exists()
