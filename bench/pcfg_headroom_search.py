@@ -66,10 +66,8 @@ from __future__ import annotations
 
 import argparse
 import csv
-import fcntl
 import io
 import itertools
-import json
 import math
 import sys
 import time
@@ -79,10 +77,10 @@ import torch
 
 from sameloss import config as configlib
 from sameloss.errors import UserError
-from sameloss.files import atomic_write_text
+from sameloss.files import atomic_write_text, folder_lock
 from sameloss.languages import pcfg as pcfg_module
 from sameloss.languages.pcfg import PCFG
-from sameloss.measures.headroom import HeadroomDesign, headroom_table, random_init_encoder, task_data
+from sameloss.measures.headroom import HeadroomDesign, headroom_table, task_data
 from sameloss.training.config import PretrainConfig
 
 SHAPE_KEYS = ("n_words", "n_roots", "n_levels", "symbols_per_level", "binary_rules_per_symbol", "emit_prob",
@@ -218,7 +216,6 @@ def describe_grammar(lang: PCFG) -> dict:
 
 def screen(lang: PCFG, cfg: PretrainConfig, args) -> list[dict]:
     """Per span task: what needs no training (majority, random-init, look-up, oracle)."""
-    random_init = random_init_encoder(cfg, lang)
     out = []
     for k in range(1, lang.max_len):
         task = f"span-{k}"
@@ -230,7 +227,7 @@ def screen(lang: PCFG, cfg: PretrainConfig, args) -> list[dict]:
         except UserError as exc:  # the span is (almost) never a constituent
             out.append(row | {"note": str(exc)[:80]})
             continue
-        table = headroom_table(lang, design, random_init=random_init, data=data)
+        table = headroom_table(lang, design, random_init=cfg, data=data)
         counts = torch.bincount(data.train.labels, minlength=data.n_classes)
         row.update(kept=data.kept_fraction, classes_seen=int((counts > 0).sum()),
                    majority=100 * table.accuracy("majority", N), random_init=100 * table.accuracy("random-init", N),
@@ -241,17 +238,15 @@ def screen(lang: PCFG, cfg: PretrainConfig, args) -> list[dict]:
 
 
 def kl_curve(run_dir: Path) -> list[tuple[int, float]]:
-    out = []
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        rec = json.loads(line)
-        if rec.get("eval") and rec["eval"].get("kl") is not None:
-            out.append((int(rec["step"]), float(rec["eval"]["kl"])))
-    return out
+    from sameloss.training.runio import eval_history
+
+    return [(step, float(ev["kl"])) for step, ev in sorted(eval_history(run_dir).items()) if ev.get("kl") is not None]
 
 
 def train_and_measure(name: str, lang: PCFG, cfg: PretrainConfig, tasks: list[str], args) -> list[dict]:
+    from sameloss.training.checkpoint import checkpoint_dir
     from sameloss.training.loop import pretrain
-    from sameloss.training.runio import load_checkpoint, read_summary
+    from sameloss.training.runio import load_checkpoint
 
     run_dir = args.out / "runs" / (name + (f"-model{cfg.seed}" if cfg.seed else ""))
     t0 = time.monotonic()
@@ -260,15 +255,12 @@ def train_and_measure(name: str, lang: PCFG, cfg: PretrainConfig, tasks: list[st
     curve = kl_curve(run_dir)
     below = [s for s, kl in curve if kl < KL_TARGET]
     final_kl = curve[-1][1]
-    from sameloss.training.checkpoint import checkpoint_dir
-
     model, _, _, _ = load_checkpoint(checkpoint_dir(run_dir, cfg.steps), "cpu")
-    random_init = random_init_encoder(cfg, lang)
     out = []
     for task in tasks:
         design = HeadroomDesign(task, sizes=(N,), subsets=(args.subsets,), pool=args.pool, test=args.test)
         table = headroom_table(lang, design, trained={"trained (tiny, step %d)" % cfg.steps: model},
-                               random_init=random_init)
+                               random_init=cfg)
         print(table.format(), flush=True)
         m = table.margins(N)
         out.append({"task": task, "final_kl": final_kl, "steps_to_kl01": below[0] if below else "",
@@ -307,12 +299,11 @@ def main() -> None:
         print(report(Log(args.out / "search.csv").rows))
         return
     args.out.mkdir(parents=True, exist_ok=True)
-    # one search per folder: a second one would rewrite search.csv under the first
-    lock = (args.out / ".search.lock").open("a")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise UserError(f"another search is writing {args.out} (its .search.lock is held)") from None
+    with folder_lock(args.out, "search"):  # one search per folder: a second would rewrite search.csv under it
+        search(args)
+
+
+def search(args) -> None:
     log = Log(args.out / "search.csv")
     candidates = {candidate_name(*c): c for c in grid()}
     if args.only:

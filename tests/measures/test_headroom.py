@@ -1,5 +1,6 @@
-"""The headroom table: span views, the random-init encoder, and every row against a direct
-computation on the same design (HMM position tasks and PCFG span tasks)."""
+"""The headroom table: span views, every row against a direct computation on the same
+design (HMM position tasks and PCFG span tasks), and against what ``measures.run`` gives
+for the same few-shot design (one representation, one probe, one data draw)."""
 
 from __future__ import annotations
 
@@ -9,43 +10,23 @@ import torch
 from sameloss import config as configlib
 from sameloss.errors import UserError
 from sameloss.languages import HMM, PCFG, Dyck
-from sameloss.measures.fewshot import fewshot_accuracies, subset_indices
-from sameloss.measures.headroom import (KINDS, HeadroomDesign, headroom_table, random_init_encoder, span_view,
-                                        task_data)
+from sameloss.measures.fewshot import View, fewshot_accuracies, subset_indices
+from sameloss.measures.headroom import KINDS, HeadroomDesign, headroom_table, span_view, task_data
 from sameloss.measures.lookup import lookup_features
+from sameloss.measures.run import MeasureSpec, measure_model, measure_reference
 from sameloss.training.config import PretrainConfig
-from sameloss.training.runio import build_language, init_model, load_checkpoint
+from sameloss.training.runio import load_checkpoint
 
 SMOKE = dict(sizes=(20, 40), subsets=(3, 2), pool=80, test=120)
 
 
-def test_span_view_concatenates_or_averages_the_span_and_zeroes_pads():
-    pad = 9
+def test_span_view_reads_the_span():
     states = torch.arange(2 * 4 * 3, dtype=torch.float32).reshape(2, 4, 3)
-    tokens = torch.tensor([[1, 2, 3, pad], [4, 5, pad, pad]])
-    concat = span_view(states, tokens, pad, (1, 3), "concat")
-    assert torch.equal(concat[0], torch.cat([states[0, 1], states[0, 2]]))
-    assert torch.equal(concat[1], torch.cat([states[1, 1], torch.zeros(3)]))  # position 2 is a pad
-    mean = span_view(states, tokens, pad, (0, None), "mean")
-    assert torch.allclose(mean[0], states[0, :3].mean(dim=0))
-    assert torch.allclose(mean[1], states[1, :2].mean(dim=0))  # the pads are left out of the mean
-    assert span_view(states, tokens, pad, (0, None), "concat").shape == (2, 12)
-
-
-def test_random_init_encoder_is_the_runs_initial_model_and_leaves_the_global_rng_alone():
-    cfg = configlib.load(PretrainConfig, None, ["language.name=hmm", "language.size=micro", "model.size=micro",
-                                                "seed=5"])
-    lang = build_language(cfg)
-    torch.manual_seed(123)
-    before = torch.get_rng_state()
-    model = random_init_encoder(cfg, lang)
-    assert torch.equal(torch.get_rng_state(), before)
-    torch.manual_seed(5)  # what pretrain does before building the model
-    reference = init_model(cfg, lang, "cpu")
-    for (name, a), (_, b) in zip(model.state_dict().items(), reference.state_dict().items()):
-        assert torch.equal(a, b), name
-    other = random_init_encoder(cfg, lang, seed=6)
-    assert any(not torch.equal(a, b) for a, b in zip(model.state_dict().values(), other.state_dict().values()))
+    assert span_view((1, 3)) == View((1, 2)) and span_view((4, 5)) == View((4,))
+    assert torch.equal(span_view((1, 3))(states), torch.cat([states[:, 1], states[:, 2]], dim=1))
+    assert torch.equal(span_view((1, 3), "mean")(states), (states[:, 1] + states[:, 2]) / 2)
+    assert torch.equal(span_view((0, None))(states), states.reshape(2, 12))  # to the end: every position
+    assert torch.equal(span_view((0, 1))(states), states[:, 0])
 
 
 def _direct(features_pool, features_test, data, design):
@@ -67,8 +48,7 @@ def test_hmm_position_task_rows_are_the_position_probes(checkpoint):
     assert lang.tasks["task-5"].span == (4, 5)
     design = HeadroomDesign("task-5", **SMOKE)
     data = task_data(lang, design)
-    table = headroom_table(lang, design, trained={"trained": model}, random_init=random_init_encoder(cfg, lang),
-                           data=data)
+    table = headroom_table(lang, design, trained={"trained": model}, random_init=cfg, data=data)
     assert [r.kind for r in table.rows] == list(KINDS)
     T, W = lang.max_len, lang.n_words
 
@@ -86,7 +66,29 @@ def test_hmm_position_task_rows_are_the_position_probes(checkpoint):
     assert m["above_lookup"] == pytest.approx(100 * (trained - lookup[40]))
     assert m["below_oracle"] == pytest.approx(100 * (oracle[40] - trained))
     assert m["headroom"] == min(m["above_lookup"], m["above_random_init"], m["below_oracle"])
-    assert "margins at n=40" in table.format()
+    text = table.format()
+    assert "margins at n=40" in text and f"oracle − trained {m['below_oracle']:+.1f}" in text
+    for r in table.rows:  # each row's line holds its accuracies, in %
+        line = next(x for x in text.splitlines() if x.startswith(r.name))
+        assert [f"{100 * r.accuracy[n]:.1f}" for n in design.sizes] == line[40:].split()[::3], r.name
+
+
+def test_rows_are_what_measures_run_gives_for_the_same_design(checkpoint):
+    """The random-init and look-up rows are ``measure_reference`` of the design's
+    ``FewShot``, the trained row ``measure_model`` of it, subset by subset; the oracle row
+    of an HMM state task is the HMM's oracle representation at the state's position."""
+    model, lang, cfg, _ = load_checkpoint(checkpoint, "cpu")
+    design = HeadroomDesign("task-5", sizes=(20,), subsets=(3,), pool=60, test=90)
+    table = headroom_table(lang, design, trained={"trained": model}, random_init=cfg)
+    spec = MeasureSpec(fewshot=design.fewshot(span_view(lang.tasks["task-5"].span)))
+    key = "span_lbfgs_n20"
+    for kind, want in (("random-init", measure_reference("random-init", lang, cfg, spec)),
+                       ("look-up", measure_reference("lookup", lang, cfg, spec)),
+                       ("trained", measure_model(model, lang, cfg, spec)),
+                       ("oracle", measure_reference("oracle", lang, cfg, spec))):
+        (got,) = table.of(kind)
+        assert got.subsets[20] == want[key + "_subsets"] and got.accuracy[20] == want[key], kind
+    assert table.accuracy("majority", 20) == measure_reference("lookup", lang, cfg, spec)["fewshot_majority"]
 
 
 def test_pcfg_span_table_on_micro_orders_its_rows_sensibly():
@@ -94,12 +96,22 @@ def test_pcfg_span_table_on_micro_orders_its_rows_sensibly():
     cfg = configlib.load(PretrainConfig, None, ["language.name=pcfg", "language.size=micro", "model.size=micro"])
     design = HeadroomDesign("span-2", sizes=(40,), subsets=(4,), pool=100, test=300)
     data = task_data(lang, design)
-    table = headroom_table(lang, design, random_init=random_init_encoder(cfg, lang), data=data)
+    table = headroom_table(lang, design, random_init=cfg, data=data)
     assert [r.kind for r in table.rows] == ["majority", "random-init", "look-up", "oracle"]
     # the span's two positions, concatenated
     assert table.of("look-up")[0].features == 2 * lang.n_words
     assert table.of("random-init")[0].features == 2 * 16
     assert table.of("oracle")[0].features == lang.grammar.n_nonterminals
+    T, W = lang.max_len, lang.n_words
+
+    def first_two(tok):  # the conditionals at positions 0 and 1, side by side
+        return lookup_features(lang, tok).reshape(tok.shape[0], T, W)[:, :2].reshape(tok.shape[0], 2 * W)
+
+    posterior = lang.tasks["span-2"].posterior
+    direct = {"look-up": _direct(first_two(data.train.tokens), first_two(data.test.tokens), data, design),
+              "oracle": _direct(posterior(data.train.tokens), posterior(data.test.tokens), data, design)}
+    for kind, want in direct.items():
+        assert table.accuracy(kind, 40) == pytest.approx(want[40], abs=1e-12), kind
     majority, lookup, oracle = (table.accuracy(k, 40) for k in ("majority", "look-up", "oracle"))
     assert oracle >= lookup >= majority - 0.05 and oracle > majority
     # the oracle's features are the posterior itself: its argmax is the label

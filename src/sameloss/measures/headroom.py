@@ -7,33 +7,41 @@ positions (``Task.span`` and ``Task.posterior``: an HMM's k-th hidden state, the
 symbol over the first k words), with the same few-shot design for every row:
 
 * **majority** — always the most frequent training class (its test rate);
-* **random-init encoder** — the trained model's architecture, freshly initialised
-  (``random_init_encoder``: the run's own initial weights, drawn without touching the
-  global RNG);
+* **random-init encoder** — a run's model as initialised (its config: the run's own
+  initial weights, drawn without touching the global RNG);
 * **look-up table** — the true single-mask conditionals ``P(x_t = · | x_{-t})`` at the
   span's positions (``lookup.lookup_features``): the perfect MLM's output;
 * **trained** — each encoder given (its final hidden states at the span's positions);
 * **oracle** — the task's exact posterior (the vector its label is the argmax of: the
   hidden state's posterior, P(symbol spans the span | sentence) from inside–outside).
 
-The span's representation (``span_view``). The span is fixed per task and every labelled
-sentence covers it (a span task labels ``-1`` a sentence shorter than the span), so
-position ``t`` of the span is the same word slot in every example. The default
-``pooling="concat"`` concatenates the span's per-position vectors: for a span of one
-position (an HMM state) it *is* the position probe, it keeps word order (the symbol over
-``w1 w2`` need not be the one over ``w2 w1``), and a linear probe on it can represent
-any probe on the mean (so mean-pooling could only lose accuracy); a span of k positions
-costs k × d features (≤ 8 × 64 for the headroom sizes, a few seconds of L-BFGS). For long
-spans (the whole sentence, ``end=None``) ``pooling="mean"`` averages over the span's real
-words instead (pads left out). Pad positions of a span are zero in every representation,
-as in ``probe.extract_features``.
+The span's representation (``span_view``: a ``fewshot.View`` of the span's positions). The
+span is fixed per task and every labelled sentence covers it (a span task labels ``-1`` a
+sentence shorter than the span), so position ``t`` of the span is the same word slot in
+every example. The default ``pooling="concat"`` puts the span's per-position vectors side
+by side: for a span of one position (an HMM state) it *is* the position probe, it keeps
+word order (the symbol over ``w1 w2`` need not be the one over ``w2 w1``), and a linear
+probe on it can represent any probe on the mean (so mean-pooling could only lose
+accuracy); a span of k positions costs k × d features (≤ 8 × 64 for the headroom sizes, a
+few seconds of L-BFGS). ``pooling="mean"`` averages the span's positions instead (for a
+span to the end of the sentence, ``end=None``, over all ``T`` positions, pads counting as
+the zeros every representation has there, as ``View`` does for the isoloss all-positions
+probe).
 
-Probes: converged L-BFGS linear heads (``fewshot.fewshot_accuracies``, ``method="lbfgs"``,
-``l2`` on the standardised features), trained on the same ``subsets`` of ``n`` examples
-drawn from one labelled pool and tested on one test set (``tasks.make_task_data``), so
-every row is paired down to the subset with every other. The margins (``Headroom.margins``)
-are the trained model's accuracy minus the better of look-up and random-init, and the
-oracle's minus the trained model's, in points.
+The representations are the ones every study measures (``representations.py``): a model's
+final hidden states (``model_representation``; the random-init encoder is
+``reference_representation("random-init", ...)`` of a run config: its own initial weights,
+the global RNG left alone), the look-up table (``reference_representation("lookup", ...)``),
+and for the oracle the task's posterior as a one-position representation.
+
+Probes: converged L-BFGS linear heads (``fewshot.fewshot_probes`` on the design's
+``FewShot``: ``method="lbfgs"``, ``l2`` on the standardised features), trained on the same
+``subsets`` of ``n`` examples drawn from one labelled pool and tested on one test set (the
+pool and test set ``measures.run`` draws for the same ``FewShot``), so every row is paired
+down to the subset with every other — and with the few-shot columns ``measure_model`` and
+``measure_reference`` (``MeasureSpec(fewshot=design.fewshot(task))``) give. The margins (``Headroom.margins``) are
+the trained model's accuracy minus the better of look-up and random-init, and the oracle's
+minus the trained model's, in points.
 """
 
 from __future__ import annotations
@@ -47,13 +55,12 @@ import torch
 
 from ..errors import UserError
 from ..languages.base import Language, Task
-from .fewshot import fewshot_accuracies, subset_indices
-from .lookup import lookup_features
-from .probe import extract_features, model_pad_id
+from .fewshot import POOLINGS, FewShot, View, fewshot_probes
+from .representations import model_representation, reference_representation
 from .tasks import TaskData, get_task, make_task_data
 
-POOLINGS = ("concat", "mean")
 KINDS = ("majority", "random-init", "look-up", "trained", "oracle")
+VIEW = "span"  # the one view of a headroom design's FewShot
 
 
 @dataclass(frozen=True)
@@ -83,11 +90,18 @@ class HeadroomDesign:
         if not (self.l2 > 0 and math.isfinite(self.l2)):
             raise UserError(f"headroom design: l2 must be a positive number, got {self.l2}")
 
+    def fewshot(self, view: View) -> FewShot:
+        """This design as ``fewshot_probes`` (and ``MeasureSpec``) take it: one view, named
+        ``span``, probed by the converged L-BFGS head."""
+        return FewShot(self.task, ((VIEW, view),), self.sizes, self.subsets, self.pool, self.test,
+                       endpoints=((VIEW, "lbfgs"),), l2=self.l2, seed=self.seed)
+
 
 @dataclass
 class HeadroomRow:
     """One representation's few-shot accuracy (fractions) per probe size: the mean over
-    subsets, its std (ddof 1) and every subset's accuracy."""
+    subsets, its std (ddof 1), every subset's accuracy and the largest gradient norm the
+    L-BFGS heads left (how converged they are)."""
 
     name: str
     kind: str
@@ -95,6 +109,7 @@ class HeadroomRow:
     std: dict[int, float] = field(default_factory=dict)
     subsets: dict[int, list[float]] = field(default_factory=dict)
     features: int = 0  # the probe's input width (0: majority)
+    grad: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -169,95 +184,54 @@ def span_task(language: Language, name: str) -> Task:
     return task
 
 
-def span_view(states: torch.Tensor, tokens: torch.Tensor, pad_id: int, span: tuple[int, int | None],
-              pooling: str = "concat") -> torch.Tensor:
-    """``[n, D]``: the per-position representation ``states [n, T, d]`` restricted to the
-    span (``pooling="concat"``: ``D = span length × d``; ``"mean"``: the mean over the
-    span's real words, ``D = d``), pad positions zero."""
+def span_view(span: tuple[int, int | None], pooling: str = "concat") -> View:
+    """The ``View`` of a representation ``[n, T, d]`` that reads the span ``[start, end)``
+    (``end=None``: to the last position): its positions side by side (``concat``,
+    ``[n, len · d]``) or averaged (``mean``, ``[n, d]``)."""
     start, end = span
-    end = states.shape[1] if end is None else end
-    h = states[:, start:end]
-    real = (tokens[:, start:end] != pad_id)[..., None].to(h.dtype)
-    h = h * real
-    if pooling == "concat":
-        return h.reshape(h.shape[0], -1)
-    if pooling == "mean":
-        return h.sum(dim=1) / real.sum(dim=1).clamp(min=1)
-    raise ValueError(f"unknown pooling {pooling!r}")
-
-
-def encoder_states(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
-    """``[n, T, d]`` float32: a frozen encoder's final hidden states, zero at pads."""
-    flat = extract_features(model, tokens, model_pad_id(model))
-    return flat.reshape(tokens.shape[0], tokens.shape[1], -1)
-
-
-def lookup_states(language: Language, tokens: torch.Tensor) -> torch.Tensor:
-    """``[n, T, n_words]`` float32: the true single-mask conditionals, zero at pads."""
-    return lookup_features(language, tokens).reshape(tokens.shape[0], tokens.shape[1], language.n_words)
-
-
-def random_init_encoder(cfg, language: Language, seed: int | None = None) -> torch.nn.Module:
-    """The model of run config ``cfg`` as initialised from ``seed`` (default ``cfg.seed``:
-    the run's own initial weights), on the CPU; the global RNG is left as it was."""
-    from ..training.runio import init_model
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.seed if seed is None else seed)
-        return init_model(cfg, language, "cpu")
-
-
-def probe_rows(pool_x: torch.Tensor, test_x: torch.Tensor, data: TaskData, design: HeadroomDesign
-               ) -> tuple[dict[int, float], dict[int, float], dict[int, list[float]]]:
-    """Mean, std (ddof 1) and per-subset test accuracy of the converged L-BFGS probe on
-    ``[pool, D]`` / ``[test, D]`` features, per size of the design."""
-    mean, std, subsets = {}, {}, {}
-    for n, k in zip(design.sizes, design.subsets):
-        idx = subset_indices(design.pool, n, k, design.seed)
-        acc, _ = fewshot_accuracies(pool_x, data.train.labels, test_x, data.test.labels, data.n_classes, idx,
-                                    "lbfgs", l2=design.l2)
-        mean[n] = float(np.mean(acc))
-        std[n] = float(np.std(acc, ddof=1)) if len(acc) > 1 else 0.0
-        subsets[n] = acc
-    return mean, std, subsets
+    return View(None if end is None else tuple(range(start, end)), pooling)
 
 
 def task_data(language: Language, design: HeadroomDesign) -> TaskData:
-    """The design's labelled pool and test set (no validation split: few-shot)."""
+    """The design's labelled pool and test set (no validation split: few-shot) — the ones
+    ``measures.run`` draws for ``design.fewshot(...)``."""
     span_task(language, design.task)
     return make_task_data(language, design.task, n_train=design.pool, n_validation=0, n_test=design.test,
                           seed=design.seed)
 
 
 def headroom_table(language: Language, design: HeadroomDesign, trained: Mapping[str, torch.nn.Module] | None = None,
-                   random_init: torch.nn.Module | Mapping[str, torch.nn.Module] | None = None,
-                   data: TaskData | None = None) -> Headroom:
+                   random_init=None, data: TaskData | None = None) -> Headroom:
     """The headroom table of ``design.task`` (see the module docstring): majority,
-    random-init encoder(s) (``random_init``: one model or name → model), look-up table,
-    each ``trained`` encoder (name → model), oracle. ``data``: the design's
-    ``task_data`` when the caller already has it."""
+    random-init encoder(s) (``random_init``: a run config — ``PretrainConfig``, its model
+    as initialised from its ``seed`` — or name → config), look-up table, each ``trained``
+    encoder (name → model), oracle. ``data``: the design's ``task_data`` when the caller
+    already has it."""
     task = span_task(language, design.task)
     data = data if data is not None else task_data(language, design)
-    pad = language.pad_id
+    at_span = design.fewshot(span_view(task.span, design.pooling))
+    whole = design.fewshot(View((0,)))  # the oracle's posterior is about the span already
 
-    def row(name: str, kind: str, features) -> HeadroomRow:
-        pool_x, test_x = features(data.train.tokens), features(data.test.tokens)
-        mean, std, subsets = probe_rows(pool_x, test_x, data, design)
-        return HeadroomRow(name, kind, mean, std, subsets, features=int(pool_x.shape[1]))
-
-    def at_span(per_position):
-        return lambda tok: span_view(per_position(tok), tok, pad, task.span, design.pooling)
+    def row(name: str, kind: str, representation, fewshot: FewShot = at_span) -> HeadroomRow:
+        pool_h, test_h = representation(data.train.tokens), representation(data.test.tokens)
+        r = fewshot_probes(pool_h, test_h, data.train.labels, data.test.labels, data.n_classes, fewshot)
+        keys = {n: f"{VIEW}_lbfgs_n{n}" for n in design.sizes}
+        return HeadroomRow(name, kind, {n: r[k] for n, k in keys.items()}, {n: r[k + "_std"] for n, k in keys.items()},
+                           {n: r[k + "_subsets"] for n, k in keys.items()},
+                           features=int(fewshot.view(VIEW)(pool_h[:1]).shape[1]),
+                           grad={n: r[k + "_grad"] for n, k in keys.items()})
 
     majority = data.majority()[1]
     rows = [HeadroomRow("majority class", "majority", {n: majority for n in design.sizes},
                         {n: 0.0 for n in design.sizes})]
-    if isinstance(random_init, torch.nn.Module):
+    if random_init is not None and not isinstance(random_init, Mapping):
         random_init = {"random-init encoder": random_init}
-    for name, model in (random_init or {}).items():
-        rows.append(row(name, "random-init", at_span(lambda tok, m=model: encoder_states(m, tok))))
-    rows.append(row("look-up table (true conditionals)", "look-up", at_span(lambda tok: lookup_states(language, tok))))
+    for name, cfg in (random_init or {}).items():
+        rows.append(row(name, "random-init", lambda tok, c=cfg: reference_representation("random-init", language, c,
+                                                                                          tok)))
+    rows.append(row("look-up table (true conditionals)", "look-up",
+                    lambda tok: reference_representation("lookup", language, None, tok)))
     for name, model in (trained or {}).items():
-        rows.append(row(name, "trained", at_span(lambda tok, m=model: encoder_states(m, tok))))
-    # the oracle's posterior is already about the span: no view
-    rows.append(row("oracle (true posterior)", "oracle", task.posterior))
+        rows.append(row(name, "trained", lambda tok, m=model: model_representation(m, tok)))
+    rows.append(row("oracle (true posterior)", "oracle", lambda tok: task.posterior(tok)[:, None, :], whole))
     return Headroom(language.name, design.task, task.span, design.pooling, data.n_classes, rows)
