@@ -29,6 +29,7 @@ GRAMMARS = {
     "layered0": (lambda: layered(0), 4),
     "layered1": (lambda: layered(1), 4),
     "recursive": (lambda: Grammar.from_text(RECURSIVE), 5),
+    "headroom": (lambda: PCFG.preset("headroom").grammar, 4),  # the registered size itself
 }
 
 
@@ -184,41 +185,72 @@ def test_task_labels_match_enumeration(case):
             assert labels[name][i] == want or post[int(labels[name][i])] == pytest.approx(max(post), rel=1e-12)
 
 
+def _every_length(probs, per_length: int = 25) -> list[tuple[int, ...]]:
+    """The ``per_length`` most likely strings of every length (the longest included)."""
+    out = []
+    for length in sorted({len(s) for s in probs}):
+        out += sorted((s for s in probs if len(s) == length), key=lambda s: -probs[s])[:per_length]
+    return out
+
+
 def test_span_task_posteriors_match_enumeration(case):
-    """``span-k``: P(symbol spans [0, k) | sentence) for every k against the explicit
-    trees (float64), its argmax is the label; the released tasks' posteriors are their
-    normalised inside scores, whose argmax is their label."""
+    """Every task's ``posterior`` against the explicit trees (float64), on strings of every
+    length: ``span-k`` (and the paper's tasks) P(symbol spans [0, k) | sentence) for every
+    k, the released A/B/C the normalised inside scores of the first k words read as a
+    string of their own (A: the start symbols over the whole sentence); each label is
+    its posterior's argmax, -1 where the posterior is zero."""
     lang, by_string, probs = case
     g = lang.grammar
-    strings = list(probs)[:80]
+    strings = _every_length(probs)
+    assert max(map(len, strings)) == lang.max_len
     tokens = _pad(lang, strings)
     batch = type("B", (), {"tokens": tokens})
     tasks = lang.tasks
     assert [f"span-{k}" for k in range(1, lang.max_len)] == [n for n in tasks if n.startswith("span-")]
-    for k in range(1, lang.max_len):
-        task = tasks[f"span-{k}"]
-        assert task.span == (0, k)
-        post, labels = task.posterior(tokens), task.label(batch)
-        assert post.dtype == torch.float64 and post.shape == (len(strings), g.n_nonterminals)
+    _, trees = enumerate_trees(g, lang.max_len)
+
+    def inside(a, string):
+        return sum(p for u, p, _ in trees(a, len(string)) if u == string)
+
+    def check(name, want_of):
+        post, labels = tasks[name].posterior(tokens), tasks[name].label(batch)
+        assert post.dtype == torch.float64 and post.shape[0] == len(strings)
         for i, s in enumerate(strings):
+            want = want_of(s)
+            assert torch.allclose(post[i], torch.tensor(want, dtype=torch.float64), atol=TOL, rtol=0), (name, s)
+            if max(want) == 0:
+                assert labels[i] == -1
+            else:
+                assert want[int(labels[i])] == pytest.approx(max(want), rel=1e-12)
+
+    def span_posterior(k):
+        def want_of(s):
             want = [0.0] * g.n_nonterminals
             for p, constituents in by_string[s]:
                 for a_start, a_end, a in constituents:
                     if a_start == 0 and a_end == k:
                         want[a] += p / probs[s]
-            assert torch.allclose(post[i], torch.tensor(want, dtype=torch.float64), atol=TOL, rtol=0), (s, k)
-            if max(want) == 0:
-                assert labels[i] == -1
-            else:
-                assert want[int(labels[i])] == pytest.approx(max(want), rel=1e-12)
-    for name in ("A", "B", "C"):
-        task = tasks[name]
-        post, labels = task.posterior(tokens), task.label(batch)
-        total = post.sum(dim=1)
-        assert torch.allclose(total[labels >= 0], torch.ones(int((labels >= 0).sum()), dtype=torch.float64))
-        assert torch.all(total[labels < 0] == 0)
-        kept = labels >= 0
-        assert torch.equal(post[kept].argmax(dim=1), labels[kept])
+            return want
+        return want_of
+
+    def normalised_inside(k, symbols):
+        def want_of(s):
+            if k is not None and len(s) < k:
+                return [0.0] * len(symbols)
+            scores = [inside(a, s if k is None else s[:k]) for a in symbols]
+            total = sum(scores)
+            return [x / total if total > 0 else 0.0 for x in scores]
+        return want_of
+
+    for k in range(1, lang.max_len):
+        assert tasks[f"span-{k}"].span == (0, k)
+        check(f"span-{k}", span_posterior(k))
+    for name, k in zip(("A-paper", "B-paper", "C-paper"), lang.paper_spans):
+        check(name, span_posterior(k))
+    everything = list(range(g.n_nonterminals))
+    for name, k, symbols in (("A", None, list(g.start_symbols)), ("B", 4, everything), ("C", 2, everything)):
+        assert tasks[name].span == (0, k)
+        check(name, normalised_inside(k, symbols))
 
 
 def test_prefix_posteriors_are_recomputed_for_changed_or_other_tokens(case):
