@@ -70,8 +70,9 @@ class Task:
     PCFG symbol over the first k words), ``span = (start, end)`` gives them (0-based,
     ``end`` exclusive; ``end=None``: to the end of each sentence) and ``posterior(tokens)``
     the exact float64 ``[n, K]`` vector the label is the argmax of (the hidden state's
-    posterior, the span symbol's posterior given the sentence): the representation of a
-    span probe and of the oracle (``measures.headroom``). ``None``: the task has none.
+    posterior, the span symbol's posterior given the sentence): where a span probe reads a
+    model (``measures.headroom.span_view``) and what the oracle reads. ``None``: the task
+    has none.
     """
 
     name: str
