@@ -386,8 +386,8 @@ def report(rows: list[dict]) -> str:
               "−look-up | −rand | oracle− | meets |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r["stage"] == "train":
-            lines.append(f"| {r['candidate']} | {r.get('model_seed') or 0} | {r['task']} | {_f(r, 'final_kl', '.4f')} | {r['steps_to_kl01'] or '>'} "
-                         f"| {_f(r, 'majority')} | {_f(r, 'random_init')} | {_f(r, 'lookup')} | {_f(r, 'trained')} | "
+            lines.append(f"| {r['candidate']} | {r.get('model_seed') or 0} | {r['task']} | "
+                         f"{_f(r, 'final_kl', '.4f')} | {r['steps_to_kl01'] or '>'} | {_f(r, 'majority')} | {_f(r, 'random_init')} | {_f(r, 'lookup')} | {_f(r, 'trained')} | "
                          f"{_f(r, 'oracle')} | {_f(r, 'above_lookup', '+.1f')} | {_f(r, 'above_random_init', '+.1f')} "
                          f"| {_f(r, 'below_oracle', '+.1f')} | {r['meets']} |")
     return "\n".join(lines)
