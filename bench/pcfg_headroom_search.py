@@ -276,21 +276,32 @@ def train_and_measure(name: str, lang: PCFG, cfg: PretrainConfig, tasks: list[st
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("runs/pcfg-headroom-search"))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\nThe recorded search")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path("runs/pcfg-headroom-search"),
+                        help="the search's folder: search.csv and runs/ (default runs/pcfg-headroom-search)")
     parser.add_argument("--stage", choices=("screen", "train", "all", "report"), default="all",
-                        help="report: print the tables of search.csv (markdown) and exit")
-    parser.add_argument("--only", nargs="*", default=None, help="candidate names (default: the whole grid)")
-    parser.add_argument("--steps", type=int, default=2000)
-    parser.add_argument("--eval-every", type=int, default=100)
-    parser.add_argument("--eval-sentences", type=int, default=2000)
-    parser.add_argument("--pool", type=int, default=2000)
-    parser.add_argument("--subsets", type=int, default=40, help="per size, in the train stage")
-    parser.add_argument("--screen-subsets", type=int, default=10)
-    parser.add_argument("--screen-test", type=int, default=2000)
-    parser.add_argument("--test", type=int, default=20_000)
-    parser.add_argument("--min-gap", type=float, default=15.0, help="oracle − max(look-up, random-init), points")
-    parser.add_argument("--train-top", type=int, default=6)
+                        help="screen: no training; train: the promising screened candidates; all: both (default); "
+                             "report: print the tables of search.csv (markdown) and exit")
+    parser.add_argument("--only", nargs="*", default=None,
+                        help="candidate names (default: the whole grid); a name outside the grid is read back into "
+                             "its shape")
+    parser.add_argument("--steps", type=int, default=2000, help="training steps per model (default 2000)")
+    parser.add_argument("--eval-every", type=int, default=100,
+                        help="steps between exact KL evaluations: the resolution of 'steps to KL < 0.01' (default 100)")
+    parser.add_argument("--eval-sentences", type=int, default=2000,
+                        help="held-out sentences of each exact evaluation (default 2000)")
+    parser.add_argument("--pool", type=int, default=2000, help="labelled pool the few-shot subsets come from "
+                                                                "(default 2000)")
+    parser.add_argument("--subsets", type=int, default=40, help="subsets of n = 200 in the train stage (default 40)")
+    parser.add_argument("--screen-subsets", type=int, default=10, help="subsets of n = 200 in the screen (default 10)")
+    parser.add_argument("--screen-test", type=int, default=2000, help="test sentences in the screen (default 2000)")
+    parser.add_argument("--test", type=int, default=20_000, help="test sentences in the train stage (default 20000)")
+    parser.add_argument("--min-gap", type=float, default=15.0,
+                        help="a screened task is promising when oracle − max(look-up, random-init) is at least this "
+                             "many points (default 15)")
+    parser.add_argument("--train-top", type=int, default=6,
+                        help="train at most this many promising candidates, largest gap first (default 6)")
     parser.add_argument("--model-seed", type=int, default=0,
                         help="the trained model's seed (its initial weights and data stream; 0: the search's)")
     args = parser.parse_args()
