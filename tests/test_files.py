@@ -79,6 +79,20 @@ def test_the_lock_is_reentrant_within_one_process_and_lives_beside_the_folder(tm
     assert not files.holds_lock(folder) and not path.exists()
 
 
+def test_a_reentrant_lock_is_held_until_its_last_holder_ends_in_any_order(tmp_path):
+    """Two Studies of one folder in one process (the second re-entrant), the first closed
+    first: the second still holds the lock (it was released under it, and the second's end
+    raised KeyError from a garbage-collector finalizer)."""
+    folder = tmp_path / "a"
+    outer, inner = files.folder_lock(folder), files.folder_lock(folder)
+    path = outer.__enter__()
+    inner.__enter__()
+    outer.__exit__(None, None, None)
+    assert files.holds_lock(folder) and path.exists()
+    inner.__exit__(None, None, None)
+    assert not files.holds_lock(folder) and not path.exists() and not tmp_path.joinpath("a").exists()
+
+
 def test_building_renames_into_place_only_at_the_end(tmp_path):
     target = tmp_path / "corpus"
     with files.building(target) as tmp:

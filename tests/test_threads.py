@@ -111,61 +111,20 @@ def test_interop_threads_already_fixed_is_not_an_error(torch_threads, monkeypatc
     assert calls == [1]
 
 
-def _report_threads() -> tuple[int, str | None]:
+def test_children_started_under_for_children_start_with_the_parents_thread_count(monkeypatch):
+    """A spawned worker (``launch.Local``'s) is a fresh interpreter: libgomp reads
+    OMP_NUM_THREADS when it imports torch, which otherwise starts at one thread per core
+    (2 here) and collapses beside a busy process (issue 20, item 14)."""
     import os
-
-    import torch
-    return torch.get_num_threads(), os.environ.get(threads.ENV)
-
-
-def test_spawned_workers_start_with_the_parents_thread_count(monkeypatch):
-    """A spawned worker is a fresh interpreter: without the initializer torch starts it at
-    one thread per core (2 here), which collapses beside a busy process (issue 20, item 14)."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    import subprocess
+    import sys
 
     monkeypatch.delenv(threads.ENV, raising=False)
-    ctx = multiprocessing.get_context("spawn")
-    with threads.for_children(1), ProcessPoolExecutor(1, mp_context=ctx, initializer=threads.init_worker,
-                                                      initargs=(1,)) as pool:
-        assert pool.submit(_report_threads).result() == (1, "1")
-    import os
+    script = "import os, torch; print(torch.get_num_threads(), os.environ.get('OMP_NUM_THREADS'))"
+    with threads.for_children(1):
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["1", "1"]
     assert threads.ENV not in os.environ  # restored
-
-
-def test_seed_studies_start_their_workers_through_the_threads_policy(monkeypatch, tmp_path):
-    """Study.map_seeds (isoloss's seeds) gives its pool the initializer and OMP_NUM_THREADS
-    while it starts workers (checked with an executor that runs in this process)."""
-    import os
-
-    from sameloss.experiments import core
-
-    seen = {}
-
-    class Executor:
-        def __init__(self, max_workers, mp_context, initializer, initargs):
-            seen.update(initializer=initializer, initargs=initargs, env=os.environ.get(threads.ENV))
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def submit(self, fn, *args):
-            from concurrent.futures import Future
-            future = Future()
-            future.set_result(({"seed": args[2]}, {}, {"train": 0.0, "measure": 0.0},
-                               {"measured": 0, "cached": 0, "earlier": 0}))
-            return future
-
-    monkeypatch.setattr(core, "ProcessPoolExecutor", Executor)
-    monkeypatch.delenv(threads.ENV, raising=False)
-    torch.set_num_threads(1)
-    with core.Study(tmp_path / "exp", progress=False) as study:
-        assert study.map_seeds(print, [0, 1], 2) == [{"seed": 0}, {"seed": 1}]
-    assert seen == {"initializer": threads.init_worker, "initargs": (1,), "env": "1"}
-    assert threads.ENV not in os.environ
 
 
 @pytest.mark.parametrize("value, code", [("abc", 2), ("0", 2), (" ", 0), ("99999999999", 2)])

@@ -13,6 +13,7 @@ import signal
 import sys
 
 from . import __version__
+from .config import int_at_least as _int_at_least
 from .errors import UserError
 from .threads import add_threads_argument, check_env_before_torch, configure_threads
 
@@ -22,19 +23,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # noqa: D401 - argparse API
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def _int_at_least(minimum: int):
-    """An argparse type: an integer >= minimum, with a one-line error otherwise."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if value is None or value < minimum:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}")
-        return value
-    return parse
 
 
 _positive_int = _int_at_least(1)
@@ -107,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="delete an existing run of the same name first (only a folder sameloss made "
                                "as a run: it holds the .sameloss-run marker)")
     pretrain.add_argument("--no-progress", action="store_true", help="no progress bar")
+    from .training.tracking import add_tracker_argument
+    add_tracker_argument(pretrain)
     pretrain.add_argument("--print-config", action="store_true",
                           help="print the resolved config (every key, with the overrides applied) and exit")
     add_threads_argument(pretrain)
@@ -469,7 +459,7 @@ def _pretrain(args) -> None:
                                 "config.toml written by sameloss pretrain); --fresh deletes only run folders: "
                                 "remove it yourself or choose another name=")
         result = pretrain(cfg, run_dir, resume=args.resume, progress=not args.no_progress,
-                          fresh=args.fresh and run_dir.exists())
+                          fresh=args.fresh and run_dir.exists(), tracker=args.tracker)
     if rank == 0 and result and result.get("kl") is None:
         print(f"{run_dir}: held-out cross-entropy {result['loss']:.4f} ± {result['loss_std']:.4f}, training subset "
               f"{result['train_loss']:.4f} (gap {result['gap']:+.4f}; KL {result['kl_note']})")

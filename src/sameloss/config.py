@@ -10,6 +10,7 @@ save its fully resolved config. Every mistake is a ``UserError`` naming the key.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import tomllib
@@ -189,3 +190,17 @@ def _toml_value(value) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def int_at_least(minimum: int):
+    """An argparse type: an integer >= minimum, with a one-line error otherwise (every
+    command's counts and seeds)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}")
+        return value
+    return parse

@@ -12,7 +12,8 @@
   starts with the header sameloss writes. Anything else is left alone.
 * ``folder_lock``: an exclusive lock on a folder a command writes (a run, an experiment,
   a fetch target), so two processes never write one folder; the second gets one line
-  naming the holder's pid.
+  naming the holder's pid. ``update_lock``: a short one that waits, for a file several
+  processes add to (an experiment's ``measurements.json``).
 * ``building``: a new folder is built under a temporary sibling name and renamed into
   place at the end, so a kill or a full disk never leaves a half-built folder under the
   real name (and never blocks the rerun).
@@ -202,7 +203,7 @@ def sha256_of(path: str | Path) -> str:
 # simply taken over — a stale holder needs no clean-up. The file holds the holder's pid,
 # host and command for the message the second process prints.
 LOCK_TIMEOUT_NOTE = "wait for it to finish, or stop it"
-_HELD: dict[str, list] = {}  # lock path -> [fd, depth]: re-entrant within one process
+_HELD: dict[str, list] = {}  # lock path -> [fd, depth, parents it made]: re-entrant within one process
 
 
 def lock_path(folder: str | Path) -> Path:
@@ -229,7 +230,9 @@ def folder_lock(folder: str | Path, what: str = "folder"):
     """Hold an exclusive lock on ``folder`` for the block (its parent is created if
     missing, and removed again at the end if this call made it and it is still empty). ``UserError`` naming the holder when another process holds it. Re-entrant:
     a process that holds the lock may take it again (e.g. ``reproduce`` locking its
-    experiment, then each run it trains)."""
+    experiment, then each run it trains); the lock is released when the last of its
+    holders ends, in whatever order they end (a ``Study`` nobody closed releases its
+    hold when it is garbage-collected)."""
     path = lock_path(folder)
     key = str(path)
     if key in _HELD:
@@ -237,7 +240,7 @@ def folder_lock(folder: str | Path, what: str = "folder"):
         try:
             yield path
         finally:
-            _HELD[key][1] -= 1
+            _release(key, path)
         return
     made = _missing_parents(path.parent)  # removed again at the end if still empty
     fd = None
@@ -276,24 +279,34 @@ def folder_lock(folder: str | Path, what: str = "folder"):
         os.pwrite(fd, info.encode("utf-8", errors="replace"), 0)
     except OSError:
         pass  # the lock holds without the note (a full disk); the message says "pid unknown"
-    _HELD[key] = [fd, 1]
+    _HELD[key] = [fd, 1, made]
     try:
         yield path
     finally:
-        del _HELD[key]
-        try:  # remove the file while still holding the lock (see the inode check above)
-            if os.fstat(fd).st_ino == os.stat(path).st_ino:
-                path.unlink()
+        _release(key, path)
+
+
+def _release(key: str, path: Path) -> None:
+    """One holder of the lock ``key`` ends; the last one releases it."""
+    held = _HELD[key]
+    held[1] -= 1
+    if held[1] > 0:
+        return
+    del _HELD[key]
+    fd, _, made = held
+    try:  # remove the file while still holding the lock (see the inode check above)
+        if os.fstat(fd).st_ino == os.stat(path).st_ino:
+            path.unlink()
+    except OSError:
+        pass
+    os.close(fd)
+    # a command refused before it wrote anything leaves no empty folder it made for
+    # the lock (e.g. ``runs/``); a folder that holds anything stays
+    for folder in made:
+        try:
+            folder.rmdir()
         except OSError:
-            pass
-        os.close(fd)
-        # a command refused before it wrote anything leaves no empty folder it made for
-        # the lock (e.g. ``runs/``); a folder that holds anything stays
-        for folder in made:
-            try:
-                folder.rmdir()
-            except OSError:
-                break
+            break
 
 
 def _missing_parents(folder: Path) -> list[Path]:
@@ -303,6 +316,31 @@ def _missing_parents(folder: Path) -> list[Path]:
         missing.append(folder)
         folder = folder.parent
     return missing
+
+
+@contextlib.contextmanager
+def update_lock(path: str | Path):
+    """Hold an exclusive lock for a read-modify-write of the file ``path`` by several
+    processes (the workers of one experiment adding rows to its ``measurements.json``):
+    unlike ``folder_lock``, a second process waits — the holder keeps it for one read and
+    one atomic write. The lock file ``.<name>.lock`` beside ``path`` stays (removing it
+    would race a process that has opened it and waits)."""
+    path = Path(path)
+    try:
+        fd = os.open(update_lock_path(path), os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise write_error(path, exc) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def update_lock_path(path: str | Path) -> Path:
+    """The lock file of ``update_lock(path)``: ``.<name>.lock`` beside ``path``."""
+    path = Path(path)
+    return path.parent / f".{path.name}.lock"
 
 
 def holds_lock(folder: str | Path) -> bool:

@@ -116,19 +116,14 @@ def configure_threads(requested: int | None = None, environ=None) -> int:
     return torch.get_num_threads()
 
 
-def init_worker(n: int) -> None:
-    """The initializer of a process pool's workers: the parent's thread count, by the same
-    policy. A spawned worker is a fresh interpreter: torch would start it at one thread per
-    core, and two such workers beside each other (or beside any busy process) collapse
-    ~50× on a 2-core CPU (see above)."""
-    configure_threads(n)
-
-
 @contextlib.contextmanager
 def for_children(n: int):
     """``OMP_NUM_THREADS=n`` in the environment of the processes started in the block
-    (libgomp reads it when a child imports torch, before ``init_worker`` runs); the
-    variable is restored afterwards."""
+    (``experiments.launch``'s local workers): libgomp reads it when a child imports torch,
+    before the child's own ``configure_threads`` runs — a spawned worker is a fresh
+    interpreter, which torch would start at one thread per core, and two such workers
+    beside each other (or beside any busy process) collapse ~50× on a 2-core CPU (see
+    above). The variable is restored afterwards."""
     before = os.environ.get(ENV)
     os.environ[ENV] = str(n)
     try:

@@ -81,6 +81,32 @@ def test_fresh_deletes_a_folder_that_holds_only_sameloss_outputs(copy):
         assert [p.name for p in root.iterdir()] == [files.EXPERIMENT_MARKER]
 
 
+def test_fresh_deletes_what_the_launchers_and_trackers_wrote(copy):
+    """A launched experiment also holds submitit's files, the lock under which workers
+    merge their rows, and each run's tracker events: all sameloss's."""
+    root = copy / "steps-smoke"
+    (root / "submitit").mkdir()
+    (root / "submitit" / "4242_0_log.err").write_text("a worker's log")
+    (root / ".measurements.json.lock").write_text("")  # files.update_lock leaves it
+    run = next(p for p in sorted((root / "runs").iterdir()) if p.is_dir())
+    (run / "tb").mkdir()
+    (run / "tb" / "events.out.tfevents.1.host").write_bytes(b"events")
+    with Study(root, fresh=True, progress=False):
+        assert [p.name for p in root.iterdir()] == [files.EXPERIMENT_MARKER]
+
+
+def test_fresh_never_deletes_a_seed_a_shard_is_running(copy, capsys):
+    """A ``reproduce --seeds`` shard holds its seed folder's lock, not the experiment's."""
+    root = copy / "steps-smoke"
+    with Study(root / "seeds" / "seed0", progress=False):  # a seed sub-study (marked)
+        pass
+    before = snapshot(copy)
+    with Holder(root / "seeds" / "seed0", copy.parent / "scratch") as holder:
+        assert main([*STEPS, "--out", str(copy), "--fresh"]) == 2
+        assert f"pid {holder.pid}" in the_error(capsys)
+    assert snapshot(copy) == before
+
+
 def test_fresh_on_a_symlink_is_one_line_and_deletes_nothing(copy, tmp_path, capsys):
     real = tmp_path / "elsewhere"
     (copy / "steps-smoke").rename(real)

@@ -90,8 +90,13 @@ def test_bf16_training_reaches_the_kl_of_float32_training(tmp_path):
     {"sam.rho": 0.05, "model.dropout": 0.0},
     {"adversarial.weight": 0.1, "adversarial.task": "A", "adversarial.batch_size": 8,
      "adversarial.pool_size": 64},
-], ids=["bf16-clip", "sam", "adversarial"])
+    {"tracker": "tensorboard"},  # the gradient norm of the log steps and the tracker read nothing per step
+], ids=["bf16-clip", "sam", "adversarial", "tracker"])
 def test_the_training_loop_runs_on_the_meta_device_reading_only_at_log_lines(tmp_path, monkeypatch, extra):
+    extra = dict(extra)
+    tracker = extra.pop("tracker", "none")
+    if tracker != "none":
+        pytest.importorskip("tensorboard")
     reads = []
     monkeypatch.setattr(runio, "resolve_device", lambda name: torch.device("meta"))
 
@@ -100,6 +105,8 @@ def test_the_training_loop_runs_on_the_meta_device_reading_only_at_log_lines(tmp
         reads.append(("check", self.steps))
 
     def close(self, step, lr, adversarial):
+        # the log step's gradient norm is kept on the device, for close to read
+        assert self.grad_norm is not None and self.grad_norm.device.type == "meta"
         reads.append(("close", step))
         self.__init__()
         return {"step": step}
@@ -110,7 +117,7 @@ def test_the_training_loop_runs_on_the_meta_device_reading_only_at_log_lines(tmp
     monkeypatch.setattr(ExactEvaluator, "evaluate", lambda self, model, device: reads.append(("eval", None)) or {})
     monkeypatch.setattr(runio, "write_summary", lambda *args: None)
     cfg = small_config(steps=10, log_every=5, save_every=10, **{"eval.every": 0}, **extra)
-    pretrain(cfg, tmp_path / "r", progress=False)
+    pretrain(cfg, tmp_path / "r", progress=False, tracker=tracker)
     # the loop read nothing else (any read on the meta device raises); the reads happen
     # at the log lines, the final evaluation and the checkpoint only
     assert reads == [("check", 5), ("close", 5), ("check", 5), ("close", 10), ("eval", None), ("save", 10)]

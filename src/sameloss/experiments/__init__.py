@@ -13,6 +13,19 @@ decisive test: forks of one base run at matched KL, paired statistics with state
 ``text`` (real text), ``theory`` (Lemma 3.2, Theorem 3.3), ``dyck`` (Theorem 5.1).
 Scales: ``smoke`` (seconds), ``tiny`` (a CPU in minutes), ``small`` and ``paper`` (GPU); a
 recipe's settings at one scale are its preset (``PRESETS[scale]``, typed: ``common.py``).
+
+Units and launchers: a recipe's ``units(study, preset)`` lists the parts of its study that
+can run apart (one run, or a seed's chain); ``reproduce`` runs them through a launcher
+(``launch.py``: in this process — the default —, in local worker processes a GPU each,
+or as a Slurm job array), then writes the report from what they trained and measured.
+``seeds=[...]`` runs only those seeds' units of a study that has them (isoloss) and writes
+no report: shards of one study, in any number of processes at once; a later call
+without ``seeds`` reuses every finished seed, runs the missing ones, and reports.
+
+Locks (``files.folder_lock``): the process that writes the experiment's own files
+(report, ``results.csv``) holds the experiment folder; every unit holds its own folder
+(``seeds/seed<N>`` or ``runs/<run>``), so shards on different seeds run at once and two
+on the same seed cannot.
 """
 
 from __future__ import annotations
@@ -23,7 +36,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .. import registry
+from .. import files, registry
 from ..errors import UserError
 
 SCALE_NAMES = ("smoke", "tiny", "small", "paper")
@@ -39,9 +52,13 @@ def experiments() -> dict[str, str]:
 
 def reproduce(experiment: str = DEFAULT_EXPERIMENT, scale: str = DEFAULT_SCALE, out: str | Path = "runs",
               seed: int = 0, fresh: bool = False, progress: bool = True, device: str | None = None,
-              command: str | None = None) -> Path:
-    """Run one recipe at one scale; returns the path of ``report.md``."""
-    from .core import Study, experiment_dir_name
+              command: str | None = None, launch=None, seeds: list[int] | None = None,
+              tracker: str = "none") -> Path:
+    """Run one recipe at one scale; returns the path of ``report.md``. ``launch``: a
+    ``launch.LaunchOptions`` (default: every unit in this process); ``seeds``: run only
+    these seeds' units and write no report (returns the experiment folder); ``tracker``:
+    ``none``, ``tensorboard`` or ``wandb`` (``training.tracking``)."""
+    from .core import experiment_dir_name
 
     recipe = registry.recipe(experiment)
     if scale not in recipe.PRESETS:
@@ -51,10 +68,18 @@ def reproduce(experiment: str = DEFAULT_EXPERIMENT, scale: str = DEFAULT_SCALE, 
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is not a folder; pass the folder to write experiments in")
     root = out / experiment_dir_name(experiment, scale, seed)
+    if seeds is not None:
+        if fresh:
+            raise UserError("--fresh deletes the whole experiment; with --seeds, remove the seeds' folders "
+                            f"(under {root / 'seeds'}) yourself")
+        return _shard(recipe, experiment, p, root, seed, seeds, progress, device, launch, tracker)
     start = time.perf_counter()
-    # the Study holds the experiment folder's lock for the whole call (files.folder_lock)
-    with Study(root, seed=seed, fresh=fresh, progress=progress, device=device or p.device) as study:
+    launcher = _launcher(experiment, root, launch)  # a launcher that cannot run: one line, before any file
+    # the Study holds the experiment folder's lock for the whole call (files.folder_lock);
+    # its units hold their own folders' locks (core.execute_unit)
+    with _study(p, root, seed, fresh, progress, device, launcher, tracker) as study:
         study.log(f"reproduce {experiment} --scale {scale} (seed {seed}) in {root}")
+        study.run_units(_units(recipe, study, p))
         result = recipe.report(study, p)
         from .report import write_report
 
@@ -65,6 +90,62 @@ def reproduce(experiment: str = DEFAULT_EXPERIMENT, scale: str = DEFAULT_SCALE, 
         path = write_report(root, f"{recipe.TITLE} — scale `{scale}`", header, [runs_section, *sections])
         study.log(f"wrote {path} ({wall:.0f} s)")
     return path
+
+
+def _launcher(experiment: str, root: Path, launch):
+    from .launch import LaunchOptions, make_launcher
+
+    return make_launcher(launch or LaunchOptions(), root, f"sameloss-{experiment}")
+
+
+def _study(p, root: Path, seed: int, fresh: bool, progress: bool, device: str | None, launcher, tracker: str,
+           lock: bool = True):
+    from .core import Study
+
+    return Study(root, seed=seed, fresh=fresh, progress=progress, device=device or p.device, tracker=tracker,
+                 launcher=launcher, lock=lock)
+
+
+def _units(recipe, study, p) -> list:
+    """The recipe's units (none for a recipe without ``units``: its report does all the
+    work here)."""
+    from .core import merge_units
+
+    make = getattr(recipe, "units", None)
+    if make is None:
+        if study.launcher.name != "inprocess":
+            study.log("note: this recipe declares no units; all of it runs in this process")
+        return []
+    return merge_units(make(study, p))
+
+
+def _shard(recipe, experiment: str, p, root: Path, seed: int, seeds: list[int], progress: bool,
+           device: str | None, launch, tracker: str) -> Path:
+    """``reproduce --seeds``: only the units of ``seeds``, no report."""
+    from .launch import format_seeds
+
+    start = time.perf_counter()
+    launcher = _launcher(experiment, root, launch)
+    # no lock on the experiment: shards on other seeds run at once; each unit locks its seed's folder
+    with _study(p, root, seed, False, progress, device, launcher, tracker, lock=False) as study:
+        seeded = [u for u in _units(recipe, study, p) if u.seed is not None]
+        if not seeded:
+            raise UserError(f"{experiment} has no per-seed units: --seeds selects seeds of a study that has several "
+                            "(isoloss); --seed N runs another replication of this one")
+        known = {u.seed for u in seeded}
+        unknown = sorted(set(seeds) - known)
+        if unknown:
+            raise UserError(f"--seeds {format_seeds(unknown)}: not seeds of this study (its seeds: "
+                            f"{format_seeds(sorted(known))})")
+        study.log(f"reproduce {experiment} --seeds {format_seeds(seeds)} in {root}")
+        study.run_units([u for u in seeded if u.seed in seeds])
+    missing = sorted(known - set(seeds))
+    trained = sum(1 for r in study.runs.values() if r.status != "reused")
+    study.log(f"seeds {format_seeds(seeds)} done in {time.perf_counter() - start:.0f} s ({trained} runs trained or "
+              f"resumed, {study.counts['measured']} rows measured); the report: the same command without --seeds"
+              + (f" (it runs the seeds not given here, {format_seeds(missing)}, unless another shard has "
+                 "finished them)" if missing else ""))
+    return root
 
 
 def reproduce_command(experiment: str, scale: str, seed: int = 0) -> str:
@@ -97,10 +178,12 @@ def _header(recipe, experiment: str, scale: str, seed: int, study, wall: float, 
                f"({torch.get_num_threads()} threads)")
     if torch.cuda.is_available():
         machine += f", GPU {torch.cuda.get_device_name(0)}"
+    workers = "" if study.launcher.name == "inprocess" else \
+        f", summed over the units' workers (launcher {study.launcher.name})"
     lines = [
         f"Command: `{cmd}` — written {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} on {machine}.",
         f"Wall time of this call: {wall:.0f} s (training {study.timings['train']:.0f} s, measuring "
-        f"{study.timings['measure']:.0f} s); {len(study.runs)} runs ({reused} reused from an earlier call), "
+        f"{study.timings['measure']:.0f} s{workers}); {len(study.runs)} runs ({reused} reused from an earlier call), "
         f"{study.counts['measured']} rows measured, {study.counts['earlier']} taken from an earlier call's "
         "`measurements.json`." + (" Reused work is not in the wall time." if reused or study.counts["earlier"] else ""),
     ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..config import int_at_least
 from ..threads import add_threads_argument
 
 
@@ -61,14 +62,91 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
                            help="where to train and measure (default: the preset's; auto = CUDA when present)")
     reproduce.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_threads_argument(reproduce)
+    from ..training.tracking import add_tracker_argument
+    add_tracker_argument(reproduce)
+    _add_launch_arguments(reproduce)
     reproduce.set_defaults(run=_reproduce)
     return reproduce
+
+
+_positive = int_at_least(1)
+_non_negative = int_at_least(0)
+
+
+def _seeds(text: str) -> list[int]:
+    from .launch import parse_seeds
+
+    try:
+        return parse_seeds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _mem(text: str) -> str:
+    from .launch import SLURM_MEM
+
+    if not SLURM_MEM.match(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Slurm memory size (e.g. 16G, 32000M)")
+    return text
+
+
+def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
+    from .launch import LAUNCHERS, LaunchOptions
+
+    d = LaunchOptions()
+    group = parser.add_argument_group(
+        "launchers", "where the study's units run (a unit is one run, or a seed's chain: base run, then its forks); "
+                     "every launcher gives the same results. The README's \"Running on a cluster\" has the commands.")
+    group.add_argument("--launcher", choices=LAUNCHERS, default=d.launcher,
+                       help="inprocess: one unit after another in this process (default); local: --workers processes "
+                            "on this machine, a GPU each when it has GPUs; slurm: a Slurm job array (submitit), "
+                            "preempted tasks requeued and resumed")
+    group.add_argument("--workers", type=_positive, default=None, metavar="N",
+                       help="local: processes at once (default: one per GPU, else one per --threads cores); "
+                            "slurm: array tasks running at once (default: all)")
+    group.add_argument("--seeds", type=_seeds, default=None, metavar="LIST",
+                       help="run only these seeds' units (e.g. 0-7 or 0,3,5; isoloss) and write no report: shards "
+                            "of one study may run at once; the same command without --seeds reuses what they "
+                            "finished, runs what is missing and writes the report")
+    group.add_argument("--slurm-partition", default=None, metavar="P", help="Slurm partition (default: the cluster's)")
+    group.add_argument("--slurm-time", type=_positive, default=d.slurm_time, metavar="MIN",
+                       help=f"time limit of each task in minutes; one that runs out is requeued and resumes "
+                            f"(default {d.slurm_time})")
+    group.add_argument("--slurm-gpus-per-task", type=_non_negative, default=d.slurm_gpus_per_task, metavar="G",
+                       help=f"GPUs per task (default {d.slurm_gpus_per_task}; 0 for CPU nodes)")
+    group.add_argument("--slurm-mem", type=_mem, default=None, metavar="SIZE",
+                       help="memory per task, e.g. 32G (default: the partition's)")
+
+
+def _launch_options(args, argv_given: set[str]):
+    from .launch import LaunchOptions, check_options
+
+    options = LaunchOptions(args.launcher, args.workers, args.slurm_partition, args.slurm_time,
+                            args.slurm_gpus_per_task, args.slurm_mem)
+    check_options(options, argv_given)
+    return options
+
+
+def _given(args) -> set[str]:
+    """The launch flags set to something else than their default."""
+    from .launch import LaunchOptions
+
+    d = LaunchOptions()
+    given = set()
+    if args.workers is not None:
+        given.add("workers")
+    for name in ("slurm_partition", "slurm_time", "slurm_gpus_per_task", "slurm_mem"):
+        if getattr(args, name) != getattr(d, name):
+            given.add(name)
+    return given
 
 
 def _reproduce(args) -> None:
     from . import reproduce, reproduce_command
 
     command = reproduce_command(args.experiment, args.scale, args.seed)
+    launch = _launch_options(args, _given(args))
     path = reproduce(args.experiment, args.scale, out=args.out, seed=args.seed, fresh=args.fresh,
-                     progress=not args.no_progress, device=args.device, command=command)
+                     progress=not args.no_progress, device=args.device, command=command, launch=launch,
+                     seeds=args.seeds, tracker=args.tracker)
     print(path)

@@ -290,6 +290,17 @@ def causal_part(study, p: Preset, only: tuple[str, ...] | None = None) -> tuple[
     return dataclasses.replace(p, causal=c), LanguagePart("causal", tuple(tasks), c.title, spec)
 
 
+def language_parts(study, p: Preset, only: tuple[str, ...] | None = None) -> list[tuple[Preset, LanguagePart]]:
+    """The languages a report covers (``languages_of``), each with the preset to run it
+    with, then the causal language of a recipe that runs by itself (``causal_part``:
+    prepared here)."""
+    parts = [(p, lang) for lang in languages_of(p, study.seed, only)]
+    causal = causal_part(study, p, only)
+    if causal:
+        parts.append(causal)
+    return parts
+
+
 def quantity_column(header: str, key: str, **fmt) -> Column:
     """A table column showing a measured quantity ± its error (``claims.error_column``)."""
     return Column(header, key, error_column(key), **fmt)
@@ -305,5 +316,5 @@ def measured_columns(tasks: tuple[str, ...], with_step: bool = True) -> list[Col
 
 
 __all__ = ["COMMON", "Common", "LanguagePart", "MeasureSettings", "Preset", "ReferenceRun", "Shape", "Training",
-           "base_settings", "causal_part", "languages_of", "measure_spec", "measured_columns", "quantity_column", "reference_run",
+           "base_settings", "causal_part", "language_parts", "languages_of", "measure_spec", "measured_columns", "quantity_column", "reference_run",
            "run_name"]

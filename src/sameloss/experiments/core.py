@@ -1,9 +1,12 @@
 """The machinery shared by the recipes: ``RunSpec`` (a run, turned into a ``PretrainConfig``
-here and only here) and ``Study`` (one experiment folder: train a run or reuse / resume it,
+here and only here), ``Unit`` (a part of a study that runs apart from the rest: a run, or a
+seed's chain) and ``Study`` (one experiment folder: train a run or reuse / resume it,
 measure a checkpoint or a reference representation (look-up table, random-init encoder,
-oracle) or reuse the cached row, embed a checkpoint, run seed studies in worker processes).
+oracle) or reuse the cached row, embed a checkpoint, run units through a launcher —
+``launch.py``: in this process, in local worker processes or on Slurm).
 A recipe never trains or measures by hand: what it trains is ``RunSpec``s (forks
-included, ``init_from``), what it measures is a ``measures.run.MeasureSpec``.
+included, ``init_from``), what it measures is a ``measures.run.MeasureSpec``; what can run
+apart, it declares as units (``units(study, preset)``: ``run_unit``, ``Study.seed_units``).
 
 An experiment lives in one folder, ``<out>/<experiment>-<scale>[-seed<N>]/``:
 
@@ -12,10 +15,12 @@ An experiment lives in one folder, ``<out>/<experiment>-<scale>[-seed<N>]/``:
 * ``embedded/<run>-step<N>/`` — checkpoints embedded into a larger shape (App. B.4);
 * ``measurements.json`` — every measured row, keyed by what was measured (a checkpoint and
   its ``meta.json``, or a reference and its language / model settings) and the measure
-  settings, written (atomically) after each measurement;
-* ``seeds/seed<N>/`` — a recipe's per-seed studies (``Study.map_seeds``), each laid out
+  settings, written (atomically, merged with what other workers wrote meanwhile:
+  ``files.update_lock``) after each measurement;
+* ``seeds/seed<N>/`` — a recipe's per-seed studies (``Study.seed_units``), each laid out
   as this one;
-* ``results.csv``, ``report.md``, ``*.png`` — written by ``report.py``.
+* ``results.csv``, ``report.md``, ``*.png`` — written by ``report.py``;
+* ``submitit/`` — the launchers' files (pickled units, worker logs), ``launch.py``.
 
 Re-running reuses: a run with ``summary.json`` and the same config is not trained again; a
 run with checkpoints but no ``summary.json`` (interrupted) is resumed; a row in
@@ -23,24 +28,26 @@ run with checkpoints but no ``summary.json`` (interrupted) is resumed; a row in
 experiment folder first — only when everything in it is sameloss's (``folder.py``: the
 folder is marked, and nothing is ever deleted without sameloss's marker). A ``Study``
 holds the folder's lock (``files.folder_lock``) from its creation to ``close()`` (it is a
-context manager), so two processes never write one experiment.
+context manager), so two ``reproduce`` calls never write one experiment; the study of a
+unit (``execute_unit``) or of a shard (``reproduce --seeds``) is opened with
+``lock=False`` and its process locks the unit's own folder instead (``runs/<run>`` or
+``seeds/seed<N>``), so units run in several processes at once and two never run one unit.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
-import multiprocessing
 import shutil
 import sys
 import time
 import weakref
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .. import config as configlib
 from .. import files
@@ -51,6 +58,7 @@ from ..training.checkpoint import checkpoint_dir, complete_checkpoints
 from ..training.config import PretrainConfig
 from ..training.loop import RESUMABLE_CHANGES, pretrain
 from ..training.runio import read_config_dict, read_summary
+from ..training.tracking import check_tracker, log_measured
 
 MEASUREMENTS = experiment_folder.MEASUREMENTS
 
@@ -164,28 +172,105 @@ def model_row(row: dict, experiment: str, language: str, spec: RunSpec) -> dict:
     return out
 
 
+@dataclass(frozen=True)
+class Unit:
+    """A part of a study that runs apart from the rest, in any process: ``work(study,
+    *args)`` on the ``Study`` of the folder ``study`` (relative to the experiment folder;
+    ``""``: the experiment's own), holding the lock of ``folder`` (what it writes besides
+    rows of ``measurements.json``). ``name`` is unique in a study and shown in the log;
+    ``seed`` marks a seed's unit (``reproduce --seeds`` selects them). ``work`` and
+    ``args`` must pickle (a module-level function)."""
+
+    name: str
+    folder: str
+    work: Callable
+    args: tuple = ()
+    seed: int | None = None
+    study: str = ""
+
+
+@dataclass
+class UnitResult:
+    """What a unit returned, and the runs, timings and counts of the study it ran in."""
+
+    value: Any
+    runs: dict[str, RunInfo] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def _train_and_measure(study: Study, spec: RunSpec, mspec, experiment: str, language: str) -> None:
+    study.train_and_measure(spec, mspec, experiment, language)
+
+
+def run_unit(spec: RunSpec, mspec, experiment: str, language: str) -> Unit:
+    """The unit of one run: trained (or reused, resumed), then its ``measure_steps``
+    checkpoints measured with ``mspec`` — what ``Study.train_and_measure`` does."""
+    return Unit(f"run {spec.name}", f"runs/{spec.name}", _train_and_measure, (spec, mspec, experiment, language))
+
+
+def _in_order(study: Study, *calls) -> list:
+    return [work(study, *args) for work, args in calls]
+
+
+def merge_units(units: list[Unit]) -> list[Unit]:
+    """Units that write the same folder (a run two recipes share, in ``figure1``) made one
+    unit that does their work in order; the others as they are, in order."""
+    groups: dict[tuple[str, str], list[Unit]] = {}
+    for u in units:
+        groups.setdefault((u.study, u.folder), []).append(u)
+    out = []
+    for group in groups.values():
+        first = group[0]
+        if len(group) == 1:
+            out.append(first)
+        else:
+            out.append(dataclasses.replace(first, work=_in_order, args=tuple((u.work, u.args) for u in group)))
+    return out
+
+
+def execute_unit(unit: Unit, root: Path, seed: int, progress: bool, device: str, tracker: str,
+                 study: Study | None = None) -> UnitResult:
+    """Run ``unit`` of the experiment in ``root`` (a launcher's worker calls this; the
+    in-process launcher passes its own ``study`` for the experiment's units, whose
+    evaluators and task data it then shares). Holds the lock of the unit's folder."""
+    with files.folder_lock(Path(root) / unit.folder, "unit"):
+        if study is not None and not unit.study:
+            return UnitResult(unit.work(study, *unit.args))
+        # the unit's folder is locked above: its study does not lock the experiment, which the
+        # process that started the units holds (or, for ``reproduce --seeds``, nobody does)
+        with Study(Path(root) / unit.study, seed=seed if unit.seed is None else unit.seed, progress=progress,
+                   device=device, tracker=tracker, lock=False) as sub:
+            value = unit.work(sub, *unit.args)
+        return UnitResult(value, sub.runs, sub.timings, sub.counts)
+
+
 class Study:
     """One experiment folder: trains runs, measures their checkpoints and caches the rows,
     writes every file under ``root`` (see the module docstring). ``seed`` is the seed of
-    the recipe's runs and measures (the folder of another seed is another study)."""
+    the recipe's runs and measures (the folder of another seed is another study).
+    ``tracker``: where every run's metrics and measured rows are mirrored
+    (``training.tracking``); ``launcher``: where units run (``launch.py``; default here)."""
 
     def __init__(self, root: str | Path, *, seed: int = 0, fresh: bool = False, progress: bool = True,
-                 device: str = "auto", log=None):
+                 device: str = "auto", log=None, tracker: str = "none", launcher=None, lock: bool = True):
         self._bar = None
         self.root = Path(root)
         self.seed = seed
-        # the folder's lock, held until close() (or, for a Study nobody closes — a seed
-        # sub-study in a worker process — until it is garbage-collected)
+        # the folder's lock, held until close() (or, for a Study nobody closes, until it is
+        # garbage-collected); ``lock=False``: a unit's study (``execute_unit``) or a shard's
+        # (``reproduce --seeds``), whose process holds the lock of the unit's folder instead
         self._held = contextlib.ExitStack()
-        self._held.enter_context(files.folder_lock(self.root, "experiment"))
+        if lock:
+            self._held.enter_context(files.folder_lock(self.root, "experiment"))
         weakref.finalize(self, self._held.close)
         try:
             legacy = experiment_folder.check_usable(self.root, fresh)
             with files.storage_errors(self.root):
                 if fresh and self.root.exists():
-                    with contextlib.ExitStack() as runs:  # none of them is being written by another process
-                        for run in experiment_folder.run_folders(self.root):
-                            runs.enter_context(files.folder_lock(run, "run"))
+                    with contextlib.ExitStack() as units:  # none of them is being written by another process
+                        for folder, what in experiment_folder.unit_folders(self.root):
+                            units.enter_context(files.folder_lock(folder, what))
                         shutil.rmtree(self.root)  # checked: it holds nothing but sameloss's outputs
                 new = not self.root.exists() or files.is_empty_dir(self.root)
                 self.root.mkdir(parents=True, exist_ok=True)
@@ -197,6 +282,13 @@ class Study:
         self.runs_dir = self.root / "runs"
         self.progress = progress
         self.device = device
+        check_tracker(tracker)
+        self.tracker = tracker
+        if launcher is None:
+            from .launch import InProcess
+            launcher = InProcess()
+        self.launcher = launcher
+        self.done: dict[str, Any] = {}  # unit name -> what it returned, in this call
         self._log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self.cache_path = self.root / MEASUREMENTS
         self.cache: dict = {}
@@ -302,7 +394,7 @@ class Study:
 
     def _pretrain(self, cfg: PretrainConfig, run_dir: Path, resume: bool) -> None:
         try:
-            pretrain(cfg, run_dir, resume=resume, progress=self.progress)
+            pretrain(cfg, run_dir, resume=resume, progress=self.progress, tracker=self.tracker)
         except UserError as exc:
             if resume and "cannot resume" in str(exc):
                 raise UserError(f"{exc}; pass --fresh to redo the experiment") from None
@@ -346,9 +438,22 @@ class Study:
         self.timings["measure"] += row["measure_seconds"]
         self.counts["measured"] += 1
         self.cache[key] = row
-        with files.storage_errors(self.cache_path):
+        # other workers of the experiment may have added rows since this one read the file:
+        # merged under the file's update lock, then written atomically
+        with files.storage_errors(self.cache_path), files.update_lock(self.cache_path):
+            self.cache = {**self._read_cache(), **self.cache}
             atomic_write_json(self.cache_path, self.cache, indent=1, default=_json_default)
         return dict(row)
+
+    def _read_cache(self) -> dict:
+        """The rows of ``measurements.json`` ({} when absent or unreadable)."""
+        if not self.cache_path.exists():
+            return {}
+        try:
+            cache = json.loads(self.cache_path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return {}
+        return cache if isinstance(cache, dict) else {}
 
     def _state(self, spec) -> dict:
         """What the measures of one spec share across checkpoints (evaluators, task data)."""
@@ -369,6 +474,9 @@ class Study:
             row = measure_checkpoint(checkpoint, dataclasses.replace(spec, device=self._device_name()),
                                      self._state(spec))
             row["checkpoint"] = rel
+            run_dir = checkpoint.parent.parent
+            if files.is_run_dir(run_dir):  # not an embedded checkpoint: the run's tracker gets the row
+                log_measured(self.tracker, run_dir, run_dir.name, row)
             return row
         return self._memo("checkpoint", rel, spec, _fingerprint(meta), compute)
 
@@ -396,37 +504,55 @@ class Study:
         """The look-up table of a run's language (``reference("lookup-table", ...)``)."""
         return self.reference("lookup-table", run.config, spec)
 
-    def map_seeds(self, work, seeds: list[int], workers: int, *args) -> list:
-        """``work(study, seed, *args)`` for each seed, each in its own study folder
-        ``seeds/seed<N>/`` (the seed is the study's seed), in ``workers`` processes (one:
-        here). The seed studies' runs, timings and counts are added to this one; returns
-        ``work``'s results in the order of ``seeds``. ``work`` and ``args`` must pickle."""
-        calls = [(work, self.root / "seeds", seed, self.progress and workers <= 1, self.device, args)
-                 for seed in seeds]
-        if workers <= 1:
-            done = [_seed_study(*c) for c in calls]
-        else:
-            import torch
+    # ---- units ------------------------------------------------------------------------
+    def run_units(self, units: list[Unit]) -> list:
+        """Run ``units`` through the study's launcher (those already run by this call: not
+        again) and return what each returned, in order. The runs, timings and counts of
+        the studies they ran in are added to this one, and the rows they measured to its
+        cache. A unit refused for a reason a user can fix stops the study with its line,
+        once the others are done."""
+        from .launch import WorkerJob
 
-            from .. import threads
+        todo = [u for u in units if u.name not in self.done]
+        if todo:
+            if self.launcher.name != "inprocess":
+                self.log(f"{len(todo)} units through the {self.launcher.name} launcher"
+                         + (f" ({self.launcher.workers} at once)" if self.launcher.workers else ""))
+            root = self.root.absolute()
+            mine = self if self.launcher.name == "inprocess" else None
+            jobs = [WorkerJob(functools.partial(execute_unit, u, root, self.seed, self.progress, self.device,
+                                                self.tracker, mine), threads=_threads(), name=u.name) for u in todo]
+            outcomes = self.launcher.run(jobs, self.log)
+            failed = []
+            for unit, outcome in zip(todo, outcomes):
+                if outcome.error is not None:
+                    failed.append(f"{unit.name}: {outcome.error}")
+                    continue
+                self._absorb(outcome.value)
+                self.done[unit.name] = outcome.value.value
+            self.cache.update(self._read_cache())  # the rows the workers measured
+            if failed:
+                raise UserError("\n".join(failed))
+        return [self.done[u.name] for u in units]
 
-            ctx = multiprocessing.get_context("spawn")
-            n = torch.get_num_threads()  # this process's count (threads.configure_threads): the workers' too
-            with threads.for_children(n), ProcessPoolExecutor(max_workers=workers, mp_context=ctx,
-                                                              initializer=threads.init_worker,
-                                                              initargs=(n,)) as pool:
-                futures = [pool.submit(_seed_study, *c) for c in calls]
-                done = []
-                for seed, fut in zip(seeds, futures):
-                    done.append(fut.result())
-                    self.log(f"seed {seed} done")
-        for _, runs, timings, counts in done:
-            self.runs.update(runs)
-            for k in self.timings:
-                self.timings[k] += timings[k]
-            for k in self.counts:
-                self.counts[k] += counts[k]
-        return [result for result, *_ in done]
+    def _absorb(self, result: UnitResult) -> None:
+        self.runs.update(result.runs)
+        for k, v in result.timings.items():
+            self.timings[k] += v
+        for k, v in result.counts.items():
+            self.counts[k] += v
+
+    def seed_units(self, work, seeds: list[int], *args) -> list[Unit]:
+        """One unit per seed: ``work(study, seed, *args)`` in the seed's own study folder
+        ``seeds/seed<N>/`` (the seed is its study's seed), which it locks. ``work`` and
+        ``args`` must pickle."""
+        return [Unit(f"seed {seed}", f"seeds/seed{seed}", work, (seed, *args), seed=seed, study=f"seeds/seed{seed}")
+                for seed in seeds]
+
+    def map_seeds(self, work, seeds: list[int], *args) -> list:
+        """``work(study, seed, *args)`` for each seed (``seed_units``) through the study's
+        launcher; returns ``work``'s results in the order of ``seeds``."""
+        return self.run_units(self.seed_units(work, seeds, *args))
 
     def embed(self, checkpoint: Path, into: str) -> Path:
         """The checkpoint embedded function-preservingly into the transformer shape named
@@ -460,11 +586,10 @@ class Study:
         return str(resolve_device(self.device))
 
 
-def _seed_study(work, root: Path, seed: int, progress: bool, device: str, args: tuple):
-    """One seed's study (``Study.map_seeds``; a worker process's entry point)."""
-    with Study(root / f"seed{seed}", seed=seed, progress=progress, device=device) as study:  # its folder's lock
-        result = work(study, seed, *args)
-    return result, study.runs, study.timings, study.counts
+def _threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
 
 
 def _json_default(obj):

@@ -12,8 +12,12 @@ CSV tables; ``record_output`` adds them as they are written). What sameloss owns
   runs made before the marker), and the lock files / marked partial builds beside them;
 * ``embedded/``: folders written by ``embed`` (``files.is_embedded_dir``), likewise;
 * ``seeds/``: seed sub-studies, each an experiment folder owned by the same rules;
-* ``data/`` and ``continued/``: what the ``text`` and ``theory`` recipes build there
-  (sameloss's names inside sameloss's folder; not searched entry by entry).
+* ``data/`` and ``continued/``: what the ``text`` and ``theory`` recipes build there, and
+  ``submitit/``: the launchers' files (``launch.py``: pickled units, worker logs) —
+  sameloss's names inside sameloss's folder, not searched entry by entry;
+* ``.measurements.json.lock``: the lock under which workers merge their rows into
+  ``measurements.json`` (``files.update_lock``). (Inside a run folder, a tracker's
+  ``tb/`` or ``wandb/`` is the run's: a run folder is judged by its marker.)
 
 Anything else is a user's. ``--fresh`` deletes a folder only when it holds nothing of a
 user's, and never deletes a folder without sameloss's marker — except a folder made
@@ -31,13 +35,15 @@ from pathlib import Path
 
 from .. import files
 from ..errors import UserError
+from .launch import SUBMITIT_DIR
 
 MEASUREMENTS = "measurements.json"
-OWN_FILES = frozenset({MEASUREMENTS, "report.md", "results.csv", "runs.csv", files.EXPERIMENT_MARKER})
+OWN_FILES = frozenset({MEASUREMENTS, files.update_lock_path(MEASUREMENTS).name, "report.md", "results.csv",
+                       "runs.csv", files.EXPERIMENT_MARKER})
 MARKER_HEADER = "sameloss experiment folder (sameloss reproduce); files it wrote here:"
 # sub-folder -> the test each of its entries must pass to be sameloss's
 _RUNS, _EMBEDDED, _SEEDS = "runs", "embedded", "seeds"
-OWN_FOLDERS_WHOLE = frozenset({"data", "continued"})
+OWN_FOLDERS_WHOLE = frozenset({"data", "continued", SUBMITIT_DIR})
 
 
 def is_marked(root: Path) -> bool:
@@ -150,6 +156,8 @@ def check_usable(root: Path, fresh: bool) -> bool:
     if not root.exists() or files.is_empty_dir(root):
         return False
     marked = is_marked(root)
+    if marked and not fresh:  # nothing to refuse (and other processes' units may be writing in it)
+        return False
     foreign = foreign_entries(root, legacy=not marked)
     if foreign and not marked:
         raise UserError(f"{root} is not an experiment folder of sameloss reproduce (no {files.EXPERIMENT_MARKER} "
@@ -160,6 +168,15 @@ def check_usable(root: Path, fresh: bool) -> bool:
         raise UserError(f"--fresh deletes only what sameloss wrote, and {root} also holds {foreign[0]}{more}; "
                         "move it away (or delete the folder yourself) and run again")
     return not marked
+
+
+def unit_folders(root: Path) -> list[tuple[Path, str]]:
+    """The folders the units of an experiment lock (``core.execute_unit``), with what
+    their locks are called: its seed sub-studies (``"unit"``) and run folders (``"run"``),
+    the seed sub-studies' included — what ``--fresh`` locks before it deletes."""
+    root = Path(root)
+    seeds = [(p, "unit") for p in sorted((root / _SEEDS).glob("*")) if is_marked(p)]
+    return seeds + [(p, "run") for p in run_folders(root)]
 
 
 def run_folders(root: Path) -> list[Path]:

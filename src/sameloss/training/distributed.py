@@ -31,6 +31,15 @@ def local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", "0"))
 
 
+def process_device(device: torch.device, world_size: int) -> torch.device:
+    """This process's device: under torchrun (``world_size`` > 1) on CUDA, GPU
+    ``LOCAL_RANK`` of the node — one per process; else ``device`` as resolved (one process
+    per GPU through ``CUDA_VISIBLE_DEVICES`` is ``experiments.launch``'s job)."""
+    if world_size > 1 and device.type == "cuda":
+        return torch.device("cuda", local_rank())
+    return device
+
+
 def wrap(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     ids = [device.index] if device.type == "cuda" else None
     return DistributedDataParallel(model, device_ids=ids)

@@ -8,9 +8,10 @@
 * **step** — batch ``step`` of the stream (``data.global_batch``, a pure function of seed
   and step), forward/backward (SAM: ascent on one half-batch, update on the other;
   adversarial objective: added to the loss), clipping, optimiser and schedule step;
-* **log window** — train loss and tokens/s summed since the last log line; the exact
+* **log window** — train loss, tokens/s and steps/s over the steps since the last log
+  line, the learning rate and the gradient norm of the log step's update; the exact
   held-out loss (``evaluate.make_evaluator``: exact on a synthetic language, cross-entropy on a corpus) every ``eval.every`` steps; appended to
-  ``metrics.jsonl``;
+  ``metrics.jsonl`` and mirrored to the run's tracker (``tracking``: TensorBoard or W&B);
 * **save** — checkpoints that make ``resume=True`` continue a killed run to bit-identical
   weights on CPU, and ``summary.json`` at the end.
 
@@ -46,6 +47,7 @@ from .evaluate import make_evaluator
 from .fork import init_from_checkpoint
 from .optim import build_optimizer
 from .sam import SAM
+from .tracking import Tracker, check_tracker, open_tracker, record_scalars
 
 # Config keys that may differ when a run is resumed (they do not change the trajectory).
 RESUMABLE_CHANGES = {"steps", "checkpoints", "checkpoints_log", "save_every", "log_every", "device",
@@ -82,9 +84,11 @@ def _warn(message: str) -> None:
 
 
 def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, progress: bool = True,
-             stop_after: int | None = None, fresh: bool = False) -> dict:
+             stop_after: int | None = None, fresh: bool = False, tracker: str = "none") -> dict:
     """Train; returns the final exact evaluation. ``stop_after`` ends the call early
     (as if killed right after that step's checkpoint) — used to test resuming.
+    ``tracker``: ``none``, ``tensorboard`` or ``wandb`` (``tracking``; not part of the
+    config: it never changes the trajectory).
 
     ``resume``: continue from the newest checkpoint that loads (damaged newer ones are
     skipped with a warning on stderr); a finished run is left untouched and its final
@@ -96,17 +100,16 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, pro
     The run folder's lock (``files.folder_lock``, rank 0 only under DDP) is held for the
     whole call: a second process on the same run gets one line naming the holder."""
     run_dir = Path(run_dir)
+    check_tracker(tracker)  # an unknown tracker or a missing package: one line, before anything is built
     rank, _ = dist.setup()
     with files.folder_lock(run_dir, "run") if rank == 0 else contextlib.nullcontext():
-        return _pretrain(cfg, run_dir, resume, progress, stop_after, fresh)
+        return _pretrain(cfg, run_dir, resume, progress, stop_after, fresh, tracker)
 
 
 def _pretrain(cfg: PretrainConfig, run_dir: Path, resume: bool, progress: bool, stop_after: int | None,
-              fresh: bool) -> dict:
+              fresh: bool, tracker: str) -> dict:
     rank, world_size = dist.setup()
-    device = runio.resolve_device(cfg.device)
-    if world_size > 1 and device.type == "cuda":
-        device = torch.device("cuda", dist.local_rank())
+    device = dist.process_device(runio.resolve_device(cfg.device), world_size)
     if resume:
         done = runio.finished(run_dir)
         if done is not None and done[0] == cfg.steps:
@@ -151,6 +154,9 @@ def _pretrain(cfg: PretrainConfig, run_dir: Path, resume: bool, progress: bool, 
     run = Run(cfg, run_dir, language, model, dist.wrap(model, device) if world_size > 1 else model, optimizer,
               schedule, evaluator, adversary, device, rank, world_size, window)
     try:
+        if rank == 0:  # a resumed run's tracker drops what the killed call logged past the checkpoint
+            run.tracker = open_tracker(tracker, run_dir, cfg.name, purge_step=start if resume else None,
+                                       config=configlib.to_dict(cfg))
         return _train(run, start, progress, stop_after)
     except BaseException:
         # a new run that failed before its first checkpoint holds nothing to resume from:
@@ -229,6 +235,7 @@ class StepResult:
     n_targets: int  # prediction targets of the global batch the update used (counted on the host)
     tokens: torch.Tensor  # non-pad tokens this process saw (on the device)
     downstream: torch.Tensor | None  # the adversarial objective's downstream loss, if any
+    grad_norm: torch.Tensor | None = None  # the update's gradient norm (before clipping), at log steps
 
 
 @dataclass
@@ -250,6 +257,7 @@ class Run:
     rank: int
     world_size: int
     window: LogWindow
+    tracker: Tracker = field(default_factory=Tracker)  # rank 0's; a no-op elsewhere
     last_eval: dict = field(default_factory=dict)
     last_train_loss: float = float("nan")  # shown on the progress bar
 
@@ -261,9 +269,10 @@ class Run:
         self.n_train = self.language.n_sequences("train") if hasattr(self.language, "n_sequences") else None
 
 
-def _step(run: Run, step: int) -> StepResult:
+def _step(run: Run, step: int, grad_norm: bool = False) -> StepResult:
     """One update on batch ``step`` of the stream (SAM: ascent on the first half-batch,
-    update on the second)."""
+    update on the second). ``grad_norm``: keep the update's gradient norm (a tensor: read
+    at the log step, so no step waits on the device for it)."""
     cfg, optimizer = run.cfg, run.optimizer
     full = global_batch(run.language, cfg.seed, step, cfg.batch_size, run.rate, cfg.mask_replace)
     n_targets = full.n_targets
@@ -289,11 +298,15 @@ def _step(run: Run, step: int) -> StepResult:
     # a non-finite loss is noticed by the log window (``LogWindow.check``) before the
     # next log line, evaluation or checkpoint: testing it here would wait for the device
     loss.backward()
+    norm = None
     if cfg.optim.grad_clip is not None:
-        torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.optim.grad_clip)
+        norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.optim.grad_clip)
+    elif grad_norm:
+        norm = torch.nn.utils.get_total_norm([p.grad for p in run.model.parameters() if p.grad is not None])
     optimizer.step()
     run.schedule.step()
-    return StepResult(summed, n_targets, (batch.inputs != run.language.pad_id).sum(), downstream)
+    return StepResult(summed, n_targets, (batch.inputs != run.language.pad_id).sum(), downstream,
+                      norm if grad_norm else None)
 
 
 # ----------------------------------------------------------------------------- log window
@@ -318,6 +331,7 @@ class LogWindow:
     started: float = field(default_factory=time.perf_counter)
     # (step, loss) of the first step whose loss was not finite; NaN while none was
     diverged: torch.Tensor | None = None
+    grad_norm: torch.Tensor | None = None  # of the window's last step (the log step), on the device
 
     @classmethod
     def restore(cls, saved: dict) -> LogWindow:
@@ -337,6 +351,8 @@ class LogWindow:
         self.targets += result.n_targets
         if result.downstream is not None:
             self.downstream = self.downstream + result.downstream.detach().double()
+        if result.grad_norm is not None:
+            self.grad_norm = result.grad_norm.detach()  # read by ``close``, at the log line
         self.steps += 1
         if self.diverged is None:
             self.diverged = torch.full((2,), float("nan"), dtype=torch.float64, device=summed.device)
@@ -359,7 +375,9 @@ class LogWindow:
         """The log record of the window, which then starts again."""
         elapsed = time.perf_counter() - self.started
         record = {"step": step, "lr": lr, "train_loss": float(self.loss) / max(self.targets, 1),
-                  "tokens_per_s": int(self.tokens) / max(elapsed, 1e-9)}
+                  "tokens_per_s": int(self.tokens) / max(elapsed, 1e-9), "steps_per_s": self.steps / max(elapsed, 1e-9)}
+        if self.grad_norm is not None:
+            record["grad_norm"] = float(self.grad_norm)
         if adversarial:
             record["adversarial_downstream_loss"] = float(self.downstream) / self.steps
         self.__init__()
@@ -384,6 +402,7 @@ def _log(run: Run, step: int, bar, logs: bool, evaluates: bool) -> None:
     if record is None:
         return
     runio.append_metrics(run.run_dir, record)
+    run.tracker.log(record_scalars(record), step)
     run.last_train_loss = record.get("train_loss", run.last_train_loss)
     postfix = {"loss": f"{run.last_train_loss:.4f}"}
     if run.last_eval.get("kl") is not None:
@@ -421,9 +440,9 @@ def _train(run: Run, start: int, progress: bool, stop_after: int | None) -> dict
     try:
         run.train_model.train()
         for step in range(start, cfg.steps + 1):
-            run.window.add(_step(run, step), run.world_size, step)
-            bar.update(1)
             logs = step % cfg.log_every == 0 or step == cfg.steps
+            run.window.add(_step(run, step, grad_norm=logs), run.world_size, step)
+            bar.update(1)
             evaluates = run.rank == 0 and ((cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.steps)
             saves = step in run.keep or step % cfg.save_every == 0 or step == stop_after
             if logs or evaluates or saves:  # the one read of the device between log lines
@@ -437,6 +456,7 @@ def _train(run: Run, start: int, progress: bool, stop_after: int | None) -> dict
                 break
     finally:
         bar.close()
+        run.tracker.close()
     if run.rank == 0 and step == cfg.steps:
         runio.write_summary(run.run_dir, step, run.last_eval, run.model)
     return run.last_eval

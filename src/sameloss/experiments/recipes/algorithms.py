@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from ..claims import difference_claim, fmt
 from ..common import COMMON, LanguagePart, Preset, base_settings, languages_of, measured_columns, \
     reference_run, run_name
-from ..core import RunSpec, Study
+from ..core import RunSpec, Study, run_unit
 from ..plots import bars_figure
 from ..report import Column, Section, Table
 
@@ -129,6 +129,12 @@ def runs(p: AlgorithmsPreset, language: str, seed: int) -> list[RunSpec]:
         RunSpec(run_name(language, name, "noreg", "sam"), (*base, *noreg, ("sam.rho", p.sam_rho)),
                 f"−dropout−WD+SAM (ρ={p.sam_rho:g})", "sam"),
     ]
+
+
+def units(study: Study, p: AlgorithmsPreset, languages: tuple[str, ...] | None = None) -> list:
+    """One unit per run: trained, then its last checkpoint measured."""
+    return [run_unit(spec, lang.measure, "algorithms", lang.name) for lang in languages_of(p, study.seed, languages)
+            for spec in runs(p, lang.name, study.seed)]
 
 
 def report(study: Study, p: AlgorithmsPreset, languages: tuple[str, ...] | None = None) -> Section:

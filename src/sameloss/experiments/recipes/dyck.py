@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from ...measures.fewshot import CountRegression, View
 from ..claims import fmt, trend_claim
 from ..common import COMMON, Preset, Shape, base_settings, measure_spec, run_name
-from ..core import RunSpec, Setting, Study
+from ..core import RunSpec, Setting, Study, Unit
 from ..plots import scatter_figure
 from ..report import Claim, Column, Section, Table
 from ..stats import diff_interval, verdict
@@ -157,6 +157,11 @@ def _measure(study: Study, p: DyckPreset, spec: RunSpec) -> dict:
     row["trace_per_kl"] = float(row["trace_fisher"]) / kl if kl > 0 else float("nan")
     row["trace_per_kl_se"] = float(row["trace_fisher_se"]) / kl if kl > 0 else float("nan")
     return info, row
+
+
+def units(study: Study, p: DyckPreset, languages: tuple[str, ...] | None = None) -> list:
+    """One unit per solution: trained, then its last checkpoint measured."""
+    return [Unit(f"run {spec.name}", f"runs/{spec.name}", _measure, (p, spec)) for spec in runs(p, "dyck", study.seed)]
 
 
 def report(study: Study, p: DyckPreset, languages: tuple[str, ...] | None = None) -> Section:

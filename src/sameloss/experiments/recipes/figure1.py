@@ -91,6 +91,12 @@ def runs(p: Figure1Preset, language: str, seed: int) -> list[RunSpec]:
     return list(out.values())
 
 
+def units(study: Study, p: Figure1Preset, languages: tuple[str, ...] | None = None) -> list:
+    """The units of ``steps``, ``sizes`` and ``algorithms`` (a run they share is one unit:
+    ``core.merge_units``, when ``reproduce`` runs them)."""
+    return [u for part, preset in p.parts() for u in part.units(study, preset, languages or p.use)]
+
+
 def _abs_diff(stat):
     def f(x1, y1, x2, y2):
         return abs(stat(x2, y2)) - abs(stat(x1, y1))

@@ -3,10 +3,14 @@ few-shot probes and paired statistics with stated power (issue 11).
 
 Command
     sameloss reproduce isoloss --scale tiny         [--out runs] [--seed N] [--fresh]
+        [--launcher inprocess|local|slurm] [--workers N] [--seeds 0-7]
 
-    (``--seed N`` shifts the preset's seeds by N: an independent replication.)
+    (``--seed N`` shifts the preset's seeds by N: an independent replication. Each seed's
+    chain — its base run, then the forks — is one unit: ``--launcher local --workers 2``
+    runs two seeds at once, ``--seeds 0-7`` only those seeds; see the README's "Running
+    on a cluster".)
 
-Runtime per scale (``workers`` seeds in parallel, one thread each)
+Runtime per scale (two seeds at once, one thread each, as ``--launcher local --workers 2``)
     smoke   ~16 s on an idle 2-core CPU (3 seeds, micro model, tens of steps; the numbers
             mean nothing); one worker: on a busy 2-core CPU (load 5) two spawned workers took
             52-59 s and one 35-45 s (their start-up costs more than they save)
@@ -130,7 +134,6 @@ class IsolossPreset(Preset):
     probe_epochs: int
     probe_l2: float
     primary_size: int
-    workers: int
 
     def __post_init__(self):
         super().__post_init__()
@@ -222,24 +225,24 @@ PRESETS: dict[str, IsolossPreset] = {
         "smoke", seeds=(0, 1, 2), base_steps=30, recipe_steps=10, decay_steps=10, final_lr_factor=0.05,
         match_from=5, match_every=5, eval_sentences=64, forks=_forks("task-5", 32, 256, 20), probe_sizes=(8, 16),
         probe_subsets=(3, 3), probe_pool=40, probe_test=64, probe_epochs=3, probe_l2=1e-2, primary_size=16,
-        workers=1, kl_tolerance=10.0),
+        kl_tolerance=10.0),
     "tiny": _preset(
         "tiny", seeds=tuple(range(22)), base_steps=1000, recipe_steps=100, decay_steps=200, final_lr_factor=0.05,
         match_from=80, match_every=10, eval_sentences=4000, forks=_forks("task-5", 128, 10_000, 400),
         probe_sizes=(50, 200, 1000), probe_subsets=(20, 40, 10), probe_pool=2000, probe_test=20_000,
-        probe_epochs=50, probe_l2=1e-2, primary_size=200, workers=2, kl_tolerance=3e-4,
+        probe_epochs=50, probe_l2=1e-2, primary_size=200, kl_tolerance=3e-4,
         measure=dataclasses.replace(COMMON["tiny"].measure, seeds=(0,))),
     "small": _preset(
         "small", seeds=tuple(range(8)), base_steps=20_000, recipe_steps=2000, decay_steps=2000,
         final_lr_factor=0.05, match_from=800, match_every=100, eval_sentences=20_000,
         forks=_forks("task-5", 256, 10_000, 8000), probe_sizes=(50, 200, 1000), probe_subsets=(20, 40, 10),
-        probe_pool=5000, probe_test=20_000, probe_epochs=100, probe_l2=1e-2, primary_size=200, workers=1,
+        probe_pool=5000, probe_test=20_000, probe_epochs=100, probe_l2=1e-2, primary_size=200,
         kl_tolerance=3e-4),
     "paper": _preset(
         "paper", seeds=tuple(range(8)), base_steps=100_000, recipe_steps=10_000, decay_steps=10_000,
         final_lr_factor=0.05, match_from=4000, match_every=500, eval_sentences=100_000,
         forks=_forks("task-5", 256, 10_000, 40_000), probe_sizes=(50, 200, 1000), probe_subsets=(20, 40, 10),
-        probe_pool=5000, probe_test=30_000, probe_epochs=100, probe_l2=1e-2, primary_size=200, workers=1,
+        probe_pool=5000, probe_test=30_000, probe_epochs=100, probe_l2=1e-2, primary_size=200,
         kl_tolerance=3e-4),
 }
 
@@ -276,7 +279,7 @@ def runs(p: IsolossPreset, language: str, seed: int, base_dir: str | Path | None
 def seed_study(study: Study, seed: int, p: IsolossPreset) -> dict:
     """Train the base and the forks of one seed, pick the iso-loss checkpoints and measure
     them (loss, trace and probes in one pass; the random-init encoder of the seed), cached
-    in the seed's study folder. Runs in a worker process (``Study.map_seeds``)."""
+    in the seed's study folder. One unit of the study (``units``), run by its launcher."""
     language = p.use[0]
     mspec = dataclasses.replace(measure_spec(p, (), seed), probe=(), fewshot=p.fewshot())
     base = study.train(runs(p, language, seed)[0])
@@ -311,13 +314,18 @@ def study_seeds(study: Study, p: IsolossPreset) -> list[int]:
     return [study.seed + s for s in p.seeds]
 
 
+def units(study: Study, p: IsolossPreset) -> list:
+    """One unit per seed: its chain (the base run, then its forks), measured."""
+    return study.seed_units(seed_study, study_seeds(study, p), p)
+
+
 def _key(p: IsolossPreset, view: str = "pos", method: str = "lbfgs", n: int | None = None) -> str:
     return f"{view}_{method}_n{n or p.primary_size}"
 
 
 def report(study: Study, p: IsolossPreset) -> Section:
     section = Section(TITLE)
-    results = study.map_seeds(seed_study, study_seeds(study, p), p.workers, p)
+    results = study.map_seeds(seed_study, study_seeds(study, p), p)
     rows = [r for res in results for r in res["rows"]]
     for res in results:
         section.runs += res["runs"]

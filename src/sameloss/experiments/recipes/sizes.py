@@ -60,9 +60,9 @@ from ...models.sizes import LSTM_SIZES, TRANSFORMER_SIZES
 from ...measures.rows import error_column
 from ..claims import difference_claim, fmt
 from ..causal import CAUSAL
-from ..common import COMMON, LanguagePart, Preset, Shape, base_settings, causal_part, languages_of, \
+from ..common import COMMON, LanguagePart, Preset, Shape, base_settings, language_parts, \
     measured_columns, quantity_column, reference_run, run_name
-from ..core import RunSpec, Study
+from ..core import RunSpec, Study, Unit, run_unit
 from ..plots import series_figure
 from ..report import Column, Section, Table
 
@@ -172,6 +172,21 @@ def runs(p: SizesPreset, language: str, seed: int) -> list[RunSpec]:
     return out
 
 
+def _size_unit(study: Study, spec: RunSpec, lang: LanguagePart, into: str) -> None:
+    _size_row(study, Section(TITLE), spec, lang, into)
+
+
+def units(study: Study, p: SizesPreset, languages: tuple[str, ...] | None = None) -> list:
+    """One unit per run: a transformer trained, measured, embedded into the largest shape
+    and measured there; an LSTM trained and measured."""
+    out = []
+    for q, lang in language_parts(study, p, languages):
+        out += [Unit(f"run {spec.name}", f"runs/{spec.name}", _size_unit, (spec, lang, p.embed_into))
+                for spec in runs(q, lang.name, study.seed)]
+        out += [run_unit(spec, lang.measure, "sizes", lang.name) for spec in lstm_runs(q, lang.name, study.seed)]
+    return out
+
+
 def report(study: Study, p: SizesPreset, languages: tuple[str, ...] | None = None) -> Section:
     section = Section(TITLE)
     into = p.embed_into
@@ -181,11 +196,7 @@ def report(study: Study, p: SizesPreset, languages: tuple[str, ...] | None = Non
         "loss of the embedded model as a check that the function is unchanged. The embedding keeps the function "
         "but not the trace: a group of parameters replicated m times and scaled by α has its Fisher trace "
         "multiplied by 1/(α²m) (`models/embed.py`), so a small model's embedded trace is usually below its own.")
-    parts = [(p, lang) for lang in languages_of(p, study.seed, languages)]
-    causal = causal_part(study, p, languages)
-    if causal:
-        parts.append(causal)
-    for q, lang in parts:
+    for q, lang in language_parts(study, p, languages):
         rows = [_size_row(study, section, spec, lang, into) for spec in runs(q, lang.name, study.seed)]
         section.rows += rows
         cols = [Column("parameters", "parameters", fmt="d")] + measured_columns(lang.tasks, with_step=False)

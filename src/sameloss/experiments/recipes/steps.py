@@ -55,9 +55,9 @@ from dataclasses import dataclass
 
 from ..claims import difference_claim, trend_claim
 from ..causal import CAUSAL
-from ..common import COMMON, LanguagePart, Preset, base_settings, causal_part, languages_of, measured_columns, \
+from ..common import COMMON, LanguagePart, Preset, base_settings, language_parts, measured_columns, \
     reference_run, run_name
-from ..core import RunSpec, Study
+from ..core import RunSpec, Study, run_unit
 from ..plots import series_figure
 from ..report import Claim, Section, Table
 
@@ -118,6 +118,12 @@ def runs(p: StepsPreset, language: str, seed: int) -> list[RunSpec]:
                     label=f"SGD {ref.label}", group="sgd", measure_steps=sgd.checkpoints)]
 
 
+def units(study: Study, p: StepsPreset, languages: tuple[str, ...] | None = None) -> list:
+    """One unit per run: trained, then measured at its checkpoints."""
+    return [run_unit(spec, lang.measure, "steps", lang.name) for q, lang in language_parts(study, p, languages)
+            for spec in runs(q, lang.name, study.seed)]
+
+
 def report(study: Study, p: StepsPreset, languages: tuple[str, ...] | None = None) -> Section:
     section = Section(TITLE)
     section.text.append(
@@ -125,11 +131,7 @@ def report(study: Study, p: StepsPreset, languages: tuple[str, ...] | None = Non
         "MLM loss (entropy of the true conditionals + KL), ± std over 5 held-out subsets; tr(H) = trace of "
         "Hessian by the paper's estimator (App. B.1: labels sampled from the model), ± its standard error; "
         "probe = linear-probe test accuracy, ± std over seeds.")
-    parts = [(p, lang) for lang in languages_of(p, study.seed, languages)]
-    causal = causal_part(study, p, languages)
-    if causal:
-        parts.append(causal)
-    for q, lang in parts:
+    for q, lang in language_parts(study, p, languages):
         series: dict[str, list[dict]] = {}  # run label → its checkpoints' rows
         for spec in runs(q, lang.name, study.seed):
             info, measured = study.train_and_measure(spec, lang.measure, "steps", lang.name)

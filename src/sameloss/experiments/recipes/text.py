@@ -47,7 +47,7 @@ from ...measures.glue import glue_label
 from ...measures.run import MeasureSpec
 from ..claims import difference_claim, fmt
 from ..common import Shape, quantity_column
-from ..core import RunSpec, Study
+from ..core import RunSpec, Study, run_unit
 from ..report import Column, Section, Table
 
 TITLE = "Real text: pre-training algorithms at the same loss (Tables 1–2, BookCorpus rows)"
@@ -258,6 +258,14 @@ COMPARISONS = (
      "SAM recovers the fine-tuning accuracy lost without dropout and weight decay (Table 1: SST-2 89.5 → 90.1).",
      "SAM lowers the trace of Hessian (Table 2: 34.91 → 22.15)."),
 )
+
+
+def units(study: Study, p: TextPreset) -> list:
+    """One unit per run (after the corpus and tasks are prepared here): trained, then
+    measured with fine-tuning."""
+    corpus, tasks = prepare_data(study, p)
+    mspec = measure_spec(p, tasks, study.seed)
+    return [run_unit(spec, mspec, "text", "corpus") for spec in runs(p, corpus, study.seed)]
 
 
 def report(study: Study, p: TextPreset) -> Section:

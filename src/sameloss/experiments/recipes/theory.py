@@ -54,7 +54,7 @@ from pathlib import Path
 from ...measures.run import MeasureSpec
 from ..claims import difference_claim, fmt, trend_claim, zero_claim
 from ..common import COMMON, Preset, Shape, base_settings, run_name
-from ..core import RunSpec, Study
+from ..core import RunSpec, Study, Unit
 from ..plots import series_figure
 from ..report import Claim, Column, Section, Table
 from ..stats import AGREES, DISAGREES, Interval, combined_t_test, diff_interval, ols_slope, verdict
@@ -192,12 +192,38 @@ def runs(p: TheoryPreset, language: str, seed: int, start: Path | None = None) -
 
 
 # ---- (a) Lemma 3.2 ------------------------------------------------------------------------
-def _lemma(study: Study, section: Section, p: TheoryPreset, lang: str) -> list[dict]:
+def _lemma_spec(p: TheoryPreset, seed: int) -> MeasureSpec:
     s = p.lemma
-    spec = MeasureSpec(loss=True, traces=("fisher",), hessian_gap=True, loss_sentences=s.kl_sentences,
+    return MeasureSpec(loss=True, traces=("fisher",), hessian_gap=True, loss_sentences=s.kl_sentences,
                        n_contexts=s.fisher_contexts, n_labels=s.fisher_labels, repeats=1, n_probes=s.hessian_probes,
-                       curvature_sentences=s.hessian_sentences, gap_batches=s.hessian_batches, seed=study.seed)
-    info, measured = study.train_and_measure(runs(p, lang, study.seed)[0], spec, "theory", lang)
+                       curvature_sentences=s.hessian_sentences, gap_batches=s.hessian_batches, seed=seed)
+
+
+def _sgd_spec(p: TheoryPreset, seed: int) -> MeasureSpec:
+    s = p.sgd
+    return MeasureSpec(loss=True, traces=("fisher",), loss_sentences=s.loss_sentences, n_contexts=s.fisher_contexts,
+                       n_labels=s.fisher_labels, repeats=s.fisher_repeats, seed=seed)
+
+
+def _chain(study: Study, p: TheoryPreset, lang: str) -> None:
+    """A language's runs, in order: the Lemma 3.2 run, measured; its last checkpoint,
+    measured as the SGD continuations' start; each continuation, measured."""
+    info, _ = study.train_and_measure(runs(p, lang, study.seed)[0], _lemma_spec(p, study.seed), "theory", lang)
+    start = study.checkpoints(info)[0]
+    mspec = _sgd_spec(p, study.seed)
+    study.measure(start, mspec)
+    for spec in runs(p, lang, study.seed, start)[1:]:
+        study.train_and_measure(spec, mspec, "theory", lang)
+
+
+def units(study: Study, p: TheoryPreset, languages: tuple[str, ...] | None = None) -> list:
+    """One unit per language: its chain (the continuations start from the Lemma run)."""
+    return [Unit(f"chain {lang}", f"runs/{runs(p, lang, study.seed)[0].name}", _chain, (p, lang))
+            for lang in languages or p.use]
+
+
+def _lemma(study: Study, section: Section, p: TheoryPreset, lang: str) -> list[dict]:
+    info, measured = study.train_and_measure(runs(p, lang, study.seed)[0], _lemma_spec(p, study.seed), "theory", lang)
     section.runs.append(info)
     return [{k: m.row[k] for k in LEMMA_COLUMNS} for m in measured]
 
@@ -269,8 +295,7 @@ def _wellspecified_claim(lang: str, rows: list[dict], n_batches: int) -> Claim:
 # ---- (b) Theorem 3.3 ----------------------------------------------------------------------
 def _theorem(study: Study, section: Section, p: TheoryPreset, lang: str, start: Path) -> None:
     s = p.sgd
-    mspec = MeasureSpec(loss=True, traces=("fisher",), loss_sentences=s.loss_sentences, n_contexts=s.fisher_contexts,
-                        n_labels=s.fisher_labels, repeats=s.fisher_repeats, seed=study.seed)
+    mspec = _sgd_spec(p, study.seed)
     start_row = study.measure(start, mspec)
     series: dict[str, list[dict]] = {}
     rows = []

@@ -1,0 +1,384 @@
+"""Launchers: where the independent units of a study run (``reproduce --launcher``).
+
+A *unit* (``core.Unit``) is the part of a study that can run apart from the rest: one run
+(trained, then its checkpoints measured), or a seed's chain (isoloss: a base run, then its
+forks — a fork waits for its base inside the unit). A launcher runs a list of units and
+returns what each one returned, in order:
+
+* ``inprocess`` (the default): one after another in this process, as ``reproduce``
+  always did.
+* ``local``: ``--workers N`` processes on this machine through submitit's
+  ``LocalExecutor`` (at most N units at once; the next starts when one ends). On a
+  machine with GPUs, worker k sees only GPU k (``CUDA_VISIBLE_DEVICES``, set by the job
+  before anything touches CUDA; round robin when there are more workers than GPUs;
+  ``worker_devices``). Default N: one per GPU, else one per ``--threads`` CPU cores.
+* ``slurm``: one Slurm job array through submitit's ``AutoExecutor`` — a task per unit
+  with ``--slurm-gpus-per-task`` GPUs (Slurm sets ``CUDA_VISIBLE_DEVICES``), at most
+  ``--workers`` tasks running at once (default: all). A task that is preempted or runs
+  out of ``--slurm-time`` is requeued (up to 3 times) and starts its unit again: its runs
+  resume from their newest checkpoints (bit-identical to an uninterrupted run) and its
+  measured rows come from the cache. This process waits for the array and then writes
+  the report; killed while waiting, the tasks go on, and a later ``reproduce`` reuses
+  what they finished.
+
+Every worker applies the threads policy (``threads.configure_threads``: this process's
+thread count, one unless ``--threads``) and holds the lock of the folder its unit writes
+(``files.folder_lock``); a unit refused for a reason a user can fix (``UserError``)
+comes back as its one line, after the other units have finished. Submitit's own files
+(pickled units, each worker's stdout/stderr log) go to ``<experiment>/submitit/``.
+
+The launchers other than ``inprocess`` need submitit (``pip install 'sameloss[cluster]'``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import UserError
+
+LAUNCHERS = ("inprocess", "local", "slurm")
+SUBMITIT_DIR = "submitit"
+# a local worker has no time limit of its own (submitit's LocalExecutor default is 2 minutes)
+LOCAL_TIMEOUT_MIN = 60 * 24 * 365
+POLL_SECONDS = 0.5  # how often the local launcher looks for a finished worker
+SLURM_MEM = re.compile(r"^\d+(\.\d+)?[KMGT]?B?$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """How ``reproduce`` runs a study's units (the ``--launcher`` flags)."""
+
+    launcher: str = "inprocess"
+    workers: int | None = None  # local: processes at once; slurm: array tasks at once (None: the defaults)
+    slurm_partition: str | None = None
+    slurm_time: int = 240  # minutes per task
+    slurm_gpus_per_task: int = 1
+    slurm_mem: str | None = None  # e.g. 32G
+    slurm_cluster: str = "slurm"  # submitit's executor: "debug" runs the Slurm path in this process (tests)
+
+    def __post_init__(self):
+        if self.launcher not in LAUNCHERS:
+            raise UserError(f"unknown launcher {self.launcher!r}; choose from {', '.join(LAUNCHERS)}")
+        if self.workers is not None and self.workers < 1:
+            raise UserError(f"--workers must be at least 1, got {self.workers}")
+        if self.slurm_time < 1 or self.slurm_gpus_per_task < 0:
+            raise UserError("--slurm-time must be at least 1 minute and --slurm-gpus-per-task at least 0")
+        if self.slurm_mem is not None and not SLURM_MEM.match(self.slurm_mem):
+            raise UserError(f"--slurm-mem {self.slurm_mem!r} is not a Slurm memory size (e.g. 16G, 32000M)")
+
+
+def check_options(options: LaunchOptions, given: set[str]) -> None:
+    """``UserError`` for flags that do not apply to the launcher chosen (``given``: the
+    names of the flags set on the command line) and for a launcher whose package is
+    missing."""
+    if options.launcher == "inprocess" and "workers" in given:
+        raise UserError("--workers applies to --launcher local or slurm (inprocess runs one unit at a time)")
+    slurm = sorted(g for g in given if g.startswith("slurm_"))
+    if options.launcher != "slurm" and slurm:
+        raise UserError(f"--{slurm[0].replace('_', '-')} applies to --launcher slurm")
+    if options.launcher != "inprocess":
+        import importlib.util
+
+        if importlib.util.find_spec("submitit") is None:
+            raise UserError(f"--launcher {options.launcher} needs submitit: pip install 'sameloss[cluster]' "
+                            "(or pip install submitit)")
+
+
+def worker_devices(workers: int, environ=None, device_count: int | None = None) -> list[str | None]:
+    """``CUDA_VISIBLE_DEVICES`` of each local worker: worker k gets the k-th GPU this
+    process sees (the k-th entry of its own ``CUDA_VISIBLE_DEVICES`` when that is set, so
+    a restricted parent stays restricted), round robin when there are more workers than
+    GPUs; ``None`` for every worker on a machine without GPUs."""
+    environ = os.environ if environ is None else environ
+    if device_count is None:
+        import torch
+
+        device_count = torch.cuda.device_count()
+    if device_count <= 0:
+        return [None] * workers
+    visible = [d.strip() for d in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    ids = visible[:device_count] if visible else [str(i) for i in range(device_count)]
+    return [ids[k % len(ids)] for k in range(workers)]
+
+
+def default_workers(threads: int, device_count: int, cpu_count: int | None) -> int:
+    """Local workers when ``--workers`` is not given: one per GPU, else one per
+    ``threads`` CPU cores."""
+    if device_count > 0:
+        return device_count
+    return max(1, (cpu_count or 1) // max(threads, 1))
+
+
+# ---- what runs in a worker ---------------------------------------------------------------
+@dataclass
+class Outcome:
+    """What a worker sends back: the unit's value, or the one line of the ``UserError``
+    that stopped it; and where it ran."""
+
+    value: Any = None
+    error: str | None = None
+    worker: dict = field(default_factory=dict)
+
+
+class WorkerJob:
+    """The callable a launcher submits: ``call()`` under this study's threads policy.
+
+    It follows the protocol of ``submitit.helpers.Checkpointable`` (submitit requeues a
+    job whose callable has a ``checkpoint`` method; duck-typed, so that this module
+    imports without submitit): on preemption or timeout, ``checkpoint`` resubmits the
+    same job, whose unit then resumes from what is on disk — the newest checkpoint of each
+    run (exact resume) and the measured rows of ``measurements.json``."""
+
+    def __init__(self, call: Callable[[], Any], threads: int, name: str = "", device: str | None = None):
+        self.call, self.threads, self.name, self.device = call, threads, name, device
+
+    def on_device(self, device: str | None) -> WorkerJob:
+        """This job, seeing only GPU ``device`` (``None``: as the worker's environment says)."""
+        return WorkerJob(self.call, self.threads, self.name, device)
+
+    def __call__(self) -> Outcome:
+        from ..threads import configure_threads
+
+        if self.device is not None:
+            # before anything initialises CUDA (importing torch does not), which reads it once
+            os.environ["CUDA_VISIBLE_DEVICES"] = self.device
+        configure_threads(self.threads)
+        worker = worker_info()
+        try:
+            return Outcome(self.call(), None, worker)
+        except UserError as exc:
+            return Outcome(None, str(exc).splitlines()[0] if str(exc) else type(exc).__name__, worker)
+
+    def checkpoint(self, *args, **kwargs):
+        from submitit.helpers import DelayedSubmission
+
+        return DelayedSubmission(self, *args, **kwargs)
+
+
+def worker_info() -> dict:
+    """Where this worker runs: host, pid, the GPUs it sees, its torch threads (and the
+    ``OMP_NUM_THREADS`` it started with)."""
+    import torch
+
+    from ..threads import ENV
+
+    return {"host": socket.gethostname(), "pid": os.getpid(), "threads": torch.get_num_threads(),
+            "omp_num_threads": os.environ.get(ENV), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+def _describe(worker: dict) -> str:
+    gpu = worker.get("cuda_visible_devices")
+    return f"pid {worker.get('pid')}" + (f", GPU {gpu}" if gpu else "")
+
+
+# ---- the launchers -----------------------------------------------------------------------
+class InProcess:
+    """Each unit here, one after another."""
+
+    name = "inprocess"
+    workers = 1
+
+    def run(self, jobs: list[WorkerJob], log: Callable[[str], None]) -> list[Outcome]:
+        # a UserError stops the study at once, as reproduce always did
+        return [Outcome(job.call(), None, {}) for job in jobs]
+
+
+class Local:
+    """``workers`` processes through submitit's ``LocalExecutor``, a GPU each."""
+
+    name = "local"
+
+    def __init__(self, folder: Path, workers: int, threads: int, devices: list[str | None]):
+        self.folder, self.workers, self.threads, self.devices = Path(folder), workers, threads, devices
+
+    def run(self, jobs: list[WorkerJob], log: Callable[[str], None]) -> list[Outcome]:
+        import submitit
+
+        from ..threads import for_children
+
+        slots = min(self.workers, len(jobs))
+        executor = submitit.LocalExecutor(self.folder)
+        executor.update_parameters(timeout_min=LOCAL_TIMEOUT_MIN)
+        waiting = list(range(len(jobs)))
+        running: dict[int, tuple[int, Any, float]] = {}  # slot -> (job index, submitit job, start)
+        out: list[Outcome | None] = [None] * len(jobs)
+        try:
+            while waiting or running:
+                for slot in range(slots):
+                    if slot not in running and waiting:
+                        i = waiting.pop(0)
+                        # the worker's environment is this process's at submission: libgomp reads
+                        # OMP_NUM_THREADS when the worker imports torch
+                        with for_children(self.threads):
+                            job = executor.submit(jobs[i].on_device(self.devices[slot]))
+                        running[slot] = (i, job, time.perf_counter())
+                finished = [slot for slot, (_, job, _) in running.items() if job.done()]
+                if not finished:
+                    time.sleep(POLL_SECONDS)
+                for slot in finished:
+                    i, job, started = running.pop(slot)
+                    out[i] = _outcome(job, jobs[i])
+                    done = len(jobs) - len(waiting) - len(running)
+                    log(f"[{done}/{len(jobs)}] {jobs[i].name}: {'failed' if out[i].error else 'done'} in "
+                        f"{time.perf_counter() - started:.0f} s ({_describe(out[i].worker)})")
+        except BaseException:
+            for _, job, _ in running.values():  # a worker must not outlive an interrupted study
+                _stop(job)
+            raise
+        return out
+
+
+def _stop(job) -> None:
+    """Stop a local worker at once: its controller process and the task under it. SIGKILL:
+    a submitit task ignores SIGTERM (it waits for Slurm's USR2), and a process started in
+    the background ignores SIGINT. Safe: checkpoints and rows are written atomically, and
+    the kernel releases the worker's locks."""
+    pid = int(job.job_id)  # a local job's id is its controller's pid
+    for p in [*_descendants(pid), pid]:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    process = getattr(job, "_process", None)
+    if process is not None:
+        process.wait()
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes under ``pid``, deepest first (Linux ``/proc``; none found elsewhere)."""
+    out = []
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            children = [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+        for child in children:
+            out += [*_descendants(child), child]
+    return out
+
+
+class Slurm:
+    """One job array through submitit's ``AutoExecutor`` (``cluster="debug"``: submitit's
+    ``DebugExecutor``, which runs the array here, one task after another)."""
+
+    name = "slurm"
+
+    def __init__(self, folder: Path, options: LaunchOptions, threads: int, job_name: str):
+        self.folder, self.options, self.threads, self.job_name = Path(folder), options, threads, job_name
+
+    @property
+    def workers(self) -> int | None:
+        return self.options.workers
+
+    def parameters(self, n_units: int) -> dict:
+        """The submission parameters of an array of ``n_units`` tasks (``AutoExecutor``
+        names: generic ones and ``slurm_``-prefixed ones)."""
+        from ..threads import ENV
+
+        o = self.options
+        params = {"name": self.job_name, "timeout_min": o.slurm_time, "cpus_per_task": self.threads,
+                  "nodes": 1, "tasks_per_node": 1,
+                  "slurm_array_parallelism": min(o.workers or n_units, n_units),
+                  "slurm_setup": [f"export {ENV}={self.threads}"]}
+        if o.slurm_partition:
+            params["slurm_partition"] = o.slurm_partition
+        if o.slurm_gpus_per_task:
+            params["slurm_gpus_per_task"] = o.slurm_gpus_per_task
+        if o.slurm_mem:
+            params["slurm_mem"] = o.slurm_mem
+        return params
+
+    def executor(self, n_units: int):
+        import submitit
+
+        executor = submitit.AutoExecutor(self.folder, cluster=self.options.slurm_cluster)
+        executor.update_parameters(**self.parameters(n_units))
+        return executor
+
+    def submit(self, jobs: list[WorkerJob]) -> list:
+        """Submit the array (without waiting): submitit's jobs, in order."""
+        return self.executor(len(jobs)).submit_array(jobs)
+
+    def run(self, jobs: list[WorkerJob], log: Callable[[str], None]) -> list[Outcome]:
+        submitted = self.submit(jobs)
+        log(f"submitted {len(jobs)} units as Slurm array {submitted[0].job_id.split('_')[0]} (logs in {self.folder}); "
+            "waiting for them (interrupted, they go on: run reproduce again to collect them)")
+        out = []
+        for k, (job, sub) in enumerate(zip(jobs, submitted), 1):
+            out.append(_outcome(sub, job))
+            log(f"[{k}/{len(jobs)}] {job.name}: {'failed' if out[-1].error else 'done'} "
+                f"({out[-1].worker.get('host', '')}, {_describe(out[-1].worker)})")
+        return out
+
+
+def _outcome(job, worker_job: WorkerJob) -> Outcome:
+    """A finished submitit job's ``Outcome``; a crash (a bug, not a ``UserError``) keeps
+    its traceback."""
+    from submitit.core.utils import FailedJobError, UncompletedJobError
+
+    try:
+        return job.result()
+    except (FailedJobError, UncompletedJobError) as exc:
+        raise RuntimeError(f"unit {worker_job.name!r} failed in its worker (log: {job.paths.stderr}):\n{exc}") \
+            from None
+
+
+def make_launcher(options: LaunchOptions, root: Path, job_name: str):
+    """The launcher ``options`` ask for; its submitit files under ``root/submitit``."""
+    import torch
+
+    threads = torch.get_num_threads()  # this process's, by the threads policy: its workers' too
+    folder = Path(root).absolute() / SUBMITIT_DIR
+    if options.launcher == "inprocess":
+        return InProcess()
+    if options.launcher == "local":
+        count = torch.cuda.device_count()
+        workers = options.workers or default_workers(threads, count, os.cpu_count())
+        return Local(folder, workers, threads, worker_devices(workers, device_count=count))
+    if options.slurm_cluster == "slurm":
+        from submitit import SlurmExecutor
+
+        if SlurmExecutor.affinity() < 0:  # before anything is written
+            raise UserError("--launcher slurm: no Slurm on this machine (srun not found); run reproduce on a "
+                            "cluster's login node, or use --launcher local")
+    return Slurm(folder, options, threads, job_name)
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``--seeds``: ``0-7``, ``0,2,5`` or a mix (``0-3,8``), as a sorted list."""
+    seeds: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
+            raise ValueError(f"{text!r} is not a list of seeds (e.g. 0-7 or 0,2,5)")
+        seeds.update(range(int(m.group(1)), int(m.group(2) or m.group(1)) + 1))
+    return sorted(seeds)
+
+
+def format_seeds(seeds: list[int]) -> str:
+    """``[0, 1, 2, 5]`` as ``0-2,5``."""
+    out, seeds = [], sorted(seeds)
+    i = 0
+    while i < len(seeds):
+        j = i
+        while j + 1 < len(seeds) and seeds[j + 1] == seeds[j] + 1:
+            j += 1
+        out.append(str(seeds[i]) if i == j else f"{seeds[i]}-{seeds[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+__all__ = ["LAUNCHERS", "LaunchOptions", "Local", "InProcess", "Outcome", "Slurm", "WorkerJob", "check_options",
+           "default_workers", "format_seeds", "make_launcher", "parse_seeds", "worker_devices"]

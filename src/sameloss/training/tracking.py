@@ -1,0 +1,174 @@
+"""Experiment trackers: a live view of a run's metrics in TensorBoard or W&B.
+
+``metrics.jsonl`` stays the source of truth: a tracker mirrors what the loop appends to it
+(``record_scalars`` names each value) and, from ``sameloss reproduce``, every row measured
+on one of the run's checkpoints at that checkpoint's step (``row_scalars``).
+
+``--tracker`` is an argument of ``pretrain`` and ``reproduce``, not a config key: tracking
+never changes the trajectory, so a run trained with a tracker and resumed or reused
+without one (or with another) is the same run.
+
+* ``tensorboard`` (``torch.utils.tensorboard``; ``pip install 'sameloss[track]'``): event
+  files in ``<run folder>/tb/``, so ``tensorboard --logdir runs`` (or an experiment's
+  folder) shows every run under its folder's name. A resumed run purges the events past
+  the checkpoint it resumes from (TensorBoard's ``purge_step``), as ``metrics.jsonl`` is
+  truncated.
+* ``wandb``: one W&B run per sameloss run, named like it, with an id fixed by the run
+  folder (a resumed run continues its W&B run), its files under ``<run folder>/wandb/``;
+  offline unless ``WANDB_MODE`` says otherwise (``wandb sync`` uploads). Never required:
+  without the package it is one line asking for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import math
+import os
+from pathlib import Path
+
+from ..errors import UserError
+
+TRACKERS = ("none", "tensorboard", "wandb")
+TENSORBOARD_DIR = "tb"
+
+# metrics.jsonl record key -> tracker name (the training window's values)
+_TRAIN = (("train_loss", "train/loss"), ("lr", "train/lr"), ("grad_norm", "train/grad_norm"),
+          ("steps_per_s", "train/steps_per_s"), ("tokens_per_s", "train/tokens_per_s"), ("epoch", "train/epoch"),
+          ("adversarial_downstream_loss", "train/adversarial_downstream_loss"))
+# the exact held-out evaluation (a corpus: cross-entropy, train loss and their gap; no KL)
+_EVAL = ("loss", "kl", "log_kl", "entropy", "train_loss", "gap")
+# a measured row's fields that are not measurements
+_NOT_MEASURED = {"step", "parameters", "measure_seconds", "n_tokens"}
+
+
+def _number(value) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def record_scalars(record: dict) -> dict[str, float]:
+    """The values of a ``metrics.jsonl`` record, named as the trackers show them."""
+    out = {}
+    for key, name in _TRAIN:
+        value = _number(record.get(key))
+        if value is not None:
+            out[name] = value
+    evaluation = record.get("eval") or {}
+    for key in _EVAL:
+        value = _number(evaluation.get(key))
+        if value is not None:
+            out[f"eval/{key}"] = value
+    return out
+
+
+def row_scalars(row: dict) -> dict[str, float]:
+    """The measurements of a measured row (``measures.run.measure_checkpoint``) as
+    ``measure/<column>`` (trace, its standard error, probe accuracies, loss, KL, ...)."""
+    out = {}
+    for key, value in row.items():
+        value = _number(value)
+        if value is not None and key not in _NOT_MEASURED:
+            out[f"measure/{key}"] = value
+    return out
+
+
+class Tracker:
+    """No tracker (``none``): every call does nothing."""
+
+    def log(self, scalars: dict[str, float], step: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class TensorBoardTracker(Tracker):
+    def __init__(self, run_dir: Path, purge_step: int | None = None):
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            raise UserError("--tracker tensorboard needs the tensorboard package: pip install 'sameloss[track]' "
+                            "(or pip install tensorboard)") from None
+        self.writer = SummaryWriter(str(Path(run_dir) / TENSORBOARD_DIR), purge_step=purge_step)
+
+    def log(self, scalars: dict[str, float], step: int) -> None:
+        for name, value in scalars.items():
+            self.writer.add_scalar(name, value, step)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def wandb_id(run_dir: Path) -> str:
+    """The W&B run id of a run folder: the same folder, the same W&B run."""
+    return "sameloss-" + hashlib.sha1(str(Path(run_dir).resolve()).encode()).hexdigest()[:12]
+
+
+class WandbTracker(Tracker):
+    def __init__(self, run_dir: Path, name: str, config: dict | None = None):
+        try:
+            import wandb
+        except ImportError:
+            raise UserError("--tracker wandb needs the wandb package (pip install wandb); or use "
+                            "--tracker tensorboard") from None
+        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "sameloss"), name=name, id=wandb_id(run_dir),
+                              dir=str(run_dir), resume="allow", mode=os.environ.get("WANDB_MODE", "offline"),
+                              config=config or {})
+
+    def log(self, scalars: dict[str, float], step: int) -> None:
+        self.run.log(scalars, step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+def add_tracker_argument(parser: argparse.ArgumentParser) -> None:
+    """``--tracker`` (the same flag on ``pretrain`` and ``reproduce``)."""
+    parser.add_argument("--tracker", choices=TRACKERS, default="none",
+                        help="mirror each run's metrics.jsonl (train loss, lr, gradient norm, steps/s, exact KL, "
+                             "log-KL, entropy; reproduce: also every measured row at its checkpoint's step) to "
+                             "an experiment tracker: tensorboard (event files in the run folder's tb/; needs pip "
+                             "install 'sameloss[track]') or wandb (offline unless WANDB_MODE is set; needs wandb). "
+                             "Not a config key: it never changes the run (default none)")
+
+
+def check_tracker(kind: str) -> None:
+    """``UserError`` now (before anything trains) when ``kind`` is unknown or its package
+    is missing."""
+    if kind not in TRACKERS:
+        raise UserError(f"unknown tracker {kind!r}; choose from {', '.join(TRACKERS)}")
+    package = {"tensorboard": "tensorboard", "wandb": "wandb"}.get(kind)
+    if package is None:
+        return
+    import importlib.util
+
+    if importlib.util.find_spec(package) is None:
+        hint = "pip install 'sameloss[track]'" if kind == "tensorboard" else "pip install wandb"
+        raise UserError(f"--tracker {kind} needs the {package} package ({hint})")
+
+
+def open_tracker(kind: str, run_dir: str | Path, name: str, *, purge_step: int | None = None,
+                 config: dict | None = None) -> Tracker:
+    """The tracker ``kind`` of the run in ``run_dir`` (``purge_step``: a resumed run's
+    first step, whose earlier events from that step on are dropped)."""
+    check_tracker(kind)
+    if kind == "tensorboard":
+        return TensorBoardTracker(Path(run_dir), purge_step)
+    if kind == "wandb":
+        return WandbTracker(Path(run_dir), name, config)
+    return Tracker()
+
+
+def log_measured(kind: str, run_dir: str | Path, name: str, row: dict) -> None:
+    """One measured row of a run's checkpoint, at its step, in the run's tracker."""
+    scalars = row_scalars(row)
+    if kind == "none" or not scalars or not isinstance(row.get("step"), int):
+        return
+    tracker = open_tracker(kind, run_dir, name)
+    try:
+        tracker.log(scalars, row["step"])
+    finally:
+        tracker.close()
