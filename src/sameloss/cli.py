@@ -64,7 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="PCFG grammar file (the released rule_deep_mlm.txt format or ours); "
                                "overrides --size")
     describe.add_argument("--size", "--preset", dest="size", default="tiny",
-                          help="named size: micro, tiny (default) or paper (--preset: its old name)")
+                          help="named size (default tiny; --preset: its old name): "
+                               + "; ".join(f"{n}: {', '.join(e.sizes)}" for n, e in languages().items()
+                                           if e.describe and e.sizes))
     describe.add_argument("--seed", type=_non_negative_int, default=None,
                           help="draw another random language of that size's shape, and seed the samples "
                                "(default: the size's own language, samples seeded 0)")
