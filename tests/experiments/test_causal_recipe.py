@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 from experiments.test_reproduce import check_tables, run_cli
+from helpers.figures import check_report_figures
 
 from sameloss.errors import UserError
 from sameloss.experiments import reproduce
@@ -33,6 +34,7 @@ def test_smoke_runs_the_causal_language_end_to_end(experiment, tmp_path, monkeyp
     c = CAUSAL["smoke"]
     assert f"causal (K={c.k}, T={c.length}, random generator)" in report
     assert (root / f"{experiment}-causal.png").stat().st_size > 1000
+    check_report_figures(root)
     rows = {m: r for m, r in _rows(root).items() if r["language"] == "causal"}
     assert rows and any(m.startswith("pcfg-") for m in _rows(root))  # the other languages still run
     for r in rows.values():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sameloss.experiments.core import config_differences
+from sameloss.training.runfolder import config_differences
 from sameloss.experiments.report import Column, Table, merge_rows
 
 

@@ -34,6 +34,13 @@ def the_error(capsys) -> str:
     return errors[0]
 
 
+def figure_files(root: Path) -> list[str]:
+    """The figures and their plotted numbers (``<stem>.data.csv``) in an experiment folder."""
+    found = sorted(p.name for p in [*root.glob("*.png"), *root.glob("*.data.csv")])
+    assert len(found) % 2 == 0 and found
+    return found
+
+
 @pytest.fixture
 def copy(steps_smoke, tmp_path) -> Path:
     """A copy of a finished ``reproduce steps --scale smoke`` (the folder holding steps-smoke/)."""
@@ -48,7 +55,7 @@ def copy(steps_smoke, tmp_path) -> Path:
 def test_reproduce_marks_the_folder_and_lists_what_it_wrote(steps_smoke):
     root = steps_smoke / "steps-smoke"
     lines = (root / files.EXPERIMENT_MARKER).read_text().splitlines()
-    assert sorted(lines[1:]) == sorted(p.name for p in root.glob("*.png")) and lines[1:]
+    assert sorted(lines[1:]) == figure_files(root) and lines[1:]
     assert not list(steps_smoke.glob(".*.lock"))  # the experiment's lock is released
 
 
@@ -157,8 +164,7 @@ def test_a_folder_made_before_the_marker_is_reused_and_adopted(copy, capsys):
     root = copy / "steps-smoke"
     (root / files.EXPERIMENT_MARKER).unlink()
     with Study(root, progress=False):  # adopted: the figures its report names are listed as sameloss's
-        assert sorted((root / files.EXPERIMENT_MARKER).read_text().splitlines()[1:]) == \
-            sorted(p.name for p in root.glob("*.png"))
+        assert sorted((root / files.EXPERIMENT_MARKER).read_text().splitlines()[1:]) == figure_files(root)
     (root / files.EXPERIMENT_MARKER).unlink()
     assert main([*STEPS, "--out", str(copy)]) == 0
     assert (root / files.EXPERIMENT_MARKER).is_file()
@@ -167,6 +173,20 @@ def test_a_folder_made_before_the_marker_is_reused_and_adopted(copy, capsys):
     (root / "thesis.tex").write_text("years of work")
     assert main([*STEPS, "--out", str(copy), "--fresh"]) == 2
     assert "thesis.tex" in the_error(capsys) and (root / "thesis.tex").exists()
+
+
+def test_a_legacy_report_names_its_figures_data_files_and_formats_but_no_other_link(tmp_path):
+    """The caption's links beside a figure it embeds are sameloss's; any other link (a
+    user's notes in a report.md) is not."""
+    from sameloss.experiments.folder import legacy_outputs
+
+    names = ["a.png", "a.data.csv", "a.pdf", "b.data.csv", "thesis.tex"]
+    for name in names:
+        (tmp_path / name).write_text("x")
+    (tmp_path / "report.md").write_text(
+        "![a](a.png)  \n**Figure 1.** What. (plotted numbers: [a.data.csv](a.data.csv); [PDF](a.pdf))\n"
+        "see [my notes](thesis.tex) and [numbers](b.data.csv)\n")
+    assert legacy_outputs(tmp_path) == {"a.png", "a.data.csv", "a.pdf"}
 
 
 # ---------------------------------------------------------------------------- item 8: bad --out

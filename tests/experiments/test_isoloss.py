@@ -26,6 +26,8 @@ from sameloss.experiments.stats import DETECTED, EQUIVALENT, INCONCLUSIVE, VERDI
 from sameloss.training.data import global_batch
 from sameloss.training.runio import build_language, eval_history, init_model
 
+from helpers.figures import check_report_figures, read_data
+
 from .test_reproduce import check_tables, run_cli
 
 
@@ -118,19 +120,64 @@ def test_isoloss_smoke_end_to_end(tmp_path):
     trace_size = next(r for r in diffs if r["family"] == "trace" and r["comparison"] == "size" and r["point"] == "late")
     assert float(trace_size["mean"]) == pytest.approx(float(size["size @ late"]["trace_one_space"]))
     assert float(late_size["mean"]) == pytest.approx(float(size["size @ late"]["acc"]))
-    # the figures' numbers are the tables' numbers
-    forest = read(root / "forest.csv")
-    assert [(r["label"], float(r["acc"])) for r in forest] == \
-        [(f"{r['comparison']} @ {r['point']}", float(r["mean"])) for r in primary]
-    scatter = read(root / "scatter.csv")
-    for point in ("late", "scratch"):
-        for seed in p.seeds:
-            mine = [float(r["acc_demeaned"]) for r in scatter if r["point"] == point and int(r["seed"]) == seed]
-            assert len(mine) == len(forks) - 2 and abs(sum(mine)) < 1e-9  # without adv and the large fork
-    curves = read(root / "curves.csv")
-    assert {r["run"] for r in curves} >= {"base", "late-adamw", "scratch-noreg", "late-large"}
+    # the figures (plots.py's kinds, through study.figure): each keeps the style's rules and
+    # its plotted numbers (<stem>.data.csv) are the tables' numbers
+    assert check_report_figures(root) == 3
+    assert report.index("![Forest plot](forest.png)") < report.index("![Fig. 1 within seeds](scatter.png)") \
+        < report.index("![Training curves of seed 0](curves.png)")
+    forest = read_data(root / "forest.data.csv")
+    trace = {(r["comparison"], r["point"]): r for r in diffs if r["family"] == "trace"}
+    labels = [f"{r['comparison']} @ {r['point']} (n={r['n_kept']})" for r in primary]
+    for panel, of in (("0", lambda r: r), ("1", lambda r: trace[(r["comparison"], r["point"])])):
+        points = [r for r in forest if r["kind"] == "point" and r["panel"] == panel]
+        assert [r["y"] for r in points] == labels  # one row per comparison and fork point, in the table's order
+        for got, want in zip(points, (of(r) for r in primary)):
+            assert float(got["x"]) == pytest.approx(float(want["mean"]))
+            for end, of_want in (("x_low", "t_low"), ("x_high", "t_high")):  # no interval (n < 2, sd 0): no bar
+                expected = float(want[of_want])
+                assert (float(got[end]) if got[end] else math.nan) == pytest.approx(expected, nan_ok=True)
+        mdes = {}
+        for r in forest:
+            if r["kind"] == "mde" and r["panel"] == panel:
+                mdes.setdefault(r["y"], []).append(float(r["x"]))
+        for label, want in zip(labels, (of(r) for r in primary)):  # the MDE marked at ± the row's
+            if math.isfinite(float(want["mde"])) and label in mdes:
+                assert sorted(mdes[label]) == pytest.approx([-float(want["mde"]), float(want["mde"])])
+        assert sum(bool(v) for v in mdes.values()) >= 1
+    margin = sorted(float(r["x"]) for r in forest if r["kind"] == "ref-x" and r["panel"] == "0" and "δ" in r["series"])
+    assert margin == pytest.approx([-p.equivalence_margin, p.equivalence_margin])
+    scatter = read_data(root / "scatter.data.csv")
+    regression = {r["point"]: r for r in read(root / "regression.csv") if "trace" in r["coefficient"]}
+    for panel, point in enumerate(("late", "scratch")):
+        mine = [r for r in scatter if r["panel"] == str(panel)]
+        axes = next(r for r in mine if r["kind"] == "axes")
+        assert (axes["x_quantity"], axes["y_quantity"]) == (f"dtrace_{point}", f"dacc_{point}")
+        pts = [r for r in mine if r["kind"] == "point"]
+        # every seed's models of one size without adv, demeaned within the seed: they sum to 0
+        assert len(pts) == len(p.seeds) * (len(forks) - 2)
+        assert abs(sum(float(r["y"]) for r in pts)) < 1e-9 and abs(sum(float(r["x"]) for r in pts)) < 1e-6
+        assert {r["series"] for r in pts} == set(forks) - {"adv", "large"}
+        fit = next(r for r in mine if r["kind"] == "fit")  # the within-seed slope, through 0
+        assert fit["note"] == f"slope {float(regression[point]['estimate'])!r}, intercept 0.0"
+    curves = read_data(root / "curves.data.csv")
+    seed = p.seeds[0]
+    runs_dir = root / "seeds" / f"seed{seed}" / "runs"
+    for panel, point in enumerate(("late", "scratch")):
+        mine = [r for r in curves if r["panel"] == str(panel)]
+        band = next(r for r in mine if r["kind"] == "band-x")  # the matching window, shaded
+        assert (float(band["x_low"]), float(band["x_high"])) == \
+            (min(p.stretch_start(f) for f in p.forks), max(p.fork_end(f) for f in p.forks))
+        target = next(r for r in mine if r["kind"] == "ref-y")
+        want = next(r for r in rows if r["point"] == point and int(r["seed"]) == seed)["kl_target"]
+        assert float(target["y"]) == pytest.approx(float(want))
+        for name, f in forks.items():  # every fork's evaluated KL, exactly, in its fork point's panel
+            run = runs_dir / f"hmm-s{seed}-{'late' if f.base_recipe else point}-{name}"
+            got = [(float(r["x"]), float(r["y"])) for r in mine if r["kind"] == "point" and r["series"] == name]
+            assert got == [(float(s), ev["kl"]) for s, ev in sorted(eval_history(run).items())], name
+        assert any(r["series"] == "base" for r in mine if r["kind"] == "point")
     for name in ("forest.png", "scatter.png", "curves.png"):
         assert (root / name).stat().st_size > 10_000
+        assert not (root / name.replace(".png", ".csv")).exists()  # the figure's data file is its one CSV
     assert {r["comparison"] for r in read(root / "dose.csv")} == {c.name for c in p.comparisons} - {"longer"}
     sam = {r["test"] for r in read(root / "sam_controls.csv")}
     assert {"sam05 @ late: pos_lbfgs_n16", "sam05-half @ late: pos_lbfgs_n16", "half-batch @ late: pos_lbfgs_n16"} <= sam

@@ -1,161 +1,337 @@
-"""Readable figures (issue 10, item 13): log axes labelled over the data, error bars
-inside a quantity's range, losses in nats, a legend that covers no point and lists only
-styles in use. Each test inspects the matplotlib Figure the recipes save."""
+"""The package's plotting style (issue 27; before it issue 10, item 13): one test per kind
+of figure, each reading the figure back — its artists and its saved ``<stem>.data.csv`` —
+and checking the rules of ``experiments/plots.py`` (``helpers/figures.py``): no bars, axes
+and error bars inside a quantity's range, the KL on a log axis, every error bar labelled,
+the saved numbers equal to the drawn ones; and the kind's own promises (colour by size,
+marker by recipe, the MDE marked, the optimum marked, ...)."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
-from matplotlib.collections import LineCollection
+from helpers.figures import check_artists, check_data, check_figure, drawn_points, legend_texts
 
-from sameloss.experiments.plots import bars_plot, scatter_plot, series_plot
-
-
-def _kl_rows(values, err=0.08):
-    return [{"step": 8 + 4 * i, "kl": v, "kl_std": err, "trace_fisher": 20 + i, "trace_fisher_se": 1.0,
-             "probe_B": 0.05 + 0.01 * i, "probe_B_std": 0.12} for i, v in enumerate(values)]
-
-
-# the smoke run's steps figure: AdamW's KL above 1 nat, SGD's below
-STEPS_SERIES = {"AdamW": _kl_rows([1.47, 1.43, 1.39, 1.35, 1.30]), "SGD": _kl_rows([0.99, 0.97, 0.93, 0.97, 0.88])}
-STEPS_PANELS = [("kl", "KL to the true conditionals (nats)", 1.0, True),
-                ("trace_fisher", "trace of Hessian (Fisher)", 1.0, False),
-                ("probe_B", "probe accuracy task B (%)", 100.0, False)]
+from sameloss.errors import UserError
+from sameloss.experiments.plots import (
+    DPI, TAG, TRACE_FISHER, XY, Fit, Forest, Panel, Ref, curves_plot, dots_plot, error_labels, forest_plot,
+    is_sameloss_data, is_sameloss_figure, log_limits, majority_ref, parse_formats, save_figure, scatter_plot,
+    series_plot)
+from sameloss.experiments.report import Figure
 
 
-def _labelled_ticks(ax, which: str) -> list[float]:
-    """Positions of the ticks, major or minor, that show a non-empty label inside the limits."""
-    ax.figure.canvas.draw()
-    axis = ax.yaxis if which == "y" else ax.xaxis
-    lo, hi = sorted(ax.get_ylim() if which == "y" else ax.get_xlim())
-    out = []
-    for minor in (False, True):
-        for loc, label in zip(axis.get_ticklocs(minor=minor), axis.get_ticklabels(minor=minor)):
-            if label.get_text().strip() and lo <= loc <= hi:
-                out.append(float(loc))
-    return sorted(out)
+def _steps_rows(kls, probe=0.05, probe_std=0.12):
+    return [{"step": 1000 + 250 * i, "kl": v, "kl_std": 0.01, "trace_fisher": 20 - i, "trace_fisher_se": 0.5,
+             "probe_B": probe + 0.01 * i, "probe_B_std": probe_std, "B_majority": 0.3} for i, v in enumerate(kls)]
 
 
-def _error_bar_segments(ax):
-    return [seg for c in ax.collections if isinstance(c, LineCollection) for seg in c.get_segments()]
+STEPS = {"AdamW": _steps_rows([0.31, 0.2, 0.14, 0.12, 0.11]), "SGD": _steps_rows([0.9, 0.7, 0.5, 0.45, 0.4])}
+STEPS_PANELS = [Panel("kl", "exact KL to the true conditionals (nats)", refs=(Ref(0.15, "same-loss tolerance"),)),
+                Panel("trace_fisher", TRACE_FISHER),
+                Panel("probe_B", "probe accuracy, task B", refs=majority_ref(STEPS["AdamW"], "B"))]
 
 
-def _data_y(ax):
-    return [y for line in ax.get_lines() for y in line.get_ydata() if math.isfinite(y)]
+def _saved(fig, tmp_path, stem="fig", formats=("png",)):
+    saved = save_figure(fig, tmp_path, stem, formats)
+    return saved, check_figure(fig, tmp_path / saved.data)
 
 
-@pytest.mark.parametrize("values", [
-    [1.47, 1.43, 1.39, 1.35, 1.30, 0.99, 0.97, 0.93, 0.88],  # straddles 1: under a decade
-    [1.21, 1.22, 1.24, 1.26],                                 # a few percent: no 1-2-5 number inside
-    [0.0031, 0.02, 0.11, 0.48],                               # two decades
+# ---- log axes ------------------------------------------------------------------------------
+@pytest.mark.parametrize("lo, hi", [
+    (1.30, 1.47),     # within a decade
+    (0.88, 1.47),     # straddles 1
+    (1.21, 1.26),     # a few percent
+    (0.0031, 0.48),   # two decades
+    (0.011, 0.29),    # the sizes figure's case: the top KL point above the last labelled tick
+    (903, 106_000),   # parameter counts
 ])
-def test_log_kl_axis_is_labelled_over_the_data(values):
-    fig = series_plot({"runs": _kl_rows(values, err=0.01 * min(values))}, "step", STEPS_PANELS[:1], "t")
-    ax = fig.axes[0]
-    assert ax.get_yscale() == "log"
-    lo, hi = ax.get_ylim()
-    drawn = _data_y(ax) + [y for seg in _error_bar_segments(ax) for _, y in seg]
-    assert lo <= min(drawn) and max(drawn) <= hi
-    ticks = _labelled_ticks(ax, "y")
+def test_log_axis_ticks_bracket_the_data(lo, hi):
+    low, high, ticks = log_limits(lo, hi)
     assert len(ticks) >= 3
-    # no point is far (in log distance, relative to the axis's span) from a labelled tick
-    span = math.log10(hi / lo)
-    for v in values:
-        assert min(abs(math.log10(v / t)) for t in ticks) <= 0.35 * span, (v, ticks)
+    assert ticks[0] <= lo and ticks[-1] >= hi  # a labelled tick at or beyond each end of the data
+    assert low < ticks[0] and ticks[-1] < high
+    assert math.log10(hi / lo) >= 0.5 * math.log10(ticks[-1] / ticks[0]) or lo == hi  # the data fill the axis
+    span = math.log10(high / low)
+    assert min(math.log10(b / a) for a, b in zip(ticks, ticks[1:])) >= span / 7 * (1 - 1e-9)  # labels apart
 
 
-def test_steps_figure_labels_the_kl_points_above_one_nat():
-    """The reported case: AdamW's KL (1.3-1.5) sat above the top labelled tick (1)."""
-    ax = series_plot(STEPS_SERIES, "step", STEPS_PANELS, "t").axes[0]
-    ticks = _labelled_ticks(ax, "y")
-    assert any(t > 1.25 for t in ticks) and any(t < 1.0 for t in ticks)
-    assert all(ax.get_yaxis().get_major_formatter()(t, i) for i, t in enumerate(ticks))
+# ---- series -------------------------------------------------------------------------------
+def test_series_figure_keeps_the_rules(tmp_path):
+    fig = series_plot(STEPS, "step", STEPS_PANELS, "pcfg: past convergence",
+                      x_refs=(Ref(1500, "AdamW: KL ≤ 0.15 from step 1500", axis="x"),),
+                      errors=error_labels())
+    saved, rows = _saved(fig, tmp_path)
+    kl, trace, probe = fig.axes
+    assert kl.get_yscale() == "log"
+    # a probe's std (12 %) above its mean (5 %): the bar stops at 0 and ends in a triangle there
+    cuts = [line for line in probe.get_lines() if line.get_gid() == "cut"]
+    assert cuts and all(float(y) == 0.0 and line.get_marker() == "v" for line in cuts for y in line.get_ydata())
+    assert all(r["cut"] == "y_low" for r in rows if r["kind"] == "point" and r["panel"] == "2")
+    assert probe.get_ylim()[0] == 0.0 and probe.get_ylim()[1] <= 100
+    # steps are integers on their axis
+    kl.figure.canvas.draw()
+    assert all(float(t).is_integer() for t in kl.get_xticks())
+    # the caption's words for the bars come from the legend
+    assert "probe accuracy, task B: ± std over probe seeds" in legend_texts(fig)
+    assert "probe accuracy, task B: ± std over probe seeds" in saved.bars
+    assert "cut at the end" in saved.bars
+    # reference lines: the tolerance (horizontal, KL panel), the saturation step (every panel)
+    assert {(r["kind"], r["panel"]) for r in rows if r["series"] == "AdamW: KL ≤ 0.15 from step 1500"} == \
+        {("ref-x", "0"), ("ref-x", "1"), ("ref-x", "2")}
+    assert [r["y"] for r in rows if r["kind"] == "ref-y" and r["panel"] == "0"] == ["0.15"]
 
 
-def test_log_x_axis_of_parameter_counts_is_labelled():
-    rows = [{"parameters": 900, "kl": 1.4, "kl_std": 0.1}, {"parameters": 2950, "kl": 1.3, "kl_std": 0.1}]
-    ax = series_plot({"own": rows}, "parameters", [("kl", "KL (nats)", 1.0, True)], "t", logx=True).axes[0]
-    ticks = _labelled_ticks(ax, "x")
-    assert len(ticks) >= 2 and ticks[0] <= 1000 and ticks[-1] >= 2500
-    # labels do not collide: neighbours at least a tenth of the span apart (log)
-    lo, hi = ax.get_xlim()
-    assert min(math.log10(b / a) for a, b in zip(ticks, ticks[1:])) >= math.log10(hi / lo) / 10
-
-
-def test_probe_error_bars_stay_within_0_and_100_percent():
-    series_fig = series_plot(STEPS_SERIES, "step", STEPS_PANELS, "t")
-    ax = series_fig.axes[2]  # probe 5-9 % ± 12 %
-    ends = [y for seg in _error_bar_segments(ax) for _, y in seg]
-    assert ends and min(ends) == pytest.approx(0.0) and max(ends) <= 100
-    near_top = [{"loss": 2.0, "loss_std": 0.1, "probe_B": 0.97, "probe_B_std": 0.06, "kl": 0.1}]
-    scatter_fig = scatter_plot({"g": near_top + [dict(near_top[0], probe_B=0.02)]},
-                               [("loss", "pre-training loss", "probe_B%", "probe accuracy (%)")], "t")
-    ends = [y for seg in _error_bar_segments(scatter_fig.axes[0]) for _, y in seg]
-    assert min(ends) == pytest.approx(0.0) and max(ends) == pytest.approx(100.0)
-    bars = bars_plot([{"algorithm": "look-up table", "probe_B": 0.015, "probe_B_std": 0.02, "kl": 0.02,
-                       "kl_std": 0.05}], "algorithm", [("probe_B", "probe (%)", 100.0), ("kl", "KL (nats)", 1.0)], "t")
-    for ax in bars.axes:
-        xs = [x for seg in _error_bar_segments(ax) for x, _ in seg]
-        assert xs and min(xs) == pytest.approx(0.0)
-
-
-def test_loss_and_kl_axes_say_nats():
-    fig = scatter_plot({"g": [{"loss": 2.0, "probe_B": 0.9, "trace_fisher": 20.0, "kl": 0.1}]},
-                       [("loss", "pre-training loss", "probe_B%", "probe accuracy (%)"),
-                        ("loss", "pre-training loss", "trace_fisher", "trace of Hessian")], "t")
-    assert [ax.get_xlabel() for ax in fig.axes] == ["pre-training loss (nats)"] * 2
-    assert fig.axes[1].get_ylabel() == "trace of Hessian"
-    bars = bars_plot([{"a": "x", "kl": 0.1}], "a", [("kl", "KL", 1.0)], "t")
-    assert bars.axes[0].get_xlabel() == "KL (nats)"
-    series = series_plot(STEPS_SERIES, "step", STEPS_PANELS, "t")
-    assert series.axes[0].get_ylabel() == "KL to the true conditionals (nats)"  # not "(nats) (nats)"
-
-
-def _legends(fig):
-    return list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
-
-
-def _assert_legend_covers_no_axes(fig):
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
-    legends = _legends(fig)
-    assert legends
-    for legend in legends:
-        box = legend.get_window_extent(renderer)
-        for ax in fig.axes:
-            assert not box.overlaps(ax.get_window_extent(renderer)), "legend drawn over a panel"
+def test_a_series_drawn_in_some_panels_says_which():
+    own = _steps_rows([0.3, 0.2])
+    embedded = [{"step": r["step"], "trace_fisher": 10.0, "trace_fisher_se": 0.2} for r in own]
+    fig = series_plot({"model": own, "embedded": embedded}, "step", STEPS_PANELS, "t")
+    assert "model" in legend_texts(fig) and "embedded (panel b)" in legend_texts(fig)
+    check_artists(fig)
 
 
 def test_legends_cover_no_panel():
-    _assert_legend_covers_no_axes(series_plot(STEPS_SERIES, "step", STEPS_PANELS, "t"))
-    groups = {"AdamW": [{"loss": 2.5, "probe_B": 0.09, "kl": 0.1}], "SGD": [{"loss": 2.0, "probe_B": 0.1, "kl": 0.2}]}
-    _assert_legend_covers_no_axes(scatter_plot(groups, [("loss", "loss", "probe_B%", "probe (%)")], "t"))
+    fig = series_plot(STEPS, "step", STEPS_PANELS, "t", errors=error_labels())
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    assert fig.legends
+    for legend in fig.legends:
+        for ax in fig.axes:
+            assert not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
 
 
-def _legend_labels(fig) -> list[str]:
-    return [t.get_text() for legend in _legends(fig) for t in legend.get_texts()]
+# ---- scatter --------------------------------------------------------------------------------
+def _models():
+    """Figure 1's models: two sizes, three recipes, a run with several checkpoints."""
+    out = []
+    for i, kl in enumerate([0.4, 0.2, 0.12, 0.1]):
+        out.append({"run": "adamw", "group": "adamw", "step": 1000 + 500 * i, "parameters": 106_000, "kl": kl,
+                    "kl_std": 0.01, "trace_fisher": 30 - 4 * i, "trace_fisher_se": 1, "probe_B": 0.4 + 0.02 * i,
+                    "probe_B_std": 0.03})
+    out.append({"run": "sgd", "group": "sgd", "step": 2500, "parameters": 106_000, "kl": 0.3, "kl_std": 0.02,
+                "trace_fisher": 15, "trace_fisher_se": 1, "probe_B": 0.97, "probe_B_std": 0.06})
+    out.append({"run": "d16", "group": "size", "step": 2500, "parameters": 4_000, "kl": 0.13, "kl_std": 0.01,
+                "trace_fisher": 40, "trace_fisher_se": 2, "probe_B": 0.35, "probe_B_std": 0.02})
+    out.append({"run": "adv", "group": "adversarial", "step": 2500, "parameters": 106_000, "kl": 0.11,
+                "kl_std": 0.01, "trace_fisher": 45, "trace_fisher_se": 2, "probe_B": 0.3, "probe_B_std": 0.02})
+    return out
 
 
-def test_scatter_legend_lists_only_styles_in_use():
-    panels = [("loss", "pre-training loss", "probe_B%", "probe accuracy (%)")]
-    groups = {"AdamW": [{"loss": 2.5, "probe_B": 0.09, "kl": 0.1}, {"loss": 2.4, "probe_B": 0.1, "kl": 0.12}],
-              "SGD": [{"loss": 2.0, "probe_B": 0.1, "kl": 0.2}],
-              "never measured": [{"loss": None, "probe_B": 0.1, "kl": 0.1}]}
-    labels = ("KL ≤ 0.15 nats", "KL > 0.15 nats")
-    mixed = scatter_plot(groups, panels, "t", highlight=lambda r: r["kl"] <= 0.15, highlight_labels=labels)
-    assert _legend_labels(mixed) == ["AdamW", "SGD", "filled: KL ≤ 0.15 nats", "hollow: KL > 0.15 nats"]
-    all_filled = scatter_plot(groups, panels, "t", highlight=lambda r: True, highlight_labels=labels)
-    assert _legend_labels(all_filled) == ["AdamW", "SGD", "filled: KL ≤ 0.15 nats"]
-    all_hollow = scatter_plot(groups, panels, "t", highlight=lambda r: False, highlight_labels=labels)
-    assert _legend_labels(all_hollow) == ["AdamW", "SGD", "hollow: KL > 0.15 nats"]
-    # the hollow markers drawn are the ones the legend shows
-    faces = {line.get_markerfacecolor() for line in all_hollow.axes[0].get_lines()
-             if line.get_marker() not in ("None", "|", "_")}  # (not the error-bar caps)
-    assert faces == {"none"}
+RECIPE = {"adamw": "AdamW", "size": "AdamW", "sgd": "SGD", "adversarial": "adversarial"}
 
 
-def test_series_legend_skips_series_without_points():
-    series = dict(STEPS_SERIES, empty=[{"step": 1, "kl": None}])
-    fig = series_plot(series, "step", STEPS_PANELS, "t")
-    assert _legend_labels(fig) == ["AdamW", "SGD"]
+def test_scatter_figure_keeps_the_rules(tmp_path):
+    models = _models()
+    fig = scatter_plot(models, [XY("kl", "exact KL (nats; loss = 3.196 + KL)", "probe_B", "probe accuracy, task B",
+                                   refs=(Ref(0.15, "same-loss tolerance", axis="x"),)),
+                                XY("trace_fisher", TRACE_FISHER, "probe_B", "probe accuracy, task B", fit="ols")],
+                       "every model", colour_by="parameters", marker_by=lambda r: RECIPE[r["group"]],
+                       hollow=lambda r: r["kl"] > 0.15, hollow_label="KL > 0.15 nats", join_by=lambda r: r["run"],
+                       errors=error_labels())
+    _, rows = _saved(fig, tmp_path)
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log"  # the exact KL, not the loss
+    points = [line for line in ax.get_lines() if line.get_gid() == "point"]
+    # colour by model size: one colour per size, the same for every recipe of that size
+    colour = {}
+    for line in points:
+        for x in line.get_xdata():
+            size = next(m["parameters"] for m in models if m["kl"] == x)
+            colour.setdefault(size, set()).add(tuple(line.get_color()))
+    assert all(len(c) == 1 for c in colour.values()) and len({c.pop() for c in colour.values()}) == 2
+    # marker by recipe; hollow outside the tolerance
+    marker = {RECIPE[m["group"]]: line.get_marker() for line in points for m in models if m["kl"] in line.get_xdata()}
+    assert len(set(marker.values())) == 3
+    for line in points:
+        outside = all(x > 0.15 for x in line.get_xdata())
+        assert (line.get_markerfacecolor() == "white") == outside
+    texts = legend_texts(fig)
+    assert {"4000 parameters", "106k parameters", "AdamW", "SGD", "adversarial", "hollow: KL > 0.15 nats"} <= set(texts)
+    # a probe at 97 ± 6 %: the axis stops at 100 and the bar's top is cut there
+    assert ax.get_ylim()[1] <= 100
+    sgd = next(r for r in rows if r["kind"] == "point" and r["panel"] == "0" and r["x"] == "0.3")
+    assert float(sgd["y_high"]) == 100.0 and "y_high" in sgd["cut"].split()
+    # the fitted line is least squares over the panel's points
+    (fit,) = [r for r in rows if r["kind"] == "fit"]
+    slope, intercept = np.polyfit([m["trace_fisher"] for m in models], [100 * m["probe_B"] for m in models], 1)
+    x0, x1 = float(fit["x_low"]), float(fit["x_high"])
+    assert float(fit["y_low"]) == pytest.approx(intercept + slope * x0)
+    assert float(fit["y_high"]) == pytest.approx(intercept + slope * x1)
+    assert any(t.startswith("least squares: slope") for t in texts)
+
+
+def test_scatter_with_a_given_fit_and_no_size():
+    rows = [{"trace_fisher": t, "probe_B": a} for t, a in ((10, 0.5), (20, 0.45), (30, 0.41))]
+    fig = scatter_plot(rows, [XY("trace_fisher", TRACE_FISHER, "probe_B", "probe accuracy",
+                                 fit=Fit(-0.5, 55.0, "within-seed slope −0.5 [−0.7, −0.3]"))], "t", colour_by=None)
+    assert "within-seed slope −0.5 [−0.7, −0.3]" in legend_texts(fig)
+    (fit,) = [line for line in fig.axes[0].get_lines() if line.get_gid() == "fit"]
+    x, y = fit.get_xdata(), fit.get_ydata()
+    assert np.allclose(y, 55.0 - 0.5 * np.asarray(x))
+    check_artists(fig)
+
+
+# ---- dots -----------------------------------------------------------------------------------
+def _algorithms():
+    rows = [{"algorithm": name, "kl": kl, "kl_std": 0.01, "trace_fisher": tr, "trace_fisher_se": 0.4,
+             "probe_B": acc, "probe_B_std": std, "B_majority": 0.5}
+            for name, kl, tr, acc, std in (("AdamW", 0.09, 8.0, 0.975, 0.006),
+                                           ("adversarial (λ=0.05, task B)", 0.1, 19.3, 0.931, 0.01),
+                                           ("−dropout−WD+SAM (ρ=0.05)", 0.08, 12.0, 0.99, 0.02))]
+    rows.append({"algorithm": "look-up table", "kl": 0.0, "probe_B": 0.92, "probe_B_std": 0.004, "B_majority": 0.5})
+    return rows
+
+
+def test_dots_figure_keeps_the_rules(tmp_path):
+    """The algorithms figure: once bars from 87.5 % with an axis past 100 %, an invisible bar
+    for the look-up table's KL of 0 and "n/a" beside it."""
+    rows = _algorithms()
+    fig = dots_plot(rows, "algorithm", [Panel("kl", "exact KL to the true conditionals (nats)"),
+                                        Panel("trace_fisher", TRACE_FISHER),
+                                        Panel("probe_B", "probe accuracy, task B", refs=majority_ref(rows, "B"))],
+                    "algorithms", errors=error_labels(), missing={"trace_fisher": "no parameters: no trace"})
+    _, data = _saved(fig, tmp_path)
+    kl, trace, probe = fig.axes
+    assert kl.get_xscale() == "log"
+    assert [t.get_text() for t in kl.get_yticklabels()] == [r["algorithm"] for r in rows]
+    # the look-up table's KL of 0 is named at the log axis's start; its missing trace is said
+    assert any(t.get_text() == "◀ 0" for t in kl.texts)
+    assert any(t.get_text() == "no parameters: no trace" for t in trace.texts)
+    assert {(r["kind"], r["y"]) for r in data if r["kind"] in ("offaxis", "text")} == \
+        {("offaxis", "look-up table"), ("text", "look-up table")}
+    # the recipe's axis labels are wider than these narrow panels: broken into lines (check_figure:
+    # no two overlap), the data file keeps each whole
+    assert "\n" in kl.get_xlabel() and " ".join(kl.get_xlabel().split()) == "exact KL to the true conditionals (nats)"
+    assert [r["x_label"] for r in data if r["kind"] == "axes"][0] == "exact KL to the true conditionals (nats)"
+    # accuracies: an axis inside 0–100 % (99 ± 2 % is cut at 100), the majority class marked
+    assert 0 <= probe.get_xlim()[0] and probe.get_xlim()[1] <= 100
+    assert any(line.get_gid() == "cut" and line.get_marker() == ">" for line in probe.get_lines())
+    assert [r["x"] for r in data if r["kind"] == "ref-x" and r["panel"] == "2"] == ["50.0"]
+
+
+# ---- forest -----------------------------------------------------------------------------------
+def test_forest_figure_marks_zero_and_the_mde(tmp_path):
+    rows = [{"contrast": "SAM − noreg", "d": -0.2, "d_low": -0.38, "d_high": -0.01, "d_mde": 0.26},
+            {"contrast": "long − short", "d": 0.27, "d_low": 0.05, "d_high": 0.49, "d_mde": 0.31},
+            {"contrast": "no MDE", "d": 1.0, "d_low": 0.5, "d_high": 1.5}]
+    fig = forest_plot(rows, "contrast", [Forest("d", "paired difference (points)", "95 % t interval over 22 seeds")],
+                      "isoloss")
+    _, data = _saved(fig, tmp_path)
+    ax = fig.axes[0]
+    points = [r for r in data if r["kind"] == "point"]
+    assert [(float(r["x"]), float(r["x_low"]), float(r["x_high"])) for r in points] == \
+        [(r["d"], r["d_low"], r["d_high"]) for r in rows]
+    mde = sorted((r["y"], float(r["x"])) for r in data if r["kind"] == "mde")
+    assert mde == [("SAM − noreg", -0.26), ("SAM − noreg", 0.26), ("long − short", -0.31), ("long − short", 0.31)]
+    assert any(line.get_gid() == "mde" for line in ax.get_lines())
+    assert [r["x"] for r in data if r["kind"] == "ref-x"] == ["0.0"]
+    texts = legend_texts(fig)
+    assert "± MDE (80 % power)" in texts and "paired difference: 95 % t interval over 22 seeds" in texts
+
+
+# ---- training curves ----------------------------------------------------------------------------
+def _records(kls, corpus=False):
+    out = []
+    for i, kl in enumerate(kls):
+        step = 100 * (i + 1)
+        ev = ({"loss": 5 - kl, "loss_std": 0.1, "kl": None, "kl_std": None} if corpus else
+              {"loss": 1.15 + kl, "loss_std": 0.01, "kl": kl, "kl_std": kl / 10, "entropy": 1.15})
+        out.append({"step": step, "lr": 1e-3 * min(1, step / 200), "train_loss": 1.2 + kl, "eval": ev})
+    return out
+
+
+def test_curves_figure_keeps_the_rules(tmp_path):
+    runs = {"pcfg-adamw": _records([0.5, 0.2, 0.1]), "pcfg-sgd": _records([0.9, 0.6, 0.4]),
+            "corpus-adamw": _records([0.3, 0.2, 0.1], corpus=True)}
+    fig = curves_plot(runs, "curves", subsets={"pcfg-adamw": 5, "pcfg-sgd": 5})
+    _, data = _saved(fig, tmp_path)
+    train, kl, heldout, lr = fig.axes
+    assert [" ".join(ax.get_ylabel().split()) for ax in fig.axes] == [  # a label taller than its panel: 2 lines
+        "train loss (nats)", "exact KL to the true conditionals (nats)", "held-out cross-entropy (nats)", "learning rate"]
+    assert kl.get_yscale() == "log"
+    # the optimum, the entropy, dashed on the train loss
+    assert [(r["kind"], float(r["y"])) for r in data if r["panel"] == "0" and r["kind"].startswith("ref")] == \
+        [("ref-y", 1.15)]
+    texts = legend_texts(fig)
+    assert {"pcfg-adamw", "pcfg-sgd", "corpus-adamw", "optimum: entropy 1.1500 nats"} <= set(texts)
+    assert "exact KL to the true conditionals: ± std over 5 held-out subsets" in texts
+    # the KL panel holds the exact runs' evaluations, the held-out panel the corpus run's
+    assert drawn_points(kl) == sorted((100.0 * (i + 1), v) for v_list in ([0.5, 0.2, 0.1], [0.9, 0.6, 0.4])
+                                      for i, v in enumerate(v_list))
+    assert {r["series"] for r in data if r["kind"] == "point" and r["panel"] == "2"} == {"corpus-adamw"}
+
+
+# ---- writing --------------------------------------------------------------------------------------
+def test_save_figure_writes_each_format_tagged_with_its_data(tmp_path):
+    from PIL import Image
+
+    fig = series_plot(STEPS, "step", STEPS_PANELS, "t")
+    saved = save_figure(fig, tmp_path, "steps-pcfg", ("png", "pdf", "svg"))
+    assert saved.files == ("steps-pcfg.png", "steps-pcfg.pdf", "steps-pcfg.svg")
+    with Image.open(tmp_path / "steps-pcfg.png") as im:
+        assert round(im.info["dpi"][0]) == DPI == 200
+    assert (tmp_path / "steps-pcfg.pdf").read_bytes().startswith(b"%PDF")
+    assert b"<svg" in (tmp_path / "steps-pcfg.svg").read_bytes()
+    for name in saved.files:
+        assert is_sameloss_figure(tmp_path / name) and TAG.encode() in (tmp_path / name).read_bytes()
+    assert saved.data == "steps-pcfg.data.csv" and is_sameloss_data(tmp_path / saved.data)
+    check_data(tmp_path / saved.data)
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+    (tmp_path / "mine.png").write_bytes(b"\x89PNG not sameloss's")
+    assert not is_sameloss_figure(tmp_path / "mine.png") and not is_sameloss_data(tmp_path / "mine.png")
+
+
+def test_formats_are_parsed_or_refused():
+    assert parse_formats("png") == ("png",)
+    assert parse_formats("PDF, png,pdf") == ("pdf", "png")
+    for bad in ("gif", "png,jpg", ","):
+        with pytest.raises(ValueError, match="unknown figure format"):
+            parse_formats(bad)
+
+
+def test_a_report_figure_has_a_caption_in_parts():
+    fig = Figure("steps-pcfg.png", shows="pcfg: KL, trace and accuracy against step", bars="KL: ± std over 5 subsets",
+                 sample="10 checkpoints of 2 runs (seed 0)", claim="the trace falls after convergence (Fig. 4)",
+                 data="steps-pcfg.data.csv", other=("steps-pcfg.pdf",))
+    text = fig.markdown(3)
+    assert text.startswith("![pcfg](steps-pcfg.png)  \n**Figure 3.** pcfg: KL, trace and accuracy against step. ")
+    assert "Error bars: KL: ± std over 5 subsets. 10 checkpoints of 2 runs (seed 0). Tests: the trace falls" in text
+    assert "plotted numbers: [steps-pcfg.data.csv](steps-pcfg.data.csv); [PDF](steps-pcfg.pdf)" in text
+    assert "No error bars." in Figure("f.png", "s", "", "n", "c").caption()
+
+
+def test_study_figure_writes_the_formats_it_was_given(tmp_path):
+    from sameloss.experiments.core import Study
+
+    study = Study(tmp_path / "exp", progress=False, figure_formats=("svg", "png"))
+    figure = study.figure(series_plot(STEPS, "step", STEPS_PANELS, "t", errors=error_labels()), "steps-x",
+                          shows="s", sample="n", claim="c")
+    assert (figure.file, figure.other, figure.data) == ("steps-x.svg", ("steps-x.png",), "steps-x.data.csv")
+    assert "exact KL to the true conditionals: ± std over 5 held-out subsets" in figure.bars
+    assert {p.name for p in (tmp_path / "exp").iterdir()} >= {"steps-x.svg", "steps-x.png", "steps-x.data.csv"}
+
+
+def test_a_full_disk_while_saving_is_one_line(tmp_path, monkeypatch):
+    import errno
+
+    from sameloss import files
+
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(files, "atomic_write_bytes", full)
+    with pytest.raises(UserError, match=r"cannot write .*steps\.png: No space left on device"):
+        save_figure(series_plot(STEPS, "step", STEPS_PANELS, "t"), tmp_path, "steps")
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_curvature_options_quantities_are_named_and_bounded():
+    """Hutch++ (measure --trace hutchpp) has its own words for its bars, and a block's trace
+    of the Fisher (--trace-by block) is kept >= 0 on its axis like the whole trace."""
+    from sameloss.experiments.plots import describe_error, quantity
+    from sameloss.measures.run import MeasureSpec
+
+    errors = error_labels(MeasureSpec(traces=("hutchpp",), n_probes=30))
+    assert describe_error("trace_hutchpp", errors) == "± SE of Hutch++ (30 Hessian products)"
+    assert describe_error("trace_hutchpp_layer0", errors) == "± SE of Hutch++ (30 Hessian products)"
+    assert quantity("trace_fisher_layer0").lo == 0.0 and quantity("trace_hutchpp").lo == -math.inf

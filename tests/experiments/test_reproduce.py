@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers.figures import check_report_figures, read_data
+
 from sameloss.errors import UserError
 from sameloss.experiments import reproduce
 from sameloss.experiments.cli import add_reproduce_parser
@@ -120,8 +122,15 @@ def test_figure1_smoke_end_to_end(tmp_path):
     assert "Command: `sameloss reproduce figure1 --scale smoke`" in report
     figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report)
     assert {"steps-pcfg.png", "sizes-pcfg.png", "algorithms-pcfg.png", "figure1-pcfg.png"} <= set(figures)
-    for name in figures:
-        assert (root / name).stat().st_size > 1000
+    # every figure: its data file keeps the rules of plots.py, its caption says what the bars are
+    assert check_report_figures(root) == len(figures)
+    figure1_panels = [r for r in read_data(root / "figure1-pcfg.data.csv") if r["kind"] == "axes"]
+    assert [(a["x_quantity"], a["x_scale"], a["y_quantity"]) for a in figure1_panels] == [
+        ("kl", "log", "probe_B"), ("trace_fisher", "linear", "probe_B"), ("kl", "log", "trace_fisher")]
+    # the look-up table's KL of 0 is named at the start of the log axis, not drawn as an invisible bar
+    algorithms = read_data(root / "algorithms-pcfg.data.csv")
+    assert [(r["kind"], r["panel"], r["x"]) for r in algorithms if r["y"] == "look-up table" and r["panel"] == "0"] \
+        == [("offaxis", "0", "0.0")]
     claims = re.findall(r"\*\*Direction:\*\* ([^.]+)\.", report)
     assert len(claims) >= 10
     assert set(claims) <= {"agrees", "disagrees", "agrees in direction, but the interval includes 0",
@@ -184,6 +193,19 @@ def _drop_seconds(text: str) -> str:
         return text
     i = rows[0].index("measure_seconds")
     return "\n".join(",".join(r[:i] + r[i + 1:]) for r in rows)
+
+
+def test_steps_smoke_report_figures_keep_the_style(steps_smoke):
+    """The steps recipe on its own (the session's ``reproduce steps --scale smoke``): each
+    language's figure and its runs' training curves, every data file read back against the
+    rules of plots.py, every caption saying what its bars are."""
+    root = steps_smoke / "steps-smoke"
+    figures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", (root / "report.md").read_text())
+    assert {"steps-pcfg.png", "steps-pcfg-curves.png"} <= set(figures)
+    assert check_report_figures(root) == len(figures)
+    curves = read_data(root / "steps-pcfg-curves.data.csv")
+    assert [(a["y_quantity"], a["y_scale"]) for a in curves if a["kind"] == "axes"] == [
+        ("train_loss", "linear"), ("kl", "log"), ("lr", "linear")]
 
 
 def test_changed_config_of_a_finished_run_is_refused(tmp_path):

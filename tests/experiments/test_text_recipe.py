@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 
+from helpers.figures import check_report_figures
+
 from sameloss.cli import main
 from sameloss.experiments.recipes import text
 
@@ -13,8 +15,9 @@ def test_text_recipe_smoke_end_to_end(tmp_path, capsys):
     root = tmp_path / "text-smoke"
     report = (root / "report.md").read_text()
     assert "Real text: algorithms" in report and "no KL on real text" in report
+    assert check_report_figures(root) == 1  # text-algorithms.png: a dot per algorithm, never a bar
     # the pair task (label "pairs", GLUE format rte) is shown under its label, with numbers
-    table = report.split("**Real text: algorithms**")[1].split("###")[0]
+    table = report.split("**Real text: algorithms**")[1].split("###")[0].split("![")[0]  # (the figure follows)
     assert "fine-tune pairs (%)" in table and "–" not in table
     with open(root / "results.csv") as f:
         rows = {r["group"]: r for r in csv.DictReader(f)}

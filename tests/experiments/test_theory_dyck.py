@@ -9,6 +9,7 @@ import re
 
 import pytest
 from experiments.test_reproduce import check_tables, run_cli
+from helpers.figures import check_report_figures
 
 from sameloss.experiments.recipes import dyck, sizes, theory
 from sameloss.experiments.stats import AGREES, AGREES_WEAKLY, DISAGREES, DISAGREES_WEAKLY, UNDEFINED
@@ -27,8 +28,7 @@ def common_checks(root, headings, figures):
         assert heading in report, heading
     found = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report)
     assert set(figures) <= set(found)
-    for name in found:
-        assert (root / name).stat().st_size > 1000
+    assert check_report_figures(root) == len(found)
     claims = re.findall(r"\*\*Direction:\*\* ([^.]+)\.", report)
     assert claims and set(claims) <= VERDICTS
     assert check_tables(root) > 30

@@ -21,7 +21,7 @@ pytest.importorskip("tokenizers")
 from helpers.processes import ENV, error_lines, run_cli  # noqa: E402
 from sameloss import files  # noqa: E402
 from sameloss.cli import main  # noqa: E402
-from sameloss.textdata import toy_text  # noqa: E402
+from sameloss.data.toy import toy_text  # noqa: E402
 from sameloss.training.checkpoint import complete_checkpoints  # noqa: E402
 from sameloss.training.runio import load_checkpoint  # noqa: E402
 

@@ -18,7 +18,7 @@ from sameloss.hf.adapter import MISSING_LOGIT, load_hf_folder  # noqa: E402
 from sameloss.languages.text import Corpus, read_documents, train_tokenizer  # noqa: E402
 from sameloss.measures.curvature import sample_contexts, trace_fisher  # noqa: E402
 from sameloss.measures.run import MeasureSpec  # noqa: E402
-from sameloss.textdata import toy_text  # noqa: E402
+from sameloss.data.toy import toy_text  # noqa: E402
 from sameloss.training.config import PretrainConfig  # noqa: E402
 from sameloss.training.evaluate import HeldOutEvaluator  # noqa: E402
 

@@ -115,6 +115,10 @@ def test_posteriors_and_task_labels_match_brute_force(hmm, joint):
         assert tasks[f"task-{k}"].n_classes == S
         assert torch.equal(tasks[f"task-{k}"].label(batch), full[:, k - 1].argmax(dim=1))
         assert torch.equal(tasks[f"task-{k}-sampled"].label(batch), batch.latent[:, k - 1])
+        # the state's position and posterior: the span probe's view and the oracle's features
+        for name in (f"task-{k}", f"task-{k}-sampled"):
+            assert tasks[name].span == (k - 1, k)
+            assert (tasks[name].posterior(batch.tokens) - full[:, k - 1]).abs().max() < TOL
 
 
 def test_task_names():

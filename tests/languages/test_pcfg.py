@@ -11,7 +11,8 @@ import torch
 
 from helpers.pcfg_brute import RECURSIVE, conditional, enumerate_trees, string_probs
 from sameloss.errors import InputFileError, UserError
-from sameloss.languages.pcfg import PCFG
+from sameloss.languages.base import Batch
+from sameloss.languages.pcfg import HEADROOM_TASK, MIN_FIT, NOTE_FLOPS, PCFG
 from sameloss.languages.pcfg_grammar import Grammar, random_layered
 
 ANCHOR = Path(__file__).resolve().parents[3] / "shared" / "anchors" / "rule_deep_mlm.txt"
@@ -28,6 +29,7 @@ GRAMMARS = {
     "layered0": (lambda: layered(0), 4),
     "layered1": (lambda: layered(1), 4),
     "recursive": (lambda: Grammar.from_text(RECURSIVE), 5),
+    "headroom": (lambda: PCFG.preset("headroom").grammar, 4),  # the registered size itself
 }
 
 
@@ -183,6 +185,88 @@ def test_task_labels_match_enumeration(case):
             assert labels[name][i] == want or post[int(labels[name][i])] == pytest.approx(max(post), rel=1e-12)
 
 
+def _every_length(probs, per_length: int = 25) -> list[tuple[int, ...]]:
+    """The ``per_length`` most likely strings of every length (the longest included)."""
+    out = []
+    for length in sorted({len(s) for s in probs}):
+        out += sorted((s for s in probs if len(s) == length), key=lambda s: -probs[s])[:per_length]
+    return out
+
+
+def test_span_task_posteriors_match_enumeration(case):
+    """Every task's ``posterior`` against the explicit trees (float64), on strings of every
+    length: ``span-k`` (and the paper's tasks) P(symbol spans [0, k) | sentence) for every
+    k, the released A/B/C the normalised inside scores of the first k words read as a
+    string of their own (A: the start symbols over the whole sentence); each label is
+    its posterior's argmax, -1 where the posterior is zero."""
+    lang, by_string, probs = case
+    g = lang.grammar
+    strings = _every_length(probs)
+    assert max(map(len, strings)) == lang.max_len
+    tokens = _pad(lang, strings)
+    batch = type("B", (), {"tokens": tokens})
+    tasks = lang.tasks
+    assert [f"span-{k}" for k in range(1, lang.max_len)] == [n for n in tasks if n.startswith("span-")]
+    _, trees = enumerate_trees(g, lang.max_len)
+
+    def inside(a, string):
+        return sum(p for u, p, _ in trees(a, len(string)) if u == string)
+
+    def check(name, want_of):
+        post, labels = tasks[name].posterior(tokens), tasks[name].label(batch)
+        assert post.dtype == torch.float64 and post.shape[0] == len(strings)
+        for i, s in enumerate(strings):
+            want = want_of(s)
+            assert torch.allclose(post[i], torch.tensor(want, dtype=torch.float64), atol=TOL, rtol=0), (name, s)
+            if max(want) == 0:
+                assert labels[i] == -1
+            else:
+                assert want[int(labels[i])] == pytest.approx(max(want), rel=1e-12)
+
+    def span_posterior(k):
+        def want_of(s):
+            want = [0.0] * g.n_nonterminals
+            for p, constituents in by_string[s]:
+                for a_start, a_end, a in constituents:
+                    if a_start == 0 and a_end == k:
+                        want[a] += p / probs[s]
+            return want
+        return want_of
+
+    def normalised_inside(k, symbols):
+        def want_of(s):
+            if k is not None and len(s) < k:
+                return [0.0] * len(symbols)
+            scores = [inside(a, s if k is None else s[:k]) for a in symbols]
+            total = sum(scores)
+            return [x / total if total > 0 else 0.0 for x in scores]
+        return want_of
+
+    for k in range(1, lang.max_len):
+        assert tasks[f"span-{k}"].span == (0, k)
+        check(f"span-{k}", span_posterior(k))
+    for name, k in zip(("A-paper", "B-paper", "C-paper"), lang.paper_spans):
+        check(name, span_posterior(k))
+    everything = list(range(g.n_nonterminals))
+    for name, k, symbols in (("A", None, list(g.start_symbols)), ("B", 4, everything), ("C", 2, everything)):
+        assert tasks[name].span == (0, k)
+        check(name, normalised_inside(k, symbols))
+
+
+def test_prefix_posteriors_are_recomputed_for_changed_or_other_tokens(case):
+    lang, _, probs = case
+    strings = [s for s in probs if len(s) >= 2][:20]
+    tokens = _pad(lang, strings)
+    first = lang.prefix_posteriors(tokens)
+    assert lang.prefix_posteriors(tokens) is first  # the same tensor, unchanged: one pass
+    other = _pad(lang, strings[::-1])
+    tokens[0] = other[0]  # in place: the kept result no longer applies
+    assert torch.equal(lang.prefix_posteriors(tokens)[0], first[-1])
+    assert torch.equal(lang.prefix_posteriors(other), first.flip(0))  # another tensor
+    for k in range(1, lang.max_len + 1):
+        assert torch.equal(lang.span_posterior(tokens, k), lang.prefix_posteriors(tokens.clone())[:, k - 1])
+
+
 # ---- the released grammar --------------------------------------------------------------
 @pytest.mark.skipif(not ANCHOR.exists(), reason="shared/anchors not beside the checkout")
 def test_released_grammar_reads_as_is():
@@ -247,7 +331,7 @@ def test_bad_grammar_names_the_problem_and_line(name):
 def test_missing_file_and_unknown_preset_are_user_errors(tmp_path):
     with pytest.raises(UserError, match="grammar file not found"):
         PCFG.from_file(tmp_path / "nope.txt")
-    with pytest.raises(UserError, match="unknown PCFG size 'huge'; choose from micro, paper, tiny"):
+    with pytest.raises(UserError, match="unknown PCFG size 'huge'; choose from headroom, micro, paper, tiny"):
         PCFG.preset("huge")
 
 
@@ -261,3 +345,29 @@ def test_presets_have_the_documented_shapes():
     # every position's conditional is a distribution
     c = paper.conditionals(batch.tokens[:50], torch.zeros(50, 32, dtype=torch.bool), batch.tokens[:50] != paper.pad_id)
     assert torch.allclose(c.sum(dim=1), torch.ones(c.shape[0], dtype=torch.float64), atol=1e-12)
+
+
+def test_headroom_size_builds_and_its_span_task_labels_each_sentence_by_its_posterior(capsys):
+    lang = PCFG.preset("headroom")
+    assert (lang.n_words, lang.grammar.n_nonterminals, lang.max_len) == (6, 9, 4)
+    rep = lang.length_report
+    assert rep.regime == "subcritical" and rep.fit >= MIN_FIT and rep.shortest == 2
+    p = rep.length_probs[1:] / rep.length_probs[1:].sum()
+    cost = sum(float(p[t - 1]) * lang.parser.flops(t) for t in range(1, 5))
+    assert 0 < cost < NOTE_FLOPS and capsys.readouterr().err == ""  # cheap: no cost note
+    task = lang.tasks[HEADROOM_TASK]
+    assert task.span == (0, 1) and task.n_classes == lang.grammar.n_nonterminals
+    batch = lang.sample(600, torch.Generator().manual_seed(0))
+    labels = task.label(batch)
+    # a function of the sentence: alone or in a batch, and equal sentences, the same label
+    alone = torch.cat([task.label(Batch(batch.tokens[i:i + 1], batch.lengths[i:i + 1])) for i in range(30)])
+    assert torch.equal(alone, labels[:30])
+    seen: dict = {}
+    for row, y in zip(batch.tokens.tolist(), labels.tolist()):
+        assert seen.setdefault(tuple(row), y) == y
+    assert len(seen) < len(batch)  # the check above did compare repeated sentences
+    assert torch.equal(task.posterior(batch.tokens).argmax(dim=1), labels)  # every sentence labelled
+    counts = torch.bincount(labels, minlength=task.n_classes)
+    assert int((counts > 0).sum()) >= 4 and float(counts.max()) / len(labels) < 0.5
+    summary = lang.describe(n_sentences=300)
+    assert summary["max_len"] == 4 and summary["tasks"][HEADROOM_TASK]["kept_fraction"] == 1.0

@@ -15,7 +15,7 @@ from sameloss.languages import make_language
 from sameloss.languages.base import sample_mask
 from sameloss.languages.text import Corpus, pack, prepare_corpus, read_documents
 from sameloss.measures import curvature
-from sameloss.textdata import toy_text
+from sameloss.data.toy import toy_text
 from sameloss.training import PretrainConfig, load_checkpoint, pretrain
 from sameloss.training.checkpoint import complete_checkpoints
 from sameloss.training.data import global_batch

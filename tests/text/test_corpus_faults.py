@@ -16,7 +16,7 @@ from sameloss.cli import main
 from sameloss.errors import UserError
 from sameloss.languages import make_language
 from sameloss.languages.text import MAX_LEN, Corpus, prepare_corpus, read_documents
-from sameloss.textdata import toy_text
+from sameloss.data.toy import toy_text
 from helpers.datacli import error_line, leftovers, run_cli, start_cli, wait_for
 
 

@@ -13,7 +13,7 @@ from sameloss.errors import UserError
 from sameloss.languages.text import Corpus, prepare_corpus
 from sameloss.measures.finetune import finetune
 from sameloss.measures.glue import glue_task_data, read_glue_tsv
-from sameloss.textdata import toy_text
+from sameloss.data.toy import toy_text
 from sameloss.training import PretrainConfig, pretrain
 
 

@@ -14,7 +14,7 @@ from sameloss.training import runio
 
 PACKAGE = Path(sameloss.__file__).parent
 # a layer may import from the layers before it, never from those after it
-LAYERS = ["languages", "models", "training", "hf", "measures", "experiments"]
+LAYERS = ["data", "languages", "models", "training", "hf", "measures", "experiments"]
 
 
 def test_load_checkpoint_returns_everything_once_and_leaves_the_global_rng_alone(checkpoint, monkeypatch):

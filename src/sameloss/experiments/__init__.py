@@ -4,7 +4,8 @@
 measures their checkpoints (cached), and writes ``<out>/<experiment>-<scale>/``:
 ``report.md`` (what was run, tables with error bars, figures, and for each claim of the
 paper what this run measured and whether the direction agrees), ``results.csv`` (one
-row per model), ``runs.csv``, ``*.png`` and the run folders under ``runs/``.
+row per model), ``runs.csv``, the figures (``*.png``, 200 dpi, or PDF / SVG) each with
+``<figure>.data.csv`` (its plotted numbers) and the run folders under ``runs/``.
 
 Recipes: one module each in ``recipes/``, found from its file (``sameloss.registry``;
 plugins add more): ``steps`` (Fig. 2/4), ``sizes`` (Fig. 3/5), ``algorithms`` (Tables
@@ -36,7 +37,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .. import files, registry
+from .. import registry
 from ..errors import UserError
 
 SCALE_NAMES = ("smoke", "tiny", "small", "paper")
@@ -65,11 +66,12 @@ def main_job(experiment: str | None, scale: str | None) -> tuple[str, str]:
 def reproduce(experiment: str | None = None, scale: str | None = None, out: str | Path = "runs",
               seed: int = 0, fresh: bool = False, progress: bool = True, device: str | None = None,
               command: str | None = None, launch=None, seeds: list[int] | None = None,
-              tracker: str = "none") -> Path:
+              tracker: str = "none", formats: tuple[str, ...] = ("png",)) -> Path:
     """Run one recipe at one scale (``main_job``: the defaults); returns the path of
     ``report.md``. ``launch``: a ``launch.LaunchOptions`` (default: every unit in this
     process); ``seeds``: run only these seeds' units and write no report (returns the
-    experiment folder); ``tracker``: ``none``, ``tensorboard`` or ``wandb`` (``training.tracking``)."""
+    experiment folder); ``tracker``: ``none``, ``tensorboard`` or ``wandb`` (``training.tracking``);
+    ``formats``: of the figures (png, pdf, svg; the report embeds the first)."""
     from .core import experiment_dir_name
 
     experiment, scale = main_job(experiment, scale)
@@ -90,7 +92,7 @@ def reproduce(experiment: str | None = None, scale: str | None = None, out: str 
     launcher = _launcher(experiment, root, launch)  # a launcher that cannot run: one line, before any file
     # the Study holds the experiment folder's lock for the whole call (files.folder_lock);
     # its units hold their own folders' locks (core.execute_unit)
-    with _study(p, root, seed, fresh, progress, device, launcher, tracker) as study:
+    with _study(p, root, seed, fresh, progress, device, launcher, tracker, formats=formats) as study:
         study.log(f"reproduce {experiment} --scale {scale} (seed {seed}) in {root}")
         study.run_units(_units(recipe, study, p))
         result = recipe.report(study, p)
@@ -112,11 +114,11 @@ def _launcher(experiment: str, root: Path, launch):
 
 
 def _study(p, root: Path, seed: int, fresh: bool, progress: bool, device: str | None, launcher, tracker: str,
-           lock: bool = True):
+           lock: bool = True, formats: tuple[str, ...] = ("png",)):
     from .core import Study
 
     return Study(root, seed=seed, fresh=fresh, progress=progress, device=device or p.device, tracker=tracker,
-                 launcher=launcher, lock=lock)
+                 launcher=launcher, lock=lock, figure_formats=formats)
 
 
 def _units(recipe, study, p) -> list:

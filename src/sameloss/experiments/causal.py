@@ -10,7 +10,7 @@ outside the experiment folder, that path stays valid when an experiment folder i
 or moved (its runs are then reused or resumed, not refused for "another config").
 
 * the generator —
-  ``random``: a byte-level BPE trained on the toy text (``textdata.toy_text``, written
+  ``random``: a byte-level BPE trained on the toy text (``data.toy.toy_text``, written
   offline) and an *untrained* GPT-2-style model of ``generator_size`` with a fixed seed
   (``causal-lm train`` with 0 steps): no download, no training;
   ``train``: the same tokenizer and model trained for ``train_steps`` on that text
@@ -92,9 +92,9 @@ CAUSAL = {
 
 def prepare_causal(study, c: CausalScale) -> tuple[CausalScale, dict[str, str]]:
     """The scale with its generator path, and ``{task label: glue:sst2=DIR}``."""
-    from ..textdata import toy_text
+    from ..data.toy import toy_text
 
-    from ..textdata import default_cache
+    from ..data.fetch import default_cache
 
     fields = {k: v for k, v in asdict(c).items() if k != "generator_path"}
     tag = hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]

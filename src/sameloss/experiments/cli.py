@@ -1,8 +1,9 @@
-"""``sameloss reproduce``: the command-line entry of the recipes.
+"""``sameloss reproduce`` (the command-line entry of the recipes) and ``sameloss plot``
+(training curves of runs).
 
-Hooked into ``sameloss.cli.build_parser`` by ``add_reproduce_parser(commands)``; the
-handler ``_reproduce(args)`` raises ``UserError`` for mistakes a user can make (the CLI
-turns them into one line and exit code 2).
+Hooked into ``sameloss.cli.build_parser`` by ``add_reproduce_parser(commands)`` and
+``add_plot_parser(commands)``; the handlers raise ``UserError`` for mistakes a user can
+make (the CLI turns them into one line and exit code 2).
 """
 
 from __future__ import annotations
@@ -67,12 +68,26 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
     reproduce.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
                            help="where to train and measure (default: the preset's; auto = CUDA when present)")
     reproduce.add_argument("--no-progress", action="store_true", help="no progress bars")
+    reproduce.add_argument("--format", dest="formats", type=_formats, default=("png",), metavar="FMT[,FMT]",
+                           help="figure formats: png (200 dpi, the default), pdf, svg (vector, for papers), or "
+                                "several, e.g. png,pdf; the report embeds the first. Each figure also gets "
+                                "<figure>.data.csv with exactly its plotted numbers")
     add_threads_argument(reproduce)
     from ..training.tracking import add_tracker_argument
     add_tracker_argument(reproduce)
     _add_launch_arguments(reproduce)
     reproduce.set_defaults(run=_reproduce)
     return reproduce
+
+
+def _formats(text: str) -> tuple[str, ...]:
+    """An argparse type: ``png`` / ``png,pdf`` (a bad format is a one-line usage error)."""
+    from .report import parse_formats  # (not plots: it imports torch, before the threads are checked)
+
+    try:
+        return parse_formats(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 _positive = int_at_least(1)
@@ -155,5 +170,33 @@ def _reproduce(args) -> None:
     launch = _launch_options(args, _given(args))
     path = reproduce(experiment, scale, out=args.out, seed=args.seed, fresh=args.fresh,
                      progress=not args.no_progress, device=args.device, command=command, launch=launch,
-                     seeds=args.seeds, tracker=args.tracker)
+                     seeds=args.seeds, tracker=args.tracker, formats=args.formats)
     print(path)
+
+
+def add_plot_parser(commands) -> argparse.ArgumentParser:
+    """Add ``plot`` (training curves of runs) to the ``sameloss`` sub-command parsers."""
+    from .curves import DEFAULT_OUT
+
+    plot = commands.add_parser(
+        "plot", help="training curves of runs: train loss, exact KL (or held-out loss), learning rate",
+        description="Draw the training curves of one or more pre-training runs from their metrics.jsonl: train "
+                    "loss (with the optimum, the entropy of the true conditionals, dashed), the exact KL to the "
+                    "true conditionals on a log axis ± std over the held-out subsets (a corpus run: the held-out "
+                    "cross-entropy) and the learning rate, against step; one line per run, labelled by its folder's "
+                    "name. Writes the figure and FILE.data.csv (the plotted numbers) beside it; an existing file is "
+                    "replaced only when sameloss wrote it.")
+    plot.add_argument("runs", nargs="+", metavar="RUN", help="run folders (runs/NAME, as sameloss pretrain writes them)")
+    plot.add_argument("--out", default=None, metavar="FILE",
+                      help=f"the figure (default {DEFAULT_OUT}.png in the current folder); FILE.pdf / FILE.svg "
+                           "choose the format, a FILE without one of those suffixes gets --format's")
+    plot.add_argument("--format", dest="formats", type=_formats, default=None, metavar="FMT[,FMT]",
+                      help="png (200 dpi, the default), pdf, svg, or several: png,pdf")
+    plot.set_defaults(run=_plot)
+    return plot
+
+
+def _plot(args) -> None:
+    from .curves import plot_runs
+
+    plot_runs(args.runs, args.out, args.formats)

@@ -19,7 +19,8 @@ An experiment lives in one folder, ``<out>/<experiment>-<scale>[-seed<N>]/``:
   ``files.update_lock``) after each measurement;
 * ``seeds/seed<N>/`` — a recipe's per-seed studies (``Study.seed_units``), each laid out
   as this one;
-* ``results.csv``, ``report.md``, ``*.png`` — written by ``report.py``;
+* ``results.csv``, ``report.md`` — written by ``report.py``; figures (``<stem>.png``, or
+  ``.pdf`` / ``.svg``) and ``<stem>.data.csv`` beside each — by ``Study.figure``;
 * ``submitit/`` — the launchers' files (pickled units, worker logs), ``launch.py``.
 
 Re-running reuses: a run with ``summary.json`` and the same config is not trained again; a
@@ -54,10 +55,11 @@ from .. import files
 from ..errors import UserError
 from ..files import atomic_write_json
 from . import folder as experiment_folder
-from ..training.checkpoint import checkpoint_dir, complete_checkpoints
+from ..training.checkpoint import checkpoint_dir
 from ..training.config import PretrainConfig
-from ..training.loop import RESUMABLE_CHANGES, pretrain
-from ..training.runio import read_config_dict, read_summary
+from ..training import runfolder
+from ..training.loop import pretrain
+from ..training.runio import read_summary
 from ..training.tracking import check_tracker, log_measured
 
 MEASUREMENTS = experiment_folder.MEASUREMENTS
@@ -124,13 +126,6 @@ class RunInfo:
     status: str  # trained | resumed | extended | reused
     seconds: float
     summary: dict = field(default_factory=dict)
-
-
-def config_differences(saved: dict, wanted: dict) -> list[str]:
-    """Dotted keys whose values differ (``saved`` as ``runio.read_config_dict`` returns it:
-    a key missing from the TOML already holds its default)."""
-    a, b = configlib.flatten(saved), configlib.flatten(wanted)
-    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
 def _fingerprint(obj) -> str:
@@ -253,8 +248,10 @@ class Study:
     (``training.tracking``); ``launcher``: where units run (``launch.py``; default here)."""
 
     def __init__(self, root: str | Path, *, seed: int = 0, fresh: bool = False, progress: bool = True,
-                 device: str = "auto", log=None, tracker: str = "none", launcher=None, lock: bool = True):
+                 device: str = "auto", log=None, tracker: str = "none", launcher=None, lock: bool = True,
+                 figure_formats: tuple[str, ...] = ("png",)):
         self._bar = None
+        self.figure_formats = figure_formats  # of the figures (``figure``); a report embeds the first
         self.root = Path(root)
         self.seed = seed
         # the folder's lock, held until close() (or, for a Study nobody closes, until it is
@@ -314,6 +311,17 @@ class Study:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def figure(self, fig, stem: str, *, shows: str, sample: str, claim: str):
+        """Write a figure of ``plots.py`` as ``<stem>.<format>`` (each of ``figure_formats``)
+        and ``<stem>.data.csv`` (its plotted numbers) in the experiment folder; returns the
+        report's ``Figure``, its caption's error bars taken from the figure's legend."""
+        from .plots import save_figure
+        from .report import Figure
+
+        saved = save_figure(fig, self.root, stem, self.figure_formats)
+        return Figure(saved.files[0], shows=shows, bars=saved.bars, sample=sample, claim=claim, data=saved.data,
+                      other=saved.files[1:])
+
     def log(self, msg: str) -> None:
         if self._bar is not None:
             self._bar.write(msg, file=sys.stderr)
@@ -357,48 +365,21 @@ class Study:
         if self.device != "auto" and cfg.device != self.device:
             cfg = dataclasses.replace(cfg, device=self.device)
         run_dir = self.runs_dir / spec.name
-        if (run_dir.exists() or run_dir.is_symlink()) and not files.is_empty_dir(run_dir) \
-                and not files.is_run_dir(run_dir):
-            raise UserError(f"{run_dir} is not a sameloss run folder (no {files.RUN_MARKER} marker); reproduce "
-                            "never writes into or deletes it: move it away or pass another --out")
         start = time.perf_counter()
-        summary_path = run_dir / "summary.json"
-        wanted = configlib.to_dict(cfg)
-        if summary_path.exists():
-            diff = config_differences(read_config_dict(run_dir / "config.toml"), wanted)
-            if not diff:
-                status = "reused"
-            elif set(diff) <= RESUMABLE_CHANGES:
-                self.log(f"run {spec.name}: continuing to {cfg.steps} steps ({', '.join(diff)} changed)")
-                self._pretrain(cfg, run_dir, resume=True)
-                status = "extended"
-            else:
-                raise UserError(f"{run_dir} holds a finished run with another config ({', '.join(diff[:3])} "
-                                "differ); pass --fresh to redo the experiment or remove that folder")
-        elif complete_checkpoints(run_dir):
-            self.log(f"run {spec.name}: resuming an interrupted run")
-            self._pretrain(cfg, run_dir, resume=True)
-            status = "resumed"
-        else:
-            if run_dir.exists() and not files.is_empty_dir(run_dir):
-                shutil.rmtree(run_dir)  # a run started but no complete checkpoint: nothing to keep
-            self.log(f"run {spec.name}: training {cfg.steps} steps")
-            self._pretrain(cfg, run_dir, resume=False)
-            status = "trained"
+        # runfolder.plan decides (reuse, extend, resume, train or refuse) under the run's lock,
+        # and pretrain carries that decision out under the same lock
+        with files.folder_lock(run_dir, "run"):
+            plan = runfolder.plan(run_dir, cfg, "auto", fresh_hint="pass --fresh to redo the experiment")
+            if plan.action != "reuse":
+                self.log(plan.message)
+                pretrain(cfg, run_dir, progress=self.progress, plan=plan, tracker=self.tracker)
+            status = plan.status
         seconds = time.perf_counter() - start
         self.timings["train"] += seconds
         summary = read_summary(run_dir) or {}
         info = RunInfo(spec, cfg, run_dir, status, seconds, summary)
         self.runs[spec.name] = info
         return info
-
-    def _pretrain(self, cfg: PretrainConfig, run_dir: Path, resume: bool) -> None:
-        try:
-            pretrain(cfg, run_dir, resume=resume, progress=self.progress, tracker=self.tracker)
-        except UserError as exc:
-            if resume and "cannot resume" in str(exc):
-                raise UserError(f"{exc}; pass --fresh to redo the experiment") from None
-            raise
 
     def checkpoints(self, info: RunInfo, steps: tuple[int, ...] = ()) -> list[Path]:
         """The checkpoints at ``steps`` of a trained run (empty: the last one)."""

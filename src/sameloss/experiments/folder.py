@@ -22,10 +22,11 @@ CSV tables; ``record_output`` adds them as they are written). What sameloss owns
 Anything else is a user's. ``--fresh`` deletes a folder only when it holds nothing of a
 user's, and never deletes a folder without sameloss's marker — except a folder made
 before the marker existed whose every entry is one sameloss writes (``legacy_outputs``:
-the fixed files and the figures and tables its ``report.md`` names); such a folder is
-then adopted (marked) by ``reproduce`` too. A folder holding anything of a user's is
-refused by ``--fresh`` with one line naming the entry, and an unmarked one is refused by
-``reproduce`` altogether (it may be a user's folder that happens to have the name).
+the fixed files and the figures, their data files and the tables its ``report.md``
+names); such a folder is then adopted (marked) by ``reproduce`` too. A folder holding
+anything of a user's is refused by ``--fresh`` with one line naming the entry, and an
+unmarked one is refused by ``reproduce`` altogether (it may be a user's folder that
+happens to have the name).
 """
 
 from __future__ import annotations
@@ -77,17 +78,26 @@ def record_output(path: Path) -> None:
 
 
 _REFERENCE = re.compile(r"!\[[^\]]*\]\(([^)/\s]+)\)|source=([^\s/]+)")
+_LINK = re.compile(r"\]\(([^)/\s]+)\)")
+# what a figure's caption links beside the image (``report.Figure``): its plotted numbers
+# and the same figure in the other formats (``plots.FORMATS``)
+_FIGURE_COMPANIONS = (".data.csv", ".png", ".pdf", ".svg")
 
 
 def legacy_outputs(root: Path) -> set[str]:
-    """The files a ``report.md`` of ``root`` names and that exist (its figures and its
-    tables' source files): sameloss's in a folder made before the marker existed."""
+    """The files a ``report.md`` of ``root`` names and that exist (its figures, their
+    captions' data files and other formats — only those named after a figure it embeds —
+    and its tables' source files): sameloss's in a folder made before the marker existed."""
     root = Path(root)
     try:
         text = (root / "report.md").read_text(encoding="utf-8", errors="replace")
     except OSError:
         return set()
-    return {name for name in (a or b for a, b in _REFERENCE.findall(text)) if (root / name).is_file()}
+    named = {a or b for a, b in _REFERENCE.findall(text)}
+    stems = {Path(a).stem for a, _ in _REFERENCE.findall(text) if a}
+    named |= {link for link in _LINK.findall(text)
+              if any(link == stem + suffix for stem in stems for suffix in _FIGURE_COMPANIONS)}
+    return {name for name in named if (root / name).is_file()}
 
 
 def _is_temporary_of(name: str, owned: set[str]) -> bool:

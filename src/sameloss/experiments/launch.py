@@ -239,20 +239,47 @@ def _stop(job) -> None:
     """Stop a local worker at once: its controller process and the task under it. SIGKILL:
     a submitit task ignores SIGTERM (it waits for Slurm's USR2), and a process started in
     the background ignores SIGINT. Safe: checkpoints and rows are written atomically, and
-    the kernel releases the worker's locks."""
+    the kernel releases the worker's locks.
+
+    The tree is frozen first (SIGSTOP, parents before children), so a process that was
+    starting its child while we looked cannot leave that child behind; then every process
+    in it is killed, and we wait until each has exited."""
     pid = int(job.job_id)  # a local job's id is its controller's pid
-    for p in [*_descendants(pid), pid]:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    tree: list[int] = []
+    frontier = [pid]
+    while frontier:
+        for p in frontier:
+            _signal(p, signal.SIGSTOP)
+        tree += frontier
+        frontier = [c for p in frontier for c in _children(p) if c not in tree]
+    for p in tree:
+        _signal(p, signal.SIGKILL)
     process = getattr(job, "_process", None)
     if process is not None:
         process.wait()
+    deadline = time.monotonic() + 60  # a guard against a process stuck in the kernel, not a timing
+    for p in tree:  # reaped by their parent or by init: gone once /proc says so (or a zombie)
+        while _alive(p) and time.monotonic() < deadline:
+            time.sleep(0.01)
 
 
-def _descendants(pid: int) -> list[int]:
-    """The processes under ``pid``, deepest first (Linux ``/proc``; none found elsewhere)."""
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (Linux ``/proc``; none found elsewhere)."""
     out = []
     try:
         tasks = list(Path(f"/proc/{pid}/task").iterdir())
@@ -260,11 +287,9 @@ def _descendants(pid: int) -> list[int]:
         return out
     for task in tasks:
         try:
-            children = [int(c) for c in (task / "children").read_text().split()]
+            out += [int(c) for c in (task / "children").read_text().split()]
         except OSError:
             continue
-        for child in children:
-            out += [*_descendants(child), child]
     return out
 
 

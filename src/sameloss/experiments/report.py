@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import itertools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,26 +126,78 @@ class Claim:
         return f"- **Paper:** {self.paper}  \n  **This run:** {self.measured} **Direction:** {self.verdict}."
 
 
+FORMATS = ("png", "pdf", "svg")  # of a figure (``plots.save_figure``; ``--format``)
+
+
+def parse_formats(text: str) -> tuple[str, ...]:
+    """``"png"`` / ``"png,pdf"`` → the formats, in order (``ValueError`` naming a bad one)."""
+    out = tuple(dict.fromkeys(f.strip().lower().lstrip(".") for f in text.split(",") if f.strip()))
+    bad = [f for f in out if f not in FORMATS]
+    if bad or not out:
+        raise ValueError(f"unknown figure format {(bad or [text])[0]!r}; choose from {', '.join(FORMATS)} "
+                         "(several: png,pdf)")
+    return out
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A figure of a report and its caption, in the parts a reader needs: what is plotted,
+    what the error bars are, how many models / runs / seeds, and which claim of the paper it
+    tests. ``Study.figure`` writes the files and fills ``bars`` (from the plot's legend),
+    ``data`` (the CSV of the plotted numbers) and ``other`` (the other formats)."""
+
+    file: str  # the image the report embeds (a file in the experiment folder)
+    shows: str  # what is plotted: panels, axes, what a marker / line is
+    bars: str  # what the error bars are ("" when none are drawn)
+    sample: str  # how many models, runs, checkpoints, seeds
+    claim: str  # the claim of the paper the figure tests
+    data: str = ""  # the CSV beside it with exactly the plotted numbers
+    other: tuple[str, ...] = ()  # the same figure in other formats (PDF, SVG)
+
+    def caption(self) -> str:
+        parts = [_sentence(self.shows), f"Error bars: {_sentence(self.bars)}" if self.bars else
+                 "No error bars.", _sentence(self.sample), f"Tests: {_sentence(self.claim)}"]
+        return " ".join(p for p in parts if p)
+
+    def markdown(self, number: int | None = None) -> str:
+        label = f"Figure {number}." if number is not None else "Figure."
+        links = [f"plotted numbers: [{self.data}]({self.data})"] if self.data else []
+        links += [f"[{Path(o).suffix[1:].upper()}]({o})" for o in self.other]
+        tail = f" ({'; '.join(links)})" if links else ""
+        alt = self.shows.split(":")[0].replace("[", "(").replace("]", ")")  # the caption follows
+        return f"![{alt}]({self.file})  \n**{label}** {self.caption()}{tail}"
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text if not text or text.endswith((".", "?", "!")) else text + "."
+
+
 @dataclass
 class Section:
     title: str
     text: list[str] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
-    figures: list[tuple[str, str]] = field(default_factory=list)  # (file name, caption)
+    figures: list[Figure | tuple[str, str]] = field(default_factory=list)  # a plugin's may be (file, caption)
     claims: list[Claim] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     rows: list[dict] = field(default_factory=list)  # model rows for results.csv
     files: dict[str, list[dict]] = field(default_factory=dict)  # other CSV files: name -> rows
     runs: list = field(default_factory=list)  # core.RunInfo of the runs used
 
-    def markdown(self, level: int = 2) -> str:
+    def markdown(self, level: int = 2, numbers=None) -> str:
+        """The section; ``numbers`` (an iterator of integers) numbers its figures."""
         h = "#" * level
         parts = [f"{h} {self.title}"]
         parts += self.text
         for t in self.tables:
             parts.append(t.markdown())
-        for name, caption in self.figures:
-            parts.append(f"![{caption}]({name})  \n*{caption}*")
+        for figure in self.figures:
+            if isinstance(figure, Figure):
+                parts.append(figure.markdown(next(numbers) if numbers is not None else None))
+            else:
+                name, caption = figure
+                parts.append(f"![{caption}]({name})  \n*{caption}*")
         if self.claims:
             parts.append(f"{h}# Claims of the paper, checked\n\n" + "\n".join(c.markdown() for c in self.claims))
         if self.notes:
@@ -212,7 +265,8 @@ def write_report(root: Path, title: str, header: list[str], sections: list[Secti
     for s in sections:
         for name, file_rows in s.files.items():
             write_csv(file_rows, root / name)
-    text = "\n\n".join([f"# {title}", *header, *(s.markdown() for s in sections)]) + "\n"
+    numbers = itertools.count(1)  # figures numbered through the report
+    text = "\n\n".join([f"# {title}", *header, *(s.markdown(numbers=numbers) for s in sections)]) + "\n"
     path = root / "report.md"
     with _output(path):
         atomic_write_text(path, text)

@@ -65,6 +65,14 @@ class Task:
     leaves out (for example a span that cannot be a constituent). ``sample`` draws the
     task's input distribution when it differs from the pre-training one (Dyck); by
     default the language's own sampler is used.
+
+    Where the label is about a latent at fixed positions (an HMM's k-th hidden state, the
+    PCFG symbol over the first k words), ``span = (start, end)`` gives them (0-based,
+    ``end`` exclusive; ``end=None``: to the end of each sentence) and ``posterior(tokens)``
+    the exact float64 ``[n, K]`` vector the label is the argmax of (the hidden state's
+    posterior, the span symbol's posterior given the sentence): where a span probe reads a
+    model (``measures.headroom.span_view``) and what the oracle reads. ``None``: the task
+    has none.
     """
 
     name: str
@@ -72,6 +80,8 @@ class Task:
     label: Callable[[Batch], torch.Tensor]
     description: str = ""
     sample: Callable[[int, torch.Generator | None], Batch] | None = field(default=None)
+    span: tuple[int, int | None] | None = None
+    posterior: Callable[[torch.Tensor], torch.Tensor] | None = field(default=None)
 
 
 def ratio_estimate(numerators: torch.Tensor, denominators: torch.Tensor) -> Estimate:

@@ -340,13 +340,20 @@ class HMM(Language):
         """
         out: dict[str, Task] = {}
         for k in self.task_positions:
+            # both are about the state at position k; its posterior is the oracle's representation
+            about = dict(span=(k - 1, k), posterior=self._state_posterior(k))
             out[f"task-{k}"] = Task(
                 name=f"task-{k}", n_classes=self.n_states, label=self._posterior_label(k),
-                description=f"posterior mode of hidden state {k} (1-based) given the sentence")
+                description=f"posterior mode of hidden state {k} (1-based) given the sentence", **about)
             out[f"task-{k}-sampled"] = Task(
                 name=f"task-{k}-sampled", n_classes=self.n_states, label=self._sampled_label(k),
-                description=f"sampled hidden state {k} (1-based), from the batch's latent states")
+                description=f"sampled hidden state {k} (1-based), from the batch's latent states", **about)
         return out
+
+    def _state_posterior(self, k: int):
+        def posterior(tokens: torch.Tensor) -> torch.Tensor:
+            return self.posteriors(tokens)[:, k - 1]
+        return posterior
 
     def _posterior_label(self, k: int):
         def label(batch: Batch) -> torch.Tensor:

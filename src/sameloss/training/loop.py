@@ -39,7 +39,7 @@ from ..errors import UserError
 from ..progress import progress_bar
 from . import checkpoint as ckpt
 from . import distributed as dist
-from . import runio
+from . import runfolder, runio
 from .adversarial import AdversarialObjective
 from .config import PretrainConfig
 from .data import global_batch
@@ -48,11 +48,6 @@ from .fork import init_from_checkpoint
 from .optim import build_optimizer
 from .sam import SAM
 from .tracking import Tracker, check_tracker, open_tracker, record_scalars
-
-# Config keys that may differ when a run is resumed (they do not change the trajectory).
-RESUMABLE_CHANGES = {"steps", "checkpoints", "checkpoints_log", "save_every", "log_every", "device",
-                     "eval.every", "eval.at_checkpoints"}
-
 
 class TrainingDiverged(UserError):
     """The loss became NaN or infinite."""
@@ -66,55 +61,46 @@ def mlm_loss(model, batch, n_targets_global: int, world_size: int) -> tuple[torc
     return summed * (world_size / n_targets_global), summed.detach()
 
 
-def check_resumable(saved: dict, current: dict) -> None:
-    """``UserError`` naming the first config key whose change would alter the trajectory."""
-    a, b = configlib.flatten(saved), configlib.flatten(current)
-    # the number of steps shapes the schedule when warm-up or decay depend on it
-    schedule_uses_steps = (b.get("optim.warmup_fraction") is not None or b.get("optim.decay_steps", 0) > 0
-                           or b.get("optim.final_steps", 0) > 0)
-    for key in sorted(set(a) | set(b)):
-        if key in RESUMABLE_CHANGES and not (key == "steps" and schedule_uses_steps):
-            continue
-        va, vb = a.get(key), b.get(key)
-        if va != vb:
-            raise UserError(f"cannot resume: config key {key!r} was {va!r} and is now {vb!r}")
-
-
 def _warn(message: str) -> None:
     print(f"sameloss: warning: {message}", file=sys.stderr, flush=True)
 
 
 def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, progress: bool = True,
-             stop_after: int | None = None, fresh: bool = False, tracker: str = "none") -> dict:
+             stop_after: int | None = None, fresh: bool = False, plan: runfolder.Plan | None = None,
+             tracker: str = "none") -> dict:
     """Train; returns the final exact evaluation. ``stop_after`` ends the call early
     (as if killed right after that step's checkpoint) — used to test resuming.
     ``tracker``: ``none``, ``tensorboard`` or ``wandb`` (``tracking``; not part of the
     config: it never changes the trajectory).
 
-    ``resume``: continue from the newest checkpoint that loads (damaged newer ones are
-    skipped with a warning on stderr); a finished run is left untouched and its final
-    evaluation returned. ``fresh``: replace an existing run folder — only one that
-    ``files.is_run_dir`` recognises, and only once everything else is built. A new run's
-    folder is created after the language, model and evaluator are built, and removed
-    again if this call fails before its first checkpoint.
+    What to do with the folder is ``runfolder.plan``'s decision — ``plan`` if the caller
+    made it under this run's lock, else made here from ``resume`` / ``fresh``: ``resume``
+    continues from the newest checkpoint that loads (damaged newer ones are skipped with a
+    warning on stderr), and a finished run is left untouched and its final evaluation
+    returned; ``fresh`` replaces a run folder — only one that ``files.is_run_dir``
+    recognises, and only once everything else is built; neither refuses an existing run.
+    A new run's folder is created after the language, model and evaluator are built, and
+    removed again if this call fails before its first checkpoint.
 
     The run folder's lock (``files.folder_lock``, rank 0 only under DDP) is held for the
     whole call: a second process on the same run gets one line naming the holder."""
+    if resume and fresh:
+        raise ValueError("resume and fresh contradict each other")
     run_dir = Path(run_dir)
     check_tracker(tracker)  # an unknown tracker or a missing package: one line, before anything is built
     rank, _ = dist.setup()
     with files.folder_lock(run_dir, "run") if rank == 0 else contextlib.nullcontext():
-        return _pretrain(cfg, run_dir, resume, progress, stop_after, fresh, tracker)
+        plan = plan or runfolder.plan(run_dir, cfg, "resume" if resume else "fresh" if fresh else "new")
+        if plan.action == "reuse":
+            return runio.finished(run_dir)[1]
+        return _pretrain(cfg, run_dir, plan.action == "resume", progress, stop_after, plan.action == "replace",
+                         tracker)
 
 
 def _pretrain(cfg: PretrainConfig, run_dir: Path, resume: bool, progress: bool, stop_after: int | None,
               fresh: bool, tracker: str) -> dict:
     rank, world_size = dist.setup()
     device = dist.process_device(runio.resolve_device(cfg.device), world_size)
-    if resume:
-        done = runio.finished(run_dir)
-        if done is not None and done[0] == cfg.steps:
-            return done[1]
     language = runio.build_language(cfg)
     resources.check_pretrain(cfg, language, device)  # a model or held-out set that cannot fit: one line, now
     torch.manual_seed(cfg.seed)  # the run's RNG stream: the initial weights, then dropout
@@ -132,7 +118,6 @@ def _pretrain(cfg: PretrainConfig, run_dir: Path, resume: bool, progress: bool, 
 
     start, window, created = 1, LogWindow(), False
     if resume:
-        check_resumable(runio.read_config_dict(run_dir / "config.toml"), configlib.to_dict(cfg))
         model, optimizer, schedule, state = _restore(cfg, language, device, run_dir, rank)
         if state["step"] > cfg.steps:
             raise UserError(f"cannot resume: {run_dir} is at step {state['step']}, past steps={cfg.steps}")

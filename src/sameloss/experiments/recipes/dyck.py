@@ -46,13 +46,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 
 from ...measures.fewshot import CountRegression, View
 from ..claims import fmt, trend_claim
 from ..common import COMMON, Preset, Shape, base_settings, measure_spec, run_name
 from ..core import RunSpec, Setting, Study, Unit
-from ..plots import scatter_figure
+from ..plots import TRACE_FISHER, XY, Ref, error_labels, scatter_plot
 from ..report import Claim, Column, Section, Table
 from ..stats import diff_interval, verdict
 
@@ -230,19 +231,39 @@ def _length(p: DyckPreset) -> int:
     return SIZES[p.languages["dyck"]]["length"]
 
 
+def _recipe(solution: str) -> str:
+    """The training recipe of a solution label ("1-layer m=32 −dropout−WD+SAM" → its last part)."""
+    return re.sub(r"^(1-layer m=\d+|\S+) ", "", solution)
+
+
 def _figure(study: Study, section: Section, p: DyckPreset, rows: list[dict]) -> None:
-    fig = "dyck-transfer.png"
-    n_lo = p.downstream.n_train[0]
+    d = p.downstream
+    n_lo = d.n_train[0]
+    tol = p.kl_tolerance
     # error bars: the SE over draws (a row's `_std` column is the spread of the draws)
     keys = [f"down_mse_{pooling}_{n_lo}" for pooling in ("mean", "first")]
-    groups = {r["solution"]: [dict(r, **{f"{k}_std": r[f"{k}_se"] for k in keys})] for r in rows}
-    scatter_figure(study.root / fig, groups,
-                   [("trace_fisher", "trace of Hessian (Fisher)", f"down_mse_mean_{n_lo}", f"downstream MSE (mean), n={n_lo}"),
-                    ("trace_fisher", "trace of Hessian (Fisher)", f"down_mse_first_{n_lo}",
-                     f"downstream MSE (first position), n={n_lo}")],
-                   "dyck: trace of Hessian against few-shot downstream error")
-    section.figures.append((fig, "dyck: downstream MSE of the mismatch count (min-norm head on mean-pooled and on "
-                                 f"first-position features) against the trace of Hessian, n = {n_lo} examples (± SE)"))
+    shown = [dict(r, **{f"{k}_std": r[f"{k}_se"] for k in keys}) for r in rows]
+    variance = sum(float(r["target_variance"]) for r in rows) / len(rows)
+    mean_variance = (Ref(variance, "var g*: the MSE of predicting the mean", color="0.55", style=":"),)
+    errors = {**error_labels(measure_spec(p, (), study.seed)),
+              "down_mse": f"± SE over {d.draws} draws of the n = {n_lo} examples"}
+    fig = scatter_plot(
+        shown, [XY("trace_fisher", TRACE_FISHER, keys[0], f"downstream MSE, mean-pooled, n = {n_lo}",
+                   refs=mean_variance),
+                XY("trace_fisher", TRACE_FISHER, keys[1], f"downstream MSE, first position, n = {n_lo}",
+                   refs=mean_variance)],
+        "dyck: trace of Hessian against few-shot downstream error", colour_by="parameters",
+        marker_by=lambda r: _recipe(r["solution"]), hollow=lambda r: float(r["kl"]) > tol,
+        hollow_label=f"KL > {tol:g} nats (not at ~zero loss)", errors=errors)
+    section.figures.append(study.figure(
+        fig, "dyck-transfer",
+        shows=f"dyck: the test MSE of the mismatch count g* learned by a minimum-norm linear head from n = {n_lo} "
+              "examples, on (a) mean-pooled and (b) first-position features, against the trace of Hessian by the "
+              "paper's estimator; colour = model size, marker = training recipe; dotted: var g*",
+        sample=f"{len(rows)} solutions, the last checkpoint of one run each (seed {study.seed}); {d.draws} draws "
+               f"of the n examples, tested on {d.n_test} strings",
+        claim="Theorem 5.1: at ~zero loss the flattest solution learns g* from the fewest examples (the trace "
+              "and the downstream error rise together)"))
 
 
 def _claims(study: Study, section: Section, p: DyckPreset, rows: list[dict]) -> None:

@@ -42,9 +42,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..claims import fmt
-from ..common import COMMON, Preset, quantity_column
+from ..common import COMMON, Preset, measure_spec, quantity_column
 from ..core import RunSpec, Study, recipe
-from ..plots import scatter_figure
+from ..plots import TRACE_FISHER, XY, Ref, error_labels, majority_ref, scatter_plot
 from ..report import Claim, Column, Section, Table, merge_rows
 from ..stats import Interval, bootstrap_ci, kendall_tau, spearman_rho, verdict
 
@@ -146,18 +146,28 @@ def _models_text_figure_table(study: Study, section: Section, p: Figure1Preset, 
         f"look-up table has none). The optimum (entropy of the true conditionals) is {fmt(entropy, '.4f')} "
         f"nats; {len(same)} models have KL ≤ {tol:g} nats (loss within {tol:g} of the optimum) and are "
         f"\"the same loss\" for the correlations. Filled markers: within the tolerance; hollow: outside.")
-    groups: dict[str, list[dict]] = {}
-    for r in models:
-        groups.setdefault(_group_name(r), []).append(r)
-    fig = f"figure1-{language}.png"
-    scatter_figure(study.root / fig, groups,
-                   [("loss", "pre-training loss", f"probe_{task}%", f"probe accuracy task {task} (%)"),
-                    ("trace_fisher", "trace of Hessian", f"probe_{task}%", f"probe accuracy task {task} (%)"),
-                    ("loss", "pre-training loss", "trace_fisher", "trace of Hessian")],
-                   f"{language}: every model", highlight=lambda r: float(r["kl"]) <= tol,
-                   highlight_labels=(f"KL ≤ {tol:g} nats", f"KL > {tol:g} nats"))
-    section.figures.append((fig, f"{language}, task {task}: loss vs accuracy, trace vs accuracy, loss vs "
-                                 "trace (cf. the paper's Fig. 1)"))
+    kl_label = f"exact KL (nats; loss = {fmt(entropy, '.4f')} + KL)"
+    tolerance = Ref(tol, f"same-loss tolerance (KL = {tol:g} nats)", axis="x")
+    accuracy = f"probe accuracy, task {task}"
+    fig = scatter_plot(
+        models, [XY("kl", kl_label, f"probe_{task}", accuracy, refs=(tolerance, *majority_ref(models, task))),
+                 XY("trace_fisher", TRACE_FISHER, f"probe_{task}", accuracy, refs=majority_ref(models, task)),
+                 XY("kl", kl_label, "trace_fisher", TRACE_FISHER, refs=(tolerance,))],
+        f"{language}: every model", colour_by="parameters", marker_by=_recipe_name,
+        hollow=lambda r: float(r["kl"]) > tol, hollow_label=f"KL > {tol:g} nats (not the same loss)",
+        join_by=lambda r: str(r.get("run") or r["model"]), errors=error_labels(_measure_spec(p, language, study.seed)))
+    runs = {r.get("run") for r in models}
+    section.figures.append(study.figure(
+        fig, f"figure1-{language}",
+        shows=f"{language}, task {task}, every model with a trace (cf. the paper's Fig. 1, whose x axis is the "
+              "loss): (a) probe accuracy against the exact KL to the true conditionals (log axis: loss = entropy "
+              "+ KL, the optimum at KL → 0), (b) probe accuracy against the trace of Hessian by the paper's "
+              "estimator, (c) the trace against the KL; colour = model size, marker = training recipe, a run's "
+              "checkpoints joined in step order; hollow markers lie outside the same-loss tolerance (dashed)",
+        sample=f"{len(models)} models from {len(runs)} runs (seed {study.seed}), {len(same)} within the tolerance; "
+               f"each probe trained with {len(p.measure.seeds)} seeds",
+        claim="among models of almost the same loss, the trace of Hessian ranks downstream accuracy and the loss "
+              "does not (Fig. 1; the rank correlations are in the table below)"))
     cols = [Column("parameters", "parameters", fmt="d"), Column("step", "step", fmt="d"),
             quantity_column("KL (nats)", "kl", fmt=".3g"), quantity_column("loss", "loss", fmt=".4f"),
             quantity_column("tr(H)", "trace_fisher", fmt=".4g"),
@@ -204,6 +214,17 @@ def _correlations(section: Section, p: Figure1Preset, language: str, same: list[
         f"{fmt(iv_loss.estimate)} [{fmt(iv_loss.low)}, {fmt(iv_loss.high)}]).", verdict(diff, +1)))
 
 
-def _group_name(r: dict) -> str:
-    """Markers by run: the checkpoints of one run share a marker (the paper colours by size)."""
-    return str(r.get("label") or r.get("run"))
+# a model row's group (the first when runs are shared: "adamw+size") → its training recipe
+RECIPES = {"adamw": "AdamW", "size": "AdamW", "sgd": "SGD", "adversarial": "adversarial", "noreg": "−dropout−WD",
+           "sam": "−dropout−WD+SAM", "lstm": "AdamW (LSTM)"}
+
+
+def _recipe_name(r: dict) -> str:
+    """The marker of a model: its training recipe (its size is its colour, as in the paper)."""
+    group = str(r.get("group") or "").split("+")[0]
+    return RECIPES.get(group, group or "other")
+
+
+def _measure_spec(p: Figure1Preset, language: str, seed: int):
+    """The measures of the figure's models (their counts word the error bars)."""
+    return measure_spec(p, p.tasks[language], seed)

@@ -840,68 +840,101 @@ def _regression_table(section: Section, reg: list[dict]) -> None:
 
 def _figures(study: Study, section: Section, p: IsolossPreset, rows: list[dict], diffs: list[dict],
              results: list[dict], seeds: list[int]) -> None:
-    from .. import plots
+    """The three figures, drawn with ``plots.py``'s kinds (each writes ``<stem>.data.csv``
+    with its plotted numbers): the forest of paired differences, Fig. 1 within seeds, one
+    seed's KL curves with the matching window."""
+    from ..plots import XY, Band, Fit, Forest, Panel, Ref, forest_plot, scatter_plot, series_plot
 
+    points = _point_names(p)
     primary = [r for r in diffs if r["family"] == "primary"]
     trace = {(r["comparison"], r["point"]): r for r in diffs if r["family"] == "trace"}
-    forest = [{"label": f"{r['comparison']} @ {r['point']}", "acc": r["mean"], "acc_low": r["t_low"],
-               "acc_high": r["t_high"], "acc_mde": r["mde"], "margin": r["margin"],
-               "trace": trace[(r["comparison"], r["point"])]["mean"],
-               "trace_low": trace[(r["comparison"], r["point"])]["t_low"],
-               "trace_high": trace[(r["comparison"], r["point"])]["t_high"],
-               "trace_mde": trace[(r["comparison"], r["point"])]["mde"], "n_kept": r["n_kept"]} for r in primary]
-    plots.forest_figure(study.root / "forest.png", forest,
-                        [("acc", "primary accuracy difference (points)"), ("trace", "trace difference (Fisher)")],
-                        "Paired differences, recipe − reference (95% t intervals)")
-    section.files["forest.csv"] = forest
-    section.figures.append(("forest.png", (
-        f"Forest plot: per comparison and fork point, the mean paired difference (recipe − reference) of the primary "
-        f"probe accuracy (left, points) and of the Fisher trace (right) over the seeds whose pair is within the KL "
-        f"tolerance (n per row in forest.csv, up to {len(seeds)}); bars: 95% t intervals; grey band: ±MDE at 80% "
-        f"power around 0; dashed: ±δ = {p.equivalence_margin:g} points. Tests the paper's Tables 1–2 and Fig. 2–5 "
-        "directions.")))
-    points = _point_names(p)
+    forest = []
+    for r in primary:
+        t = trace[(r["comparison"], r["point"])]
+        forest.append({"label": f"{r['comparison']} @ {r['point']} (n={r['n_kept']})", "acc": r["mean"],
+                       "acc_low": r["t_low"], "acc_high": r["t_high"], "acc_mde": r["mde"], "trace": t["mean"],
+                       "trace_low": t["t_low"], "trace_high": t["t_high"], "trace_mde": t["mde"]})
+    delta = p.equivalence_margin
+    margin = tuple(Ref(v, f"±δ = {delta:g} points (equivalence margin)", axis="x", color="0.45", style="--")
+                   for v in (-delta, delta))
+    interval = "95 % t interval over the seeds' pairs within the KL tolerance"
+    fig = forest_plot(forest, "label", [
+        Forest("acc", "primary accuracy difference (points)", interval=interval, refs=margin),
+        Forest("trace", "trace difference (tr(H), Fisher)", interval=interval)],
+        "Paired differences at one KL, recipe − reference")
+    section.figures.append(study.figure(
+        fig, "forest",
+        shows="Forest plot: per comparison and fork point, the mean paired difference (recipe − reference) at one "
+              "KL of (a) the primary probe accuracy (points) and (b) the trace of Hessian (Fisher estimator); a "
+              "solid line at 0 (no difference), grey ticks at ± the row's minimum detectable effect (80 % power), "
+              f"in (a) dashed lines at ±δ = {delta:g} points (the equivalence margin)",
+        sample=f"{len(seeds)} seeds; per row the seeds whose pair lies within the KL tolerance {p.kl_tolerance:g} "
+               "nats (n in the row's name)",
+        claim="training recipes change downstream accuracy and the trace at the same pre-training loss, with the "
+              "paper's signs (Tables 1–2, Figs. 2–5)"))
+    forks = {f.name: f for f in p.forks}
     scatter = []
     for pt in points:
-        models = [r for r in rows if r["point"] == pt and r["fork"] != "adv"
-                  and not {f.name: f for f in p.forks}[r["fork"]].resized]
+        models = [r for r in rows if r["point"] == pt and r["fork"] != "adv" and not forks[r["fork"]].resized]
         by_seed: dict[int, list[dict]] = {}
         for r in models:
             by_seed.setdefault(r["seed"], []).append(r)
         for s, rs in by_seed.items():
             ma = float(np.mean([100 * float(r[p.primary_key]) for r in rs]))
             mt = float(np.mean([float(r["trace_fisher"]) for r in rs]))
-            for r in rs:
-                scatter.append({"point": pt, "seed": s, "fork": r["fork"],
-                                "trace_demeaned": float(r["trace_fisher"]) - mt,
-                                "acc_demeaned": 100 * float(r[p.primary_key]) - ma})
+            for r in rs:  # keys per fork point: each panel draws its own point's models
+                scatter.append({"fork": r["fork"], "seed": s, f"dtrace_{pt}": float(r["trace_fisher"]) - mt,
+                                f"dacc_{pt}": 100 * float(r[p.primary_key]) - ma})
     slopes = {r["point"]: r for r in section.files.get("regression.csv", []) if "trace" in r["coefficient"]}
-    plots.demeaned_scatter_figure(study.root / "scatter.png", scatter, "trace_demeaned", "acc_demeaned",
-                                  "trace − seed mean (Fisher)", "primary accuracy − seed mean (points)",
-                                  {pt: slopes[pt]["estimate"] for pt in slopes}, "Fig. 1 within seeds")
-    section.files["scatter.csv"] = scatter
-    section.figures.append(("scatter.png", (
-        "Fig. 1 within seeds: every model's primary accuracy and trace minus its seed's mean over the forks of one "
-        f"size at that fork point (without the adversarial fork), one panel per fork point, {len(seeds)} seeds; "
-        "colour = fork; line = the within-seed slope of accuracy on trace (seed fixed effects, holding KL fixed; "
-        "regression.csv). Tests the paper's claim that flatter models transfer better at the same loss.")))
+    panels = []
+    for pt in points:
+        b = slopes.get(pt)
+        fit = None if b is None or not math.isfinite(b["estimate"]) else Fit(
+            b["estimate"], 0.0, f"{pt}: within-seed slope {fmt(b['estimate'])} [{fmt(b['low'])}, {fmt(b['high'])}] "
+                                "pts per unit of trace (95 % cluster bootstrap, KL held fixed)")
+        panels.append(XY(f"dtrace_{pt}", f"trace − seed mean, fork point {pt}", f"dacc_{pt}",
+                         "primary accuracy − seed mean (points)", fit=fit))
+    fig = scatter_plot(scatter, panels, "Fig. 1 within seeds", colour_by=None, marker_by=lambda r: r["fork"])
+    section.figures.append(study.figure(
+        fig, "scatter",
+        shows="Fig. 1 within seeds: every model's primary probe accuracy (points) against its trace of Hessian "
+              "(Fisher estimator), each minus its seed's mean over the forks of one size at that fork point "
+              "(without the adversarial fork), one panel per fork point; marker = fork; line = the within-seed "
+              "slope of accuracy on trace through 0 (seed fixed effects, holding KL fixed; regression.csv)",
+        sample=f"{len(seeds)} seeds × {len({r['fork'] for r in scatter})} forks per fork point",
+        claim="flatter models (smaller trace) transfer better at the same loss (Fig. 1, §4)"))
     first = results[0]
-    curves = []
-    for name, points_kl in first["curves"].items():
-        for s, kl in sorted(points_kl.items()):
-            curves.append({"run": name, "step": s, "kl": kl})
-    windows = {f"{p.point_name(k)}-{f.name}": (p.stretch_start(f), p.fork_end(f))
-               for k in p.fork_points for f in p.forks}
-    targets = {(r["point"]): r["kl_target"] for r in first["rows"]}
-    plots.kl_curves_figure(study.root / "curves.png", curves, windows, targets,
-                           f"Seed {seeds[0]}: exact KL of the base and its forks")
-    section.files["curves.csv"] = curves
-    section.figures.append(("curves.png", (
-        f"Training curves of seed {seeds[0]}: exact KL (log axis, nats; held-out set of {p.eval_sentences} sentences) "
-        "against step for the base and every fork, one panel per fork point; KL is evaluated only where it is read "
-        "(the forks' candidates on the stretch, the AdamW fork's slope checkpoints, the base's evaluations); shaded: "
-        f"the matching window (the stretch at {p.final_lr_factor:g} × lr); dotted: the seed's target KL. Shows that "
-        "candidates lie where the KL moves smoothly at one learning rate.")))
+    series: dict[str, list[dict]] = {}
+    for name, kl in first["curves"].items():
+        if name == "base":  # drawn in every panel
+            series.setdefault("base", []).extend({"step": s, **{f"kl_{pt}": v for pt in points}}
+                                                 for s, v in sorted(kl.items()))
+            continue
+        pt, fork = name.split("-", 1)
+        series.setdefault(fork, []).extend({"step": s, f"kl_{pt}": v} for s, v in sorted(kl.items()))
+    for name in series:
+        series[name].sort(key=lambda r: r["step"])
+    targets = {r["point"]: r["kl_target"] for r in first["rows"]}
+    curve_panels = []
+    for k in sorted(p.fork_points, reverse=True):
+        pt = p.point_name(k)
+        starts = [p.stretch_start(f) for f in p.forks]
+        ends = [p.fork_end(f) for f in p.forks]
+        window = Band(min(starts), max(ends), f"matching window: the stretches at {p.final_lr_factor:g} × lr")
+        target = (Ref(targets[pt], f"seed {seeds[0]}'s target KL", color="0.3", style=":"),) if pt in targets else ()
+        curve_panels.append(Panel(f"kl_{pt}", f"exact KL, fork point {pt} (nats)", log=True, refs=target,
+                                  bands=(window,)))
+    fig = series_plot(series, "step", curve_panels, f"Seed {seeds[0]}: exact KL of the base and its forks")
+    section.figures.append(study.figure(
+        fig, "curves",
+        shows=f"Training curves of seed {seeds[0]}: the exact KL to the true conditionals (log axis; held-out set of "
+              f"{p.eval_sentences} sentences) against step, for the base and every fork, one panel per fork point; "
+              "KL is evaluated only where it is read (the forks' candidates on the stretch, the AdamW fork's slope "
+              "checkpoints, the base's evaluations); shaded: the matching window (the stretches at "
+              f"{p.final_lr_factor:g} × lr); dotted: the seed's target KL",
+        sample=f"1 seed ({seeds[0]}) of {len(seeds)}: {len(first['curves'])} runs",
+        claim="none directly: it shows that the matched checkpoints lie where the KL moves smoothly at one "
+              "learning rate (the design of the iso-loss comparison)"))
 
 
 def _runtime(section: Section, study: Study, results: list[dict], seeds: list[int]) -> None:

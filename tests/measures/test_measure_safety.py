@@ -1,0 +1,78 @@
+"""`sameloss measure` checks its output before measuring, writes rows atomically, and names a
+damaged checkpoint while keeping the good rows (issue 10).
+
+Every case goes through ``sameloss.cli.main`` as a user would and checks the exit code,
+that the error is one line naming the problem, and that the files around are unchanged.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+
+import pytest
+
+from sameloss.cli import main
+from sameloss.training.checkpoint import complete_checkpoints
+
+from helpers.safety import WEIGHT_DAMAGE, copy_run, damage, one_error_line
+
+
+@pytest.mark.parametrize("kind", ["folder", "under-a-file"])
+def test_measure_checks_the_output_path_before_measuring(runs, tmp_path, capsys, kind, monkeypatch):
+    import sameloss.measures.run as run_module
+
+    def never(*args, **kwargs):
+        raise AssertionError("measured before checking --out")
+
+    monkeypatch.setattr(run_module, "measure_checkpoint", never)
+    target = tmp_path / "results"
+    if kind == "folder":
+        target.mkdir()
+    else:
+        target.write_text("not a folder")
+        target = target / "m.csv"
+    assert main(["measure", str(runs / "finished"), "--loss", "--out", str(target), "--no-progress"]) == 2
+    assert str(target) in one_error_line(capsys)
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp") or p.name.startswith(".tmp")]
+
+
+def test_a_failed_write_of_the_rows_leaves_no_temporary_file_and_keeps_the_old_results(tmp_path, monkeypatch):
+    from sameloss.errors import UserError
+    from sameloss.measures.run import write_rows
+
+    out = tmp_path / "m.csv"
+    out.write_text("old results\n")
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(UserError, match="cannot write .*m.csv: No space left on device"):
+        write_rows([{"step": 1, "loss": 2.0}], out)
+    assert out.read_text() == "old results\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["m.csv"]
+
+
+@pytest.mark.parametrize("kind", WEIGHT_DAMAGE)
+def test_measure_of_a_damaged_checkpoint_is_one_line_naming_the_file(runs, tmp_path, capsys, kind):
+    run = copy_run(runs, "finished", tmp_path)
+    bad = damage(complete_checkpoints(run)[-1], kind)
+    assert main(["measure", str(bad.parent), "--loss", "--no-progress"]) == 2
+    assert str(bad) in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("kind", WEIGHT_DAMAGE)
+def test_measure_of_a_run_keeps_the_good_rows_and_names_the_damaged_checkpoint(runs, tmp_path, capsys, kind):
+    run = copy_run(runs, "finished", tmp_path)
+    good, last = complete_checkpoints(run)
+    bad = damage(last, kind)
+    table = tmp_path / "rows.json"
+    assert main(["measure", str(run), "--loss", "--out", str(table), "--no-progress", "--json"]) == 2
+    captured = capsys.readouterr()
+    rows = json.loads(captured.out)
+    assert [r["step"] for r in rows] == [3] and json.loads(table.read_text()) == rows
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and str(bad) in err[0] and "skipped" in err[0], err
+
