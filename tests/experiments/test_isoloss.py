@@ -46,8 +46,9 @@ def test_isoloss_smoke_end_to_end(tmp_path):
                     "**The KL tolerance by its consequence", "**Fig. 1 within seeds", "### Claims of the paper, checked",
                     "KL tolerance by consequence", "![Forest plot", "![Fig. 1 within seeds", "![Training curves"):
         assert heading in report, heading
-    # the report leads with the verdicts, then the headroom table
-    assert report.index("**Verdicts") < report.index("**Headroom") < report.index("**Selection") \
+    # the report leads with the verdicts and their MDE (before the Runs table), then the headroom table
+    assert report.index("## Verdicts") < report.index("**Verdicts") < report.index("| MDE |") < report.index("## Runs") \
+        < report.index("**Headroom") < report.index("**Selection") \
         < report.index("**Paired differences")
     assert check_tables(root) > 300
     p = isoloss.PRESETS["smoke"]
@@ -197,6 +198,7 @@ def test_without_headroom_the_study_stops_before_the_forks(tmp_path, monkeypatch
     root = tmp_path / "isoloss-smoke"
     report = (root / "report.md").read_text()
     assert "No headroom: the forks were not run" in report and "FAILED" in report
+    assert report.index("**No verdict: no headroom**") < report.index("## Runs")  # said first
     # every seed's unit gates its own base: each trained its base and no fork
     for seed in p.seeds:
         runs = sorted(d.name for d in (root / "seeds" / f"seed{seed}" / "runs").iterdir())

@@ -102,7 +102,9 @@ def reproduce(experiment: str | None = None, scale: str | None = None, out: str 
         wall = time.perf_counter() - start
         runs_section = _runs_section(study, sections)
         header = _header(recipe, experiment, scale, seed, study, wall, command)
-        path = write_report(root, f"{recipe.TITLE} — scale `{scale}`", header, [runs_section, *sections])
+        # a section marked ``lead`` (a study's verdicts) comes before the Runs table
+        ordered = [*(s for s in sections if s.lead), runs_section, *(s for s in sections if not s.lead)]
+        path = write_report(root, f"{recipe.TITLE} — scale `{scale}`", header, ordered)
         study.log(f"wrote {path} ({wall:.0f} s)")
     return path
 

@@ -612,8 +612,11 @@ def _seed_args(study: Study, p: IsolossPreset) -> tuple:
     return seeds, p, tuple(seeds[:p.slope_seeds])
 
 
-def report(study: Study, p: IsolossPreset) -> Section:
+def report(study: Study, p: IsolossPreset) -> list[Section]:
+    """Two sections: the verdicts with their MDE (``lead``: before the Runs table, issue 23)
+    and the study (design, headroom, selection, every table and figure)."""
     section = Section(TITLE)
+    lead = Section("Verdicts", lead=True)
     seeds = study_seeds(study, p)
     language, size, task = _language(p)
     # every seed's unit gated its forks on its own base (gate_seed): the references are the first seed's
@@ -632,7 +635,9 @@ def report(study: Study, p: IsolossPreset) -> Section:
                             f"base failed the gate), **and no verdict is given.** {gate_text} On this language and "
                             "task the trained encoder cannot be told apart from the references, so no verdict would "
                             "mean anything (set `on_no_headroom=\"mark\"` in the preset to run the forks anyway).")
-        return section
+        lead.text.append(f"**No verdict: no headroom** ({len(failed)} of {len(gates)} seeds' bases failed the gate; "
+                         "the headroom table below says by how much).")
+        return [lead, section]
     design = Design(p.kl_tolerance, p.equivalence_margin, headroom=ok)
     rows = [r for res in results for r in res["rows"]]
     slope_rows = [r for res in results for r in res["slope"]]
@@ -647,7 +652,7 @@ def report(study: Study, p: IsolossPreset) -> Section:
     diffs = paired.differences(section, rows, tests, accuracies, p.primary_key, design)
     half = paired.differences(Section(""), rows, [(HALF_BATCH, pt) for pt in _point_names(p)],
                               [(p.primary_key, "primary probe")], p.primary_key, design)
-    _verdict_table(section, p, diffs, comparisons, 0)
+    _verdict_table(lead, p, diffs, seeds, ok)
     paired.difference_tables(section, diffs, comparisons, p.primary_key)
     _sam_controls(section, diffs, half)
     _size_table(section, p, rows, diffs, results)
@@ -665,7 +670,7 @@ def report(study: Study, p: IsolossPreset) -> Section:
     _regression_table(section, reg)
     _figures(study, section, p, rows, diffs, results, seeds)
     _runtime(section, study, results, seeds)
-    return section
+    return [lead, section]
 
 
 def _seed_work(study: Study, seed: int, p: IsolossPreset, slope_seeds: tuple[int, ...]) -> dict:
@@ -700,9 +705,16 @@ def _design_text(p: IsolossPreset, seeds: list[int], language: str, size: str, t
         + ("" if ok else " **Every verdict is marked uninformative.**"))
 
 
-def _verdict_table(section: Section, p: IsolossPreset, diffs: list[dict], comparisons: dict, at: int) -> None:
+def _verdict_table(section: Section, p: IsolossPreset, diffs: list[dict], seeds: list[int], ok: bool) -> None:
     """The verdicts first: the primary accuracy and the trace of every comparison at every
     fork point, with their MDE and Holm-adjusted p."""
+    section.text.append(
+        f"{len(seeds)} seeds; per comparison and fork point the mean paired difference (recipe − reference) at one "
+        f"KL (pairs within {p.kl_tolerance:g} nats), its 95% t interval and its minimum detectable effect (MDE, "
+        f"80% power): \"detected\" when the interval excludes 0, \"no effect beyond ±δ\" when it lies inside ±δ "
+        f"(δ = {p.equivalence_margin:g} points for accuracies, the MDE for traces), else \"inconclusive\"; Holm "
+        "over the primary family. The design, the headroom gate and every table follow the Runs table."
+        + ("" if ok else " **The headroom gate failed: every verdict is marked uninformative.**"))
     rows = [r for r in diffs if r["family"] == "primary"]
     trace = {(r["comparison"], r["point"]): r for r in diffs if r["family"] == "trace"}
     out = []
@@ -714,7 +726,7 @@ def _verdict_table(section: Section, p: IsolossPreset, diffs: list[dict], compar
                     "after_holm": r["after_holm"], "kept": r["n_kept"], "trace": t["mean"], "trace_low": t["t_low"],
                     "trace_high": t["t_high"], "trace_verdict": t["verdict"]})
     section.files["verdicts.csv"] = out
-    section.tables.insert(at, Table(
+    section.tables.append(Table(
         "Verdicts: primary accuracy difference (points; paper's sign of the accuracy effect) and trace difference "
         "per comparison and fork point, with the MDE at 80% power and Holm-adjusted p (primary family)",
         [Column("recipe − reference", "claim", text=True), Column("paper", "sign", text=True),
