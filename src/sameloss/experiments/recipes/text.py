@@ -268,6 +268,19 @@ def units(study: Study, p: TextPreset) -> list:
     return [run_unit(spec, mspec, "text", "corpus") for spec in runs(p, corpus, study.seed)]
 
 
+def plan_units(study, p: TextPreset) -> list:
+    """``units`` for ``sameloss plan`` (``experiments.plan.DryStudy``): the same runs and
+    measures on the folders ``prepare_data`` would write, without fetching or preparing
+    anything; the corpus' vocabulary and length are the preset's (the tokenizer's target
+    size: a small corpus may end with fewer words)."""
+    data = study.root / "data"
+    corpus = data / "corpus"
+    study.language_shapes[str(corpus)] = (p.vocab, p.max_len)
+    tasks = {t.label: f"glue:{t.glue}={data / 'tasks' / t.label}" for t in p.tasks}
+    mspec = measure_spec(p, tasks, study.seed)
+    return [run_unit(spec, mspec, "text", "corpus") for spec in runs(p, corpus, study.seed)]
+
+
 def report(study: Study, p: TextPreset) -> Section:
     section = Section(TITLE)
     corpus, tasks = prepare_data(study, p)
