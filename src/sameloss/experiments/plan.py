@@ -18,7 +18,7 @@ not counted. A training step is 3× its forward (the backward is 2×); SAM split
 into its ascent and update halves (the same total); the adversarial objective adds a
 forward and backward over its own batch. Checked against ``torch.utils.flop_counter`` in
 ``tests/experiments/test_plan.py`` (within a few %). LSTMs: 2·(4·h·(d+h)) per layer and
-token, plus the head.
+token, plus the head — not checked (torch's counter does not count the fused LSTM kernel).
 
 Stages and what their FLOPs count: ``training`` (the steps each run trains; a fork that
 continues a checkpoint only the steps after it), ``exact-KL evaluation`` (the held-out
