@@ -24,20 +24,23 @@ Stages and what their FLOPs count: ``training`` (the steps each run trains; a fo
 continues a checkpoint only the steps after it), ``exact-KL evaluation`` (the held-out
 forward passes: during training every ``eval.every`` steps and at the end, and the measured
 ``loss`` of each checkpoint), ``trace`` (Fisher: a forward over the contexts and one
-backward per label; Hutchinson / Hutch++: one Hessian-vector product ≈ 2 forward+backward
+backward per distinct label drawn, counted as min(n_labels, vocabulary): an upper bound, a
+trained model repeats labels; Hutchinson / Hutch++: one Hessian-vector product ≈ 2 forward+backward
 passes per probe over the curvature batch; the Lemma's gap: the same on its batches, for
 true and model-drawn tokens; top eigenvalue: 100 products; SAM sharpness: two passes),
 ``probes`` (the features of every task sentence, the linear heads' L-BFGS iterations on
 them, fine-tuning's epochs of training steps, few-shot and count-regression features).
 
-Time = FLOPs / (peak × utilisation). Peaks: cpu is this machine's float32 matmul rate with
+Time = FLOPs / (peak × utilisation); on a GPU a training step takes at least
+``STEP_FLOOR_S`` (a small model is bound by kernel launches, not FLOP/s). Peaks: cpu is this machine's float32 matmul rate with
 the threads torch uses, measured when the planner runs (``measure_cpu_peak``; ``--cpu-peak``
 overrides); GPUs are NVIDIA's published dense peaks (``DEVICES``). Utilisations are in
 ``UTILISATION``, one row per device and stage, with where each number comes from.
 
 Memory: training is one step of the model on the meta device (``measures.curvature.memory``'s
 ``StorageTracker``: activations, gradients and the optimiser state, AdamW two moments, plus
-the weights); each curvature measure is ``memory.peak_bytes``; the exact-KL evaluation and
+the weights; float32 activations, so a bf16 run needs less), compared with the device's
+memory (a warning line names the runs that do not fit); each curvature measure is ``memory.peak_bytes``; the exact-KL evaluation and
 probe features are one forward chunk without gradients, traced the same way.
 """
 
@@ -81,6 +84,12 @@ UTILISATION: dict[str, dict[str, float]] = {
 }
 UTILISATION_SOURCE = {"cpu": "training measured by the lead (~31 %), the other stages by bench/bench_planner.py",
                       "h100": "assumed (no GPU measured)", "a100": "assumed (no GPU measured)"}
+
+# The least time a training step takes whatever its FLOPs: on a GPU, eager PyTorch launches a
+# few hundred kernels per step (forward, backward, AdamW) at ~5-10 µs each, so a model of a
+# few thousand parameters is bound by launches, not by FLOP/s (assumed, not measured here).
+# On the CPU a small step's overhead is in the measured utilisation.
+STEP_FLOOR_S = {"cpu": 0.0, "h100": 3e-3, "a100": 3e-3}
 
 LANCZOS_PRODUCTS = 100  # curvature.top_eigenvalue's default max_iter
 PROBE_ITERATIONS = 500  # linear_probe's L-BFGS max_iter
@@ -345,8 +354,10 @@ def measure_flops(spec, m: ModelShape) -> dict[str, float]:
         out["exact-KL evaluation"] += spec.loss_sentences * F
     for name in spec.traces:
         if name == "fisher":
+            # one backward per distinct label drawn: at most n_labels, at most the vocabulary
+            # (the worst case; a trained model's peaked conditionals repeat labels)
             contexts = spec.n_contexts * spec.repeats
-            out["trace"] += contexts * F * (1 + 2 * spec.n_labels)
+            out["trace"] += contexts * F * (1 + 2 * min(spec.n_labels, m.vocab))
         else:
             out["trace"] += spec.n_probes * spec.curvature_sentences * 2 * 3 * F
     if spec.hessian_gap:
@@ -439,20 +450,23 @@ def measure_peaks(cfg, m: ModelShape, spec) -> dict[str, int]:
 
 # ---- the device -------------------------------------------------------------------------
 def measure_cpu_peak(size: int = 512, seconds: float = 0.3) -> float:
-    """This machine's float32 matmul FLOP/s with torch's threads: the best of repeated
-    ``size``×``size`` products over about ``seconds`` of process CPU time per thread."""
+    """This machine's float32 matmul FLOP/s per CPU second with torch's threads: the best of
+    repeated ``size``×``size`` products over about ``seconds`` of process CPU time. CPU time,
+    not wall time: on a shared machine the wall clock measures the other processes too, and
+    the plan is of a machine the study has to itself."""
     import torch
 
     a, b = torch.randn(size, size), torch.randn(size, size)
     a @ b  # warm-up
     best, spent = 0.0, 0.0
     while spent < seconds:
-        start = time.perf_counter()
+        start = time.process_time()
         for _ in range(4):
             a @ b
-        dt = time.perf_counter() - start
+        dt = time.process_time() - start
         spent += dt
-        best = max(best, 4 * 2 * size**3 / dt)
+        if dt > 0:
+            best = max(best, 4 * 2 * size**3 / dt * torch.get_num_threads())  # per core × cores used
     return best
 
 
@@ -506,22 +520,23 @@ def estimate(plan: Plan, device: str, workers: int = 1, cpu_peak: float | None =
             shapes[key] = model_shape(cfg, plan.language_shapes)
         return shapes[key]
 
-    def add(stage, flops, study):
+    def add(stage, flops, study, floor=0.0):
+        seconds = max(flops / rates[stage], floor)
         stages[stage]["flops"] += flops
-        stages[stage]["seconds"] += flops / rates[stage]
-        per_study[study] = per_study.get(study, 0.0) + flops / rates[stage]
+        stages[stage]["seconds"] += seconds
+        per_study[study] = per_study.get(study, 0.0) + seconds
 
     for r in plan.runs:
         m = shape(r.config)
         steps, flops = training_flops(r.config, m, r.start_step)
         evals = training_evaluations(r.config, r.start_step)
         eval_flops = evals * r.config.eval.n_sentences * forward_flops_per_token(m) * m.max_len
-        add("training", flops, r.study or r.name)
+        add("training", flops, r.study or r.name, steps * STEP_FLOOR_S[device])
         add("exact-KL evaluation", eval_flops, r.study or r.name)
         key = ("train", repr(r.config.model), r.config.batch_size, m.vocab, m.max_len)
         if memory and key not in mem_cache:
             mem_cache[key] = training_peak_bytes(r.config, m)
-        runs.append({"run": r.name, "study": r.study, "model": r.config.model.size, "parameters": m.n_params,
+        runs.append({"run": r.name, "study": r.study, "model": _model_name(r.config, m), "parameters": m.n_params,
                      "steps": steps, "batch": r.config.batch_size, "flops": flops, "evaluations": evals,
                      "peak_bytes": mem_cache.get(key)})
     for ms in plan.measures:
@@ -533,10 +548,24 @@ def estimate(plan: Plan, device: str, workers: int = 1, cpu_peak: float | None =
         key = ("measure", repr(ms.config.model), m.vocab, m.max_len, _spec_key(ms.spec))
         if memory and key not in mem_cache:
             mem_cache[key] = measure_peaks(ms.config, m, ms.spec)
-        measures.append({"run": ms.run, "model": ms.embedded_into or ms.config.model.size, "flops": flops,
+        measures.append({"run": ms.run, "model": ms.embedded_into or _model_name(ms.config, m), "flops": flops,
                          "peaks": mem_cache.get(key, {})})
     # the units of a study: its seeds' chains (one each), else its runs
     return Estimate(plan, device, workers, peak, runs, measures, stages, list(per_study.values()))
+
+
+def _model_name(cfg, m: ModelShape) -> str:
+    """The size's name, or its shape where the recipe changes it (``d64-L2``)."""
+    return cfg.model.size if not cfg.model.shape_overrides() else f"d{m.d_model}-L{m.n_layers}"
+
+
+def device_memory(device: str) -> int:
+    """The device's memory: the GPU's, or this machine's RAM for cpu."""
+    if device == "cpu":
+        import os
+
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return int(DEVICES[device]["memory"])
 
 
 def _spec_key(spec) -> str:
@@ -591,6 +620,12 @@ def format_plan(e: Estimate) -> str:
         name = f"{r['study']}/{r['run']}" if r["study"] else r["run"]
         lines.append(f"{name:<34} {r['model']:<8} {_si(r['parameters']):>8} {r['steps']:>7} {r['batch']:>6} "
                      f"{_si(r['flops']):>12} {r['evaluations']:>5} {_bytes(r['peak_bytes']):>12}")
+    limit = device_memory(e.device)
+    over = [r for r in e.runs if (r["peak_bytes"] or 0) > limit]
+    if over:
+        lines.append(f"warning: {len(over)} run(s) need more than the device's {_bytes(limit)} at their batch (largest "
+                     f"{_bytes(max(r['peak_bytes'] for r in over))}, float32 activations; bf16 autocast about halves "
+                     "those): split the batch over devices or lower batch_size")
     lines.append("")
     lines.append("peak memory per measure (one checkpoint; the largest model measured with each):")
     worst: dict[str, tuple[int, str]] = {}
@@ -613,7 +648,10 @@ def format_plan(e: Estimate) -> str:
     if e.workers > 1:
         lines.append(f"wall time with {e.workers} workers (units shared out, longest first): {_duration(e.wall)}")
     lines.append("")
-    lines.append(f"utilisation: {UTILISATION_SOURCE[e.device]}. Not counted: data generation, the exact "
+    floor = STEP_FLOOR_S[e.device]
+    lines.append(f"utilisation: {UTILISATION_SOURCE[e.device]}"
+                 + (f"; a training step takes at least {floor * 1e3:g} ms (kernel launches, assumed)" if floor else "")
+                 + ". Not counted: data generation, the exact "
                  "conditionals, element-wise work, start-up; memory leaves out the allocator's slack (budget 1.5x).")
     return "\n".join(lines)
 
