@@ -69,20 +69,23 @@ DEVICES: dict[str, dict[str, float]] = {
     "a100": {"bf16": 312e12, "fp32": 19.5e12, "memory": 80 * 2**30},
 }
 
-# Fraction of the peak each stage reaches. cpu: measured on this project's 2-core machine
-# with one thread (bench/bench_planner.py prints the measured value per stage: the CPU
-# seconds of each stage of ``steps --scale tiny`` against this planner's FLOPs and the
-# machine's matmul peak; training: the lead measured ~31 % for the tiny transformer).
-# h100 / a100: assumed, not measured (no GPU here): 40 % for bf16 training of a BERT-size
-# model is what well-tuned MLM training reports (MFU 40-50 %); the float32 stages are
-# small-batch and read-back bound, so a lower share is assumed. They are the planner's
-# stated assumption, printed with every plan.
+# Fraction of the peak each stage reaches. cpu, with one torch thread: training is the
+# lead's measurement (~31 % for the tiny transformer; bench/bench_planner.py measured 36 %
+# on ``algorithms --scale tiny``); the other three are what bench/bench_planner.py measured
+# on ``algorithms --scale tiny`` (process CPU seconds per stage against this module's FLOPs
+# and the matmul peak measured in the same run: exact-KL evaluation 35 %, trace — the
+# Fisher estimator — 38 %, probes 14 %) and are checked on ``dyck --scale tiny`` (README,
+# "Plan a study"). h100 / a100: assumed, not measured (no GPU here): 40 % for bf16 training
+# of a BERT-size model is what well-tuned MLM training reports (MFU 40-50 %); the float32
+# stages are small-batch and read-back bound, so a lower share is assumed. Every plan
+# prints the utilisation it used and where it comes from.
 UTILISATION: dict[str, dict[str, float]] = {
-    "cpu": {"training": 0.31, "exact-KL evaluation": 0.25, "trace": 0.10, "probes": 0.15},
+    "cpu": {"training": 0.31, "exact-KL evaluation": 0.35, "trace": 0.38, "probes": 0.14},
     "h100": {"training": 0.40, "exact-KL evaluation": 0.30, "trace": 0.20, "probes": 0.20},
     "a100": {"training": 0.40, "exact-KL evaluation": 0.30, "trace": 0.20, "probes": 0.20},
 }
-UTILISATION_SOURCE = {"cpu": "training measured by the lead (~31 %), the other stages by bench/bench_planner.py",
+UTILISATION_SOURCE = {"cpu": "measured on this project's CPU, one thread (bench/bench_planner.py; training ~31 % by "
+                            "the lead); with more threads, or another CPU, expect other shares",
                       "h100": "assumed (no GPU measured)", "a100": "assumed (no GPU measured)"}
 
 # The least time a training step takes whatever its FLOPs: on a GPU, eager PyTorch launches a
