@@ -395,31 +395,16 @@ def _meta_config(cfg, m: ModelShape):
 
 
 def training_peak_bytes(cfg, m: ModelShape) -> int:
-    """One AdamW step of ``cfg``'s model at its batch on the meta device: weights, their
-    gradients, the two moments and the activations' peak."""
-    import torch
-    from ..measures.curvature.memory import StorageTracker, meta_model, stand_in_reads
+    """One AdamW step of ``cfg``'s model at its batch (``memory.training_step_bytes``)."""
+    from ..measures.curvature.memory import training_step_bytes
 
-    model = meta_model(_meta_config(cfg, m))
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    tokens = torch.zeros(cfg.batch_size, m.max_len, dtype=torch.long, device="meta")
-    with stand_in_reads(), StorageTracker() as tracker:
-        logits = model(tokens)
-        logits.float().logsumexp(-1).sum().backward()
-    return weights + tracker.peak + 2 * weights  # + AdamW's two moments
+    return training_step_bytes(_meta_config(cfg, m), cfg.batch_size)
 
 
 def forward_peak_bytes(cfg, m: ModelShape, sentences: int) -> int:
-    import torch
-    from ..measures.curvature.memory import StorageTracker, meta_model, stand_in_reads
+    from ..measures.curvature.memory import forward_bytes
 
-    model = meta_model(_meta_config(cfg, m))
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    tokens = torch.zeros(sentences, m.max_len, dtype=torch.long, device="meta")
-    with torch.no_grad(), stand_in_reads(), StorageTracker() as tracker:
-        logits = model(tokens)
-        torch.log_softmax(logits.double(), -1)
-    return weights + tracker.peak
+    return forward_bytes(_meta_config(cfg, m), sentences)
 
 
 def measure_peaks(cfg, m: ModelShape, spec) -> dict[str, int]:
