@@ -29,13 +29,13 @@ def test_forward_and_training_flops_match_torch_counter(size, vocab, max_len):
         model(tokens)
     forward = counter.get_total_flops()
     counted = planner.forward_flops_per_token(shape) * batch * max_len
-    assert abs(counted - forward) / forward < 0.03, (counted, forward)
+    # torch counts the same matmuls (measured: equal to the FLOP on tiny and micro)
+    assert abs(counted - forward) / forward < 0.01, (counted, forward)
     with FlopCounterMode(display=False) as counter:
         model(tokens).logsumexp(-1).sum().backward()
     step = counter.get_total_flops()
-    # a step is 3x the forward: the backward's two products per matmul (the embedding's
-    # gather has no backward matmul, which is why this stays within a few %)
-    assert abs(3 * counted - step) / step < 0.05, (3 * counted, step)
+    # a step is 3x the forward: the backward's two products per matmul
+    assert abs(3 * counted - step) / step < 0.01, (3 * counted, step)
 
 
 def _files(folder):
