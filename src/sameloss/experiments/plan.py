@@ -47,7 +47,6 @@ probe features are one forward chunk without gradients, traced the same way.
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -303,7 +302,6 @@ def model_shape(cfg, language_shapes: dict) -> ModelShape:
     built — cheap for the synthetic ones; a corpus not prepared yet reads the recipe's
     planned shape) and the named size with its overrides."""
     from ..models import build_model
-    from ..measures.curvature.memory import meta_model  # noqa: F401 (the meta device path below)
     import torch
 
     vocab, max_len = _language_shape(cfg, language_shapes)
@@ -385,7 +383,6 @@ def measure_flops(spec, m: ModelShape) -> dict[str, float]:
 
 # ---- memory -----------------------------------------------------------------------------
 def _meta_config(cfg, m: ModelShape):
-    from ..models import build_model  # noqa: F401
     from ..models import lstm_config, transformer_config
 
     overrides = {"dropout": 0.0, **cfg.model.shape_overrides()}
