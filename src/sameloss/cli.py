@@ -14,6 +14,7 @@ import sys
 
 from . import __version__
 from .config import int_at_least as _int_at_least
+from .config import positive_float
 from .errors import UserError
 from .threads import add_threads_argument, check_env_before_torch, configure_threads
 
@@ -27,19 +28,6 @@ class _Parser(argparse.ArgumentParser):
 
 _positive_int = _int_at_least(1)
 _non_negative_int = _int_at_least(0)
-
-
-def _positive_float(text: str) -> float:
-    """An argparse type: a finite number > 0 (nan, inf and negatives are usage errors)."""
-    import math
-
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -167,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     measure.add_argument("--labels", type=_positive_int, default=50, help="labels per context (paper 50)")
     measure.add_argument("--probes", type=_positive_int, default=100,
                          help="Hessian-vector products of hutchinson / hutchpp (default 100)")
-    measure.add_argument("--rho", type=_positive_float, default=0.05, help="SAM radius (default 0.05)")
+    measure.add_argument("--rho", type=positive_float, default=0.05, help="SAM radius (default 0.05)")
     measure.add_argument("--task-size", type=_positive_int, default=2000,
                          help="training examples per task (validation 1/4, test 1/2 of it; paper 0.1M in all). "
                               "GLUE tasks: a seeded sample of N train.tsv rows and N/4 for validation, each class "
@@ -204,8 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_text_parsers(commands)
     add_causal_parsers(commands)
-    from .experiments.cli import add_plot_parser, add_reproduce_parser
+    from .experiments.cli import add_plan_parser, add_plot_parser, add_reproduce_parser
     add_reproduce_parser(commands)
+    add_plan_parser(commands)
     add_plot_parser(commands)
     return parser
 
@@ -270,7 +259,7 @@ def add_causal_parsers(commands) -> None:
     train.add_argument("--batch-size", type=_positive_int, default=16, help="windows per step (default 16)")
     train.add_argument("--context", type=_int_at_least(2), default=64,
                        help="tokens per window (default 64; memory grows as its square: a step over 8 GiB is refused)")
-    train.add_argument("--lr", type=_positive_float, default=3e-3, help="AdamW learning rate (default 3e-3)")
+    train.add_argument("--lr", type=positive_float, default=3e-3, help="AdamW learning rate (default 3e-3)")
     train.add_argument("--doc-per", choices=["line", "paragraph"], default="line")
     train.add_argument("--seed", type=_non_negative_int, default=0)
     train.add_argument("--out", required=True, metavar="DIR",

@@ -204,3 +204,14 @@ def int_at_least(minimum: int):
             raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}")
         return value
     return parse
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0 (nan, inf and negatives are usage errors)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return value

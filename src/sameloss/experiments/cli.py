@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..config import int_at_least
+from ..config import int_at_least, positive_float
 from ..threads import add_threads_argument
 
 
@@ -160,6 +160,43 @@ def _given(args) -> set[str]:
         if getattr(args, name) != getattr(d, name):
             given.add(name)
     return given
+
+
+def add_plan_parser(commands) -> argparse.ArgumentParser:
+    """Add ``plan`` (``experiments.plan``) to the ``sameloss`` sub-command parsers."""
+    from . import SCALE_NAMES, experiments
+
+    names = list(experiments())
+    plan = commands.add_parser(
+        "plan", help="what a study costs before it runs: runs, steps, FLOPs, peak memory, time per stage",
+        description="Print, without training or writing anything, what `sameloss reproduce EXPERIMENT --scale "
+                    "SCALE` would do: its runs and training steps, training FLOPs, peak memory per run and per "
+                    "measure, and the estimated time per stage (training, exact-KL evaluation, trace, probes) "
+                    "from the device's peak FLOP/s and a stated utilisation per stage. cpu: this machine's "
+                    "float32 matmul peak, measured when the command runs; h100 / a100: NVIDIA's published peaks "
+                    "(src/sameloss/experiments/plan.py says what is counted and where each number comes from).",
+        epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    plan.add_argument("experiment", choices=names, metavar="EXPERIMENT", help=f"one of {', '.join(names)}")
+    plan.add_argument("--scale", required=True, choices=list(SCALE_NAMES), help=f"one of {', '.join(SCALE_NAMES)}")
+    plan.add_argument("--device", required=True, choices=["cpu", "h100", "a100"],
+                      help="cpu (this machine), h100 or a100")
+    plan.add_argument("--workers", type=_positive, default=1, metavar="N",
+                      help="devices (or worker processes) the units are shared out to (default 1)")
+    plan.add_argument("--cpu-peak", type=positive_float, default=None, metavar="GFLOPS",
+                      help="cpu: use this float32 peak (GFLOP/s) instead of measuring it")
+    plan.add_argument("--out", default="runs", metavar="DIR",
+                      help="the --out reproduce would use (only names the folders; nothing is written)")
+    plan.add_argument("--seed", type=int, default=0, help="the --seed reproduce would use (default 0)")
+    add_threads_argument(plan)
+    plan.set_defaults(run=_plan)
+    return plan
+
+
+def _plan(args) -> None:
+    from .plan import plan_text
+
+    print(plan_text(args.experiment, args.scale, args.device, args.workers,
+                    None if args.cpu_peak is None else args.cpu_peak * 1e9, args.out, args.seed))
 
 
 def _reproduce(args) -> None:

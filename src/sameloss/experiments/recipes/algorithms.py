@@ -7,10 +7,12 @@ Runtime per scale
     smoke   ~10 s on a CPU (micro model, 24 steps; the numbers mean nothing)
     tiny    ~9 min on a 2-core CPU (PCFG micro language, the "tiny" transformer, 2500 steps
             per algorithm; the adversarial objective costs ~1.6 AdamW steps per step)
-    small   ~4 h on one H100 (estimate, not measured: paper PCFG, t4-384, batch 4096, 20k
+    small   ~70 min on one H100 (planner estimate, ``sameloss plan algorithms --scale small
+            --device h100``: assumed GPU utilisation; paper PCFG, t4-384, batch 4096, 20k
             steps each)
-    paper   ~2–3 days on one H100 (estimate, not measured: t3-1024, the shape of the paper's
-            235M model, 100k steps each)
+    paper   ~54 h on one H100 (planner estimate, as small: t3-1024, the shape of the paper's
+            235M model, 100k steps each; at batch 4096 a step needs ~138 GiB in float32:
+            more than one H100 holds)
 
 What it runs (PCFG; the paper's Table 1 is on the PCFG and BookCorpus)
     * AdamW — the standard recipe (dropout 0.1, weight decay 0.01);

@@ -12,10 +12,11 @@ Runtime per scale
             epochs, lr 3e-4, 30 warm-up steps, 3 seeds) on the Rotten Tomatoes SST-2 stand-in
             and the WordNet word–definition pair task (an RTE/QNLI stand-in), 1000 training
             examples each
-    small   ~6 h on one H100 (estimate, not measured): BookCorpus from the Hugging Face hub
+    small   ~3 h on one H100 (planner estimate, ``sameloss plan text --scale small --device
+            h100``: assumed GPU utilisation): BookCorpus from the Hugging Face hub
             (needs ``datasets`` and the hub), WordPiece 30522, length 128, t4-384, batch 512,
             20k steps each; GLUE SST-2 / QNLI / RTE from the hub
-    paper   days on one H100 (estimate, not measured): as small with t3-1024 (the paper's
+    paper   ~43 h on one H100 (planner estimate, as small): as small with t3-1024 (the paper's
             235M shape), 100k steps each; the paper's batch is 4096 (App. A.2)
 
 What it runs
@@ -285,6 +286,19 @@ def units(study: Study, p: TextPreset) -> list:
     """One unit per run (after the corpus and tasks are prepared here): trained, then
     measured with fine-tuning."""
     corpus, tasks = prepare_data(study, p)
+    mspec = measure_spec(p, tasks, study.seed)
+    return [run_unit(spec, mspec, "text", "corpus") for spec in runs(p, corpus, study.seed)]
+
+
+def plan_units(study, p: TextPreset) -> list:
+    """``units`` for ``sameloss plan`` (``experiments.plan.DryStudy``): the same runs and
+    measures on the folders ``prepare_data`` would write, without fetching or preparing
+    anything; the corpus' vocabulary and length are the preset's (the tokenizer's target
+    size: a small corpus may end with fewer words)."""
+    data = study.root / "data"
+    corpus = data / "corpus"
+    study.language_shapes[str(corpus)] = (p.vocab, p.max_len)
+    tasks = {t.label: f"glue:{t.glue}={data / 'tasks' / t.label}" for t in p.tasks}
     mspec = measure_spec(p, tasks, study.seed)
     return [run_unit(spec, mspec, "text", "corpus") for spec in runs(p, corpus, study.seed)]
 

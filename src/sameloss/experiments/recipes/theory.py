@@ -10,10 +10,11 @@ Runtime per scale
             6 min, measuring 8 min, SGD continuations the rest); micro PCFG, the tiny
             transformer, 2500 AdamW steps with one masked position per sentence, 8
             checkpoints measured; three SGD continuations of 1000 steps
-    small   ~2 h on one H100 (estimate, not measured: paper PCFG, t4-128, 20k steps;
-            continuations of 10k steps)
-    paper   ~8 h on one H100 (estimate, not measured: t4-384, 50k steps; continuations
-            of 40k steps at batch 32 / 4096)
+    small   ~5 min on one H100 (planner estimate, ``sameloss plan theory --scale small --device
+            h100``: assumed GPU utilisation and 3 ms per step of kernel launches; paper PCFG,
+            t4-128, 20k steps; continuations of 10k steps)
+    paper   ~4.3 h on one H100 (planner estimate, as small: t4-384, 50k steps;
+            continuations of 40k steps at batch 32 / 4096)
 
 What it runs
     (a) Lemma 3.2. One AdamW pre-training run with one masked position per sentence

@@ -279,6 +279,30 @@ def peak_bytes(measure: str, model_config, settings: dict | None = None, legacy:
     return MemoryEstimate(measure, sum(parts.values()), parts, s, host, n_params, notes)
 
 
+def training_step_bytes(model_config, batch_size: int) -> int:
+    """The device memory of one AdamW training step of ``model_config``'s model on
+    ``batch_size`` full-length sentences (``sameloss plan``): the weights, the peak of the
+    forward and backward (activations and gradients, float32), and AdamW's two moments."""
+    model = meta_model(model_config)
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    tokens = torch.zeros(batch_size, model_config.max_len, dtype=torch.long, device="meta")
+    with stand_in_reads(), StorageTracker() as tracker:
+        model(tokens).float().logsumexp(-1).sum().backward()
+    return weights + tracker.peak + 2 * weights
+
+
+def forward_bytes(model_config, n_sentences: int) -> int:
+    """The device memory of one forward pass without gradients over ``n_sentences``
+    full-length sentences, with float64 log-probabilities of every position (the exact-KL
+    evaluation's chunk; probe features need less)."""
+    model = meta_model(model_config)
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    tokens = torch.zeros(n_sentences, model_config.max_len, dtype=torch.long, device="meta")
+    with torch.no_grad(), stand_in_reads(), StorageTracker() as tracker:
+        torch.log_softmax(model(tokens).double(), -1)
+    return weights + tracker.peak
+
+
 def memory_table(sizes: tuple[str, ...] = ("t3-256", "t3-768", "t3-1024"), vocab_size: int = 203,
                  max_len: int = 32, settings: dict[str, dict] | None = None) -> list[dict]:
     """Rows ``{size, measure, variant, gib}`` for every measure at every size: ``before``

@@ -1,0 +1,127 @@
+"""``sameloss plan``: its FLOP count against torch's counter, every recipe planned at smoke
+and tiny without a file written, one-line errors, and a --help that imports no torch."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from sameloss import registry
+from sameloss.cli import main
+from sameloss.experiments import plan as planner
+from sameloss.models import build_model
+
+
+@pytest.mark.parametrize("size,vocab,max_len", [("tiny", 203, 32), ("micro", 40, 12)])
+def test_forward_and_training_flops_match_torch_counter(size, vocab, max_len):
+    model = build_model("transformer", size, vocab, max_len, dropout=0.0)
+    c = model.config
+    shape = planner.ModelShape("transformer", vocab, max_len, c.d_model, c.n_layers, c.d_inter,
+                               mlm_head_transform=c.mlm_head_transform)
+    batch = 8
+    tokens = torch.randint(0, vocab - 3, (batch, max_len))
+    with FlopCounterMode(display=False) as counter:
+        model(tokens)
+    forward = counter.get_total_flops()
+    counted = planner.forward_flops_per_token(shape) * batch * max_len
+    # torch counts the same matmuls (measured: equal to the FLOP on tiny and micro)
+    assert abs(counted - forward) / forward < 0.01, (counted, forward)
+    with FlopCounterMode(display=False) as counter:
+        model(tokens).logsumexp(-1).sum().backward()
+    step = counter.get_total_flops()
+    # a step is 3x the forward: the backward's two products per matmul
+    assert abs(3 * counted - step) / step < 0.01, (3 * counted, step)
+
+
+def _files(folder):
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("scale", ["smoke", "tiny"])
+def test_every_recipe_is_planned_and_nothing_is_written(scale, tmp_path, monkeypatch, capsys):
+    cwd, out = tmp_path / "cwd", tmp_path / "out"
+    cwd.mkdir()
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    monkeypatch.chdir(cwd)
+    for name in registry.recipes():
+        assert main(["plan", name, "--scale", scale, "--device", "cpu", "--cpu-peak", "50",
+                     "--out", str(out)]) == 0, name
+        text = capsys.readouterr().out
+        assert f"plan: {name} --scale {scale} on cpu" in text
+        for stage in planner.STAGES:
+            assert f"\n{stage} " in text, (name, stage)
+        assert "runs: " in text and "peak memory" in text
+        assert "50 GFLOP/s" in text
+    assert _files(cwd) == []
+    assert _files(out) == ["keep.txt"]
+
+
+def test_plan_counts_the_recipes_runs_and_steps():
+    from sameloss.experiments.recipes import steps
+
+    p = steps.PRESETS["tiny"]
+    plan = planner.dry_plan("steps", "tiny", "unused")
+    assert not os.path.exists("unused")
+    specs = [spec for q, lang in _parts(p) for spec in steps.runs(q, lang, 0)]
+    assert [r.name for r in plan.runs] == [spec.name for spec in specs]
+    # every run's measured checkpoints, each once
+    assert [m.run for m in plan.measures] == [s.name for s in specs for _ in (s.measure_steps or (0,))]
+    e = planner.estimate(plan, "h100", workers=2, memory=False)
+    one = planner.estimate(plan, "h100", workers=1, memory=False)
+    assert e.seconds == pytest.approx(one.seconds)
+    assert one.wall == pytest.approx(one.seconds)
+    assert one.seconds / 2 * (1 - 1e-9) <= e.wall < one.seconds
+    flops = sum(planner.training_flops(r.config, planner.model_shape(r.config, {}), r.start_step)[1]
+                for r in plan.runs)
+    assert e.stages["training"]["flops"] == pytest.approx(flops)
+
+
+def _parts(p):
+    from sameloss.experiments.common import language_parts
+
+    class Seed:
+        seed = 0
+    return [(q, lang.name) for q, lang in language_parts(Seed(), p, None)]
+
+
+def test_continued_fork_counts_only_its_own_steps():
+    plan = planner.dry_plan("isoloss", "smoke", "unused")
+    base = next(r for r in plan.runs if r.name.endswith("-base"))
+    forks = [r for r in plan.runs if r.study == base.study and r is not base]
+    assert forks and all(r.start_step == base.config.steps for r in forks)
+    m = planner.model_shape(base.config, {})
+    steps, _ = planner.training_flops(forks[0].config, m, forks[0].start_step)
+    assert steps == forks[0].config.steps - base.config.steps
+
+
+def _cli(*args):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "sameloss.cli", *args], capture_output=True, text=True, env=env)
+
+
+@pytest.mark.parametrize("args", [("nope", "--scale", "tiny", "--device", "cpu"),
+                                  ("steps", "--scale", "huge", "--device", "cpu"),
+                                  ("steps", "--scale", "tiny", "--device", "tpu"),
+                                  ("steps", "--scale", "tiny", "--device", "cpu", "--workers", "0"),
+                                  ("steps", "--scale", "tiny", "--device", "cpu", "--cpu-peak", "-1")])
+def test_bad_input_is_one_line_and_exit_2(args):
+    r = _cli("plan", *args)
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_help_names_the_options_and_imports_no_torch():
+    code = ("import sys\nfrom sameloss.cli import main\n"
+            "try:\n    main(['plan', '--help'])\nexcept SystemExit:\n    pass\n"
+            "print('TORCH' if 'torch' in sys.modules else 'NOTORCH')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0
+    assert r.stdout.strip().endswith("NOTORCH")
+    for word in ("--scale", "--device", "--workers", "--cpu-peak", "h100", "a100", "utilisation"):
+        assert word in r.stdout, word
