@@ -233,3 +233,13 @@ class PretrainConfig:
             for i in range(n):
                 steps.add(max(1, round(math.exp(math.log(self.steps) * (i + 1) / n))))
         return sorted(steps)
+
+    def evaluation_steps(self) -> list[int]:
+        """Every step whose exact KL the run evaluates: each ``eval.every``-th, the last and,
+        with ``eval.at_checkpoints``, every kept checkpoint (the loop and ``sameloss plan``
+        read this one list)."""
+        every = self.eval.every
+        steps = set(range(every, self.steps + 1, every)) if every else set()
+        if self.eval.at_checkpoints:
+            steps |= set(self.checkpoint_steps())
+        return sorted(steps | {self.steps})

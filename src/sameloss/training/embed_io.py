@@ -63,6 +63,18 @@ def embed_checkpoint(
         return _embed(small_dir, out_dir, into, width_factor, extra_layers, optimizer_state)
 
 
+_SHAPE_FIELDS = ("d_model", "n_heads", "n_layers", "d_inter")
+
+
+def embedded_model_config(model_cfg, big, size_name: str | None):
+    """The ``ModelConfig`` of the embedded model (``big``: its ``TransformerConfig``):
+    ``size_name`` when a named size has its shape, else the small model's size with the
+    large shape as overrides. ``sameloss plan`` names the shape it plans the same way."""
+    if size_name is not None:  # a named size: no shape overrides
+        return dataclasses.replace(model_cfg, size=size_name, **{n: None for n in _SHAPE_FIELDS})
+    return dataclasses.replace(model_cfg, **{n: getattr(big, n) for n in _SHAPE_FIELDS})
+
+
 def _embed(small_dir: Path, out_dir: Path, into: str | None, width_factor: int | None, extra_layers: int,
            optimizer_state: str) -> Path:
     small, language, cfg, small_meta = runio.load_checkpoint(small_dir)
@@ -71,12 +83,7 @@ def _embed(small_dir: Path, out_dir: Path, into: str | None, width_factor: int |
     plan, size_name = target_plan(check_embeddable(small), into, width_factor, extra_layers)
     large = embed(small, plan.width_factor, plan.extra_layers, plan.n_heads, plan.d_inter)
     big = large.config
-    shape = {"d_model": big.d_model, "n_heads": big.n_heads, "n_layers": big.n_layers, "d_inter": big.d_inter}
-    if size_name is not None:  # a named size: no shape overrides
-        model_cfg = dataclasses.replace(cfg.model, size=size_name, **{n: None for n in shape})
-    else:  # the small model's size name with the large shape as overrides
-        model_cfg = dataclasses.replace(cfg.model, **shape)
-    large_cfg = dataclasses.replace(cfg, model=model_cfg)
+    large_cfg = dataclasses.replace(cfg, model=embedded_model_config(cfg.model, big, size_name))
     # the config must rebuild exactly this model, as runio.load_checkpoint will
     # (built on the meta device: no memory, no initialisation, global RNG untouched)
     with torch.random.fork_rng(devices=[]), torch.device("meta"):
@@ -96,7 +103,7 @@ def _embed(small_dir: Path, out_dir: Path, into: str | None, width_factor: int |
         "embedded_from": {
             "checkpoint": str(small_dir),
             "small_size": cfg.model.size,
-            "small_shape": {n: getattr(small.config, n) for n in shape},
+            "small_shape": {n: getattr(small.config, n) for n in _SHAPE_FIELDS},
             "into": into,
             "width_factor": plan.width_factor,
             "extra_layers": plan.extra_layers,

@@ -250,6 +250,7 @@ class Run:
     def __post_init__(self):
         self.rate = None if self.cfg.masking == "single" else self.cfg.mask_rate
         self.keep = set(self.cfg.checkpoint_steps())
+        self.evaluate_at = set(self.cfg.evaluation_steps())
         self.autocast = runio.autocast(self.cfg.precision, self.device)
         # finite data (a corpus): epochs are logged, as sequences drawn / training sequences
         self.n_train = self.language.n_sequences("train") if hasattr(self.language, "n_sequences") else None
@@ -434,8 +435,7 @@ def _train(run: Run, start: int, progress: bool, stop_after: int | None) -> dict
             logs = step % cfg.log_every == 0 or step == cfg.steps
             run.window.add(_step(run, step, grad_norm=logs), run.world_size, step)
             bar.update(1)
-            evaluates = run.rank == 0 and ((cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.steps
-                                           or (cfg.eval.at_checkpoints and step in run.keep))
+            evaluates = run.rank == 0 and step in run.evaluate_at
             saves = step in run.keep or step % cfg.save_every == 0 or step == stop_after
             if logs or evaluates or saves:  # the one read of the device between log lines
                 run.window.check(run.run_dir)  # a diverged loss stops the run before it is logged or saved
