@@ -192,10 +192,24 @@ def test_isoloss_smoke_end_to_end(tmp_path):
 
 
 def test_without_headroom_the_study_stops_before_the_forks(tmp_path, monkeypatch):
+    from sameloss.measures import run as measure_run
+
     p = dataclasses.replace(isoloss.PRESETS["smoke"], headroom_margin=60.0, on_no_headroom="stop")
     monkeypatch.setitem(isoloss.PRESETS, "smoke", p)
+    probed = []
+    original = measure_run.measure_reference
+    monkeypatch.setattr(measure_run, "measure_reference", lambda kind, *a, **kw: probed.append(kind)
+                        or original(kind, *a, **kw))
     reproduce("isoloss", "smoke", out=tmp_path, progress=False)
     root = tmp_path / "isoloss-smoke"
+    # the look-up and oracle references do not depend on the seed: probed once for the study
+    # (in its own measurements.json), the random-init encoder once per seed (issue 23 item 5)
+    assert sorted(probed) == sorted(["lookup", "oracle"] + ["random-init"] * len(p.seeds))
+    kinds = [k.split("|")[0] for k in json.loads((root / "measurements.json").read_text())]
+    assert sorted(kinds) == ["lookup", "oracle"]
+    for seed in p.seeds:
+        seed_rows = json.loads((root / "seeds" / f"seed{seed}" / "measurements.json").read_text())
+        assert not [k for k in seed_rows if k.split("|")[0] in ("lookup", "oracle")]
     report = (root / "report.md").read_text()
     assert "No headroom: the forks were not run" in report and "FAILED" in report
     assert report.index("**No verdict: no headroom**") < report.index("## Runs")  # said first
