@@ -36,9 +36,17 @@ def read(path):
         return list(csv.DictReader(f))
 
 
-def test_isoloss_smoke_end_to_end(tmp_path):
+def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
+    from sameloss.measures import run as measure_run
+
+    probed = []  # every checkpoint whose few-shot probes are computed
+    original = measure_run.measure_checkpoint
+    monkeypatch.setattr(measure_run, "measure_checkpoint", lambda path, spec, *a, **kw: (
+        probed.append(str(path)) if spec.fewshot is not None else None) or original(path, spec, *a, **kw))
     run_cli(["--scale", "smoke", "--out", str(tmp_path), "--no-progress"])  # the main job, at smoke
     root = tmp_path / "isoloss-smoke"
+    # no checkpoint is probed twice (the slope reuses a selected checkpoint's probes; issue 23 item 5)
+    assert probed and len(probed) == len(set(probed))
     report = (root / "report.md").read_text()
     for heading in ("## Runs", "**Verdicts: primary accuracy difference", "**Headroom (measured before the forks)",
                     "**Selection: the iso-loss checkpoint", "**Paired differences (recipe − reference)",

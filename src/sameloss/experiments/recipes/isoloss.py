@@ -531,6 +531,7 @@ def seed_study(study: Study, seed: int, p: IsolossPreset, slope: bool) -> dict:
             infos[(p.point_name(k), f.name)] = study.train(fork_run(p, seed, f, k, begin))
     forks = {f.name: f for f in p.forks}
     rows, selections = [], []
+    selected: dict[tuple[str, int], dict] = {}  # (run, step) -> its row: the slope reuses their probes
     for k in sorted(p.fork_points, reverse=True):
         point = p.point_name(k)
         here = {name: info for (pt, name), info in infos.items() if pt == point}
@@ -543,6 +544,7 @@ def seed_study(study: Study, seed: int, p: IsolossPreset, slope: bool) -> dict:
             ck = checkpoint_dir(info.path, step)
             study.log(f"measure {study.rel(ck)}")
             measured = study.measure(ck, spec)
+            selected[(info.spec.name, step)] = measured
             row = {"model": f"s{seed}-{point}-{name}@{step}", "seed": seed, "point": point, "fork_step": k,
                    "fork": name, "label": info.spec.label, "run": info.spec.name, "step": step,
                    "steps_at_final_lr": step - p.stretch_start(forks[name]),
@@ -567,7 +569,10 @@ def seed_study(study: Study, seed: int, p: IsolossPreset, slope: bool) -> dict:
         history = eval_history(info.path)
         picked = next(r["step"] for r in rows if r["point"] == p.point_name(p.late) and r["fork"] == "adamw")
         for step in sorted(set(p.slope_steps(forks["adamw"])) | {p.candidates(forks["adamw"])[-1], picked}):
-            m = study.measure(checkpoint_dir(info.path, step), _fewshot_spec(p, seed))
+            # a selected checkpoint's probes were measured with its trace (the same probes:
+            # seeded subsets and heads), not probed again
+            m = selected.get((info.spec.name, step)) or study.measure(checkpoint_dir(info.path, step),
+                                                                      _fewshot_spec(p, seed))
             slope_rows.append({"seed": seed, "step": step, "kl_match": float(history[step]["kl"]),
                                "lr_factor": info.config.lr_factor(step - 1),
                                **{key: v for key, v in m.items() if key.startswith(("pos_", "all_"))}})
