@@ -96,6 +96,37 @@ Calibration (issue 23: budget, seeds and the profile)
     23 %, Fisher trace 6 %; 139 of 230 KL evaluations per seed never read) is why KL is
     now evaluated at the candidates and the slope checkpoints only.
 
+    Profile of one seed of THIS design, measured at a reduced scale (not quick, not tiny):
+    quick's seed 0 with every step count divided by 10 (base 100 steps, stretch 30, a
+    candidate every 2 steps: the same 16 runs, 15 candidates per fork and measures as
+    quick) and a probe test set of 2,000 sentences (quick: 20,000), CPU seconds per stage
+    (process time, one thread; load 0.9-1.5 on 2 cores, another job beside it)::
+
+        OMP_NUM_THREADS=1 python bench/profile_isoloss.py --scale quick --shrink 10 --probe-test 2000
+
+        stage                  before (4b5e10d)     after (29 → 28 models measured)
+        probes                 174.0 s  44 %        164.7 s  43 %
+        training                93.7 s  24 %         94.8 s  25 %
+        exact-KL evaluation     67.6 s  17 %         68.3 s  18 %
+        Fisher trace            56.6 s  14 %         53.4 s  14 %
+        rest                     1.1 s   0 %          1.0 s   0 %
+        total                  393.1 s              382.2 s
+
+    Work nobody reads, checked there: exact-KL evaluations 246 per seed = 243 at the forks'
+    matching candidates and the AdamW fork's slope checkpoints + 1 at the base's end (its
+    training curve) + 2 for the size fork's embedding check: none elsewhere
+    (``eval.at_checkpoints``). Cut: the look-up and oracle representations do not depend
+    on the seed and were probed in every seed (2 of the 29 measured rows, ~4 s each at
+    this scale): now once per study (``core.SEED_FREE_REFERENCES``: 2 probes instead of
+    2 × seeds); the AdamW fork's selected checkpoint was probed again for the slope (one
+    probed model per slope seed): its row is reused. A single seed's profile shows only the
+    second cut (the references are still probed once in it): −9 s of probes, the other
+    stages within the run-to-run noise of a shared machine (trace −3 s, training +1 s).
+    For quick (4 seeds) the first cut saves 6 of 8 reference probes. Left: probes are the largest
+    stage at this scale (at quick's 20,000 test sentences more so), every one read; the
+    size fork's check re-evaluates the base checkpoint's KL, which its training curve
+    already holds (one evaluation per seed).
+
 Expected result (paper)
     At the same loss: training longer lowers the trace and raises accuracy (Fig. 2, 4);
     −dropout−WD raises the trace and lowers accuracy, SAM recovers both (Table 1, 2); the
