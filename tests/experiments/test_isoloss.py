@@ -369,6 +369,17 @@ def test_presets_are_checked():
         dataclasses.replace(p, primary_size=7)
     with pytest.raises(ValueError, match="on_no_headroom"):
         dataclasses.replace(p, on_no_headroom="ignore")
+    # a late-only fork (tiny's adversary) has no run and no comparison from scratch
+    adv = {f.name: f for f in p.forks}["adv"]
+    assert adv.late_only and adv not in p.forks_at(0) and adv in p.forks_at(p.base_steps)
+    assert not any(r.name.endswith("scratch-adv") for r in isoloss.runs(p, "hmm", 0, "base"))
+    assert any(r.name.endswith("scratch-noreg") for r in isoloss.runs(p, "hmm", 0, "base"))
+    tests = {(c.name, pt) for c, pt in p.tests()}
+    assert ("adv", "late") in tests and ("adv", "scratch") not in tests and ("noreg", "scratch") in tests
+    assert ("size", "scratch") in tests and ("longer", "scratch") not in tests
+    # the size fork: the same width, two more blocks (a 2x wider one costs 4x per step at tiny)
+    large = {f.name: f for f in p.forks}["large"]
+    assert (large.width_factor, large.extra_layers) == (1, 2)
     # every candidate lies on the stretch at the final lr
     for f in p.forks:
         cfg = isoloss.fork_run(p, 0, f, p.base_steps, None).config()

@@ -157,4 +157,7 @@ def test_a_gated_study_is_planned_with_its_forks():
     plan = planner.dry_plan("isoloss", "quick", "unused")
     bases = [r for r in plan.runs if r.name.endswith("-base")]
     assert len(bases) == len(p.seeds)
-    assert len(plan.runs) == len(p.seeds) * 16  # the base, 9 late forks, 6 from scratch
+    late = len(p.forks)  # every fork at the late point (the size fork trained on its embedded start)
+    scratch = sum(1 for f in p.forks_at(0) if not f.base_recipe)
+    assert (late, scratch) == (8, 4)  # tiny's forks: no sam02, the adversary late only
+    assert len(plan.runs) == len(p.seeds) * (1 + late + scratch)

@@ -195,6 +195,7 @@ class Fork:
     adversarial: float = 0.0
     width_factor: int = 1
     extra_layers: int = 0
+    late_only: bool = False  # forked at the latest point only (a budget's choice: see the preset)
 
     @property
     def resized(self) -> bool:
@@ -306,13 +307,20 @@ class IsolossPreset(Preset):
         """The step a fork's run starts from at fork point ``k`` (the base recipe's: the latest)."""
         return self.late if fork.base_recipe else k
 
+    def forks_at(self, k: int) -> list[Fork]:
+        """The forks compared at fork point ``k``: all at the latest, at earlier points all
+        but the ``late_only`` ones."""
+        return [f for f in self.forks if k == self.late or not f.late_only]
+
     def tests(self) -> list[tuple[Comparison, str]]:
         """Every (comparison, fork point name) reported: a comparison of two base-recipe
         forks is the same at every point, so it is reported at the latest only."""
         out = []
         for k in sorted(self.fork_points, reverse=True):
+            f = {x.name: x for x in self.forks_at(k)}
             for c in self.comparisons:
-                f = {x.name: x for x in self.forks}
+                if c.recipe not in f or c.reference not in f:
+                    continue
                 if k != self.late and f[c.recipe].base_recipe and f[c.reference].base_recipe:
                     continue
                 out.append((c, self.point_name(k)))
@@ -346,16 +354,20 @@ def _language(p: IsolossPreset) -> tuple[str, str, str]:
     return name, p.languages[name], p.task
 
 
-def _forks(long_steps: int, short_final: int | None = None) -> tuple[Fork, ...]:
+def _forks(long_steps: int, short_final: int | None = None, *, sam02: bool = True, width_factor: int = 2,
+           extra_layers: int = 1, adv_late_only: bool = False) -> tuple[Fork, ...]:
+    large = ("2× wider and one more block" if (width_factor, extra_layers) == (2, 1)
+             else f"{width_factor}× wider and {extra_layers} more blocks" if width_factor > 1
+             else f"{extra_layers} more blocks")
     return (Fork("adamw", "AdamW (base continued)"),
             Fork("short", "AdamW, decayed at once", recipe_steps=0, final_steps=short_final),
             Fork("long", f"AdamW, {long_steps} steps before the decay", recipe_steps=long_steps),
             Fork("noreg", "−dropout−WD", NOREG),
             Fork("noreg-half", "−dropout−WD on SAM's update half-batch", (*NOREG, ("update_half", True))),
             Fork("sam05", "−dropout−WD+SAM ρ 0.05", (*NOREG, ("sam.rho", 0.05))),
-            Fork("sam02", "−dropout−WD+SAM ρ 0.02", (*NOREG, ("sam.rho", 0.02))),
-            Fork("adv", "adversarial λ 0.02", adversarial=0.02),
-            Fork("large", "AdamW, 2× wider and one more block", width_factor=2, extra_layers=1))
+            *((Fork("sam02", "−dropout−WD+SAM ρ 0.02", (*NOREG, ("sam.rho", 0.02))),) if sam02 else ()),
+            Fork("adv", "adversarial λ 0.02", adversarial=0.02, late_only=adv_late_only),
+            Fork("large", f"AdamW, {large}", width_factor=width_factor, extra_layers=extra_layers))
 
 
 COMPARISONS = (
@@ -386,14 +398,17 @@ def _preset(scale: str, **kw) -> IsolossPreset:
     for key in ("training", "reference", "measure", "kl_tolerance"):
         if key in kw:
             common[key] = kw.pop(key)
-    defaults = dict(use=("hmm",), task="task-5", comparisons=COMPARISONS, equivalence_margin=0.35,
+    names = {f.name for f in kw["forks"]}
+    defaults = dict(use=("hmm",), task="task-5", equivalence_margin=0.35,
+                    comparisons=tuple(c for c in COMPARISONS if {c.recipe, c.reference} <= names),
                     headroom_margin=5.0, on_no_headroom="stop", adversarial_batch=128, adversarial_pool=10_000)
     return IsolossPreset(**common, **{**defaults, **kw})
 
 
 _TINY = dict(
     base_steps=1000, fork_points=(1000, 0), recipe_steps=100, decay_steps=200, final_lr_factor=0.05,
-    final_steps=300, match_every=20, eval_sentences=4000, forks=_forks(400, 600), probe_sizes=(50, 200, 1000),
+    final_steps=300, match_every=20, eval_sentences=4000, forks=_forks(400, 600, sam02=False, width_factor=1, extra_layers=2, adv_late_only=True),
+    probe_sizes=(50, 200, 1000),
     probe_subsets=(20, 40, 10), probe_pool=2000, probe_test=20_000, probe_epochs=50, probe_l2=1e-2,
     primary_size=200, slope_seeds=6, kl_tolerance=3e-4,
     measure=dataclasses.replace(COMMON["tiny"].measure, seeds=(0,)))
@@ -475,7 +490,7 @@ def runs(p: IsolossPreset, language: str, seed: int, base_dir: str | Path | None
         return [base]
     out = [base]
     for k in sorted(p.fork_points, reverse=True):
-        for f in p.forks:
+        for f in p.forks_at(k):
             if p.fork_point_of(f, k) != k or (f.resized and k > 0):
                 continue
             start = checkpoint_dir(Path(base_dir), k) if k > 0 else None
@@ -549,7 +564,7 @@ def seed_study(study: Study, seed: int, p: IsolossPreset, slope: bool) -> dict:
     embedded_kl = []
     for k in sorted(p.fork_points, reverse=True):
         start = checkpoint_dir(base.path, k) if k > 0 else None
-        for f in p.forks:
+        for f in p.forks_at(k):
             run_k = p.fork_point_of(f, k)
             if run_k != k:  # the base recipe's late fork
                 infos[(p.point_name(k), f.name)] = infos[(p.point_name(run_k), f.name)]
@@ -738,6 +753,7 @@ def _design_text(p: IsolossPreset, seeds: list[int], language: str, size: str, t
         f"\"detected\" when the 95% t interval excludes 0, \"no effect beyond ±δ\" when it lies inside ±δ "
         f"(δ = {p.equivalence_margin:g} points for accuracies, the MDE for traces), else \"inconclusive\"; Holm's "
         f"correction over the primary family. {gate_text}"
+        + "".join(f" {x.label} is forked late only (this scale's budget)." for x in p.forks if x.late_only)
         + ("" if ok else " **Every verdict is marked uninformative.**"))
 
 
