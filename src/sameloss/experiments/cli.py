@@ -118,8 +118,10 @@ def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "launchers", "where the study's units run (a unit is one run, or a seed's chain: base run, then its forks); "
                      "every launcher gives the same results. The README's \"Running on a cluster\" has the commands.")
-    group.add_argument("--launcher", choices=LAUNCHERS, default=d.launcher,
-                       help="inprocess: one unit after another in this process (default); local: --workers processes "
+    group.add_argument("--launcher", choices=LAUNCHERS, default=None,
+                       help="inprocess: one unit after another in this process (the default for a named "
+                            "experiment; the main job, with no experiment, runs on local workers when submitit is "
+                            "installed and the machine has cores for more than one); local: --workers processes "
                             "on this machine, a GPU each when it has GPUs; slurm: a Slurm job array (submitit), "
                             "preempted tasks requeued and resumed")
     group.add_argument("--workers", type=_positive, default=None, metavar="N",
@@ -142,10 +144,35 @@ def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
 def _launch_options(args, argv_given: set[str]):
     from .launch import LaunchOptions, check_options
 
-    options = LaunchOptions(args.launcher, args.workers, args.slurm_partition, args.slurm_time,
+    launcher = args.launcher
+    if launcher is None:
+        launcher = _main_job_launcher(args) if args.experiment is None and args.seeds is None else "inprocess"
+    options = LaunchOptions(launcher, args.workers, args.slurm_partition, args.slurm_time,
                             args.slurm_gpus_per_task, args.slurm_mem)
     check_options(options, argv_given)
     return options
+
+
+def _main_job_launcher(args) -> str:
+    """``local`` or ``inprocess`` for the main job (``launch.main_job_options``), said on stderr."""
+    import importlib.util
+    import os
+
+    import torch
+
+    from .launch import default_workers, main_job_options
+
+    threads, gpus = torch.get_num_threads(), torch.cuda.device_count()
+    have = importlib.util.find_spec("submitit") is not None
+    options = main_job_options(args.workers, threads, gpus, os.cpu_count(), have)
+    if options.launcher == "local":
+        n = args.workers or default_workers(threads, gpus, os.cpu_count())
+        print(f"note: the main job runs its seeds on {n} local workers at once (--launcher inprocess: one after "
+              "another in this process)", file=sys.stderr)
+    elif not have:
+        print("note: the main job runs its seeds one after another (pip install submitit to run them on this "
+              "machine's cores at once)", file=sys.stderr)
+    return options.launcher
 
 
 def _given(args) -> set[str]:

@@ -41,9 +41,16 @@ What it runs
     (−dropout −WD updating on the half batch SAM updates on: SAM's batch control),
     ``sam05`` / ``sam02`` (−dropout −WD +SAM ρ 0.05 / 0.02), ``adv`` (AdamW + the adversarial
     objective on the preset's task, λ 0.02), ``large`` (the base embedded function-
-    preservingly into a 2× wider model with one more block — App. B.4 — with its Adam
-    moments mapped, ``models.embed``; asserted: its exact KL at the fork equals the base's
-    to 1e-6; from scratch: the large shape's own initial weights, same seed and data).
+    preservingly into a larger shape — App. B.4 — with its Adam moments mapped,
+    ``models.embed``; asserted: its exact KL at the fork equals the base's to 1e-6; from
+    scratch: the large shape's own initial weights, same seed and data).
+    Forks per scale (the budget's choice at ``quick``/``tiny``, issue 23 item 6: a 2×
+    wider model costs 4× per step, and the size forks were 45 % of a seed's training
+    FLOPs by ``sameloss plan``): ``small``/``paper``/``smoke`` run every fork above with
+    ``large`` 2× wider and one more block; ``quick``/``tiny`` drop ``sam02``, fork ``adv``
+    late only (``Fork.late_only``; its comparison is exempt from the MDE target) and make
+    ``large`` two more blocks at the same width (2 → 4 blocks, 106 k → 206 k parameters):
+    ``sameloss plan isoloss --scale tiny --device cpu`` 6.6 h → 3.3 h on one thread.
     ``adamw``, ``short`` and ``long`` are the base's own recipe until their decay, so their
     forks at every point are the late ones (one run each).
     Headroom gate, before any fork: in each seed's unit its base is probed beside its
@@ -420,8 +427,10 @@ PRESETS: dict[str, IsolossPreset] = {
         probe_subsets=(3, 3), probe_pool=40, probe_test=64, probe_epochs=3, probe_l2=0.1, primary_size=16,
         slope_seeds=2, kl_tolerance=10.0, headroom_margin=0.0, on_no_headroom="mark",
         adversarial_batch=32, adversarial_pool=256),
-    "quick": _preset("tiny", seeds=tuple(range(4)), **{k: v for k, v in _TINY.items() if k != "slope_seeds"},
-                     slope_seeds=4),
+    # the main job: tiny's first two seeds — its first two units exactly (the same runs and
+    # measures), one round of two workers on a 2-core CPU
+    "quick": _preset("tiny", seeds=(0, 1), **{k: v for k, v in _TINY.items() if k != "slope_seeds"},
+                     slope_seeds=2),
     "tiny": _preset("tiny", seeds=tuple(range(16)), **_TINY),
     "small": _preset(
         "small", seeds=tuple(range(8)), base_steps=20_000, fork_points=(20_000, 0), recipe_steps=2000,
