@@ -43,7 +43,9 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
     original = measure_run.measure_checkpoint
     monkeypatch.setattr(measure_run, "measure_checkpoint", lambda path, spec, *a, **kw: (
         probed.append(str(path)) if spec.fewshot is not None else None) or original(path, spec, *a, **kw))
-    run_cli(["--scale", "smoke", "--out", str(tmp_path), "--no-progress"])  # the main job, at smoke
+    # the main job, at smoke, in this process (the probes are counted here; without --launcher the main job
+    # runs its seeds on local workers, as .ci/run does)
+    run_cli(["--scale", "smoke", "--out", str(tmp_path), "--no-progress", "--launcher", "inprocess"])
     root = tmp_path / "isoloss-smoke"
     # no checkpoint is probed twice (the slope reuses a selected checkpoint's probes; issue 23 item 5)
     assert probed and len(probed) == len(set(probed))
@@ -354,6 +356,14 @@ def test_the_along_fork_slope_is_within_seeds_and_keeps_its_sign():
     assert out[0]["bias"] == pytest.approx(0.15 * 1000 * np.mean([1e-4, -1e-4, 0.0, 3e-4]))
     assert out[0]["corrected"] == pytest.approx(np.mean(np.array([1.0, 1.2, 0.8, 1.1])
                                                         - 0.15 * 1000 * np.array([1e-4, -1e-4, 0.0, 3e-4])))
+    # a comparison with no pair kept is named as such, not as a failed check (tiny's SAM from scratch)
+    section = Section("")
+    far = _rows([1.0, 1.2, 0.8], [2e-3, -2e-3, 1e-3])
+    diffs = paired.differences(section, far, [(c, "late")], [("acc", "acc")], "acc", Design(3e-4, 0.35))
+    out = paired.tolerance_check(section, far, diffs, [(c, "late")], "acc", paired.Slope(0.15, 0.1, 0.2, 6, 30),
+                                 Design(3e-4, 0.35))
+    assert out[0]["n_kept"] == 0 and not out[0]["ok"]
+    assert "No pair was kept for: x @ late" in section.notes[-1] and "NOT within" not in section.notes[-1]
 
 
 def test_presets_are_checked():

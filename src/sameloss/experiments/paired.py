@@ -298,14 +298,17 @@ def tolerance_check(section: Section, rows: list[dict], diffs: list[dict], tests
          Column("slope-corrected mean", "corrected", ci=("corrected_low", "corrected_high"), fmt=".3g"),
          Column("all pairs' mean", "all_mean", ci=("all_low", "all_high"), fmt=".3g")],
         out, source="tolerance.csv", key="test", key_header="comparison @ fork point"))
-    bad = [r["test"] for r in out if not r["ok"]]
+    bad = [r["test"] for r in out if not r["ok"] and r["n_kept"]]
+    none_kept = [r["test"] for r in out if not r["n_kept"]]
     section.notes.append(
         f"KL tolerance by consequence: along one fork's decay and stretch (the AdamW fork, {slope.n_models} "
         f"checkpoints of {slope.n_seeds} seeds, seed fixed effects) the primary accuracy moves "
         f"{fmt(slope.estimate)} [{fmt(slope.low)}, {fmt(slope.high)}] points per 0.001 nats of KL (positive: a "
         f"higher KL probes better). With the tolerance {design.tolerance:g} nats, every kept pair's residual ΔKL "
         + ("is worth at most half its comparison's MDE." if not bad else
-           f"is NOT within half the MDE for: {', '.join(bad)} (read those with the corrected means)."))
+           f"is NOT within half the MDE for: {', '.join(bad)} (read those with the corrected means).")
+        + (f" No pair was kept for: {', '.join(none_kept)} (nothing to check; the comparison gives no verdict)."
+           if none_kept else ""))
     return out
 
 

@@ -16,12 +16,15 @@ Command
 Runtime per scale (one thread per worker; ``--launcher local --workers N`` runs N seeds at once)
     smoke   ~1 min on a 2-core CPU (3 seeds, micro model, tens of steps; the numbers mean
             nothing)
-    quick   predicted ≤ 20 min on a 2-core CPU running nothing else: the tiny design with
-            4 seeds (calibration below); MDE predicted ~0.9 points (4 seeds at the earlier
-            design's paired SD of 0.35–0.49 points), not measured
-    tiny    not measured yet on a 2-core CPU running nothing else (calibration below; the
-            earlier design — one fork point, no size forks — took 2.6 min per seed, 57 min
-            for 22 seeds with two workers)
+    quick   ~14 min on a 2-core CPU running nothing else (the main job: tiny's first two
+            seeds, its first two units exactly; measured in the tiny run below, seeds 0 and 1
+            ran side by side in 797 s and 785 s of CPU, 807 s wall; MDE: the t quantile at
+            1 degree of freedom makes it ~10× a seed's paired SD — several points)
+    tiny    99 min on a 2-core CPU running nothing else (measured 2026-11-24: 5961 s wall,
+            ``--launcher local --workers 2``; 16 seeds, 208 runs; CPU per seed 680–797 s,
+            mean 729 s; load 2.0 throughout) — over the 90-minute budget it was cut for; 14 seeds
+            would fit it. MDE of the primary accuracy 0.12–0.43 points where ≥ 11 pairs are
+            kept (report: verdicts.csv)
     small   estimate, not measured: ~8 h on one H100 (paper HMM, t4-384, batch 4096)
     paper   estimate, not measured: days on one H100
 
@@ -96,12 +99,13 @@ every 10 steps)
     excluded and counted, never kept.
 
 Calibration (issue 23: budget, seeds and the profile)
-    Not measured yet for this design (both fork points, the size fork, the stretch): the
-    per-seed CPU cost, the paired SDs, and hence the tiny runtime and MDE, come from the
-    quick run's runtime.csv and report (``sameloss reproduce``). The earlier design's
-    profile (issue 23: training 54 % of a seed's CPU, exact-KL evaluations 18 %, probes
-    23 %, Fisher trace 6 %; 139 of 230 KL evaluations per seed never read) is why KL is
-    now evaluated at the candidates and the slope checkpoints only.
+    Before (the earlier design, one fork point, no size forks): 2.6 min per seed, 57 min
+    for 22 seeds on two workers. This design as first written (9 late + 6 scratch forks, the
+    size fork 2× wider + 1 block): ``sameloss plan isoloss --scale tiny --device cpu`` 6.6 h
+    on one thread, 18–22 CPU-min per seed measured. After the cuts (the size fork two
+    blocks deeper at the same width, no ρ 0.02, the adversary late only): plan 3.3 h;
+    measured 12.1 CPU-min per seed (tiny, above): training 9099 s and measuring 2697 s
+    summed over the 16 seeds (77 % / 23 %).
 
     Profile of one seed of THIS design, measured at a reduced scale (not quick, not tiny):
     quick's seed 0 with every step count divided by 10 (base 100 steps, stretch 30, a
