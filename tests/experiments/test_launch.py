@@ -363,3 +363,40 @@ def test_a_preempted_unit_is_resubmitted_and_resumes_bit_identically(tmp_path):
     strip = [{k: {c: v for c, v in row.items() if c != "measure_seconds"} for k, row in cache.items()}
              for cache in rows]
     assert strip[0] == strip[1] and len(strip[0]) == 1
+
+
+# ---- the main job's launcher -------------------------------------------------------------
+def test_the_main_job_runs_its_seeds_on_the_cores_it_has():
+    """``sameloss reproduce`` (no experiment, no --launcher) runs its seeds on local workers
+    when submitit is there and the cores hold more than one worker; otherwise in process."""
+    from sameloss.experiments.launch import main_job_options
+
+    assert main_job_options(None, 1, 0, 2, True) == LaunchOptions("local")  # a 2-core CPU: 2 workers
+    assert main_job_options(None, 1, 0, 1, True) == LaunchOptions()  # one core: in process
+    assert main_job_options(None, 2, 0, 2, True) == LaunchOptions()  # --threads 2 on 2 cores: one worker
+    assert main_job_options(None, 1, 0, 16, False) == LaunchOptions()  # no submitit
+    assert main_job_options(None, 1, 2, 1, True) == LaunchOptions("local")  # one worker per GPU
+    assert main_job_options(3, 1, 0, 1, True) == LaunchOptions("local", 3)  # --workers alone asks for local
+
+
+def test_a_named_experiment_stays_in_process_and_the_main_job_follows_the_machine(monkeypatch):
+    import argparse
+    import os
+
+    import torch
+
+    from sameloss.experiments import cli as experiments_cli
+    from sameloss.experiments.launch import main_job_options
+
+    parser = argparse.ArgumentParser()
+    experiments_cli.add_reproduce_parser(parser.add_subparsers(dest="command"))
+    named = parser.parse_args(["reproduce", "dyck"])
+    assert experiments_cli._launch_options(named, experiments_cli._given(named)) == LaunchOptions()
+    main_job = parser.parse_args(["reproduce"])
+    expected = main_job_options(None, torch.get_num_threads(), torch.cuda.device_count(), os.cpu_count(), True)
+    assert experiments_cli._launch_options(main_job, experiments_cli._given(main_job)) == expected
+    # a shard (--seeds) of the main job runs its seeds here unless a launcher is named
+    shard = parser.parse_args(["reproduce", "--seeds", "0-1"])
+    assert experiments_cli._launch_options(shard, experiments_cli._given(shard)).launcher == "inprocess"
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert experiments_cli._launch_options(main_job, experiments_cli._given(main_job)).launcher == "inprocess"

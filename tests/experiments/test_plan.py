@@ -94,10 +94,30 @@ def test_continued_fork_counts_only_its_own_steps():
     plan = planner.dry_plan("isoloss", "smoke", "unused")
     base = next(r for r in plan.runs if r.name.endswith("-base"))
     forks = [r for r in plan.runs if r.study == base.study and r is not base]
-    assert forks and all(r.start_step == base.config.steps for r in forks)
+    late = [r for r in forks if "-late-" in r.name]
+    scratch = [r for r in forks if "-scratch-" in r.name]
+    assert late and scratch and len(late) + len(scratch) == len(forks)
+    assert all(r.start_step == base.config.steps for r in late) and all(r.start_step == 0 for r in scratch)
     m = planner.model_shape(base.config, {})
-    steps, _ = planner.training_flops(forks[0].config, m, forks[0].start_step)
-    assert steps == forks[0].config.steps - base.config.steps
+    steps, _ = planner.training_flops(late[0].config, m, late[0].start_step)
+    assert steps == late[0].config.steps - base.config.steps
+    # a fork evaluates its KL at its kept checkpoints and its end only (eval.at_checkpoints)
+    for r in forks:
+        kept = {s for s in r.config.checkpoint_steps() if s > r.start_step}
+        assert planner.training_evaluations(r.config, r.start_step) == len(kept)
+
+
+def test_size_fork_is_planned_at_the_embedded_shape():
+    """The late size fork starts from the base embedded 2x wider with one more block: the
+    plan trains and measures that shape, not the small one (DryStudy.embed, as Study.embed)."""
+    plan = planner.dry_plan("isoloss", "smoke", "unused")
+    base = next(r for r in plan.runs if r.name.endswith("-base"))
+    small = planner.model_shape(base.config, {})
+    large = next(r for r in plan.runs if r.name.endswith("-late-large"))
+    big = planner.model_shape(large.config, {})
+    assert (big.d_model, big.n_layers) == (2 * small.d_model, small.n_layers + 1)
+    embedded = [ms for ms in plan.measures if ms.embedded_into]
+    assert embedded and all(planner.model_shape(ms.config, {}).d_model == big.d_model for ms in embedded)
 
 
 def _cli(*args):
@@ -125,3 +145,19 @@ def test_help_names_the_options_and_imports_no_torch():
     assert r.stdout.strip().endswith("NOTORCH")
     for word in ("--scale", "--device", "--workers", "--cpu-peak", "h100", "a100", "utilisation"):
         assert word in r.stdout, word
+
+
+def test_a_gated_study_is_planned_with_its_forks():
+    """quick stops a seed's forks when its headroom gate fails (on_no_headroom="stop"); the
+    plan measures nothing, so it assumes the gate passes and lists every seed's forks."""
+    from sameloss.experiments.recipes import isoloss
+
+    p = isoloss.PRESETS["quick"]
+    assert p.on_no_headroom == "stop" and p.headroom_margin > 0
+    plan = planner.dry_plan("isoloss", "quick", "unused")
+    bases = [r for r in plan.runs if r.name.endswith("-base")]
+    assert len(bases) == len(p.seeds)
+    late = len(p.forks)  # every fork at the late point (the size fork trained on its embedded start)
+    scratch = sum(1 for f in p.forks_at(0) if not f.base_recipe)
+    assert (late, scratch) == (8, 4)  # tiny's forks: no sam02, the adversary late only
+    assert len(plan.runs) == len(p.seeds) * (1 + late + scratch)

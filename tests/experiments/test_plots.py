@@ -15,7 +15,7 @@ from helpers.figures import check_artists, check_data, check_figure, drawn_point
 
 from sameloss.errors import UserError
 from sameloss.experiments.plots import (
-    DPI, TAG, TRACE_FISHER, XY, Fit, Forest, Panel, Ref, curves_plot, dots_plot, error_labels, forest_plot,
+    DPI, TAG, TRACE_FISHER, XY, Band, Fit, Forest, Panel, Ref, curves_plot, dots_plot, error_labels, forest_plot,
     is_sameloss_data, is_sameloss_figure, log_limits, majority_ref, parse_formats, save_figure, scatter_plot,
     series_plot)
 from sameloss.experiments.report import Figure
@@ -80,6 +80,24 @@ def test_series_figure_keeps_the_rules(tmp_path):
     assert {(r["kind"], r["panel"]) for r in rows if r["series"] == "AdamW: KL ≤ 0.15 from step 1500"} == \
         {("ref-x", "0"), ("ref-x", "1"), ("ref-x", "2")}
     assert [r["y"] for r in rows if r["kind"] == "ref-y" and r["panel"] == "0"] == ["0.15"]
+
+
+def test_a_band_shades_a_window_of_steps_and_is_saved(tmp_path):
+    """isoloss's curves: the matching window shaded (a polygon across the panel, never a bar),
+    inside the axis limits even beyond the data, named in the legend, in the data file."""
+    window = Band(2500, 3000, "matching window")
+    fig = series_plot(STEPS, "step", [Panel("kl", "exact KL (nats)", bands=(window,)), Panel("trace_fisher", TRACE_FISHER)],
+                      "t")
+    _, rows = _saved(fig, tmp_path)  # check_figure: no rectangle patch, the rules hold
+    kl, trace = fig.axes
+    shaded = [c for c in kl.collections if c.get_gid() == "band"]
+    assert len(shaded) == 1 and not [c for c in trace.collections if c.get_gid() == "band"]
+    xs = shaded[0].get_paths()[0].vertices[:, 0]
+    assert (xs.min(), xs.max()) == (2500, 3000)
+    assert kl.get_xlim()[1] >= 3000 > max(r["step"] for rs in STEPS.values() for r in rs)  # the limits include it
+    assert "matching window" in legend_texts(fig)
+    assert [(r["kind"], r["panel"], float(r["x_low"]), float(r["x_high"])) for r in rows if r["kind"].startswith("band")] \
+        == [("band-x", "0", 2500.0, 3000.0)]
 
 
 def test_a_series_drawn_in_some_panels_says_which():
@@ -227,6 +245,16 @@ def test_forest_figure_marks_zero_and_the_mde(tmp_path):
     assert [r["x"] for r in data if r["kind"] == "ref-x"] == ["0.0"]
     texts = legend_texts(fig)
     assert "± MDE (80 % power)" in texts and "paired difference: 95 % t interval over 22 seeds" in texts
+
+
+def test_forest_panel_draws_its_own_reference_lines(tmp_path):
+    rows = [{"c": "a", "d": 0.1, "d_low": -0.2, "d_high": 0.4, "d_mde": 0.5}]
+    margin = tuple(Ref(v, "±δ (equivalence margin)", style="--") for v in (-0.35, 0.35))
+    fig = forest_plot(rows, "c", [Forest("d", "difference (points)", refs=margin), Forest("d", "again")], "t")
+    _, data = _saved(fig, tmp_path)
+    refs = sorted((r["panel"], float(r["x"])) for r in data if r["kind"] == "ref-x")
+    assert refs == [("0", -0.35), ("0", 0.0), ("0", 0.35), ("1", 0.0)]  # vertical, in its panel only
+    assert "±δ (equivalence margin)" in legend_texts(fig)
 
 
 # ---- training curves ----------------------------------------------------------------------------

@@ -225,18 +225,23 @@ def test_unknown_experiment_or_scale():
 
 def test_the_cli_lists_every_recipe_and_scale():
     from sameloss import registry
-    from sameloss.experiments import SCALE_NAMES, experiments
+    from sameloss.experiments import MAIN_SCALE, SCALE_NAMES, experiments
 
     assert set(experiments()) == {"steps", "sizes", "algorithms", "figure1", "isoloss", "text", "theory", "dyck"}
     for name in experiments():
         recipe = registry.recipe(name)
         assert experiments()[name] == recipe.SUMMARY, name  # read from the file as the module says
-        assert set(recipe.PRESETS) == set(SCALE_NAMES), name
+        assert set(SCALE_NAMES) <= set(recipe.PRESETS) <= {*SCALE_NAMES, MAIN_SCALE}, name
         doc = recipe.__doc__
         assert "sameloss reproduce" in doc and "Runtime" in doc and "Expected result" in doc, name
     parser = argparse.ArgumentParser()
     add_reproduce_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["reproduce"])
-    assert (args.experiment, args.scale, args.out, args.seed, args.fresh) == ("figure1", "tiny", "runs", 0, False)
+    assert (args.experiment, args.scale, args.out, args.seed, args.fresh) == (None, None, "runs", 0, False)
+    # no experiment is the main job: the iso-loss study at its quick scale; a named one runs at tiny
+    from sameloss.experiments import main_job
+    assert main_job(args.experiment, args.scale) == ("isoloss", "quick")
+    assert main_job("figure1", None) == ("figure1", "tiny") and main_job(None, "smoke") == ("isoloss", "smoke")
+    assert "quick" in registry.recipe("isoloss").PRESETS
     # --preset, the old name of --scale, still works (.ci/run and earlier commands use it)
     assert parser.parse_args(["reproduce", "sizes", "--preset", "smoke"]).scale == "smoke"

@@ -164,10 +164,12 @@ def test_paired_difference_known_values():
     # t = 3 / se = 4.243 on 4 df: two-sided p = 0.0132
     assert d.p_value == pytest.approx(0.0132, abs=2e-4)
     assert 1.0 <= d.boot_low < 3.0 < d.boot_high <= 5.0
-    assert stats.power_verdict(d, +1) == stats.DETECTED
-    assert stats.power_verdict(d, -1) == stats.DETECTED_AGAINST
+    assert stats.power_verdict(d, +1, 1.0) == stats.DETECTED
+    assert stats.power_verdict(d, -1, 1.0) == stats.DETECTED_AGAINST
     null = stats.paired_difference([-1.0, 1.0, -0.5, 0.5], n_boot=200)
-    assert stats.power_verdict(null, +1) == stats.NONE_LARGER and null.mde > 0
+    # its interval (±1.45) lies inside ±MDE (1.90) but not inside ±1
+    assert stats.power_verdict(null, +1, null.mde) == stats.EQUIVALENT and null.mde > 0
+    assert stats.power_verdict(null, +1, 1.0) == stats.INCONCLUSIVE
     assert math.isnan(stats.paired_difference([1.0]).mde)
 
 
@@ -233,12 +235,12 @@ def test_differences_without_spread_are_degenerate_not_detected():
     d = stats.paired_difference([-1.0416666666666587, -1.0416666666666725, -1.0416666666666667], n_boot=200)
     assert d.degenerate and math.isnan(d.t_low) and math.isnan(d.mde) and math.isnan(d.p_value)
     assert d.mean == pytest.approx(-1.0416666666666667)
-    assert stats.power_verdict(d, +1) == stats.power_verdict(d, -1) == stats.DEGENERATE
+    assert stats.power_verdict(d, +1, 1.0) == stats.power_verdict(d, -1, 1.0) == stats.DEGENERATE
     zero = stats.paired_difference([0.0, 0.0, 0.0], n_boot=200)
-    assert zero.degenerate and stats.power_verdict(zero, +1) == stats.DEGENERATE
+    assert zero.degenerate and stats.power_verdict(zero, +1, 1.0) == stats.DEGENERATE
     # a real spread, however small against the mean, is tested
     small = stats.paired_difference([1.0, 1.0 + 1e-6, 1.0 - 1e-6], n_boot=200)
-    assert not small.degenerate and stats.power_verdict(small, +1) == stats.DETECTED
+    assert not small.degenerate and stats.power_verdict(small, +1, 1.0) == stats.DETECTED
 
 
 def test_interval_power_reads_the_standard_error_off_the_interval():
@@ -251,7 +253,9 @@ def test_interval_power_reads_the_standard_error_off_the_interval():
     assert verdict == stats.DETECTED
     assert mde == pytest.approx((t.ppf(0.975, df) + t.ppf(0.8, df)) * se, rel=1e-12)
     assert stats.interval_power(stats.Interval(2.0, 2.0 - half, 2.0 + half), df, -1)[0] == stats.DETECTED_AGAINST
-    assert stats.interval_power(stats.Interval(0.1, -0.5, 0.7), df, -1)[0] == stats.NONE_LARGER
+    # an interval holding 0 inside ±MDE (the default margin) shows the null; wider is inconclusive
+    assert stats.interval_power(stats.Interval(0.1, -0.5, 0.7), df, -1)[0] == stats.EQUIVALENT
+    assert stats.interval_power(stats.Interval(0.1, -0.5, 0.7), df, -1, margin=0.6)[0] == stats.INCONCLUSIVE
 
 
 def test_combined_t_test_is_fishers_method():
@@ -261,3 +265,46 @@ def test_combined_t_test_is_fishers_method():
     pvalues, pooled = stats.combined_t_test(z, 7)
     assert pvalues == pytest.approx([2 * t.sf(abs(v), 7) for v in z], rel=1e-12)
     assert pooled == pytest.approx(combine_pvalues(pvalues, method="fisher").pvalue, rel=1e-10)
+
+
+def test_equivalence_needs_the_interval_inside_the_margin():
+    """"No effect beyond ±δ" only when the whole 95 % interval lies inside (−δ, δ); an
+    interval that holds 0 but reaches past δ is inconclusive, however close its mean is to 0."""
+    tight = stats.paired_difference([0.1, -0.1, 0.05, -0.05, 0.02, -0.02], n_boot=100)
+    assert tight.t_low > -0.2 and tight.t_high < 0.2
+    assert stats.power_verdict(tight, +1, 0.2) == stats.EQUIVALENT
+    assert stats.power_verdict(tight, +1, abs(tight.t_low) * 0.99) == stats.INCONCLUSIVE
+    wide = stats.paired_difference([1.0, -1.0, 0.9, -0.9], n_boot=100)
+    assert wide.mean == 0.0 and stats.power_verdict(wide, +1, 0.5) == stats.INCONCLUSIVE
+    # a margin of nan or 0 never shows a null
+    assert stats.power_verdict(tight, +1, float("nan")) == stats.INCONCLUSIVE
+    assert stats.power_verdict(tight, +1, 0.0) == stats.INCONCLUSIVE
+
+
+def _holm_rejects(pvalues, alpha):
+    """Holm's procedure by its definition: step through the sorted p values, reject
+    p_(i) while p_(i) <= alpha / (m - i), stop at the first that is not."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    rejected = set()
+    for rank, i in enumerate(order):
+        if pvalues[i] > alpha / (m - rank):
+            break
+        rejected.add(i)
+    return rejected
+
+
+def test_holm_adjusted_p_values_reject_exactly_what_holms_procedure_rejects():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        m = int(rng.integers(1, 9))
+        p = list(rng.uniform(0, 0.1, size=m) ** rng.uniform(0.5, 2))
+        adjusted = stats.holm(p)
+        assert all(a >= q for a, q in zip(adjusted, p)) and all(a <= 1 for a in adjusted)
+        for alpha in (0.001, 0.01, 0.02, 0.05, 0.1):
+            assert {i for i, a in enumerate(adjusted) if a <= alpha} == _holm_rejects(p, alpha)
+    # known values: m = 3, sorted 0.01, 0.02, 0.04 -> 0.03, 0.04, 0.04 (monotone), order kept
+    assert stats.holm([0.04, 0.01, 0.02]) == pytest.approx([0.04, 0.03, 0.04])
+    assert stats.holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])
+    nan_kept = stats.holm([0.01, float("nan"), 0.03])
+    assert nan_kept[0] == pytest.approx(0.02) and math.isnan(nan_kept[1]) and nan_kept[2] == pytest.approx(0.03)

@@ -25,7 +25,7 @@ from matplotlib.patches import Rectangle
 
 from sameloss.experiments.plots import DATA_COLUMNS, quantity
 
-KINDS = {"axes", "point", "ref-x", "ref-y", "fit", "text", "offaxis", "mde"}
+KINDS = {"axes", "point", "ref-x", "ref-y", "fit", "text", "offaxis", "mde", "band-x", "band-y"}
 NUMERIC_SCALES = {"linear", "log"}
 
 

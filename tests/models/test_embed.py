@@ -369,3 +369,102 @@ def test_embed_checkpoint_refuses_what_cannot_hold_the_small_model(tmp_path):
     plan, name = target_plan(shape(), "bert-base", None, 0)  # an alias: 64 -> 768 is 12x
     assert (plan.width_factor, plan.extra_layers, plan.n_heads, name) == (12, 11, 12, "t3-768")
     assert dataclasses.asdict(plan)["d_inter"] == 3072
+
+
+# ----------------------------------------------------------------------------- optimiser state
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+@pytest.mark.parametrize("k,extra,d_inter", [(2, 1, None), (3, 0, 24 * 3 + 5), (1, 2, None)])
+def test_embedded_gradient_is_the_large_models_gradient(norm, k, extra, d_inter):
+    """``embed_gradient`` maps the small model's loss gradient to exactly the large model's
+    gradient at the embedded point (float64), so moments of gradients map with it."""
+    from sameloss.models.embed import embed_gradient, embed_map, embed_second_moment
+
+    tokens = padded_batch(6, 10, seed=3)
+    targets = torch.randint(0, VOCAB, tokens.shape, generator=torch.Generator().manual_seed(4))
+    small = perturbed(small_config(norm, True))
+    rng = torch.get_rng_state()
+    m = embed_map(small, k, extra, d_inter=d_inter)
+    assert torch.equal(torch.get_rng_state(), rng)  # no global RNG draw
+    big = embed(small, k, extra, d_inter=d_inter)
+
+    def grads(model):
+        model.zero_grad()
+        F.cross_entropy(model(tokens).flatten(0, 1), targets.flatten()).backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    g_small, g_big = grads(small), grads(big)
+    shapes = {n: p.shape for n, p in big.named_parameters()}
+    mapped = embed_gradient(m, g_small, shapes)
+    assert mapped.keys() == g_big.keys()
+    scale = max(float(g.abs().max()) for g in g_big.values())
+    copied = 0
+    for n in g_big:
+        has = (m.source[n] >= 0).reshape(g_big[n].shape)
+        # entries with a source get their share of its gradient; the others (added blocks,
+        # the post-LN LayerNorm whose affine part moved past them) are new: moments 0
+        torch.testing.assert_close(mapped[n][has], g_big[n][has], atol=1e-10 * scale, rtol=1e-9, msg=n)
+        assert (mapped[n][~has] == 0).all(), n
+        copied += int(has.sum())
+    assert copied >= sum(p.numel() for p in small.parameters()) * k  # every small entry has copies
+    # squared gradients map to the squares of the mapped gradients
+    sq = embed_second_moment(m, {n: g ** 2 for n, g in g_small.items()}, shapes)
+    for n in g_big:
+        torch.testing.assert_close(sq[n], mapped[n] ** 2, atol=1e-18, rtol=1e-9, msg=n)
+    # the added blocks' entries have no source (post-LN: but the LayerNorm moved to the last)
+    moved = f"blocks.{1 + extra}.mlp_norm." if norm == "post" else None
+    for n, src in m.source.items():
+        if n.startswith(tuple(f"blocks.{i}." for i in range(2, 2 + extra))):
+            assert (src >= 0).all() if moved and n.startswith(moved) else (src < 0).all(), n
+
+
+def test_embed_checkpoint_with_the_embedded_optimiser_continues_the_small_runs_moments(tmp_path):
+    """``optimizer="embedded"``: the large checkpoint holds the small run's Adam moments
+    mapped as gradients map (``exp_avg``) and as squared gradients (``exp_avg_sq``), its
+    step count and RNG state; a fork from it starts at the small model's exact KL."""
+    from sameloss.models.embed import embed_gradient, embed_map, embed_second_moment
+    from sameloss.training import pretrain
+    from sameloss.training.evaluate import make_evaluator
+
+    over = ["steps=6", "batch_size=32", "model.size=micro", "eval.every=0", "eval.n_sentences=64",
+            "optim.warmup_steps=2", "device=cpu", "language.name=hmm", "language.size=micro"]
+    cfg = configlib.load(PretrainConfig, None, over)
+    pretrain(cfg, tmp_path / "small", progress=False)
+    small_ck = ckpt.checkpoint_dir(tmp_path / "small", 6)
+    out = embed_checkpoint(small_ck, tmp_path / "big", width_factor=2, extra_layers=1, optimizer="embedded")
+    small, language, _, _ = load_checkpoint(small_ck)
+    big, _, big_cfg, _ = load_checkpoint(out)
+    s_state, b_state = ckpt.load_state(small_ck), ckpt.load_state(out)
+    assert torch.equal(s_state["rng"], b_state["rng"])
+    small_names = [n for n, _ in small.named_parameters()]
+    big_names = [n for n, _ in big.named_parameters()]
+    # AdamW's state dict is keyed by position in the parameter groups (matrices first)
+    def by_name(model, names, opt_state):
+        order = [n for n, p in model.named_parameters() if p.dim() >= 2] + \
+                [n for n, p in model.named_parameters() if p.dim() < 2]
+        return {order[i]: st for i, st in opt_state["state"].items()}
+    s_mom, b_mom = by_name(small, small_names, s_state["optimizer"]), by_name(big, big_names, b_state["optimizer"])
+    m = embed_map(small, 2, 1)
+    shapes = {n: p.shape for n, p in big.named_parameters()}
+    want_m = embed_gradient(m, {n: s_mom[n]["exp_avg"] for n in small_names}, shapes)
+    want_v = embed_second_moment(m, {n: s_mom[n]["exp_avg_sq"] for n in small_names}, shapes)
+    for n in big_names:
+        torch.testing.assert_close(b_mom[n]["exp_avg"], want_m[n].float(), msg=n)
+        torch.testing.assert_close(b_mom[n]["exp_avg_sq"], want_v[n].float(), msg=n)
+        assert float(b_mom[n]["step"]) == 6.0
+    assert any(float(b_mom[n]["exp_avg"].abs().sum()) > 0 for n in big_names)
+    # the same function: the same exact KL
+    ev = make_evaluator(language, 64, 0.15, 1_000_003, 2)
+    assert abs(ev.evaluate(big, "cpu")["kl"] - ev.evaluate(small, "cpu")["kl"]) < 1e-6
+    # a fork continues from it with the loaded moments (the step count goes on)
+    fork = configlib.load(PretrainConfig, None, [*over, "steps=8", f'init_from="{out}"',
+                                                 *(f"model.{k}={v}" for k, v in
+                                                   (("d_model", big.config.d_model), ("n_heads", big.config.n_heads),
+                                                    ("n_layers", big.config.n_layers),
+                                                    ("d_inter", big.config.d_inter)))])
+    pretrain(fork, tmp_path / "fork", progress=False)
+    end = ckpt.load_state(ckpt.checkpoint_dir(tmp_path / "fork", 8))
+    assert float(next(iter(end["optimizer"]["state"].values()))["step"]) == 8.0
+    with pytest.raises(UserError, match="optimizer must be"):
+        embed_checkpoint(small_ck, tmp_path / "x", width_factor=2, optimizer="adam")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from sameloss.errors import UserError
 from sameloss.languages import PCFG
 from sameloss.training import pretrain
 from sameloss.training.adversarial import AdversarialObjective
@@ -106,3 +107,46 @@ def test_adversarial_task_must_exist():
     from sameloss.errors import UserError
     with pytest.raises(UserError, match="adversarial.task 'Z' is not a task of pcfg"):
         AdversarialObjective(PCFG.preset("tiny"), "Z", 1.0)
+
+
+def test_update_half_updates_on_exactly_the_half_batch_sam_updates_on(tmp_path, monkeypatch):
+    """The control of SAM's batch: the update sees SAM's update half (the second half of
+    the step's batch, the same sentences and masks) and nothing else, once per step."""
+    from sameloss.training import loop
+
+    seen = []
+    real = loop.mlm_loss
+
+    def recording(model, batch, n_targets_global, world_size):
+        seen.append((batch.inputs.clone(), batch.targets.clone(), batch.masked.clone(), n_targets_global))
+        return real(model, batch, n_targets_global, world_size)
+
+    monkeypatch.setattr(loop, "mlm_loss", recording)
+    noreg = {"model.dropout": 0.0, "optim.weight_decay": 0.0}
+    pretrain(small_config(steps=4, **noreg, **{"sam.rho": 0.05}), tmp_path / "sam", progress=False)
+    sam_calls, seen[:] = list(seen), []
+    pretrain(small_config(steps=4, **noreg, update_half="true"), tmp_path / "half", progress=False)
+    half_calls, seen[:] = list(seen), []
+    pretrain(small_config(steps=4, **noreg), tmp_path / "full", progress=False)
+    full_calls = list(seen)
+    assert len(sam_calls) == 8 and len(half_calls) == 4 and len(full_calls) == 4
+    for step in range(4):
+        ascent, update = sam_calls[2 * step], sam_calls[2 * step + 1]
+        got, full = half_calls[step], full_calls[step]
+        assert all(torch.equal(a, b) for a, b in zip(update[:3], got[:3])) and update[3] == got[3]
+        # the half is the second half of the full batch; SAM's ascent half is not used
+        assert torch.equal(got[0], full[0][16:]) and torch.equal(ascent[0], full[0][:16])
+        assert got[3] == int(full[2][16:].sum())
+    a, b = weights(tmp_path / "half"), weights(tmp_path / "full")
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(UserError, match="update_half"):
+        small_config(update_half="true", **{"sam.rho": 0.05})
+
+
+def test_update_half_resumes_bit_identically(tmp_path):
+    cfg = small_config(update_half="true")
+    pretrain(cfg, tmp_path / "whole", progress=False)
+    pretrain(cfg, tmp_path / "split", progress=False, stop_after=5)
+    pretrain(cfg, tmp_path / "split", progress=False, resume=True)
+    a, b = weights(tmp_path / "whole"), weights(tmp_path / "split")
+    assert all(torch.equal(a[k], b[k]) for k in a)

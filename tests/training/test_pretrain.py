@@ -218,3 +218,41 @@ def test_resume_refuses_more_steps_when_the_schedule_depends_on_them(tmp_path):
     pretrain(cfg, tmp_path / "r", progress=False, stop_after=4)
     with pytest.raises(UserError, match="config key 'steps' was 12 and is now 20"):
         pretrain(small_config(steps=20, **{"optim.decay_steps": 4}), tmp_path / "r", progress=False, resume=True)
+
+
+def test_schedule_holds_the_final_lr_for_final_steps_after_the_decay():
+    cfg = small_config(steps=100, **{"optim.warmup_steps": 10, "optim.decay_steps": 20,
+                                     "optim.final_lr_factor": 0.1, "optim.final_steps": 30})
+    f = [cfg.lr_factor(s) for s in range(100)]
+    assert f[9] == 1.0 and f[49] == 1.0  # constant up to the decay (steps 50..69)
+    assert f[50] < 1.0 and f[69] == pytest.approx(0.1) and all(a >= b for a, b in zip(f[49:70], f[50:70]))
+    assert f[70:] == [pytest.approx(0.1)] * 30  # the stretch at the final lr
+    # without a stretch the schedule is the one it always was
+    old = small_config(steps=100, **{"optim.warmup_steps": 10, "optim.decay_steps": 20,
+                                     "optim.final_lr_factor": 0.1})
+    assert old.lr_factor(79) == 1.0 and old.lr_factor(99) == pytest.approx(0.1)
+    with pytest.raises(UserError, match="must not exceed steps"):
+        small_config(steps=40, **{"optim.decay_steps": 20, "optim.final_steps": 30})
+
+
+def test_resume_within_the_final_stretch_is_bit_identical(tmp_path):
+    cfg = small_config(**{"optim.decay_steps": 4, "optim.final_steps": 4, "optim.final_lr_factor": 0.1})
+    pretrain(cfg, tmp_path / "whole", progress=False)
+    pretrain(cfg, tmp_path / "split", progress=False, stop_after=9)  # killed inside the stretch
+    pretrain(cfg, tmp_path / "split", progress=False, resume=True)
+    a, b = weights(tmp_path / "whole"), weights(tmp_path / "split")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    # the stretch's position depends on the run's length: a longer run cannot resume this one
+    pretrain(small_config(**{"optim.final_steps": 4}), tmp_path / "hold", progress=False, stop_after=4)
+    with pytest.raises(UserError, match="config key 'steps' was 12 and is now 20"):
+        pretrain(small_config(steps=20, **{"optim.final_steps": 4}), tmp_path / "hold", progress=False,
+                 resume=True)
+
+
+def test_eval_at_checkpoints_evaluates_exactly_the_kept_checkpoints(tmp_path):
+    cfg = small_config(**{"eval.every": 0, "eval.at_checkpoints": "true", "checkpoints": "[5,7]"})
+    pretrain(cfg, tmp_path / "r", progress=False)
+    log = [json.loads(line) for line in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if "eval" in r] == [5, 7, 12]
+    meta = json.loads((complete_checkpoints(tmp_path / "r")[0] / "meta.json").read_text())
+    assert meta["step"] == 5 and meta["eval"]["kl"] == next(r["eval"]["kl"] for r in log if r["step"] == 5)

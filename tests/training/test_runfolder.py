@@ -52,6 +52,11 @@ def test_steps_is_resumable_only_while_the_schedule_does_not_use_them(tmp_path):
     assert trajectory_changes({"steps": 6, "optim": {"decay_steps": 3}}, {"steps": 10, "optim": {"decay_steps": 3}}) \
         == ["config key 'steps' was 6 and is now 10"]
     assert trajectory_changes({"steps": 6}, {"steps": 10}) == []
+    # the stretch at the final lr sits at the run's end: more steps move it (reproduce isoloss)
+    assert trajectory_changes({"steps": 6, "optim": {"final_steps": 2}}, {"steps": 10, "optim": {"final_steps": 2}}) \
+        == ["config key 'steps' was 6 and is now 10"]
+    # evaluating at the kept checkpoints too changes no update: a run resumes across it
+    assert trajectory_changes({"eval": {"at_checkpoints": False}}, {"eval": {"at_checkpoints": True}}) == []
     for mode in ("auto", "resume"):
         with pytest.raises(UserError, match="config key 'steps' was 6 and is now 10"):
             plan(tmp_path / "d", more, mode)

@@ -41,7 +41,11 @@ from .. import registry
 from ..errors import UserError
 
 SCALE_NAMES = ("smoke", "tiny", "small", "paper")
-DEFAULT_EXPERIMENT = "figure1"
+# ``sameloss reproduce`` with no experiment: the powered iso-loss study at the ``quick``
+# scale (its tiny design with fewer seeds; a scale of that recipe only, ≤ 20 min on a
+# 2-core CPU); a named experiment without ``--scale`` runs at ``tiny``
+DEFAULT_EXPERIMENT = "isoloss"
+MAIN_SCALE = "quick"
 DEFAULT_SCALE = "tiny"
 
 
@@ -51,17 +55,26 @@ def experiments() -> dict[str, str]:
     return {name: entry.summary for name, entry in registry.recipes().items()}
 
 
-def reproduce(experiment: str = DEFAULT_EXPERIMENT, scale: str = DEFAULT_SCALE, out: str | Path = "runs",
+def main_job(experiment: str | None, scale: str | None) -> tuple[str, str]:
+    """``(experiment, scale)`` as ``sameloss reproduce`` reads them: no experiment is the main
+    job (``isoloss`` at ``quick``); a named one without a scale runs at ``tiny``."""
+    if experiment is None:
+        return DEFAULT_EXPERIMENT, scale or MAIN_SCALE
+    return experiment, scale or DEFAULT_SCALE
+
+
+def reproduce(experiment: str | None = None, scale: str | None = None, out: str | Path = "runs",
               seed: int = 0, fresh: bool = False, progress: bool = True, device: str | None = None,
               command: str | None = None, launch=None, seeds: list[int] | None = None,
               tracker: str = "none", formats: tuple[str, ...] = ("png",)) -> Path:
-    """Run one recipe at one scale; returns the path of ``report.md``. ``launch``: a
-    ``launch.LaunchOptions`` (default: every unit in this process); ``seeds``: run only
-    these seeds' units and write no report (returns the experiment folder); ``tracker``:
-    ``none``, ``tensorboard`` or ``wandb`` (``training.tracking``); ``formats``: of the
-    figures (png, pdf, svg; the report embeds the first)."""
+    """Run one recipe at one scale (``main_job``: the defaults); returns the path of
+    ``report.md``. ``launch``: a ``launch.LaunchOptions`` (default: every unit in this
+    process); ``seeds``: run only these seeds' units and write no report (returns the
+    experiment folder); ``tracker``: ``none``, ``tensorboard`` or ``wandb`` (``training.tracking``);
+    ``formats``: of the figures (png, pdf, svg; the report embeds the first)."""
     from .core import experiment_dir_name
 
+    experiment, scale = main_job(experiment, scale)
     recipe = registry.recipe(experiment)
     if scale not in recipe.PRESETS:
         raise UserError(f"unknown scale {scale!r}; choose from {', '.join(recipe.PRESETS)}")
@@ -89,7 +102,9 @@ def reproduce(experiment: str = DEFAULT_EXPERIMENT, scale: str = DEFAULT_SCALE, 
         wall = time.perf_counter() - start
         runs_section = _runs_section(study, sections)
         header = _header(recipe, experiment, scale, seed, study, wall, command)
-        path = write_report(root, f"{recipe.TITLE} — scale `{scale}`", header, [runs_section, *sections])
+        # a section marked ``lead`` (a study's verdicts) comes before the Runs table
+        ordered = [*(s for s in sections if s.lead), runs_section, *(s for s in sections if not s.lead)]
+        path = write_report(root, f"{recipe.TITLE} — scale `{scale}`", header, ordered)
         study.log(f"wrote {path} ({wall:.0f} s)")
     return path
 
@@ -229,4 +244,5 @@ def _runs_section(study, sections: list):
     return section
 
 
-__all__ = ["DEFAULT_EXPERIMENT", "DEFAULT_SCALE", "SCALE_NAMES", "experiments", "reproduce", "reproduce_command"]
+__all__ = ["DEFAULT_EXPERIMENT", "DEFAULT_SCALE", "MAIN_SCALE", "SCALE_NAMES", "experiments", "main_job", "reproduce",
+           "reproduce_command"]

@@ -22,7 +22,8 @@ def _epilog() -> str:
     for name, what in experiments().items():
         lines.append(f"  {name:<11} {what}")
     lines += ["", "scales: smoke (the pipeline in seconds), tiny (a 2-core CPU in minutes), small and paper (GPU; "
-              "runtimes in each recipe's docstring: src/sameloss/experiments/recipes/<experiment>.py)"]
+              "runtimes in each recipe's docstring: src/sameloss/experiments/recipes/<experiment>.py); quick: "
+              "isoloss only, the main job"]
     return "\n".join(lines)
 
 
@@ -34,9 +35,10 @@ class _DeprecatedScale(argparse.Action):
 
 def add_reproduce_parser(commands) -> argparse.ArgumentParser:
     """Add ``reproduce`` to the ``sameloss`` sub-command parsers ``commands``."""
-    from . import DEFAULT_EXPERIMENT, DEFAULT_SCALE, SCALE_NAMES, experiments
+    from . import DEFAULT_EXPERIMENT, DEFAULT_SCALE, MAIN_SCALE, SCALE_NAMES, experiments
 
     names = list(experiments())
+    scales = [SCALE_NAMES[0], MAIN_SCALE, *SCALE_NAMES[1:]]
 
     reproduce = commands.add_parser(
         "reproduce", help="reproduce a result of the paper end to end: train, measure, report",
@@ -44,14 +46,18 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
                     "(exact loss, trace of Hessian, probe accuracy; cached), and write "
                     "OUT/EXPERIMENT-SCALE/: report.md (tables with error bars, figures, and whether each claim "
                     "of the paper holds in this run), results.csv, figures and every run's folder. Without an "
-                    "experiment: figure1 --scale tiny (about 15 minutes on a 2-core CPU).",
+                    f"experiment: the main job, {DEFAULT_EXPERIMENT} --scale {MAIN_SCALE} (the powered iso-loss "
+                    "study with a few seeds: at most 20 minutes on a 2-core CPU running nothing else).",
         epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    reproduce.add_argument("experiment", nargs="?", default=DEFAULT_EXPERIMENT, choices=names,
-                           metavar="EXPERIMENT", help=f"one of {', '.join(names)} (default {DEFAULT_EXPERIMENT})")
-    reproduce.add_argument("--scale", default=DEFAULT_SCALE, choices=list(SCALE_NAMES),
-                           help=f"how big: {', '.join(SCALE_NAMES)} (default {DEFAULT_SCALE})")
+    reproduce.add_argument("experiment", nargs="?", default=None, choices=names, metavar="EXPERIMENT",
+                           help=f"one of {', '.join(names)} (default: the main job, {DEFAULT_EXPERIMENT} at "
+                                f"--scale {MAIN_SCALE})")
+    reproduce.add_argument("--scale", default=None, choices=scales,
+                           help=f"how big: {', '.join(scales)} (default {DEFAULT_SCALE} for a named experiment; "
+                                f"{MAIN_SCALE}: {DEFAULT_EXPERIMENT}'s tiny design with a few seeds, that recipe "
+                                "only)")
     # the old name of --scale, kept so that earlier commands still work
-    reproduce.add_argument("--preset", dest="scale", choices=list(SCALE_NAMES), action=_DeprecatedScale,
+    reproduce.add_argument("--preset", dest="scale", choices=scales, action=_DeprecatedScale,
                            help=argparse.SUPPRESS)
     reproduce.add_argument("--out", default="runs", metavar="DIR", help="parent folder (default runs)")
     reproduce.add_argument("--seed", type=int, default=0,
@@ -112,8 +118,10 @@ def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "launchers", "where the study's units run (a unit is one run, or a seed's chain: base run, then its forks); "
                      "every launcher gives the same results. The README's \"Running on a cluster\" has the commands.")
-    group.add_argument("--launcher", choices=LAUNCHERS, default=d.launcher,
-                       help="inprocess: one unit after another in this process (default); local: --workers processes "
+    group.add_argument("--launcher", choices=LAUNCHERS, default=None,
+                       help="inprocess: one unit after another in this process (the default for a named "
+                            "experiment; the main job, with no experiment, runs on local workers when submitit is "
+                            "installed and the machine has cores for more than one); local: --workers processes "
                             "on this machine, a GPU each when it has GPUs; slurm: a Slurm job array (submitit), "
                             "preempted tasks requeued and resumed")
     group.add_argument("--workers", type=_positive, default=None, metavar="N",
@@ -136,10 +144,35 @@ def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
 def _launch_options(args, argv_given: set[str]):
     from .launch import LaunchOptions, check_options
 
-    options = LaunchOptions(args.launcher, args.workers, args.slurm_partition, args.slurm_time,
+    launcher = args.launcher
+    if launcher is None:
+        launcher = _main_job_launcher(args) if args.experiment is None and args.seeds is None else "inprocess"
+    options = LaunchOptions(launcher, args.workers, args.slurm_partition, args.slurm_time,
                             args.slurm_gpus_per_task, args.slurm_mem)
     check_options(options, argv_given)
     return options
+
+
+def _main_job_launcher(args) -> str:
+    """``local`` or ``inprocess`` for the main job (``launch.main_job_options``), said on stderr."""
+    import importlib.util
+    import os
+
+    import torch
+
+    from .launch import default_workers, main_job_options
+
+    threads, gpus = torch.get_num_threads(), torch.cuda.device_count()
+    have = importlib.util.find_spec("submitit") is not None
+    options = main_job_options(args.workers, threads, gpus, os.cpu_count(), have)
+    if options.launcher == "local":
+        n = args.workers or default_workers(threads, gpus, os.cpu_count())
+        print(f"note: the main job runs its seeds on {n} local workers at once (--launcher inprocess: one after "
+              "another in this process)", file=sys.stderr)
+    elif not have:
+        print("note: the main job runs its seeds one after another (pip install submitit to run them on this "
+              "machine's cores at once)", file=sys.stderr)
+    return options.launcher
 
 
 def _given(args) -> set[str]:
@@ -194,11 +227,12 @@ def _plan(args) -> None:
 
 
 def _reproduce(args) -> None:
-    from . import reproduce, reproduce_command
+    from . import main_job, reproduce, reproduce_command
 
-    command = reproduce_command(args.experiment, args.scale, args.seed)
+    experiment, scale = main_job(args.experiment, args.scale)
+    command = reproduce_command(experiment, scale, args.seed)
     launch = _launch_options(args, _given(args))
-    path = reproduce(args.experiment, args.scale, out=args.out, seed=args.seed, fresh=args.fresh,
+    path = reproduce(experiment, scale, out=args.out, seed=args.seed, fresh=args.fresh,
                      progress=not args.no_progress, device=args.device, command=command, launch=launch,
                      seeds=args.seeds, tracker=args.tracker, formats=args.formats)
     print(path)

@@ -18,7 +18,9 @@ An experiment lives in one folder, ``<out>/<experiment>-<scale>[-seed<N>]/``:
   settings, written (atomically, merged with what other workers wrote meanwhile:
   ``files.update_lock``) after each measurement;
 * ``seeds/seed<N>/`` — a recipe's per-seed studies (``Study.seed_units``), each laid out
-  as this one;
+  as this one, except the references that do not depend on the seed
+  (``SEED_FREE_REFERENCES``: the look-up table, the look-up and oracle representations),
+  measured once into the experiment's ``measurements.json`` for all its units;
 * ``results.csv``, ``report.md`` — written by ``report.py``; figures (``<stem>.png``, or
   ``.pdf`` / ``.svg``) and ``<stem>.data.csv`` beside each — by ``Study.figure``;
 * ``submitit/`` — the launchers' files (pickled units, worker logs), ``launch.py``.
@@ -235,9 +237,25 @@ def execute_unit(unit: Unit, root: Path, seed: int, progress: bool, device: str,
         # the unit's folder is locked above: its study does not lock the experiment, which the
         # process that started the units holds (or, for ``reproduce --seeds``, nobody does)
         with Study(Path(root) / unit.study, seed=seed if unit.seed is None else unit.seed, progress=progress,
-                   device=device, tracker=tracker, lock=False) as sub:
+                   device=device, tracker=tracker, lock=False, shared=root) as sub:
             value = unit.work(sub, *unit.args)
         return UnitResult(value, sub.runs, sub.timings, sub.counts)
+
+
+# references that do not depend on the run's seed (the language's look-up table, its true
+# conditionals and posteriors): a unit's study measures them once per experiment (``shared``)
+SEED_FREE_REFERENCES = frozenset({"lookup-table", "lookup", "oracle"})
+
+
+def _read_rows(path: Path) -> dict:
+    """The rows of a ``measurements.json`` ({} when absent or unreadable)."""
+    if not path.exists():
+        return {}
+    try:
+        cache = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return cache if isinstance(cache, dict) else {}
 
 
 class Study:
@@ -249,8 +267,11 @@ class Study:
 
     def __init__(self, root: str | Path, *, seed: int = 0, fresh: bool = False, progress: bool = True,
                  device: str = "auto", log=None, tracker: str = "none", launcher=None, lock: bool = True,
-                 figure_formats: tuple[str, ...] = ("png",)):
+                 figure_formats: tuple[str, ...] = ("png",), shared: str | Path | None = None):
         self._bar = None
+        # a unit's study: the experiment's folder, whose measurements.json holds the
+        # references that do not depend on the seed, measured once for all its units
+        self.shared = None if shared is None else Path(shared)
         self.figure_formats = figure_formats  # of the figures (``figure``); a report embeds the first
         self.root = Path(root)
         self.seed = seed
@@ -409,6 +430,8 @@ class Study:
     # fingerprint), looked up in ``measurements.json`` and stored there (atomically) when new.
     def _memo(self, kind: str, name: str, spec, extra: str, compute) -> dict:
         key = f"{kind}|{name}|{extra}|{spec_fingerprint(spec)}"
+        if self.shared is not None and kind in SEED_FREE_REFERENCES:
+            return self._shared_memo(key, compute)
         if key in self.cache:
             self.counts["cached"] += 1
             self.counts["earlier"] += key in self._earlier
@@ -426,15 +449,28 @@ class Study:
             atomic_write_json(self.cache_path, self.cache, indent=1, default=_json_default)
         return dict(row)
 
+    def _shared_memo(self, key: str, compute) -> dict:
+        """A seed-independent reference row in the experiment's ``measurements.json``
+        (``shared``): the first unit to ask measures it while the others wait on the
+        references' lock (not the file's own, which the write takes), then read it."""
+        path = self.shared / MEASUREMENTS
+        with files.storage_errors(path), files.update_lock(path.with_name(f"{MEASUREMENTS}.references")):
+            cache = _read_rows(path)
+            if key in cache:
+                self.counts["cached"] += 1
+                return dict(cache[key])
+            start = time.perf_counter()
+            row = compute()
+            row["measure_seconds"] = time.perf_counter() - start
+            self.timings["measure"] += row["measure_seconds"]
+            self.counts["measured"] += 1
+            with files.update_lock(path):
+                atomic_write_json(path, {**_read_rows(path), key: row}, indent=1, default=_json_default)
+        return dict(row)
+
     def _read_cache(self) -> dict:
         """The rows of ``measurements.json`` ({} when absent or unreadable)."""
-        if not self.cache_path.exists():
-            return {}
-        try:
-            cache = json.loads(self.cache_path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            return {}
-        return cache if isinstance(cache, dict) else {}
+        return _read_rows(self.cache_path)
 
     def _state(self, spec) -> dict:
         """What the measures of one spec share across checkpoints (evaluators, task data)."""
@@ -535,17 +571,21 @@ class Study:
         launcher; returns ``work``'s results in the order of ``seeds``."""
         return self.run_units(self.seed_units(work, seeds, *args))
 
-    def embed(self, checkpoint: Path, into: str) -> Path:
+    def embed(self, checkpoint: Path, into: str | None = None, *, width_factor: int | None = None,
+              extra_layers: int = 0, optimizer: str = "fresh") -> Path:
         """The checkpoint embedded function-preservingly into the transformer shape named
-        ``into`` (``models.embed``, App. B.4); reused when already written. ``UserError``
-        when that shape cannot hold the model (the message says why)."""
+        ``into``, or ``width_factor``× wider with ``extra_layers`` more blocks
+        (``models.embed``, App. B.4; ``optimizer="embedded"``: with the checkpoint's
+        optimiser moments mapped onto it, for a fork to continue); reused when already
+        written. ``UserError`` when that shape cannot hold the model (the message says why)."""
         from ..training.embed_io import embed_checkpoint
         from ..training.checkpoint import read_meta
 
         checkpoint = Path(checkpoint)
         step = read_meta(checkpoint)["step"]
         run = checkpoint.parent.parent.name
-        out = self.root / "embedded" / f"{run}-step{step}-into-{into}"
+        shape = into or f"w{width_factor or 1}+{extra_layers}"
+        out = self.root / "embedded" / (f"{run}-step{step}-into-{shape}" + ("-optimizer" if optimizer != "fresh" else ""))
         target = checkpoint_dir(out, step)
         if (target / "meta.json").exists() and \
                 (target / "meta.json").stat().st_mtime >= (checkpoint / "meta.json").stat().st_mtime:
@@ -553,7 +593,8 @@ class Study:
         if (out.exists() or out.is_symlink()) and not files.is_empty_dir(out) and not files.is_embedded_dir(out):
             raise UserError(f"{out} was not written by sameloss embed (no {files.EMBEDDED_MARKER} marker); reproduce "
                             "never writes into or deletes it: move it away or pass another --out")
-        return embed_checkpoint(checkpoint, out, into=into, force=True)
+        return embed_checkpoint(checkpoint, out, into=into, width_factor=width_factor, extra_layers=extra_layers,
+                                optimizer=optimizer, force=True)
 
     # ---- helpers ----------------------------------------------------------------------
     def rel(self, path: Path) -> str:

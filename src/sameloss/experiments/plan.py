@@ -7,7 +7,8 @@ batch, steps, evaluation, checkpoints), every checkpoint it would measure and wi
 ``MeasureSpec``, and every reference representation, and writes nothing (no folder, no
 lock, no data: a recipe that must prepare data first offers ``plan_units``, e.g. ``text``).
 A recipe that picks its checkpoints from its runs' KL curves (``isoloss``) reads a flat
-curve here, so it measures as many checkpoints as it would, at ties.
+curve here, so it measures as many checkpoints as it would, at ties; its headroom gate is
+assumed to pass (every seed's forks are planned).
 
 FLOPs (``forward_flops_per_token``), counted per token of a full-length padded sentence
 (every position goes through the model and the tied decoder, as ``TransformerMLM``
@@ -22,7 +23,8 @@ token, plus the head — not checked (torch's counter does not count the fused L
 
 Stages and what their FLOPs count: ``training`` (the steps each run trains; a fork that
 continues a checkpoint only the steps after it), ``exact-KL evaluation`` (the held-out
-forward passes: during training every ``eval.every`` steps and at the end, and the measured
+forward passes: during training every ``eval.every`` steps, at the end and — with
+``eval.at_checkpoints`` — at every kept checkpoint, and the measured
 ``loss`` of each checkpoint), ``trace`` (Fisher: a forward over the contexts and one
 backward per distinct label drawn, counted as min(n_labels, vocabulary): an upper bound, a
 trained model repeats labels; Hutchinson / Hutch++: one Hessian-vector product ≈ 2 forward+backward
@@ -46,6 +48,7 @@ probe features are one forward chunk without gradients, traced the same way.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import time
@@ -172,8 +175,6 @@ class DryStudy:
     def measure(self, checkpoint, spec) -> dict:
         cfg = self._config_of(checkpoint)
         into = self.plan.embedded.get(str(Path(checkpoint).parent.parent))
-        if into is not None:
-            cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, size=into))
         self.plan.measures.append(PlannedMeasure(cfg.name, cfg, spec, into))
         return _AnyRow(step=int(re.search(r"(\d+)$", Path(checkpoint).name).group(1)))
 
@@ -185,14 +186,20 @@ class DryStudy:
     def lookup(self, run, spec) -> dict:
         return self.reference("lookup-table", run.config, spec)
 
-    def embed(self, checkpoint, into):
+    def embed(self, checkpoint, into=None, *, width_factor=None, extra_layers=0, optimizer="fresh"):
+        """``Study.embed``'s checkpoint, planned: the large model's config (the shape
+        ``sameloss embed`` would write) under the embedded folder's name."""
         from ..training.checkpoint import checkpoint_dir
 
         cfg = self._config_of(checkpoint)
-        out = self.root / "embedded" / f"{Path(checkpoint).parent.parent.name}-into-{into}"
-        self.plan.paths[str(out)] = cfg
-        self.plan.embedded[str(out)] = into
-        return checkpoint_dir(out, cfg.steps)
+        step = int(re.search(r"(\d+)$", Path(checkpoint).name).group(1))
+        large = dataclasses.replace(cfg, model=_embedded_model(cfg, self.language_shapes, into, width_factor,
+                                                               extra_layers), steps=step)
+        shape = into or f"w{width_factor or 1}+{extra_layers}"
+        out = self.root / "embedded" / f"{Path(checkpoint).parent.parent.name}-step{step}-into-{shape}"
+        self.plan.paths[str(out)] = large
+        self.plan.embedded[str(out)] = into or f"{cfg.model.size}-{shape}"
+        return checkpoint_dir(out, step)
 
     def seed_units(self, work, seeds, *args):
         from .core import Unit
@@ -231,24 +238,21 @@ class Plan:
         study = parent if not unit.study else DryStudy(self.root / unit.study,
                                                        parent.seed if unit.seed is None else unit.seed, self,
                                                        unit.study)
-        # a recipe that picks checkpoints from its runs' exact-KL history reads a flat one
-        patch = unittest.mock.patch.object(self.recipe, "eval_history", self._flat_history) \
-            if hasattr(self.recipe, "eval_history") else _nothing()
-        with patch:
+        # a recipe that picks checkpoints from its runs' exact-KL history reads a flat one;
+        # one that gates its forks on measured headroom is planned as if every seed passed
+        stand_ins = {"eval_history": self._flat_history, "headroom_gate": _gate_passes}
+        with contextlib.ExitStack() as stack:
+            for name, stand_in in stand_ins.items():
+                if hasattr(self.recipe, name):
+                    stack.enter_context(unittest.mock.patch.object(self.recipe, name, stand_in))
             return unit.work(study, *unit.args)
 
     def _flat_history(self, run_dir) -> dict:
-        cfg = self.paths[str(run_dir)]
-        every = cfg.eval.every or cfg.steps
-        return {s: {"kl": 0.0} for s in range(every, cfg.steps + 1, every)} | {cfg.steps: {"kl": 0.0}}
+        return {s: {"kl": 0.0} for s in self.paths[str(run_dir)].evaluation_steps()}
 
 
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
+def _gate_passes(*args, **kwargs) -> tuple[bool, str]:
+    return True, "planned: the headroom gate is assumed to pass"
 
 
 def dry_plan(experiment: str, scale: str, out: str | Path = "runs", seed: int = 0) -> Plan:
@@ -316,6 +320,22 @@ def model_shape(cfg, language_shapes: dict) -> ModelShape:
                       mlm_head_transform=getattr(c, "mlm_head_transform", True))
 
 
+def _embedded_model(cfg, language_shapes: dict, into: str | None, width_factor: int | None, extra_layers: int):
+    """The ``ModelConfig`` ``sameloss embed`` gives ``cfg``'s model embedded ``into`` a
+    size or ``width_factor``× wider with ``extra_layers`` more blocks (built on the meta
+    device: no weights)."""
+    from ..models import build_model
+    from ..models.embed import check_embeddable, embedded_config, target_plan
+    from ..training.embed_io import embedded_model_config
+    import torch
+
+    vocab, max_len = _language_shape(cfg, language_shapes)
+    with torch.device("meta"):
+        small = build_model(cfg.model.kind, cfg.model.size, vocab, max_len, **cfg.model.shape_overrides())
+    plan, name = target_plan(check_embeddable(small), into, width_factor, extra_layers)
+    return embedded_model_config(cfg.model, embedded_config(small.config, plan), name)
+
+
 _LANGUAGES: dict = {}
 
 
@@ -342,9 +362,8 @@ def training_flops(cfg, m: ModelShape, start_step: int = 0) -> tuple[int, float]
 
 
 def training_evaluations(cfg, start_step: int = 0) -> int:
-    every = cfg.eval.every
-    n = (cfg.steps // every - start_step // every) if every else 0
-    return n + (0 if every and cfg.steps % every == 0 else 1)
+    """The exact-KL evaluations a run makes after ``start_step`` (``evaluation_steps``)."""
+    return sum(1 for s in cfg.evaluation_steps() if s > start_step)
 
 
 def measure_flops(spec, m: ModelShape) -> dict[str, float]:

@@ -3,7 +3,8 @@
 Five kinds of figure; each ``*_plot`` returns a matplotlib Figure (drawn off-screen) and
 ``save_figure`` writes it:
 
-* ``series_plot(series, x, panels, title)`` — quantities against a step, a size or the KL,
+* ``series_plot(series, x, panels, title)`` — quantities against a step, a size or the KL
+  (a panel may shade a stretch of its x axis: ``Band``, e.g. a window of steps),
   one line per series (the paper's Figs. 2–5);
 * ``scatter_plot(rows, panels, title, colour_by=, marker_by=, hollow=, join_by=)`` — one
   quantity against another, one marker per model: colour = model size, marker = recipe,
@@ -321,6 +322,20 @@ class Fit:
     label: str
 
 
+@dataclass(frozen=True)
+class Band:
+    """A shaded stretch of one axis between ``low`` and ``high`` (shown units; ``axis`` "x":
+    a range of x, e.g. a window of steps), named in the legend. The axis limits include it.
+    Drawn as a filled polygon spanning the panel, never as a bar."""
+
+    low: float
+    high: float
+    label: str
+    axis: str = "x"
+    color: object = "C2"
+    alpha: float = 0.15
+
+
 def _span(values: list[float], log: bool) -> float:
     if log:
         values = [v for v in values if v > 0]
@@ -351,6 +366,7 @@ class _Panel:
         self.points: list[_Points] = []
         self.refs: list[Ref] = []
         self.fits: list[Fit] = []
+        self.bands: list[Band] = []
         self.texts: list[tuple[int, str]] = []  # (category, text) written at the axis's start
         # (series, x, y, colour) of values <= 0 on a log x axis: named at its start
         self.offaxis: list[tuple[str, float, float, object]] = []
@@ -374,6 +390,10 @@ class _Panel:
         if math.isfinite(r.value):
             self.refs.append(r)
 
+    def band(self, b: Band) -> None:
+        if math.isfinite(b.low) and math.isfinite(b.high):
+            self.bands.append(b)
+
     # -- limits and drawing --
     def _cut(self) -> None:
         """Bar ends beyond the quantity's range stop at it (and are marked as cut)."""
@@ -396,6 +416,7 @@ class _Panel:
             out += [v for v in getattr(p, f"{axis}_low") + getattr(p, f"{axis}_high") if v is not None]
         out = [v for v in out + self.span[axis] if math.isfinite(v)]
         log = self.xlog if axis == "x" else self.ylog
+        out += [v for b in self.bands if b.axis == axis for v in (b.low, b.high) if not (log and v <= 0)]
         for r in self.refs:
             if r.axis != axis or r.in_extent is False or (log and r.value <= 0):
                 continue
@@ -460,6 +481,14 @@ class _Panel:
                 continue
             draw = ax.axhline if r.axis == "y" else ax.axvline
             draw(r.value, color=r.color, linestyle=r.style, linewidth=1.0, zorder=1).set_gid("ref")
+        for b in self.bands:  # a polygon across the panel (the other axis in axes coordinates)
+            if b.axis == "x":
+                band = ax.fill_between([b.low, b.high], 0, 1, transform=ax.get_xaxis_transform(), color=b.color,
+                                       alpha=b.alpha, linewidth=0, zorder=0.5)
+            else:
+                band = ax.fill_betweenx([b.low, b.high], 0, 1, transform=ax.get_yaxis_transform(), color=b.color,
+                                        alpha=b.alpha, linewidth=0, zorder=0.5)
+            band.set_gid("band")
         for f in self.fits:
             lo, hi = ax.get_xlim()
             xs = [lo * (hi / lo) ** (k / 50) for k in range(51)] if self.xlog else [lo, hi]
@@ -528,6 +557,9 @@ class _Panel:
         for r in self.refs:
             rec.rows.append({"panel": self.index, "kind": f"ref-{r.axis}", "series": r.label, r.axis: r.value,
                              "note": "beyond the axis: not drawn" if r.label in self.beyond else ""})
+        for b in self.bands:
+            rec.rows.append({"panel": self.index, "kind": f"band-{b.axis}", "series": b.label,
+                             f"{b.axis}_low": b.low, f"{b.axis}_high": b.high})
         for f in self.fits:
             lo, hi = ax.get_xlim()
             rec.rows.append({"panel": self.index, "kind": "fit", "series": f.label, "x_low": lo, "x_high": hi,
@@ -603,6 +635,16 @@ def _ref_entries(panels: list[_Panel]) -> list[tuple]:
             seen.setdefault(r.label, (_entry_line(r.color, r.style), label))
         for f in p.fits:
             seen.setdefault(f.label, (_entry_line("0.2", "-"), f.label))
+    return list(seen.values())
+
+
+def _band_entries(panels: list[_Panel]) -> list[tuple]:
+    from matplotlib.patches import Patch
+
+    seen: dict[str, tuple] = {}
+    for p in panels:
+        for b in p.bands:
+            seen.setdefault(b.label, (Patch(color=b.color, alpha=b.alpha, linewidth=0), b.label))
     return list(seen.values())
 
 
@@ -709,6 +751,7 @@ class Panel:
     label: str
     log: bool | None = None
     refs: tuple[Ref, ...] = ()
+    bands: tuple[Band, ...] = ()  # shaded stretches (series plots)
 
     @property
     def is_log(self) -> bool:
@@ -748,6 +791,8 @@ def series_plot(series: dict[str, list[dict]], x: str, panels: Sequence[Panel], 
             drawn_in.setdefault(name, []).append(letter)
         for r in (*panel.refs, *x_refs):
             pnl.ref(r)
+        for b in panel.bands:
+            pnl.band(b)
         built.append(pnl)
     for pnl, letter in zip(built, letters):
         pnl.finish(fig._sameloss, letter)
@@ -759,7 +804,8 @@ def series_plot(series: dict[str, list[dict]], x: str, panels: Sequence[Panel], 
         where = drawn_in[name]
         label = name if len(where) == len(panels) else f"{name} (panel {', '.join(where)})"
         entries.append((_entry_marker(style["color"], style["marker"], style["filled"], line=True), label))
-    _legends_below(fig, [(None, entries), (None, _ref_entries(built)), ("error bars", _bar_entries(fig))])
+    _legends_below(fig, [(None, entries), (None, _ref_entries(built) + _band_entries(built)),
+                         ("error bars", _bar_entries(fig))])
     return fig
 
 
@@ -942,6 +988,7 @@ class Forest:
     low: str | None = None
     high: str | None = None
     mde: str | None = None
+    refs: tuple[Ref, ...] = ()  # more vertical lines, e.g. an equivalence margin ±δ
 
 
 @_styled
@@ -966,6 +1013,8 @@ def forest_plot(rows: list[dict], label: str, panels: Sequence[Forest], title: s
                         [v if math.isfinite(v) else None for v in low], [v if math.isfinite(v) else None for v in high],
                         [None] * n, [None] * n, "C0", "o"))
         pnl.ref(Ref(0.0, "0: no difference", axis="x", color="0.2", style="-"))
+        for r in f.refs:
+            pnl.ref(dataclasses.replace(r, axis="x"))
         mdes = [_float(r.get(f.mde or f"{f.key}_mde")) for r in rows]
         for i, m in enumerate(mdes):
             if math.isfinite(m) and m > 0 and math.isfinite(est[i]):
@@ -1171,7 +1220,7 @@ def majority_ref(rows: list[dict], task: str) -> tuple[Ref, ...]:
     return (Ref(100 * rates[0], "majority class (a constant guess)", color="0.55", style=":", in_extent=True),)
 
 
-__all__ = ["DPI", "FORMATS", "Fit", "Forest", "Panel", "Quantity", "Ref", "SavedFigure", "TRACE_FISHER",
+__all__ = ["Band", "DPI", "FORMATS", "Fit", "Forest", "Panel", "Quantity", "Ref", "SavedFigure", "TRACE_FISHER",
            "TRACE_HUTCHINSON", "TRACE_HUTCHPP", "XY", "curves_plot", "data_path", "describe_error", "dots_plot",
            "error_labels", "figure_bytes", "figure_data", "forest_plot", "is_sameloss_data", "is_sameloss_figure", "log_limits",
            "majority_ref", "parse_formats", "quantity", "save_figure", "scatter_plot", "series_plot", "with_unit",

@@ -184,6 +184,8 @@ class Section:
     rows: list[dict] = field(default_factory=list)  # model rows for results.csv
     files: dict[str, list[dict]] = field(default_factory=dict)  # other CSV files: name -> rows
     runs: list = field(default_factory=list)  # core.RunInfo of the runs used
+    # before the Runs table: what a reader needs first (a study's verdicts, issue 23)
+    lead: bool = False
 
     def markdown(self, level: int = 2, numbers=None) -> str:
         """The section; ``numbers`` (an iterator of integers) numbers its figures."""

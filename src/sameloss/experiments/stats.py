@@ -16,9 +16,10 @@ from ``scipy.stats``).
 Power (the ``isoloss`` study): ``t_cdf`` / ``t_quantile`` (``scipy.stats.t``),
 ``paired_difference`` (mean of paired differences with t and bootstrap intervals, p value and
 ``minimum_detectable_effect`` at 80 % power; ``degenerate`` when the differences have no
-spread), ``power_verdict`` (detected in the paper's direction / against it / none larger
-than MDE / degenerate), ``interval_power`` (the same verdict and the MDE of any estimate
-with a 95 % interval, e.g. a bootstrap slope), ``ols_slope`` (a least-squares slope with
+spread), ``power_verdict`` (detected in the paper's direction / against it / no effect
+beyond ±δ — the interval inside an equivalence margin — / inconclusive / degenerate),
+``interval_power`` (the same verdict and the MDE of any estimate with a 95 % interval,
+e.g. a bootstrap slope), ``holm`` (Holm's step-down adjusted p values of a family), ``ols_slope`` (a least-squares slope with
 its t interval), ``combined_t_test`` (t tests against 0 and Fisher's combination), ``fixed_effects_ols`` and ``cluster_bootstrap_ols`` (within-group slopes,
 whole groups resampled).
 
@@ -258,39 +259,69 @@ def paired_difference(diffs: Sequence[float], level: float = 0.95, power: float 
 
 DETECTED = "detected in the paper's direction"
 DETECTED_AGAINST = "detected against it"
-NONE_LARGER = "none larger than MDE"
+EQUIVALENT = "no effect beyond ±δ"
+INCONCLUSIVE = "inconclusive"
 DEGENERATE = "degenerate: the differences have no spread, nothing to test"
+VERDICTS = (DETECTED, DETECTED_AGAINST, EQUIVALENT, INCONCLUSIVE, DEGENERATE)
 
 
-def _detection(low: float, high: float, expected_sign: int) -> str:
+def _detection(low: float, high: float, expected_sign: int, margin: float) -> str:
+    """A detection when the interval excludes 0; a shown null (``no effect beyond ±δ``,
+    δ = ``margin``) when it lies inside ``(−δ, δ)``; else ``inconclusive``: an interval
+    that holds 0 is not a null by itself (it may also hold effects larger than δ)."""
     if expected_sign not in (1, -1):
         raise ValueError("expected_sign must be +1 or -1")
-    if not (math.isfinite(low) and math.isfinite(high)) or low <= 0 <= high:
-        return NONE_LARGER
-    return DETECTED if (low > 0) == (expected_sign > 0) else DETECTED_AGAINST
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return INCONCLUSIVE
+    if low > 0 or high < 0:
+        return DETECTED if (low > 0) == (expected_sign > 0) else DETECTED_AGAINST
+    if math.isfinite(margin) and margin > 0 and -margin < low and high < margin:
+        return EQUIVALENT
+    return INCONCLUSIVE
 
 
-def power_verdict(diff: PairedDifference, expected_sign: int) -> str:
+def power_verdict(diff: PairedDifference, expected_sign: int, margin: float) -> str:
     """``detected in the paper's direction`` / ``detected against it`` when the t interval
-    excludes 0 on that side, else ``none larger than MDE`` (the design's MDE says how large
-    an effect it would have seen); ``degenerate`` when the differences have no spread (an
-    interval of zero width detects nothing)."""
+    excludes 0 on that side; ``no effect beyond ±δ`` when it lies inside ``±margin`` (an
+    equivalence test at the same level: both one-sided tests of |effect| ≥ δ reject);
+    else ``inconclusive``; ``degenerate`` when the differences have no spread (an
+    interval of zero width detects nothing and shows nothing)."""
     if diff.degenerate:
         if expected_sign not in (1, -1):
             raise ValueError("expected_sign must be +1 or -1")
         return DEGENERATE
-    return _detection(diff.t_low, diff.t_high, expected_sign)
+    return _detection(diff.t_low, diff.t_high, expected_sign, margin)
 
 
 def interval_power(interval: Interval, df: int, expected_sign: int, level: float = 0.95,
-                   power: float = 0.8) -> tuple[str, float]:
-    """The power verdict of an estimate with a two-sided ``level`` interval (e.g. a
-    bootstrap interval of a slope) and its minimum detectable effect at ``power``:
+                   power: float = 0.8, margin: float | None = None) -> tuple[str, float]:
+    """The verdict of an estimate with a two-sided ``level`` interval (e.g. a bootstrap
+    interval of a slope) and its minimum detectable effect at ``power``:
     ``(t_{1-α/2} + t_power) × se`` on ``df`` degrees of freedom, the standard error read
-    off the interval's width as ``(high − low) / (2 t_{1-α/2})``."""
+    off the interval's width as ``(high − low) / (2 t_{1-α/2})``. The equivalence margin
+    δ is ``margin``, else the MDE itself."""
     q = t_quantile(0.5 + level / 2, df)
     se = (interval.high - interval.low) / (2 * q)
-    return _detection(interval.low, interval.high, expected_sign), (q + t_quantile(power, df)) * se
+    mde = (q + t_quantile(power, df)) * se
+    return _detection(interval.low, interval.high, expected_sign, mde if margin is None else margin), mde
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p values (Holm 1979), in the order given: with the m
+    finite p values sorted, ``p̃_(i) = max_{j ≤ i} min(1, (m − j + 1) p_(j))``; a
+    hypothesis is rejected at family-wise level α exactly when ``p̃ ≤ α``. ``nan`` (an
+    undefined test) stays ``nan`` and is not counted in m. (Not in scipy, which has only
+    Benjamini–Hochberg; statsmodels' ``multipletests`` is not worth the dependency.)"""
+    p = np.asarray(pvalues, dtype=float)
+    out = np.full(p.shape, np.nan)
+    finite = np.flatnonzero(np.isfinite(p))
+    order = finite[np.argsort(p[finite], kind="mergesort")]
+    m = order.size
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out.tolist()
 
 
 def ols_slope(x: Sequence[float], y: Sequence[float], level: float = 0.95) -> Interval:

@@ -65,6 +65,18 @@ for the output bias. The total therefore goes down (near a minimiser, where the 
 is the Gauss–Newton matrix, by 0.69 (post-LN) and 0.83 (pre-LN) for k = 2 on a tiny model).
 Added blocks contribute their residual-stream biases (and, post-LN, their LayerNorms).
 
+Optimiser state (``embed_map``, ``embed_gradient``, ``embed_second_moment``)
+    Each large parameter entry copies one small entry ``j`` scaled by ``α`` (or is a
+    constant of an added block): ``θ̃ = E θ + c`` with ``E`` one ``α`` per row. At the
+    embedded point the copies share the small gradient: ``g̃ = E (g / d)`` with
+    ``d_j = Σ α²`` over the copies of ``j`` (``E^T E = diag(d)``, and ``E^T g̃ = g``: the
+    chain rule through the embedding; tested against the large model's own gradient). So
+    the moments that are averages of gradients (Adam's ``exp_avg``, SGD's momentum) map
+    like ``g``, those of squared gradients (``exp_avg_sq``) like ``g²``: the large model
+    continues with the moments of the gradients it would have seen along the small
+    model's trajectory, and Adam's per-entry update ``m/√v`` of a copy equals the small
+    entry's. An added block's entries have no source: zero moments.
+
 ``embed_checkpoint`` writes the embedded model of a saved small model as a checkpoint
 (``sameloss.training.checkpoint`` format) whose config describes the large model.
 """
@@ -81,8 +93,12 @@ from sameloss.errors import UserError
 from sameloss.models.transformer import TransformerConfig, TransformerMLM
 
 __all__ = [
+    "EmbedMap",
     "EmbedPlan",
     "embed",
+    "embed_gradient",
+    "embed_map",
+    "embed_second_moment",
     "embedded_config",
     "embedded_param_count",
     "check_embeddable",
@@ -296,3 +312,87 @@ def target_plan(cfg: TransformerConfig, into: str | None, width_factor: int | No
     wanted = {"d_model": big.d_model, "n_heads": big.n_heads, "n_layers": big.n_layers, "d_inter": big.d_inter}
     name = next((n for n, s in TRANSFORMER_SIZES.items() if s == wanted), None)
     return plan, name
+
+
+# ----------------------------------------------------------------------------- optimiser state
+
+
+@dataclasses.dataclass(frozen=True)
+class EmbedMap:
+    """Per large parameter name: the flat index of the small entry each entry copies
+    (into the small parameters concatenated in ``named_parameters`` order; -1: none) and
+    its scale ``α``; ``d``: ``Σ α²`` over the copies of each small entry (module docstring)."""
+
+    source: dict[str, torch.Tensor]
+    alpha: dict[str, torch.Tensor]
+    d: torch.Tensor
+    small_names: tuple[str, ...]
+
+
+@torch.no_grad()
+def embed_map(small: TransformerMLM, width_factor: int = 1, extra_layers: int = 0, n_heads: int | None = None,
+              d_inter: int | None = None) -> EmbedMap:
+    """Where each entry of ``embed(small, ...)`` comes from, read off the construction
+    itself (no second copy of its rules): the embedding is affine in the small weights,
+    so ``embed(ones) − embed(zeros)`` gives each entry's ``α``, and embedding the small
+    entries' ids (float64, exact) gives its source."""
+    import copy
+
+    names = tuple(n for n, _ in small.named_parameters())
+    probe = copy.deepcopy(small).to(torch.float64)
+    params = dict(probe.named_parameters())
+
+    def embedded(fill) -> dict[str, torch.Tensor]:
+        offset = 0
+        for n in names:
+            p = params[n]
+            p.copy_(fill(offset, p))
+            offset += p.numel()
+        large = embed(probe, width_factor, extra_layers, n_heads, d_inter)
+        return {n: q.detach().clone() for n, q in large.named_parameters()}
+
+    with torch.random.fork_rng(devices=[]):  # embed() initialises a model first: no global side effect
+        zero = embedded(lambda o, p: torch.zeros_like(p))
+        one = embedded(lambda o, p: torch.ones_like(p))
+        ids = embedded(lambda o, p: torch.arange(o + 1, o + 1 + p.numel(), dtype=torch.float64).reshape(p.shape))
+    total = sum(params[n].numel() for n in names)
+    source, alpha = {}, {}
+    d = torch.zeros(total, dtype=torch.float64)
+    for n in zero:
+        a = (one[n] - zero[n]).reshape(-1)
+        src = torch.full_like(a, -1, dtype=torch.long)
+        has = a != 0
+        src[has] = torch.round((ids[n] - zero[n]).reshape(-1)[has] / a[has]).long() - 1
+        source[n], alpha[n] = src, a
+        d.index_add_(0, src[has], a[has] ** 2)
+    return EmbedMap(source, alpha, d, names)
+
+
+def _flat_small(m: EmbedMap, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+    return torch.cat([tensors[n].detach().reshape(-1).to(torch.float64) for n in m.small_names])
+
+
+def _spread(m: EmbedMap, flat: torch.Tensor, shapes: dict[str, torch.Size], square: bool) -> dict[str, torch.Tensor]:
+    out = {}
+    for n, src in m.source.items():
+        has = src >= 0
+        scale = torch.zeros_like(m.alpha[n])
+        scale[has] = m.alpha[n][has] / m.d[src[has]]
+        v = torch.zeros_like(scale)
+        v[has] = (scale[has] ** 2 if square else scale[has]) * flat[src[has]]
+        out[n] = v.reshape(shapes[n])
+    return out
+
+
+def embed_gradient(m: EmbedMap, small: dict[str, torch.Tensor], shapes: dict[str, torch.Size]
+                   ) -> dict[str, torch.Tensor]:
+    """A gradient-like tensor per small parameter (a gradient, Adam's ``exp_avg``, SGD's
+    momentum) as the large model's: ``E (g / d)``, float64, ``shapes`` the large ones."""
+    return _spread(m, _flat_small(m, small), shapes, square=False)
+
+
+def embed_second_moment(m: EmbedMap, small: dict[str, torch.Tensor], shapes: dict[str, torch.Size]
+                        ) -> dict[str, torch.Tensor]:
+    """A tensor of squared gradients per small parameter (Adam's ``exp_avg_sq``) as the
+    large model's: ``(α / d)² v`` at each copy."""
+    return _spread(m, _flat_small(m, small), shapes, square=True)

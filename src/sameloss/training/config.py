@@ -64,10 +64,13 @@ class OptimConfig:
     momentum: float = 0.0  # SGD only
     warmup_steps: int = 1000
     warmup_fraction: float | None = None  # if set, warm-up = fraction * steps (paper's SGD: 0.12)
-    # optional linear decay over the last decay_steps to final_lr_factor * lr (the paper
-    # keeps lr constant; a short decay removes the constant-lr noise floor of the loss)
+    # optional linear decay over decay_steps to final_lr_factor * lr, then final_steps more
+    # at that factor (the paper keeps lr constant; a short decay removes the constant-lr
+    # noise floor of the loss; the stretch at the final lr lets forks of one base be
+    # compared at one learning rate: ``reproduce isoloss``)
     decay_steps: int = 0
     final_lr_factor: float = 0.0
+    final_steps: int = 0
     grad_clip: float | None = None  # max global gradient norm
 
     def __post_init__(self):
@@ -81,11 +84,16 @@ class OptimConfig:
             raise ValueError("optim.warmup_fraction must be in [0, 1]")
         if self.decay_steps < 0 or not 0 <= self.final_lr_factor <= 1:
             raise ValueError("optim.decay_steps must be >= 0 and optim.final_lr_factor in [0, 1]")
+        if self.final_steps < 0:
+            raise ValueError(f"optim.final_steps must be >= 0, got {self.final_steps}")
 
 
 @dataclass(frozen=True)
 class EvalConfig:
     every: int = 200  # steps between exact evaluations (0: only at the end)
+    # also at every kept checkpoint (``checkpoints``): a study that selects checkpoints by
+    # their KL evaluates those and nothing else (eval.every = 0)
+    at_checkpoints: bool = False
     n_sentences: int = 2000  # held-out sentences (fixed for the whole run)
     n_subsets: int = 5  # standard deviations over this many disjoint subsets (App. A.7)
     seed: int = 1_000_003  # the held-out set's seed, apart from the training stream
@@ -140,6 +148,10 @@ class PretrainConfig:
     # what a masked input shows: "mask" (the mask token; exact conditionals apply) or
     # "bert" (80 % mask, 10 % random word, 10 % unchanged; training batches only)
     mask_replace: Literal["mask", "bert"] = "mask"
+    # update on the second half of each batch only — the half SAM's update uses (its first
+    # half goes to the ascent): the control that separates SAM's perturbation from its
+    # smaller update batch (``reproduce isoloss``); the first half is drawn and not used
+    update_half: bool = False
     checkpoints: tuple[int, ...] = ()  # steps to keep a checkpoint at (besides the last)
     checkpoints_log: int = 0  # this many more, log-spaced between 1 and steps
     save_every: int = 200  # rolling 'latest' checkpoint for --resume
@@ -186,6 +198,11 @@ class PretrainConfig:
             raise ValueError("SAM and the adversarial objective cannot be combined")
         if self.sam.rho > 0 and self.batch_size < 2:
             raise ValueError("SAM needs batch_size >= 2 (it splits the batch in halves)")
+        if self.update_half and (self.sam.rho > 0 or self.batch_size < 2):
+            raise ValueError("update_half needs batch_size >= 2 and no SAM (SAM already updates on that half)")
+        if self.optim.decay_steps + self.optim.final_steps > self.steps:
+            raise ValueError(f"optim.decay_steps + optim.final_steps ({self.optim.decay_steps} + "
+                             f"{self.optim.final_steps}) must not exceed steps={self.steps}")
 
     @property
     def warmup(self) -> int:
@@ -195,11 +212,14 @@ class PretrainConfig:
 
     def lr_factor(self, step: int) -> float:
         """Multiplier of ``optim.lr`` for (0-based) step ``step``: linear warm-up, constant,
-        then the optional linear decay."""
+        then the optional linear decay to ``final_lr_factor`` and ``final_steps`` at it."""
         factor = min(1.0, (step + 1) / self.warmup) if self.warmup > 0 else 1.0
-        decay = self.optim.decay_steps
-        if decay > 0 and step >= self.steps - decay:
-            done = (step - (self.steps - decay) + 1) / decay
+        decay, final = self.optim.decay_steps, self.optim.final_steps
+        start = self.steps - final - decay  # the first step of the decay
+        if step >= self.steps - final and (decay > 0 or final > 0):
+            factor *= self.optim.final_lr_factor
+        elif decay > 0 and step >= start:
+            done = (step - start + 1) / decay
             factor *= 1.0 - done * (1.0 - self.optim.final_lr_factor)
         return factor
 
@@ -213,3 +233,13 @@ class PretrainConfig:
             for i in range(n):
                 steps.add(max(1, round(math.exp(math.log(self.steps) * (i + 1) / n))))
         return sorted(steps)
+
+    def evaluation_steps(self) -> list[int]:
+        """Every step whose exact KL the run evaluates: each ``eval.every``-th, the last and,
+        with ``eval.at_checkpoints``, every kept checkpoint (the loop and ``sameloss plan``
+        read this one list)."""
+        every = self.eval.every
+        steps = set(range(every, self.steps + 1, every)) if every else set()
+        if self.eval.at_checkpoints:
+            steps |= set(self.checkpoint_steps())
+        return sorted(steps | {self.steps})

@@ -250,6 +250,7 @@ class Run:
     def __post_init__(self):
         self.rate = None if self.cfg.masking == "single" else self.cfg.mask_rate
         self.keep = set(self.cfg.checkpoint_steps())
+        self.evaluate_at = set(self.cfg.evaluation_steps())
         self.autocast = runio.autocast(self.cfg.precision, self.device)
         # finite data (a corpus): epochs are logged, as sequences drawn / training sequences
         self.n_train = self.language.n_sequences("train") if hasattr(self.language, "n_sequences") else None
@@ -257,8 +258,9 @@ class Run:
 
 def _step(run: Run, step: int, grad_norm: bool = False) -> StepResult:
     """One update on batch ``step`` of the stream (SAM: ascent on the first half-batch,
-    update on the second). ``grad_norm``: keep the update's gradient norm (a tensor: read
-    at the log step, so no step waits on the device for it)."""
+    update on the second; ``update_half``: the update on the second half alone). ``grad_norm``:
+    keep the update's gradient norm (a tensor: read at the log step, so no step waits on the
+    device for it)."""
     cfg, optimizer = run.cfg, run.optimizer
     full = global_batch(run.language, cfg.seed, step, cfg.batch_size, run.rate, cfg.mask_replace)
     n_targets = full.n_targets
@@ -272,6 +274,9 @@ def _step(run: Run, step: int, grad_norm: bool = False) -> StepResult:
         ascent_loss.backward()
         optimizer.ascend()
         optimizer.zero_grad(set_to_none=True)
+        batch, n_targets = update.shard(run.rank, run.world_size).to(run.device), update.n_targets
+    elif cfg.update_half:  # SAM's update half, without the ascent (the control of its batch size)
+        update = full.halves()[1]
         batch, n_targets = update.shard(run.rank, run.world_size).to(run.device), update.n_targets
     else:
         batch = full.shard(run.rank, run.world_size).to(run.device)
@@ -372,7 +377,8 @@ class LogWindow:
 
 def _log(run: Run, step: int, bar, logs: bool, evaluates: bool) -> None:
     """Close the log window when ``logs`` (every ``log_every`` steps), evaluate when
-    ``evaluates`` (every ``eval.every``, rank 0) and append the record to
+    ``evaluates`` (every ``eval.every``, the last step, the kept checkpoints under
+    ``eval.at_checkpoints``; rank 0) and append the record to
     ``metrics.jsonl``; the progress bar shows the latest."""
     cfg = run.cfg
     record = None
@@ -429,7 +435,7 @@ def _train(run: Run, start: int, progress: bool, stop_after: int | None) -> dict
             logs = step % cfg.log_every == 0 or step == cfg.steps
             run.window.add(_step(run, step, grad_norm=logs), run.world_size, step)
             bar.update(1)
-            evaluates = run.rank == 0 and ((cfg.eval.every and step % cfg.eval.every == 0) or step == cfg.steps)
+            evaluates = run.rank == 0 and step in run.evaluate_at
             saves = step in run.keep or step % cfg.save_every == 0 or step == stop_after
             if logs or evaluates or saves:  # the one read of the device between log lines
                 run.window.check(run.run_dir)  # a diverged loss stops the run before it is logged or saved

@@ -25,7 +25,7 @@ from .config import PretrainConfig
 # Config keys that may differ when a run is resumed: they do not change the trajectory
 # (``steps`` only while the schedule does not depend on it: see ``trajectory_changes``).
 RESUMABLE_CHANGES = frozenset({"steps", "checkpoints", "checkpoints_log", "save_every", "log_every", "device",
-                               "eval.every"})
+                               "eval.every", "eval.at_checkpoints"})
 MODES = ("new", "resume", "fresh", "auto")
 
 
@@ -39,9 +39,10 @@ def config_differences(saved: dict, wanted: dict) -> list[str]:
 def trajectory_changes(saved: dict, wanted: dict) -> list[str]:
     """The differing keys that would change the run's trajectory, each as ``config key 'K'
     was A and is now B``; empty when a run saved with ``saved`` can be resumed with ``wanted``. ``steps``
-    counts as a change of trajectory when the schedule's warm-up or decay is set from it."""
+    counts as a change of trajectory when the schedule's warm-up, decay or final stretch is set from it."""
     a, b = configlib.flatten(saved), configlib.flatten(wanted)
-    schedule_uses_steps = b.get("optim.warmup_fraction") is not None or (b.get("optim.decay_steps") or 0) > 0
+    schedule_uses_steps = (b.get("optim.warmup_fraction") is not None or (b.get("optim.decay_steps") or 0) > 0
+                           or (b.get("optim.final_steps") or 0) > 0)
     return [f"config key {key!r} was {a.get(key)!r} and is now {b.get(key)!r}" for key in config_differences(saved, wanted)
             if key not in RESUMABLE_CHANGES or (key == "steps" and schedule_uses_steps)]
 
