@@ -18,7 +18,8 @@ Runtime per scale (one thread per worker; ``--launcher local --workers N`` runs 
             nothing)
     quick   ~14 min on a 2-core CPU running nothing else (the main job: tiny's first two
             seeds, its first two units exactly; measured in the tiny run below, seeds 0 and 1
-            ran side by side in 797 s and 785 s of CPU, 807 s wall; MDE: the t quantile at
+            ran side by side in 797 s and 785 s of CPU, 807 s wall; as the main job, 803 s
+            wall, its 30 selected models identical to tiny's; MDE: the t quantile at
             1 degree of freedom makes it ~10× a seed's paired SD — several points)
     tiny    99 min on a 2-core CPU running nothing else (measured 2026-11-24: 5961 s wall,
             ``--launcher local --workers 2``; 16 seeds, 208 runs; CPU per seed 680–797 s,
