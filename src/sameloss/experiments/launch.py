@@ -125,7 +125,7 @@ def main_job_options(workers: int | None, threads: int, device_count: int, cpu_c
     the ≤ 20 minutes it promises); otherwise in this process, one unit after another."""
     n = workers or default_workers(threads, device_count, cpu_count)
     if have_submitit and (workers is not None or n > 1):
-        return LaunchOptions("local", workers)
+        return LaunchOptions("local", n)
     return LaunchOptions()
 
 
