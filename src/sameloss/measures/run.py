@@ -43,7 +43,7 @@ from .glue import glue_label, glue_task_data, is_glue
 from .lookup import lookup_table_probe
 from .probe import linear_probe
 from .representations import model_representation, reference_representation
-from .tasks import make_task_data
+from .tasks import get_task, make_task_data
 
 
 TRACES = ("fisher", "hutchinson", "hutchpp")  # the trace estimators of ``--trace``
@@ -219,7 +219,7 @@ def measure_model(model, language, cfg, spec: MeasureSpec, cache: dict | None = 
                 r = _lookup_probe(cache, language, cfg, task, spec)
             _put_downstream(row, kind, task, r)
     if spec.fewshot is not None:
-        data = _fewshot_data(cache, language, spec.fewshot)
+        data = _fewshot_data(cache, language, cfg, spec.fewshot)
         row.update(fewshot_probes(model_representation(model, data.train.tokens),
                                   model_representation(model, data.test.tokens), data.train.labels,
                                   data.test.labels, data.n_classes, spec.fewshot))
@@ -255,8 +255,10 @@ def _put_gap(row: dict, gap: dict) -> None:
     row["z_gap_model"] = row["trace_gap_model"] / row["trace_gap_model_se"]
 
 
-def _fewshot_data(cache, language, design: FewShot):
-    key = ("fewshot", language.name, design)
+def _fewshot_data(cache, language, cfg, design: FewShot):
+    # keyed by the whole language config: two languages of one name (another size, seed or
+    # params) share a cache in a study of several languages and must not share task data
+    key = ("fewshot", cfg.language if cfg is not None else language.name, design)
     if key not in cache:
         cache[key] = make_task_data(language, design.task, n_train=design.pool, n_validation=0, n_test=design.test,
                                     seed=design.seed)
@@ -271,8 +273,9 @@ def measure_reference(kind: str, language, cfg, spec: MeasureSpec, cache: dict |
     if spec.fewshot is None:
         raise UserError("a reference representation is measured by few-shot probes: give the spec a fewshot design")
     cache = {} if cache is None else cache
-    data = _fewshot_data(cache, language, spec.fewshot)
-    pool_h, test_h = (reference_representation(kind, language, cfg, split.tokens, spec.device)
+    data = _fewshot_data(cache, language, cfg, spec.fewshot)
+    task = get_task(language, spec.fewshot.task)
+    pool_h, test_h = (reference_representation(kind, language, cfg, split.tokens, spec.device, task=task)
                       for split in (data.train, data.test))
     row = fewshot_probes(pool_h, test_h, data.train.labels, data.test.labels, data.n_classes, spec.fewshot)
     row["fewshot_majority"] = data.majority()[1]
