@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 from scipy.stats import t as student_t
 
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
@@ -416,3 +417,52 @@ def cluster_bootstrap_ols(y: Sequence[float], X, groups: Sequence, n_boot: int =
         lo, hi = np.quantile(good[:, j], [alpha, 1 - alpha])
         out.append(Interval(float(e), float(lo), float(hi), level, levels.size, n_boot, n_boot - good.shape[0]))
     return out
+
+
+@dataclass(frozen=True)
+class Pooled:
+    """Inverse-variance pooling of k independent estimates (``pool_inverse_variance``)."""
+
+    k: int
+    fixed: float  # Σ w m / Σ w, w = 1 / se²
+    fixed_se: float
+    fixed_low: float
+    fixed_high: float
+    q: float  # Cochran's Q = Σ w (m − fixed)²
+    q_p: float  # P(χ²_{k−1} ≥ Q)
+    i2: float  # max(0, (Q − (k − 1)) / Q): the share of the spread beyond chance
+    tau2: float  # DerSimonian–Laird between-estimate variance
+    random: float  # the random-effects estimate (weights 1 / (se² + τ²))
+    random_low: float
+    random_high: float
+
+
+def pool_inverse_variance(means: Sequence[float], ses: Sequence[float], level: float = 0.95) -> Pooled:
+    """Fixed-effect (inverse-variance) and DerSimonian–Laird random-effects pooling with
+    Cochran's Q and I² — the standard meta-analytic summary of one effect measured in k
+    independent studies (here: languages). Normal intervals: with few seeds per study they
+    are narrower than t intervals would be (say so where reported). Written out rather than
+    taken from statsmodels (not a dependency) — a few lines of textbook algebra, tested
+    against hand-computed values."""
+    m = np.asarray(means, dtype=float)
+    se = np.asarray(ses, dtype=float)
+    if m.shape != se.shape or m.ndim != 1 or len(m) < 1:
+        raise ValueError("one standard error per estimate, at least one estimate")
+    if not np.all(np.isfinite(m)) or not np.all(np.isfinite(se)) or np.any(se <= 0):
+        raise ValueError("estimates must be finite and standard errors positive")
+    z = float(stats.norm.ppf(0.5 + level / 2))
+    w = 1.0 / se**2
+    fixed = float(np.sum(w * m) / np.sum(w))
+    fixed_se = float(1.0 / math.sqrt(np.sum(w)))
+    k = len(m)
+    q = float(np.sum(w * (m - fixed) ** 2))
+    df = k - 1
+    q_p = float(stats.chi2.sf(q, df)) if df > 0 else math.nan
+    i2 = max(0.0, (q - df) / q) if q > 0 and df > 0 else 0.0
+    c = float(np.sum(w) - np.sum(w**2) / np.sum(w))
+    tau2 = max(0.0, (q - df) / c) if df > 0 and c > 0 else 0.0
+    wr = 1.0 / (se**2 + tau2)
+    random = float(np.sum(wr * m) / np.sum(wr))
+    random_se = float(1.0 / math.sqrt(np.sum(wr)))
+    return Pooled(k, fixed, fixed_se, fixed - z * fixed_se, fixed + z * fixed_se, q, q_p, i2, tau2, random,
+                  random - z * random_se, random + z * random_se)
