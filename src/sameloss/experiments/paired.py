@@ -342,3 +342,91 @@ def regression(section: Section, rows: list[dict], key: str, point: str, without
         f"[{fmt(tr['low'])}, {fmt(tr['high'])}] over {tr['n_seeds']} seeds (MDE and δ {fmt(tr['mde'])}).",
         tr["verdict"]))
     return out
+
+
+# ---- replication across languages (issue 24) -------------------------------------------------
+REPLICATED = "replicated"
+CONTRADICTED = "contradicted: detected in opposite directions"
+NOT_REPLICATED = "not replicated"
+NO_DETECTION = "detected on no language"
+
+
+def replication_verdict(verdicts: list[str], means: list[float]) -> str:
+    """One comparison across languages: ``replicated`` only where every informative
+    language agrees in direction (the point estimates' signs) and at least one detects;
+    ``contradicted`` when detections point both ways; a language without headroom (or a
+    comparison it could not test) counts as not agreeing."""
+    detected = [v in (DETECTED, DETECTED_AGAINST) for v in verdicts]
+    if any(v == DETECTED for v in verdicts) and any(v == DETECTED_AGAINST for v in verdicts):
+        return CONTRADICTED
+    if not any(detected):
+        return NO_DETECTION
+    usable = all(v != UNINFORMATIVE and math.isfinite(m) for v, m in zip(verdicts, means))
+    signs = {np.sign(m) for m in means if math.isfinite(m)}
+    return REPLICATED if usable and len(signs) == 1 and 0 not in signs else NOT_REPLICATED
+
+
+def replication(section: Section, studies: list[dict], family: str = "primary") -> list[dict]:
+    """The replication table: per comparison and fork point of ``family``, each language's
+    mean [t 95 %] and verdict, the replication verdict (``replication_verdict``) and the
+    inverse-variance pooled estimate over the languages that have headroom, with its random-
+    effects interval and heterogeneity (Cochran's Q, I², τ²). ``studies``: per language
+    ``{"language": spec, "tag": str, "ok": headroom passed, "diffs": its differences rows,
+    "tests": the names of its comparisons, "comparison @ point"}``."""
+    from .stats import pool_inverse_variance
+
+    tests: dict[str, dict] = {}
+    for s in studies:
+        for name in s.get("tests", ()):  # a language without headroom tested nothing: listed all the same
+            tests.setdefault(name, {})
+        for r in s["diffs"]:
+            if r["family"] == family:
+                tests.setdefault(f"{r['comparison']} @ {r['point']}", {})[s["tag"]] = r
+    out = []
+    for test, by in tests.items():
+        row: dict = {"test": test}
+        verdicts, means, pool_m, pool_se, kept = [], [], [], [], []
+        for s in studies:
+            r = by.get(s["tag"])
+            mean = float(r["mean"]) if r is not None and r["n_kept"] >= 2 else math.nan
+            verdict = (UNINFORMATIVE if not s["ok"] else r["verdict"] if r is not None and r["n_kept"] >= 2
+                       else "no pair kept")
+            row[f"{s['tag']}_mean"] = mean
+            row[f"{s['tag']}_low"] = float(r["t_low"]) if r is not None and r["n_kept"] >= 2 else math.nan
+            row[f"{s['tag']}_high"] = float(r["t_high"]) if r is not None and r["n_kept"] >= 2 else math.nan
+            row[f"{s['tag']}_verdict"] = verdict
+            row[f"{s['tag']}_kept"] = 0 if r is None else int(r["n_kept"])
+            verdicts.append(verdict)
+            means.append(mean)
+            sd = float(r["sd"]) if r is not None else math.nan
+            if s["ok"] and r is not None and r["n_kept"] >= 2 and math.isfinite(sd) and sd > 0:
+                pool_m.append(mean)
+                pool_se.append(sd / math.sqrt(r["n_kept"]))
+                kept.append(s["tag"])
+        row["replication"] = replication_verdict(verdicts, means)
+        row["pooled_languages"] = len(kept)
+        if kept:
+            pooled = pool_inverse_variance(pool_m, pool_se)
+            row.update(pooled=pooled.fixed, pooled_low=pooled.fixed_low, pooled_high=pooled.fixed_high,
+                       random=pooled.random, random_low=pooled.random_low, random_high=pooled.random_high,
+                       q=pooled.q, q_p=pooled.q_p, i2=pooled.i2, tau2=pooled.tau2)
+        out.append(row)
+    name = "replication.csv" if family == "primary" else f"replication_{family}.csv"
+    section.files[name] = out
+    columns = []
+    for s in studies:
+        columns += [Column(f"{s['tag']} [95%]", f"{s['tag']}_mean", ci=(f"{s['tag']}_low", f"{s['tag']}_high"),
+                           fmt=".2f"),
+                    Column(f"{s['tag']} verdict", f"{s['tag']}_verdict", text=True)]
+    columns += [Column("replication", "replication", text=True),
+                Column("pooled, fixed [95%]", "pooled", ci=("pooled_low", "pooled_high"), fmt=".2f"),
+                Column("pooled, random [95%]", "random", ci=("random_low", "random_high"), fmt=".2f"),
+                Column("Q", "q", fmt=".2f"), Column("p(Q)", "q_p", fmt=".2g"), Column("I²", "i2", fmt=".2f")]
+    what = "primary accuracy (points)" if family == "primary" else family
+    section.tables.append(Table(
+        f"Replication across languages: the {what} difference per comparison and fork point on each language, "
+        "whether it replicates (every language with headroom agrees in direction and at least one detects), and the "
+        "inverse-variance pooled estimate over the languages with headroom (fixed effect; DerSimonian–Laird random "
+        "effects; normal intervals) with its heterogeneity (Cochran's Q, I²)", columns, out, source=name, key="test",
+        key_header="comparison @ fork point"))
+    return out
