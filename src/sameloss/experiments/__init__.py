@@ -66,23 +66,26 @@ def main_job(experiment: str | None, scale: str | None) -> tuple[str, str]:
 def reproduce(experiment: str | None = None, scale: str | None = None, out: str | Path = "runs",
               seed: int = 0, fresh: bool = False, progress: bool = True, device: str | None = None,
               command: str | None = None, launch=None, seeds: list[int] | None = None,
-              tracker: str = "none", formats: tuple[str, ...] = ("png",)) -> Path:
+              tracker: str = "none", formats: tuple[str, ...] = ("png",), languages: list[str] | None = None
+              ) -> Path:
     """Run one recipe at one scale (``main_job``: the defaults); returns the path of
     ``report.md``. ``launch``: a ``launch.LaunchOptions`` (default: every unit in this
     process); ``seeds``: run only these seeds' units and write no report (returns the
     experiment folder); ``tracker``: ``none``, ``tensorboard`` or ``wandb`` (``training.tracking``);
-    ``formats``: of the figures (png, pdf, svg; the report embeds the first)."""
+    ``formats``: of the figures (png, pdf, svg; the report embeds the first); ``languages``:
+    ``--language`` specs (a recipe with ``with_languages``: isoloss), each choice of languages
+    its own experiment folder (``<experiment>-<scale>-<tags>``)."""
     from .core import experiment_dir_name
 
     experiment, scale = main_job(experiment, scale)
     recipe = registry.recipe(experiment)
     if scale not in recipe.PRESETS:
         raise UserError(f"unknown scale {scale!r}; choose from {', '.join(recipe.PRESETS)}")
-    p = recipe.PRESETS[scale]
+    p = on_languages(recipe, experiment, recipe.PRESETS[scale], languages)
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is not a folder; pass the folder to write experiments in")
-    root = out / experiment_dir_name(experiment, scale, seed)
+    root = out / (experiment_dir_name(experiment, scale, seed) + getattr(recipe, "folder_suffix", lambda _: "")(p))
     if seeds is not None:
         if fresh:
             raise UserError("--fresh deletes the whole experiment; with --seeds, remove the seeds' folders "
@@ -107,6 +110,16 @@ def reproduce(experiment: str | None = None, scale: str | None = None, out: str 
         path = write_report(root, f"{recipe.TITLE} — scale `{scale}`", header, ordered)
         study.log(f"wrote {path} ({wall:.0f} s)")
     return path
+
+
+def on_languages(recipe, experiment: str, p, languages: list[str] | None):
+    """The preset on the ``--language`` choices (``recipe.with_languages``), or as it is."""
+    if not languages:
+        return p
+    make = getattr(recipe, "with_languages", None)
+    if make is None:
+        raise UserError(f"--language: {experiment} runs its own languages (the option is isoloss's)")
+    return make(p, languages)
 
 
 def _launcher(experiment: str, root: Path, launch):
@@ -165,9 +178,10 @@ def _shard(recipe, experiment: str, p, root: Path, seed: int, seeds: list[int], 
     return root
 
 
-def reproduce_command(experiment: str, scale: str, seed: int = 0) -> str:
+def reproduce_command(experiment: str, scale: str, seed: int = 0, languages: list[str] | None = None) -> str:
     """The command line that runs this experiment again."""
-    return f"sameloss reproduce {experiment} --scale {scale}" + (f" --seed {seed}" if seed else "")
+    return (f"sameloss reproduce {experiment} --scale {scale}" + (f" --seed {seed}" if seed else "")
+            + "".join(f" --language {x}" for x in languages or ()))
 
 
 def _doc_section(doc: str, heading: str) -> str:

@@ -62,6 +62,15 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
     reproduce.add_argument("--out", default="runs", metavar="DIR", help="parent folder (default runs)")
     reproduce.add_argument("--seed", type=int, default=0,
                            help="seed of every run and measure (default 0; other seeds get their own folder)")
+    reproduce.add_argument("--language", dest="languages", action="append", default=None, metavar="SPEC",
+                           help="isoloss: the language to study, NAME[:SIZE][:key=value,...] — e.g. hmm:headroom, "
+                                "pcfg:headroom, hmm:headroom:seed=7 (another draw of that size), "
+                                "hmm:micro:emission_concentration=1.0,n_states=5 (constructor settings: "
+                                "language.params), task=NAME (the task probed: one with a span and a posterior; "
+                                "default task-5 for hmm, span-1 for pcfg); the size defaults to headroom. Given more "
+                                "than once: the study on each language and a replication table. Each choice of "
+                                "languages is its own folder, OUT/isoloss-SCALE-<languages> (default: the preset's "
+                                "hmm:headroom, OUT/isoloss-SCALE)")
     reproduce.add_argument("--fresh", action="store_true",
                            help="delete the experiment's folder first and redo everything (only when all it "
                                 "holds is what sameloss wrote: a user's file there is named and nothing is deleted)")
@@ -229,11 +238,11 @@ def _reproduce(args) -> None:
     from . import main_job, reproduce, reproduce_command
 
     experiment, scale = main_job(args.experiment, args.scale)
-    command = reproduce_command(experiment, scale, args.seed)
+    command = reproduce_command(experiment, scale, args.seed, args.languages)
     launch = _launch_options(args, _given(args))
     path = reproduce(experiment, scale, out=args.out, seed=args.seed, fresh=args.fresh,
                      progress=not args.no_progress, device=args.device, command=command, launch=launch,
-                     seeds=args.seeds, tracker=args.tracker, formats=args.formats)
+                     seeds=args.seeds, tracker=args.tracker, formats=args.formats, languages=args.languages)
     print(path)
 
 

@@ -559,17 +559,20 @@ class Study:
         for k, v in result.counts.items():
             self.counts[k] += v
 
-    def seed_units(self, work, seeds: list[int], *args) -> list[Unit]:
+    def seed_units(self, work, seeds: list[int], *args, group: str = "") -> list[Unit]:
         """One unit per seed: ``work(study, seed, *args)`` in the seed's own study folder
-        ``seeds/seed<N>/`` (the seed is its study's seed), which it locks. ``work`` and
-        ``args`` must pickle."""
-        return [Unit(f"seed {seed}", f"seeds/seed{seed}", work, (seed, *args), seed=seed, study=f"seeds/seed{seed}")
-                for seed in seeds]
+        ``seeds/seed<N>/`` (``group``: ``seeds/<group>/seed<N>/``, one of several studies in
+        one experiment, e.g. a language of a study of several; the seed is its study's
+        seed), which it locks. ``work`` and ``args`` must pickle."""
+        where = f"seeds/{group}/" if group else "seeds/"
+        named = f"{group} " if group else ""
+        return [Unit(f"{named}seed {seed}", f"{where}seed{seed}", work, (seed, *args), seed=seed,
+                     study=f"{where}seed{seed}") for seed in seeds]
 
-    def map_seeds(self, work, seeds: list[int], *args) -> list:
+    def map_seeds(self, work, seeds: list[int], *args, group: str = "") -> list:
         """``work(study, seed, *args)`` for each seed (``seed_units``) through the study's
         launcher; returns ``work``'s results in the order of ``seeds``."""
-        return self.run_units(self.seed_units(work, seeds, *args))
+        return self.run_units(self.seed_units(work, seeds, *args, group=group))
 
     def embed(self, checkpoint: Path, into: str | None = None, *, width_factor: int | None = None,
               extra_layers: int = 0, optimizer: str = "fresh") -> Path:

@@ -201,16 +201,16 @@ class DryStudy:
         self.plan.embedded[str(out)] = into or f"{cfg.model.size}-{shape}"
         return checkpoint_dir(out, step)
 
-    def seed_units(self, work, seeds, *args):
-        from .core import Unit
+    def seed_units(self, work, seeds, *args, group: str = ""):
+        from .core import Study
 
-        return [Unit(f"seed {s}", f"seeds/seed{s}", work, (s, *args), seed=s, study=f"seeds/seed{s}") for s in seeds]
+        return Study.seed_units(self, work, seeds, *args, group=group)  # the same units (it reads no state)
 
     def run_units(self, units):
         return [self.plan.execute(u, self) for u in units]
 
-    def map_seeds(self, work, seeds, *args):
-        return self.run_units(self.seed_units(work, seeds, *args))
+    def map_seeds(self, work, seeds, *args, group: str = ""):
+        return self.run_units(self.seed_units(work, seeds, *args, group=group))
 
 
 class _AnyRow(dict):

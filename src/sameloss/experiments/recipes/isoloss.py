@@ -157,6 +157,7 @@ Deviations
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import resource
 import time
@@ -167,6 +168,7 @@ import numpy as np
 
 from ...measures.fewshot import FewShot, View
 from ...measures.run import MeasureSpec
+from ...errors import UserError
 from ...models.sizes import TRANSFORMER_SIZES
 from ...training.checkpoint import checkpoint_dir
 from ...training.runio import eval_history
@@ -252,6 +254,13 @@ class IsolossPreset(Preset):
     headroom_margin: float  # points: the gate's distance from look-up, random-init and oracle
     on_no_headroom: str  # "stop" (before the forks) or "mark" (every verdict uninformative)
     slope_seeds: int  # seeds whose AdamW fork is probed along its decay and stretch (the tolerance check)
+    # the language beyond its name and size: language.seed / language.params settings (``--language``)
+    language_settings: tuple[Setting, ...] = ()
+    # a study of several languages (``--language`` given more than once): each its own study in
+    # ``seeds/<tag>/``, then a replication table; empty: the one language of ``use``
+    replicate: tuple[LanguageChoice, ...] = ()
+    # one language's study inside a study of several: its folder and model names start with it
+    tag: str = ""
 
     def __post_init__(self):
         super().__post_init__()
@@ -275,8 +284,8 @@ class IsolossPreset(Preset):
             raise ValueError("one subset count per probe size, every size within the pool")
         if self.primary_size not in self.probe_sizes or len(self.seeds) < 2 or len(self.use) != 1:
             raise ValueError("the primary size must be a probe size; at least 2 seeds; one language")
-        if self.task not in self.tasks[self.use[0]] or not self.task.startswith("task-"):
-            raise ValueError(f"task {self.task!r} must be a hidden-state task (task-k) of the preset's language")
+        if self.task not in self.tasks[self.use[0]]:
+            raise ValueError(f"task {self.task!r} must be one of the preset's tasks of its language")
         if self.on_no_headroom not in ("stop", "mark"):
             raise ValueError("on_no_headroom must be 'stop' or 'mark'")
         if self.equivalence_margin <= 0 or self.headroom_margin < 0 or self.slope_seeds < 0:
@@ -344,14 +353,33 @@ class IsolossPreset(Preset):
         return _language(self)[0]
 
     @property
-    def position(self) -> int:
-        """The 1-based position of the task's hidden state."""
-        return int(self.task.split("-")[1])
+    def choice(self) -> LanguageChoice:
+        """The study's one language as ``--language`` names it."""
+        name, size, task = _language(self)
+        given = dict(self.language_settings)
+        return LanguageChoice(name, size, task, given.get("language.seed"), given.get("language.params"))
+
+    def choices(self) -> tuple[LanguageChoice, ...]:
+        """The languages of the study: ``replicate``, or the preset's own."""
+        return self.replicate or (self.choice,)
+
+    def on(self, choice: LanguageChoice, tag: str = "") -> IsolossPreset:
+        """This preset on another language (its study of one language: ``tag`` names it in a
+        study of several)."""
+        return dataclasses.replace(self, use=(choice.name,), languages={choice.name: choice.size},
+                                   tasks={choice.name: (choice.task,)}, task=choice.task,
+                                   language_settings=choice.settings(), replicate=(), tag=tag)
+
+    @property
+    def span(self) -> tuple[int, int]:
+        """The task's span ``[start, end)`` (0-based): where its latent sits (``Task.span``)."""
+        return task_span(self.choice)
 
     def fewshot(self) -> FewShot:
-        """The probes every model gets: at the task's position and all positions, the same
-        pool, subsets and test set."""
-        return FewShot(self.task, (("pos", View((self.position - 1,))), ("all", View())), self.probe_sizes,
+        """The probes every model gets: at the task's span (its positions side by side; an
+        HMM state's: one position) and at all positions, the same pool, subsets and test set."""
+        start, end = self.span
+        return FewShot(self.task, (("pos", View(tuple(range(start, end)))), ("all", View())), self.probe_sizes,
                        self.probe_subsets, self.probe_pool, self.probe_test, ENDPOINTS, self.probe_epochs,
                        self.probe_l2)
 
@@ -364,6 +392,109 @@ def _language(p: IsolossPreset) -> tuple[str, str, str]:
     """The one place the study reads its language: (name, size, task)."""
     name = p.use[0]
     return name, p.languages[name], p.task
+
+
+# ---- the language, by name (``--language``) ---------------------------------------------------
+# the task probed on a language named without ``task=``: the one its headroom size was made for
+DEFAULT_TASKS = {"hmm": "task-5", "pcfg": "span-1"}
+
+
+@dataclass(frozen=True)
+class LanguageChoice:
+    """A language of the study: registered name, size, the task probed (one with a span and
+    a posterior), and optionally another draw (``seed``) or constructor settings
+    (``params``: ``language.params``, e.g. ``n_states=6,emission_concentration=0.5``)."""
+
+    name: str
+    size: str
+    task: str
+    seed: int | None = None
+    params: str | None = None
+
+    @property
+    def spec(self) -> str:
+        """As ``--language`` takes it: ``NAME:SIZE[:key=value,...]``."""
+        extra = [*([f"seed={self.seed}"] if self.seed is not None else []),
+                 *([self.params] if self.params else []), f"task={self.task}"]
+        return f"{self.name}:{self.size}:" + ",".join(extra)
+
+    @property
+    def tag(self) -> str:
+        """A folder-safe name: ``hmm-headroom``, ``hmm-headroom-seed7-n_states6-task-5``."""
+        parts = [self.name, self.size, *([f"seed{self.seed}"] if self.seed is not None else []),
+                 *(x.replace("=", "") for x in (self.params or "").split(",") if x)]
+        if self.task != DEFAULT_TASKS.get(self.name):
+            parts.append(self.task)
+        return "-".join(parts).replace("/", "_").replace(":", "_")
+
+    def settings(self) -> tuple[Setting, ...]:
+        return (*((("language.seed", self.seed),) if self.seed is not None else ()),
+                *((("language.params", self.params),) if self.params else ()))
+
+
+def parse_language(text: str) -> LanguageChoice:
+    """``NAME[:SIZE][:key=value,...]`` → a ``LanguageChoice`` (``UserError`` naming what is
+    wrong). Keys: ``task`` (default ``DEFAULT_TASKS``), ``seed`` (another draw of the size's
+    shape), anything else a constructor setting of the language (``language.params``). The
+    size defaults to ``headroom``; the language is built here, so a bad setting or a task
+    without a span and posterior is refused before anything runs."""
+    from ... import registry
+
+    parts = text.strip().split(":")
+    if not parts[0] or len(parts) > 3:
+        raise UserError(f"--language {text!r}: expected NAME[:SIZE][:key=value,...], e.g. hmm:headroom, "
+                        "pcfg:headroom, hmm:headroom:seed=7,emission_concentration=0.5")
+    name = parts[0]
+    known = registry.languages()
+    if name not in known:
+        raise UserError(f"--language {text!r}: unknown language {name!r}; choose from {', '.join(known)}")
+    size = parts[1] if len(parts) > 1 and parts[1] else "headroom"
+    if size not in known[name].sizes:
+        raise UserError(f"--language {text!r}: {name} has no size {size!r}; its sizes: "
+                        f"{', '.join(known[name].sizes) or '(none)'}")
+    keys: dict[str, str] = {}
+    for item in (parts[2].split(",") if len(parts) > 2 and parts[2] else []):
+        key, eq, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not eq or not key or not value:
+            raise UserError(f"--language {text!r}: {item!r} is not key=value")
+        if key in keys:
+            raise UserError(f"--language {text!r}: {key} given twice")
+        keys[key] = value
+    task = keys.pop("task", DEFAULT_TASKS.get(name))
+    if task is None:
+        raise UserError(f"--language {text!r}: say which task to probe (task=NAME: one about a latent at fixed "
+                        "positions, with a span and a posterior)")
+    seed = keys.pop("seed", None)
+    if seed is not None:
+        try:
+            seed = int(seed)
+        except ValueError:
+            raise UserError(f"--language {text!r}: seed must be an integer, got {seed!r}") from None
+    params = ",".join(f"{k}={v}" for k, v in keys.items()) or None
+    choice = LanguageChoice(name, size, task, seed, params)
+    try:
+        task_span(choice)  # builds the language: a bad setting or task is one line now
+    except UserError as exc:
+        raise UserError(f"--language {text!r}: {exc}") from None
+    return choice
+
+
+@functools.lru_cache(maxsize=32)
+def task_span(choice: LanguageChoice) -> tuple[int, int]:
+    """The span ``[start, end)`` of the choice's task (built once per process). The study
+    probes a fixed span (every labelled sentence covers it), so ``end`` must be fixed."""
+    from ...languages import make_language
+    from ...measures.headroom import span_task
+
+    extra = {} if choice.params is None else {"params": choice.params}
+    language = make_language(choice.name, preset=choice.size, seed=choice.seed, **extra)
+    task = span_task(language, choice.task)
+    start, end = task.span
+    if end is None:
+        raise UserError(f"task {choice.task!r} of {choice.name} spans to the end of each sentence: the study probes "
+                        "a fixed span (a task about fixed positions, e.g. an HMM's task-k or a PCFG's span-k)")
+    return int(start), int(end)
 
 
 def _forks(long_steps: int, short_final: int | None = None, *, sam02: bool = True, width_factor: int = 2,
@@ -453,8 +584,14 @@ PRESETS: dict[str, IsolossPreset] = {
 
 
 # ---- runs ---------------------------------------------------------------------------------
+def _run_prefix(p: IsolossPreset) -> str:
+    """Run names start with the language (its tag in a study of several languages: runs.csv
+    lists every language's runs, and two draws of one language must not share a name)."""
+    return p.tag or p.language
+
+
 def _common_settings(p: IsolossPreset, seed: int) -> tuple[Setting, ...]:
-    return (*base_settings(p, p.language, seed), *p.reference.shape.settings(),
+    return (*base_settings(p, p.language, seed), *p.language_settings, *p.reference.shape.settings(),
             ("eval.n_sentences", p.eval_sentences), ("save_every", 10 * p.base_steps))
 
 
@@ -470,7 +607,7 @@ def large_shape(p: IsolossPreset, fork: Fork) -> tuple[Setting, ...]:
 
 def base_run(p: IsolossPreset, seed: int) -> RunSpec:
     points = tuple(k for k in sorted(p.fork_points) if 0 < k < p.base_steps)
-    return RunSpec(f"{p.language}-s{seed}-base", (*_common_settings(p, seed), ("steps", p.base_steps),
+    return RunSpec(f"{_run_prefix(p)}-s{seed}-base", (*_common_settings(p, seed), ("steps", p.base_steps),
                                                    ("checkpoints", points)), label="base", group="base")
 
 
@@ -492,7 +629,7 @@ def fork_run(p: IsolossPreset, seed: int, fork: Fork, k: int, start: Path | None
     if start is not None:
         settings.append(("init_from", str(Path(start).resolve())))
     point = p.point_name(k)
-    return RunSpec(f"{p.language}-s{seed}-{point}-{fork.name}", tuple(settings), label=fork.label,
+    return RunSpec(f"{_run_prefix(p)}-s{seed}-{point}-{fork.name}", tuple(settings), label=fork.label,
                    group=fork.name)
 
 
@@ -605,7 +742,8 @@ def seed_study(study: Study, seed: int, p: IsolossPreset, slope: bool) -> dict:
             study.log(f"measure {study.rel(ck)}")
             measured = study.measure(ck, spec)
             selected[(info.spec.name, step)] = measured
-            row = {"model": f"s{seed}-{point}-{name}@{step}", "seed": seed, "point": point, "fork_step": k,
+            row = {"model": f"{p.tag + ':' if p.tag else ''}s{seed}-{point}-{name}@{step}",
+                   "language": p.choice.spec, "seed": seed, "point": point, "fork_step": k,
                    "fork": name, "label": info.spec.label, "run": info.spec.name, "step": step,
                    "steps_at_final_lr": step - p.stretch_start(forks[name]),
                    "lr_factor": info.config.lr_factor(step - 1), "kl_match": kls[name][step], "kl_target": target,
@@ -667,9 +805,33 @@ def study_seeds(study: Study, p: IsolossPreset) -> list[int]:
 
 
 def units(study: Study, p: IsolossPreset) -> list:
-    """One unit per seed: its chain (the base run and its headroom gate, then its forks at
-    every fork point, the size fork included), measured."""
-    return study.seed_units(_seed_work, *_seed_args(study, p))
+    """One unit per seed and language: its chain (the base run and its headroom gate, then
+    its forks at every fork point, the size fork included), measured."""
+    return [u for q in language_studies(p) for u in study.seed_units(_seed_work, *_seed_args(study, q), group=q.tag)]
+
+
+def language_studies(p: IsolossPreset) -> list[IsolossPreset]:
+    """The study's per-language presets: the preset itself, or one per language of
+    ``replicate`` (each tagged: its seeds in ``seeds/<tag>/``)."""
+    return [p.on(c, c.tag) for c in p.replicate] if p.replicate else [p]
+
+
+def with_languages(p: IsolossPreset, specs: list[str]) -> IsolossPreset:
+    """``reproduce isoloss --language SPEC [--language SPEC ...]``: the preset on those
+    languages (``parse_language``; one: the study of that language; several: a study per
+    language and the replication table)."""
+    choices = list(dict.fromkeys(parse_language(s) for s in specs))
+    tags = [c.tag for c in choices]
+    if len(set(tags)) != len(tags):
+        raise UserError(f"--language: two languages with one name ({', '.join(tags)})")
+    return p.on(choices[0]) if len(choices) == 1 else dataclasses.replace(p, replicate=tuple(choices))
+
+
+def folder_suffix(p: IsolossPreset) -> str:
+    """The experiment folder's suffix: none on the preset's own language, else the
+    languages' tags (each choice of languages is its own experiment)."""
+    own = PRESETS["tiny"].choice
+    return "" if p.choices() == (own,) else "-" + "+".join(c.tag for c in p.choices())
 
 
 def _seed_args(study: Study, p: IsolossPreset) -> tuple:
@@ -679,13 +841,50 @@ def _seed_args(study: Study, p: IsolossPreset) -> tuple:
 
 def report(study: Study, p: IsolossPreset) -> list[Section]:
     """Two sections: the verdicts with their MDE (``lead``: before the Runs table, issue 23)
-    and the study (design, headroom, selection, every table and figure)."""
-    section = Section(TITLE)
-    lead = Section("Verdicts", lead=True)
+    and the study (design, headroom, selection, every table and figure). On several
+    languages (issue 24): the replication table first, then each language's verdicts and
+    study, their files and figures named by the language's tag."""
+    if not p.replicate:
+        lead, section, _ = _language_report(study, p)
+        return [lead, section]
+    leads, sections, outcomes = [], [], []
+    for q in language_studies(p):
+        lead, section, outcome = _language_report(study, q)
+        _prefix_files(q.tag, lead, section)
+        leads.append(lead)
+        sections.append(section)
+        outcomes.append(outcome)
+    rep = Section("Replication across languages", lead=True)
+    rep.text.append(
+        f"{len(outcomes)} languages: " + "; ".join(
+            f"{o['language']} ({'headroom gate passed' if o['ok'] else 'NO HEADROOM: its verdicts are uninformative'})"
+            for o in outcomes) + ". Per comparison the verdict on each language and whether it replicates: "
+        "\"replicated\" only where every language with headroom agrees in direction and at least one detects. The "
+        "pooled estimate weights each language by the inverse variance of its mean paired difference (its sd² / "
+        "pairs kept), over the languages with headroom; I² is the share of the spread between languages beyond "
+        "chance. Each language's verdicts, design and tables follow, under its name.")
+    paired.replication(rep, outcomes)
+    return [rep, *leads, *sections]
+
+
+def _prefix_files(tag: str, *sections: Section) -> None:
+    """A language's CSV files named ``<tag>-<file>`` (the tables that read them too)."""
+    for section in sections:
+        renamed = {name: f"{tag}-{name}" for name in section.files}
+        section.files = {renamed[k]: v for k, v in section.files.items()}
+        for t in section.tables:
+            t.source = renamed.get(t.source, t.source)
+
+
+def _language_report(study: Study, p: IsolossPreset) -> tuple[Section, Section, dict]:
+    """One language's verdicts and study, and what the replication table reads of it."""
+    where = f" — {p.choice.spec}" if p.tag else ""
+    section = Section(TITLE + where)
+    lead = Section("Verdicts" + where, lead=True)
     seeds = study_seeds(study, p)
     language, size, task = _language(p)
     # every seed's unit gated its forks on its own base (gate_seed): the references are the first seed's
-    results = study.map_seeds(_seed_work, *_seed_args(study, p))
+    results = study.map_seeds(_seed_work, *_seed_args(study, p), group=p.tag)
     gates = [res["gate"] for res in results]
     ok = all(g["ok"] for g in gates)
     failed = [g for g in gates if not g["ok"]]
@@ -702,7 +901,8 @@ def report(study: Study, p: IsolossPreset) -> list[Section]:
                             "mean anything (set `on_no_headroom=\"mark\"` in the preset to run the forks anyway).")
         lead.text.append(f"**No verdict: no headroom** ({len(failed)} of {len(gates)} seeds' bases failed the gate; "
                          "the headroom table below says by how much).")
-        return [lead, section]
+        return lead, section, {"language": p.choice.spec, "tag": p.tag, "ok": False, "diffs": [],
+                               "tests": [f"{c.name} @ {pt}" for c, pt in p.tests()]}
     design = Design(p.kl_tolerance, p.equivalence_margin, headroom=ok)
     rows = [r for res in results for r in res["rows"]]
     slope_rows = [r for res in results for r in res["slope"]]
@@ -735,7 +935,8 @@ def report(study: Study, p: IsolossPreset) -> list[Section]:
     _regression_table(section, reg)
     _figures(study, section, p, rows, diffs, results, seeds)
     _runtime(section, study, results, seeds)
-    return [lead, section]
+    return lead, section, {"language": p.choice.spec, "tag": p.tag, "ok": ok, "diffs": diffs,
+                           "tests": [f"{c.name} @ {pt}" for c, pt in tests]}
 
 
 def _seed_work(study: Study, seed: int, p: IsolossPreset, slope_seeds: tuple[int, ...]) -> dict:
@@ -751,7 +952,8 @@ def _design_text(p: IsolossPreset, seeds: list[int], language: str, size: str, t
     f = {x.name: x for x in p.forks}
     points = ", ".join(f"{p.point_name(k)} (step {k})" for k in sorted(p.fork_points, reverse=True))
     return (
-        f"Language {language} ({size}), task {task} (the hidden state at position {p.position}); {len(seeds)} seeds; "
+        f"Language {p.choice.spec} ({language}, size {size}), task {task} (its latent over positions "
+        f"{p.span[0] + 1}–{p.span[1]}); {len(seeds)} seeds; "
         f"base run {p.base_steps} steps (AdamW, constant lr after the warm-up). Fork points: {points}. Every fork "
         f"trains its recipe up to step {p.base_steps + p.recipe_steps} (short: {p.base_steps}, long: "
         f"{p.base_steps + p.recipe_steps_of(f['long'])}), decays the lr linearly over {p.decay_steps} steps to "
@@ -816,7 +1018,7 @@ def _headroom(section: Section, p: IsolossPreset, gate: dict) -> list[dict]:
                   {"baseline": f"random-init encoder (seed {gate['seed']})", **pick(gate["random_init"])},
                   {"baseline": "look-up table (true conditionals)", **pick(refs["lookup"])},
                   {"baseline": f"trained base (seed {gate['seed']}, step {p.base_steps})", **pick(gate["trained"])},
-                  {"baseline": "oracle (true hidden-state posteriors)", **pick(refs["oracle"])}]
+                  {"baseline": "oracle (true posteriors of the task's latent)", **pick(refs["oracle"])}]
     cols = []
     for view, method, what in (("pos", "lbfgs", "position, L-BFGS"), ("all", "adamw", "all positions, AdamW")):
         for n in p.probe_sizes:
@@ -924,6 +1126,7 @@ def _figures(study: Study, section: Section, p: IsolossPreset, rows: list[dict],
     from ..plots import XY, Band, Fit, Forest, Panel, Ref, forest_plot, scatter_plot, series_plot
 
     points = _point_names(p)
+    stem = f"{p.tag}-" if p.tag else ""  # a language's figures in a study of several
     primary = [r for r in diffs if r["family"] == "primary"]
     trace = {(r["comparison"], r["point"]): r for r in diffs if r["family"] == "trace"}
     forest = []
@@ -941,7 +1144,7 @@ def _figures(study: Study, section: Section, p: IsolossPreset, rows: list[dict],
         Forest("trace", "trace difference (tr(H), Fisher)", interval=interval)],
         "Paired differences at one KL, recipe − reference")
     section.figures.append(study.figure(
-        fig, "forest",
+        fig, stem + "forest",
         shows="Forest plot: per comparison and fork point, the mean paired difference (recipe − reference) at one "
               "KL of (a) the primary probe accuracy (points) and (b) the trace of Hessian (Fisher estimator); a "
               "solid line at 0 (no difference), grey ticks at ± the row's minimum detectable effect (80 % power), "
@@ -974,7 +1177,7 @@ def _figures(study: Study, section: Section, p: IsolossPreset, rows: list[dict],
                          "primary accuracy − seed mean (points)", fit=fit))
     fig = scatter_plot(scatter, panels, "Fig. 1 within seeds", colour_by=None, marker_by=lambda r: r["fork"])
     section.figures.append(study.figure(
-        fig, "scatter",
+        fig, stem + "scatter",
         shows="Fig. 1 within seeds: every model's primary probe accuracy (points) against its trace of Hessian "
               "(Fisher estimator), each minus its seed's mean over the forks of one size at that fork point "
               "(without the adversarial fork), one panel per fork point; marker = fork; line = the within-seed "
@@ -1004,7 +1207,7 @@ def _figures(study: Study, section: Section, p: IsolossPreset, rows: list[dict],
                                   bands=(window,)))
     fig = series_plot(series, "step", curve_panels, f"Seed {seeds[0]}: exact KL of the base and its forks")
     section.figures.append(study.figure(
-        fig, "curves",
+        fig, stem + "curves",
         shows=f"Training curves of seed {seeds[0]}: the exact KL to the true conditionals (log axis; held-out set of "
               f"{p.eval_sentences} sentences) against step, for the base and every fork, one panel per fork point; "
               "KL is evaluated only where it is read (the forks' candidates on the stretch, the AdamW fork's slope "

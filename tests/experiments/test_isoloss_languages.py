@@ -1,0 +1,232 @@
+"""The iso-loss study on any language (issue 24): ``--language NAME[:SIZE][:key=value,...]``
+parsed and checked before anything runs, the span probe and the oracle of a PCFG span
+task, a study of several languages (one folder per language's seeds, files named by the
+language) ending in the replication table, the inverse-variance pooling against hand
+computation, and a held-out language without headroom reported as such."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from sameloss.errors import UserError
+from sameloss.experiments import paired, reproduce
+from sameloss.experiments.paired import (CONTRADICTED, NO_DETECTION, NOT_REPLICATED, REPLICATED, UNINFORMATIVE,
+                                         replication, replication_verdict)
+from sameloss.experiments.recipes import isoloss
+from sameloss.experiments.report import Section
+from sameloss.experiments.stats import DETECTED, DETECTED_AGAINST, EQUIVALENT, INCONCLUSIVE, pool_inverse_variance
+from sameloss.languages import PCFG, make_language
+from sameloss.measures.representations import reference_representation
+
+from .test_reproduce import check_tables, run_cli
+
+
+def read(path):
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+# ---- --language ---------------------------------------------------------------------------------
+def test_a_language_is_named_by_name_size_and_settings():
+    c = isoloss.parse_language("pcfg:headroom")
+    assert (c.name, c.size, c.task, c.seed, c.params) == ("pcfg", "headroom", "span-1", None, None)
+    assert isoloss.task_span(c) == (0, 1)
+    c = isoloss.parse_language("hmm")  # the size defaults to headroom, the task to the HMM's task-5
+    assert c == isoloss.PRESETS["tiny"].choice and isoloss.task_span(c) == (4, 5)
+    c = isoloss.parse_language("hmm:micro:seed=7,task=task-3")
+    assert (c.size, c.seed, c.task, c.tag) == ("micro", 7, "task-3", "hmm-micro-seed7-task-3")
+    assert isoloss.task_span(c) == (2, 3)
+    assert isoloss.parse_language(c.spec) == c  # a spec reads back as the same language
+    # the preset's own language gives the probes the study always had: the hidden state's position
+    p = isoloss.PRESETS["quick"]
+    assert dict(p.fewshot().views)["pos"].positions == (4,)
+    assert isoloss.folder_suffix(p) == "" and isoloss.folder_suffix(isoloss.with_languages(p, ["hmm:headroom"])) == ""
+    assert isoloss.folder_suffix(isoloss.with_languages(p, ["pcfg"])) == "-pcfg-headroom"
+    both = isoloss.with_languages(p, ["hmm:headroom", "pcfg:headroom"])
+    assert isoloss.folder_suffix(both) == "-hmm-headroom+pcfg-headroom"
+    studies = isoloss.language_studies(both)
+    assert [(q.tag, q.task, q.span) for q in studies] == [("hmm-headroom", "task-5", (4, 5)),
+                                                          ("pcfg-headroom", "span-1", (0, 1))]
+    # a language's runs carry its draw: another seed of the size is another language
+    seed7 = isoloss.with_languages(p, ["hmm:headroom:seed=7"])
+    assert isoloss.base_run(seed7, 0).config().language.seed == 7
+    assert isoloss.base_run(p, 0).config().language.seed is None
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("nope", "unknown language 'nope'"),
+    ("hmm:huge", "hmm has no size 'huge'"),
+    ("hmm:headroom:seed=x", "seed must be an integer"),
+    ("hmm:headroom:seed", "'seed' is not key=value"),
+    ("hmm:headroom:seed=1,seed=2", "seed given twice"),
+    ("hmm:headroom:task=task-99", "has no task 'task-99'"),
+    ("pcfg:headroom:task=A", "spans to the end of each sentence"),
+    ("hmm:a:b:c", "expected NAME[:SIZE]"),
+])
+def test_a_bad_language_is_one_line_naming_it(spec, words):
+    with pytest.raises(UserError) as err:
+        isoloss.parse_language(spec)
+    assert words in str(err.value) and "\n" not in str(err.value)
+    assert f"--language {spec!r}" in str(err.value)
+
+
+def test_language_is_refused_by_a_recipe_that_runs_its_own(tmp_path):
+    with pytest.raises(UserError, match="the option is isoloss's"):
+        run_cli(["steps", "--scale", "smoke", "--out", str(tmp_path), "--language", "hmm"])
+    with pytest.raises(UserError, match="unknown language 'klingon'"):
+        run_cli(["isoloss", "--scale", "smoke", "--out", str(tmp_path), "--language", "klingon"])
+    assert not any(tmp_path.iterdir())  # refused before any file
+
+
+# ---- the span probe's oracle ----------------------------------------------------------------------
+def test_the_oracle_of_a_pcfg_span_task_is_its_posterior_at_the_span():
+    language = make_language("pcfg", preset="headroom")
+    task = language.tasks["span-1"]
+    tokens = language.sample(50, torch.Generator().manual_seed(0)).tokens
+    h = reference_representation("oracle", language, None, tokens, task=task)
+    assert h.shape == (50, tokens.shape[1], task.n_classes)
+    assert torch.equal(h[:, 0], task.posterior(tokens).float())
+    assert not h[:, 1:].any()
+    # its argmax is the label the probes learn (the oracle knows the answer)
+    keep = task.label(language.sample(50, torch.Generator().manual_seed(0))) >= 0
+    labels = task.label(language.sample(50, torch.Generator().manual_seed(0)))
+    assert torch.equal(h[keep, 0].argmax(1), labels[keep])
+    # without a task there is no oracle for a PCFG: one line
+    with pytest.raises(UserError, match="no true posteriors"):
+        reference_representation("oracle", language, None, tokens)
+    # the HMM keeps its hidden states' posteriors at every position
+    hmm = make_language("hmm", preset="headroom")
+    tok = hmm.sample(20, torch.Generator().manual_seed(1)).tokens
+    assert torch.equal(reference_representation("oracle", hmm, None, tok, task=hmm.tasks["task-5"]),
+                       hmm.posteriors(tok).float())
+    assert isinstance(language, PCFG)
+
+
+# ---- pooling and replication ----------------------------------------------------------------------
+def test_inverse_variance_pooling_against_hand_computation():
+    m, se = [1.0, 3.0, 2.0], [0.5, 1.0, 0.25]
+    w = [4.0, 1.0, 16.0]
+    fixed = (4 * 1 + 1 * 3 + 16 * 2) / 21
+    q = 4 * (1 - fixed) ** 2 + 1 * (3 - fixed) ** 2 + 16 * (2 - fixed) ** 2
+    c = 21 - (16 + 1 + 256) / 21
+    tau2 = max(0.0, (q - 2) / c)
+    wr = [1 / (s ** 2 + tau2) for s in se]
+    random = sum(a * b for a, b in zip(wr, m)) / sum(wr)
+    p = pool_inverse_variance(m, se)
+    assert p.fixed == pytest.approx(fixed) and p.fixed_se == pytest.approx(21 ** -0.5)
+    assert p.fixed_low == pytest.approx(fixed - 1.959964 * 21 ** -0.5, rel=1e-6)
+    assert p.q == pytest.approx(q) and p.i2 == pytest.approx(max(0.0, (q - 2) / q))
+    assert p.tau2 == pytest.approx(tau2) and p.random == pytest.approx(random)
+    from scipy.stats import chi2
+    assert p.q_p == pytest.approx(chi2.sf(q, 2))
+    # equal estimates: no heterogeneity, random = fixed
+    same = pool_inverse_variance([0.4, 0.4], [0.1, 0.2])
+    assert same.q == pytest.approx(0) and same.i2 == 0 and same.tau2 == 0 and same.random == pytest.approx(0.4)
+    with pytest.raises(ValueError):
+        pool_inverse_variance([1.0], [0.0])
+
+
+def test_the_replication_verdict():
+    assert replication_verdict([DETECTED, INCONCLUSIVE], [0.5, 0.1]) == REPLICATED
+    assert replication_verdict([DETECTED, INCONCLUSIVE], [0.5, -0.1]) == NOT_REPLICATED  # directions differ
+    assert replication_verdict([DETECTED, DETECTED_AGAINST], [0.5, -0.5]) == CONTRADICTED
+    assert replication_verdict([EQUIVALENT, INCONCLUSIVE], [0.1, 0.2]) == NO_DETECTION
+    assert replication_verdict([DETECTED, UNINFORMATIVE], [0.5, 0.4]) == NOT_REPLICATED  # one language untested
+    assert replication_verdict([DETECTED_AGAINST, DETECTED_AGAINST], [-0.5, -0.2]) == REPLICATED
+
+
+def _diff(comparison, point, mean, sd, n, verdict):
+    half = 2.0 * sd / math.sqrt(n)
+    return {"comparison": comparison, "point": point, "family": "primary", "mean": mean, "sd": sd, "n_kept": n,
+            "t_low": mean - half, "t_high": mean + half, "verdict": verdict}
+
+
+def test_the_replication_table_pools_the_languages_with_headroom():
+    a = {"language": "hmm:headroom", "tag": "hmm", "ok": True, "tests": ["size @ late", "noreg @ late"],
+         "diffs": [_diff("size", "late", 1.0, 0.8, 16, DETECTED), _diff("noreg", "late", 0.1, 0.4, 16, EQUIVALENT)]}
+    b = {"language": "pcfg:headroom", "tag": "pcfg", "ok": True, "tests": ["size @ late", "noreg @ late"],
+         "diffs": [_diff("size", "late", 0.6, 1.2, 9, INCONCLUSIVE), _diff("noreg", "late", -0.3, 0.6, 9, INCONCLUSIVE)]}
+    c = {"language": "hmm:micro", "tag": "micro", "ok": False, "tests": ["size @ late", "noreg @ late"], "diffs": []}
+    section = Section("")
+    out = {r["test"]: r for r in replication(section, [a, b])}
+    size = out["size @ late"]
+    assert size["replication"] == REPLICATED and size["pooled_languages"] == 2
+    ref = pool_inverse_variance([1.0, 0.6], [0.8 / 4, 1.2 / 3])
+    assert size["pooled"] == pytest.approx(ref.fixed) and size["i2"] == pytest.approx(ref.i2)
+    assert size["hmm_verdict"] == DETECTED and size["pcfg_mean"] == 0.6
+    assert out["noreg @ late"]["replication"] == NO_DETECTION
+    assert section.files["replication.csv"] and section.tables[0].source == "replication.csv"
+    # a language without headroom is listed as uninformative, not pooled, and blocks "replicated"
+    out = {r["test"]: r for r in replication(Section(""), [a, c])}
+    assert out["size @ late"]["micro_verdict"] == UNINFORMATIVE and out["size @ late"]["pooled_languages"] == 1
+    assert out["size @ late"]["replication"] == NOT_REPLICATED
+    assert out["size @ late"]["pooled"] == pytest.approx(1.0)
+
+
+# ---- end to end ---------------------------------------------------------------------------------------
+def test_the_study_on_two_languages_end_to_end(tmp_path):
+    run_cli(["isoloss", "--scale", "smoke", "--out", str(tmp_path), "--no-progress", "--launcher", "inprocess",
+             "--language", "hmm:headroom", "--language", "pcfg:headroom"])
+    root = tmp_path / "isoloss-smoke-hmm-headroom+pcfg-headroom"
+    p = isoloss.PRESETS["smoke"]
+    report = (root / "report.md").read_text()
+    # the replication table first, then each language's verdicts, all before the Runs table
+    assert report.index("## Replication across languages") < report.index("## Verdicts — hmm:headroom") \
+        < report.index("## Verdicts — pcfg:headroom") < report.index("## Runs")
+    assert "--language hmm:headroom --language pcfg:headroom" in report
+    assert check_tables(root) > 300  # every printed number against its file
+    for tag in ("hmm-headroom", "pcfg-headroom"):
+        assert sorted(d.name for d in (root / "seeds" / tag).iterdir()) == [f"seed{s}" for s in p.seeds]
+        for stem in ("forest", "scatter", "curves"):
+            assert (root / f"{tag}-{stem}.png").exists() and (root / f"{tag}-{stem}.data.csv").exists()
+    # the replication table reads each language's own differences
+    rep = {r["test"]: r for r in read(root / "replication.csv")}
+    for tag in ("hmm-headroom", "pcfg-headroom"):
+        primary = [r for r in read(root / f"{tag}-differences.csv") if r["family"] == "primary"]
+        assert len(primary) == len(rep)
+        for r in primary:
+            row = rep[f"{r['comparison']} @ {r['point']}"]
+            if int(r["n_kept"]) >= 2:
+                assert float(row[f"{tag}_mean"]) == pytest.approx(float(r["mean"]))
+    # every language's models and runs are in the one results.csv and runs.csv, none merged away
+    results = read(root / "results.csv")
+    models = [r for r in results if r.get("point")]
+    assert {r["language"] for r in models} == {"hmm:headroom:task=task-5", "pcfg:headroom:task=span-1"}
+    assert len({r["model"] for r in models}) == len(models)
+    runs = read(root / "runs.csv")
+    assert {r["run"].split("-s")[0] for r in runs} == {"hmm-headroom", "pcfg-headroom"}
+    per_language = len([r for r in runs if r["run"].startswith("hmm-headroom")])
+    assert per_language == len([r for r in runs if r["run"].startswith("pcfg-headroom")]) > len(p.seeds)
+    # the PCFG's probes read its span task, with the oracle from inside–outside
+    headroom = read(root / "pcfg-headroom-headroom.csv")
+    oracle = next(r for r in headroom if r["baseline"].startswith("oracle"))
+    assert float(oracle[p.primary_key]) > float(headroom[0][p.primary_key])  # above the majority class
+
+
+def test_a_held_out_language_without_headroom_says_so(tmp_path, monkeypatch):
+    """A language the study was never tuned on, given by its constructor's seed: with no
+    headroom the gate stops it and the replication table marks it uninformative."""
+    p = dataclasses.replace(isoloss.PRESETS["smoke"], headroom_margin=60.0, on_no_headroom="stop")
+    monkeypatch.setitem(isoloss.PRESETS, "smoke", p)
+    reproduce("isoloss", "smoke", out=tmp_path, progress=False,
+              languages=["hmm:micro:seed=11,task=task-3", "pcfg:headroom"])
+    root = tmp_path / "isoloss-smoke-hmm-micro-seed11-task-3+pcfg-headroom"
+    report = (root / "report.md").read_text()
+    assert report.count("**No verdict: no headroom**") == 2
+    rep = read(root / "replication.csv")
+    assert rep and {r["replication"] for r in rep} == {NO_DETECTION}
+    assert {r["hmm-micro-seed11-task-3_verdict"] for r in rep} == {UNINFORMATIVE}
+    assert not any(r.get("pooled") for r in rep)
+    # each language's seeds trained their base and nothing else
+    for tag, name in (("hmm-micro-seed11-task-3", "hmm-micro-seed11-task-3"), ("pcfg-headroom", "pcfg-headroom")):
+        for seed in p.seeds:
+            assert sorted(d.name for d in (root / "seeds" / tag / f"seed{seed}" / "runs").iterdir()) == \
+                [f"{name}-s{seed}-base"]
+    assert np.isfinite(float(read(root / "pcfg-headroom-headroom.csv")[-1][p.primary_key]))
+    assert paired.UNINFORMATIVE in report
