@@ -12,8 +12,8 @@ import torch
 from sameloss import config as configlib
 from sameloss.cli import main
 from sameloss.errors import UserError
-from sameloss.languages import make_language
 from sameloss.languages import hmm as hmm_module
+from sameloss.languages import make_language
 from sameloss.languages import pcfg as pcfg_module
 from sameloss.languages.hmm import HMM
 from sameloss.languages.pcfg import PCFG
