@@ -30,6 +30,18 @@ _positive_int = _int_at_least(1)
 _non_negative_int = _int_at_least(0)
 
 
+def _language_params(text: str) -> str:
+    """An argparse type: ``language.params`` text whose syntax reads (``registry.parse_params``;
+    the keys are the language's to check), kept as the text."""
+    from .registry import parse_params
+
+    try:
+        parse_params(text, "--params")
+    except ValueError as exc:  # argparse names the option itself
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--params: ").removeprefix("--params ")) from None
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="sameloss", description=(
         "Same pre-training loss, different downstream: languages with exact masked-token "
@@ -58,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     describe.add_argument("--seed", type=_non_negative_int, default=None,
                           help="draw another random language of that size's shape, and seed the samples "
                                "(default: the size's own language, samples seeded 0)")
+    describe.add_argument("--params", metavar="KEY=VALUE[,...]", type=_language_params, default=None,
+                          help="hmm, pcfg: constructor settings over the size's own, as language.params "
+                               "(e.g. hmm: n_states=6,emission_concentration=0.5)")
     describe.add_argument("--n-sentences", type=_positive_int, default=4096,
                           help="sentences sampled for the statistics (default 4096)")
     describe.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -473,7 +488,7 @@ def _language_describe(args) -> None:
             raise UserError(f"--save-grammar {args.save_grammar} exists; not overwriting it (choose a new file)")
         if not os.path.isdir(os.path.dirname(args.save_grammar) or "."):
             raise UserError(f"--save-grammar {args.save_grammar}: no folder {os.path.dirname(args.save_grammar)}")
-    lang = make_language(args.name, preset=args.size, seed=args.seed, grammar=args.grammar)
+    lang = make_language(args.name, preset=args.size, seed=args.seed, grammar=args.grammar, params=args.params)
     # describe samples the sentences twice and takes their exact conditionals: refused now
     # if that cannot fit, not after minutes of allocating (and before --save-grammar writes)
     check_sentences(args.n_sentences, lang, f"--n-sentences {args.n_sentences}", "lower --n-sentences")
@@ -484,7 +499,8 @@ def _language_describe(args) -> None:
             atomic_write_text(args.save_grammar, lang.grammar.to_text())
     summary = lang.describe(n_sentences=args.n_sentences, seed=args.seed or 0)
     seed = "" if args.seed is None else f", seed {args.seed}"
-    summary["source"] = args.grammar or f"size {args.size}{seed}"
+    params = "" if args.params is None else f", params {args.params}"
+    summary["source"] = args.grammar or f"size {args.size}{seed}{params}"
     grammar = getattr(lang, "grammar", None)
     if grammar is not None:
         summary["nonterminals"] = grammar.n_nonterminals

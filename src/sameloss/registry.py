@@ -8,10 +8,17 @@ its top, as a literal the registry reads from the file (``ast``, no import)::
     LANGUAGE = {"name": "hmm", "build": "build", "settings": ("size", "seed"), "describe": True}
 
 ``build`` names a function of the module, imported only when a language is built, that
-takes the ``language.*`` settings listed in ``settings`` (``size``, ``seed``, ``grammar``,
-``generator``, ``k``, ``length``, ``pool``, ``data``, ``device``) as keyword arguments;
+takes the ``language.*`` settings listed in ``settings`` (``size``, ``seed``, ``params``,
+``grammar``, ``generator``, ``k``, ``length``, ``pool``, ``data``, ``device``) as keyword
+arguments;
 ``describe``: whether ``sameloss language describe`` offers it (it needs no files). Its
 named sizes are the keys of the module's ``PRESETS`` dict literal (no sizes: none).
+
+Params. ``language.params`` is text, ``key=value[,key=value...]``: constructor keyword
+arguments over the size's own (``"n_states=6,emission_concentration=0.5"``).
+``parse_params`` reads its syntax (no language needed: config validation calls it);
+``language_params`` checks the keys and types against what one language's constructor
+takes (``keyword_types`` of it), so a builder that takes ``params`` calls that.
 
 Recipes. A recipe is one module in ``sameloss/experiments/recipes/``, named by its file,
 with ``SUMMARY`` (a string literal, read from the file the same way: the line of
@@ -28,6 +35,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,7 +49,7 @@ PACKAGE = Path(__file__).parent
 PLUGINS_ENV = "SAMELOSS_PLUGINS"
 # language.* settings a builder may take; size and device are always given (a config
 # always has them) and go only to builders that take them
-LANGUAGE_SETTINGS = ("size", "seed", "grammar", "generator", "k", "length", "pool", "data", "device")
+LANGUAGE_SETTINGS = ("size", "seed", "params", "grammar", "generator", "k", "length", "pool", "data", "device")
 ALWAYS_GIVEN = ("size", "device")
 
 
@@ -122,6 +131,78 @@ def recipe(name: str) -> ModuleType:
     if name not in found:
         raise UserError(f"unknown experiment {name!r}; choose from {', '.join(found)}")
     return found[name].load()
+
+
+# ---- language.params ----------------------------------------------------------------
+def parse_params(text: str, what: str = "language.params") -> dict[str, int | float]:
+    """``"key=value[,key=value...]"`` as a dict: each value an integer if it reads as one,
+    else a finite decimal number, else refused; keys must be names (identifiers), each
+    given once; blanks around keys and values are ignored. ``ValueError`` (one line,
+    starting with ``what``) for anything else, an empty text included."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"{what} is empty; give key=value[,key=value...] (e.g. n_states=6) or leave it unset")
+    out: dict[str, int | float] = {}
+    for item in text.split(","):
+        key, eq, value = (part.strip() for part in item.partition("="))
+        if not item.strip():
+            raise ValueError(f"{what}: an empty item in {text!r} (a comma too many?)")
+        if not eq:
+            raise ValueError(f"{what}: {item.strip()!r} is not key=value")
+        if not key.isidentifier():
+            raise ValueError(f"{what}: {key!r} is not a setting name")
+        if key in out:
+            raise ValueError(f"{what}: {key} is given twice")
+        out[key] = _number(value, f"{what}: {key}")
+    return out
+
+
+def _number(text: str, where: str) -> int | float:
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{where}={text!r} is not a number (an integer or a decimal)") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{where}={text} is not a finite number")
+    return value
+
+
+def keyword_types(function: Callable, skip: tuple[str, ...] = ("seed",)) -> dict[str, type]:
+    """The keyword arguments of ``function`` with an int or float default, and that type
+    (but ``skip``): the ``language.params`` a constructor takes."""
+    out = {}
+    for name, parameter in inspect.signature(function).parameters.items():
+        default = parameter.default
+        if name not in skip and type(default) in (int, float):
+            out[name] = type(default)
+    return out
+
+
+def language_params(params: str | dict | None, accepted: dict[str, type], language: str) -> dict:
+    """``language.params`` (text, a dict, or ``None``: none) checked against what the
+    ``language``'s constructor takes (``accepted``: name -> int or float): an unknown key,
+    or a decimal for an integer setting, is a ``UserError`` of one line naming it."""
+    if params is None:
+        return {}
+    if isinstance(params, str):
+        try:
+            params = parse_params(params)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+    out = {}
+    for key, value in params.items():
+        if key not in accepted:
+            raise UserError(f"language.params: the {language} language takes no {key!r}; it takes "
+                            f"{', '.join(accepted)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UserError(f"language.params: {key} must be a number, got {value!r}")
+        if accepted[key] is int and not isinstance(value, int):
+            raise UserError(f"language.params: {key} must be an integer, got {value!r}")
+        out[key] = accepted[key](value)
+    return out
 
 
 # ---- discovery --------------------------------------------------------------------------

@@ -267,7 +267,7 @@ def model_card(model, language, cfg, meta: dict, ckpt: Path, evaluation: dict, t
                     "measures this folder on its corpus again (read from `sameloss.toml`).")
     else:
         source = f"grammar file {lc.grammar}" if lc.grammar else f"size {lc.size}" + (
-            f", seed {lc.seed}" if lc.seed is not None else "")
+            f", seed {lc.seed}" if lc.seed is not None else "") + (f", params {lc.params}" if lc.params else "")
         what = "a synthetic language whose masked-token conditionals are known exactly"
         tags = "[sameloss, synthetic-language, masked-lm]"
         words = word_tokens(language)

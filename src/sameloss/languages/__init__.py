@@ -21,15 +21,17 @@ from .text import Corpus
 
 
 def make_language(name: str, preset: str = "tiny", seed: int | None = None, grammar: str | None = None,
+                  params: str | None = None,
                   generator: str | None = None, k: int | None = None, length: int | None = None,
                   device: str = "cpu", data: str | None = None, pool: str | None = None) -> Language:
     """Build the registered language ``name`` from ``language.*`` settings (``preset``: its
-    size; ``seed``: another random language of that size's shape; ``grammar``: a PCFG
+    size; ``seed``: another random language of that size's shape; ``params``: constructor
+    settings over the size's own, ``"key=value[,key=value...]"``; ``grammar``: a PCFG
     grammar file; ``generator``, ``k``, ``length``, ``pool``: the causal language; ``data``:
     a prepared corpus; ``device``: where a generator runs). A setting the language does not
     take is refused (one line naming the languages that take it); an unknown name too."""
     entry = registry.language(name)
-    given = {"size": preset, "seed": seed, "grammar": grammar, "generator": generator, "k": k, "length": length,
+    given = {"size": preset, "seed": seed, "params": params, "grammar": grammar, "generator": generator, "k": k, "length": length,
              "pool": pool, "data": data, "device": device}
     for key, value in given.items():
         if value is not None and key not in entry.settings and key not in registry.ALWAYS_GIVEN:

@@ -27,9 +27,10 @@ import torch
 
 from sameloss.errors import UserError
 from sameloss.languages.base import Batch, Language, Task
+from sameloss.registry import keyword_types, language_params
 
 # the registry reads this from the file (``sameloss.registry``); sizes: the keys of PRESETS
-LANGUAGE = {"name": "hmm", "build": "build", "settings": ("size", "seed"), "describe": True}
+LANGUAGE = {"name": "hmm", "build": "build", "settings": ("size", "seed", "params"), "describe": True}
 
 ROW_SUM_TOL = 1e-8
 BLOCK = 512  # sentences per forward–backward block (cache-sized messages)
@@ -183,12 +184,14 @@ class HMM(Language):
         return cls(initial, transition, emission, length)
 
     @classmethod
-    def preset(cls, name: str, seed: int | None = None) -> HMM:
+    def preset(cls, name: str, seed: int | None = None, params: str | dict | None = None) -> HMM:
         """Named configurations: ``paper`` (100 states, 200 words, length 16) and ``tiny``.
-        ``seed`` draws another HMM of the same shape (default: the preset's own seed)."""
+        ``seed`` draws another HMM of the same shape (default: the preset's own seed);
+        ``params`` (``language.params``: ``"n_states=6,concentration=0.5"`` or a dict)
+        changes keyword arguments of ``random`` (``PARAMS``) from the size's own."""
         if name not in PRESETS:
             raise UserError(f"unknown HMM size {name!r}; valid sizes: {', '.join(sorted(PRESETS))}")
-        kwargs = dict(PRESETS[name])
+        kwargs = {**PRESETS[name], **language_params(params, PARAMS, "hmm")}
         if seed is not None:
             kwargs["seed"] = seed
         return cls.random(**kwargs)
@@ -382,6 +385,11 @@ def _inverse_cdf(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return idx.clamp(max=cdf.shape[1] - 1)
 
 
-def build(size: str = "tiny", seed: int | None = None) -> HMM:
-    """The HMM of ``language.size`` (``seed``: another draw of its shape)."""
-    return HMM.preset(size, seed=seed)
+# what ``language.params`` may change: the keyword arguments of ``HMM.random`` but its seed
+PARAMS = keyword_types(HMM.random)
+
+
+def build(size: str = "tiny", seed: int | None = None, params: str | None = None) -> HMM:
+    """The HMM of ``language.size`` (``seed``: another draw of its shape; ``params``: other
+    constructor settings than the size's own)."""
+    return HMM.preset(size, seed=seed, params=params)

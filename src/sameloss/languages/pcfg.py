@@ -19,12 +19,13 @@ from pathlib import Path
 import torch
 
 from ..errors import UserError
+from ..registry import keyword_types, language_params
 from .base import Batch, Language, Task
 from .inside_outside import InsideOutside, by_length
 from .pcfg_grammar import Grammar, LengthReport, random_layered
 
 # the registry reads this from the file (``sameloss.registry``); sizes: the keys of PRESETS
-LANGUAGE = {"name": "pcfg", "build": "build", "settings": ("size", "seed", "grammar"), "describe": True}
+LANGUAGE = {"name": "pcfg", "build": "build", "settings": ("size", "seed", "params", "grammar"), "describe": True}
 
 # Keyword arguments of ``random_layered`` for each preset.
 PRESETS: dict[str, dict] = {
@@ -125,17 +126,20 @@ class PCFG(Language):
     def random(cls, seed: int = 0, max_len: int | None = None, **kwargs) -> PCFG:
         """A layered random grammar (see ``pcfg_grammar.random_layered`` for the knobs)."""
         grammar = random_layered(seed=seed, **kwargs)
-        return cls(grammar, max_len or _longest_yield(grammar, cap=32))
+        return cls(grammar, max_len if max_len is not None else _longest_yield(grammar, cap=32))
 
     @classmethod
-    def preset(cls, name: str, seed: int | None = None) -> PCFG:
+    def preset(cls, name: str, seed: int | None = None, params: str | dict | None = None) -> PCFG:
         """A named random grammar; ``seed`` draws another of the same shape (default:
-        the preset's own, 1 for micro and 0 otherwise)."""
+        the preset's own, 1 for micro and 0 otherwise); ``params`` (``language.params``:
+        ``"n_words=30,emit_prob=0.3"`` or a dict) changes keyword arguments of
+        ``random_layered`` and ``max_len`` (``PARAMS``) from the size's own."""
         if name not in PRESETS:
             raise UserError(f"unknown PCFG size {name!r}; choose from {', '.join(sorted(PRESETS))}")
+        kwargs = {**PRESETS[name], **language_params(params, PARAMS, "pcfg")}
         if seed is None:
             seed = PRESET_SEEDS.get(name, 0)
-        return cls.random(seed=seed, **PRESETS[name])
+        return cls.random(seed=seed, **kwargs)
 
     def _build_sampling_tables(self) -> None:
         """Per non-terminal, one categorical over its outcomes: binary rules first, then
@@ -461,7 +465,17 @@ def _longest_yield(grammar: Grammar, cap: int) -> int:
     return int(lengths.max()) if lengths.numel() else cap
 
 
-def build(size: str = "tiny", seed: int | None = None, grammar: str | None = None) -> PCFG:
-    """The PCFG of ``language.size`` (``seed``: another draw of its shape), or the grammar
-    file ``grammar`` (read as it is; it overrides the size)."""
-    return PCFG.from_file(grammar) if grammar is not None else PCFG.preset(size, seed=seed)
+# what ``language.params`` may change: the keyword arguments of ``random_layered`` but its
+# seed, and the sentence length limit
+PARAMS = {**keyword_types(random_layered), "max_len": int}
+
+
+def build(size: str = "tiny", seed: int | None = None, grammar: str | None = None,
+          params: str | None = None) -> PCFG:
+    """The PCFG of ``language.size`` (``seed``: another draw of its shape; ``params``: other
+    constructor settings than the size's own), or the grammar file ``grammar`` (read as it
+    is; it overrides the size)."""
+    if grammar is not None and params is not None:
+        raise UserError("language.params changes the random grammar of language.size; a grammar file "
+                        "(language.grammar) is read as it is: give one or the other")
+    return PCFG.from_file(grammar) if grammar is not None else PCFG.preset(size, seed=seed, params=params)

@@ -5,7 +5,7 @@ warm-up, dropout 0.1, weight decay 0.01; the paper's batch is 4096)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 
@@ -14,6 +14,9 @@ class LanguageConfig:
     name: str = "pcfg"  # a language of ``sameloss.registry``
     size: str = "tiny"  # a named size of the language: micro, tiny, paper
     seed: int | None = None  # another random language of that size's shape (None: the size's own)
+    # constructor settings over the size's own, "key=value[,key=value...]" (hmm: HMM.random's,
+    # e.g. "n_states=6,emission_concentration=0.5"; pcfg: random_layered's and max_len)
+    params: str | None = None
     grammar: str | None = None  # PCFG grammar file; overrides the size
     # causal only: a local Hugging Face causal-LM folder, K allowed tokens, sentence length T
     generator: str | None = None
@@ -26,12 +29,21 @@ class LanguageConfig:
     ALIASES = {"preset": "size"}
 
     def __post_init__(self):
-        from ..registry import languages  # found from their files (and plugins), without importing them
+        from ..registry import languages, parse_params  # found from their files (and plugins), no import
 
         if self.name not in languages():
             raise ValueError(f"language.name must be one of {', '.join(languages())}, got {self.name!r}")
         if self.seed is not None and self.seed < 0:
             raise ValueError(f"language.seed must be >= 0, got {self.seed}")
+        if self.params is not None:
+            parse_params(self.params)  # the syntax; the keys are the language's to check when built
+
+    def __repr__(self) -> str:
+        # the dataclass's own repr, but without params while it is unset: the repr of a
+        # config is part of cached measurements' keys (experiments.core), which stay those
+        # of the configs saved before language.params existed
+        shown = [f.name for f in fields(self) if f.name != "params" or self.params is not None]
+        return f"{type(self).__qualname__}({', '.join(f'{n}={getattr(self, n)!r}' for n in shown)})"
 
 
 @dataclass(frozen=True)

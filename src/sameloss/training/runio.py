@@ -77,7 +77,7 @@ def build_language(cfg: PretrainConfig):
         # refused before anything is written: the exact loss needs one masked word per sentence
         raise UserError("the causal language needs masking=single: its exact conditionals take one masked "
                         "position per sentence (m masked positions cost K^m forward passes)")
-    return make_language(lc.name, preset=lc.size, seed=lc.seed, grammar=lc.grammar,
+    return make_language(lc.name, preset=lc.size, seed=lc.seed, params=lc.params, grammar=lc.grammar,
                          generator=lc.generator, k=lc.k, length=lc.length, device=cfg.device, data=lc.data,
                          pool=lc.pool)
 
