@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -43,6 +44,18 @@ def test_a_language_is_named_by_name_size_and_settings():
     assert (c.size, c.seed, c.task, c.tag) == ("micro", 7, "task-3", "hmm-micro-seed7-task-3")
     assert isoloss.task_span(c) == (2, 3)
     assert isoloss.parse_language(c.spec) == c  # a spec reads back as the same language
+    # constructor settings: a language in no preset (HMM.random's keywords over the size's own)
+    c = isoloss.parse_language("hmm:micro:n_states=5,emission_concentration=0.8,seed=3")
+    assert (c.seed, c.params, c.task) == (3, "n_states=5,emission_concentration=0.8", "task-5")
+    cfg = isoloss.base_run(isoloss.with_languages(isoloss.PRESETS["smoke"], [c.spec]), 0).config()
+    assert (cfg.language.size, cfg.language.seed, cfg.language.params) == ("micro", 3, c.params)
+    from sameloss.languages import HMM
+    from sameloss.languages.hmm import PRESETS as HMM_SIZES
+    built = make_language("hmm", preset="micro", seed=3, params=c.params)
+    want = HMM.random(**{**HMM_SIZES["micro"], "seed": 3, "n_states": 5, "emission_concentration": 0.8})
+    assert torch.equal(built.emission, want.emission) and built.transition.shape == (5, 5)
+    with pytest.raises(UserError, match="takes no 'n_hidden'"):
+        isoloss.parse_language("hmm:micro:n_hidden=5")
     # the preset's own language gives the probes the study always had: the hidden state's position
     p = isoloss.PRESETS["quick"]
     assert dict(p.fewshot().views)["pos"].positions == (4,)
@@ -230,3 +243,14 @@ def test_a_held_out_language_without_headroom_says_so(tmp_path, monkeypatch):
                 [f"{name}-s{seed}-base"]
     assert np.isfinite(float(read(root / "pcfg-headroom-headroom.csv")[-1][p.primary_key]))
     assert paired.UNINFORMATIVE in report
+
+
+def test_the_planner_takes_the_languages():
+    from sameloss.experiments.plan import dry_plan
+
+    plan = dry_plan("isoloss", "smoke", languages=["hmm:headroom", "pcfg:headroom"])
+    assert plan.root.name == "isoloss-smoke-hmm-headroom+pcfg-headroom"
+    own = dry_plan("isoloss", "smoke")
+    names = {Path(k).name.split("-s")[0] for k in plan.paths if "/runs/" in k}
+    assert {"hmm-headroom", "pcfg-headroom"} <= names
+    assert len(plan.paths) > len(own.paths)

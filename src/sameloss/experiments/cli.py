@@ -222,6 +222,8 @@ def add_plan_parser(commands) -> argparse.ArgumentParser:
     plan.add_argument("--out", default="runs", metavar="DIR",
                       help="the --out reproduce would use (only names the folders; nothing is written)")
     plan.add_argument("--seed", type=int, default=0, help="the --seed reproduce would use (default 0)")
+    plan.add_argument("--language", dest="languages", action="append", default=None, metavar="SPEC",
+                      help="the --language reproduce would use (isoloss; repeat for several)")
     add_threads_argument(plan)
     plan.set_defaults(run=_plan)
     return plan
@@ -231,7 +233,7 @@ def _plan(args) -> None:
     from .plan import plan_text
 
     print(plan_text(args.experiment, args.scale, args.device, args.workers,
-                    None if args.cpu_peak is None else args.cpu_peak * 1e9, args.out, args.seed))
+                    None if args.cpu_peak is None else args.cpu_peak * 1e9, args.out, args.seed, args.languages))
 
 
 def _reproduce(args) -> None:

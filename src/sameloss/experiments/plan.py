@@ -255,17 +255,20 @@ def _gate_passes(*args, **kwargs) -> tuple[bool, str]:
     return True, "planned: the headroom gate is assumed to pass"
 
 
-def dry_plan(experiment: str, scale: str, out: str | Path = "runs", seed: int = 0) -> Plan:
-    """The runs and measures of ``experiment`` at ``scale`` (module docstring), nothing written."""
-    from . import SCALE_NAMES
+def dry_plan(experiment: str, scale: str, out: str | Path = "runs", seed: int = 0,
+             languages: list[str] | None = None) -> Plan:
+    """The runs and measures of ``experiment`` at ``scale`` (module docstring; ``languages``:
+    ``--language`` specs), nothing written."""
+    from . import SCALE_NAMES, on_languages
     from .. import registry
     from .core import experiment_dir_name, merge_units
 
     recipe = registry.recipe(experiment)
     if scale not in recipe.PRESETS:
         raise UserError(f"unknown scale {scale!r}; choose from {', '.join(recipe.PRESETS) or ', '.join(SCALE_NAMES)}")
-    p = recipe.PRESETS[scale]
-    plan = Plan(experiment, scale, Path(out) / experiment_dir_name(experiment, scale, seed), recipe=recipe)
+    p = on_languages(recipe, experiment, recipe.PRESETS[scale], languages)
+    suffix = getattr(recipe, "folder_suffix", lambda _: "")(p)
+    plan = Plan(experiment, scale, Path(out) / (experiment_dir_name(experiment, scale, seed) + suffix), recipe=recipe)
     study = DryStudy(plan.root, seed, plan)
     make = getattr(recipe, "plan_units", None) or getattr(recipe, "units", None)
     if make is None:
@@ -661,7 +664,7 @@ def format_plan(e: Estimate) -> str:
 
 
 def plan_text(experiment: str, scale: str, device: str, workers: int = 1, cpu_peak: float | None = None,
-              out: str | Path = "runs", seed: int = 0) -> str:
+              out: str | Path = "runs", seed: int = 0, languages: list[str] | None = None) -> str:
     if device not in UTILISATION:
         raise UserError(f"unknown device {device!r}; choose from {', '.join(UTILISATION)}")
-    return format_plan(estimate(dry_plan(experiment, scale, out, seed), device, workers, cpu_peak))
+    return format_plan(estimate(dry_plan(experiment, scale, out, seed, languages), device, workers, cpu_peak))

@@ -7,6 +7,7 @@ Command
     sameloss reproduce                              (the main job: scale ``quick``)
     sameloss reproduce isoloss --scale tiny         [--out runs] [--seed N] [--fresh]
         [--launcher inprocess|local|slurm] [--workers N] [--seeds 0-7]
+        [--language NAME[:SIZE][:key=value,...] ...]
 
     (``--seed N`` shifts the preset's seeds by N: an independent replication. Each seed's
     chain — its base run, then the forks — is one unit: ``--launcher local --workers 2``
@@ -29,10 +30,29 @@ Runtime per scale (one thread per worker; ``--launcher local --workers N`` runs 
     small   estimate, not measured: ~8 h on one H100 (paper HMM, t4-384, batch 4096)
     paper   estimate, not measured: days on one H100
 
+Languages (issue 24)
+    ``--language SPEC`` studies another language: ``NAME[:SIZE][:key=value,...]`` with
+    ``seed=N`` (another draw of the size's shape), ``task=NAME`` (any task with a span and a
+    posterior: an HMM's ``task-k``, a PCFG's ``span-k``; default ``DEFAULT_TASKS``) and any
+    other key a constructor setting (``language.params``: ``HMM.random`` / ``PCFG.random``'s
+    keywords over the size's own); the size defaults to ``headroom``. The language is built
+    when the option is read, so a bad name, setting or task is one line before any file.
+    Given several times, each language is a study of its own (its seeds in
+    ``seeds/<tag>/``, its files and figures ``<tag>-*``) and the report leads with the
+    replication table (``paired.replication``: per comparison each language's verdict,
+    "replicated" only where every language with headroom agrees in direction and at least
+    one detects; the inverse-variance pooled estimate, fixed and random effects, with
+    Cochran's Q and I²). A language without headroom is stopped by the gate (or marked)
+    and counted as uninformative, never pooled. Each choice of languages is its own
+    folder (``<out>/isoloss-<scale>-<tags>``; the preset's own: ``isoloss-<scale>``).
+
 What it runs
     Language: the HMM ``headroom`` size (4 states, 8 words, length 8, emission
     concentration 1.0), task ``task-5`` (its hidden state 5, majority ≈ 38 %) — both read
-    from the preset (``use``, ``task``) in one place (``_language``). Per seed one base run
+    from the preset (``use``, ``task``) in one place (``_language``), or from ``--language``.
+    The probes read the task's span (``Task.span``: one position for an HMM state, the
+    first k words for a PCFG's ``span-k``) and the oracle is the latent's true posterior
+    (the HMM's hidden states; a PCFG's span symbol from inside–outside). Per seed one base run
     (AdamW, dropout 0.1, WD 0.01, constant lr after the warm-up) to ``base_steps``, and
     forks of it at each fork point k of ``fork_points``: ``late`` (k = ``base_steps``: the
     fork starts from the base's weights, optimiser moments, RNG state and step) and
