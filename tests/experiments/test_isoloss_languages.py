@@ -17,11 +17,24 @@ import torch
 
 from sameloss.errors import UserError
 from sameloss.experiments import paired, reproduce
-from sameloss.experiments.paired import (CONTRADICTED, NO_DETECTION, NOT_REPLICATED, REPLICATED, UNINFORMATIVE,
-                                         replication, replication_verdict)
+from sameloss.experiments.paired import (
+    CONTRADICTED,
+    NO_DETECTION,
+    NOT_REPLICATED,
+    REPLICATED,
+    UNINFORMATIVE,
+    replication,
+    replication_verdict,
+)
 from sameloss.experiments.recipes import isoloss
 from sameloss.experiments.report import Section
-from sameloss.experiments.stats import DETECTED, DETECTED_AGAINST, EQUIVALENT, INCONCLUSIVE, pool_inverse_variance
+from sameloss.experiments.stats import (
+    DETECTED,
+    DETECTED_AGAINST,
+    EQUIVALENT,
+    INCONCLUSIVE,
+    pool_inverse_variance,
+)
 from sameloss.languages import PCFG, make_language
 from sameloss.measures.representations import reference_representation
 
@@ -124,7 +137,8 @@ def test_the_oracle_of_a_pcfg_span_task_is_its_posterior_at_the_span():
 # ---- pooling and replication ----------------------------------------------------------------------
 def test_inverse_variance_pooling_against_hand_computation():
     m, se = [1.0, 3.0, 2.0], [0.5, 1.0, 0.25]
-    w = [4.0, 1.0, 16.0]
+    w = [1 / s ** 2 for s in se]
+    assert w == [4.0, 1.0, 16.0]
     fixed = (4 * 1 + 1 * 3 + 16 * 2) / 21
     q = 4 * (1 - fixed) ** 2 + 1 * (3 - fixed) ** 2 + 16 * (2 - fixed) ** 2
     c = 21 - (16 + 1 + 256) / 21
@@ -170,7 +184,8 @@ def test_the_replication_table_pools_the_languages_with_headroom():
     out = {r["test"]: r for r in replication(section, [a, b])}
     size = out["size @ late"]
     assert size["replication"] == REPLICATED and size["pooled_languages"] == 2
-    ref = pool_inverse_variance([1.0, 0.6], [0.8 / 4, 1.2 / 3])
+    # each language's standard error from its own t interval (here built as mean ± 2 sd/√n)
+    ref = pool_inverse_variance([1.0, 0.6], [2 * 0.8 / 4 / paired.Z95, 2 * 1.2 / 3 / paired.Z95])
     assert size["pooled"] == pytest.approx(ref.fixed) and size["i2"] == pytest.approx(ref.i2)
     assert size["hmm_verdict"] == DETECTED and size["pcfg_mean"] == 0.6
     assert out["noreg @ late"]["replication"] == NO_DETECTION
@@ -179,7 +194,7 @@ def test_the_replication_table_pools_the_languages_with_headroom():
     out = {r["test"]: r for r in replication(Section(""), [a, c])}
     assert out["size @ late"]["micro_verdict"] == UNINFORMATIVE and out["size @ late"]["pooled_languages"] == 1
     assert out["size @ late"]["replication"] == NOT_REPLICATED
-    assert out["size @ late"]["pooled"] == pytest.approx(1.0)
+    assert "pooled" not in out["size @ late"]  # one language with headroom: nothing to pool
 
 
 # ---- end to end ---------------------------------------------------------------------------------------

@@ -345,6 +345,7 @@ def regression(section: Section, rows: list[dict], key: str, point: str, without
 
 
 # ---- replication across languages (issue 24) -------------------------------------------------
+Z95 = 1.959963984540054  # the normal 97.5 % quantile: a 95 % interval's half width in standard errors
 REPLICATED = "replicated"
 CONTRADICTED = "contradicted: detected in opposite directions"
 NOT_REPLICATED = "not replicated"
@@ -398,14 +399,18 @@ def replication(section: Section, studies: list[dict], family: str = "primary") 
             row[f"{s['tag']}_kept"] = 0 if r is None else int(r["n_kept"])
             verdicts.append(verdict)
             means.append(mean)
-            sd = float(r["sd"]) if r is not None else math.nan
-            if s["ok"] and r is not None and r["n_kept"] >= 2 and math.isfinite(sd) and sd > 0:
+            # the standard error backed out of the language's own 95 % t interval (half width / z):
+            # with a few seeds a t interval is much wider than ± z · sd / √n, and pooling must not
+            # forget that each language's mean rests on n − 1 degrees of freedom
+            se = (float(r["t_high"]) - float(r["t_low"])) / (2 * Z95) if r is not None and r["n_kept"] >= 2 \
+                else math.nan
+            if s["ok"] and math.isfinite(se) and se > 0:
                 pool_m.append(mean)
-                pool_se.append(sd / math.sqrt(r["n_kept"]))
+                pool_se.append(se)
                 kept.append(s["tag"])
         row["replication"] = replication_verdict(verdicts, means)
         row["pooled_languages"] = len(kept)
-        if kept:
+        if len(kept) >= 2:  # one language is nothing to pool
             pooled = pool_inverse_variance(pool_m, pool_se)
             row.update(pooled=pooled.fixed, pooled_low=pooled.fixed_low, pooled_high=pooled.fixed_high,
                        random=pooled.random, random_low=pooled.random_low, random_high=pooled.random_high,
@@ -423,10 +428,12 @@ def replication(section: Section, studies: list[dict], family: str = "primary") 
                 Column("pooled, random [95%]", "random", ci=("random_low", "random_high"), fmt=".2f"),
                 Column("Q", "q", fmt=".2f"), Column("p(Q)", "q_p", fmt=".2g"), Column("I²", "i2", fmt=".2f")]
     what = "primary accuracy (points)" if family == "primary" else family
+    # (pooled over ≥ 2 languages with headroom; each language's standard error from its t interval)
     section.tables.append(Table(
         f"Replication across languages: the {what} difference per comparison and fork point on each language, "
         "whether it replicates (every language with headroom agrees in direction and at least one detects), and the "
-        "inverse-variance pooled estimate over the languages with headroom (fixed effect; DerSimonian–Laird random "
-        "effects; normal intervals) with its heterogeneity (Cochran's Q, I²)", columns, out, source=name, key="test",
+        "inverse-variance pooled estimate over the languages with headroom, when there are at least two (each "
+        "language's standard error from its own 95% t interval; fixed effect and DerSimonian–Laird random effects) "
+        "with its heterogeneity (Cochran's Q, I²)", columns, out, source=name, key="test",
         key_header="comparison @ fork point"))
     return out

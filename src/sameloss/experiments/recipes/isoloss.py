@@ -186,9 +186,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ...errors import UserError
 from ...measures.fewshot import FewShot, View
 from ...measures.run import MeasureSpec
-from ...errors import UserError
 from ...models.sizes import TRANSFORMER_SIZES
 from ...training.checkpoint import checkpoint_dir
 from ...training.runio import eval_history
@@ -880,9 +880,11 @@ def report(study: Study, p: IsolossPreset) -> list[Section]:
             f"{o['language']} ({'headroom gate passed' if o['ok'] else 'NO HEADROOM: its verdicts are uninformative'})"
             for o in outcomes) + ". Per comparison the verdict on each language and whether it replicates: "
         "\"replicated\" only where every language with headroom agrees in direction and at least one detects. The "
-        "pooled estimate weights each language by the inverse variance of its mean paired difference (its sd² / "
-        "pairs kept), over the languages with headroom; I² is the share of the spread between languages beyond "
-        "chance. Each language's verdicts, design and tables follow, under its name.")
+        "pooled estimate weights each language by the inverse variance of its mean paired difference, over the "
+        "languages with headroom; I² is the share of the spread between languages beyond "
+        "chance. Each language's standard error is its 95% t interval's half width over 1.96 (a t interval of a few "
+        "seeds is wider than ± 1.96 sd/√n); with fewer than two languages with headroom nothing is pooled. Each "
+        "language's verdicts, design and tables follow, under its name.")
     paired.replication(rep, outcomes)
     return [rep, *leads, *sections]
 
