@@ -391,7 +391,7 @@ def replication(section: Section, studies: list[dict], family: str = "primary") 
             r = by.get(s["tag"])
             mean = float(r["mean"]) if r is not None and r["n_kept"] >= 2 else math.nan
             verdict = (UNINFORMATIVE if not s["ok"] else r["verdict"] if r is not None and r["n_kept"] >= 2
-                       else "no pair kept")
+                       else f"{0 if r is None else int(r['n_kept'])} pair(s) kept: no interval")
             row[f"{s['tag']}_mean"] = mean
             row[f"{s['tag']}_low"] = float(r["t_low"]) if r is not None and r["n_kept"] >= 2 else math.nan
             row[f"{s['tag']}_high"] = float(r["t_high"]) if r is not None and r["n_kept"] >= 2 else math.nan
