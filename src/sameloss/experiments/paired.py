@@ -410,6 +410,8 @@ def replication(section: Section, studies: list[dict], family: str = "primary") 
                 kept.append(s["tag"])
         row["replication"] = replication_verdict(verdicts, means)
         row["pooled_languages"] = len(kept)
+        row.update(dict.fromkeys(("pooled", "pooled_low", "pooled_high", "random", "random_low", "random_high", "q",
+                                  "q_p", "i2", "tau2"), math.nan))
         if len(kept) >= 2:  # one language is nothing to pool
             pooled = pool_inverse_variance(pool_m, pool_se)
             row.update(pooled=pooled.fixed, pooled_low=pooled.fixed_low, pooled_high=pooled.fixed_high,
