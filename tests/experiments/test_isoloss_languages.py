@@ -88,9 +88,11 @@ def test_a_language_is_named_by_name_size_and_settings():
 @pytest.mark.parametrize("spec, words", [
     ("nope", "unknown language 'nope'"),
     ("hmm:huge", "hmm has no size 'huge'"),
-    ("hmm:headroom:seed=x", "seed must be an integer"),
+    ("hmm:headroom:seed=x", "seed='x' is not a number"),
+    ("hmm:headroom:seed=1.5", "seed must be a non-negative integer"),
+    ("hmm:headroom:task=task-3,task=task-5", "give task=NAME once"),
     ("hmm:headroom:seed", "'seed' is not key=value"),
-    ("hmm:headroom:seed=1,seed=2", "seed given twice"),
+    ("hmm:headroom:seed=1,seed=2", "seed is given twice"),
     ("hmm:headroom:task=task-99", "has no task 'task-99'"),
     ("pcfg:headroom:task=A", "spans to the end of each sentence"),
     ("hmm:a:b:c", "expected NAME[:SIZE]"),

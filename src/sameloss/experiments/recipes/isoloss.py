@@ -459,6 +459,7 @@ def parse_language(text: str) -> LanguageChoice:
     size defaults to ``headroom``; the language is built here, so a bad setting or a task
     without a span and posterior is refused before anything runs."""
     from ... import registry
+    from ...registry import parse_params
 
     parts = text.strip().split(":")
     if not parts[0] or len(parts) > 3:
@@ -472,26 +473,25 @@ def parse_language(text: str) -> LanguageChoice:
     if size not in known[name].sizes:
         raise UserError(f"--language {text!r}: {name} has no size {size!r}; its sizes: "
                         f"{', '.join(known[name].sizes) or '(none)'}")
-    keys: dict[str, str] = {}
-    for item in (parts[2].split(",") if len(parts) > 2 and parts[2] else []):
-        key, eq, value = item.partition("=")
-        key, value = key.strip(), value.strip()
-        if not eq or not key or not value:
-            raise UserError(f"--language {text!r}: {item!r} is not key=value")
-        if key in keys:
-            raise UserError(f"--language {text!r}: {key} given twice")
-        keys[key] = value
-    task = keys.pop("task", DEFAULT_TASKS.get(name))
+    # task= names a task (text); every other key is a number: registry.parse_params reads them
+    # (the syntax of language.params: key=value, names once, integers or finite decimals)
+    items = parts[2].split(",") if len(parts) > 2 and parts[2] else []
+    tasks = [item.partition("=")[2].strip() for item in items if item.partition("=")[0].strip() == "task"]
+    numbers = [item for item in items if item.partition("=")[0].strip() != "task"]
+    if len(tasks) > 1 or (tasks and not tasks[0]):
+        raise UserError(f"--language {text!r}: give task=NAME once")
+    try:
+        values = parse_params(",".join(numbers), what=f"--language {text!r}") if numbers else {}
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    task = tasks[0] if tasks else DEFAULT_TASKS.get(name)
     if task is None:
         raise UserError(f"--language {text!r}: say which task to probe (task=NAME: one about a latent at fixed "
                         "positions, with a span and a posterior)")
-    seed = keys.pop("seed", None)
-    if seed is not None:
-        try:
-            seed = int(seed)
-        except ValueError:
-            raise UserError(f"--language {text!r}: seed must be an integer, got {seed!r}") from None
-    params = ",".join(f"{k}={v}" for k, v in keys.items()) or None
+    seed = values.pop("seed", None)
+    if seed is not None and (not isinstance(seed, int) or seed < 0):
+        raise UserError(f"--language {text!r}: seed must be a non-negative integer, got {seed!r}")
+    params = ",".join(f"{k}={v}" for k, v in values.items()) or None
     choice = LanguageChoice(name, size, task, seed, params)
     try:
         task_span(choice)  # builds the language: a bad setting or task is one line now
