@@ -42,6 +42,12 @@ screen and the previous rounds (the screen's gap does not predict the KL):
     5. w6-r2-l2-s3-b3-e0.2-lw5-c0.5-g0 w6-r2-l2-s3-b3-e0.4-lw5-c0.5-g0 w5-r2-l2-s4-b3-e0.3-lw5-c0.5-g0
     6. --model-seed 1, then 2: w6-r2-l2-s3-b3-e0.3-lw5-c0.5-g0
     7. --min-gap 10 (a two-word span): w6-r2-l2-s3-b3-e0.1-lw5-c0.5-g3, then its model seeds 1, 2
+    8. (2026-11-24, idle 2-core CPU) --stage screen of grammar seeds 6-15 of the registered
+       shape (w6-r2-l2-s3-b3-e0.3-lw5-c0.5-g6 ... -g15; 5 s each; best span-1 gaps: g13 22.3,
+       g11 16.9, g14 14.0, g12 13.2, g8 11.5, every oracle 98.9-99.9), then --stage train
+       --only ...-g13: KL 0.0143 at step 2000 (never < 0.01), span-1 at n = 200: look-up
+       66.5, random-init 76.7, trained 94.5, oracle 98.9 — 4.5 below the oracle: fails two
+       criteria
 Result: no grammar met all four margins in every model seed. Most tasks over two or more
 words sit near the ceiling for every representation in grammars this small; those with
 room (three levels, six roots) fitted too slowly, like every grammar whose trained model
