@@ -28,7 +28,7 @@ import numpy as np
 
 from .claims import fmt
 from .report import Claim, Column, Section, Table
-from .stats import (DEGENERATE, DETECTED, DETECTED_AGAINST, EQUIVALENT, INCONCLUSIVE, cluster_bootstrap_ols,
+from .stats import (DEGENERATE, DETECTED, DETECTED_AGAINST, EQUIVALENT, INCONCLUSIVE, Z95, cluster_bootstrap_ols,
                     holm, interval_power, paired_difference, power_verdict)
 
 UNINFORMATIVE = "uninformative: no headroom"
@@ -345,7 +345,6 @@ def regression(section: Section, rows: list[dict], key: str, point: str, without
 
 
 # ---- replication across languages (issue 24) -------------------------------------------------
-Z95 = 1.959963984540054  # the normal 97.5 % quantile: a 95 % interval's half width in standard errors
 REPLICATED = "replicated"
 CONTRADICTED = "contradicted: detected in opposite directions"
 NOT_REPLICATED = "not replicated"
@@ -389,21 +388,18 @@ def replication(section: Section, studies: list[dict], family: str = "primary") 
         verdicts, means, pool_m, pool_se, kept = [], [], [], [], []
         for s in studies:
             r = by.get(s["tag"])
-            mean = float(r["mean"]) if r is not None and r["n_kept"] >= 2 else math.nan
-            verdict = (UNINFORMATIVE if not s["ok"] else r["verdict"] if r is not None and r["n_kept"] >= 2
-                       else f"{0 if r is None else int(r['n_kept'])} pair(s) kept: no interval")
-            row[f"{s['tag']}_mean"] = mean
-            row[f"{s['tag']}_low"] = float(r["t_low"]) if r is not None and r["n_kept"] >= 2 else math.nan
-            row[f"{s['tag']}_high"] = float(r["t_high"]) if r is not None and r["n_kept"] >= 2 else math.nan
-            row[f"{s['tag']}_verdict"] = verdict
-            row[f"{s['tag']}_kept"] = 0 if r is None else int(r["n_kept"])
+            n_kept = 0 if r is None else int(r["n_kept"])
+            mean, low, high = (float(r[k]) for k in ("mean", "t_low", "t_high")) if n_kept >= 2 else (math.nan,) * 3
+            verdict = (UNINFORMATIVE if not s["ok"] else r["verdict"] if n_kept >= 2
+                       else f"{n_kept} pair(s) kept: no interval")
+            row.update({f"{s['tag']}_mean": mean, f"{s['tag']}_low": low, f"{s['tag']}_high": high,
+                        f"{s['tag']}_verdict": verdict, f"{s['tag']}_kept": n_kept})
             verdicts.append(verdict)
             means.append(mean)
             # the standard error backed out of the language's own 95 % t interval (half width / z):
             # with a few seeds a t interval is much wider than ± z · sd / √n, and pooling must not
             # forget that each language's mean rests on n − 1 degrees of freedom
-            se = (float(r["t_high"]) - float(r["t_low"])) / (2 * Z95) if r is not None and r["n_kept"] >= 2 \
-                else math.nan
+            se = (high - low) / (2 * Z95)
             if s["ok"] and math.isfinite(se) and se > 0:
                 pool_m.append(mean)
                 pool_se.append(se)

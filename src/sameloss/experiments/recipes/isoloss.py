@@ -188,6 +188,7 @@ import numpy as np
 
 from ...errors import UserError
 from ...measures.fewshot import FewShot, View
+from ...measures.headroom import span_task, span_view
 from ...measures.run import MeasureSpec
 from ...models.sizes import TRANSFORMER_SIZES
 from ...training.checkpoint import checkpoint_dir
@@ -398,8 +399,7 @@ class IsolossPreset(Preset):
     def fewshot(self) -> FewShot:
         """The probes every model gets: at the task's span (its positions side by side; an
         HMM state's: one position) and at all positions, the same pool, subsets and test set."""
-        start, end = self.span
-        return FewShot(self.task, (("pos", View(tuple(range(start, end)))), ("all", View())), self.probe_sizes,
+        return FewShot(self.task, (("pos", span_view(self.span)), ("all", View())), self.probe_sizes,
                        self.probe_subsets, self.probe_pool, self.probe_test, ENDPOINTS, self.probe_epochs,
                        self.probe_l2)
 
@@ -505,10 +505,8 @@ def task_span(choice: LanguageChoice) -> tuple[int, int]:
     """The span ``[start, end)`` of the choice's task (built once per process). The study
     probes a fixed span (every labelled sentence covers it), so ``end`` must be fixed."""
     from ...languages import make_language
-    from ...measures.headroom import span_task
 
-    extra = {} if choice.params is None else {"params": choice.params}
-    language = make_language(choice.name, preset=choice.size, seed=choice.seed, **extra)
+    language = make_language(choice.name, preset=choice.size, seed=choice.seed, params=choice.params)
     task = span_task(language, choice.task)
     start, end = task.span
     if end is None:
