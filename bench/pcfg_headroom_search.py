@@ -174,13 +174,36 @@ def register(shape: dict, seed: int, max_len: int | None) -> str:
     return name
 
 
-def train_config(name: str, steps: int, eval_every: int, eval_sentences: int, seed: int = 0) -> PretrainConfig:
+def isoloss_schedule() -> tuple[int, int, int, int, float]:
+    """The isoloss ``tiny`` study's AdamW fork as one run: (base steps, end step, decay
+    steps, final steps, final lr factor) — constant lr to the base and its recipe steps,
+    then the linear decay and the stretch at the decayed lr, where its candidates lie."""
+    from sameloss.experiments.recipes.isoloss import PRESETS as ISOLOSS
+
+    p = ISOLOSS["tiny"]
+    adamw = next(f for f in p.forks if f.name == "adamw")
+    return p.base_steps, p.fork_end(adamw), p.decay_steps, p.final_steps_of(adamw), p.final_lr_factor
+
+
+def train_config(name: str, steps: int, eval_every: int, eval_sentences: int, seed: int = 0,
+                 schedule: str = "constant") -> PretrainConfig:
     # the isoloss study's tiny settings (experiments/common.py COMMON["tiny"], recipes/isoloss.py)
+    extra = [f"save_every={steps}"]
+    if schedule == "isoloss":
+        base, steps, decay, final, factor = isoloss_schedule()
+        extra = [f"optim.decay_steps={decay}", f"optim.final_steps={final}", f"optim.final_lr_factor={factor}",
+                 f"save_every={steps}", f"checkpoints=[{base}]"]  # kept: the base (the gate's) and the end
     return configlib.load(PretrainConfig, None, [
         f"name={name}", "language.name=pcfg", f"language.size={name}", "model.size=tiny", f"steps={steps}",
         "batch_size=256", "optim.name=adamw", "optim.lr=1e-3", "optim.warmup_steps=200", "optim.weight_decay=0.01",
         "model.dropout=0.1", f"eval.every={eval_every}", f"eval.n_sentences={eval_sentences}", f"seed={seed}",
-        "log_every=100", f"save_every={steps}", "device=cpu"])
+        "log_every=100", "device=cpu", *extra])
+
+
+def measured_steps(cfg: PretrainConfig, schedule: str) -> list[int]:
+    """Where the trained row is measured: the last step, and under the isoloss schedule
+    also the base step (where the study's headroom gate reads its base)."""
+    return [isoloss_schedule()[0], cfg.steps] if schedule == "isoloss" else [cfg.steps]
 
 
 class Log:
@@ -254,30 +277,40 @@ def train_and_measure(name: str, lang: PCFG, cfg: PretrainConfig, tasks: list[st
     from sameloss.training.loop import pretrain
     from sameloss.training.runio import load_checkpoint
 
-    run_dir = args.out / "runs" / (name + (f"-model{cfg.seed}" if cfg.seed else ""))
+    suffix = (f"-model{cfg.seed}" if cfg.seed else "") + ("-isoloss" if args.schedule == "isoloss" else "")
+    run_dir = args.out / "runs" / (name + suffix)
     t0 = time.monotonic()
     pretrain(cfg, run_dir, resume=run_dir.exists(), progress=False)
     train_s = time.monotonic() - t0
     curve = kl_curve(run_dir)
     below = [s for s, kl in curve if kl < KL_TARGET]
     final_kl = curve[-1][1]
-    model, _, _, _ = load_checkpoint(checkpoint_dir(run_dir, cfg.steps), "cpu")
+    steps = measured_steps(cfg, args.schedule)
+    models = {step: load_checkpoint(checkpoint_dir(run_dir, step), "cpu")[0] for step in steps}
     out = []
     for task in tasks:
         design = HeadroomDesign(task, sizes=(N,), subsets=(args.subsets,), pool=args.pool, test=args.test)
-        table = headroom_table(lang, design, trained={"trained (tiny, step %d)" % cfg.steps: model},
-                               random_init=cfg)
-        print(table.format(), flush=True)
-        m = table.margins(N)
-        out.append({"task": task, "final_kl": final_kl, "steps_to_kl01": below[0] if below else "",
-                    "kl_curve": " ".join(f"{s}:{kl:.4f}" for s, kl in curve), "train_s": train_s,
-                    "majority": 100 * table.accuracy("majority", N),
-                    "random_init": 100 * table.accuracy("random-init", N),
-                    "lookup": 100 * table.accuracy("look-up", N), "trained": 100 * table.accuracy("trained", N),
-                    "oracle": 100 * table.accuracy("oracle", N), "above_lookup": m["above_lookup"],
-                    "above_random_init": m["above_random_init"], "below_oracle": m["below_oracle"],
-                    "headroom": m["headroom"],
-                    "meets": bool(final_kl < KL_TARGET and m["headroom"] >= MARGIN)})
+        rows = []
+        for step, model in models.items():
+            table = headroom_table(lang, design, trained={"trained (tiny, step %d)" % step: model},
+                                   random_init=cfg)
+            print(table.format(), flush=True)
+            m = table.margins(N)
+            rows.append({"task": task, "step": step, "final_kl": final_kl, "min_kl": min(kl for _, kl in curve),
+                         "steps_to_kl01": below[0] if below else "",
+                         "kl_curve": " ".join(f"{s}:{kl:.4f}" for s, kl in curve), "train_s": train_s,
+                         "majority": 100 * table.accuracy("majority", N),
+                         "random_init": 100 * table.accuracy("random-init", N),
+                         "lookup": 100 * table.accuracy("look-up", N), "trained": 100 * table.accuracy("trained", N),
+                         "oracle": 100 * table.accuracy("oracle", N), "above_lookup": m["above_lookup"],
+                         "above_random_init": m["above_random_init"], "below_oracle": m["below_oracle"],
+                         "headroom": m["headroom"]})
+        # constant lr: the final model's KL (the criterion as first searched); the study's
+        # schedule: KL < 0.01 at some step (its candidates lie in the decayed stretch), and
+        # the headroom at every measured step (the gate's base and the fork's end)
+        fits = final_kl < KL_TARGET if args.schedule == "constant" else bool(below)
+        meets = fits and all(r["headroom"] >= MARGIN for r in rows)
+        out += [r | {"meets": meets} for r in rows]
     return out
 
 
@@ -308,6 +341,11 @@ def main() -> None:
                              "many points (default 15)")
     parser.add_argument("--train-top", type=int, default=6,
                         help="train at most this many promising candidates, largest gap first (default 6)")
+    parser.add_argument("--schedule", choices=("constant", "isoloss"), default="constant",
+                        help="constant: --steps at the constant lr, measured at the end (the criterion as first "
+                             "searched); isoloss: the isoloss tiny study's AdamW fork as one run (constant lr to "
+                             "base + recipe steps, linear decay, the stretch at lr x 0.05: 1600 steps), measured at "
+                             "the base step (the study's headroom gate) and at the end (default constant)")
     parser.add_argument("--model-seed", type=int, default=0,
                         help="the trained model's seed (its initial weights and data stream; 0: the search's)")
     args = parser.parse_args()
@@ -359,15 +397,16 @@ def search(args) -> None:
         if gap >= args.min_gap:
             by_candidate.setdefault(name, []).append(task)
     for name in list(by_candidate)[:args.train_top]:
-        tasks = [t for t in by_candidate[name] if not log.has(name, t, "train", args.model_seed)]
+        stage = "train" if args.schedule == "constant" else f"train-{args.schedule}"
+        tasks = [t for t in by_candidate[name] if not log.has(name, t, stage, args.model_seed)]
         if not tasks:
             continue
         shape, seed, max_len = candidates[name]
         lang = PCFG.preset(name)
-        cfg = train_config(name, args.steps, args.eval_every, args.eval_sentences, args.model_seed)
+        cfg = train_config(name, args.steps, args.eval_every, args.eval_sentences, args.model_seed, args.schedule)
         info = describe_grammar(lang)
         for row in train_and_measure(name, lang, cfg, tasks, args):
-            log.add(dict(candidate=name, **shape, seed=seed) | info | {"stage": "train", "model_seed": args.model_seed}
+            log.add(dict(candidate=name, **shape, seed=seed) | info | {"stage": stage, "model_seed": args.model_seed}
                     | row)
 
 
@@ -399,12 +438,16 @@ def report(rows: list[dict]) -> str:
                      f"{_f(r, 'lookup')} | {_f(r, 'oracle')} | {_f(r, 'gap')} |")
     lines += ["", "Trained (tiny transformer, isoloss tiny settings; n = 200, mean over the subsets; margins in "
               "points: trained − look-up, trained − random-init, oracle − trained)", "",
-              "| candidate | model seed | task | KL@end | steps to KL<0.01 | maj | rand | look-up | trained | oracle | "
-              "−look-up | −rand | oracle− | meets |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| candidate | schedule | model seed | task | KL@end | min KL | steps to KL<0.01 | step | maj | rand | "
+              "look-up | trained | oracle | −look-up | −rand | oracle− | meets |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        if r["stage"] == "train":
-            lines.append(f"| {r['candidate']} | {r.get('model_seed') or 0} | {r['task']} | "
-                         f"{_f(r, 'final_kl', '.4f')} | {r['steps_to_kl01'] or '>'} | {_f(r, 'majority')} | {_f(r, 'random_init')} | {_f(r, 'lookup')} | {_f(r, 'trained')} | "
+        if r["stage"].startswith("train"):
+            schedule = r["stage"].removeprefix("train").removeprefix("-") or "constant"
+            lines.append(f"| {r['candidate']} | {schedule} | {r.get('model_seed') or 0} | {r['task']} | "
+                         f"{_f(r, 'final_kl', '.4f')} | {_f(r, 'min_kl', '.4f')} | {r['steps_to_kl01'] or '>'} | "
+                         f"{r.get('step') or ''} | {_f(r, 'majority')} | {_f(r, 'random_init')} | {_f(r, 'lookup')} | "
+                         f"{_f(r, 'trained')} | "
                          f"{_f(r, 'oracle')} | {_f(r, 'above_lookup', '+.1f')} | {_f(r, 'above_random_init', '+.1f')} "
                          f"| {_f(r, 'below_oracle', '+.1f')} | {r['meets']} |")
     return "\n".join(lines)
