@@ -207,9 +207,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_text_parsers(commands)
     add_causal_parsers(commands)
-    from .experiments.cli import add_plan_parser, add_plot_parser, add_reproduce_parser
+    from .experiments.cli import (
+        add_plan_parser,
+        add_plot_parser,
+        add_replicate_parser,
+        add_reproduce_parser,
+    )
     add_reproduce_parser(commands)
     add_plan_parser(commands)
+    add_replicate_parser(commands)
     add_plot_parser(commands)
     return parser
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from sameloss.cli import main
 from sameloss.errors import UserError
 from sameloss.experiments import paired, reproduce
 from sameloss.experiments.paired import (
@@ -72,6 +73,11 @@ def test_a_language_is_named_by_name_size_and_settings():
     # the preset's own language gives the probes the study always had: the hidden state's position
     p = isoloss.PRESETS["quick"]
     assert dict(p.fewshot().views)["pos"].positions == (4,)
+    # tiny studies both headroom languages by default; quick (the main job) and smoke the HMM,
+    # which keeps its folder
+    tiny = isoloss.PRESETS["tiny"]
+    assert tiny.choices() == isoloss.HEADROOM_LANGUAGES and isoloss.folder_suffix(tiny) == "-hmm-headroom+pcfg-headroom"
+    assert p.choices() == isoloss.PRESETS["smoke"].choices() == (tiny.choice,) and tiny.choice.spec == "hmm:headroom:task=task-5"
     assert isoloss.folder_suffix(p) == "" and isoloss.folder_suffix(isoloss.with_languages(p, ["hmm:headroom"])) == ""
     assert isoloss.folder_suffix(isoloss.with_languages(p, ["pcfg"])) == "-pcfg-headroom"
     both = isoloss.with_languages(p, ["hmm:headroom", "pcfg:headroom"])
@@ -224,6 +230,12 @@ def test_the_study_on_two_languages_end_to_end(tmp_path):
             row = rep[f"{r['comparison']} @ {r['point']}"]
             if int(r["n_kept"]) >= 2:
                 assert float(row[f"{tag}_mean"]) == pytest.approx(float(r["mean"]))
+    # `sameloss replicate` reads the finished folder back to the same table
+    assert main(["replicate", str(root), "--csv", str(tmp_path / "again.csv")]) == 0
+    again = {r["test"]: r for r in read(tmp_path / "again.csv")}
+    assert again.keys() == rep.keys()
+    for test, row in rep.items():
+        assert {k: v for k, v in again[test].items()} == row, test
     # every language's models and runs are in the one results.csv and runs.csv, none merged away
     results = read(root / "results.csv")
     models = [r for r in results if r.get("point")]
@@ -260,6 +272,10 @@ def test_a_held_out_language_without_headroom_says_so(tmp_path, monkeypatch):
                 [f"{name}-s{seed}-base"]
     assert np.isfinite(float(read(root / "pcfg-headroom-headroom.csv")[-1][p.primary_key]))
     assert paired.UNINFORMATIVE in report
+    # read back by `sameloss replicate`: both languages there, both without headroom
+    studies = isoloss.finished_studies(root)
+    assert [(o["tag"], o["ok"], o["diffs"]) for o in studies] == [("hmm-micro-seed11-task-3", False, []),
+                                                                    ("pcfg-headroom", False, [])]
 
 
 def test_the_planner_takes_the_languages():
@@ -271,3 +287,74 @@ def test_the_planner_takes_the_languages():
     names = {Path(k).name.split("-s")[0] for k in plan.paths if "/runs/" in k}
     assert {"hmm-headroom", "pcfg-headroom"} <= names
     assert len(plan.paths) > len(own.paths)
+
+
+# ---- sameloss replicate: studies run apart ----------------------------------------------------------
+def _study(folder, diffs, results_language=None):
+    """A finished one-language study folder as `reproduce isoloss` leaves it (the files
+    replicate reads)."""
+    folder.mkdir(parents=True)
+    (folder / "report.md").write_text("# isoloss\n")
+    (folder / "headroom.csv").write_text("baseline,pos_lbfgs_n200\nmajority class,0.4\n")
+    if diffs is not None:
+        with (folder / "differences.csv").open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(diffs[0]))
+            w.writeheader()
+            w.writerows(diffs)
+    if results_language:
+        (folder / "results.csv").write_text(f"model,language\nm0,{results_language}\nm1,{results_language}\n")
+    return folder
+
+
+def test_replicate_combines_studies_run_apart(tmp_path, capsys):
+    a = _study(tmp_path / "a", [_diff("size", "late", 1.0, 0.8, 16, DETECTED),
+                                _diff("noreg", "late", 0.1, 0.4, 16, EQUIVALENT)], "hmm:headroom:task=task-5")
+    b = _study(tmp_path / "b", [_diff("size", "late", 0.6, 1.2, 9, INCONCLUSIVE),
+                                _diff("noreg", "late", -0.3, 0.6, 9, INCONCLUSIVE)])
+    out = tmp_path / "rep.csv"
+    assert main(["replicate", str(a), f"pcfg={b}", "--csv", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "## Replication across languages" in printed and f"pcfg ← {b}" in printed
+    rows = {r["test"]: r for r in read(out)}
+    # a by the language its results.csv names (tagged as a joint study tags it); b by its label;
+    # the numbers as the joint study computes them
+    assert "hmm-headroom_verdict" in next(iter(rows.values()))
+    want = {r["test"]: r for r in replication(Section(""), [
+        {"language": "hmm-headroom", "tag": "hmm-headroom", "ok": True,
+         "diffs": read(a / "differences.csv")},
+        {"language": "pcfg", "tag": "pcfg", "ok": True, "diffs": read(b / "differences.csv")}])}
+    assert rows.keys() == want.keys() == {"size @ late", "noreg @ late"}
+    assert rows["size @ late"]["replication"] == REPLICATED
+    assert float(rows["size @ late"]["pooled"]) == pytest.approx(want["size @ late"]["pooled"])
+    assert float(rows["noreg @ late"]["pcfg_mean"]) == -0.3
+    # a study the gate stopped (headroom table only) is there, uninformative, never pooled
+    c = _study(tmp_path / "c", None)
+    assert main(["replicate", str(a), f"held-out={c}", "--csv", str(tmp_path / "rep2.csv")]) == 0
+    size = {r["test"]: r for r in read(tmp_path / "rep2.csv")}["size @ late"]
+    assert size["held-out_verdict"] == UNINFORMATIVE and size["replication"] == NOT_REPLICATED
+    assert size["pooled_languages"] == "1" and math.isnan(float(size["pooled"]))
+
+
+@pytest.mark.parametrize("args, words", [
+    (["{tmp}/nowhere", "{tmp}/a"], "no such study folder"),
+    (["{tmp}/unfinished", "{tmp}/a"], "not a finished isoloss study (no report.md"),
+    (["{tmp}/other", "{tmp}/a"], "not an isoloss study folder (no headroom.csv"),
+    (["{tmp}/bad", "{tmp}/a"], "lacks the columns"),
+    (["{tmp}/a"], "one language is nothing to replicate"),
+    (["{tmp}/a", "{tmp}/a2"], "two studies are named"),
+    (["=x", "{tmp}/a"], "needs a label before '='"),
+    (["{tmp}/a", "x={tmp}/a2", "--csv", "{tmp}/mine.csv"], "exists: replicate never replaces a file"),
+])
+def test_replicate_refuses_in_one_line(tmp_path, capsys, args, words):
+    lang = "hmm:headroom:task=task-5"
+    _study(tmp_path / "a", [_diff("size", "late", 1.0, 0.8, 16, DETECTED)], lang)
+    _study(tmp_path / "a2", [_diff("size", "late", 0.5, 0.8, 16, DETECTED)], lang)
+    (tmp_path / "unfinished").mkdir()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "report.md").write_text("# figure1\n")
+    _study(tmp_path / "bad", [{"comparison": "size", "mean": 1.0}])
+    (tmp_path / "mine.csv").write_text("a user's file")
+    assert main(["replicate", *(a.format(tmp=tmp_path) for a in args)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
+    assert (tmp_path / "mine.csv").read_text() == "a user's file"

@@ -69,8 +69,10 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
                                 "language.params), task=NAME (the task probed: one with a span and a posterior; "
                                 "default task-5 for hmm, span-1 for pcfg); the size defaults to headroom. Given more "
                                 "than once: the study on each language and a replication table. Each choice of "
-                                "languages is its own folder, OUT/isoloss-SCALE-<languages> (default: the preset's "
-                                "hmm:headroom, OUT/isoloss-SCALE)")
+                                "languages is its own folder, OUT/isoloss-SCALE-<languages> (hmm:headroom alone: "
+                                "OUT/isoloss-SCALE). Default: tiny studies both headroom languages (hmm:headroom "
+                                "and pcfg:headroom, OUT/isoloss-tiny-hmm-headroom+pcfg-headroom), every other scale "
+                                "hmm:headroom")
     reproduce.add_argument("--fresh", action="store_true",
                            help="delete the experiment's folder first and redo everything (only when all it "
                                 "holds is what sameloss wrote: a user's file there is named and nothing is deleted)")
@@ -246,6 +248,61 @@ def _reproduce(args) -> None:
                      progress=not args.no_progress, device=args.device, command=command, launch=launch,
                      seeds=args.seeds, tracker=args.tracker, formats=args.formats, languages=args.languages)
     print(path)
+
+
+def add_replicate_parser(commands) -> argparse.ArgumentParser:
+    """Add ``replicate`` (the replication table of finished isoloss studies)."""
+    replicate = commands.add_parser(
+        "replicate", help="the replication table of isoloss studies run apart (one per language)",
+        description="Read finished `sameloss reproduce isoloss` folders — each on one language, or on several "
+                    "(--language given more than once) — and print the replication table a study of all of "
+                    "them at once leads with: per comparison and fork point each language's mean primary "
+                    "difference [95% t] and verdict, \"replicated\" only where every language with headroom "
+                    "agrees in direction and at least one detects, and the inverse-variance pooled estimate "
+                    "(fixed and random effects) with Cochran's Q and I². Studies run apart (other sessions, "
+                    "machines or clusters) are combined without rerunning anything; nothing is written but "
+                    "--csv.")
+    replicate.add_argument("studies", nargs="+", metavar="[LABEL=]FOLDER",
+                           help="a study folder, OUT/isoloss-SCALE[-languages]; LABEL= names a one-language study "
+                                "(default: the language its results.csv names, else the folder's name)")
+    replicate.add_argument("--csv", default=None, metavar="FILE",
+                           help="also write the table's numbers to FILE (a new file: an existing one is never "
+                                "replaced)")
+    replicate.set_defaults(run=_replicate)
+    return replicate
+
+
+def _replicate(args) -> None:
+    from pathlib import Path
+
+    from ..errors import UserError
+    from .recipes.isoloss import finished_studies, replication_section
+    from .report import write_csv
+
+    outcomes = []
+    for text in args.studies:
+        label, sep, folder = text.partition("=")
+        if not sep or Path(text).exists():  # a folder whose name has "=" in it is a folder
+            label, folder = None, text
+        elif not label:
+            raise UserError(f"{text!r}: LABEL=FOLDER needs a label before '='")
+        outcomes += finished_studies(folder, label)
+    tags = [o["tag"] for o in outcomes]
+    twice = sorted({t for t in tags if tags.count(t) > 1})
+    if twice:
+        raise UserError(f"two studies are named {', '.join(twice)}: name each one-language study, LABEL=FOLDER")
+    if len(outcomes) < 2:
+        raise UserError("one language is nothing to replicate: give at least two studies (or one of several "
+                        "languages)")
+    csv_path = Path(args.csv) if args.csv else None
+    if csv_path is not None and (csv_path.exists() or csv_path.is_symlink()):
+        raise UserError(f"{csv_path} exists: replicate never replaces a file (give a new --csv)")
+    section = replication_section(outcomes)
+    section.text.insert(0, "Studies: " + "; ".join(f"{o['tag']} ← {o['folder']}" for o in outcomes) + ".")
+    print(section.markdown())
+    if csv_path is not None:
+        write_csv(section.files["replication.csv"], csv_path, experiment=False)
+        print(f"\n{csv_path}")
 
 
 def add_plot_parser(commands) -> argparse.ArgumentParser:

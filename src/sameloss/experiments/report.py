@@ -225,12 +225,15 @@ def merge_rows(rows: list[dict], key: str = "model") -> list[dict]:
     return list(out.values())
 
 
-def write_csv(rows: list[dict], path: Path) -> None:
+def write_csv(rows: list[dict], path: Path, experiment: bool = True) -> None:
     """``rows`` as a CSV file, written atomically (a full disk: one ``UserError`` line,
-    the old file intact) and noted in the experiment folder's marker (``folder.py``)."""
+    the old file intact) and noted in the experiment folder's marker (``folder.py``;
+    ``experiment=False``: a file of the user's choosing, outside any experiment folder)."""
+    from .. import files
+
     columns = list(dict.fromkeys(k for row in rows for k in row))
     path = Path(path)
-    with _output(path), atomic_writer(path, newline="") as f:
+    with (_output(path) if experiment else files.storage_errors(path)), atomic_writer(path, newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         for row in rows:

@@ -44,12 +44,19 @@ Languages (issue 24)
     one detects; the inverse-variance pooled estimate, fixed and random effects, with
     Cochran's Q and I²). A language without headroom is stopped by the gate (or marked)
     and counted as uninformative, never pooled. Each choice of languages is its own
-    folder (``<out>/isoloss-<scale>-<tags>``; the preset's own: ``isoloss-<scale>``).
+    folder (``<out>/isoloss-<scale>-<tags>``; the HMM alone: ``isoloss-<scale>``).
+    ``tiny`` studies both headroom languages by default (``HEADROOM_LANGUAGES``: the HMM and
+    the PCFG ``headroom`` size, span-1); ``smoke``, ``quick`` and the GPU scales the HMM.
+    Studies run apart (other sessions, machines) are combined by ``sameloss replicate
+    FOLDER FOLDER`` (``finished_studies``: the same table, read from their files).
 
 What it runs
     Language: the HMM ``headroom`` size (4 states, 8 words, length 8, emission
     concentration 1.0), task ``task-5`` (its hidden state 5, majority ≈ 38 %) — both read
-    from the preset (``use``, ``task``) in one place (``_language``), or from ``--language``.
+    from the preset (``use``, ``task``) in one place (``_language``), or from ``--language``;
+    at ``tiny`` also the PCFG ``headroom`` size (6 words, 2 levels of 4
+    symbols, sentences of 2-4 words), task ``span-1`` (the symbol over the first word,
+    majority 55 %), each a study of its own.
     The probes read the task's span (``Task.span``: one position for an HMM state, the
     first k words for a PCFG's ``span-k``) and the oracle is the latent's true posterior
     (the HMM's hidden states; a PCFG's span symbol from inside–outside). Per seed one base run
@@ -574,6 +581,13 @@ _TINY = dict(
     primary_size=200, slope_seeds=6, kl_tolerance=3e-4,
     measure=dataclasses.replace(COMMON["tiny"].measure, seeds=(0,)))
 
+# tiny on both headroom languages, a replication table first (issue 24). quick (the main
+# job) keeps the HMM: the PCFG's two seeds would add ~10 min (630 s of CPU per seed,
+# measured in tiny) to its 14, past the main job's 20-minute bound; smoke keeps the HMM
+# too (CI's check of the pipeline, in about a minute).
+HEADROOM_LANGUAGES = (LanguageChoice("hmm", "headroom", DEFAULT_TASKS["hmm"]),
+                      LanguageChoice("pcfg", "headroom", DEFAULT_TASKS["pcfg"]))
+
 PRESETS: dict[str, IsolossPreset] = {
     "smoke": _preset(
         "smoke", seeds=(0, 1, 2), base_steps=30, fork_points=(30, 0), recipe_steps=10, decay_steps=10,
@@ -581,11 +595,11 @@ PRESETS: dict[str, IsolossPreset] = {
         probe_subsets=(3, 3), probe_pool=40, probe_test=64, probe_epochs=3, probe_l2=0.1, primary_size=16,
         slope_seeds=2, kl_tolerance=10.0, headroom_margin=0.0, on_no_headroom="mark",
         adversarial_batch=32, adversarial_pool=256),
-    # the main job: tiny's first two seeds — its first two units exactly (the same runs and
-    # measures), one round of two workers on a 2-core CPU
+    # the main job: tiny's first two seeds on the HMM — its first two units exactly (the
+    # same runs and measures), one round of two workers on a 2-core CPU
     "quick": _preset("tiny", seeds=(0, 1), **{k: v for k, v in _TINY.items() if k != "slope_seeds"},
                      slope_seeds=2),
-    "tiny": _preset("tiny", seeds=tuple(range(16)), **_TINY),
+    "tiny": _preset("tiny", seeds=tuple(range(16)), **_TINY, replicate=HEADROOM_LANGUAGES),
     "small": _preset(
         "small", seeds=tuple(range(8)), base_steps=20_000, fork_points=(20_000, 0), recipe_steps=2000,
         decay_steps=2000, final_lr_factor=0.05, final_steps=3000, match_every=200, eval_sentences=20_000,
@@ -872,6 +886,14 @@ def report(study: Study, p: IsolossPreset) -> list[Section]:
         leads.append(lead)
         sections.append(section)
         outcomes.append(outcome)
+    rep = replication_section(outcomes)
+    rep.text[-1] += " Each language's verdicts, design and tables follow, under its name."
+    return [rep, *leads, *sections]
+
+
+def replication_section(outcomes: list[dict]) -> Section:
+    """The replication table of the languages' ``outcomes`` (``_language_report``'s, or
+    ``finished_studies``' read back from study folders), with what it means."""
     rep = Section("Replication across languages", lead=True)
     rep.text.append(
         f"{len(outcomes)} languages: " + "; ".join(
@@ -881,10 +903,69 @@ def report(study: Study, p: IsolossPreset) -> list[Section]:
         "pooled estimate weights each language by the inverse variance of its mean paired difference, over the "
         "languages with headroom; I² is the share of the spread between languages beyond "
         "chance. Each language's standard error is its 95% t interval's half width over 1.96 (a t interval of a few "
-        "seeds is wider than ± 1.96 sd/√n); with fewer than two languages with headroom nothing is pooled. Each "
-        "language's verdicts, design and tables follow, under its name.")
+        "seeds is wider than ± 1.96 sd/√n); with fewer than two languages with headroom nothing is pooled.")
     paired.replication(rep, outcomes)
-    return [rep, *leads, *sections]
+    return rep
+
+
+def _tag_of(spec: str) -> str:
+    """The tag a study of several languages gives the language ``spec`` (``hmm-headroom``);
+    the spec itself where this installation cannot build it (a plugin's language gone)."""
+    try:
+        return parse_language(spec).tag
+    except UserError:
+        return spec
+
+
+def finished_studies(folder: str | Path, label: str | None = None) -> list[dict]:
+    """What the replication table reads of a finished ``reproduce isoloss`` folder, per
+    language: one language (``differences.csv``) or several (``<tag>-differences.csv``).
+    A language whose study stopped at the headroom gate left only its headroom table (or
+    marked every verdict uninformative): it is there, without headroom. ``label`` names a
+    one-language folder (default: the language its ``results.csv`` names, else the
+    folder's name). ``UserError`` (one line) for a folder that is no finished study."""
+    import csv
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise UserError(f"{folder}: no such study folder")
+    if not (folder / "report.md").is_file():
+        raise UserError(f"{folder}: not a finished isoloss study (no report.md: run `sameloss reproduce isoloss` "
+                        "to its end, or without --seeds)")
+
+    def rows(path: Path) -> list[dict]:
+        try:
+            with path.open(newline="") as f:
+                return list(csv.DictReader(f))
+        except (OSError, UnicodeDecodeError, csv.Error) as exc:
+            raise UserError(f"{path}: cannot be read ({exc})") from None
+
+    tags = sorted({path.name[:-len("-headroom.csv")] for path in folder.glob("*-headroom.csv")})
+    if not tags and not (folder / "headroom.csv").is_file():
+        raise UserError(f"{folder}: not an isoloss study folder (no headroom.csv; is it another experiment's?)")
+    if tags and label is not None:
+        raise UserError(f"{folder}: a study of {len(tags)} languages is named by its own tags ({', '.join(tags)}); "
+                        "give it without LABEL=")
+    if not tags:
+        results = folder / "results.csv"
+        named = {r.get("language") for r in rows(results)} - {None, ""} if results.is_file() else set()
+        tags = [label or (_tag_of(named.pop()) if len(named) == 1 else folder.name)]
+        files = {tags[0]: folder / "differences.csv"}
+    else:
+        files = {tag: folder / f"{tag}-differences.csv" for tag in tags}
+    out = []
+    needed = {"family", "comparison", "point", "n_kept", "mean", "t_low", "t_high", "verdict"}
+    for tag, path in files.items():
+        diffs = rows(path) if path.is_file() else []
+        if diffs and not needed <= set(diffs[0]):
+            raise UserError(f"{path}: lacks the columns {', '.join(sorted(needed - set(diffs[0])))}: not an isoloss "
+                            "differences table (or one from before the replication table)")
+        primary = [r for r in diffs if r["family"] == "primary"]
+        ok = any(r["verdict"] != paired.UNINFORMATIVE for r in primary)
+        out.append({"language": tag, "tag": tag, "ok": ok, "diffs": diffs,
+                    "tests": list(dict.fromkeys(f"{r['comparison']} @ {r['point']}" for r in primary)),
+                    "folder": str(folder)})
+    return out
 
 
 def _prefix_files(tag: str, *sections: Section) -> None:
