@@ -73,11 +73,6 @@ def test_a_language_is_named_by_name_size_and_settings():
     # the preset's own language gives the probes the study always had: the hidden state's position
     p = isoloss.PRESETS["quick"]
     assert dict(p.fewshot().views)["pos"].positions == (4,)
-    # tiny studies both headroom languages by default; quick (the main job) and smoke the HMM,
-    # which keeps its folder
-    tiny = isoloss.PRESETS["tiny"]
-    assert tiny.choices() == isoloss.HEADROOM_LANGUAGES and isoloss.folder_suffix(tiny) == "-hmm-headroom+pcfg-headroom"
-    assert p.choices() == isoloss.PRESETS["smoke"].choices() == (tiny.choice,) and tiny.choice.spec == "hmm:headroom:task=task-5"
     assert isoloss.folder_suffix(p) == "" and isoloss.folder_suffix(isoloss.with_languages(p, ["hmm:headroom"])) == ""
     assert isoloss.folder_suffix(isoloss.with_languages(p, ["pcfg"])) == "-pcfg-headroom"
     both = isoloss.with_languages(p, ["hmm:headroom", "pcfg:headroom"])

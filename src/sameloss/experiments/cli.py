@@ -70,9 +70,7 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
                                 "default task-5 for hmm, span-1 for pcfg); the size defaults to headroom. Given more "
                                 "than once: the study on each language and a replication table. Each choice of "
                                 "languages is its own folder, OUT/isoloss-SCALE-<languages> (hmm:headroom alone: "
-                                "OUT/isoloss-SCALE). Default: tiny studies both headroom languages (hmm:headroom "
-                                "and pcfg:headroom, OUT/isoloss-tiny-hmm-headroom+pcfg-headroom), every other scale "
-                                "hmm:headroom")
+                                "OUT/isoloss-SCALE, the default)")
     reproduce.add_argument("--fresh", action="store_true",
                            help="delete the experiment's folder first and redo everything (only when all it "
                                 "holds is what sameloss wrote: a user's file there is named and nothing is deleted)")
