@@ -339,6 +339,9 @@ def test_replicate_combines_studies_run_apart(tmp_path, capsys):
     (["{tmp}/a", "{tmp}/a2"], "two studies are named"),
     (["=x", "{tmp}/a"], "needs a label before '='"),
     (["{tmp}/a", "x={tmp}/a2", "--csv", "{tmp}/mine.csv"], "exists: replicate never replaces a file"),
+    (["{tmp}/a", "x={tmp}/a2", "--csv", "{tmp}/nowhere/r.csv"], "no folder"),
+    (["{tmp}/a", "x={tmp}/a2", "--csv", "/proc/sameloss-r.csv"], "cannot write"),  # no one may write there
+    (["{tmp}/garbled", "{tmp}/a"], "cannot be read"),
 ])
 def test_replicate_refuses_in_one_line(tmp_path, capsys, args, words):
     lang = "hmm:headroom:task=task-5"
@@ -349,6 +352,8 @@ def test_replicate_refuses_in_one_line(tmp_path, capsys, args, words):
     (tmp_path / "other" / "report.md").write_text("# figure1\n")
     _study(tmp_path / "bad", [{"comparison": "size", "mean": 1.0}])
     (tmp_path / "mine.csv").write_text("a user's file")
+    _study(tmp_path / "garbled", None)
+    (tmp_path / "garbled" / "differences.csv").write_bytes(bytes(range(128, 256)))
     assert main(["replicate", *(a.format(tmp=tmp_path) for a in args)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0], err

@@ -273,6 +273,7 @@ def add_replicate_parser(commands) -> argparse.ArgumentParser:
 def _replicate(args) -> None:
     from pathlib import Path
 
+    from .. import files
     from ..errors import UserError
     from .recipes.isoloss import finished_studies, replication_section
     from .report import write_csv
@@ -295,11 +296,16 @@ def _replicate(args) -> None:
     csv_path = Path(args.csv) if args.csv else None
     if csv_path is not None and (csv_path.exists() or csv_path.is_symlink()):
         raise UserError(f"{csv_path} exists: replicate never replaces a file (give a new --csv)")
+    if csv_path is not None and not csv_path.parent.is_dir():
+        raise UserError(f"--csv {csv_path}: no folder {csv_path.parent} to write it in")
     section = replication_section(outcomes)
     section.text.insert(0, "Studies: " + "; ".join(f"{o['tag']} ← {o['folder']}" for o in outcomes) + ".")
     print(section.markdown())
     if csv_path is not None:
-        write_csv(section.files["replication.csv"], csv_path, experiment=False)
+        try:
+            write_csv(section.files["replication.csv"], csv_path, experiment=False)
+        except OSError as exc:  # a folder it may not write in (a full disk: write_csv's own line)
+            raise files.write_error(csv_path, exc) from None
         print(f"\n{csv_path}")
 
 
