@@ -305,6 +305,8 @@ def train_and_measure(name: str, lang: PCFG, cfg: PretrainConfig, tasks: list[st
     curve = kl_curve(run_dir)
     below = [s for s, kl in curve if kl < KL_TARGET]
     final_kl = curve[-1][1]
+    run = {"final_kl": final_kl, "min_kl": min(kl for _, kl in curve), "steps_to_kl01": below[0] if below else "",
+           "kl_curve": " ".join(f"{s}:{kl:.4f}" for s, kl in curve), "train_s": train_s}  # the run's, every row
     steps = measured_steps(cfg, args.schedule)
     models = {step: load_checkpoint(checkpoint_dir(run_dir, step), "cpu")[0] for step in steps}
     out = []
@@ -316,9 +318,7 @@ def train_and_measure(name: str, lang: PCFG, cfg: PretrainConfig, tasks: list[st
                                    random_init=cfg)
             print(table.format(), flush=True)
             m = table.margins(N)
-            rows.append({"task": task, "step": step, "final_kl": final_kl, "min_kl": min(kl for _, kl in curve),
-                         "steps_to_kl01": below[0] if below else "",
-                         "kl_curve": " ".join(f"{s}:{kl:.4f}" for s, kl in curve), "train_s": train_s,
+            rows.append({"task": task, "step": step, **run,
                          "majority": 100 * table.accuracy("majority", N),
                          "random_init": 100 * table.accuracy("random-init", N),
                          "lookup": 100 * table.accuracy("look-up", N), "trained": 100 * table.accuracy("trained", N),

@@ -51,8 +51,9 @@ Languages (issue 24)
     Every scale studies the HMM by default. The PCFG ``headroom`` size joins the default
     when it passes the gate at ``tiny``: measured 2026-11-24, 14 of its 16 bases passed
     (seeds 7 and 10: 4.3 and 4.7 points below the oracle), so its ``tiny`` study gives no
-    verdict (70 min 55 s on 2 workers). Studies run apart (other sessions, machines) are combined by ``sameloss replicate
-    FOLDER FOLDER`` (``finished_studies``: the same table, read from their files).
+    verdict (70 min 55 s on 2 workers). Studies run apart (other sessions, machines) are
+    combined by ``sameloss replicate FOLDER FOLDER`` (``finished_studies``: the same table,
+    read from their files).
 
 What it runs
     Language: the HMM ``headroom`` size (4 states, 8 words, length 8, emission
