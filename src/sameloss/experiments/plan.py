@@ -96,8 +96,6 @@ UTILISATION_SOURCE = {"cpu": "measured on this project's CPU, one thread (bench/
 # On the CPU a small step's overhead is in the measured utilisation.
 STEP_FLOOR_S = {"cpu": 0.0, "h100": 3e-3, "a100": 3e-3}
 
-LANCZOS_PRODUCTS = 100  # curvature.top_eigenvalue's default max_iter
-PROBE_ITERATIONS = 500  # linear_probe's L-BFGS max_iter
 
 
 # ---- the dry study ----------------------------------------------------------------------
@@ -291,17 +289,18 @@ class ModelShape:
     n_params: int = 0
     mlm_head_transform: bool = True
 
+    @property
+    def sentence_flops(self) -> float:
+        """One full-length sentence's forward pass (what the measures count in)."""
+        return forward_flops_per_token(self) * self.max_len
+
 
 def forward_flops_per_token(m: ModelShape) -> float:
-    """FLOPs of one forward pass per input token (module docstring: what is counted)."""
-    d, T = m.d_model, m.max_len
-    if m.kind == "lstm":
-        h = m.d_hidden
-        layers = 2 * 4 * h * (d + h) + 2 * 4 * h * (h + h) * (m.n_layers - 1)
-        return layers + 2 * (h * d if h != d else 0) + 2 * m.vocab * d
-    per_layer = 2 * (4 * d * d + 2 * d * m.d_inter) + 4 * T * d
-    head = 2 * (d * d if m.mlm_head_transform else 0) + 2 * m.vocab * d
-    return m.n_layers * per_layer + head
+    """FLOPs of one forward pass per input token: the model kind's count
+    (``models.kind.ModelKind.flops_per_token``; the module docstring says what is counted)."""
+    from ..models import model_kind
+
+    return model_kind(m.kind).flops_per_token(m)
 
 
 def model_shape(cfg, language_shapes: dict) -> ModelShape:
@@ -315,12 +314,10 @@ def model_shape(cfg, language_shapes: dict) -> ModelShape:
     overrides = {"dropout": 0.0, **cfg.model.shape_overrides()}
     with torch.device("meta"):
         model = build_model(cfg.model.kind, cfg.model.size, vocab, max_len, **overrides)
-    c = model.config if hasattr(model, "config") else model.cfg
+    c = model.config
     n = sum(p.numel() for p in model.parameters())
-    if cfg.model.kind == "lstm":
-        return ModelShape("lstm", vocab, max_len, c.d_model, c.n_layers, d_hidden=c.d_hidden, n_params=n)
-    return ModelShape("transformer", vocab, max_len, c.d_model, c.n_layers, c.d_inter, n_params=n,
-                      mlm_head_transform=getattr(c, "mlm_head_transform", True))
+    return ModelShape(cfg.model.kind, vocab, max_len, c.d_model, c.n_layers, getattr(c, "d_inter", 0),
+                      getattr(c, "d_hidden", 0), n, getattr(c, "mlm_head_transform", True))
 
 
 def _embedded_model(cfg, language_shapes: dict, into: str | None, width_factor: int | None, extra_layers: int):
@@ -370,47 +367,25 @@ def training_evaluations(cfg, start_step: int = 0) -> int:
 
 
 def measure_flops(spec, m: ModelShape) -> dict[str, float]:
-    """FLOPs per stage of one ``MeasureSpec`` on one checkpoint (module docstring)."""
-    F = forward_flops_per_token(m) * m.max_len  # one sentence forward
+    """FLOPs per stage of one ``MeasureSpec`` on one checkpoint: each measure's own count
+    (``Measure.flops``, in its ``stage``; ``measures/builtin/`` says what each counts)."""
+    from ..measures.spec import measures_of
+
     out = dict.fromkeys(STAGES[1:], 0.0)
-    if spec.loss:
-        out["exact-KL evaluation"] += spec.loss_sentences * F
-    for name in spec.traces:
-        if name == "fisher":
-            # one backward per distinct label drawn: at most n_labels, at most the vocabulary
-            # (the worst case; a trained model's peaked conditionals repeat labels)
-            contexts = spec.n_contexts * spec.repeats
-            out["trace"] += contexts * F * (1 + 2 * min(spec.n_labels, m.vocab))
-        else:
-            out["trace"] += spec.n_probes * spec.curvature_sentences * 2 * 3 * F
-    if spec.hessian_gap:
-        out["trace"] += 2 * spec.gap_batches * spec.n_probes * spec.curvature_sentences * 2 * 3 * F
-    if spec.top_eig:
-        out["trace"] += LANCZOS_PRODUCTS * spec.curvature_sentences * 2 * 3 * F
-    if spec.sharpness:
-        out["trace"] += 2 * spec.curvature_sentences * 3 * F
-    head = m.max_len * m.d_model  # a probe reads every position's features
-    for _ in (*spec.probe, *spec.lookup):
-        n = spec.task_train + spec.task_validation + spec.task_test
-        out["probes"] += n * F + len(spec.seeds) * PROBE_ITERATIONS * 2 * 3 * spec.task_train * head
-    for _ in spec.finetune:
-        n = spec.task_train + spec.task_validation + spec.task_test
-        out["probes"] += n * F + len(spec.seeds) * spec.finetune_epochs * spec.task_train * 3 * F
-    if spec.fewshot is not None:
-        out["probes"] += (spec.fewshot.pool + spec.fewshot.test) * F
-    if spec.count_regression is not None:
-        out["probes"] += (spec.count_regression.pool + spec.count_regression.n_test) * F
+    for measure in measures_of(spec):
+        out[measure.stage] += measure.flops(spec, m)
     return out
 
 
 # ---- memory -----------------------------------------------------------------------------
 def _meta_config(cfg, m: ModelShape):
-    from ..models import lstm_config, transformer_config
+    """The model config of ``cfg`` at its language's shape, without dropout (what the
+    memory estimates build on the meta device)."""
+    from ..models import model_kind
 
-    overrides = {"dropout": 0.0, **cfg.model.shape_overrides()}
-    if cfg.model.kind == "lstm":
-        return lstm_config(cfg.model.size, m.vocab, m.max_len, **overrides)
-    return transformer_config(cfg.model.size, m.vocab, m.max_len, attn_dropout=0.0, **overrides)
+    kind = model_kind(cfg.model.kind)
+    overrides = {field: 0.0 for field in kind.dropout_fields}
+    return kind.config(cfg.model.size, m.vocab, m.max_len, **overrides, **cfg.model.shape_overrides())
 
 
 def training_peak_bytes(cfg, m: ModelShape) -> int:
@@ -427,31 +402,14 @@ def forward_peak_bytes(cfg, m: ModelShape, sentences: int) -> int:
 
 
 def measure_peaks(cfg, m: ModelShape, spec) -> dict[str, int]:
-    """Peak device bytes of each measure of ``spec`` (``memory.peak_bytes`` for curvature)."""
-    from ..measures.curvature.memory import peak_bytes
+    """Peak device bytes of each part of each measure of ``spec`` (``Measure.peaks``; the
+    curvature measures' are ``memory.peak_bytes``)."""
+    from ..measures.spec import MemoryContext, measures_of
 
-    mc = _meta_config(cfg, m)
-    out = {}
-    if spec.loss:
-        out["exact KL"] = forward_peak_bytes(cfg, m, min(1024, spec.loss_sentences))
-    for name in spec.traces:
-        if name == "fisher":
-            out["trace fisher"] = peak_bytes("trace_fisher", mc, {"n_labels": spec.n_labels}).bytes
-        else:
-            out[f"trace {name}"] = peak_bytes(f"trace_{name}", mc, {
-                "n_sentences": spec.curvature_sentences, "n_probes": spec.n_probes,
-                "micro_batch": spec.micro_batch}).bytes
-    if spec.hessian_gap:
-        out["hessian gap"] = peak_bytes("trace_hutchinson", mc, {"n_sentences": spec.curvature_sentences,
-                                                                 "n_probes": spec.n_probes}).bytes
-    if spec.top_eig:
-        out["top eigenvalue"] = peak_bytes("top_eigenvalue", mc, {"n_sentences": spec.curvature_sentences,
-                                                                  "basis_size": spec.lanczos_basis,
-                                                                  "micro_batch": spec.micro_batch}).bytes
-    if spec.sharpness:
-        out["sam sharpness"] = peak_bytes("sam_sharpness", mc, {"n_sentences": spec.curvature_sentences}).bytes
-    if spec.probe or spec.finetune or spec.lookup or spec.fewshot or spec.count_regression:
-        out["probe features"] = forward_peak_bytes(cfg, m, 512)
+    memory = MemoryContext(_meta_config(cfg, m), cfg, m, lambda n: forward_peak_bytes(cfg, m, n))
+    out: dict[str, int] = {}
+    for measure in measures_of(spec):
+        out.update(measure.peaks(spec, memory))
     return out
 
 

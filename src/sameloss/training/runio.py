@@ -30,7 +30,7 @@ from .. import config as configlib
 from .. import files
 from ..errors import UserError
 from ..languages import make_language
-from ..models import build_model
+from ..models import model_kind
 from . import checkpoint as ckpt
 from .config import PretrainConfig
 
@@ -86,12 +86,8 @@ def init_model(cfg: PretrainConfig, language, device: torch.device | str = "cpu"
     """The config's model, constructed on the CPU and moved to ``device``. Its initial
     weights are drawn from the global RNG: ``pretrain`` seeds it with ``cfg.seed`` first,
     ``load_checkpoint`` draws inside ``fork_rng`` and overwrites them."""
-    overrides = {"dropout": cfg.model.dropout, **cfg.model.shape_overrides()}
-    if cfg.model.kind == "transformer":
-        # the paper's "dropout 0.1" is BERT's: hidden and attention-probability dropout
-        overrides.update(norm=cfg.model.norm, attn_dropout=cfg.model.dropout)
-    return build_model(cfg.model.kind, cfg.model.size, language.vocab_size, language.max_len,
-                       **overrides).to(device)
+    kind = model_kind(cfg.model.kind)
+    return kind.build(cfg.model.size, language.vocab_size, language.max_len, **kind.overrides(cfg.model)).to(device)
 
 
 class LoadedCheckpoint(NamedTuple):
