@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import resources
 from ..errors import UserError
 
 STAGES = ("training", "exact-KL evaluation", "trace", "probes")
@@ -401,12 +402,13 @@ def forward_peak_bytes(cfg, m: ModelShape, sentences: int) -> int:
     return forward_bytes(_meta_config(cfg, m), sentences)
 
 
-def measure_peaks(cfg, m: ModelShape, spec) -> dict[str, int]:
+def measure_peaks(cfg, m: ModelShape, spec, limit: int = 0) -> dict[str, int]:
     """Peak device bytes of each part of each measure of ``spec`` (``Measure.peaks``; the
-    curvature measures' are ``memory.peak_bytes``)."""
+    curvature measures' are ``memory.peak_bytes``); ``limit``: the device memory a measure
+    may plan to use (a Hessian measure's default micro-batch is sized to it)."""
     from ..measures.spec import MemoryContext, measures_of
 
-    memory = MemoryContext(_meta_config(cfg, m), cfg, m, lambda n: forward_peak_bytes(cfg, m, n))
+    memory = MemoryContext(_meta_config(cfg, m), cfg, m, lambda n: forward_peak_bytes(cfg, m, n), limit)
     out: dict[str, int] = {}
     for measure in measures_of(spec):
         out.update(measure.peaks(spec, memory))
@@ -512,7 +514,7 @@ def estimate(plan: Plan, device: str, workers: int = 1, cpu_peak: float | None =
             add(stage, f, study)
         key = ("measure", repr(ms.config.model), m.vocab, m.max_len, _spec_key(ms.spec))
         if memory and key not in mem_cache:
-            mem_cache[key] = measure_peaks(ms.config, m, ms.spec)
+            mem_cache[key] = measure_peaks(ms.config, m, ms.spec, measure_limit(device))
         measures.append({"run": ms.run, "model": ms.embedded_into or _model_name(ms.config, m), "flops": flops,
                          "peaks": mem_cache.get(key, {})})
     # the units of a study: its seeds' chains (one each), else its runs
@@ -531,6 +533,14 @@ def device_memory(device: str) -> int:
 
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return int(DEVICES[device]["memory"])
+
+
+def measure_limit(device: str) -> int:
+    """The bytes a measure may plan to use on ``device``: what ``resources`` allows a
+    command there (this machine's: ``resources.memory_limit``; a GPU: its share)."""
+    if device == "cpu":
+        return resources.memory_limit()[0]
+    return int(DEVICES[device]["memory"] * resources.MEMORY_SHARE)
 
 
 def _spec_key(spec) -> str:

@@ -160,13 +160,16 @@ class Job:
 @dataclass
 class MemoryContext:
     """What a measure's planned peak needs: the meta-device ``model_config`` of the
-    checkpoint's model, the run's ``cfg``, its ``shape``, and ``forward_bytes(n)``: one
-    forward pass without gradients over ``n`` full sentences."""
+    checkpoint's model, the run's ``cfg``, its ``shape``, ``forward_bytes(n)``: one
+    forward pass without gradients over ``n`` full sentences, and ``limit``: the bytes
+    of the planned device a measure may plan to use (what a default micro-batch is
+    sized to)."""
 
     model_config: object
     cfg: object
     shape: object
     forward_bytes: object
+    limit: int = 0
 
 
 def _discover() -> None:

@@ -4,7 +4,7 @@ thick-restart Lanczos in bounded memory (``lanczos_basis`` vectors)."""
 from __future__ import annotations
 
 from ..spec import MEASURES, TRACE, Job, Measure, MemoryContext
-from ._hessian import curvature_micro_batch, hessian_product_flops
+from ._hessian import curvature_micro_batch, hessian_product_flops, planned_peak
 
 LANCZOS_PRODUCTS = 100  # curvature.top_eigenvalue's default max_iter
 
@@ -34,11 +34,7 @@ class TopEigenvalue(Measure):
         return LANCZOS_PRODUCTS * hessian_product_flops(spec, shape)
 
     def peaks(self, spec, memory: MemoryContext):
-        from ..curvature.memory import peak_bytes
-
-        return {"top eigenvalue": peak_bytes("top_eigenvalue", memory.model_config, {
-            "n_sentences": spec.curvature_sentences, "basis_size": spec.lanczos_basis,
-            "micro_batch": spec.micro_batch}).bytes}
+        return planned_peak("top eigenvalue", "top_eigenvalue", spec, memory, {"basis_size": spec.lanczos_basis})
 
 
 MEASURES.add("top_eig", TopEigenvalue())

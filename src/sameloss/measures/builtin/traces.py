@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ... import resources
 from ..spec import MEASURES, TRACE, TRACES, Job, Measure, MemoryContext
-from ._hessian import curvature_micro_batch, hessian_product_flops
+from ._hessian import curvature_micro_batch, hessian_product_flops, planned_peak
 
 
 class Traces(Measure):
@@ -91,9 +91,7 @@ class Traces(Measure):
             if name == "fisher":
                 out["trace fisher"] = peak_bytes("trace_fisher", memory.model_config, {"n_labels": spec.n_labels}).bytes
             else:
-                out[f"trace {name}"] = peak_bytes(f"trace_{name}", memory.model_config, {
-                    "n_sentences": spec.curvature_sentences, "n_probes": spec.n_probes,
-                    "micro_batch": spec.micro_batch}).bytes
+                out.update(planned_peak(f"trace {name}", f"trace_{name}", spec, memory, {"n_probes": spec.n_probes}))
         return out
 
 
