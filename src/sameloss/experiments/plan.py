@@ -193,7 +193,8 @@ class DryStudy:
         cfg = self._config_of(checkpoint)
         step = int(re.search(r"(\d+)$", Path(checkpoint).name).group(1))
         large = dataclasses.replace(cfg, model=_embedded_model(cfg, self.language_shapes, into, width_factor,
-                                                               extra_layers), steps=step)
+                                                               extra_layers), steps=step,
+                                    checkpoints=tuple(s for s in cfg.checkpoints if s <= step))
         shape = into or f"w{width_factor or 1}+{extra_layers}"
         out = self.root / "embedded" / f"{Path(checkpoint).parent.parent.name}-step{step}-into-{shape}"
         self.plan.paths[str(out)] = large
