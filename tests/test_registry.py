@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from sameloss import registry
+from sameloss.data.sets import DATASETS
 
 from sameloss.errors import UserError
 from sameloss.measures.spec import MEASURES
@@ -50,7 +51,7 @@ def test_the_loader_runs_once_on_first_read():
 
 def test_every_registry_is_one_type_and_refuses_a_second_name():
     for reg, name in ((registry.LANGUAGES, "hmm"), (registry.RECIPES, "steps"), (MEASURES, "loss"),
-                      (MODELS, "transformer")):
+                      (MODELS, "transformer"), (DATASETS, "kjv")):
         assert isinstance(reg, Registry) and name in reg
         with pytest.raises(UserError, match=f"two {reg.kind}s are named '{name}'"):
             reg.add(name, reg.get(name))

