@@ -29,6 +29,7 @@ import torch
 from .. import config as configlib
 from .. import files
 from ..errors import UserError
+from ..jsonl import read_jsonl
 from ..languages import make_language
 from ..models import model_kind
 from . import checkpoint as ckpt
@@ -203,21 +204,8 @@ def _metric_lines(path: Path, hint: str = "") -> list[tuple[str, dict]]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: unreadable ({_reason(exc)})") from None
-    lines = text.splitlines()
-    out = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            if not isinstance(record, dict) or not isinstance(record.get("step"), int):
-                raise TypeError
-        except (json.JSONDecodeError, TypeError):
-            if number == len(lines) and not text.endswith("\n"):
-                break  # the unfinished last write
-            raise UserError(f"{path}:{number}: not a metrics record (JSON with an integer 'step'){hint}") from None
-        out.append((line, record))
-    return out
+    return read_jsonl(path, text, lambda r: isinstance(r.get("step"), int),
+                      "a metrics record (JSON with an integer 'step')", unfinished_last=True, hint=hint)
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
