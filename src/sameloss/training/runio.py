@@ -8,7 +8,7 @@
   reading ``meta.json`` once and leaving the global RNG as it was (as nanoGPT's
   ``sample.py`` rebuilds a model from its saved ``model_args``);
 * the run folder's own files: ``read_config_dict`` (``config.toml``), ``read_summary`` /
-  ``write_summary`` / ``finished`` (``summary.json``), ``append_metrics`` /
+  ``write_summary`` (``summary.json``; whether a run finished is ``runfolder``'s to say), ``append_metrics`` /
   ``read_metrics`` / ``eval_history`` / ``truncate_metrics`` (``metrics.jsonl``) and
   ``remove_run`` (``--fresh``).
 
@@ -165,22 +165,6 @@ def write_summary(run_dir: Path, step: int, last_eval: dict, model: torch.nn.Mod
         files.atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
     except OSError as exc:
         raise files.write_error(run_dir / "summary.json", exc) from None
-
-
-def finished(run_dir: str | Path) -> tuple[int, dict] | None:
-    """``(step, final evaluation)`` of a finished run — ``summary.json`` readable and its
-    step that of the newest complete checkpoint — else None."""
-    run_dir = Path(run_dir)
-    try:
-        summary = read_summary(run_dir)
-    except UserError:
-        return None
-    found = ckpt.complete_checkpoints(run_dir)
-    if summary is None or not found or not isinstance(summary.get("step"), int):
-        return None
-    if int(found[-1].name[len(ckpt.PREFIX):]) != summary["step"]:
-        return None
-    return summary["step"], summary.get("eval") or {}
 
 
 METRICS = "metrics.jsonl"
