@@ -39,12 +39,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..files import building
 from ..errors import UserError
+from ..errors import first_line as _first_line
+from ..files import building, sha256_of
 from ..jsonl import read_jsonl
-from ..files import sha256_of
 from .base import Batch, Language
-from .lm_generated import _one_line as _first_line
 
 # the registry reads this from the file (``sameloss.registry``)
 LANGUAGE = {"name": "corpus", "build": "build", "settings": ("data",), "describe": False}

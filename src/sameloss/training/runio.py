@@ -28,7 +28,7 @@ import torch
 
 from .. import config as configlib
 from .. import files
-from ..errors import UserError
+from ..errors import UserError, first_line
 from ..jsonl import read_jsonl
 from ..languages import make_language
 from ..models import model_kind
@@ -152,8 +152,7 @@ def read_summary(run_dir: str | Path) -> dict | None:
     try:
         summary = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path}: unreadable ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") \
-            from None
+        raise UserError(f"{path}: unreadable ({first_line(exc)})") from None
     if not isinstance(summary, dict):
         raise UserError(f"{path}: not a JSON object")
     return summary
@@ -187,7 +186,7 @@ def _metric_lines(path: Path, hint: str = "") -> list[tuple[str, dict]]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: unreadable ({_reason(exc)})") from None
+        raise UserError(f"{path}: unreadable ({first_line(exc)})") from None
     return read_jsonl(path, text, lambda r: isinstance(r.get("step"), int),
                       "a metrics record (JSON with an integer 'step')", unfinished_last=True, hint=hint)
 
@@ -201,11 +200,6 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
 def eval_history(run_dir: str | Path) -> dict[int, dict]:
     """``{step: the exact held-out evaluation logged at that step}`` of a run."""
     return {r["step"]: r["eval"] for r in read_metrics(run_dir) if r.get("eval")}
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def truncate_metrics(path: Path, step: int) -> None:
