@@ -49,7 +49,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"sameloss {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
+    for add in (add_language_parser, add_pretrain_parser, add_embed_parser, add_measure_parser, add_export_parser,
+                add_text_parsers, add_causal_parsers, *_experiment_parsers()):
+        add(commands)
+    return parser
 
+
+def _experiment_parsers() -> tuple:
+    """``reproduce``, ``plan``, ``replicate`` and ``plot`` (``experiments/cli.py``)."""
+    from .experiments.cli import add_plan_parser, add_plot_parser, add_replicate_parser, add_reproduce_parser
+
+    return add_reproduce_parser, add_plan_parser, add_replicate_parser, add_plot_parser
+
+
+def add_language_parser(commands) -> None:
+    """``sameloss language describe``."""
     language = commands.add_parser("language", help="synthetic languages with exact conditionals")
     language_commands = language.add_subparsers(dest="language_command", metavar="ACTION", parser_class=_Parser)
     language_commands.required = True
@@ -82,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_threads_argument(describe)
     describe.set_defaults(run=_language_describe)
 
+
+def add_pretrain_parser(commands) -> None:
+    """``sameloss pretrain``."""
     pretrain = commands.add_parser(
         "pretrain", help="pre-train an MLM on a language, with exact loss evaluation and checkpoints",
         description="Pre-train a masked language model on fresh sentences of a language every step. "
@@ -105,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_threads_argument(pretrain)
     pretrain.set_defaults(run=_pretrain)
 
+
+def add_embed_parser(commands) -> None:
+    """``sameloss embed``."""
     embed = commands.add_parser(
         "embed", help="embed a small transformer checkpoint function-preservingly into a larger shape",
         description="Write a checkpoint of a larger transformer that computes exactly the same function as "
@@ -124,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_threads_argument(embed)
     embed.set_defaults(run=_embed)
 
+
+def add_measure_parser(commands) -> None:
+    """``sameloss measure``."""
     measure = commands.add_parser(
         "measure", help="loss, flatness and downstream accuracy of a checkpoint or of every checkpoint of a run",
         description="Measure one checkpoint (runs/NAME/checkpoints/step_N), every checkpoint of a run "
@@ -190,6 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_threads_argument(measure)
     measure.set_defaults(run=_measure)
 
+
+def add_export_parser(commands) -> None:
+    """``sameloss export``."""
     export = commands.add_parser(
         "export", help="write a checkpoint as a Hugging Face folder (BertForMaskedLM + tokenizer + model card)",
         description="Write a post-LN transformer checkpoint (or a run's newest one) as a folder that "
@@ -204,20 +230,6 @@ def build_parser() -> argparse.ArgumentParser:
                              "the run folder)")
     add_threads_argument(export)
     export.set_defaults(run=_export)
-
-    add_text_parsers(commands)
-    add_causal_parsers(commands)
-    from .experiments.cli import (
-        add_plan_parser,
-        add_plot_parser,
-        add_replicate_parser,
-        add_reproduce_parser,
-    )
-    add_reproduce_parser(commands)
-    add_plan_parser(commands)
-    add_replicate_parser(commands)
-    add_plot_parser(commands)
-    return parser
 
 
 def add_text_parsers(commands) -> None:
