@@ -16,6 +16,8 @@ from . import __version__
 from .config import int_at_least as _int_at_least
 from .config import positive_float
 from .errors import UserError
+from .languages.describe import format_summary, grammar_notes
+from .measures.rows import format_rows
 from .threads import add_threads_argument, check_env_before_torch, configure_threads
 
 
@@ -398,29 +400,6 @@ def _measure(args) -> None:
         raise UserError("\n".join(skipped))
 
 
-def format_rows(rows: list[dict]) -> str:
-    """A plain table: one line per checkpoint, value ± error columns merged."""
-    from .measures.rows import error_column, is_error_column
-
-    if not rows:
-        return "(no rows)"
-    skip = {"checkpoint", "run"}
-    keys = [k for k in rows[0] if k not in skip and not is_error_column(k)]
-
-    def cell(row, key):
-        value = row.get(key)
-        if value is None:
-            return "-"
-        if isinstance(value, float):
-            err = row.get(error_column(key))
-            return f"{value:.4g}" + (f" ± {err:.2g}" if isinstance(err, float) else "")
-        return str(value)
-
-    table = [keys] + [[cell(r, k) for k in keys] for r in rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(keys))]
-    return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in table)
-
-
 def _embed(args) -> None:
     from .training.embed_io import embed_checkpoint
 
@@ -522,53 +501,13 @@ def _language_describe(args) -> None:
     grammar = getattr(lang, "grammar", None)
     if grammar is not None:
         summary["nonterminals"] = grammar.n_nonterminals
-        summary["notes"] = _grammar_notes(grammar)
+        summary["notes"] = grammar_notes(grammar)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
         print(format_summary(summary))
     if args.save_grammar is not None and not args.json:
         print(f"wrote the grammar to {args.save_grammar}; read it back with --grammar {args.save_grammar}")
-
-
-def _grammar_notes(grammar) -> list[str]:
-    notes = []
-    if grammar.renormalised:
-        worst = max(grammar.renormalised, key=lambda kv: abs(kv[1] - 1))
-        notes.append(f"rules of {len(grammar.renormalised)} symbols summed to 1 only up to rounding and were "
-                     f"renormalised (worst: {worst[0]} summed to {worst[1]:.6f})")
-    if grammar.unreachable:
-        notes.append(f"unreachable symbols kept but never used: {', '.join(grammar.unreachable)}")
-    return notes
-
-
-def format_summary(s: dict) -> str:
-    ent, ent15, length = s["entropy"], s["entropy_masked"], s["length"]
-    lines = [
-        f"language    {s['language']} ({s['source']})",
-        f"vocabulary  {s['n_words']} words + {s['vocab_size'] - s['n_words']} special tokens "
-        f"(pad, mask, cls) = {s['vocab_size']}",
-    ]
-    if "nonterminals" in s:
-        lines.append(f"grammar     {s['nonterminals']} non-terminals")
-    lines += [
-        f"length      {length['min']}-{length['max']} tokens, mean {length['mean']:.2f} ± sd {length['std']:.2f} "
-        f"(max_len {s['max_len']}, {ent['n_sentences']} sentences)",
-        f"entropy     {ent['mean']:.4f} ± {ent['stderr']:.4f} nats/token  "
-        "(optimal MLM loss: one masked position, token-weighted)",
-        f"            {ent15['mean']:.4f} ± {ent15['stderr']:.4f} nats/token  "
-        f"(optimal MLM loss at {ent15['mask_rate']:.0%} masking)",
-        "tasks",
-        f"  {'name':<16}{'classes':>8}{'seen':>6}{'majority':>10}{'kept':>7}  description",
-    ]
-    for name, t in s["tasks"].items():
-        lines.append(f"  {name:<16}{t['n_classes']:>8}{t['classes_seen']:>6}{t['majority_rate']:>10.3f}"
-                     f"{t['kept_fraction']:>7.3f}  {t['description']}")
-    lines.append("examples")
-    lines += [f"  {e}" for e in s["examples"]]
-    for note in s.get("notes", []):
-        lines.append(f"note: {note}")
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
