@@ -16,8 +16,6 @@ from . import __version__
 from .config import int_at_least as _int_at_least
 from .config import positive_float
 from .errors import UserError
-from .languages.describe import format_summary, grammar_notes
-from .measures.rows import format_rows
 from .threads import add_threads_argument, check_env_before_torch, configure_threads
 
 
@@ -392,6 +390,8 @@ def _measure(args) -> None:
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
+        from .measures.rows import format_rows
+
         print(format_rows(rows))
     sys.stdout.flush()
     if args.out:
@@ -476,6 +476,7 @@ def _resume_hint(args, run_dir) -> str:
 
 def _language_describe(args) -> None:
     from .languages import make_language
+    from .languages.describe import format_summary, grammar_notes
     from .resources import check_sentences
 
     if args.save_grammar is not None:

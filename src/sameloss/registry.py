@@ -89,7 +89,6 @@ class Registry(Generic[T]):
         """Register ``obj`` as ``name`` (``origin``: where it comes from, named in a clash)."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"a {self.kind} needs a name, got {name!r}")
-        self._load()  # what sameloss registers itself comes first (and a clash names the second)
         if name in self._items:
             raise UserError(f"two {self.kind}s are named {name!r} ({self._origins[name]} and "
                             f"{origin or _origin(obj)}); rename one")
