@@ -11,6 +11,7 @@ import pytest
 from sameloss import resources
 from sameloss.errors import UserError
 from sameloss.experiments import plan as planner
+from sameloss.experiments.plan_report import format_plan
 from sameloss.measures.builtin._hessian import curvature_micro_batch
 from sameloss.measures.curvature.memory import ALLOCATOR_SLACK, peak_bytes
 from sameloss.measures.run import measure_model
@@ -63,7 +64,7 @@ def test_a_measure_registered_in_a_test_is_measured_planned_and_checked(loaded):
         loss_only = planner.measure_flops(MeasureSpec(loss=True, loss_sentences=32), shape)
         assert e.stages["trace"]["flops"] == 2 * shape.sentence_flops + loss_only["trace"]
         assert e.measures[0]["peaks"]["toy"] == 7 * shape.n_params and "exact KL" in e.measures[0]["peaks"]
-        assert "toy" in planner.format_plan(e)
+        assert "toy" in format_plan(e)
         # checked: its refusal comes before any measure runs
         with pytest.raises(UserError, match="toy: a scale over 100"):
             measure_model(model, language, cfg, MeasureSpec(loss=True, extra={"toy": {"scale": 1e3}}))

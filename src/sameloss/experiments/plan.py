@@ -10,40 +10,33 @@ A recipe that picks its checkpoints from its runs' KL curves (``isoloss``) reads
 curve here, so it measures as many checkpoints as it would, at ties; its headroom gate is
 assumed to pass (every seed's forks are planned).
 
-FLOPs (``forward_flops_per_token``), counted per token of a full-length padded sentence
-(every position goes through the model and the tied decoder, as ``TransformerMLM``
-computes them): per layer 2·(4d² + 2·d·d_inter) for the Q/K/V/output and MLP matmuls plus
-4·T·d for the attention scores and their weighted sum; the MLM head 2·(d² + V·d) (dense
-transform and tied decoder). Element-wise work (LayerNorm, GELU, softmax, the optimiser) is
-not counted. A training step is 3× its forward (the backward is 2×); SAM splits the batch
-into its ascent and update halves (the same total); the adversarial objective adds a
-forward and backward over its own batch. Checked against ``torch.utils.flop_counter`` in
-``tests/experiments/test_plan.py`` (within a few %). LSTMs: 2·(4·h·(d+h)) per layer and
-token, plus the head — not checked (torch's counter does not count the fused LSTM kernel).
-
-Stages and what their FLOPs count: ``training`` (the steps each run trains; a fork that
-continues a checkpoint only the steps after it), ``exact-KL evaluation`` (the held-out
-forward passes: during training every ``eval.every`` steps, at the end and — with
-``eval.at_checkpoints`` — at every kept checkpoint, and the measured
-``loss`` of each checkpoint), ``trace`` (Fisher: a forward over the contexts and one
-backward per distinct label drawn, counted as min(n_labels, vocabulary): an upper bound, a
-trained model repeats labels; Hutchinson / Hutch++: one Hessian-vector product ≈ 2 forward+backward
-passes per probe over the curvature batch; the Lemma's gap: the same on its batches, for
-true and model-drawn tokens; top eigenvalue: 100 products; SAM sharpness: two passes),
-``probes`` (the features of every task sentence, the linear heads' L-BFGS iterations on
-them, fine-tuning's epochs of training steps, few-shot and count-regression features).
+FLOPs: a forward pass per token of a full-length padded sentence is the model kind's count
+(``forward_flops_per_token``: ``models.kind.ModelKind.flops_per_token``, e.g. the
+transformer's in ``models/transformer.py``; element-wise work is not counted). A training
+step is 3× its forward (the backward is 2×); SAM splits the batch into its ascent and
+update halves (the same total); the adversarial objective adds a forward and backward over
+its own batch. Stages: ``training`` (the steps each run trains; a fork that continues a
+checkpoint only the steps after it) and ``exact-KL evaluation`` (the held-out forward
+passes during training: every ``eval.every`` steps, at the end and — with
+``eval.at_checkpoints`` — at every kept checkpoint); each measure of a checkpoint adds its
+own count to its own stage (``Measure.flops`` and ``Measure.stage``, ``measures/builtin/``:
+the loss to ``exact-KL evaluation``, curvature to ``trace``, task probes and fine-tuning
+to ``probes``).
 
 Time = FLOPs / (peak × utilisation); on a GPU a training step takes at least
-``STEP_FLOOR_S`` (a small model is bound by kernel launches, not FLOP/s). Peaks: cpu is this machine's float32 matmul rate with
-the threads torch uses, measured when the planner runs (``measure_cpu_peak``; ``--cpu-peak``
-overrides); GPUs are NVIDIA's published dense peaks (``DEVICES``). Utilisations are in
-``UTILISATION``, one row per device and stage, with where each number comes from.
+``STEP_FLOOR_S`` (a small model is bound by kernel launches, not FLOP/s). Peaks: cpu is
+this machine's float32 matmul rate with the threads torch uses, measured when the planner
+runs (``measure_cpu_peak``; ``--cpu-peak`` overrides); GPUs are NVIDIA's published dense
+peaks (``DEVICES``). Utilisations are in ``UTILISATION``, one row per device and stage,
+with where each number comes from. ``plan_report`` writes the text.
 
 Memory: training is one step of the model on the meta device (``measures.curvature.memory``'s
 ``StorageTracker``: activations, gradients and the optimiser state, AdamW two moments, plus
 the weights; float32 activations, so a bf16 run needs less), compared with the device's
-memory (a warning line names the runs that do not fit); each curvature measure is ``memory.peak_bytes``; the exact-KL evaluation and
-probe features are one forward chunk without gradients, traced the same way.
+memory (a warning line names the runs that do not fit); each measure states its own peak
+(``Measure.peaks``: a curvature measure's ``memory.peak_bytes``, at the micro-batch it
+would pick on the planned device; the exact-KL evaluation and probe features one forward
+chunk without gradients, traced the same way).
 """
 
 from __future__ import annotations
@@ -549,91 +542,3 @@ def _spec_key(spec) -> str:
     d.pop("seed", None)
     d.pop("device", None)
     return repr(sorted(d.items()))
-
-
-# ---- the text ---------------------------------------------------------------------------
-def _si(x: float, unit: str = "") -> str:
-    for factor, prefix in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= factor:
-            return f"{x / factor:.3g} {prefix}{unit}"
-    return f"{x:.3g} {unit}"
-
-
-def _bytes(b: int | None) -> str:
-    if b is None:
-        return "-"
-    return f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.1f} MiB"
-
-
-def _duration(s: float) -> str:
-    if s < 120:
-        return f"{s:.0f} s"
-    if s < 7200:
-        return f"{s / 60:.0f} min"
-    if s < 3 * 86400:
-        return f"{s / 3600:.1f} h"
-    return f"{s / 86400:.1f} days"
-
-
-def format_plan(e: Estimate) -> str:
-    p = e.plan
-    lines = [f"plan: {p.experiment} --scale {p.scale} on {e.device}"
-             + (f" ({e.workers} workers)" if e.workers > 1 else "") + " — nothing is run or written"]
-    if e.device == "cpu":
-        lines.append(f"device: this CPU, float32 matmul peak {_si(e.peak['fp32'], 'FLOP/s')} (measured now with "
-                     "the threads torch uses; --cpu-peak overrides)")
-    else:
-        lines.append(f"device: {e.device}, published dense peaks bf16 {_si(e.peak['bf16'], 'FLOP/s')} (training), "
-                     f"fp32 {_si(e.peak['fp32'], 'FLOP/s')} (evaluation, traces, probes); memory "
-                     f"{_bytes(int(DEVICES[e.device]['memory']))}")
-    total_steps = sum(r["steps"] for r in e.runs)
-    lines.append(f"runs: {len(e.runs)}, {total_steps} training steps, {_si(e.stages['training']['flops'], 'FLOP')} "
-                 f"of training; {len(e.measures)} measured checkpoints or references")
-    lines.append("")
-    lines.append(f"{'run':<34} {'model':<8} {'params':>8} {'steps':>7} {'batch':>6} {'train FLOPs':>12} "
-                 f"{'evals':>5} {'peak memory':>12}")
-    for r in e.runs:
-        name = f"{r['study']}/{r['run']}" if r["study"] else r["run"]
-        lines.append(f"{name:<34} {r['model']:<8} {_si(r['parameters']):>8} {r['steps']:>7} {r['batch']:>6} "
-                     f"{_si(r['flops']):>12} {r['evaluations']:>5} {_bytes(r['peak_bytes']):>12}")
-    limit = device_memory(e.device)
-    over = [r for r in e.runs if (r["peak_bytes"] or 0) > limit]
-    if over:
-        lines.append(f"warning: {len(over)} run(s) need more than the device's {_bytes(limit)} at their batch (largest "
-                     f"{_bytes(max(r['peak_bytes'] for r in over))}, float32 activations; bf16 autocast about halves "
-                     "those): split the batch over devices or lower batch_size")
-    lines.append("")
-    lines.append("peak memory per measure (one checkpoint; the largest model measured with each):")
-    worst: dict[str, tuple[int, str]] = {}
-    for ms in e.measures:
-        for what, b in ms["peaks"].items():
-            if what not in worst or b > worst[what][0]:
-                worst[what] = (b, ms["model"])
-    for what, (b, model) in worst.items():
-        lines.append(f"  {what:<16} {_bytes(b):>12}  ({model})")
-    if not worst:
-        lines.append("  (none)")
-    lines.append("")
-    util = UTILISATION[e.device]
-    lines.append(f"{'stage':<22} {'FLOPs':>12} {'utilisation':>11} {'time':>10}")
-    for s in STAGES:
-        lines.append(f"{s:<22} {_si(e.stages[s]['flops']):>12} {util[s]:>10.0%} "
-                     f"{_duration(e.stages[s]['seconds']):>10}")
-    lines.append(f"{'total':<22} {_si(sum(v['flops'] for v in e.stages.values())):>12} {'':>11} "
-                 f"{_duration(e.seconds):>10}")
-    if e.workers > 1:
-        lines.append(f"wall time with {e.workers} workers (units shared out, longest first): {_duration(e.wall)}")
-    lines.append("")
-    floor = STEP_FLOOR_S[e.device]
-    lines.append(f"utilisation: {UTILISATION_SOURCE[e.device]}"
-                 + (f"; a training step takes at least {floor * 1e3:g} ms (kernel launches, assumed)" if floor else "")
-                 + ". Not counted: data generation, the exact "
-                 "conditionals, element-wise work, start-up; memory leaves out the allocator's slack (budget 1.5x).")
-    return "\n".join(lines)
-
-
-def plan_text(experiment: str, scale: str, device: str, workers: int = 1, cpu_peak: float | None = None,
-              out: str | Path = "runs", seed: int = 0, languages: list[str] | None = None) -> str:
-    if device not in UTILISATION:
-        raise UserError(f"unknown device {device!r}; choose from {', '.join(UTILISATION)}")
-    return format_plan(estimate(dry_plan(experiment, scale, out, seed, languages), device, workers, cpu_peak))
