@@ -1,4 +1,4 @@
-"""Refuse work that cannot fit in memory, before allocating any of it (issue 20, item 9).
+"""Refuse work that cannot fit in memory, before allocating any of it.
 
 A setting such as ``model.d_model=100000``, ``eval.n_sentences=100000000`` or ``measure
 --contexts 100000000`` used to start allocating — tens of GB in seconds, or minutes of

