@@ -502,19 +502,39 @@ def task_span(choice: LanguageChoice) -> tuple[int, int]:
 
 
 def _forks(long_steps: int, short_final: int | None = None, *, sam02: bool = True, width_factor: int = 2,
-           extra_layers: int = 1, adv_late_only: bool = False) -> tuple[Fork, ...]:
+           extra_layers: int = 1, adv_late_only: bool = False, stretch: dict[str, int] | None = None
+           ) -> tuple[Fork, ...]:
+    """The forks; ``stretch``: a fork's own steps at the final lr (``final_steps``) by name
+    (``STRETCH``), ``short_final`` the short fork's."""
     large = ("2× wider and one more block" if (width_factor, extra_layers) == (2, 1)
              else f"{width_factor}× wider and {extra_layers} more blocks" if width_factor > 1
              else f"{extra_layers} more blocks")
-    return (Fork("adamw", "AdamW (base continued)"),
-            Fork("short", "AdamW, decayed at once", recipe_steps=0, final_steps=short_final),
-            Fork("long", f"AdamW, {long_steps} steps before the decay", recipe_steps=long_steps),
-            Fork("noreg", "−dropout−WD", NOREG),
-            Fork("noreg-half", "−dropout−WD on SAM's update half-batch", (*NOREG, ("update_half", True))),
-            Fork("sam05", "−dropout−WD+SAM ρ 0.05", (*NOREG, ("sam.rho", 0.05))),
-            *((Fork("sam02", "−dropout−WD+SAM ρ 0.02", (*NOREG, ("sam.rho", 0.02))),) if sam02 else ()),
-            Fork("adv", "adversarial λ 0.02", adversarial=0.02, late_only=adv_late_only),
-            Fork("large", f"AdamW, {large}", width_factor=width_factor, extra_layers=extra_layers))
+    forks = (Fork("adamw", "AdamW (base continued)"),
+             Fork("short", "AdamW, decayed at once", recipe_steps=0, final_steps=short_final),
+             Fork("long", f"AdamW, {long_steps} steps before the decay", recipe_steps=long_steps),
+             Fork("noreg", "−dropout−WD", NOREG),
+             Fork("noreg-half", "−dropout−WD on SAM's update half-batch", (*NOREG, ("update_half", True))),
+             Fork("sam05", "−dropout−WD+SAM ρ 0.05", (*NOREG, ("sam.rho", 0.05))),
+             *((Fork("sam02", "−dropout−WD+SAM ρ 0.02", (*NOREG, ("sam.rho", 0.02))),) if sam02 else ()),
+             Fork("adv", "adversarial λ 0.02", adversarial=0.02, late_only=adv_late_only),
+             Fork("large", f"AdamW, {large}", width_factor=width_factor, extra_layers=extra_layers))
+    return tuple(dataclasses.replace(f, final_steps=stretch[f.name]) if f.name in (stretch or {}) else f
+                 for f in forks)
+
+
+def stretches(final: int) -> dict[str, int]:
+    """Each fork's steps at the final lr, in multiples of the preset's ``final`` (issue 34):
+    long enough that compared forks' KL ranges overlap. Measured on the tiny HMM (two seeds
+    of this design trained with 900-step stretches, KL every 20 steps): with 300 steps for
+    all, SAM ρ 0.05 sat 5–6e-4 nats above −dropout−WD late and 1.1–1.7e-3 from scratch,
+    the short fork up to 2e-4 above the long one, the adversarial fork 1e-4 above AdamW and,
+    from scratch, the large model below AdamW; with these stretches every late pair of those
+    two seeds overlaps, and from scratch all but SAM (and its half-batch control) against
+    −dropout−WD, whose gaps shrank to 0.3–1.0e-3 (SAM) and 0.1–1.1e-3 (the half batch)
+    and close too slowly to close at one lr: the report gives each pair's gap. SAM's steps
+    cost two forward–backward passes, so its 3× stretch is the dearest part."""
+    return {"adamw": 2 * final, "short": 3 * final, "noreg-half": 2 * final, "sam05": 3 * final,
+            "sam02": 3 * final, "adv": 2 * final, "large": 2 * final}
 
 
 COMPARISONS = (
@@ -554,7 +574,8 @@ def _preset(scale: str, **kw) -> IsolossPreset:
 
 _TINY = dict(
     base_steps=1000, fork_points=(1000, 0), recipe_steps=100, decay_steps=200, final_lr_factor=0.05,
-    final_steps=300, match_every=20, eval_sentences=4000, forks=_forks(400, 600, sam02=False, width_factor=1, extra_layers=2, adv_late_only=True),
+    final_steps=300, match_every=20, eval_sentences=4000,
+    forks=_forks(400, sam02=False, width_factor=1, extra_layers=2, adv_late_only=True, stretch=stretches(300)),
     probe_sizes=(50, 200, 1000),
     probe_subsets=(20, 40, 10), probe_pool=2000, probe_test=20_000, probe_epochs=50, probe_l2=1e-2,
     primary_size=200, kl_tolerance=3e-4, extrapolation_limit=1e-3,
@@ -574,13 +595,14 @@ PRESETS: dict[str, IsolossPreset] = {
     "small": _preset(
         "small", seeds=tuple(range(8)), base_steps=20_000, fork_points=(20_000, 0), recipe_steps=2000,
         decay_steps=2000, final_lr_factor=0.05, final_steps=3000, match_every=200, eval_sentences=20_000,
-        forks=_forks(8000, 6000), probe_sizes=(50, 200, 1000), probe_subsets=(20, 40, 10), probe_pool=5000,
-        probe_test=20_000, probe_epochs=100, probe_l2=1e-2, primary_size=200, kl_tolerance=3e-4,
+        forks=_forks(8000, stretch=stretches(3000)), probe_sizes=(50, 200, 1000), probe_subsets=(20, 40, 10),
+        probe_pool=5000, probe_test=20_000, probe_epochs=100, probe_l2=1e-2, primary_size=200, kl_tolerance=3e-4,
         extrapolation_limit=1e-3, adversarial_batch=256),
     "paper": _preset(
         "paper", seeds=tuple(range(8)), base_steps=100_000, fork_points=(100_000, 0), recipe_steps=10_000,
         decay_steps=10_000, final_lr_factor=0.05, final_steps=15_000, match_every=1000, eval_sentences=100_000,
-        forks=_forks(40_000, 30_000), probe_sizes=(50, 200, 1000), probe_subsets=(20, 40, 10), probe_pool=5000,
+        forks=_forks(40_000, stretch=stretches(15_000)), probe_sizes=(50, 200, 1000), probe_subsets=(20, 40, 10),
+        probe_pool=5000,
         probe_test=30_000, probe_epochs=100, probe_l2=1e-2, primary_size=200, kl_tolerance=3e-4,
         extrapolation_limit=1e-3, adversarial_batch=256),
 }
@@ -710,10 +732,14 @@ def seed_study(study: Study, seed: int, p: IsolossPreset) -> dict:
     estimation at each comparison's target KL reads these rows (``paired.estimate_pairs``)."""
     t0, c0 = time.perf_counter(), _cpu()
     spec = _probe_spec(p, seed)
+    # CPU seconds of this process per part (what a budget plans with): the base with its gate,
+    # and per fork point and fork its training and its measures
+    cost: dict[tuple[str, str, str], float] = {}
     base = study.train(base_run(p, seed))
     gate = gate_seed(study, seed, p, base)
+    cost[("", "base", "train+gate")] = _cpu() - c0
     if not gate["ok"] and p.on_no_headroom == "stop":
-        return {"gate": gate, "rows": [], "runs": [base], "embedded_kl": [], "curves": {},
+        return {"gate": gate, "rows": [], "runs": [base], "embedded_kl": [], "curves": {}, "cost": _cost_rows(cost),
                 "seconds": time.perf_counter() - t0, "cpu_seconds": _cpu() - c0}
     infos: dict[tuple[str, str], object] = {}  # (point, fork) -> RunInfo
     embedded_kl = []
@@ -724,12 +750,13 @@ def seed_study(study: Study, seed: int, p: IsolossPreset) -> dict:
             if run_k != k:  # the base recipe's late fork
                 infos[(p.point_name(k), f.name)] = infos[(p.point_name(run_k), f.name)]
                 continue
-            begin = start
+            begin, c1 = start, _cpu()
             if f.resized and start is not None:
                 begin = study.embed(start, width_factor=f.width_factor, extra_layers=f.extra_layers,
                                     optimizer="embedded")
                 embedded_kl.append(_check_embedded_kl(study, p, start, begin))
             infos[(p.point_name(k), f.name)] = study.train(fork_run(p, seed, f, k, begin))
+            cost[(p.point_name(k), f.name, "train")] = _cpu() - c1
     forks = {f.name: f for f in p.forks}
     # the references of a size contrast: their traces in the large model's parameter space too
     one_space = {c.reference: forks[c.recipe] for c in p.comparisons if forks[c.recipe].resized}
@@ -737,7 +764,7 @@ def seed_study(study: Study, seed: int, p: IsolossPreset) -> dict:
     fork_steps = {p.point_name(k): k for k in p.fork_points}
     rows = []
     for (point, name), info in infos.items():
-        fork = forks[name]
+        fork, c1 = forks[name], _cpu()
         for step in p.probe_steps(fork):
             ck = checkpoint_dir(info.path, step)
             study.log(f"measure {study.rel(ck)}")
@@ -756,12 +783,19 @@ def seed_study(study: Study, seed: int, p: IsolossPreset) -> dict:
                 row["trace_fisher_embedded"] = e["trace_fisher"]
                 row["trace_fisher_embedded_se"] = e["trace_fisher_se"]
             rows.append(row)
+        cost[(point, name, "measure")] = _cpu() - c1
     curves = {f"{pt}-{name}": {s: float(ev["kl"]) for s, ev in histories[id(info)].items()}
               for (pt, name), info in infos.items()}
     curves["base"] = {s: float(ev["kl"]) for s, ev in eval_history(base.path).items()}
     runs_used = [base, *{id(i): i for i in infos.values()}.values()]
     return {"gate": gate, "rows": rows, "runs": runs_used, "embedded_kl": embedded_kl, "curves": curves,
-            "seconds": time.perf_counter() - t0, "cpu_seconds": _cpu() - c0}
+            "cost": _cost_rows(cost), "seconds": time.perf_counter() - t0, "cpu_seconds": _cpu() - c0}
+
+
+def _cost_rows(cost: dict[tuple[str, str, str], float]) -> list[dict]:
+    """A seed's CPU seconds per part (``seed_study``): one row per fork point, fork and
+    stage (a reused run or a cached measure costs ~0: a base-recipe fork's scratch entry)."""
+    return [{"point": pt, "fork": f, "stage": st, "cpu_seconds": v} for (pt, f, st), v in cost.items()]
 
 
 def _cpu() -> float:
@@ -1332,9 +1366,12 @@ def _figures(study: Study, section: Section, p: IsolossPreset, rows: list[dict],
 def _runtime(section: Section, study: Study, results: list[dict], seeds: list[int]) -> None:
     rows = [{"seed": s, "seconds": res["seconds"], "cpu_seconds": res["cpu_seconds"]} for s, res in zip(seeds, results)]
     section.files["runtime.csv"] = rows
+    # CPU seconds per fork point, fork and stage of every seed (a budget's cost model reads them)
+    section.files["cost.csv"] = [{"seed": s, **r} for s, res in zip(seeds, results) for r in res.get("cost", [])]
     cpu = [r["cpu_seconds"] for r in rows]
     section.notes.append(f"Runtime per seed (this call, seeds not reused): CPU {fmt(float(np.mean(cpu)))} s on average "
-                         f"(min {fmt(min(cpu))}, max {fmt(max(cpu))}; runtime.csv); {_workers_text(study.launcher)}.")
+                         f"(min {fmt(min(cpu))}, max {fmt(max(cpu))}; runtime.csv; per fork and stage: cost.csv); "
+                         f"{_workers_text(study.launcher)}.")
 
 
 def _workers_text(launcher) -> str:
