@@ -1341,7 +1341,7 @@ def _decided(section: Section, p: IsolossPreset, diffs: list[dict]) -> list[dict
     open_ = [f"{x['test']} ({_more(x)})" for x in out if not x["decided"]]
     section.files["decided.csv"] = out
     section.text.append(f"**Decided ({len(done)} of {len(out)}):** " + ("; ".join(done) or "none") + ". "
-                        f"**Undecided:** " + ("; ".join(open_) or "none") + f" (seeds for an MDE of {p.mde_target:g} "
+                        "**Undecided:** " + ("; ".join(open_) or "none") + f" (seeds for an MDE of {p.mde_target:g} "
                         "points at each comparison's measured paired SD).")
     return out
 
