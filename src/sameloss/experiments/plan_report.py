@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import registry
 from ..errors import UserError
 from .plan import DEVICES, STAGES, STEP_FLOOR_S, UTILISATION, UTILISATION_SOURCE, Estimate, device_memory, dry_plan, \
     estimate
@@ -92,7 +93,17 @@ def format_plan(e: Estimate) -> str:
 
 
 def plan_text(experiment: str, scale: str, device: str, workers: int = 1, cpu_peak: float | None = None,
-              out: str | Path = "runs", seed: int = 0, languages: list[str] | None = None) -> str:
+              out: str | Path = "runs", seed: int = 0, languages: list[str] | None = None,
+              budget: float | None = None) -> str:
     if device not in UTILISATION:
         raise UserError(f"unknown device {device!r}; choose from {', '.join(UTILISATION)}")
-    return format_plan(estimate(dry_plan(experiment, scale, out, seed, languages), device, workers, cpu_peak))
+    text = format_plan(estimate(dry_plan(experiment, scale, out, seed, languages, budget=budget), device, workers,
+                                cpu_peak))
+    recipe = registry.recipe(experiment)
+    forecast = getattr(recipe, "forecast", None)
+    if budget is not None and forecast is not None:
+        from . import on_budget, on_languages
+
+        p = on_budget(recipe, experiment, on_languages(recipe, experiment, recipe.PRESETS[scale], languages), budget)
+        text += "\n\n" + forecast(p, device, workers, cpu_peak)
+    return text
