@@ -58,7 +58,7 @@ class DataSet:
         """Whether a file of the downloads folder is one of this set's packages."""
         if self.apt:
             return any(path.name.startswith(f"{p}_") and path.suffix == ".deb" for p in self.apt)
-        return normalised(path.name).startswith(normalised(self.pip.replace("==", "_")))
+        return self.pip is not None and normalised(path.name).startswith(normalised(self.pip.replace("==", "_")))
 
 
 def normalised(name: str) -> str:

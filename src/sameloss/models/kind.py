@@ -98,11 +98,11 @@ def model_kind(name: str) -> ModelKind:
 
 
 def kind_of_config(config) -> ModelKind | None:
-    """The kind whose config class ``config`` is (None: not a sameloss model's config)."""
+    """The kind whose config class ``config`` is (else whose class it derives from; None:
+    not a sameloss model's config)."""
     from .. import registry
 
-    for entry in registry.MODELS.values():
-        kind = entry.load()
-        if isinstance(config, kind.config_class):
-            return kind
-    return None
+    kinds = [entry.load() for entry in registry.MODELS.values()]
+    exact = [k for k in kinds if type(config) is k.config_class]
+    derived = [k for k in kinds if isinstance(config, k.config_class)]
+    return (exact or derived or [None])[0]
