@@ -176,7 +176,9 @@ def add_measure_parser(commands) -> None:
     measure.add_argument("--micro-batch", type=_positive_int, metavar="N",
                          help="hutchinson / hutchpp / --top-eig: hold the Hessian's graph for N sentences at a time "
                               "(less memory, one more forward and backward per N sentences and product chunk; "
-                              "default: the whole batch)")
+                              "default: the whole batch if the measure's peak-memory estimate, x1.5, fits the memory "
+                              "limit ($SAMELOSS_MEMORY_LIMIT, else 80%% of RAM or of the GPU), else the largest power "
+                              "of two that does)")
     measure.add_argument("--lanczos-basis", type=_int_at_least(2), default=20, metavar="K",
                          help="vectors the Lanczos basis keeps (memory: K+1 model-sized vectors; default 20)")
     measure.add_argument("--sharpness", action="store_true", help="SAM sharpness in an L2 ball of radius --rho")
