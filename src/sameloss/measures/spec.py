@@ -130,7 +130,8 @@ class Measure:
 
     def flops(self, spec: MeasureSpec, shape) -> float:
         """FLOPs of one measurement, counted in ``stage`` (``shape``: an
-        ``experiments.plan.ModelShape``; ``forward`` is one full sentence's forward)."""
+        ``experiments.plan.ModelShape``; ``shape.sentence_flops`` is one full sentence's
+        forward pass)."""
         return 0.0
 
     def peaks(self, spec: MeasureSpec, memory: MemoryContext) -> dict[str, int]:
