@@ -86,7 +86,8 @@ class MeasureSpec:
             measure.validate(self)
         unknown = [name for name in self.extra if name not in MEASURES]
         if unknown:
-            raise UserError(f"unknown measure {unknown[0]!r}; choose from {', '.join(MEASURES.names())}")
+            known = (m.name for m in sorted(MEASURES.values(), key=_order))
+            raise UserError(f"unknown measure {unknown[0]!r}; choose from {', '.join(known)}")
         if not measures_of(self):
             flags = [m.flag for m in sorted(MEASURES.values(), key=_order) if m.flag]
             raise UserError(f"nothing to measure: pass {', '.join(flags[:-1])} or {flags[-1]}")
