@@ -403,10 +403,11 @@ class IsolossPreset(Preset):
                        self.probe_subsets, self.probe_pool, self.probe_test, ENDPOINTS, self.probe_epochs,
                        self.probe_l2, seed=seed)
 
-    def design(self, headroom: bool = True) -> Design:
-        """What every verdict of the study shares, fixed here before any data."""
+    def design(self, headroom: bool = True, pilot: tuple[int, ...] = ()) -> Design:
+        """What every verdict of the study shares, fixed here before any data (``pilot``: an
+        adaptive study's pilot seeds, whose spread its tests read: Stein's test)."""
         return Design(self.equivalence_margin, self.trace_margin, self.extrapolation_limit, self.kl_tolerance,
-                      headroom)
+                      headroom, pilot)
 
     @property
     def primary_key(self) -> str:
@@ -1280,7 +1281,7 @@ def _language_report(study: Study, p: IsolossPreset) -> tuple[Section, Section, 
                          "the headroom table below says by how much).")
         return lead, section, {"language": p.choice.spec, "tag": p.tag, "ok": False, "diffs": [],
                                "tests": [f"{c.name} @ {pt}" for c, pt in p.tests()]}
-    design = p.design(headroom=ok)
+    design = p.design(headroom=ok, pilot=tuple(study_seeds(study, p)[:p.pilot_seeds]) if alloc is not None else ())
     rows = [r for res in results for r in res["rows"]]
     for res in results:
         section.runs += res["runs"]
@@ -1333,7 +1334,9 @@ def _decided(section: Section, p: IsolossPreset, diffs: list[dict]) -> list[dict
         if r["family"] != "primary":
             continue
         decided = r["verdict"] in (DETECTED, DETECTED_AGAINST, EQUIVALENT)
-        need = None if decided else needed_seeds(r["sd"], p.mde_target, start=max(int(r["n_used"]), 2))
+        stein = 0 < int(r["df"]) < int(r["n_used"]) - 1  # Stein's test: its spread is the pilot's
+        need = None if decided else needed_seeds(r["sd"], p.mde_target, start=max(int(r["n_used"]), 2),
+                                                 pilot=int(r["df"]) + 1 if stein else None)
         out.append({"test": f"{r['comparison']} @ {r['point']}", "decided": decided, "verdict": r["verdict"],
                     "used": r["n_used"], "mde": r["mde"],
                     "more_seeds": math.nan if decided or need is None else max(0, need - int(r["n_used"]))})
