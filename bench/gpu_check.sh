@@ -36,9 +36,10 @@ if [ "$DRY" = 1 ]; then
   section workers 180 $PY bench/gpu_workers.py --smoke --json "$OUT/workers.json"
   K=2; SCALE=smoke; RLIMIT=240; DEV=cpu
 else
-  section tests 90 $PY -m pytest -m cuda tests/cuda -q -rs -p no:cacheprovider
-  section throughput 110 $PY bench/gpu_throughput.py --seconds 4 --json "$OUT/throughput.json"
-  section workers 100 $PY bench/gpu_workers.py --seconds 8 --json "$OUT/workers.json"
+  section tests 75 $PY -m pytest -m cuda tests/cuda -q -rs -p no:cacheprovider
+  section throughput 100 $PY bench/gpu_throughput.py --seconds 4 --json "$OUT/throughput.json"
+  # up to 8 processes on 16 cores: 2 threads each
+  section workers 115 env OMP_NUM_THREADS=2 $PY bench/gpu_workers.py --seconds 5 --startup 15 --json "$OUT/workers.json"
   K=$($PY -c "import json; r=json.load(open('$OUT/workers.json'))['rows']; print(max(r, key=lambda x: x['seeds_per_min'])['k'])" 2>/dev/null || echo 2)
   SCALE=quick; DEV=cuda
   # what is left of 6.5 minutes, less 15 s to pack up
