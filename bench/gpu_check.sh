@@ -8,7 +8,8 @@
 set -u
 OUT=${OUT:-./gpu_out}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONPATH=src OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
+# src first; a PYTHONPATH already set (carried wheels, e.g. submitit in /tmp/site) stays after it
+export PYTHONUNBUFFERED=1 PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
 PY=${PYTHON:-python3}
 DRY=${GPU_CHECK_CPU_DRY:-0}
 SUM="$OUT/summary.md"
@@ -34,19 +35,19 @@ if [ "$DRY" = 1 ]; then
   section tests 120 env SAMELOSS_TEST_DEVICE=cpu $PY -m pytest -m cuda tests/cuda -q -p no:cacheprovider
   section throughput 120 $PY bench/gpu_throughput.py --smoke --json "$OUT/throughput.json"
   section workers 180 $PY bench/gpu_workers.py --smoke --json "$OUT/workers.json"
-  K=2; SCALE=smoke; RLIMIT=240; DEV=cpu
+  SCALE=smoke; RLIMIT=240; DEV=cpu
 else
   section tests 75 $PY -m pytest -m cuda tests/cuda -q -rs -p no:cacheprovider
   section throughput 100 $PY bench/gpu_throughput.py --seconds 4 --json "$OUT/throughput.json"
   # up to 8 processes on 16 cores: 2 threads each
   section workers 115 env OMP_NUM_THREADS=2 $PY bench/gpu_workers.py --seconds 5 --startup 15 --json "$OUT/workers.json"
-  K=$($PY -c "import json; r=json.load(open('$OUT/workers.json'))['rows']; print(max(r, key=lambda x: x['seeds_per_min'])['k'])" 2>/dev/null || echo 2)
   SCALE=quick; DEV=cuda
   # what is left of 6.5 minutes, less 15 s to pack up
   RLIMIT=$(( 390 - 15 - ($(date +%s) - T0) )); [ $RLIMIT -lt 30 ] && RLIMIT=30
 fi
-# quick has two seeds: more than two workers cannot run more units at once
-W=$(( K < 2 ? K : 2 ))
+# the proxy's best k (2 when it gave none)
+K=$($PY -c "import json; r=json.load(open('$OUT/workers.json'))['rows']; print(max(r, key=lambda x: x['seeds_per_min'])['k'])" 2>/dev/null || echo 2)
+W=$K  # quick has two seeds: workers beyond its units at once wait idle
 say ""; say "best k from the proxy: $K; reproduce runs with --workers $W"
 rm -rf /tmp/gpu_check_isoloss
 section reproduce "$RLIMIT" $PY -m sameloss.cli reproduce isoloss --scale "$SCALE" --launcher local --workers "$W" \
