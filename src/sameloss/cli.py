@@ -77,8 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
                           help="sentences sampled for the statistics (default 4096)")
     describe.add_argument("--json", action="store_true", help="print the summary as JSON")
     describe.add_argument("--save-grammar", metavar="FILE",
-                          help="pcfg: also write the grammar to FILE (a new file; sameloss's format), which "
-                               "--grammar FILE reads back")
+                          help="pcfg: also write the grammar to FILE (sameloss's format), which --grammar FILE reads "
+                               "back; an existing FILE is replaced only when sameloss wrote it (its sha256 listed in "
+                               ".sameloss-outputs beside it), a symbolic link never")
+    describe.add_argument("--force", action="store_true",
+                          help="replace an existing --save-grammar FILE that sameloss did not write (a link still "
+                               "never)")
     add_threads_argument(describe)
     describe.set_defaults(run=_language_describe)
 
@@ -184,7 +188,11 @@ def build_parser() -> argparse.ArgumentParser:
     measure.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     measure.add_argument("--seed", type=int, default=0)
     measure.add_argument("--out", metavar="FILE",
-                         help="write the rows to FILE (.csv, else JSON); checked before measuring")
+                         help="write the rows to FILE (.csv, else JSON); checked before measuring. An existing "
+                              "FILE is replaced only when sameloss wrote it (its sha256 is listed in "
+                              ".sameloss-outputs beside it); a symbolic link never")
+    measure.add_argument("--force", action="store_true",
+                         help="replace an existing --out FILE that sameloss did not write (a link still never)")
     measure.add_argument("--json", action="store_true", help="print the rows as JSON")
     measure.add_argument("--no-progress", action="store_true")
     add_threads_argument(measure)
@@ -370,7 +378,7 @@ def _measure(args) -> None:
         finetune_epochs=args.finetune_epochs, seeds=tuple(range(args.seeds)), seed=args.seed,
         device=str(resolve_device(args.device)))
     if args.out:
-        check_output(args.out)
+        check_output(args.out, args.force)
     skipped: list[str] = []
     rows = measure_path(args.path, spec, progress=not args.no_progress, skipped=skipped,
                         language_config=args.language_config, overrides=tuple(args.overrides))
@@ -381,7 +389,7 @@ def _measure(args) -> None:
         print(format_rows(rows))
     sys.stdout.flush()
     if args.out:
-        write_rows(rows, args.out)
+        write_rows(rows, args.out, args.force)
     if skipped:  # the good checkpoints' rows are out; the bad ones make the exit code 2
         raise UserError("\n".join(skipped))
 
@@ -490,8 +498,9 @@ def _language_describe(args) -> None:
     if args.save_grammar is not None:
         if args.name != "pcfg":
             raise UserError("--save-grammar applies to the pcfg language only")
-        if os.path.lexists(args.save_grammar):
-            raise UserError(f"--save-grammar {args.save_grammar} exists; not overwriting it (choose a new file)")
+        from .files import check_output
+
+        check_output(args.save_grammar, args.force, "--save-grammar")
         if not os.path.isdir(os.path.dirname(args.save_grammar) or "."):
             raise UserError(f"--save-grammar {args.save_grammar}: no folder {os.path.dirname(args.save_grammar)}")
     lang = make_language(args.name, preset=args.size, seed=args.seed, grammar=args.grammar, params=args.params)
@@ -499,10 +508,9 @@ def _language_describe(args) -> None:
     # if that cannot fit, not after minutes of allocating (and before --save-grammar writes)
     check_sentences(args.n_sentences, lang, f"--n-sentences {args.n_sentences}", "lower --n-sentences")
     if args.save_grammar is not None:  # before the (slower) statistics: the file is what was asked for
-        from .files import atomic_write_text, storage_errors
+        from .files import write_output
 
-        with storage_errors(args.save_grammar):
-            atomic_write_text(args.save_grammar, lang.grammar.to_text())
+        write_output(args.save_grammar, lang.grammar.to_text(), args.force, "--save-grammar")
     summary = lang.describe(n_sentences=args.n_sentences, seed=args.seed or 0)
     seed = "" if args.seed is None else f", seed {args.seed}"
     params = "" if args.params is None else f", params {args.params}"

@@ -50,7 +50,7 @@ def test_a_failed_write_of_the_rows_leaves_no_temporary_file_and_keeps_the_old_r
 
     monkeypatch.setattr(os, "replace", full)
     with pytest.raises(UserError, match="cannot write .*m.csv: No space left on device"):
-        write_rows([{"step": 1, "loss": 2.0}], out)
+        write_rows([{"step": 1, "loss": 2.0}], out, force=True)
     assert out.read_text() == "old results\n"
     assert [p.name for p in tmp_path.iterdir()] == ["m.csv"]
 

@@ -264,8 +264,11 @@ def add_replicate_parser(commands) -> argparse.ArgumentParser:
                            help="a study folder, OUT/isoloss-SCALE[-languages]; LABEL= names a one-language study "
                                 "(default: the language its results.csv names, else the folder's name)")
     replicate.add_argument("--csv", default=None, metavar="FILE",
-                           help="also write the table's numbers to FILE (a new file: an existing one is never "
-                                "replaced)")
+                           help="also write the table's numbers to FILE (an existing file is replaced only when "
+                                "sameloss wrote it: its sha256 listed in .sameloss-outputs beside it; a symbolic link "
+                                "never)")
+    replicate.add_argument("--force", action="store_true",
+                           help="replace an existing --csv FILE that sameloss did not write (a link still never)")
     replicate.set_defaults(run=_replicate)
     return replicate
 
@@ -276,7 +279,7 @@ def _replicate(args) -> None:
     from .. import files
     from ..errors import UserError
     from .recipes.isoloss import finished_studies, replication_section
-    from .report import write_csv
+    from .report import csv_text
 
     outcomes = []
     for text in args.studies:
@@ -294,17 +297,17 @@ def _replicate(args) -> None:
         raise UserError("one language is nothing to replicate: give at least two studies (or one of several "
                         "languages)")
     csv_path = Path(args.csv) if args.csv else None
-    if csv_path is not None and (csv_path.exists() or csv_path.is_symlink()):
-        raise UserError(f"{csv_path} exists: replicate never replaces a file (give a new --csv)")
-    if csv_path is not None and not csv_path.parent.is_dir():
-        raise UserError(f"--csv {csv_path}: no folder {csv_path.parent} to write it in")
+    if csv_path is not None:
+        files.check_output(csv_path, args.force, "--csv")
+        if not csv_path.parent.is_dir():
+            raise UserError(f"--csv {csv_path}: no folder {csv_path.parent} to write it in")
     section = replication_section(outcomes)
     section.text.insert(0, "Studies: " + "; ".join(f"{o['tag']} ← {o['folder']}" for o in outcomes) + ".")
     print(section.markdown())
     if csv_path is not None:
         try:
-            write_csv(section.files["replication.csv"], csv_path, experiment=False)
-        except OSError as exc:  # a folder it may not write in (a full disk: write_csv's own line)
+            files.write_output(csv_path, csv_text(section.files["replication.csv"]), args.force, "--csv")
+        except OSError as exc:  # a folder it may not write in (a full disk: write_output's own line)
             raise files.write_error(csv_path, exc) from None
         print(f"\n{csv_path}")
 
@@ -320,13 +323,16 @@ def add_plot_parser(commands) -> argparse.ArgumentParser:
                     "true conditionals on a log axis ± std over the held-out subsets (a corpus run: the held-out "
                     "cross-entropy) and the learning rate, against step; one line per run, labelled by its folder's "
                     "name. Writes the figure and FILE.data.csv (the plotted numbers) beside it; an existing file is "
-                    "replaced only when sameloss wrote it.")
+                    "replaced only when sameloss wrote it (its sha256 listed in .sameloss-outputs beside it, or a figure "
+                    "tagged by sameloss), or with --force; a symbolic link never.")
     plot.add_argument("runs", nargs="+", metavar="RUN", help="run folders (runs/NAME, as sameloss pretrain writes them)")
     plot.add_argument("--out", default=None, metavar="FILE",
                       help=f"the figure (default {DEFAULT_OUT}.png in the current folder); FILE.pdf / FILE.svg "
                            "choose the format, a FILE without one of those suffixes gets --format's")
     plot.add_argument("--format", dest="formats", type=_formats, default=None, metavar="FMT[,FMT]",
                       help="png (200 dpi, the default), pdf, svg, or several: png,pdf")
+    plot.add_argument("--force", action="store_true",
+                      help="replace existing files at --out that sameloss did not write (a link still never)")
     plot.set_defaults(run=_plot)
     return plot
 
@@ -334,4 +340,4 @@ def add_plot_parser(commands) -> argparse.ArgumentParser:
 def _plot(args) -> None:
     from .curves import plot_runs
 
-    plot_runs(args.runs, args.out, args.formats)
+    plot_runs(args.runs, args.out, args.formats, force=args.force)
