@@ -7,6 +7,7 @@ is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -567,7 +568,31 @@ def format_summary(s: dict) -> str:
     return "\n".join(lines)
 
 
+@contextlib.contextmanager
+def quiet_libraries():
+    """The libraries' warnings are not a user's concern, and would break the one-line rule
+    for errors: inside the block Python warnings are ignored (unless ``-W`` or
+    ``PYTHONWARNINGS`` asks for them — sameloss says what it has to say in its own lines,
+    never through ``warnings``), and transformers logs only errors
+    (``TRANSFORMERS_VERBOSITY``, unless set; inherited by the workers of ``reproduce``).
+    Where a warning can be fixed at its source it is (``languages/lm_generated.py`` passes
+    the KV cache by the current keyword)."""
+    import warnings
+
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    with warnings.catch_warnings():
+        if not sys.warnoptions:
+            warnings.simplefilter("ignore")
+        yield
+
+
 def main(argv: list[str] | None = None) -> int:
+    with quiet_libraries():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         parser = build_parser()  # reads the registry: a plugin that fails to import is a user error
     except UserError as exc:
@@ -588,6 +613,9 @@ def main(argv: list[str] | None = None) -> int:
         check_env_before_torch(getattr(args, "threads", None))
         if "threads" in vars(args):  # every compute command has --threads
             configure_threads(args.threads)
+        from .progress import data_on_stdout
+
+        data_on_stdout(bool(getattr(args, "json", False)))  # notes and progress then stay off the JSON
         args.run(args)
     except UserError as exc:
         for line in str(exc).splitlines() or [type(exc).__name__]:

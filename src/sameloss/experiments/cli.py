@@ -163,7 +163,7 @@ def _launch_options(args, argv_given: set[str]):
 
 
 def _main_job_launcher(args) -> str:
-    """``local`` or ``inprocess`` for the main job (``launch.main_job_options``), said on stderr."""
+    """``local`` or ``inprocess`` for the main job (``launch.main_job_options``), said in a note."""
     import importlib.util
     import os
 
@@ -174,12 +174,14 @@ def _main_job_launcher(args) -> str:
     have = importlib.util.find_spec("submitit") is not None
     options = main_job_options(args.workers, torch.get_num_threads(), torch.cuda.device_count(), os.cpu_count(),
                                have)
-    if options.launcher == "local":
-        print(f"note: the main job runs its seeds on {options.workers} local workers at once (--launcher inprocess: "
-              "one after another in this process)", file=sys.stderr)
+    from ..progress import say
+
+    if options.launcher == "local":  # a note, beside the headings (stdout unless a terminal): stderr is for errors
+        say(f"note: the main job runs its seeds on {options.workers} local workers at once (--launcher inprocess: "
+            "one after another in this process)")
     elif not have:
-        print("note: the main job runs its seeds one after another (pip install submitit to run them on this "
-              "machine's cores at once)", file=sys.stderr)
+        say("note: the main job runs its seeds one after another (pip install submitit to run them on this "
+            "machine's cores at once)")
     return options.launcher
 
 

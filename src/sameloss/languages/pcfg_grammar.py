@@ -43,6 +43,7 @@ from pathlib import Path
 import torch
 
 from ..errors import InputFileError, UserError
+from ..progress import say
 
 # The released grammar's rule sets sum to 1 only up to rounding (worst: A4_1, 0.99977).
 # Sums within this tolerance are renormalised exactly (and listed in
@@ -59,7 +60,7 @@ CRITICAL_TOL = 1e-9
 
 
 class Progress:
-    """Plain progress lines on stderr for a step that turns out slow.
+    """Plain progress lines (``progress.say``) for a step that turns out slow.
 
     Silent for the first ``after`` seconds (fast steps print nothing), then one line at
     most every ``every`` seconds, and a last line with the time taken. Plain lines, not
@@ -75,7 +76,7 @@ class Progress:
         now = time.monotonic()
         if now - self.start >= self.after and now - self.last >= (self.every if self.printed else self.after):
             of = f"/{self.total}" if self.total is not None else ""
-            print(f"{self.what}: {done}{of} ({now - self.start:.0f} s)", file=sys.stderr, flush=True)
+            say(f"{self.what}: {done}{of} ({now - self.start:.0f} s)")
             self.last, self.printed = now, True
 
     def close(self) -> None:
