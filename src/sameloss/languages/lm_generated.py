@@ -141,11 +141,11 @@ def tokens_filename(k: int, length: int, n_sentences: int, seed: int) -> str:
     return f"sameloss-tokens-k{k}-len{length}-n{n_sentences}-seed{seed}.json"
 
 
-# ---- KV caches across transformers versions ------------------------------------------------
+# ---- KV caches across transformers versions (5.0 onwards: pyproject.toml) --------------------
 def cache_keyword(model) -> str:
-    """The keyword a model's ``forward`` takes its KV cache by: ``cache`` in transformers
-    5.x since the rename (``past_key_values`` is deprecated there, and warns), else
-    ``past_key_values`` (4.40 onwards)."""
+    """The keyword a model's ``forward`` takes its KV cache by: ``cache`` since transformers
+    renamed it in 5.x (``past_key_values`` still works there but warns), else
+    ``past_key_values`` (5.0 and the releases before the rename)."""
     import inspect
 
     try:
@@ -157,28 +157,22 @@ def cache_keyword(model) -> str:
 
 def _returned_cache(out):
     """The KV cache a model returned (``use_cache=True``), under its name of either era
-    (``keys()``: asking for the old name on a new output warns)."""
+    (``keys()``: asking an output of a newer release for the old name warns)."""
     keys = out.keys()
     return out["cache"] if "cache" in keys else out["past_key_values"]
 
 
 def _kv_pairs(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per-layer ``(keys, values)``, each ``[batch, heads, positions, head_dim]``."""
-    if isinstance(cache, (tuple, list)):  # legacy format
-        return [(layer[0], layer[1]) for layer in cache]
-    if hasattr(cache, "layers"):  # transformers >= 4.56
-        return [(layer.keys, layer.values) for layer in cache.layers]
-    if hasattr(cache, "key_cache"):  # 4.40 .. 4.55
-        return list(zip(cache.key_cache, cache.value_cache))
-    raise UserError(f"unsupported KV cache type {type(cache).__name__} from the generator")
+    if not hasattr(cache, "layers"):
+        raise UserError(f"unsupported KV cache type {type(cache).__name__} from the generator")
+    return [(layer.keys, layer.values) for layer in cache.layers]
 
 
 def _make_cache(pairs, like, config):
-    """A fresh cache holding ``pairs``, of the kind the model returned (``like``): filled
-    layer by layer through ``update``, the API every version shares (the constructor's
-    ``ddp_cache_data`` of 4.54 and 4.55 puts the layers after empty ones: wrong results)."""
-    if isinstance(like, (tuple, list)):
-        return tuple(pairs)
+    """A fresh cache holding ``pairs``, of the kind the model returned (``like``), filled
+    layer by layer through ``Cache.update`` (the constructor's ``ddp_cache_data`` put the
+    layers after empty ones in some releases, 4.54 and 4.55: silently wrong results)."""
     try:
         cache = type(like)()
     except TypeError:
