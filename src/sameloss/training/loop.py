@@ -118,6 +118,8 @@ def _pretrain(cfg: PretrainConfig, run_dir: Path, resume: bool, progress: bool, 
 
     start, window, created = 1, LogWindow(), False
     if resume:
+        if rank == 0:  # the run's lock is held: a checkpoint half-saved by a killed call is nobody's
+            ckpt.remove_cut_saves(run_dir)
         model, optimizer, schedule, state = _restore(cfg, language, device, run_dir, rank)
         if state["step"] > cfg.steps:
             raise UserError(f"cannot resume: {run_dir} is at step {state['step']}, past steps={cfg.steps}")
