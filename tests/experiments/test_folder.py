@@ -27,10 +27,11 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 
 
 def the_error(capsys) -> str:
-    """The one error line (reproduce logs its progress on stderr before it)."""
+    """The one error line: stderr holds nothing else (reproduce's headings and progress go
+    to stdout when stderr is not a terminal, issue 40)."""
     err = capsys.readouterr().err
     errors = error_lines(err)
-    assert len(errors) == 1 and err.strip().splitlines()[-1] == errors[0] and "Traceback" not in err, err
+    assert len(errors) == 1 and err.strip().splitlines() == errors, err
     return errors[0]
 
 
@@ -78,6 +79,37 @@ def test_fresh_refuses_a_users_folder_anywhere_sameloss_writes(copy, capsys, whe
     assert main([*STEPS, "--out", str(copy), "--fresh"]) == 2
     assert f"steps-smoke/{where}" in the_error(capsys)
     assert snapshot(copy) == before
+
+
+@pytest.mark.parametrize("where", ["my_analysis.txt", "checkpoints/step_0000024/notes.txt", "checkpoints/mine",
+                                   "metrics-mine.jsonl"])
+def test_fresh_keeps_a_users_file_inside_a_run_folder(copy, capsys, where):
+    """A run folder is sameloss's, but a user's notes put in it are theirs (issue 40)."""
+    run = copy / "steps-smoke" / "runs" / "pcfg-micro-sgd"
+    (run / where).parent.mkdir(parents=True, exist_ok=True)
+    (run / where).write_text("my analysis")
+    before = snapshot(copy)
+    assert main([*STEPS, "--out", str(copy), "--fresh"]) == 2
+    line = the_error(capsys)
+    assert f"steps-smoke/runs/pcfg-micro-sgd/{where}" in line and "--fresh deletes only what sameloss wrote" in line
+    assert snapshot(copy) == before
+
+
+def test_fresh_deletes_an_out_file_sameloss_wrote_in_a_run_folder_and_keeps_an_edited_one(copy, capsys):
+    """``measure --out`` lists what it wrote in .sameloss-outputs: that file is sameloss's,
+    until someone changes it."""
+    root = copy / "steps-smoke"
+    run = root / "runs" / "pcfg-micro-sgd"
+    files.write_output(run / "measures.csv", "step,kl\n24,0.5\n")
+    (run / "checkpoints" / ".tmp-step_0000030-999").mkdir()  # a save cut by a kill: sameloss's
+    files.write_output(root / "table.csv", "a,b\n")
+    with open(run / "measures.csv", "a") as f:
+        f.write("my own row\n")
+    assert main([*STEPS, "--out", str(copy), "--fresh"]) == 2
+    assert "runs/pcfg-micro-sgd/measures.csv" in the_error(capsys)
+    files.write_output(run / "measures.csv", "step,kl\n24,0.5\n", force=True)
+    with Study(root, fresh=True, progress=False):
+        assert [p.name for p in root.iterdir()] == [files.EXPERIMENT_MARKER]
 
 
 def test_fresh_deletes_a_folder_that_holds_only_sameloss_outputs(copy):
@@ -252,11 +284,11 @@ def test_cached_checkpoints_show_no_rate(copy, capsys, monkeypatch):
     """Rows from measurements.json took no time: their "3.85e+03 checkpoint/s" meant nothing."""
     monkeypatch.setenv("SAMELOSS_PROGRESS_SECONDS", "0")
     assert main(["reproduce", "steps", "--scale", "smoke", "--out", str(copy)]) == 0
-    err = capsys.readouterr().err
-    assert "checkpoint/s" not in err and "measure runs/" in err  # every row cached, none counted
+    out = capsys.readouterr().out  # progress on stdout: stderr is not a terminal here
+    assert "checkpoint/s" not in out and "measure runs/" in out  # every row cached, none counted
     (copy / "steps-smoke" / "measurements.json").unlink()
     assert main(["reproduce", "steps", "--scale", "smoke", "--out", str(copy)]) == 0
-    lines = [line for line in capsys.readouterr().err.splitlines() if "checkpoint/s" in line]
+    lines = [line for line in capsys.readouterr().out.splitlines() if "checkpoint/s" in line]
     assert lines and len(lines) == len(set(lines))  # measured ones counted, each line once
 
 

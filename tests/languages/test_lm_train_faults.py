@@ -142,7 +142,7 @@ def pool(generator, tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("case", ["truncated", "pickled", "tokens-garbage", "meta-list"])
+@pytest.mark.parametrize("case", ["truncated", "pickled", "tokens-garbage", "meta-list", "n-more", "n-missing"])
 def test_a_damaged_pool_is_one_line_even_when_its_checksum_matches(case, generator, pool, tmp_path):
     broken = tmp_path / "pool"
     shutil.copytree(pool, broken)
@@ -154,6 +154,10 @@ def test_a_damaged_pool_is_one_line_even_when_its_checksum_matches(case, generat
         np.save(broken / "tokens.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
     elif case == "tokens-garbage":
         meta["tokens"] = "abc"
+    elif case == "n-more":  # its metadata describes another array (issue 40: n = 100 over 10 rows was accepted)
+        meta["n"] = 100
+    elif case == "n-missing":
+        del meta["n"]
     if case == "meta-list":
         (broken / "meta.json").write_text("[1]")
     else:

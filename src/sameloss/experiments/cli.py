@@ -9,7 +9,6 @@ make (the CLI turns them into one line and exit code 2).
 from __future__ import annotations
 
 import argparse
-import sys
 
 from ..config import int_at_least, positive_float
 from ..threads import add_threads_argument
@@ -29,7 +28,9 @@ def _epilog() -> str:
 
 class _DeprecatedScale(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
-        print("note: --preset is now called --scale", file=sys.stderr)
+        from ..progress import say
+
+        say("note: --preset is now called --scale")  # a note: stderr holds only an error's line
         setattr(namespace, self.dest, values)
 
 
