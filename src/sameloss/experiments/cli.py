@@ -74,7 +74,8 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
                                 "OUT/isoloss-SCALE, the default)")
     reproduce.add_argument("--fresh", action="store_true",
                            help="delete the experiment's folder first and redo everything (only when all it "
-                                "holds is what sameloss wrote: a user's file there is named and nothing is deleted)")
+                                "holds is what sameloss wrote, inside its run folders too: a user's file there is "
+                                "named and nothing is deleted)")
     reproduce.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
                            help="where to train and measure (default: the preset's; auto = CUDA when present)")
     reproduce.add_argument("--no-progress", action="store_true", help="no progress bars")
