@@ -9,11 +9,11 @@ long and short forks, ``match_every``) by N: the same runs, candidates, evaluati
 measures, 1/N of the training (and the forks run whatever the headroom gate says). ``--probe-test`` sets the probes' test set (fewer features).
 
 Runs ``isoloss.seed_study`` for one seed (its base, gate, every fork at both fork points, the
-size forks, the selected checkpoints' measures and — seed 0 — the slope checkpoints) in a
+size forks, and the measures of each fork's ``probe_points`` checkpoints) in a
 temporary folder, deleted afterwards, with the stages timed in PROCESS CPU seconds by
 ``bench_planner.StageClock`` (a stage inside another is taken out of the outer one), and
-counts: the exact-KL evaluations (and how many fall outside a fork's matching candidates
-and slope checkpoints: never read), the reference representations probed (per kind), the
+counts: the exact-KL evaluations (and how many fall outside a fork's candidates: never
+read), the reference representations probed (per kind), the
 checkpoints measured. Quote ``uptime`` with it. Not part of the test suite.
 """
 
@@ -88,7 +88,7 @@ def main() -> None:
     try:
         with patched(clock):
             with Study(Path(tmp), seed=0, progress=False, log=lambda m: None) as study:
-                out = isoloss.seed_study(study, args.seed, p, slope=True)
+                out = isoloss.seed_study(study, args.seed, p)
                 counts = dict(study.counts)
         cpu, wall = time.process_time() - c0, time.perf_counter() - w0
         forks = {f.name: f for f in p.forks}
@@ -97,7 +97,7 @@ def main() -> None:
             if info.spec.group == "base":
                 continue
             f = forks[info.spec.group]
-            wanted = set(p.candidates(f)) | (set(p.slope_steps(f)) if f.name == "adamw" else set())
+            wanted = set(p.candidates(f))
             steps = set(runio.eval_history(info.path))
             read += len(steps & wanted)
             unread += len(steps - wanted)
@@ -111,8 +111,8 @@ def main() -> None:
         print(f"  {stage:<34} {s:8.1f} CPU s  {100 * s / cpu:5.1f} %")
     rest = cpu - sum(clock.seconds.values())
     print(f"  {'rest (checkpoints, embedding, ...)':<34} {rest:8.1f} CPU s  {100 * rest / cpu:5.1f} %")
-    print(f"exact-KL evaluations: {evals['exact-KL evaluations']} (forks' evaluations at their candidates or slope "
-          f"checkpoints: {read}; elsewhere, never read: {unread})")
+    print(f"exact-KL evaluations: {evals['exact-KL evaluations']} (forks' evaluations at their candidates: "
+          f"{read}; elsewhere, never read: {unread})")
     print(f"reference representations probed: {dict(refs) or 'none'}; checkpoints measured: {counts}")
 
 

@@ -2,9 +2,9 @@
 number of its tables against the results files, the design on disk (late forks from the
 base's checkpoint, forks from scratch from the same initial weights and data, the size fork
 from the embedded base at the same exact KL, candidates only on the stretch at the final
-lr), the selection rule recomputed, the figures' numbers — and the pieces: the matching
-rule, the exclusion of pairs outside the tolerance, the headroom gate, the along-fork slope,
-the adversary's task."""
+lr), every estimate at the target KL recomputed, the figures' numbers — and the pieces: the
+target, the estimate at it against least squares, every pair used (named when beyond the
+extrapolation limit), the exclusion sensitivity, the headroom gate, the adversary's task."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import torch
 
 from sameloss.experiments import reproduce
 from sameloss.experiments import paired
-from sameloss.experiments.paired import Comparison, Design, UNINFORMATIVE, choose_target, nearest_candidate
+from sameloss.experiments.paired import Comparison, Design, UNINFORMATIVE
 from sameloss.experiments.recipes import isoloss
 from sameloss.experiments.report import Section
 from sameloss.experiments.stats import DETECTED, EQUIVALENT, INCONCLUSIVE, VERDICTS
@@ -47,18 +47,20 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
     # runs its seeds on local workers, as .ci/run does)
     run_cli(["--scale", "smoke", "--out", str(tmp_path), "--no-progress", "--launcher", "inprocess"])
     root = tmp_path / "isoloss-smoke"
-    # no checkpoint is probed twice (the slope reuses a selected checkpoint's probes; issue 23 item 5)
+    # no checkpoint is probed twice (a base-recipe fork's checkpoints serve both fork points)
     assert probed and len(probed) == len(set(probed))
     report = (root / "report.md").read_text()
     for heading in ("## Runs", "**Verdicts: primary accuracy difference", "**Headroom (measured before the forks)",
-                    "**Selection: the iso-loss checkpoint", "**Paired differences (recipe − reference)",
-                    "**Secondary endpoints", "**SAM's controls", "**Size contrast", "**Dose:",
-                    "**The KL tolerance by its consequence", "**Fig. 1 within seeds", "### Claims of the paper, checked",
-                    "KL tolerance by consequence", "![Forest plot", "![Fig. 1 within seeds", "![Training curves"):
+                    "**The headroom gate per seed", "**Estimation at the target KL, per pair",
+                    "**Paired differences (recipe − reference)", "**Secondary endpoints", "**SAM's controls",
+                    "**Size contrast", "**Dose:", "**Fig. 1 within seeds", "### Claims of the paper, checked",
+                    "Estimation at the target:", "Holm's correction is applied within each family",
+                    "TOST, 90% interval", "noncentral t", "![Forest plot", "![Fig. 1 within seeds",
+                    "![Training curves"):
         assert heading in report, heading
     # the report leads with the verdicts and their MDE (before the Runs table), then the headroom table
     assert report.index("## Verdicts") < report.index("**Verdicts") < report.index("| MDE |") < report.index("## Runs") \
-        < report.index("**Headroom") < report.index("**Selection") \
+        < report.index("**Headroom") < report.index("**Estimation") \
         < report.index("**Paired differences")
     assert check_tables(root) > 300
     p = isoloss.PRESETS["smoke"]
@@ -80,31 +82,26 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
 
     rows = read(root / "results.csv")
     forks = {f.name: f for f in p.forks}
-    assert len(rows) == len(p.seeds) * len(forks) * 2
+    assert len(rows) == len(p.seeds) * len(forks) * 2 * p.probe_points
     for seed in p.seeds:
         seed_dir = root / "seeds" / f"seed{seed}" / "runs"
         for point in ("late", "scratch"):
-            mine = {r["fork"]: r for r in rows if int(r["seed"]) == seed and r["point"] == point}
-            assert set(mine) == set(forks)
-            kls, candidates = {}, {}
+            mine = [r for r in rows if int(r["seed"]) == seed and r["point"] == point]
+            assert {r["fork"] for r in mine} == set(forks)
             for name, f in forks.items():
                 run = "late" if f.base_recipe else point
-                kls[name] = {s: ev["kl"] for s, ev in eval_history(seed_dir / f"hmm-s{seed}-{run}-{name}").items()}
-                candidates[name] = p.candidates(f)
-                # KL is evaluated at the candidates (and the AdamW fork's slope checkpoints) and nowhere else
-                extra = set(p.slope_steps(f)) if name == "adamw" else set()
-                assert set(kls[name]) == set(candidates[name]) | extra, name
-            pairs = [(c.recipe, c.reference) for c, pt in p.tests() if pt == point]
-            target = choose_target(kls, candidates, pairs, p.kl_tolerance)
-            for name, r in mine.items():
-                step = int(r["step"])
-                assert step == nearest_candidate(kls[name], candidates[name], target)
-                assert float(r["kl_target"]) == pytest.approx(target, abs=1e-12)
-                assert float(r["kl_match"]) == pytest.approx(kls[name][step], abs=1e-12)
-                assert float(r["dkl"]) == pytest.approx(kls[name][step] - target, abs=1e-12)
-                # every selected checkpoint is on its stretch: the final lr factor
-                assert float(r["lr_factor"]) == pytest.approx(p.final_lr_factor)
-                assert 0 < int(r["steps_at_final_lr"]) <= p.final_steps_of(forks[name])
+                kls = {s: ev["kl"] for s, ev in eval_history(seed_dir / f"hmm-s{seed}-{run}-{name}").items()}
+                # KL is evaluated at the candidates and nowhere else
+                assert set(kls) == set(p.candidates(f)), name
+                measured = sorted((r for r in mine if r["fork"] == name), key=lambda r: int(r["step"]))
+                # the fork's measured checkpoints: spread over its stretch, the first and last candidates
+                assert [int(r["step"]) for r in measured] == p.probe_steps(f)
+                assert p.probe_steps(f)[0] == p.candidates(f)[0] and p.probe_steps(f)[-1] == p.candidates(f)[-1]
+                for r in measured:
+                    assert float(r["kl"]) == pytest.approx(kls[int(r["step"])], abs=1e-12)
+                    # every measured checkpoint is on its stretch: the final lr factor
+                    assert float(r["lr_factor"]) == pytest.approx(p.final_lr_factor)
+                    assert 0 < int(r["steps_at_final_lr"]) <= p.final_steps_of(f)
         # late forks start from the base's checkpoint, forks from scratch from nothing, and
         # the base recipe's forks exist once (their late runs serve every point)
         for name, f in forks.items():
@@ -125,6 +122,32 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
     notes = report[report.index("Size forks start from exactly"):]
     worst = float(notes.split("to ")[1].split(" nats")[0])
     assert worst <= 1e-6
+    # every pair's estimate at its target, recomputed from the measured rows: the target from the
+    # two forks' KLs alone, each fork's least-squares line through its checkpoints at the target
+    pairs = read(root / "pairs.csv")
+    comparisons = {c.name: c for c in p.comparisons}
+    assert len(pairs) == len(p.seeds) * len(p.tests())
+    for pr in pairs:
+        c = comparisons[pr["comparison"]]
+        of = {f: [r for r in rows if int(r["seed"]) == int(pr["seed"]) and r["point"] == pr["point"] and r["fork"] == f]
+              for f in (c.recipe, c.reference)}
+        kl = {f: np.array([float(r["kl"]) for r in rs]) for f, rs in of.items()}
+        lo, hi = max(kl[f].min() for f in kl), min(kl[f].max() for f in kl)
+        target = (lo + hi) / 2
+        assert float(pr["target"]) == pytest.approx(target, abs=1e-15)
+        for side, f in (("recipe", c.recipe), ("reference", c.reference)):
+            assert float(pr[f"{side}_outside"]) == pytest.approx(max(0.0, kl[f].min() - target, target - kl[f].max()))
+            key = c.reference_trace if side == "reference" else "trace_fisher"
+            for q, col in ((p.primary_key, p.primary_key), ("trace_fisher", key)):
+                y = np.array([float(r[col]) for r in of[f]])
+                want = np.polyval(np.polyfit(kl[f], y, 1), target) if np.ptp(kl[f]) > 0 else y.mean()
+                assert float(pr[f"{side}_{q}"]) == pytest.approx(want, rel=1e-9, abs=1e-12), (pr["test"], side, q)
+        assert pr["used"] == "True"  # smoke's limit (10 nats) uses every pair
+    # each difference is the mean over the used pairs of the estimates' differences
+    for r in primary:
+        mine = [pr for pr in pairs if pr["comparison"] == r["comparison"] and pr["point"] == r["point"]]
+        assert int(r["n_used"]) == len(mine) == len(p.seeds)
+        assert float(r["mean"]) == pytest.approx(np.mean([100 * float(pr[f"d_{p.primary_key}"]) for pr in mine]))
     # the trace of the size contrast is compared in one parameter space
     size = {r["test"]: r for r in read(root / "size.csv")}
     late_size = next(r for r in primary if r["comparison"] == "size" and r["point"] == "late")
@@ -138,7 +161,7 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
         < report.index("![Training curves of seed 0](curves.png)")
     forest = read_data(root / "forest.data.csv")
     trace = {(r["comparison"], r["point"]): r for r in diffs if r["family"] == "trace"}
-    labels = [f"{r['comparison']} @ {r['point']} (n={r['n_kept']})" for r in primary]
+    labels = [f"{r['comparison']} @ {r['point']} (n={r['n_used']})" for r in primary]
     for panel, of in (("0", lambda r: r), ("1", lambda r: trace[(r["comparison"], r["point"])])):
         points = [r for r in forest if r["kind"] == "point" and r["panel"] == panel]
         assert [r["y"] for r in points] == labels  # one row per comparison and fork point, in the table's order
@@ -178,9 +201,12 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
         band = next(r for r in mine if r["kind"] == "band-x")  # the matching window, shaded
         assert (float(band["x_low"]), float(band["x_high"])) == \
             (min(p.stretch_start(f) for f in p.forks), max(p.fork_end(f) for f in p.forks))
-        target = next(r for r in mine if r["kind"] == "ref-y")
-        want = next(r for r in rows if r["point"] == point and int(r["seed"]) == seed)["kl_target"]
-        assert float(target["y"]) == pytest.approx(float(want))
+        # dotted: the lowest and highest KL of the seed's measured checkpoints (every target lies between)
+        refs = sorted(float(r["y"]) for r in mine if r["kind"] == "ref-y")
+        measured = [float(r["kl"]) for r in rows if r["point"] == point and int(r["seed"]) == seed]
+        assert refs == pytest.approx([min(measured), max(measured)])
+        targets = [float(pr["target"]) for pr in pairs if pr["point"] == point and int(pr["seed"]) == seed]
+        assert all(refs[0] <= t <= refs[1] for t in targets)
         for name, f in forks.items():  # every fork's evaluated KL, exactly, in its fork point's panel
             run = runs_dir / f"hmm-s{seed}-{'late' if f.base_recipe else point}-{name}"
             got = [(float(r["x"]), float(r["y"])) for r in mine if r["kind"] == "point" and r["series"] == name]
@@ -192,8 +218,8 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
     assert {r["comparison"] for r in read(root / "dose.csv")} == {c.name for c in p.comparisons} - {"longer"}
     sam = {r["test"] for r in read(root / "sam_controls.csv")}
     assert {"sam05 @ late: pos_lbfgs_n16", "sam05-half @ late: pos_lbfgs_n16", "half-batch @ late: pos_lbfgs_n16"} <= sam
-    slope = read(root / "slope.csv")
-    assert {int(r["seed"]) for r in slope} == set(p.seeds[:p.slope_seeds])
+    gate = read(root / "gate.csv")  # every seed's gate (what `sameloss replicate` reads)
+    assert [int(r["seed"]) for r in gate] == list(p.seeds) and {r["ok"] for r in gate} <= {"True", "False"}
     assert len(read(root / "runtime.csv")) == len(p.seeds)
 
     # a second call reuses every run and measurement
@@ -212,11 +238,11 @@ def test_without_headroom_the_study_stops_before_the_forks(tmp_path, monkeypatch
                         or original(kind, *a, **kw))
     reproduce("isoloss", "smoke", out=tmp_path, progress=False)
     root = tmp_path / "isoloss-smoke"
-    # the look-up and oracle references do not depend on the seed: probed once for the study
-    # (in its own measurements.json), the random-init encoder once per seed (issue 23 item 5)
-    assert sorted(probed) == sorted(["lookup", "oracle"] + ["random-init"] * len(p.seeds))
+    # the look-up and oracle representations do not depend on the seed: kept in the study's own
+    # measurements.json, one row per seed's probe draw (each seed draws its own probe subsets)
+    assert sorted(probed) == sorted(["lookup", "oracle", "random-init"] * len(p.seeds))
     kinds = [k.split("|")[0] for k in json.loads((root / "measurements.json").read_text())]
-    assert sorted(kinds) == ["lookup", "oracle"]
+    assert sorted(kinds) == sorted(["lookup", "oracle"] * len(p.seeds))
     for seed in p.seeds:
         seed_rows = json.loads((root / "seeds" / f"seed{seed}" / "measurements.json").read_text())
         assert not [k for k in seed_rows if k.split("|")[0] in ("lookup", "oracle")]
@@ -228,6 +254,7 @@ def test_without_headroom_the_study_stops_before_the_forks(tmp_path, monkeypatch
         runs = sorted(d.name for d in (root / "seeds" / f"seed{seed}" / "runs").iterdir())
         assert runs == [f"hmm-s{seed}-base"]
     assert (root / "headroom.csv").exists() and not (root / "differences.csv").exists()
+    assert {r["ok"] for r in read(root / "gate.csv")} == {"False"}
 
 
 def test_the_headroom_gate_thresholds():
@@ -271,108 +298,130 @@ def test_the_adversary_follows_the_presets_task():
     other = dataclasses.replace(p, task="task-3", tasks={"hmm": ("task-3", "task-5")})
     adv = next(f for f in p.forks if f.name == "adv")
     settings = dict(isoloss.fork_run(other, 0, adv, other.base_steps, None).settings)
-    assert settings["adversarial.task"] == "task-3" and other.fewshot().task == "task-3"
+    assert settings["adversarial.task"] == "task-3" and other.fewshot(0).task == "task-3"
     assert dict(isoloss.fork_run(p, 0, adv, p.base_steps, None).settings)["adversarial.task"] == "task-5"
 
 
-def test_the_target_leaves_the_fewest_pairs_outside_and_then_the_smallest_gap():
-    kls = {"a": {1: 0.0100, 2: 0.0095, 3: 0.0090, 4: 0.0085},
-           "b": {1: 0.0098, 2: 0.0094, 3: 0.0089, 4: 0.0084},
-           "c": {1: 0.0120, 2: 0.0118, 3: 0.0116, 4: 0.0115}}  # c sits on a higher floor
-    cand = {k: [1, 2, 3, 4] for k in kls}
-    # c comes nearest a at c's bottom and a's top (1.5e-3); then b as near a as it can (b's top)
-    t = choose_target(kls, cand, [("a", "b"), ("c", "a")], tolerance=2e-3)
-    at = {k: kls[k][nearest_candidate(kls[k], cand[k], t)] for k in kls}
-    assert (at["a"], at["b"], at["c"]) == (0.0100, 0.0098, 0.0115)
-    # with a tight tolerance c − a cannot be matched: a − b stays matched, not sacrificed
-    t = choose_target(kls, cand, [("a", "b"), ("c", "a")], tolerance=3e-4)
-    at = {k: kls[k][nearest_candidate(kls[k], cand[k], t)] for k in kls}
-    assert abs(at["a"] - at["b"]) <= 1e-4 + 1e-12
-    # exhaustive check against a fine grid of targets: nothing beats the chosen one
-    grid = np.linspace(0.008, 0.013, 2001)
-
-    def cost(target):  # the fewest pairs outside, then their gaps within, largest first
-        sel = {k: kls[k][nearest_candidate(kls[k], cand[k], target)] for k in kls}
-        gaps = sorted([abs(sel["a"] - sel["b"]), abs(sel["c"] - sel["a"])], reverse=True)
-        inside = [g for g in gaps if g <= 3e-4]
-        return (len(gaps) - len(inside), inside, gaps)
-    assert cost(t) == min(cost(x) for x in grid)
-    assert nearest_candidate({10: 0.5, 20: 0.7}, [10, 20], 0.6) == 20  # a tie: the later
+def test_the_target_is_the_middle_of_the_overlap_or_of_the_gap():
+    # overlapping ranges: the middle of the overlap, both forks inside their ranges
+    assert paired.comparison_target([0.010, 0.009, 0.008], [0.0095, 0.0085, 0.0070]) == pytest.approx(0.00875)
+    # disjoint ranges (a SAM fork on a higher floor): the middle of the gap, each 1e-3 outside
+    t = paired.comparison_target([0.012, 0.011, 0.010], [0.008, 0.007, 0.006])
+    assert t == pytest.approx(0.009)
+    assert paired.outside([0.012, 0.011, 0.010], t) == pytest.approx(1e-3)
+    assert paired.outside([0.008, 0.007, 0.006], t) == pytest.approx(1e-3)
+    assert paired.outside([0.008, 0.007, 0.006], 0.0075) == 0.0
 
 
-def _rows(diffs, dkls, point="late"):
-    """Synthetic model rows: per seed a reference r and a recipe x with the given accuracy
-    difference (points) and ΔKL."""
+def test_the_estimate_at_the_target_is_the_least_squares_line():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        kl = rng.uniform(0.004, 0.007, 4)
+        y = rng.normal(0.8, 0.05, 4)
+        t = rng.uniform(0.003, 0.008)
+        assert paired.at_target(kl, y, t) == pytest.approx(np.polyval(np.polyfit(kl, y, 1), t), rel=1e-9)
+    # exact on a line; the mean where KL does not vary (nothing to fit)
+    assert paired.at_target([1.0, 2.0, 3.0], [5.0, 7.0, 9.0], 2.5) == pytest.approx(8.0)
+    assert paired.at_target([0.5, 0.5, 0.5], [1.0, 2.0, 6.0], 0.9) == pytest.approx(3.0)
+
+
+def _rows(effects, gaps, point="late", n=3):
+    """Synthetic measured rows: per seed a reference r on KL 0.010 → 0.008 and a recipe x on
+    the same stretch shifted up by ``gap``; accuracy falls 0.5 points per 1e-3 nats along both
+    (so estimates at one target differ by exactly the effect), plus the effect (points) on x."""
     rows = []
-    for seed, (d, dkl) in enumerate(zip(diffs, dkls)):
-        for fork, acc, kl in (("r", 0.5, 0.01), ("x", 0.5 + d / 100, 0.01 + dkl)):
-            rows.append({"seed": seed, "point": point, "fork": fork, "kl_match": kl, "acc": acc,
-                         "trace_fisher": 10.0 + (seed if fork == "x" else 0)})
+    for seed, (e, gap) in enumerate(zip(effects, gaps)):
+        for fork, shift, extra in (("r", 0.0, 0.0), ("x", gap, e)):
+            for i, kl in enumerate(np.linspace(0.010, 0.008, n) + shift):
+                acc = 0.80 - 0.5 * 1000 * (kl - 0.009) / 100 + extra / 100
+                rows.append({"model": f"s{seed}-{fork}@{i}", "seed": seed, "point": point, "fork": fork, "kl": kl,
+                             "acc": acc, "trace_fisher": 10.0 + (3 * (-1) ** seed * seed if fork == "x" else 0) + 100 * kl})
     return rows
 
 
-def test_pairs_outside_the_tolerance_are_excluded_and_counted():
+DESIGN = Design(margin=0.35, trace_margin=0.05, limit=1e-3, tolerance=3e-4)
+
+
+def test_every_pair_is_estimated_at_its_target_and_used():
+    """Pairs whose KL ranges do not overlap are not dropped: each fork is estimated at the
+    target (the fork's line extended), so the effect is recovered exactly; the exclusion rule
+    survives only as the sensitivity row beside it."""
     c = Comparison("x", "x", "r", +1, "x raises accuracy")
-    diffs = [1.0, 1.2, 0.8, 1.1, 50.0]
-    dkls = [1e-4, -1e-4, 0.0, 2e-4, 5e-3]  # the last pair is not at the same loss
-    out = paired.differences(Section(""), _rows(diffs, dkls), [(c, "late")], [("acc", "acc")], "acc",
-                             Design(3e-4, 0.35))
+    effects = [1.0, 1.2, 0.8, 1.1, 0.9]
+    gaps = [0.0, 1e-4, -5e-4, 2.5e-3, 3.5e-3]  # the last two ranges lie 0.5e-3 and 1.5e-3 apart
+    pairs = paired.estimate_pairs(_rows(effects, gaps), [(c, "late")], ["acc", "trace_fisher"], DESIGN)
+    assert [p["seed"] for p in pairs] == [0, 1, 2, 3, 4]
+    for p, e in zip(pairs, effects):
+        assert 100 * p["d_acc"] == pytest.approx(e, abs=1e-9)
+    # seed 3: ranges 0.5e-3 apart, each fork 0.25e-3 outside; seed 4: 0.75e-3 each, within the 1e-3 limit
+    assert pairs[3]["recipe_outside"] == pytest.approx(2.5e-4) and pairs[3]["reference_outside"] == pytest.approx(2.5e-4)
+    assert [p["used"] for p in pairs] == [True] * 5
+    assert [p["within_tolerance"] for p in pairs] == [True, True, True, False, False]
+    out = paired.differences(pairs, [(c, "late")], [("acc", "acc")], "acc", DESIGN)
     acc = out[0]
-    assert (acc["n_pairs"], acc["n_kept"], acc["n_excluded"]) == (5, 4, 1)
-    assert acc["mean"] == pytest.approx(np.mean(diffs[:4])) and acc["verdict"] == DETECTED
-    assert acc["max_abs_dkl"] == pytest.approx(2e-4) and acc["max_abs_dkl_all"] == pytest.approx(5e-3)
-    # a null shown: the interval inside ±δ; one that only holds 0 is inconclusive
-    out = paired.differences(Section(""), _rows([0.05, -0.05, 0.02, -0.03, 0.01], [0] * 5), [(c, "late")],
-                             [("acc", "acc")], "acc", Design(3e-4, 0.35))
-    assert out[0]["verdict"] == EQUIVALENT
-    out = paired.differences(Section(""), _rows([1.0, -1.0, 0.5, -0.6, 0.1], [0] * 5), [(c, "late")],
-                             [("acc", "acc")], "acc", Design(3e-4, 0.35))
-    assert out[0]["verdict"] == INCONCLUSIVE
-    # no headroom: every verdict is uninformative
-    out = paired.differences(Section(""), _rows(diffs, dkls), [(c, "late")], [("acc", "acc")], "acc",
-                             Design(3e-4, 0.35, headroom=False))
-    assert {r["verdict"] for r in out} == {UNINFORMATIVE}
+    assert (acc["n_pairs"], acc["n_used"], acc["n_beyond_limit"]) == (5, 5, 0)
+    assert acc["mean"] == pytest.approx(np.mean(effects)) and acc["verdict"] == DETECTED
+    # the sensitivity: only the pairs within the tolerance
+    assert acc["tol_n"] == 3 and acc["tol_mean"] == pytest.approx(np.mean(effects[:3]))
+    # the trace's margin is 5 % of the reference's mean trace at the targets
+    trace = out[1]
+    ref = np.mean([p["reference_trace_fisher"] for p in pairs])
+    assert trace["margin"] == pytest.approx(0.05 * ref)
 
 
-def test_the_along_fork_slope_is_within_seeds_and_keeps_its_sign():
-    rng = np.random.default_rng(0)
-    rows = []
-    for seed in range(6):
-        offset = rng.normal(0, 5)  # seeds differ in level, not in slope
-        for kl in (0.012, 0.009, 0.007, 0.006, 0.005):
-            rows.append({"seed": seed, "kl_match": kl, "acc": (50 + offset + 0.15 * 1000 * kl) / 100})
-    s = paired.along_fork_slope(rows, "acc")
-    assert s.estimate == pytest.approx(0.15, abs=1e-9) and s.n_seeds == 6 and s.n_models == 30
-    flipped = [dict(r, acc=(100 - 100 * r["acc"]) / 100) for r in rows]
-    assert paired.along_fork_slope(flipped, "acc").estimate == pytest.approx(-0.15, abs=1e-9)
-    # the consequence check covers every kept pair: one pair at the edge of the tolerance
+def test_a_pair_beyond_the_limit_is_named_not_silently_dropped():
     c = Comparison("x", "x", "r", +1, "")
+    pairs = paired.estimate_pairs(_rows([1.0, 1.2, 0.8], [0.0, 0.0, 5e-3]), [(c, "late")], ["acc", "trace_fisher"],
+                                  DESIGN)
+    far = pairs[2]
+    assert not far["used"] and "1.50e-03 nats outside its measured KL range (limit 0.001)" in far["reason"]
+    out = paired.differences(pairs, [(c, "late")], [("acc", "acc")], "acc", DESIGN)
+    assert (out[0]["n_used"], out[0]["n_beyond_limit"]) == (2, 1)
     section = Section("")
-    mrows = _rows([1.0, 1.2, 0.8, 1.1], [1e-4, -1e-4, 0.0, 3e-4])
-    diffs = paired.differences(section, mrows, [(c, "late")], [("acc", "acc")], "acc", Design(3e-4, 0.35))
-    out = paired.tolerance_check(section, mrows, diffs, [(c, "late")], "acc", paired.Slope(0.15, 0.1, 0.2, 6, 30),
-                                 Design(3e-4, 0.35))
-    assert out[0]["worst_pair"] == pytest.approx(0.2 * 0.3)
-    assert out[0]["bias"] == pytest.approx(0.15 * 1000 * np.mean([1e-4, -1e-4, 0.0, 3e-4]))
-    assert out[0]["corrected"] == pytest.approx(np.mean(np.array([1.0, 1.2, 0.8, 1.1])
-                                                        - 0.15 * 1000 * np.array([1e-4, -1e-4, 0.0, 3e-4])))
-    # a comparison with no pair kept is named as such, not as a failed check (tiny's SAM from scratch)
-    section = Section("")
-    far = _rows([1.0, 1.2, 0.8], [2e-3, -2e-3, 1e-3])
-    diffs = paired.differences(section, far, [(c, "late")], [("acc", "acc")], "acc", Design(3e-4, 0.35))
-    out = paired.tolerance_check(section, far, diffs, [(c, "late")], "acc", paired.Slope(0.15, 0.1, 0.2, 6, 30),
-                                 Design(3e-4, 0.35))
-    assert out[0]["n_kept"] == 0 and not out[0]["ok"]
-    assert "No pair was kept for: x @ late" in section.notes[-1] and "NOT within" not in section.notes[-1]
+    paired.pairs_table(section, pairs, "acc")
+    assert "x @ late, seed 2: x estimated 1.50e-03 nats outside" in section.notes[-1]
+    assert section.files["pairs.csv"] is pairs
+
+
+def test_a_missing_measured_column_is_an_error_naming_it():
+    c = Comparison("x", "x", "r", +1, "")
+    rows = _rows([1.0, 1.2], [0.0, 0.0])
+    del rows[4]["acc"]
+    with pytest.raises(ValueError, match="s0-x@1 has no measured column 'acc'"):
+        paired.estimate_pairs(rows, [(c, "late")], ["acc"], DESIGN)
+    with pytest.raises(ValueError, match="no measured column 'trace_fisher_embedded'"):
+        paired.estimate_pairs(_rows([1.0, 1.2], [0.0, 0.0]),
+                              [(Comparison("x", "x", "r", +1, "", "trace_fisher_embedded"), "late")],
+                              ["trace_fisher"], DESIGN)
+
+
+def test_verdicts_use_the_fixed_margin_and_tost():
+    c = Comparison("x", "x", "r", +1, "x raises accuracy")
+
+    def verdict(effects, design=DESIGN):
+        pairs = paired.estimate_pairs(_rows(effects, [0] * len(effects)), [(c, "late")], ["acc", "trace_fisher"],
+                                      design)
+        return paired.differences(pairs, [(c, "late")], [("acc", "acc")], "acc", design)
+
+    # a null shown: the 90 % interval inside ±0.35; one that only holds 0 is inconclusive
+    assert verdict([0.05, -0.05, 0.02, -0.03, 0.01])[0]["verdict"] == EQUIVALENT
+    assert verdict([1.0, -1.0, 0.5, -0.6, 0.1])[0]["verdict"] == INCONCLUSIVE
+    # the trace's verdict never uses its own MDE as the margin: spread traces are inconclusive
+    out = verdict([1.0, 1.2, 0.8, 1.1, 0.9])
+    assert out[1]["margin"] == pytest.approx(0.05 * np.mean([10.9] * 5)) and out[1]["verdict"] == INCONCLUSIVE
+    # no headroom: every verdict is uninformative
+    blind = dataclasses.replace(DESIGN, headroom=False)
+    assert {r["verdict"] for r in verdict([1.0, 1.2, 0.8], blind)} == {UNINFORMATIVE}
 
 
 def test_presets_are_checked():
     p = isoloss.PRESETS["tiny"]
     assert p.languages == {"hmm": "headroom"} and p.kl_tolerance == 3e-4 and set(p.fork_points) == {0, p.base_steps}
     q = isoloss.PRESETS["quick"]
-    assert dataclasses.replace(q, seeds=p.seeds, slope_seeds=p.slope_seeds) == p  # the same design, fewer seeds
-    # quick's units are tiny's first ones exactly (its runtime is theirs): the first seeds, all slope seeds
-    assert q.seeds == p.seeds[:len(q.seeds)] and q.slope_seeds == len(q.seeds) <= p.slope_seeds
+    # the same design, fewer seeds and every fork on each (tiny's even design, its first seeds)
+    assert dataclasses.replace(isoloss.with_even(p), seeds=q.seeds, even=False) == q
+    # quick's units are tiny's first ones exactly (its runtime is theirs): its pilot's first seeds
+    assert q.seeds == p.seeds[:len(q.seeds)] and len(q.seeds) <= p.pilot_seeds and q.pilot_seeds == 0
     with pytest.raises(ValueError, match="fork points"):
         dataclasses.replace(p, fork_points=(p.base_steps + 1,))
     with pytest.raises(ValueError, match="final steps"):
@@ -381,6 +430,12 @@ def test_presets_are_checked():
         dataclasses.replace(p, primary_size=7)
     with pytest.raises(ValueError, match="on_no_headroom"):
         dataclasses.replace(p, on_no_headroom="ignore")
+    with pytest.raises(ValueError, match="probe_points >= 3"):
+        dataclasses.replace(p, probe_points=2)
+    with pytest.raises(ValueError, match="fewer than probe_points"):
+        dataclasses.replace(p, probe_points=40)
+    with pytest.raises(ValueError, match="trace_margin"):
+        dataclasses.replace(p, trace_margin=0.0)
     # a late-only fork (tiny's adversary) has no run and no comparison from scratch
     adv = {f.name: f for f in p.forks}["adv"]
     assert adv.late_only and adv not in p.forks_at(0) and adv in p.forks_at(p.base_steps)

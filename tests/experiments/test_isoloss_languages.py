@@ -20,9 +20,10 @@ from sameloss.errors import UserError
 from sameloss.experiments import paired, reproduce
 from sameloss.experiments.paired import (
     CONTRADICTED,
-    NO_DETECTION,
     NOT_REPLICATED,
     REPLICATED,
+    REPLICATED_AGAINST,
+    REPLICATION_UNINFORMATIVE,
     UNINFORMATIVE,
     replication,
     replication_verdict,
@@ -30,6 +31,7 @@ from sameloss.experiments.paired import (
 from sameloss.experiments.recipes import isoloss
 from sameloss.experiments.report import Section
 from sameloss.experiments.stats import (
+    DEGENERATE,
     DETECTED,
     DETECTED_AGAINST,
     EQUIVALENT,
@@ -72,7 +74,7 @@ def test_a_language_is_named_by_name_size_and_settings():
         isoloss.parse_language("hmm:micro:n_hidden=5")
     # the preset's own language gives the probes the study always had: the hidden state's position
     p = isoloss.PRESETS["quick"]
-    assert dict(p.fewshot().views)["pos"].positions == (4,)
+    assert dict(p.fewshot(0).views)["pos"].positions == (4,)
     assert isoloss.folder_suffix(p) == "" and isoloss.folder_suffix(isoloss.with_languages(p, ["hmm:headroom"])) == ""
     assert isoloss.folder_suffix(isoloss.with_languages(p, ["pcfg"])) == "-pcfg-headroom"
     both = isoloss.with_languages(p, ["hmm:headroom", "pcfg:headroom"])
@@ -138,7 +140,9 @@ def test_the_oracle_of_a_pcfg_span_task_is_its_posterior_at_the_span():
 
 
 # ---- pooling and replication ----------------------------------------------------------------------
-def test_inverse_variance_pooling_against_hand_computation():
+# statsmodels warns that it has no sample sizes for the single studies' own intervals (not compared here)
+@pytest.mark.filterwarnings("ignore::statsmodels.tools.sm_exceptions.InvalidTestWarning")
+def test_inverse_variance_pooling_against_hand_computation_and_statsmodels():
     m, se = [1.0, 3.0, 2.0], [0.5, 1.0, 0.25]
     w = [1 / s ** 2 for s in se]
     assert w == [4.0, 1.0, 16.0]
@@ -148,13 +152,31 @@ def test_inverse_variance_pooling_against_hand_computation():
     tau2 = max(0.0, (q - 2) / c)
     wr = [1 / (s ** 2 + tau2) for s in se]
     random = sum(a * b for a, b in zip(wr, m)) / sum(wr)
+    # Hartung–Knapp–Sidik–Jonkman: the weighted residual variance, a t interval on k − 1 = 2 df
+    hk = math.sqrt(sum(a * (b - random) ** 2 for a, b in zip(wr, m)) / (2 * sum(wr)))
     p = pool_inverse_variance(m, se)
     assert p.fixed == pytest.approx(fixed) and p.fixed_se == pytest.approx(21 ** -0.5)
     assert p.fixed_low == pytest.approx(fixed - 1.959964 * 21 ** -0.5, rel=1e-6)
     assert p.q == pytest.approx(q) and p.i2 == pytest.approx(max(0.0, (q - 2) / q))
     assert p.tau2 == pytest.approx(tau2) and p.random == pytest.approx(random)
+    assert p.random_se == pytest.approx(hk) and p.random_low == pytest.approx(random - 4.302653 * hk, rel=1e-6)
     from scipy.stats import chi2
     assert p.q_p == pytest.approx(chi2.sf(q, 2))
+    # statsmodels (a test dependency): DerSimonian–Laird, and its "random effect wls" row is HKSJ
+    from statsmodels.stats.meta_analysis import combine_effects
+    rng = np.random.default_rng(4)
+    for k in (2, 3, 6):
+        # heterogeneous draws: statsmodels leaves a negative DerSimonian–Laird τ² untruncated (the
+        # estimator truncates it at 0, as pool_inverse_variance does), so compare where τ² > 0
+        mm, ss = rng.normal(0.5, 1.5, k), rng.uniform(0.1, 0.3, k)
+        ours = pool_inverse_variance(mm, ss)
+        fit = combine_effects(mm, ss ** 2, method_re="dl", use_t=True)
+        assert fit.tau2 > 0 and ours.tau2 == pytest.approx(fit.tau2, rel=1e-10)
+        ref = fit.summary_frame()
+        hksj = ref.loc["random effect wls"]
+        assert ours.random == pytest.approx(hksj["eff"], rel=1e-10)
+        assert (ours.random_low, ours.random_high) == pytest.approx((hksj["ci_low"], hksj["ci_upp"]), rel=1e-8)
+        assert ours.fixed == pytest.approx(ref.loc["fixed effect", "eff"], rel=1e-10)
     # equal estimates: no heterogeneity, random = fixed
     same = pool_inverse_variance([0.4, 0.4], [0.1, 0.2])
     assert same.q == pytest.approx(0) and same.i2 == 0 and same.tau2 == 0 and same.random == pytest.approx(0.4)
@@ -162,18 +184,21 @@ def test_inverse_variance_pooling_against_hand_computation():
         pool_inverse_variance([1.0], [0.0])
 
 
-def test_the_replication_verdict():
-    assert replication_verdict([DETECTED, INCONCLUSIVE], [0.5, 0.1]) == REPLICATED
-    assert replication_verdict([DETECTED, INCONCLUSIVE], [0.5, -0.1]) == NOT_REPLICATED  # directions differ
-    assert replication_verdict([DETECTED, DETECTED_AGAINST], [0.5, -0.5]) == CONTRADICTED
-    assert replication_verdict([EQUIVALENT, INCONCLUSIVE], [0.1, 0.2]) == NO_DETECTION
-    assert replication_verdict([DETECTED, UNINFORMATIVE], [0.5, 0.4]) == NOT_REPLICATED  # one language untested
-    assert replication_verdict([DETECTED_AGAINST, DETECTED_AGAINST], [-0.5, -0.2]) == REPLICATED
+def test_the_replication_verdict_says_which_way():
+    assert replication_verdict([DETECTED, DETECTED]) == REPLICATED
+    assert replication_verdict([DETECTED_AGAINST, DETECTED_AGAINST]) == REPLICATED_AGAINST
+    assert replication_verdict([DETECTED, INCONCLUSIVE]) == NOT_REPLICATED  # one language does not detect it
+    assert replication_verdict([DETECTED, DEGENERATE]) == NOT_REPLICATED  # a degenerate row detects nothing
+    assert replication_verdict([DETECTED, DETECTED_AGAINST, DETECTED]) == CONTRADICTED
+    assert replication_verdict([EQUIVALENT, INCONCLUSIVE]) == NOT_REPLICATED
+    # languages without headroom (None) are left out: one informative language replicates nothing
+    assert replication_verdict([DETECTED, None]) == REPLICATION_UNINFORMATIVE
+    assert replication_verdict([DETECTED, None, DETECTED]) == REPLICATED
 
 
 def _diff(comparison, point, mean, sd, n, verdict):
     half = 2.0 * sd / math.sqrt(n)
-    return {"comparison": comparison, "point": point, "family": "primary", "mean": mean, "sd": sd, "n_kept": n,
+    return {"comparison": comparison, "point": point, "family": "primary", "mean": mean, "sd": sd, "n_used": n,
             "t_low": mean - half, "t_high": mean + half, "verdict": verdict}
 
 
@@ -181,23 +206,27 @@ def test_the_replication_table_pools_the_languages_with_headroom():
     a = {"language": "hmm:headroom", "tag": "hmm", "ok": True, "tests": ["size @ late", "noreg @ late"],
          "diffs": [_diff("size", "late", 1.0, 0.8, 16, DETECTED), _diff("noreg", "late", 0.1, 0.4, 16, EQUIVALENT)]}
     b = {"language": "pcfg:headroom", "tag": "pcfg", "ok": True, "tests": ["size @ late", "noreg @ late"],
-         "diffs": [_diff("size", "late", 0.6, 1.2, 9, INCONCLUSIVE), _diff("noreg", "late", -0.3, 0.6, 9, INCONCLUSIVE)]}
+         "diffs": [_diff("size", "late", 0.6, 1.2, 9, DETECTED), _diff("noreg", "late", -0.3, 0.6, 9, INCONCLUSIVE)]}
     c = {"language": "hmm:micro", "tag": "micro", "ok": False, "tests": ["size @ late", "noreg @ late"], "diffs": []}
     section = Section("")
     out = {r["test"]: r for r in replication(section, [a, b])}
     size = out["size @ late"]
     assert size["replication"] == REPLICATED and size["pooled_languages"] == 2
-    # each language's standard error from its own t interval (here built as mean ± 2 sd/√n)
-    ref = pool_inverse_variance([1.0, 0.6], [2 * 0.8 / 4 / paired.Z95, 2 * 1.2 / 3 / paired.Z95])
+    # each language's standard error is sd/√n of its used pairs (not backed out of its t interval)
+    ref = pool_inverse_variance([1.0, 0.6], [0.8 / 4, 1.2 / 3])
     assert size["pooled"] == pytest.approx(ref.fixed) and size["i2"] == pytest.approx(ref.i2)
+    assert (size["random_low"], size["random_high"]) == pytest.approx((ref.random_low, ref.random_high))
     assert size["hmm_verdict"] == DETECTED and size["pcfg_mean"] == 0.6
-    assert out["noreg @ late"]["replication"] == NO_DETECTION
+    assert out["noreg @ late"]["replication"] == NOT_REPLICATED
     assert section.files["replication.csv"] and section.tables[0].source == "replication.csv"
-    # a language without headroom is listed as uninformative, not pooled, and blocks "replicated"
+    # a language without headroom is listed as uninformative and not pooled: one language left replicates nothing
     out = {r["test"]: r for r in replication(Section(""), [a, c])}
     assert out["size @ late"]["micro_verdict"] == UNINFORMATIVE and out["size @ late"]["pooled_languages"] == 1
-    assert out["size @ late"]["replication"] == NOT_REPLICATED
+    assert out["size @ late"]["replication"] == REPLICATION_UNINFORMATIVE
     assert math.isnan(out["size @ late"]["pooled"])  # one language with headroom: nothing to pool
+    # both languages detect against the paper: replicated, and said so
+    against = [dict(s, diffs=[_diff("size", "late", -1.0, 0.8, 16, DETECTED_AGAINST)]) for s in (a, b)]
+    assert replication(Section(""), against)[0]["replication"] == REPLICATED_AGAINST
 
 
 # ---- end to end ---------------------------------------------------------------------------------------
@@ -223,7 +252,7 @@ def test_the_study_on_two_languages_end_to_end(tmp_path):
         assert len(primary) == len(rep)
         for r in primary:
             row = rep[f"{r['comparison']} @ {r['point']}"]
-            if int(r["n_kept"]) >= 2:
+            if int(r["n_used"]) >= 2:
                 assert float(row[f"{tag}_mean"]) == pytest.approx(float(r["mean"]))
     # `sameloss replicate` reads the finished folder back to the same table
     assert main(["replicate", str(root), "--csv", str(tmp_path / "again.csv")]) == 0
@@ -257,7 +286,7 @@ def test_a_held_out_language_without_headroom_says_so(tmp_path, monkeypatch):
     report = (root / "report.md").read_text()
     assert report.count("**No verdict: no headroom**") == 2
     rep = read(root / "replication.csv")
-    assert rep and {r["replication"] for r in rep} == {NO_DETECTION}
+    assert rep and {r["replication"] for r in rep} == {REPLICATION_UNINFORMATIVE}
     assert {r["hmm-micro-seed11-task-3_verdict"] for r in rep} == {UNINFORMATIVE}
     assert all(r["pooled"] == "" or math.isnan(float(r["pooled"])) for r in rep)
     # each language's seeds trained their base and nothing else
@@ -285,12 +314,15 @@ def test_the_planner_takes_the_languages():
 
 
 # ---- sameloss replicate: studies run apart ----------------------------------------------------------
-def _study(folder, diffs, results_language=None):
+def _study(folder, diffs, results_language=None, gate=True):
     """A finished one-language study folder as `reproduce isoloss` leaves it (the files
-    replicate reads)."""
+    replicate reads): ``diffs`` None is a study the gate stopped (its gate table says so)."""
     folder.mkdir(parents=True)
     (folder / "report.md").write_text("# isoloss\n")
     (folder / "headroom.csv").write_text("baseline,pos_lbfgs_n200\nmajority class,0.4\n")
+    if gate:
+        passed = diffs is not None
+        (folder / "gate.csv").write_text(f"seed,trained,ok\n0,0.8,True\n1,0.8,{passed}\n")
     if diffs is not None:
         with (folder / "differences.csv").open("w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(diffs[0]))
@@ -304,7 +336,7 @@ def _study(folder, diffs, results_language=None):
 def test_replicate_combines_studies_run_apart(tmp_path, capsys):
     a = _study(tmp_path / "a", [_diff("size", "late", 1.0, 0.8, 16, DETECTED),
                                 _diff("noreg", "late", 0.1, 0.4, 16, EQUIVALENT)], "hmm:headroom:task=task-5")
-    b = _study(tmp_path / "b", [_diff("size", "late", 0.6, 1.2, 9, INCONCLUSIVE),
+    b = _study(tmp_path / "b", [_diff("size", "late", 0.6, 1.2, 9, DETECTED),
                                 _diff("noreg", "late", -0.3, 0.6, 9, INCONCLUSIVE)])
     out = tmp_path / "rep.csv"
     assert main(["replicate", str(a), f"pcfg={b}", "--csv", str(out)]) == 0
@@ -326,7 +358,7 @@ def test_replicate_combines_studies_run_apart(tmp_path, capsys):
     c = _study(tmp_path / "c", None)
     assert main(["replicate", str(a), f"held-out={c}", "--csv", str(tmp_path / "rep2.csv")]) == 0
     size = {r["test"]: r for r in read(tmp_path / "rep2.csv")}["size @ late"]
-    assert size["held-out_verdict"] == UNINFORMATIVE and size["replication"] == NOT_REPLICATED
+    assert size["held-out_verdict"] == UNINFORMATIVE and size["replication"] == REPLICATION_UNINFORMATIVE
     assert size["pooled_languages"] == "1" and math.isnan(float(size["pooled"]))
     # its own --csv is replaced; a user's file only with --force
     assert main(["replicate", str(a), f"pcfg={b}", "--csv", str(tmp_path / "rep2.csv")]) == 0
@@ -351,6 +383,9 @@ def test_replicate_combines_studies_run_apart(tmp_path, capsys):
     (["{tmp}/a", "x={tmp}/a2", "--csv", "{tmp}/nowhere/r.csv"], "no folder"),
     (["{tmp}/a", "x={tmp}/a2", "--csv", "/proc/sameloss-r.csv"], "cannot write"),  # no one may write there
     (["{tmp}/garbled", "{tmp}/a"], "cannot be read"),
+    # a missing file is never read as "no headroom"
+    (["{tmp}/nogate", "{tmp}/a"], "no gate.csv"),
+    (["{tmp}/lost", "{tmp}/a"], "every seed passed the headroom gate but differences.csv is missing"),
 ])
 def test_replicate_refuses_in_one_line(tmp_path, capsys, args, words):
     lang = "hmm:headroom:task=task-5"
@@ -364,6 +399,9 @@ def test_replicate_refuses_in_one_line(tmp_path, capsys, args, words):
     (tmp_path / "link.csv").symlink_to(tmp_path / "mine.csv")
     _study(tmp_path / "garbled", None)
     (tmp_path / "garbled" / "differences.csv").write_bytes(bytes(range(128, 256)))
+    _study(tmp_path / "nogate", [_diff("size", "late", 1.0, 0.8, 16, DETECTED)], gate=False)
+    _study(tmp_path / "lost", [_diff("size", "late", 1.0, 0.8, 16, DETECTED)])
+    (tmp_path / "lost" / "differences.csv").unlink()
     assert main(["replicate", *(a.format(tmp=tmp_path) for a in args)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0], err

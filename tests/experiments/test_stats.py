@@ -160,28 +160,98 @@ def test_paired_difference_known_values():
     se = math.sqrt(2.5) / math.sqrt(5)
     assert (d.n, d.mean, d.sd) == (5, 3.0, pytest.approx(math.sqrt(2.5)))
     assert d.t_low == pytest.approx(3.0 - 2.776 * se, abs=1e-3) and d.t_high == pytest.approx(3.0 + 2.776 * se, abs=1e-3)
-    assert d.mde == pytest.approx((2.776 + 0.941) * se, abs=1e-3)
+    # the noncentral-t MDE: λ* = 3.7354 solves P(|T'(4, λ)| > 2.776) = 0.8 (statsmodels' TTestPower agrees below)
+    assert d.mde == pytest.approx(stats.noncentral_mde(se, 4), rel=1e-12)
+    assert stats.t_test_power(d.mde / se, 4) == pytest.approx(0.8, abs=1e-9)
     # t = 3 / se = 4.243 on 4 df: two-sided p = 0.0132
     assert d.p_value == pytest.approx(0.0132, abs=2e-4)
     assert 1.0 <= d.boot_low < 3.0 < d.boot_high <= 5.0
     assert stats.power_verdict(d, +1, 1.0) == stats.DETECTED
     assert stats.power_verdict(d, -1, 1.0) == stats.DETECTED_AGAINST
     null = stats.paired_difference([-1.0, 1.0, -0.5, 0.5], n_boot=200)
-    # its interval (±1.45) lies inside ±MDE (1.90) but not inside ±1
-    assert stats.power_verdict(null, +1, null.mde) == stats.EQUIVALENT and null.mde > 0
-    assert stats.power_verdict(null, +1, 1.0) == stats.INCONCLUSIVE
+    # its 90 % interval (±1.07) lies inside ±1.1 (TOST rejects both sides at 5 %) but not inside ±1.0
+    assert null.eq_high == pytest.approx(stats.t_quantile(0.95, 3) * null.se)
+    assert stats.power_verdict(null, +1, 1.1) == stats.EQUIVALENT and null.tost_p(1.1) < 0.05
+    assert stats.power_verdict(null, +1, 1.0) == stats.INCONCLUSIVE and null.tost_p(1.0) > 0.05
     assert math.isnan(stats.paired_difference([1.0]).mde)
 
 
-def test_minimum_detectable_effect_has_the_stated_power():
-    # simulate: a true effect equal to the MDE is detected in about 80% of experiments
-    rng = np.random.default_rng(0)
-    n, sd = 10, 1.0
+@pytest.mark.parametrize("n", [2, 3, 10])
+def test_minimum_detectable_effect_has_the_stated_power(n):
+    # simulate: a true effect equal to the MDE is detected (two-sided) in 80% of experiments,
+    # also at n = 2 (the main job), where the normal-shift approximation is 14 % optimistic
+    rng = np.random.default_rng(n)
+    sd = 1.0
     mde = stats.minimum_detectable_effect(sd, n)
     q = stats.t_quantile(0.975, n - 1)
-    x = rng.normal(mde, sd, size=(20000, n))
+    x = rng.normal(mde, sd, size=(40000, n))
     t = x.mean(axis=1) / (x.std(axis=1, ddof=1) / math.sqrt(n))
-    assert (t > q).mean() == pytest.approx(0.8, abs=0.015)
+    assert (np.abs(t) > q).mean() == pytest.approx(0.8, abs=0.01)
+    normal_shift = (q + stats.t_quantile(0.8, n - 1)) * sd / math.sqrt(n)
+    if n == 2:
+        assert mde / normal_shift == pytest.approx(1.16, abs=0.01)
+
+
+def test_steins_two_stage_test_reads_the_pilots_spread_and_holds_its_size():
+    """A pilot whose spread plans the sample: the t test over every difference with the
+    pilot's spread on k − 1 degrees of freedom (Stein 1945) keeps its level; the ordinary t
+    test on the same data, with the spread of all the differences, does not."""
+    from sameloss.experiments.allocation import needed_seeds
+
+    x = [0.3, -0.1, 0.4, 0.2, -0.3, 0.1, 0.5, 0.0]
+    d = stats.paired_difference(x, n_boot=0, pilot=x[:4])
+    s1 = float(np.std(x[:4], ddof=1))
+    assert (d.sd, d.df, d.mean) == (pytest.approx(s1), 3, pytest.approx(np.mean(x)))
+    half = stats.t_quantile(0.975, 3) * s1 / math.sqrt(8)
+    assert (d.t_low, d.t_high) == pytest.approx((np.mean(x) - half, np.mean(x) + half))
+    assert d.mde == pytest.approx((stats.t_quantile(0.975, 3) + stats.t_quantile(0.8, 3)) * s1 / math.sqrt(8))
+    # a pilot as long as the data is the ordinary test
+    assert stats.paired_difference(x, n_boot=0, pilot=x).df == 7
+    # simulated under the null: the pilot's spread plans the seeds (allocation.needed_seeds, in
+    # closed form here, vectorised), then each test's size over 100,000 studies
+    rng = np.random.default_rng(5)
+    k, sd, target, cap, reps = 6, 0.3, 0.35, 60, 100_000
+    y = rng.normal(0.0, sd, (reps, cap))
+    s1 = y[:, :k].std(axis=1, ddof=1)
+    c = stats.t_quantile(0.975, k - 1) + stats.t_quantile(0.8, k - 1)
+    n = np.clip(np.ceil((c * s1 / target) ** 2), k, cap).astype(int)
+    for i in range(30):  # the closed form is needed_seeds
+        assert n[i] == min(needed_seeds(float(s1[i]), target, k, pilot=k), cap)
+    mask = np.arange(cap)[None, :] < n[:, None]
+    mean = (y * mask).sum(axis=1) / n
+    sd_all = np.sqrt(((y - mean[:, None]) ** 2 * mask).sum(axis=1) / (n - 1))
+    t_stein = np.abs(mean) * np.sqrt(n) / s1
+    t_ordinary = np.abs(mean) * np.sqrt(n) / sd_all
+    from scipy.stats import t as student
+
+    stein = float((t_stein > stats.t_quantile(0.975, k - 1)).mean())
+    ordinary = float((t_ordinary > student.ppf(0.975, n - 1)).mean())
+    se = math.sqrt(0.05 * 0.95 / reps)
+    assert abs(stein - 0.05) < 3 * se  # exact
+    assert ordinary > 0.055  # the spread of all the data is too small exactly when the pilot's was
+    # paired_difference's verdict is that statistic's, study by study
+    for i in range(200):
+        got = stats.paired_difference(y[i, :n[i]], n_boot=0, pilot=y[i, :k])
+        detected = stats.power_verdict(got, 1, target) in (stats.DETECTED, stats.DETECTED_AGAINST)
+        assert detected == bool(t_stein[i] > stats.t_quantile(0.975, k - 1))
+
+
+def test_the_mde_and_power_agree_with_statsmodels():
+    from statsmodels.stats import power  # a test dependency (pyproject's test extra)
+
+    for n in (2, 3, 5, 16, 40):
+        # statsmodels solves the standardised effect d = MDE / sd of a one-sample t test
+        d = power.TTestPower().solve_power(nobs=n, alpha=0.05, power=0.8, alternative="two-sided")
+        assert stats.minimum_detectable_effect(1.0, n) == pytest.approx(d, rel=1e-4)
+        assert stats.t_power(0.7, 1.3, n) == pytest.approx(
+            power.TTestPower().power(0.7 / 1.3, n, 0.05, alternative="two-sided"), abs=1e-6)
+    # the numerical integral (used where scipy's nct gives nan) equals nct where both work
+    from scipy.integrate import quad
+    from scipy.stats import chi, norm
+    c, df, lam = stats.t_quantile(0.975, 3), 3, 2.5
+    direct = quad(lambda s: (norm.cdf(lam - c * s) + norm.cdf(-lam - c * s)) * chi.pdf(s, df, scale=df ** -0.5),
+                  0, np.inf)[0]
+    assert stats.t_test_power(lam, df) == pytest.approx(direct, abs=1e-7)
 
 
 def test_fixed_effects_ols_equals_dummy_variable_least_squares():
@@ -251,11 +321,16 @@ def test_interval_power_reads_the_standard_error_off_the_interval():
     half = t.ppf(0.975, df) * se
     verdict, mde = stats.interval_power(stats.Interval(2.0, 2.0 - half, 2.0 + half), df, +1)
     assert verdict == stats.DETECTED
-    assert mde == pytest.approx((t.ppf(0.975, df) + t.ppf(0.8, df)) * se, rel=1e-12)
+    assert mde == pytest.approx(stats.noncentral_mde(se, df), rel=1e-12)
     assert stats.interval_power(stats.Interval(2.0, 2.0 - half, 2.0 + half), df, -1)[0] == stats.DETECTED_AGAINST
-    # an interval holding 0 inside ±MDE (the default margin) shows the null; wider is inconclusive
-    assert stats.interval_power(stats.Interval(0.1, -0.5, 0.7), df, -1)[0] == stats.EQUIVALENT
-    assert stats.interval_power(stats.Interval(0.1, -0.5, 0.7), df, -1, margin=0.6)[0] == stats.INCONCLUSIVE
+    # no margin (a slope's default): never a shown null, however narrow the interval
+    assert stats.interval_power(stats.Interval(0.1, -0.5, 0.7), df, -1)[0] == stats.INCONCLUSIVE
+    # with a margin fixed in advance the 90 % interval of the same standard error decides
+    se2 = 1.2 / (2 * t.ppf(0.975, df))
+    eq = t.ppf(0.95, df) * se2
+    assert stats.interval_power(stats.Interval(0.1, -0.5, 0.7), df, -1, margin=0.1 + eq + 1e-9)[0] == stats.EQUIVALENT
+    assert stats.interval_power(stats.Interval(0.1, -0.5, 0.7), df, -1, margin=0.1 + eq - 1e-9)[0] == \
+        stats.INCONCLUSIVE
 
 
 def test_combined_t_test_is_fishers_method():
@@ -267,13 +342,24 @@ def test_combined_t_test_is_fishers_method():
     assert pooled == pytest.approx(combine_pvalues(pvalues, method="fisher").pvalue, rel=1e-10)
 
 
-def test_equivalence_needs_the_interval_inside_the_margin():
-    """"No effect beyond ±δ" only when the whole 95 % interval lies inside (−δ, δ); an
-    interval that holds 0 but reaches past δ is inconclusive, however close its mean is to 0."""
-    tight = stats.paired_difference([0.1, -0.1, 0.05, -0.05, 0.02, -0.02], n_boot=100)
-    assert tight.t_low > -0.2 and tight.t_high < 0.2
-    assert stats.power_verdict(tight, +1, 0.2) == stats.EQUIVALENT
-    assert stats.power_verdict(tight, +1, abs(tight.t_low) * 0.99) == stats.INCONCLUSIVE
+def test_equivalence_is_tost_at_five_percent_per_side():
+    """"No effect beyond ±δ" exactly when both one-sided tests at α = 0.05 reject (TOST): the
+    90 % interval inside (−δ, δ) — not the 95 % one; an interval that holds 0 but reaches past
+    δ is inconclusive, however close its mean is to 0."""
+    from scipy.stats import ttest_1samp
+
+    x = [0.1, -0.1, 0.05, -0.05, 0.02, -0.02, 0.09]
+    tight = stats.paired_difference(x, n_boot=100)
+    assert tight.t_low < tight.eq_low < tight.eq_high < tight.t_high
+    assert stats.power_verdict(tight, +1, tight.eq_high * 1.001) == stats.EQUIVALENT
+    assert stats.power_verdict(tight, +1, tight.eq_high * 0.999) == stats.INCONCLUSIVE
+    # between the two intervals: equivalent by TOST although the 95 % interval reaches past δ
+    margin = (tight.eq_high + tight.t_high) / 2
+    assert tight.t_high > margin and stats.power_verdict(tight, +1, margin) == stats.EQUIVALENT
+    # TOST's p is the larger one-sided p, as scipy computes them
+    lower = ttest_1samp(np.array(x) + margin, 0.0, alternative="greater").pvalue
+    upper = ttest_1samp(np.array(x) - margin, 0.0, alternative="less").pvalue
+    assert tight.tost_p(margin) == pytest.approx(max(lower, upper), rel=1e-10) and tight.tost_p(margin) < 0.05
     wide = stats.paired_difference([1.0, -1.0, 0.9, -0.9], n_boot=100)
     assert wide.mean == 0.0 and stats.power_verdict(wide, +1, 0.5) == stats.INCONCLUSIVE
     # a margin of nan or 0 never shows a null

@@ -29,6 +29,7 @@ variable), never an exception.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -203,22 +204,73 @@ def t_quantile(p: float, df: float) -> float:
     return float(student_t.ppf(p, df))
 
 
+def t_power(effect: float, sd: float, n: int, level: float = 0.95) -> float:
+    """The power of a two-sided one-sample (paired) t test at ``level`` against a true mean
+    ``effect`` with spread ``sd`` over ``n`` pairs, exactly (noncentral t): ``t_test_power``
+    with ``df = n − 1`` and ``λ = effect · √n / sd``."""
+    return t_test_power(effect * math.sqrt(n) / sd, n - 1, level)
+
+
+def t_test_power(noncentrality: float, df: float, level: float = 0.95) -> float:
+    """``P(T′ > c) + P(T′ < −c)`` for ``T′`` noncentral t with ``df`` degrees of freedom and
+    noncentrality ``λ``, ``c = t_{(1+level)/2, df}``: the power of a two-sided t test.
+    ``scipy.stats.nct``; where it returns nan (large λ at one degree of freedom: the main
+    job's), integrated over ``S = √(χ²_df / df)`` as ``E[Φ(λ − cS) + Φ(−λ − cS)]`` (``T′ = (Z + λ)/S``)."""
+    from scipy.integrate import quad
+    from scipy.stats import chi, nct, norm
+
+    c = t_quantile(0.5 + level / 2, df)
+    lam = abs(noncentrality)
+    power = float(nct.sf(c, df, lam) + nct.cdf(-c, df, lam))
+    if math.isfinite(power):
+        return power
+    scale = 1.0 / math.sqrt(df)
+
+    def integrand(s: float) -> float:
+        return float((norm.cdf(lam - c * s) + norm.cdf(-lam - c * s)) * chi.pdf(s, df, scale=scale))
+
+    # S concentrates near 1; the integrand is smooth: split at 1 for quad's accuracy
+    return float(sum(quad(integrand, a, b, limit=200, epsabs=1e-12)[0] for a, b in ((0, 1), (1, math.inf))))
+
+
 def minimum_detectable_effect(sd: float, n: int, level: float = 0.95, power: float = 0.8) -> float:
     """The smallest true mean difference a two-sided paired t test at ``level`` detects with
-    probability ``power`` (normal-shift approximation with t quantiles):
-    ``(t_{1-α/2, n-1} + t_{power, n-1}) · sd / √n``."""
-    if n < 2 or not math.isfinite(sd):
+    probability ``power``, from the noncentral t: ``MDE = λ* · sd / √n`` where ``λ*`` solves
+    ``P(|T′_{n−1, λ*}| > t_{(1+level)/2, n−1}) = power`` (``noncentral_mde``). The
+    normal-shift approximation ``(t_{1−α/2} + t_power) · sd / √n`` is 14 % optimistic at n = 2."""
+    if n < 2 or not math.isfinite(sd) or sd <= 0:
         return float("nan")
-    df = n - 1
-    return (t_quantile(0.5 + level / 2, df) + t_quantile(power, df)) * sd / math.sqrt(n)
+    return noncentral_mde(sd / math.sqrt(n), n - 1, level, power)
+
+
+def noncentral_mde(se: float, df: float, level: float = 0.95, power: float = 0.8) -> float:
+    """``λ* · se``: the effect that a two-sided t test at ``level`` on ``df`` degrees of
+    freedom, of an estimate with standard error ``se``, detects with probability ``power``
+    (``λ*`` solves ``t_test_power(λ*, df, level) = power``; it depends on ``df`` alone, so it
+    is solved once per ``df``)."""
+    if not (math.isfinite(se) and se > 0 and df > 0):
+        return float("nan")
+    return _noncentrality_for_power(float(df), level, power) * se
+
+
+@functools.lru_cache(maxsize=1024)
+def _noncentrality_for_power(df: float, level: float, power: float) -> float:
+    from scipy.optimize import brentq
+
+    high = t_quantile(0.5 + level / 2, df) + 4.0
+    while t_test_power(high, df, level) < power:
+        high *= 2
+    return brentq(lambda lam: t_test_power(lam, df, level) - power, 0.0, high, xtol=1e-10)
 
 
 @dataclass(frozen=True)
 class PairedDifference:
     """Mean of paired differences (e.g. recipe − reference, one per seed) with its t and
-    percentile-bootstrap intervals, the two-sided t-test p value and the minimum
-    detectable effect at ``power``. ``degenerate``: the differences have no spread (all
-    equal to rounding), so the t interval, p value and MDE are undefined (``nan``)."""
+    percentile-bootstrap intervals at ``level``, the ``1 − 2α`` t interval of an
+    equivalence test (``eq_low``, ``eq_high``: 90 % for α = 0.05 per side, TOST), the
+    two-sided t-test p value and the minimum detectable effect at ``power`` (noncentral t).
+    ``degenerate``: the differences have no spread (all equal to rounding), so the t
+    intervals, p value and MDE are undefined (``nan``)."""
 
     n: int
     mean: float
@@ -232,79 +284,128 @@ class PairedDifference:
     level: float = 0.95
     power: float = 0.8
     degenerate: bool = False
+    eq_low: float = float("nan")
+    eq_high: float = float("nan")
+    # the degrees of freedom of ``sd``: n − 1, or the pilot's k − 1 in Stein's two-stage test
+    df: int = 0
+
+    @property
+    def se(self) -> float:
+        return self.sd / math.sqrt(self.n) if self.n >= 1 and math.isfinite(self.sd) else float("nan")
+
+    def tost_p(self, margin: float) -> float:
+        """The p value of the two one-sided tests (TOST) of ``|effect| ≥ margin``: the larger
+        of ``P(T ≥ (mean + δ)/se)`` and ``P(T ≤ (mean − δ)/se)`` on ``n − 1`` degrees of
+        freedom (``df``: the pilot's in Stein's test); below α exactly when the ``1 − 2α`` t
+        interval lies inside ``(−δ, δ)``."""
+        if self.degenerate or self.n < 2 or not (math.isfinite(margin) and margin > 0) or not self.se > 0:
+            return float("nan")
+        df = self.df or self.n - 1
+        return float(max(student_t.sf((self.mean + margin) / self.se, df),
+                         student_t.cdf((self.mean - margin) / self.se, df)))
 
 
 # differences whose standard deviation is below this fraction of their size are all equal
 # up to rounding (e.g. the same accuracy difference on every seed): no spread to test against
 DEGENERATE_SPREAD = 1e-9
+# each side of an equivalence test (TOST) at this level: the 90 % interval inside ±δ
+EQUIVALENCE_ALPHA = 0.05
 
 
 def paired_difference(diffs: Sequence[float], level: float = 0.95, power: float = 0.8, n_boot: int = 2000,
-                      seed: int = 0) -> PairedDifference:
+                      seed: int = 0, pilot: Sequence[float] | None = None) -> PairedDifference:
+    """The paired t test of ``diffs`` (t and bootstrap intervals, p, the noncentral-t MDE).
+    ``pilot``: the differences of a two-stage design's first stage, whose spread decided how
+    many more there are (``allocation``): Stein's two-stage test then reads its spread from
+    them alone — ``T = mean · √n / s_pilot`` on ``k − 1`` degrees of freedom, exact whatever
+    the pilot drew (a spread from all the differences would be too small exactly when the
+    pilot's was, since a small pilot spread stops early) — and its MDE is Stein's power
+    bound ``stein_mde``. A pilot as long as ``diffs`` is the ordinary test."""
     d = np.asarray(diffs, dtype=float)
     n = d.size
     mean = float(d.mean()) if n else float("nan")
     nan = float("nan")
     if n < 2:
         return PairedDifference(n, mean, nan, nan, nan, nan, nan, nan, nan, level, power)
-    sd = float(d.std(ddof=1))
+    stein = pilot is not None and 2 <= len(pilot) < n
+    first = np.asarray(pilot, dtype=float) if stein else d
+    sd, df = float(first.std(ddof=1)), first.size - 1
     boot = bootstrap_ci(np.mean, d, n_boot=n_boot, level=level, seed=seed)
-    if sd <= DEGENERATE_SPREAD * float(np.abs(d).max()):
-        return PairedDifference(n, mean, sd, nan, nan, boot.low, boot.high, nan, nan, level, power, True)
+    if sd <= DEGENERATE_SPREAD * float(np.abs(first).max()):
+        return PairedDifference(n, mean, sd, nan, nan, boot.low, boot.high, nan, nan, level, power, True, df=df)
     se = sd / math.sqrt(n)
-    half = t_quantile(0.5 + level / 2, n - 1) * se
-    p = 2.0 * float(student_t.sf(abs(mean) / se, n - 1))
-    return PairedDifference(n, mean, sd, mean - half, mean + half, boot.low, boot.high, p,
-                            minimum_detectable_effect(sd, n, level, power), level, power)
+    half = t_quantile(0.5 + level / 2, df) * se
+    eq_half = t_quantile(1 - EQUIVALENCE_ALPHA, df) * se
+    p = 2.0 * float(student_t.sf(abs(mean) / se, df))
+    mde = stein_mde(sd, n, df + 1, level, power) if stein else minimum_detectable_effect(sd, n, level, power)
+    return PairedDifference(n, mean, sd, mean - half, mean + half, boot.low, boot.high, p, mde, level, power, False,
+                            mean - eq_half, mean + eq_half, df)
+
+
+def stein_mde(pilot_sd: float, n: int, k: int, level: float = 0.95, power: float = 0.8) -> float:
+    """The MDE of Stein's two-stage test (``paired_difference`` with a pilot of ``k``) over
+    ``n`` differences: ``(t_{(1+level)/2, k−1} + t_{power, k−1}) · s_pilot / √n`` — with the
+    mean's own noise ``Z``, ``T ≥ Z·σ/s + c`` once ``δ√n/s ≥ c``, and ``Z·σ/s`` is exactly
+    t on k − 1 degrees of freedom, so the power at that effect is at least ``power``
+    whatever ``σ`` (Stein 1945; the other tail left out: a bound)."""
+    if n < 1 or k < 2 or not (math.isfinite(pilot_sd) and pilot_sd > 0):
+        return float("nan")
+    return (t_quantile(0.5 + level / 2, k - 1) + t_quantile(power, k - 1)) * pilot_sd / math.sqrt(n)
 
 
 DETECTED = "detected in the paper's direction"
 DETECTED_AGAINST = "detected against it"
-EQUIVALENT = "no effect beyond ±δ"
+EQUIVALENT = "no effect beyond ±δ (TOST, 90% interval)"
 INCONCLUSIVE = "inconclusive"
 DEGENERATE = "degenerate: the differences have no spread, nothing to test"
 VERDICTS = (DETECTED, DETECTED_AGAINST, EQUIVALENT, INCONCLUSIVE, DEGENERATE)
 
 
-def _detection(low: float, high: float, expected_sign: int, margin: float) -> str:
-    """A detection when the interval excludes 0; a shown null (``no effect beyond ±δ``,
-    δ = ``margin``) when it lies inside ``(−δ, δ)``; else ``inconclusive``: an interval
-    that holds 0 is not a null by itself (it may also hold effects larger than δ)."""
+def _detection(low: float, high: float, expected_sign: int, margin: float, eq_low: float, eq_high: float) -> str:
+    """A detection when the two-sided interval ``(low, high)`` excludes 0; a shown null
+    (``no effect beyond ±δ``, δ = ``margin``) when the equivalence interval
+    ``(eq_low, eq_high)`` — the ``1 − 2α`` one of TOST — lies inside ``(−δ, δ)``; else
+    ``inconclusive``: an interval that holds 0 is not a null by itself (it may also hold
+    effects larger than δ)."""
     if expected_sign not in (1, -1):
         raise ValueError("expected_sign must be +1 or -1")
     if not (math.isfinite(low) and math.isfinite(high)):
         return INCONCLUSIVE
     if low > 0 or high < 0:
         return DETECTED if (low > 0) == (expected_sign > 0) else DETECTED_AGAINST
-    if math.isfinite(margin) and margin > 0 and -margin < low and high < margin:
+    if math.isfinite(margin) and margin > 0 and -margin < eq_low and eq_high < margin:
         return EQUIVALENT
     return INCONCLUSIVE
 
 
 def power_verdict(diff: PairedDifference, expected_sign: int, margin: float) -> str:
-    """``detected in the paper's direction`` / ``detected against it`` when the t interval
-    excludes 0 on that side; ``no effect beyond ±δ`` when it lies inside ``±margin`` (an
-    equivalence test at the same level: both one-sided tests of |effect| ≥ δ reject);
-    else ``inconclusive``; ``degenerate`` when the differences have no spread (an
-    interval of zero width detects nothing and shows nothing)."""
+    """``detected in the paper's direction`` / ``detected against it`` when the two-sided t
+    interval at ``diff.level`` excludes 0 on that side; ``no effect beyond ±δ`` when the
+    TOST at α = ``EQUIVALENCE_ALPHA`` per side rejects both ``effect ≤ −δ`` and
+    ``effect ≥ δ`` (its 90 % t interval inside ``±margin``; δ fixed in the preset, never the
+    comparison's own MDE); else ``inconclusive``; ``degenerate`` when the differences have
+    no spread (an interval of zero width detects nothing and shows nothing)."""
     if diff.degenerate:
         if expected_sign not in (1, -1):
             raise ValueError("expected_sign must be +1 or -1")
         return DEGENERATE
-    return _detection(diff.t_low, diff.t_high, expected_sign, margin)
+    return _detection(diff.t_low, diff.t_high, expected_sign, margin, diff.eq_low, diff.eq_high)
 
 
 def interval_power(interval: Interval, df: int, expected_sign: int, level: float = 0.95,
-                   power: float = 0.8, margin: float | None = None) -> tuple[str, float]:
+                   power: float = 0.8, margin: float = math.nan) -> tuple[str, float]:
     """The verdict of an estimate with a two-sided ``level`` interval (e.g. a bootstrap
-    interval of a slope) and its minimum detectable effect at ``power``:
-    ``(t_{1-α/2} + t_power) × se`` on ``df`` degrees of freedom, the standard error read
-    off the interval's width as ``(high − low) / (2 t_{1-α/2})``. The equivalence margin
-    δ is ``margin``, else the MDE itself."""
+    interval of a slope) and its minimum detectable effect at ``power`` on ``df`` degrees
+    of freedom (``noncentral_mde``), the standard error read off the interval's width as
+    ``(high − low) / (2 t_{(1+level)/2})``. Equivalence within ``margin`` (fixed before the
+    data; ``nan``: no equivalence verdict) reads the ``1 − 2α`` interval of that standard
+    error around the estimate."""
     q = t_quantile(0.5 + level / 2, df)
     se = (interval.high - interval.low) / (2 * q)
-    mde = (q + t_quantile(power, df)) * se
-    return _detection(interval.low, interval.high, expected_sign, mde if margin is None else margin), mde
+    mde = noncentral_mde(se, df, level, power)
+    eq_half = t_quantile(1 - EQUIVALENCE_ALPHA, df) * se
+    return _detection(interval.low, interval.high, expected_sign, margin, interval.estimate - eq_half,
+                      interval.estimate + eq_half), mde
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:
@@ -426,24 +527,28 @@ class Pooled:
     k: int
     fixed: float  # Σ w m / Σ w, w = 1 / se²
     fixed_se: float
-    fixed_low: float
+    fixed_low: float  # normal interval
     fixed_high: float
     q: float  # Cochran's Q = Σ w (m − fixed)²
     q_p: float  # P(χ²_{k−1} ≥ Q)
     i2: float  # max(0, (Q − (k − 1)) / Q): the share of the spread beyond chance
     tau2: float  # DerSimonian–Laird between-estimate variance
-    random: float  # the random-effects estimate (weights 1 / (se² + τ²))
-    random_low: float
+    random: float  # the random-effects estimate (weights w* = 1 / (se² + τ²))
+    random_se: float  # Hartung–Knapp–Sidik–Jonkman: √(Σ w* (m − random)² / ((k − 1) Σ w*))
+    random_low: float  # random ± t_{k−1} · random_se (HKSJ)
     random_high: float
+    random_p: float  # two-sided, t on k − 1 degrees of freedom
 
 
 def pool_inverse_variance(means: Sequence[float], ses: Sequence[float], level: float = 0.95) -> Pooled:
-    """Fixed-effect (inverse-variance) and DerSimonian–Laird random-effects pooling with
-    Cochran's Q and I² — the standard meta-analytic summary of one effect measured in k
-    independent studies (here: languages). Normal intervals: with few seeds per study they
-    are narrower than t intervals would be (say so where reported). Written out rather than
-    taken from statsmodels (not a dependency) — a few lines of textbook algebra, tested
-    against hand-computed values."""
+    """Fixed-effect (inverse-variance, normal interval) and random-effects pooling of k
+    independent estimates (here: one comparison measured on k languages) with Cochran's Q,
+    I² and the DerSimonian–Laird τ²; the random-effects interval is Hartung–Knapp–Sidik–
+    Jonkman's (a t interval on k − 1 degrees of freedom around the weighted residual
+    variance), not the normal one, which is anti-conservative with few studies.
+    ``ses``: each estimate's own standard error (a language's sd/√n). Written out (a few
+    lines of textbook algebra) and tested against statsmodels' ``combine_effects``
+    (``"random effect wls"``: the HKSJ row), which is a test dependency only."""
     m = np.asarray(means, dtype=float)
     se = np.asarray(ses, dtype=float)
     if m.shape != se.shape or m.ndim != 1 or len(m) < 1:
@@ -463,6 +568,12 @@ def pool_inverse_variance(means: Sequence[float], ses: Sequence[float], level: f
     tau2 = max(0.0, (q - df) / c) if df > 0 and c > 0 else 0.0
     wr = 1.0 / (se**2 + tau2)
     random = float(np.sum(wr * m) / np.sum(wr))
-    random_se = float(1.0 / math.sqrt(np.sum(wr)))
+    nan = math.nan
+    if df > 0:
+        random_se = math.sqrt(float(np.sum(wr * (m - random) ** 2)) / (df * float(np.sum(wr))))
+        half = t_quantile(0.5 + level / 2, df) * random_se
+        random_p = float(2 * student_t.sf(abs(random) / random_se, df)) if random_se > 0 else nan
+    else:
+        random_se, half, random_p = nan, nan, nan
     return Pooled(k, fixed, fixed_se, fixed - z * fixed_se, fixed + z * fixed_se, q, q_p, i2, tau2, random,
-                  random - z * random_se, random + z * random_se)
+                  random_se, random - half, random + half, random_p)
