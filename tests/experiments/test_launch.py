@@ -365,11 +365,12 @@ def _study_cli(out: Path, fault: str | None = None, wait: bool = True):
     return (run_cli if wait else start_cli)(args, prelude=TWO_SEEDS, env=env)
 
 
-def _cut_at(run: Path, step: int) -> Path:
-    """``run``'s newest checkpoint is ``step`` and it has no summary: cut there. Returns
-    that checkpoint's weights file."""
-    assert complete_checkpoints(run)[-1].name == f"step_{step:07d}" and not (run / "summary.json").exists()
-    return complete_checkpoints(run)[-1] / "model.safetensors"
+def _cut_after_its_first_checkpoint(run: Path) -> Path:
+    """``run`` holds one checkpoint and no summary: cut right after its first checkpoint
+    (the fault's cue). Returns that checkpoint's weights file."""
+    saved = complete_checkpoints(run)
+    assert len(saved) == 1 and not (run / "summary.json").exists(), saved
+    return saved[0] / "model.safetensors"
 
 
 def test_a_killed_study_and_a_killed_worker_are_resumed_and_give_an_uninterrupted_runs_results(
@@ -380,9 +381,9 @@ def test_a_killed_study_and_a_killed_worker_are_resumed_and_give_an_uninterrupte
     root = tmp_path / "isoloss-smoke"
     runs = root / "seeds" / "seed1" / "runs"
     # 1. the study's own process killed (SIGKILL) while both workers run: seed 1's worker
-    # waits after FIRST_CUT's checkpoint 45; the workers must not outlive the study
+    # waits after FIRST_CUT's first checkpoint; the workers must not outlive the study
     hung = tmp_path / "hung"
-    proc = _study_cli(tmp_path, f"{FIRST_CUT}:45:hang:{hung}", wait=False)
+    proc = _study_cli(tmp_path, f"{FIRST_CUT}:first:hang:{hung}", wait=False)
     try:
         wait_for(lambda: hung.exists() or proc.poll() is not None, "a worker at the chosen checkpoint", 600)
         assert proc.poll() is None, proc.communicate()
@@ -390,19 +391,19 @@ def test_a_killed_study_and_a_killed_worker_are_resumed_and_give_an_uninterrupte
     finally:
         proc.kill()
         proc.communicate()
-    assert int(hung.read_text()) in holders
+    assert int(hung.read_text().split()[0]) in holders
     for pid in holders:  # each dies with the study (launch.die_with): none keeps a seed's lock
         wait_for(lambda: not alive(pid), f"worker {pid} to end with the study", 120)
-    weights = _cut_at(runs / FIRST_CUT, 45)
+    weights = _cut_after_its_first_checkpoint(runs / FIRST_CUT)
     inode = weights.stat().st_ino
 
-    # 2. the rerun, with seed 1's worker killed (SIGKILL) after SECOND_CUT's checkpoint 45:
+    # 2. the rerun, with seed 1's worker killed (SIGKILL) after SECOND_CUT's first checkpoint:
     # the study ends in that unit's one line once the other worker has finished seed 0
-    first = _study_cli(tmp_path, f"{SECOND_CUT}:45:kill")
+    first = _study_cli(tmp_path, f"{SECOND_CUT}:first:kill")
     assert "seed 1: its worker ended without a result (killed?" in error_line(first)
     assert not (root / "results.csv").exists()
     assert (runs / FIRST_CUT / "summary.json").exists() and weights.stat().st_ino == inode  # resumed, not redone
-    _cut_at(runs / SECOND_CUT, 45)
+    _cut_after_its_first_checkpoint(runs / SECOND_CUT)
 
     # 3. the rerun: what finished is reused, the cut run resumed, and the results are an
     # uninterrupted run's

@@ -3,11 +3,12 @@
 Python imports ``sitecustomize`` at start-up from ``PYTHONPATH``: a test puts this folder
 there for the CLI it starts, and so for its local workers, which inherit the environment.
 ``SAMELOSS_TEST_FAULT="RUN:STEP:ACTION[:FILE]"`` then acts in whichever process saves
-checkpoint STEP of the run folder named RUN, right after the save:
+checkpoint STEP (``first``: the first checkpoint it saves of that run) of the run folder
+named RUN, right after the save:
 
 * ``kill``: the process kills itself with SIGKILL (a worker killed mid-run);
-* ``hang``: the process writes FILE and waits for ever (until the test kills it, or its
-  parent — and so, through ``launch.die_with``, it).
+* ``hang``: the process writes its pid and the step to FILE and waits for ever (until the
+  test kills it, or its parent — and so, through ``launch.die_with``, it).
 
 The hook waits for ``sameloss.training.checkpoint`` to be imported (an import hook), so a
 process that never trains pays nothing and torch is not imported before its time.
@@ -33,11 +34,11 @@ def _patch(module) -> None:
 
     def save(run_dir, at, *args, **kwargs):
         path = original(run_dir, at, *args, **kwargs)
-        if Path(run_dir).name == run and at == int(step):
+        if Path(run_dir).name == run and (step == "first" or at == int(step)):
             if action == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
             elif action == "hang":
-                Path(rest[0]).write_text(str(os.getpid()))
+                Path(rest[0]).write_text(f"{os.getpid()} {at}")
                 threading.Event().wait()
         return path
 
