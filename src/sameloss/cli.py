@@ -571,26 +571,9 @@ def format_summary(s: dict) -> str:
     return "\n".join(lines)
 
 
-@contextlib.contextmanager
-def quiet_libraries():
-    """The libraries' warnings are not a user's concern, and would break the one-line rule
-    for errors: inside the block Python warnings are ignored (unless ``-W`` or
-    ``PYTHONWARNINGS`` asks for them — sameloss says what it has to say in its own lines,
-    never through ``warnings``), and transformers logs only errors
-    (``TRANSFORMERS_VERBOSITY``, unless set; inherited by the workers of ``reproduce``).
-    Where a warning can be fixed at its source it is (``languages/lm_generated.py`` passes
-    the KV cache by the current keyword)."""
-    import warnings
-
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-    with warnings.catch_warnings():
-        if not sys.warnoptions:
-            warnings.simplefilter("ignore")
-        yield
-
-
 def main(argv: list[str] | None = None) -> int:
+    from .libraries import quiet_libraries  # the libraries' warnings are noise to a user (issue 40)
+
     with quiet_libraries():
         return _main(argv)
 

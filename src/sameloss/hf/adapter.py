@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 from ..errors import UserError
-from .quiet import quiet_transformers
+from ..libraries import quiet_transformers
 from .vocab import word_tokens
 
 MISSING_LOGIT = -1e9

@@ -21,7 +21,7 @@ from .. import config as configlib
 from .. import files
 from ..errors import UserError
 from ..models.transformer import TransformerMLM
-from .quiet import quiet_transformers
+from ..libraries import quiet_transformers
 
 
 def check_exportable(model) -> None:

@@ -57,7 +57,7 @@ import torch
 
 from sameloss.errors import UserError
 from sameloss.files import atomic_write_json, sha256_of
-from sameloss.hf.quiet import quiet_transformers
+from sameloss.libraries import quiet_transformers
 from sameloss.languages.base import Batch, Language, Task
 
 # the registry reads this from the file (``sameloss.registry``)

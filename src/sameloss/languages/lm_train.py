@@ -35,7 +35,7 @@ import torch
 from ..errors import UserError
 from ..files import building, is_empty_dir
 from ..files import sha256_of as _sha256
-from ..hf.quiet import quiet_transformers
+from ..libraries import quiet_transformers
 from .lm_generated import POOL_META, POOL_TOKENS, SAMPLE_BLOCK, CausalLM, _transformers, generator_shape
 from .text import _gib
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import sys
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -82,7 +81,7 @@ class Progress:
     def close(self) -> None:
         elapsed = time.monotonic() - self.start
         if self.printed or elapsed >= self.after:
-            print(f"{self.what}: done in {elapsed:.1f} s", file=sys.stderr, flush=True)
+            say(f"{self.what}: done in {elapsed:.1f} s")
 
 
 @dataclass(frozen=True)
