@@ -5,6 +5,7 @@ line, and a bad ``--out`` is one line."""
 
 from __future__ import annotations
 
+import csv
 import shutil
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from sameloss import files
 from sameloss.cli import main
 from sameloss.errors import UserError
 from sameloss.experiments.core import RunSpec, Study
-from helpers.processes import Holder, error_lines, run_cli
+from helpers.processes import ENV, Holder, error_lines, run_cli
 
 STEPS = ["reproduce", "steps", "--scale", "smoke", "--no-progress"]
 RUN = (("steps", 2), ("batch_size", 8), ("model.size", "micro"), ("language.name", "hmm"),
@@ -259,22 +260,41 @@ def test_a_study_releases_its_lock_when_closed(tmp_path):
 # ---------------------------------------------------------------------------- item 4: a full disk
 
 
-def test_a_full_disk_during_reproduce_is_one_line_and_the_rerun_works(copy):
-    """The measurements, tables, report and figures are written again when the rows are
-    gone: with a 4 kB file-size limit each write fails. One line, no temporary file, the
-    earlier report intact; after "freeing space" the rerun works."""
+def results_untimed(root: Path) -> list[dict]:
+    """results.csv's rows, the timing column aside (a checkpoint measured again takes
+    another time)."""
+    with open(root / "results.csv", newline="") as f:
+        return [{k: v for k, v in row.items() if k != "measure_seconds"} for row in csv.DictReader(f)]
+
+
+@pytest.mark.parametrize("cut", ["measurements", "training"])
+def test_a_full_disk_during_reproduce_is_one_line_and_the_rerun_works(copy, cut):
+    """With a 4 kB file-size limit each larger write fails: while writing the measurements
+    again (their rows gone), or while a run resumes training mid-way (its last checkpoints
+    gone, issue 40: the progress lines printed before the error were on stderr). stderr
+    holds the one line and nothing else, no temporary file stays, the earlier report is
+    intact; after "freeing space" the rerun resumes and its results.csv is the same."""
     root = copy / "steps-smoke"
-    report = (root / "report.md").read_bytes()
-    (root / "measurements.json").unlink()
-    done = run_cli([*STEPS, "--out", str(copy)], file_size_limit=4096)
+    report, results = (root / "report.md").read_bytes(), results_untimed(root)
+    if cut == "measurements":
+        (root / "measurements.json").unlink()
+    else:
+        run = root / "runs" / "pcfg-micro-sgd"
+        (run / "summary.json").unlink()
+        for step in sorted((run / "checkpoints").iterdir())[-2:]:
+            shutil.rmtree(step)
+    args = ["reproduce", "steps", "--scale", "smoke", "--out", str(copy)]  # with progress lines
+    done = run_cli(args, file_size_limit=4096, env={**ENV, "SAMELOSS_PROGRESS_SECONDS": "0"})
     assert done.returncode == 2, done.stderr
     errors = error_lines(done.stderr)
-    assert len(errors) == 1 and "Traceback" not in done.stderr and done.stderr.strip().splitlines()[-1] == errors[0]
+    assert len(errors) == 1 and done.stderr.strip().splitlines() == errors, done.stderr
     assert "cannot write" in errors[0] and "File too large" in errors[0]
+    if cut == "training":
+        assert "runs/pcfg-micro-sgd/checkpoints/step_" in errors[0] and "pcfg-micro-sgd: 17/24 steps" in done.stdout
     assert not [p for p in copy.rglob("*") if p.name.startswith(".tmp-") or p.name.endswith(".tmp")]
     assert (root / "report.md").read_bytes() == report
     assert main([*STEPS, "--out", str(copy)]) == 0
-    assert (root / "measurements.json").is_file()
+    assert (root / "measurements.json").is_file() and results_untimed(root) == results
 
 
 # ---------------------------------------------------------------------------- item 15: progress of cached work
