@@ -61,12 +61,38 @@ def test_print_config_shows_unset_keys_and_loads_back(tmp_path, capsys):
                                                                                         "model.d_model=32"])
 
 
-def test_progress_in_a_log_file_is_plain_lines(tmp_path, capsys, monkeypatch):
+def test_progress_in_a_log_file_is_plain_lines_on_stdout(tmp_path, capsys, monkeypatch):
+    """Written to a file, progress is plain lines, on stdout: stderr holds only an error's
+    one line (issue 40)."""
     monkeypatch.setenv("SAMELOSS_PROGRESS_SECONDS", "0")
     assert main(["pretrain", "name=r", "--out", str(tmp_path), *TINY, "steps=5", "log_every=1"]) == 0
-    err = capsys.readouterr().err
-    assert "\r" not in err
-    lines = err.strip().splitlines()
+    captured = capsys.readouterr()
+    assert "\r" not in captured.out and captured.err == ""
+    lines = [line for line in captured.out.strip().splitlines() if line.startswith("r: ")]
     assert lines[0].startswith("r: 1/5 steps (20%)") and lines[-1].startswith("r: 5/5 steps (100%)")
     assert "loss=" in lines[-1]
+
+
+def test_headings_and_progress_go_to_stderr_only_on_a_terminal(monkeypatch):
+    import io
+    import sys
+
+    from sameloss import progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    assert progress.stream() is sys.stdout  # pytest's capture: not a terminal
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    assert progress.stream() is sys.stderr
+    bar = progress.progress_bar(total=3, desc="x")
+    assert type(bar).__module__.startswith("tqdm")  # a live bar there
+    bar.close()
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    progress.data_on_stdout(True)  # --json: stdout is the data's
+    try:
+        assert progress.stream() is sys.stderr
+    finally:
+        progress.data_on_stdout(False)
 

@@ -238,3 +238,66 @@ def test_an_error_naming_the_temporary_folder_names_the_target(tmp_path):
         with files.building(target) as tmp:
             raise UserError(f"cannot write {tmp / 'checkpoints'}: No space left on device")
     assert str(err.value) == f"cannot write {target / 'checkpoints'}: No space left on device"
+
+
+# ---- a file a user names (--out FILE), issue 40 ------------------------------------------
+def test_an_out_file_is_replaced_only_when_sameloss_wrote_it_and_a_link_never(tmp_path):
+    out = tmp_path / "rows.csv"
+    assert files.write_output(out, "a\n1\n") is False
+    assert files.is_own_output(out) and files.write_output(out, "a\n2\n") is True  # its own: replaced
+    assert out.read_text() == "a\n2\n"
+    with open(out, "a") as f:  # a user's edit makes it theirs
+        f.write("3\n")
+    with pytest.raises(UserError, match=r"rows.csv exists and was not written by sameloss; not replacing it .*--force"):
+        files.write_output(out, "a\n4\n")
+    assert out.read_text() == "a\n2\n3\n"
+    assert files.write_output(out, "a\n4\n", force=True) is True and files.is_own_output(out)
+    mine = tmp_path / "notes.txt"
+    mine.write_text("my notes")
+    link = tmp_path / "link.csv"
+    link.symlink_to(mine)
+    for force in (False, True):
+        with pytest.raises(UserError, match="link.csv is a symbolic link; sameloss never replaces a link"):
+            files.write_output(link, "x", force=force)
+    assert link.is_symlink() and mine.read_text() == "my notes" and not files.is_own_output(mine)
+    with pytest.raises(UserError, match="is a folder"):
+        files.check_output(tmp_path, force=True)
+
+
+def test_the_list_of_outputs_is_appended_once_per_content_and_a_failed_write_leaves_none(tmp_path, monkeypatch):
+    out = tmp_path / "a" / "r.json"
+    out.parent.mkdir()
+    files.write_output(out, "[]")
+    files.write_output(out, "[]")
+    lines = (out.parent / files.OUTPUTS).read_text().splitlines()
+    assert lines[0].startswith("#") and len(lines) == 2 and lines[1].endswith("  r.json")
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    fresh = tmp_path / "b" / "r.json"
+    fresh.parent.mkdir()
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(UserError, match="cannot write .*r.json: No space left on device"):
+        files.write_output(fresh, "[]")
+    assert list(fresh.parent.iterdir()) == []
+
+
+def test_foreign_in_run_names_what_sameloss_did_not_write(tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step_0000002").mkdir(parents=True)
+    (run / "checkpoints" / ".tmp-step_0000004-77").mkdir()
+    (run / "tb").mkdir()
+    (run / "tb" / "events").write_text("x")
+    for name in (files.RUN_MARKER, "config.toml", "metrics.jsonl", "summary.json", ".tmp-summary.json-ab12"):
+        (run / name).write_text("x")
+    for name in files.CHECKPOINT_FILES:
+        (run / "checkpoints" / "step_0000002" / name).write_text("x")
+    files.write_output(run / "m.csv", "a\n")
+    assert files.foreign_in_run(run) == []
+    (run / "notes.txt").write_text("mine")
+    (run / "checkpoints" / "step_0000002" / "plot.png").write_text("mine")
+    (run / "checkpoints" / "best").mkdir()
+    (run / "m.csv").write_text("edited")
+    assert files.foreign_in_run(run) == ["checkpoints/best", "checkpoints/step_0000002/plot.png", "m.csv",
+                                         "notes.txt"]

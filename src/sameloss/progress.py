@@ -5,6 +5,11 @@ carriage-return redraws pile up into one huge line, so instead a plain line
 ``desc: 120/400 steps (30%), 4.1 step/s, loss=2.31`` is printed at most every
 ``SAMELOSS_PROGRESS_SECONDS`` seconds (default 10) and once at the end. ``Progress``:
 plain lines for a step that turns out slow (parsing a large grammar, its tables).
+
+Where (``stream``): headings, notes and progress go to stderr only while it is a
+terminal (a bar there, beside the command's output), else to stdout — so the stderr of
+a command whose output is captured holds nothing but an error's one line. A command
+printing ``--json`` keeps stdout for the JSON (``data_on_stdout``).
 """
 
 from __future__ import annotations
@@ -25,19 +30,45 @@ def _interval() -> float:
     return value if value >= 0 else DEFAULT_INTERVAL
 
 
+def _is_terminal(file) -> bool:
+    try:
+        return bool(file.isatty())
+    except (AttributeError, ValueError):  # no isatty, or closed
+        return False
+
+
+_DATA_ON_STDOUT = [False]
+
+
+def data_on_stdout(flag: bool = True) -> None:
+    """Say that stdout carries data a program reads (``--json``): then ``stream`` is
+    stderr, so the data stays parseable."""
+    _DATA_ON_STDOUT[0] = flag
+
+
+def stream():
+    """Where headings, notes and progress lines go: stderr while it is a terminal (or while
+    stdout carries ``--json`` data), else stdout (the module docstring)."""
+    return sys.stderr if _DATA_ON_STDOUT[0] or _is_terminal(sys.stderr) else sys.stdout
+
+
+def say(message: str) -> None:
+    """A heading, note or progress line (``stream``)."""
+    print(message, file=stream(), flush=True)
+
+
 def progress_bar(iterable=None, *, total: int | None = None, desc: str = "", unit: str = "it", initial: int = 0,
                  disable: bool = False, leave: bool = True, file=None):
-    """A tqdm bar when ``file`` (default stderr) is a terminal, else ``PlainProgress``."""
-    stream = file if file is not None else sys.stderr
+    """A tqdm bar when ``file`` (default ``stream()``) is a terminal, else ``PlainProgress``."""
+    stream_ = file if file is not None else stream()
     if total is None and iterable is not None and hasattr(iterable, "__len__"):
         total = len(iterable)
-    isatty = getattr(stream, "isatty", None)
-    if not disable and isatty is not None and isatty():
+    if not disable and _is_terminal(stream_):
         from tqdm import tqdm
         return tqdm(iterable, total=total, desc=desc, unit=unit, initial=initial, leave=leave,
-                    dynamic_ncols=True, file=stream)
+                    dynamic_ncols=True, file=stream_)
     return PlainProgress(iterable, total=total, desc=desc, unit=unit, initial=initial, disable=disable,
-                         file=stream)
+                         file=stream_)
 
 
 class PlainProgress:
@@ -45,7 +76,7 @@ class PlainProgress:
 
     def __init__(self, iterable=None, *, total=None, desc="", unit="it", initial=0, disable=False, file=None):
         self.iterable, self.total, self.desc, self.unit = iterable, total, desc, unit
-        self.n, self.disable, self.file = initial, disable, file if file is not None else sys.stderr
+        self.n, self.disable, self.file = initial, disable, file if file is not None else stream()
         self.interval = _interval()
         self.postfix = ""
         self._start_n, self._start = initial, time.monotonic()
@@ -97,7 +128,7 @@ class PlainProgress:
 
 
 class Progress:
-    """Plain progress lines on stderr for a step that turns out slow.
+    """Plain progress lines (``say``) for a step that turns out slow.
 
     Silent for the first ``after`` seconds (fast steps print nothing), then one line at
     most every ``every`` seconds, and a last line with the time taken. Plain lines, not
@@ -113,10 +144,10 @@ class Progress:
         now = time.monotonic()
         if now - self.start >= self.after and now - self.last >= (self.every if self.printed else self.after):
             of = f"/{self.total}" if self.total is not None else ""
-            print(f"{self.what}: {done}{of} ({now - self.start:.0f} s)", file=sys.stderr, flush=True)
+            say(f"{self.what}: {done}{of} ({now - self.start:.0f} s)")
             self.last, self.printed = now, True
 
     def close(self) -> None:
         elapsed = time.monotonic() - self.start
         if self.printed or elapsed >= self.after:
-            print(f"{self.what}: done in {elapsed:.1f} s", file=sys.stderr, flush=True)
+            say(f"{self.what}: done in {elapsed:.1f} s")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -213,3 +214,62 @@ def test_a_killed_fetch_leaves_no_downloader_behind(sig, tmp_path, fake_pip):
         proc.kill()
         proc.wait()
     assert not (tmp_path / "cache" / "rt-sst2").exists()
+
+
+# ---- an unpack cut short (issue 40) -------------------------------------------------------
+def _fake_fortunes(downloads: Path) -> Path:
+    """A small stand-in for Debian's fortunes package (one fortune file with its .dat and
+    a link, as the real one has), built with dpkg-deb, in ``downloads``."""
+    pkg = downloads.parent / "pkg"
+    games = pkg / "usr" / "share" / "games" / "fortunes"
+    games.mkdir(parents=True)
+    (games / "art").write_text("a fortune\n%\nanother\none\n%\n")
+    (games / "art.dat").write_bytes(b"\0" * 24)
+    (games / "art.u8").symlink_to("art")
+    (pkg / "DEBIAN").mkdir()
+    (pkg / "DEBIAN" / "control").write_text("Package: fortunes\nVersion: 1.0\nArchitecture: all\n"
+                                            "Maintainer: t <t@example.org>\nDescription: test\n")
+    deb = downloads / "fortunes_1.0_all.deb"
+    subprocess.run(["dpkg-deb", "--build", "--root-owner-group", str(pkg), str(deb)], check=True,
+                   capture_output=True)
+    return downloads / "fortunes_1.0_all"
+
+
+@pytest.mark.skipif(subprocess.run(["which", "dpkg-deb"], capture_output=True).returncode != 0,
+                    reason="needs dpkg-deb")
+@pytest.mark.parametrize("cut", ["empty", "a-file-missing", "a-file-short"])
+def test_an_unpack_cut_short_is_unpacked_again(tmp_path, cut):
+    downloads = tmp_path / "cache" / "downloads"
+    downloads.mkdir(parents=True)
+    unpacked = _fake_fortunes(downloads)
+    assert (data_fetch.fetch("fortunes", tmp_path / "cache")[0] / "text.txt").read_text() == "a fortune\nanother one\n"
+    shutil.rmtree(tmp_path / "cache" / "fortunes")
+    art = unpacked / "usr" / "share" / "games" / "fortunes" / "art"
+    if cut == "empty":  # the issue's case: an empty folder left by an interrupted unpack
+        shutil.rmtree(unpacked)
+        unpacked.mkdir()
+    elif cut == "a-file-missing":
+        art.unlink()
+    else:
+        art.write_text("a fortune\n")
+    lines = []
+    out, _, cached = data_fetch.fetch("fortunes", tmp_path / "cache", log=lines.append)
+    assert not cached and (out / "text.txt").read_text() == "a fortune\nanother one\n"
+    assert any("unpacking fortunes_1.0_all.deb" in line for line in lines), lines
+    assert art.read_text() == "a fortune\n%\nanother\none\n%\n" and leftovers(downloads) == []
+
+
+@pytest.mark.skipif(subprocess.run(["which", "dpkg-deb"], capture_output=True).returncode != 0,
+                    reason="needs dpkg-deb")
+def test_a_users_file_in_an_unpacked_package_is_named_in_one_line_and_kept(tmp_path, capsys):
+    downloads = tmp_path / "cache" / "downloads"
+    downloads.mkdir(parents=True)
+    unpacked = _fake_fortunes(downloads)
+    assert main(["data", "fetch", "fortunes", "--cache", str(tmp_path / "cache")]) == 0
+    shutil.rmtree(tmp_path / "cache" / "fortunes")
+    (unpacked / "usr" / "notes.txt").write_text("mine")
+    capsys.readouterr()
+    assert main(["data", "fetch", "fortunes", "--cache", str(tmp_path / "cache")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{unpacked / 'usr' / 'notes.txt'} is not a file of fortunes_1.0_all.deb" in err[0]
+    assert (unpacked / "usr" / "notes.txt").read_text() == "mine"

@@ -5,6 +5,7 @@ line, and a bad ``--out`` is one line."""
 
 from __future__ import annotations
 
+import csv
 import shutil
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from sameloss import files
 from sameloss.cli import main
 from sameloss.errors import UserError
 from sameloss.experiments.core import RunSpec, Study
-from helpers.processes import Holder, error_lines, run_cli
+from helpers.processes import ENV, Holder, error_lines, run_cli
 
 STEPS = ["reproduce", "steps", "--scale", "smoke", "--no-progress"]
 RUN = (("steps", 2), ("batch_size", 8), ("model.size", "micro"), ("language.name", "hmm"),
@@ -27,10 +28,11 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 
 
 def the_error(capsys) -> str:
-    """The one error line (reproduce logs its progress on stderr before it)."""
+    """The one error line: stderr holds nothing else (reproduce's headings and progress go
+    to stdout when stderr is not a terminal, issue 40)."""
     err = capsys.readouterr().err
     errors = error_lines(err)
-    assert len(errors) == 1 and err.strip().splitlines()[-1] == errors[0] and "Traceback" not in err, err
+    assert len(errors) == 1 and err.strip().splitlines() == errors, err
     return errors[0]
 
 
@@ -78,6 +80,37 @@ def test_fresh_refuses_a_users_folder_anywhere_sameloss_writes(copy, capsys, whe
     assert main([*STEPS, "--out", str(copy), "--fresh"]) == 2
     assert f"steps-smoke/{where}" in the_error(capsys)
     assert snapshot(copy) == before
+
+
+@pytest.mark.parametrize("where", ["my_analysis.txt", "checkpoints/step_0000024/notes.txt", "checkpoints/mine",
+                                   "metrics-mine.jsonl"])
+def test_fresh_keeps_a_users_file_inside_a_run_folder(copy, capsys, where):
+    """A run folder is sameloss's, but a user's notes put in it are theirs (issue 40)."""
+    run = copy / "steps-smoke" / "runs" / "pcfg-micro-sgd"
+    (run / where).parent.mkdir(parents=True, exist_ok=True)
+    (run / where).write_text("my analysis")
+    before = snapshot(copy)
+    assert main([*STEPS, "--out", str(copy), "--fresh"]) == 2
+    line = the_error(capsys)
+    assert f"steps-smoke/runs/pcfg-micro-sgd/{where}" in line and "--fresh deletes only what sameloss wrote" in line
+    assert snapshot(copy) == before
+
+
+def test_fresh_deletes_an_out_file_sameloss_wrote_in_a_run_folder_and_keeps_an_edited_one(copy, capsys):
+    """``measure --out`` lists what it wrote in .sameloss-outputs: that file is sameloss's,
+    until someone changes it."""
+    root = copy / "steps-smoke"
+    run = root / "runs" / "pcfg-micro-sgd"
+    files.write_output(run / "measures.csv", "step,kl\n24,0.5\n")
+    (run / "checkpoints" / ".tmp-step_0000030-999").mkdir()  # a save cut by a kill: sameloss's
+    files.write_output(root / "table.csv", "a,b\n")
+    with open(run / "measures.csv", "a") as f:
+        f.write("my own row\n")
+    assert main([*STEPS, "--out", str(copy), "--fresh"]) == 2
+    assert "runs/pcfg-micro-sgd/measures.csv" in the_error(capsys)
+    files.write_output(run / "measures.csv", "step,kl\n24,0.5\n", force=True)
+    with Study(root, fresh=True, progress=False):
+        assert [p.name for p in root.iterdir()] == [files.EXPERIMENT_MARKER]
 
 
 def test_fresh_deletes_a_folder_that_holds_only_sameloss_outputs(copy):
@@ -227,22 +260,41 @@ def test_a_study_releases_its_lock_when_closed(tmp_path):
 # ---------------------------------------------------------------------------- item 4: a full disk
 
 
-def test_a_full_disk_during_reproduce_is_one_line_and_the_rerun_works(copy):
-    """The measurements, tables, report and figures are written again when the rows are
-    gone: with a 4 kB file-size limit each write fails. One line, no temporary file, the
-    earlier report intact; after "freeing space" the rerun works."""
+def results_untimed(root: Path) -> list[dict]:
+    """results.csv's rows, the timing column aside (a checkpoint measured again takes
+    another time)."""
+    with open(root / "results.csv", newline="") as f:
+        return [{k: v for k, v in row.items() if k != "measure_seconds"} for row in csv.DictReader(f)]
+
+
+@pytest.mark.parametrize("cut", ["measurements", "training"])
+def test_a_full_disk_during_reproduce_is_one_line_and_the_rerun_works(copy, cut):
+    """With a 4 kB file-size limit each larger write fails: while writing the measurements
+    again (their rows gone), or while a run resumes training mid-way (its last checkpoints
+    gone, issue 40: the progress lines printed before the error were on stderr). stderr
+    holds the one line and nothing else, no temporary file stays, the earlier report is
+    intact; after "freeing space" the rerun resumes and its results.csv is the same."""
     root = copy / "steps-smoke"
-    report = (root / "report.md").read_bytes()
-    (root / "measurements.json").unlink()
-    done = run_cli([*STEPS, "--out", str(copy)], file_size_limit=4096)
+    report, results = (root / "report.md").read_bytes(), results_untimed(root)
+    if cut == "measurements":
+        (root / "measurements.json").unlink()
+    else:
+        run = root / "runs" / "pcfg-micro-sgd"
+        (run / "summary.json").unlink()
+        for step in sorted((run / "checkpoints").iterdir())[-2:]:
+            shutil.rmtree(step)
+    args = ["reproduce", "steps", "--scale", "smoke", "--out", str(copy)]  # with progress lines
+    done = run_cli(args, file_size_limit=4096, env={**ENV, "SAMELOSS_PROGRESS_SECONDS": "0"})
     assert done.returncode == 2, done.stderr
     errors = error_lines(done.stderr)
-    assert len(errors) == 1 and "Traceback" not in done.stderr and done.stderr.strip().splitlines()[-1] == errors[0]
+    assert len(errors) == 1 and done.stderr.strip().splitlines() == errors, done.stderr
     assert "cannot write" in errors[0] and "File too large" in errors[0]
+    if cut == "training":
+        assert "runs/pcfg-micro-sgd/checkpoints/step_" in errors[0] and "pcfg-micro-sgd: 17/24 steps" in done.stdout
     assert not [p for p in copy.rglob("*") if p.name.startswith(".tmp-") or p.name.endswith(".tmp")]
     assert (root / "report.md").read_bytes() == report
     assert main([*STEPS, "--out", str(copy)]) == 0
-    assert (root / "measurements.json").is_file()
+    assert (root / "measurements.json").is_file() and results_untimed(root) == results
 
 
 # ---------------------------------------------------------------------------- item 15: progress of cached work
@@ -252,11 +304,11 @@ def test_cached_checkpoints_show_no_rate(copy, capsys, monkeypatch):
     """Rows from measurements.json took no time: their "3.85e+03 checkpoint/s" meant nothing."""
     monkeypatch.setenv("SAMELOSS_PROGRESS_SECONDS", "0")
     assert main(["reproduce", "steps", "--scale", "smoke", "--out", str(copy)]) == 0
-    err = capsys.readouterr().err
-    assert "checkpoint/s" not in err and "measure runs/" in err  # every row cached, none counted
+    out = capsys.readouterr().out  # progress on stdout: stderr is not a terminal here
+    assert "checkpoint/s" not in out and "measure runs/" in out  # every row cached, none counted
     (copy / "steps-smoke" / "measurements.json").unlink()
     assert main(["reproduce", "steps", "--scale", "smoke", "--out", str(copy)]) == 0
-    lines = [line for line in capsys.readouterr().err.splitlines() if "checkpoint/s" in line]
+    lines = [line for line in capsys.readouterr().out.splitlines() if "checkpoint/s" in line]
     assert lines and len(lines) == len(set(lines))  # measured ones counted, each line once
 
 

@@ -360,6 +360,14 @@ def test_replicate_combines_studies_run_apart(tmp_path, capsys):
     size = {r["test"]: r for r in read(tmp_path / "rep2.csv")}["size @ late"]
     assert size["held-out_verdict"] == UNINFORMATIVE and size["replication"] == REPLICATION_UNINFORMATIVE
     assert size["pooled_languages"] == "1" and math.isnan(float(size["pooled"]))
+    # its own --csv is replaced; a user's file only with --force
+    assert main(["replicate", str(a), f"pcfg={b}", "--csv", str(tmp_path / "rep2.csv")]) == 0
+    assert {r["test"]: r for r in read(tmp_path / "rep2.csv")} == rows
+    (tmp_path / "mine.csv").write_text("a user's table\n")
+    assert main(["replicate", str(a), f"pcfg={b}", "--csv", str(tmp_path / "mine.csv")]) == 2
+    assert (tmp_path / "mine.csv").read_text() == "a user's table\n"
+    assert main(["replicate", str(a), f"pcfg={b}", "--csv", str(tmp_path / "mine.csv"), "--force"]) == 0
+    assert {r["test"]: r for r in read(tmp_path / "mine.csv")} == rows
 
 
 @pytest.mark.parametrize("args, words", [
@@ -370,7 +378,8 @@ def test_replicate_combines_studies_run_apart(tmp_path, capsys):
     (["{tmp}/a"], "one language is nothing to replicate"),
     (["{tmp}/a", "{tmp}/a2"], "two studies are named"),
     (["=x", "{tmp}/a"], "needs a label before '='"),
-    (["{tmp}/a", "x={tmp}/a2", "--csv", "{tmp}/mine.csv"], "exists: replicate never replaces a file"),
+    (["{tmp}/a", "x={tmp}/a2", "--csv", "{tmp}/mine.csv"], "exists and was not written by sameloss"),
+    (["{tmp}/a", "x={tmp}/a2", "--csv", "{tmp}/link.csv", "--force"], "is a symbolic link; sameloss never replaces"),
     (["{tmp}/a", "x={tmp}/a2", "--csv", "{tmp}/nowhere/r.csv"], "no folder"),
     (["{tmp}/a", "x={tmp}/a2", "--csv", "/proc/sameloss-r.csv"], "cannot write"),  # no one may write there
     (["{tmp}/garbled", "{tmp}/a"], "cannot be read"),
@@ -387,6 +396,7 @@ def test_replicate_refuses_in_one_line(tmp_path, capsys, args, words):
     (tmp_path / "other" / "report.md").write_text("# figure1\n")
     _study(tmp_path / "bad", [{"comparison": "size", "mean": 1.0}])
     (tmp_path / "mine.csv").write_text("a user's file")
+    (tmp_path / "link.csv").symlink_to(tmp_path / "mine.csv")
     _study(tmp_path / "garbled", None)
     (tmp_path / "garbled" / "differences.csv").write_bytes(bytes(range(128, 256)))
     _study(tmp_path / "nogate", [_diff("size", "late", 1.0, 0.8, 16, DETECTED)], gate=False)

@@ -208,6 +208,17 @@ def _two_seed_smoke(monkeypatch):
     monkeypatch.setitem(isoloss.PRESETS, "smoke", dataclasses.replace(isoloss.PRESETS["smoke"], seeds=(0, 1)))
 
 
+@pytest.fixture(scope="module")
+def two_seed_results(tmp_path_factory):
+    """``results.csv`` (timing columns aside) of the two-seed isoloss smoke study run in
+    this process, uninterrupted: what every launcher, shard and rerun must give."""
+    out = tmp_path_factory.mktemp("isoloss_two_seeds")
+    with pytest.MonkeyPatch.context() as mp:
+        _two_seed_smoke(mp)
+        reproduce("isoloss", "smoke", out=out, progress=False)
+    return results(out / "isoloss-smoke" / "results.csv")
+
+
 HOLDER = textwrap.dedent("""
     import contextlib, sys, time
     from pathlib import Path
@@ -234,10 +245,9 @@ def _hold(tmp_path: Path, *folders: Path):
     return proc, release
 
 
-def test_isoloss_shards_then_a_local_report_give_the_in_process_results(tmp_path, monkeypatch):
+def test_isoloss_shards_then_a_local_report_give_the_in_process_results(tmp_path, monkeypatch, two_seed_results):
     _two_seed_smoke(monkeypatch)
-    reproduce("isoloss", "smoke", out=tmp_path / "a", progress=False)
-    expected = results(tmp_path / "a" / "isoloss-smoke" / "results.csv")
+    expected = two_seed_results
 
     root = tmp_path / "b" / "isoloss-smoke"
     # another process writes the experiment's report and runs seed 1: a shard on seed 1 is
@@ -333,6 +343,79 @@ def test_the_slurm_array_carries_the_flags(tmp_path, monkeypatch):
     cpu = Slurm(tmp_path / "submitit", dataclasses.replace(options, slurm_gpus_per_task=0), 1, "x")
     assert "slurm_gpus_per_task" not in cpu.parameters(5)
     assert cpu.parameters(2)["slurm_array_parallelism"] == 2  # never more at once than there are tasks
+
+
+# ---- faults: the study's process, then a worker, killed with SIGKILL mid-run (issue 40) ----
+TWO_SEEDS = ("import dataclasses\nfrom sameloss.experiments.recipes import isoloss\n"
+             "isoloss.PRESETS['smoke'] = dataclasses.replace(isoloss.PRESETS['smoke'], seeds=(0, 1))\n")
+FAULTS = Path(__file__).resolve().parents[1] / "helpers" / "faults"  # its sitecustomize.py kills on cue
+FIRST_CUT, SECOND_CUT = "hmm-s1-late-adamw", "hmm-s1-late-short"  # seed 1's first two forks, in chain order
+
+
+def _study_cli(out: Path, fault: str | None = None, wait: bool = True):
+    """``sameloss reproduce isoloss --scale smoke --launcher local --workers 2`` (two seeds)
+    in a child process, with ``SAMELOSS_TEST_FAULT=fault`` in its and its workers' environment
+    (``helpers/faults/sitecustomize.py``: after a chosen checkpoint, a kill or a hang)."""
+    from helpers.datacli import SRC, run_cli, start_cli
+
+    args = ["reproduce", "isoloss", "--scale", "smoke", "--launcher", "local", "--workers", "2", "--out", str(out),
+            "--no-progress"]
+    env = {"PYTHONPATH": os.pathsep.join([str(FAULTS), SRC, *sys.path]), "SAMELOSS_TEST_FAULT": fault} \
+        if fault else {}
+    return (run_cli if wait else start_cli)(args, prelude=TWO_SEEDS, env=env)
+
+
+def _cut_after_its_first_checkpoint(run: Path) -> Path:
+    """``run`` holds one checkpoint and no summary: cut right after its first checkpoint
+    (the fault's cue). Returns that checkpoint's weights file."""
+    saved = complete_checkpoints(run)
+    assert len(saved) == 1 and not (run / "summary.json").exists(), saved
+    return saved[0] / "model.safetensors"
+
+
+def test_a_killed_study_and_a_killed_worker_are_resumed_and_give_an_uninterrupted_runs_results(
+        tmp_path, two_seed_results):
+    """Deterministic: each kill comes right after a chosen checkpoint is saved, not after a sleep."""
+    from helpers.datacli import alive, error_line, wait_for
+
+    root = tmp_path / "isoloss-smoke"
+    runs = root / "seeds" / "seed1" / "runs"
+    # 1. the study's own process killed (SIGKILL) while both workers run: seed 1's worker
+    # waits after FIRST_CUT's first checkpoint; the workers must not outlive the study
+    hung = tmp_path / "hung"
+    proc = _study_cli(tmp_path, f"{FIRST_CUT}:first:hang:{hung}", wait=False)
+    try:
+        wait_for(lambda: hung.exists() or proc.poll() is not None, "a worker at the chosen checkpoint", 600)
+        assert proc.poll() is None, proc.communicate()
+        holders = [int(p.read_text().split()[0]) for p in (root / "seeds").glob(".seed*.lock")]
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert int(hung.read_text().split()[0]) in holders
+    for pid in holders:  # each dies with the study (launch.die_with): none keeps a seed's lock
+        wait_for(lambda: not alive(pid), f"worker {pid} to end with the study", 120)
+    weights = _cut_after_its_first_checkpoint(runs / FIRST_CUT)
+    inode = weights.stat().st_ino
+
+    # 2. the rerun, with seed 1's worker killed (SIGKILL) after SECOND_CUT's first checkpoint:
+    # the study ends in that unit's one line once the other worker has finished seed 0
+    first = _study_cli(tmp_path, f"{SECOND_CUT}:first:kill")
+    assert "seed 1: its worker ended without a result (killed?" in error_line(first)
+    assert not (root / "results.csv").exists()
+    assert (runs / FIRST_CUT / "summary.json").exists() and weights.stat().st_ino == inode  # resumed, not redone
+    _cut_after_its_first_checkpoint(runs / SECOND_CUT)
+
+    # 3. the rerun: what finished is reused, the cut run resumed, and the results are an
+    # uninterrupted run's
+    again = _study_cli(tmp_path)
+    assert again.returncode == 0 and again.stderr == "", again.stderr
+    assert results(root / "results.csv") == two_seed_results
+    status = statuses(root)
+    assert status[SECOND_CUT] == "resumed"
+    assert {status[run] for run in ("hmm-s1-base", FIRST_CUT)} == {"reused"}
+    assert {s for run, s in status.items() if "-s0-" in run} == {"reused"}  # the other worker finished seed 0
+    assert {s for run, s in status.items() if "-s1-" in run} <= {"reused", "resumed", "trained"}  # (never started)
+    assert re.search(r"[1-9]\d* taken from an earlier call", (root / "report.md").read_text())
 
 
 # ---- preemption --------------------------------------------------------------------------

@@ -73,13 +73,21 @@ def test_plot_never_overwrites_a_file_it_did_not_write(runs, tmp_path, capsys):
     mine = tmp_path / "figure.png"
     mine.write_bytes(b"my own figure")
     assert main(["plot", str(exact), "--out", str(mine)]) == 2
-    assert "figure.png exists and was not written by sameloss; not overwriting it" in _one_line(capsys)
+    assert "figure.png exists and was not written by sameloss; not replacing it (choose another name, or pass " \
+           "--force to replace it)" in _one_line(capsys)
     assert mine.read_bytes() == b"my own figure" and not (tmp_path / "figure.data.csv").exists()
     # nor a data file of the user's beside a new figure
     (tmp_path / "other.data.csv").write_text("my,numbers\n")
     assert main(["plot", str(exact), "--out", str(tmp_path / "other.png")]) == 2
     assert "other.data.csv exists and was not written by sameloss" in _one_line(capsys)
     assert not (tmp_path / "other.png").exists()
+    # a link, never, not even with --force; the user's files with --force
+    (tmp_path / "link.png").symlink_to(mine)
+    assert main(["plot", str(exact), "--out", str(tmp_path / "link.png"), "--force"]) == 2
+    assert "link.png is a symbolic link; sameloss never replaces a link with a file" in _one_line(capsys)
+    assert mine.read_bytes() == b"my own figure" and (tmp_path / "link.png").is_symlink()
+    assert main(["plot", str(exact), "--out", str(mine), "--force"]) == 0
+    assert mine.read_bytes().startswith(b"\x89PNG") and capsys.readouterr().out.startswith(f"replaced {mine}")
 
 
 def test_plot_errors_are_one_line(runs, tmp_path, capsys):

@@ -142,7 +142,7 @@ def pool(generator, tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("case", ["truncated", "pickled", "tokens-garbage", "meta-list"])
+@pytest.mark.parametrize("case", ["truncated", "pickled", "tokens-garbage", "meta-list", "n-more", "n-missing"])
 def test_a_damaged_pool_is_one_line_even_when_its_checksum_matches(case, generator, pool, tmp_path):
     broken = tmp_path / "pool"
     shutil.copytree(pool, broken)
@@ -154,6 +154,10 @@ def test_a_damaged_pool_is_one_line_even_when_its_checksum_matches(case, generat
         np.save(broken / "tokens.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
     elif case == "tokens-garbage":
         meta["tokens"] = "abc"
+    elif case == "n-more":  # its metadata describes another array (issue 40: n = 100 over 10 rows was accepted)
+        meta["n"] = 100
+    elif case == "n-missing":
+        del meta["n"]
     if case == "meta-list":
         (broken / "meta.json").write_text("[1]")
     else:
@@ -163,3 +167,33 @@ def test_a_damaged_pool_is_one_line_even_when_its_checksum_matches(case, generat
     with pytest.raises(UserError) as err:
         load_pool(broken, K, T, lm.tokens.tolist())
     assert "\n" not in str(err.value) and str(broken) in str(err.value)
+
+
+# ---- library warnings off the terminal (issue 40) ------------------------------------------
+def test_the_causal_language_uses_the_current_cache_api_and_warns_nothing(generator):
+    """The KV cache goes by transformers' current keyword (``cache``, was ``past_key_values``
+    with a FutureWarning per forward pass in 5.x): fixed at its source, not only filtered."""
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lm = CausalLM.from_pretrained(generator, k=K, length=T)
+        batch = lm.sample(8, torch.Generator().manual_seed(0))
+        masked = torch.zeros_like(batch.tokens, dtype=torch.bool)
+        masked[:, 1] = True
+        lm.conditionals(batch.tokens, masked)
+    assert [str(w.message) for w in caught] == []
+
+
+def test_causal_commands_print_nothing_on_stderr_but_their_error(generator, checkpoint, tmp_path):
+    """``causal-lm sample`` prints no transformers line, and a masked-LM folder as the
+    generator (an exported BERT) is sameloss's one line, not transformers' warning first."""
+    ok = run_cli(["causal-lm", "sample", "--generator", generator, "--k", K, "--length", T, "--n", 20, "--out",
+                  tmp_path / "p"])
+    assert ok.returncode == 0 and ok.stderr == "", ok.stderr
+    assert main(["export", str(checkpoint), "--out", str(tmp_path / "bert")]) == 0
+    bert = run_cli(["causal-lm", "sample", "--generator", tmp_path / "bert", "--k", K, "--length", T, "--n", 20,
+                    "--out", tmp_path / "q"])
+    assert "bert holds a BertForMaskedLM, not a causal language model" in error_line(bert)

@@ -38,6 +38,36 @@ def test_measure_checks_the_output_path_before_measuring(runs, tmp_path, capsys,
     assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp") or p.name.startswith(".tmp")]
 
 
+def test_measure_never_replaces_a_users_file_or_a_link_and_force_replaces_the_file(runs, tmp_path, capsys,
+                                                                                  monkeypatch):
+    """Issue 40: ``--out user/notes.txt`` replaced a user's prose by JSON rows, and
+    ``--out link.csv`` a user's link by a file."""
+    import sameloss.measures.run as run_module
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes, do not lose\n")
+    link = tmp_path / "link.csv"
+    link.symlink_to(notes)
+    measure = run_module.measure_checkpoint
+
+    def never(*args, **kwargs):
+        raise AssertionError("measured before checking --out")
+
+    monkeypatch.setattr(run_module, "measure_checkpoint", never)
+    for args, words in ([[str(notes)], "notes.txt exists and was not written by sameloss; not replacing it"],
+                        [[str(link), "--force"], "link.csv is a symbolic link; sameloss never replaces a link"]):
+        assert main(["measure", str(runs / "finished"), "--loss", "--no-progress", "--out", *args]) == 2
+        assert words in one_error_line(capsys)
+    assert notes.read_text() == "my notes, do not lose\n" and link.is_symlink()
+    monkeypatch.setattr(run_module, "measure_checkpoint", measure)
+    assert main(["measure", str(runs / "finished"), "--loss", "--no-progress", "--out", str(notes), "--force"]) == 0
+    first = json.loads(notes.read_text())
+    assert [row["step"] for row in first] == [3, 6]
+    # now sameloss's (listed in .sameloss-outputs beside it): a rerun replaces it without --force
+    assert main(["measure", str(runs / "finished"), "--loss", "--no-progress", "--out", str(notes)]) == 0
+    assert json.loads(notes.read_text()) == first
+
+
 def test_a_failed_write_of_the_rows_leaves_no_temporary_file_and_keeps_the_old_results(tmp_path, monkeypatch):
     from sameloss.errors import UserError
     from sameloss.measures.run import write_rows
@@ -50,7 +80,7 @@ def test_a_failed_write_of_the_rows_leaves_no_temporary_file_and_keeps_the_old_r
 
     monkeypatch.setattr(os, "replace", full)
     with pytest.raises(UserError, match="cannot write .*m.csv: No space left on device"):
-        write_rows([{"step": 1, "loss": 2.0}], out)
+        write_rows([{"step": 1, "loss": 2.0}], out, force=True)
     assert out.read_text() == "old results\n"
     assert [p.name for p in tmp_path.iterdir()] == ["m.csv"]
 

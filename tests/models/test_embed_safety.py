@@ -29,6 +29,11 @@ def test_embed_refuses_an_existing_out_without_force_and_replaces_only_its_own(r
     meta = json.loads(next(out.rglob("meta.json")).read_text())
     assert meta["embedded_from"]["width_factor"] == 3
     capsys.readouterr()
+    (out / "notes.txt").write_text("what I saw")  # a user's file in an earlier embed's output: kept
+    before = snapshot(out)
+    assert main(["embed", str(ckpt), "--out", str(out), "--width-factor", "2", "--force"]) == 2
+    assert "--force deletes only what sameloss wrote" in one_error_line(capsys) and snapshot(out) == before
+    (out / "notes.txt").unlink()
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "data.csv").write_text("1,2\n")

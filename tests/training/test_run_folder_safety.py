@@ -60,6 +60,18 @@ def test_fresh_replaces_a_run_with_the_marker_or_the_old_config_header(runs, tmp
     assert (run / ".sameloss-run").is_file()
 
 
+def test_fresh_keeps_a_run_that_holds_a_users_file(runs, tmp_path, capsys):
+    """Issue 40: a run folder is sameloss's, a user's notes put in it are not."""
+    run = copy_run(runs, "finished", tmp_path)
+    (run / "my_analysis.txt").write_text("my analysis")
+    before = snapshot(run)
+    assert main(["pretrain", "name=finished", "--fresh", "--out", str(run.parent), *TINY, "steps=2",
+                 "--no-progress"]) == 2
+    line = one_error_line(capsys)
+    assert "--fresh deletes only what sameloss wrote" in line and "my_analysis.txt" in line
+    assert snapshot(run) == before
+
+
 def test_fresh_with_a_bad_setting_keeps_the_old_run(runs, tmp_path, capsys):
     run = copy_run(runs, "finished", tmp_path)
     before = snapshot(run)

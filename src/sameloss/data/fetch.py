@@ -212,11 +212,67 @@ def _apt_get(package: str, downloads: Path, log: Log | None) -> Path:
             found = sorted(downloads.glob(f"{package}_*.deb"))
         deb = _checked(found[-1])
         root = downloads / deb.stem
-        if not root.exists():
+        replace = False
+        if root.is_symlink() or (root.exists() and not root.is_dir()):
+            raise UserError(f"{root} is not a folder the fetcher unpacked {deb.name} into; move it out of "
+                            f"{downloads}, then fetch again")
+        if root.is_dir() and not files.is_empty_dir(root):  # whole, or cut (an unpack by an earlier version)?
+            contents = _deb_contents(deb, downloads, log)
+            foreign = _unpacked_foreign(root, contents)
+            if foreign:
+                raise UserError(f"{root / foreign[0]} is not a file of {deb.name}; move it out of {root} (or delete "
+                                f"{root}), then fetch again")
+            replace = not _unpacked_whole(root, contents)
+            if not replace:
+                return root
+            say(f"{root.name} is incomplete (an unpack was interrupted); unpacking {deb.name} again")
+        else:  # missing, or an empty folder left by an interrupted unpack
             say(f"unpacking {deb.name}")
-            with files.building(root, what="unpacked package") as tmp:
-                _run(["dpkg-deb", "-x", str(deb), str(tmp)], downloads, f"unpacking {deb.name}", log)
+        with files.building(root, replace=replace, what="unpacked package") as tmp:
+            _run(["dpkg-deb", "-x", str(deb), str(tmp)], downloads, f"unpacking {deb.name}", log)
         return root
+
+
+def _deb_contents(deb: Path, downloads: Path, log: Log | None) -> dict[str, str | int]:
+    """What ``dpkg-deb -x`` puts in a folder: each path (relative, no ``./``) with its
+    size for a file, ``"dir"`` for a folder, ``"link"`` for a symbolic link."""
+    listing = _run(["dpkg-deb", "-c", str(deb)], downloads, f"listing {deb.name}", log)
+    contents: dict[str, str | int] = {}
+    for line in listing.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 6 or not parts[5].startswith("./"):
+            continue
+        kind, name = parts[0][:1], parts[5][2:]
+        if kind == "l":
+            contents[name.split(" -> ", 1)[0]] = "link"
+        elif kind == "d":
+            if name.rstrip("/"):
+                contents[name.rstrip("/")] = "dir"
+        elif kind == "h":
+            contents[name.split(" link to ", 1)[0]] = "file"
+        elif kind == "-" and parts[2].isdigit():
+            contents[name] = int(parts[2])
+    return contents
+
+
+def _unpacked_foreign(root: Path, contents: dict) -> list[str]:
+    """Entries under ``root`` that are not in the package (a user's files)."""
+    return [str(p.relative_to(root)) for p in sorted(root.rglob("*")) if str(p.relative_to(root)) not in contents]
+
+
+def _unpacked_whole(root: Path, contents: dict) -> bool:
+    """Whether every entry of the package is under ``root``, each file with its size."""
+    for rel, what in contents.items():
+        path = root / rel
+        if what == "link":
+            ok = path.is_symlink()
+        elif what == "dir":
+            ok = path.is_dir() and not path.is_symlink()
+        else:
+            ok = path.is_file() and not path.is_symlink() and (what == "file" or path.stat().st_size == what)
+        if not ok:
+            return False
+    return True
 
 
 def _pip_get(requirement: str, sdist: bool, downloads: Path, log: Log | None) -> Path:

@@ -9,7 +9,6 @@ make (the CLI turns them into one line and exit code 2).
 from __future__ import annotations
 
 import argparse
-import sys
 
 from ..config import int_at_least, positive_float
 from ..threads import add_threads_argument
@@ -29,7 +28,9 @@ def _epilog() -> str:
 
 class _DeprecatedScale(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
-        print("note: --preset is now called --scale", file=sys.stderr)
+        from ..progress import say
+
+        say("note: --preset is now called --scale")  # a note: stderr holds only an error's line
         setattr(namespace, self.dest, values)
 
 
@@ -83,7 +84,8 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
                                 "OUT/isoloss-SCALE-even)")
     reproduce.add_argument("--fresh", action="store_true",
                            help="delete the experiment's folder first and redo everything (only when all it "
-                                "holds is what sameloss wrote: a user's file there is named and nothing is deleted)")
+                                "holds is what sameloss wrote, inside its run folders too: a user's file there is "
+                                "named and nothing is deleted)")
     reproduce.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None,
                            help="where to train and measure (default: the preset's; auto = CUDA when present)")
     reproduce.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -173,7 +175,7 @@ def _launch_options(args, argv_given: set[str]):
 
 
 def _main_job_launcher(args) -> str:
-    """``local`` or ``inprocess`` for the main job (``launch.main_job_options``), said on stderr."""
+    """``local`` or ``inprocess`` for the main job (``launch.main_job_options``), said in a note."""
     import importlib.util
     import os
 
@@ -184,12 +186,14 @@ def _main_job_launcher(args) -> str:
     have = importlib.util.find_spec("submitit") is not None
     options = main_job_options(args.workers, torch.get_num_threads(), torch.cuda.device_count(), os.cpu_count(),
                                have)
-    if options.launcher == "local":
-        print(f"note: the main job runs its seeds on {options.workers} local workers at once (--launcher inprocess: "
-              "one after another in this process)", file=sys.stderr)
+    from ..progress import say
+
+    if options.launcher == "local":  # a note, beside the headings (stdout unless a terminal): stderr is for errors
+        say(f"note: the main job runs its seeds on {options.workers} local workers at once (--launcher inprocess: "
+            "one after another in this process)")
     elif not have:
-        print("note: the main job runs its seeds one after another (pip install submitit to run them on this "
-              "machine's cores at once)", file=sys.stderr)
+        say("note: the main job runs its seeds one after another (pip install submitit to run them on this "
+            "machine's cores at once)")
     return options.launcher
 
 
@@ -280,8 +284,11 @@ def add_replicate_parser(commands) -> argparse.ArgumentParser:
                            help="a study folder, OUT/isoloss-SCALE[-languages]; LABEL= names a one-language study "
                                 "(default: the language its results.csv names, else the folder's name)")
     replicate.add_argument("--csv", default=None, metavar="FILE",
-                           help="also write the table's numbers to FILE (a new file: an existing one is never "
-                                "replaced)")
+                           help="also write the table's numbers to FILE (an existing file is replaced only when "
+                                "sameloss wrote it: its sha256 listed in .sameloss-outputs beside it; a symbolic link "
+                                "never)")
+    replicate.add_argument("--force", action="store_true",
+                           help="replace an existing --csv FILE that sameloss did not write (a link still never)")
     replicate.set_defaults(run=_replicate)
     return replicate
 
@@ -292,7 +299,7 @@ def _replicate(args) -> None:
     from .. import files
     from ..errors import UserError
     from .recipes.isoloss import finished_studies, replication_section
-    from .report import write_csv
+    from .report import csv_text
 
     outcomes = []
     for text in args.studies:
@@ -310,17 +317,17 @@ def _replicate(args) -> None:
         raise UserError("one language is nothing to replicate: give at least two studies (or one of several "
                         "languages)")
     csv_path = Path(args.csv) if args.csv else None
-    if csv_path is not None and (csv_path.exists() or csv_path.is_symlink()):
-        raise UserError(f"{csv_path} exists: replicate never replaces a file (give a new --csv)")
-    if csv_path is not None and not csv_path.parent.is_dir():
-        raise UserError(f"--csv {csv_path}: no folder {csv_path.parent} to write it in")
+    if csv_path is not None:
+        files.check_output(csv_path, args.force, "--csv")
+        if not csv_path.parent.is_dir():
+            raise UserError(f"--csv {csv_path}: no folder {csv_path.parent} to write it in")
     section = replication_section(outcomes)
     section.text.insert(0, "Studies: " + "; ".join(f"{o['tag']} ← {o['folder']}" for o in outcomes) + ".")
     print(section.markdown())
     if csv_path is not None:
         try:
-            write_csv(section.files["replication.csv"], csv_path, experiment=False)
-        except OSError as exc:  # a folder it may not write in (a full disk: write_csv's own line)
+            files.write_output(csv_path, csv_text(section.files["replication.csv"]), args.force, "--csv")
+        except OSError as exc:  # a folder it may not write in (a full disk: write_output's own line)
             raise files.write_error(csv_path, exc) from None
         print(f"\n{csv_path}")
 
@@ -336,13 +343,16 @@ def add_plot_parser(commands) -> argparse.ArgumentParser:
                     "true conditionals on a log axis ± std over the held-out subsets (a corpus run: the held-out "
                     "cross-entropy) and the learning rate, against step; one line per run, labelled by its folder's "
                     "name. Writes the figure and FILE.data.csv (the plotted numbers) beside it; an existing file is "
-                    "replaced only when sameloss wrote it.")
+                    "replaced only when sameloss wrote it (its sha256 listed in .sameloss-outputs beside it, or a figure "
+                    "tagged by sameloss), or with --force; a symbolic link never.")
     plot.add_argument("runs", nargs="+", metavar="RUN", help="run folders (runs/NAME, as sameloss pretrain writes them)")
     plot.add_argument("--out", default=None, metavar="FILE",
                       help=f"the figure (default {DEFAULT_OUT}.png in the current folder); FILE.pdf / FILE.svg "
                            "choose the format, a FILE without one of those suffixes gets --format's")
     plot.add_argument("--format", dest="formats", type=_formats, default=None, metavar="FMT[,FMT]",
                       help="png (200 dpi, the default), pdf, svg, or several: png,pdf")
+    plot.add_argument("--force", action="store_true",
+                      help="replace existing files at --out that sameloss did not write (a link still never)")
     plot.set_defaults(run=_plot)
     return plot
 
@@ -350,4 +360,4 @@ def add_plot_parser(commands) -> argparse.ArgumentParser:
 def _plot(args) -> None:
     from .curves import plot_runs
 
-    plot_runs(args.runs, args.out, args.formats)
+    plot_runs(args.runs, args.out, args.formats, force=args.force)

@@ -45,7 +45,6 @@ import functools
 import hashlib
 import json
 import shutil
-import sys
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -55,6 +54,7 @@ from typing import Any, Callable
 from .. import files
 from ..errors import UserError
 from ..files import atomic_write_json
+from ..progress import say, stream
 from . import folder as experiment_folder
 from ..training.checkpoint import checkpoint_dir
 from ..training.config import PretrainConfig
@@ -254,7 +254,7 @@ class Study:
             launcher = InProcess()
         self.launcher = launcher
         self.done: dict[str, Any] = {}  # unit name -> what it returned, in this call
-        self._log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        self._log = log or say  # stdout, or stderr while a terminal: an error stays one line
         self.cache_path = self.root / MEASUREMENTS
         self.cache: dict = {}
         if self.cache_path.exists():
@@ -292,7 +292,7 @@ class Study:
 
     def log(self, msg: str) -> None:
         if self._bar is not None:
-            self._bar.write(msg, file=sys.stderr)
+            self._bar.write(msg, file=stream())
         else:
             self._log(msg)
 

@@ -4,8 +4,9 @@ Train loss (with the optimum, the entropy of the true conditionals), the exact K
 log axis ± std over the held-out subsets (a corpus run: the held-out cross-entropy), and
 the learning rate, against step — one line per run, labelled by its folder's name
 (``plots.curves_plot``). The figure is written like every sameloss figure
-(``plots.save_figure``: atomic, tagged, ``<stem>.data.csv`` beside it); an existing file
-at ``--out`` is replaced only when sameloss wrote it (and the command says so). Into an
+(atomic, tagged, ``<stem>.data.csv`` beside it; ``files.write_output``); an existing file
+at ``--out`` is replaced only when sameloss wrote it (and the command says so), or with
+``--force``; a symbolic link never. Into an
 experiment folder, the files are listed in its marker (``folder.record_output``) and the
 folder is locked while they are written, as a run folder is.
 """
@@ -73,34 +74,33 @@ def targets(out: str | Path | None, formats: tuple[str, ...] | None) -> tuple[li
     return images, out.with_name(f"{out.name}.data.csv")
 
 
-def _check_target(path: Path, ours: Callable[[Path], bool]) -> bool:
+def _check_target(path: Path, ours: Callable[[Path], bool], force: bool = False) -> bool:
     """Whether ``path`` will be replaced (True) or is new (False); ``UserError`` when it
-    cannot or must not be written."""
+    cannot or must not be written (``files.check_output``: sameloss's own file — listed
+    in ``.sameloss-outputs``, or tagged by an earlier version — or ``force``)."""
+    from .. import files
+
     folder = path.parent
     if not folder.is_dir():
         raise UserError(f"cannot write {path}: no folder {folder}")
-    if path.is_symlink() or path.is_dir():
-        raise UserError(f"{path} exists and is not a file sameloss wrote; not overwriting it")
-    if not path.exists():
-        return False
-    if not ours(path):
-        raise UserError(f"{path} exists and was not written by sameloss; not overwriting it (choose another "
-                        "--out, or move it away)")
-    return True
+    return files.check_output(path, force, ours=ours)
 
 
 def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None, formats: tuple[str, ...] | None = None,
-              log: Callable[[str], None] = print) -> list[Path]:
+              log: Callable[[str], None] = print, force: bool = False) -> list[Path]:
     """Draw the training curves of the runs at ``paths`` and write them; returns the files
     written (the images, then the data file). Every target is checked before anything is
-    drawn or written."""
-    from .plots import curves_plot, figure_bytes, figure_data, is_sameloss_data, is_sameloss_figure, write_file
+    drawn or written; ``force`` replaces files sameloss did not write (never a link)."""
+    from .. import files
+    from .folder import record_output
+    from .plots import curves_plot, figure_bytes, figure_data, is_sameloss_data, is_sameloss_figure
 
     runs, subsets = read_runs(paths)
     images, data = targets(out, formats)
     with _lock(data.parent):
-        replaced = {p: _check_target(p, is_sameloss_figure) for p in images}
-        replaced[data] = _check_target(data, is_sameloss_data)
+        ours = {p: is_sameloss_figure for p in images}
+        ours[data] = is_sameloss_data
+        replaced = {p: _check_target(p, ours[p], force) for p in ours}
         title = f"training curves: {', '.join(runs)}" if len(runs) <= 3 else f"training curves of {len(runs)} runs"
         fig = curves_plot(runs, title, subsets=subsets)
         try:
@@ -109,7 +109,9 @@ def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None, format
             import matplotlib.pyplot as plt
             plt.close(fig)
         for path, blob in blobs:
-            write_file(path, blob)  # in an experiment folder also listed in its marker: --fresh may delete it
+            with files.storage_errors(path):
+                record_output(path)  # in an experiment folder also listed in its marker: --fresh may delete it
+            files.write_output(path, blob, force, ours=ours[path])
             log(f"{'replaced' if replaced[path] else 'wrote'} {path}")
     return [p for p, _ in blobs]
 

@@ -10,7 +10,12 @@ CSV tables; ``record_output`` adds them as they are written). What sameloss owns
   of an interrupted atomic write of one of them: ``.tmp-<name>-*``, ``<name>.tmp``);
 * ``runs/``: run folders (``files.is_run_dir``: the run marker, or the config header of
   runs made before the marker), and the lock files / marked partial builds beside them;
+  inside a run folder only what ``files.foreign_in_run`` accepts (its fixed files,
+  checkpoints, a tracker's folder, the files its ``.sameloss-outputs`` lists): a user's
+  notes put in a run folder are theirs;
 * ``embedded/``: folders written by ``embed`` (``files.is_embedded_dir``), likewise;
+* ``.sameloss-outputs`` and the files it lists with their current sha256
+  (``files.is_own_output``: e.g. a ``measure --out`` written into the folder);
 * ``seeds/``: seed sub-studies, each an experiment folder owned by the same rules;
 * ``data/`` and ``continued/``: what the ``text`` and ``theory`` recipes build there, and
   ``submitit/``: the launchers' files (``launch.py``: pickled units, worker logs) —
@@ -40,7 +45,7 @@ from .launch import SUBMITIT_DIR
 
 MEASUREMENTS = "measurements.json"
 OWN_FILES = frozenset({MEASUREMENTS, files.update_lock_path(MEASUREMENTS).name, "report.md", "results.csv",
-                       "runs.csv", files.EXPERIMENT_MARKER})
+                       "runs.csv", files.EXPERIMENT_MARKER, files.OUTPUTS})
 MARKER_HEADER = "sameloss experiment folder (sameloss reproduce); files it wrote here:"
 # sub-folder -> the test each of its entries must pass to be sameloss's
 _RUNS, _EMBEDDED, _SEEDS = "runs", "embedded", "seeds"
@@ -127,7 +132,7 @@ def foreign_entries(root: Path, *, legacy: bool = False) -> list[str]:
         if entry.is_symlink():
             found.append(rel)
         elif entry.is_file():
-            if entry.name not in owned and not _is_temporary_of(entry.name, owned):
+            if entry.name not in owned and not _is_temporary_of(entry.name, owned) and not files.is_own_output(entry):
                 found.append(rel)
         elif not entry.is_dir():
             found.append(rel)
@@ -137,14 +142,17 @@ def foreign_entries(root: Path, *, legacy: bool = False) -> list[str]:
             for child in sorted(entry.iterdir(), key=lambda p: p.name):
                 if _is_lock_or_partial(child):
                     continue
-                if entry.name == _RUNS:
-                    ok = files.is_run_dir(child)
-                elif entry.name == _EMBEDDED:
-                    ok = files.is_embedded_dir(child)
-                else:
-                    ok = is_marked(child) and not foreign_entries(child)
+                if entry.name == _SEEDS:
+                    if not is_marked(child):
+                        found.append(f"{rel}/{child.name}")
+                    else:  # a seed's sub-study, by the same rules (its entries named from here)
+                        found += [f"{rel}/{x}" for x in foreign_entries(child)]
+                    continue
+                ok = files.is_run_dir(child) if entry.name == _RUNS else files.is_embedded_dir(child)
                 if not ok:
                     found.append(f"{rel}/{child.name}")
+                else:  # inside a run (or embed) folder: its fixed files, and what its .sameloss-outputs lists
+                    found += [f"{rel}/{child.name}/{x}" for x in files.foreign_in_run(child)]
         else:
             found.append(rel)
     return found

@@ -8,7 +8,9 @@ returns what each one returned, in order:
 * ``inprocess`` (the default): one after another in this process, as ``reproduce``
   always did.
 * ``local``: ``--workers N`` processes on this machine through submitit's
-  ``LocalExecutor`` (at most N units at once; the next starts when one ends). On a
+  ``LocalExecutor`` (at most N units at once; the next starts when one ends; a worker
+  never outlives the ``reproduce`` that started it, even one killed by SIGKILL:
+  ``die_with``). On a
   machine with GPUs, worker k sees only GPU k (``CUDA_VISIBLE_DEVICES``, set by the job
   before anything touches CUDA; round robin when there are more workers than GPUs;
   ``worker_devices``). Default N: one per GPU, else one per ``--threads`` CPU cores.
@@ -23,8 +25,9 @@ returns what each one returned, in order:
 
 Every worker applies the threads policy (``threads.configure_threads``: this process's
 thread count, one unless ``--threads``) and holds the lock of the folder its unit writes
-(``files.folder_lock``); a unit refused for a reason a user can fix (``UserError``)
-comes back as its one line, after the other units have finished. Submitit's own files
+(``files.folder_lock``); a unit refused for a reason a user can fix (``UserError``),
+or whose worker was killed, comes back as its one line, after the other units have
+finished (the same command then reuses what finished and resumes what was cut). Submitit's own files
 (pickled units, each worker's stdout/stderr log) go to ``<experiment>/submitit/``.
 
 The launchers other than ``inprocess`` need submitit (``pip install 'sameloss[cluster]'``).
@@ -149,16 +152,20 @@ class WorkerJob:
     same job, whose unit then resumes from what is on disk — the newest checkpoint of each
     run (exact resume) and the measured rows of ``measurements.json``."""
 
-    def __init__(self, call: Callable[[], Any], threads: int, name: str = "", device: str | None = None):
-        self.call, self.threads, self.name, self.device = call, threads, name, device
+    def __init__(self, call: Callable[[], Any], threads: int, name: str = "", device: str | None = None,
+                 parent: int | None = None):
+        self.call, self.threads, self.name, self.device, self.parent = call, threads, name, device, parent
 
-    def on_device(self, device: str | None) -> WorkerJob:
-        """This job, seeing only GPU ``device`` (``None``: as the worker's environment says)."""
-        return WorkerJob(self.call, self.threads, self.name, device)
+    def on_device(self, device: str | None, parent: int | None = None) -> WorkerJob:
+        """This job, seeing only GPU ``device`` (``None``: as the worker's environment says);
+        ``parent``: the pid of the process it must not outlive (``die_with``)."""
+        return WorkerJob(self.call, self.threads, self.name, device, parent)
 
     def __call__(self) -> Outcome:
         from ..threads import configure_threads
 
+        if self.parent is not None:
+            die_with(self.parent)
         if self.device is not None:
             # before anything initialises CUDA (importing torch does not), which reads it once
             os.environ["CUDA_VISIBLE_DEVICES"] = self.device
@@ -175,6 +182,47 @@ class WorkerJob:
         return DelayedSubmission(self, *args, **kwargs)
 
 
+def die_with(pid: int) -> None:
+    """End this process (SIGKILL) as soon as the process ``pid`` ends — a local worker and
+    the ``reproduce`` that started it, also when that one is killed with SIGKILL and
+    cannot stop its workers itself: no orphan keeps writing (and locking) the study's
+    folders, and the next ``reproduce`` resumes what was cut, as after any kill (the
+    checkpoints and rows are written atomically). A thread waits on a pidfd (Linux); where
+    there is none, it looks every second."""
+    import threading
+
+    me = os.getpid()
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:  # gone already
+        os.kill(me, signal.SIGKILL)
+        return
+    except (AttributeError, OSError):
+        fd = None
+
+    def wait():
+        if fd is not None:
+            import select
+
+            select.select([fd], [], [])
+        else:
+            while _exists(pid):
+                time.sleep(1.0)
+        os.kill(me, signal.SIGKILL)
+
+    threading.Thread(target=wait, name=f"die-with-{pid}", daemon=True).start()
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def worker_info() -> dict:
     """Where this worker runs: host, pid, the GPUs it sees, its torch threads (and the
     ``OMP_NUM_THREADS`` it started with)."""
@@ -187,6 +235,8 @@ def worker_info() -> dict:
 
 
 def _describe(worker: dict) -> str:
+    if not worker:  # a worker that ended without a result
+        return "no result"
     gpu = worker.get("cuda_visible_devices")
     return f"pid {worker.get('pid')}" + (f", GPU {gpu}" if gpu else "")
 
@@ -229,8 +279,8 @@ class Local:
                         i = waiting.pop(0)
                         # the worker's environment is this process's at submission: libgomp reads
                         # OMP_NUM_THREADS when the worker imports torch
-                        with for_children(self.threads):
-                            job = executor.submit(jobs[i].on_device(self.devices[slot]))
+                        with for_children(self.threads):  # (it dies with this process: die_with)
+                            job = executor.submit(jobs[i].on_device(self.devices[slot], os.getpid()))
                         running[slot] = (i, job, time.perf_counter())
                 finished = [slot for slot, (_, job, _) in running.items() if job.done()]
                 if not finished:
@@ -361,13 +411,17 @@ class Slurm:
 
 
 def _outcome(job, worker_job: WorkerJob) -> Outcome:
-    """A finished submitit job's ``Outcome``; a crash (a bug, not a ``UserError``) keeps
-    its traceback."""
+    """A finished submitit job's ``Outcome``. A worker that ended without a result (killed:
+    ``kill -9``, out of memory) is the unit's one line — the same command resumes it; a
+    crash (a bug, not a ``UserError``) keeps its traceback."""
     from submitit.core.utils import FailedJobError, UncompletedJobError
 
     try:
         return job.result()
-    except (FailedJobError, UncompletedJobError) as exc:
+    except UncompletedJobError:
+        return Outcome(None, f"its worker ended without a result (killed?; log: {job.paths.stdout}); run the same "
+                             "command again: it reuses what finished and resumes the rest")
+    except FailedJobError as exc:
         raise RuntimeError(f"unit {worker_job.name!r} failed in its worker (log: {job.paths.stderr}):\n{exc}") \
             from None
 

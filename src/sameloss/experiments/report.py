@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import io
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -231,13 +232,20 @@ def write_csv(rows: list[dict], path: Path, experiment: bool = True) -> None:
     ``experiment=False``: a file of the user's choosing, outside any experiment folder)."""
     from .. import files
 
-    columns = list(dict.fromkeys(k for row in rows for k in row))
     path = Path(path)
     with (_output(path) if experiment else files.storage_errors(path)), atomic_writer(path, newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: _csv_value(row.get(k)) for k in columns})
+        f.write(csv_text(rows))
+
+
+def csv_text(rows: list[dict]) -> str:
+    """``rows`` as CSV text, the columns in the order they first appear."""
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    out = io.StringIO(newline="")
+    writer = csv.DictWriter(out, fieldnames=columns)
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: _csv_value(row.get(k)) for k in columns})
+    return out.getvalue()
 
 
 @contextlib.contextmanager

@@ -36,7 +36,6 @@ is checked on a padded probe batch when the adapter is built (``_choose_mask_for
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -44,6 +43,7 @@ import torch
 from torch import nn
 
 from ..errors import UserError
+from ..libraries import quiet_transformers
 from .vocab import word_tokens
 
 MISSING_LOGIT = -1e9
@@ -198,25 +198,15 @@ def load_hf_folder(folder: str | Path, language, device: str = "cpu") -> HFMaske
         import transformers
     except ImportError:
         raise UserError("measuring a Hugging Face folder needs the transformers package") from None
-    hf_logging = transformers.utils.logging
-    bar = hf_logging.is_progress_bar_enabled()
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.disable_progress_bar()  # one weight-loading bar per measure is noise
-    # transformers logs its own warnings (e.g. an unknown model_type) before it raises:
-    # the failure is ours to report, in one line
-    hf_logging.set_verbosity_error()
+    # transformers logs its own warnings (e.g. an unknown model_type) before it raises: the
+    # failure is ours to report, in one line; and one weight-loading bar per measure is noise
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with quiet_transformers(transformers):
             tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
             model = transformers.AutoModelForMaskedLM.from_pretrained(str(folder), local_files_only=True,
                                                                       dtype=torch.float32)
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError, … for bad folders
         raise UserError(f"cannot load a Hugging Face masked LM from {folder}: {_one_line(exc)}") from None
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bar:
-            hf_logging.enable_progress_bar()
     if tokenizer.mask_token_id is None:
         raise UserError(f"{folder}: its tokenizer has no mask token, so it is not a masked-LM tokenizer")
     hf_cfg = model.config

@@ -21,6 +21,7 @@ from .. import config as configlib
 from .. import files
 from ..errors import UserError
 from ..models.transformer import TransformerMLM
+from ..libraries import quiet_transformers
 
 
 def check_exportable(model) -> None:
@@ -89,14 +90,8 @@ def export_checkpoint(path: str | Path, out: str | Path, measures: str | Path | 
         if not corpus:
             add_unk_row(hf, language)  # the tokenizer's [UNK], after the language's ids
         hf.config.architectures = ["BertForMaskedLM"]
-        hf_logging = transformers.utils.logging
-        bar = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()  # a shard-writing bar for one small file is noise
-        try:
+        with quiet_transformers(transformers):  # a shard-writing bar for one small file is noise
             hf.save_pretrained(str(tmp))
-        finally:
-            if bar:
-                hf_logging.enable_progress_bar()
         for written in tmp.iterdir():  # safetensors writes 0600; the others follow the umask
             if written.is_file():
                 files.honour_umask(written)

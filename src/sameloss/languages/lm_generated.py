@@ -45,7 +45,6 @@ evaluation, measures) stays ancestral. Text goes through the generator's own tok
 from __future__ import annotations
 
 import json
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -55,6 +54,7 @@ import torch
 from sameloss.errors import UserError
 from sameloss.errors import first_line as _one_line
 from sameloss.files import sha256_of
+from sameloss.libraries import quiet_transformers
 from sameloss.languages.base import Batch, Language, Task
 from sameloss.languages.lm_tokens import (TOKENIZER_FILES, frequent_tokens, load_tokens, save_tokens,  # noqa: F401
                                           tokenizer_words, tokens_filename)  # (tokens_filename: re-exported)
@@ -105,16 +105,11 @@ def generator_shape(path) -> dict:
     if not folder.is_dir():
         raise UserError(f"generator folder not found: {folder}")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            level = transformers.utils.logging.get_verbosity()
-            transformers.utils.logging.set_verbosity_error()
-            try:
-                config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
-            finally:
-                transformers.utils.logging.set_verbosity(level)
+        with quiet_transformers(transformers):
+            config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError, ... for bad folders
         raise UserError(f"cannot load a causal LM from {folder}: {_one_line(exc)}") from None
+    check_causal(config, folder)
     shape = {"positions": getattr(config, "max_position_embeddings", None),
              "layers": getattr(config, "num_hidden_layers", None), "hidden": getattr(config, "hidden_size", None),
              "vocab": getattr(config, "vocab_size", None)}
@@ -124,31 +119,55 @@ def generator_shape(path) -> dict:
     return shape
 
 
-# ---- KV caches across transformers versions ------------------------------------------------
+def check_causal(config, folder: Path) -> None:
+    """``UserError`` when the folder's config names a model that is not a causal LM (a
+    BERT exported by ``sameloss export`` is a ``BertForMaskedLM``, which transformers
+    would load as a causal one, with a warning, and sample nonsense from)."""
+    architectures = [a for a in (getattr(config, "architectures", None) or []) if isinstance(a, str)]
+    if architectures and not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures):
+        raise UserError(f"{folder} holds a {architectures[0]}, not a causal language model (a *ForCausalLM or "
+                        "*LMHeadModel, e.g. one written by sameloss causal-lm train)")
+
+
+# ---- KV caches across transformers versions (5.0 onwards: pyproject.toml) --------------------
+def cache_keyword(model) -> str:
+    """The keyword a model's ``forward`` takes its KV cache by: ``cache`` since transformers
+    renamed it in 5.x (``past_key_values`` still works there but warns), else
+    ``past_key_values`` (5.0 and the releases before the rename)."""
+    import inspect
+
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _returned_cache(out):
+    """The KV cache a model returned (``use_cache=True``), under its name of either era
+    (``keys()``: asking an output of a newer release for the old name warns)."""
+    keys = out.keys()
+    return out["cache"] if "cache" in keys else out["past_key_values"]
+
+
 def _kv_pairs(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per-layer ``(keys, values)``, each ``[batch, heads, positions, head_dim]``."""
-    if isinstance(cache, (tuple, list)):  # legacy format
-        return [(layer[0], layer[1]) for layer in cache]
-    if hasattr(cache, "layers"):  # transformers >= 4.56
-        return [(layer.keys, layer.values) for layer in cache.layers]
-    if hasattr(cache, "key_cache"):  # 4.40 .. 4.55
-        return list(zip(cache.key_cache, cache.value_cache))
-    raise UserError(f"unsupported KV cache type {type(cache).__name__} from the generator")
+    if not hasattr(cache, "layers"):
+        raise UserError(f"unsupported KV cache type {type(cache).__name__} from the generator")
+    return [(layer.keys, layer.values) for layer in cache.layers]
 
 
 def _make_cache(pairs, like, config):
-    """A fresh cache holding ``pairs``, of the kind the model returned (``like``)."""
-    if isinstance(like, (tuple, list)):
-        return tuple(pairs)
-    cls = type(like)
+    """A fresh cache holding ``pairs``, of the kind the model returned (``like``), filled
+    layer by layer through ``Cache.update`` (the constructor's ``ddp_cache_data`` put the
+    layers after empty ones in some releases, 4.54 and 4.55: silently wrong results)."""
     try:
-        return cls(ddp_cache_data=pairs, config=config)
+        cache = type(like)()
     except TypeError:
-        pass
-    try:
-        return cls(ddp_cache_data=pairs)
-    except TypeError:
-        return cls.from_legacy_cache(tuple(pairs))
+        cache = type(like)(config=config)
+    for layer, (keys, values) in enumerate(pairs):
+        cache.update(keys, values, layer)
+    return cache
 
 
 class CausalLM(Language):
@@ -185,6 +204,7 @@ class CausalLM(Language):
             raise UserError(f"length {length} + bos exceeds the generator's {positions} positions")
         self.model = model.eval().requires_grad_(False)
         self.base = model.base_model
+        self._cache_keyword = cache_keyword(self.base)
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.n_words = len(tokens)
@@ -231,18 +251,14 @@ class CausalLM(Language):
         if not folder.is_dir():
             raise UserError(f"generator folder not found: {folder}")
         device, dtype = _device(device), _dtype(dtype)
-        hf_logging = transformers.utils.logging
-        bar = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()  # a weight-loading bar per language build is noise
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
+            with quiet_transformers(transformers):  # a weight-loading bar per language build is noise
+                check_causal(transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True), folder)
                 model = transformers.AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True)
+        except UserError:
+            raise
         except Exception as exc:  # transformers raises OSError, ValueError, KeyError, ... for bad folders
             raise UserError(f"cannot load a causal LM from {folder}: {_one_line(exc)}") from None
-        finally:
-            if bar:
-                hf_logging.enable_progress_bar()
         model = model.to(device=device, dtype=dtype)
         vocab = int(model.get_output_embeddings().weight.shape[0])
         if k > vocab:
@@ -279,8 +295,8 @@ class CausalLM(Language):
     # ---- the generator's pieces ---------------------------------------------------------
     def _forward(self, ids: torch.Tensor, past=None):
         """Base-model pass: (last hidden state ``[n, L, d]``, KV cache)."""
-        out = self.base(input_ids=ids, past_key_values=past, use_cache=True)
-        return out[0], out.past_key_values
+        out = self.base(input_ids=ids, use_cache=True, **{self._cache_keyword: past})
+        return out[0], _returned_cache(out)
 
     def _restricted_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits of the K allowed tokens only (K rows of the head), ``[..., K]``."""
@@ -479,8 +495,7 @@ class CausalLM(Language):
                 # without its files, AutoTokenizer may quietly build another tokenizer from the config
                 if not any((folder / f).exists() for f in TOKENIZER_FILES):
                     raise OSError(f"none of {', '.join(TOKENIZER_FILES)} in the folder")
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
+                with quiet_transformers(transformers):
                     self._tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
             except Exception as exc:  # transformers raises several kinds for a folder without a tokenizer
                 raise UserError(f"re-tokenising text needs the generator's tokenizer, and none loads from "
@@ -526,9 +541,10 @@ def _ancestral(lm_or_model, u: torch.Tensor, restricted: bool, bos: int | None =
     ids = torch.full((n, 1), bos, dtype=torch.long, device=device)
     out = torch.empty(n, T, dtype=torch.long, device=device)
     past = None
+    keyword = cache_keyword(base)
     for s in range(T):
-        o = base(input_ids=ids, past_key_values=past, use_cache=True)
-        past = o.past_key_values
+        o = base(input_ids=ids, use_cache=True, **{keyword: past})
+        past = _returned_cache(o)
         p = torch.softmax(head(o[0][:, -1]).double(), dim=-1)
         if accumulate is not None:
             accumulate += p.sum(dim=0).cpu()
@@ -584,6 +600,11 @@ def load_pool(folder, k: int, length: int, tokens: Sequence[int]) -> np.ndarray:
     if not isinstance(data, np.ndarray) or data.ndim != 2 or data.shape[1] != length or data.shape[0] < 1 \
             or data.dtype.kind not in "iu" or int(data.max()) >= k or int(data.min()) < 0:
         raise UserError(f"{path}: not a [N, {length}] array of ids below {k}")
+    n = meta.get("n")
+    if isinstance(n, bool) or not isinstance(n, int) or n != data.shape[0]:
+        # the metadata describes another array than this one: which one is right cannot be told
+        raise UserError(f"{meta_path} says n = {n!r} sentences, but {path} holds {data.shape[0]}; sample the pool "
+                        "again")
     return data
 
 

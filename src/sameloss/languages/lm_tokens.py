@@ -17,6 +17,7 @@ import torch
 from sameloss.errors import UserError
 from sameloss.errors import first_line as _one_line
 from sameloss.files import atomic_write_json
+from sameloss.libraries import quiet_transformers
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
@@ -85,7 +86,8 @@ def tokenizer_words(transformers, folder: Path, tokens: list[int]) -> list[str] 
     if not any((folder / f).exists() for f in TOKENIZER_FILES):
         return None
     try:
-        tok = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        with quiet_transformers(transformers):
+            tok = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
         return [str(w) for w in tok.convert_ids_to_tokens(tokens)]
     except Exception:  # a tokenizer is only used for display names
         return None

@@ -23,7 +23,6 @@ forward passes during training.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import time
@@ -36,6 +35,7 @@ import torch
 from ..errors import UserError
 from ..files import building, is_empty_dir
 from ..files import sha256_of as _sha256
+from ..libraries import quiet_transformers
 from .lm_generated import POOL_META, POOL_TOKENS, SAMPLE_BLOCK, CausalLM, _transformers, generator_shape
 from .text import _gib
 
@@ -80,21 +80,6 @@ def train_step_bytes(size: str, vocab: int, context: int, batch_size: int) -> in
 def _check_lr(lr) -> None:
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
         raise UserError(f"--lr must be a finite number > 0, got {lr!r}")
-
-
-@contextlib.contextmanager
-def _quiet_hf(transformers):
-    """No weight-writing bars or config notices from transformers in our output."""
-    hf_logging = transformers.utils.logging
-    bar, level = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(level)
-        if bar:
-            hf_logging.enable_progress_bar()
 
 
 def generator_config(size: str, vocab: int, positions: int, eos_id: int):
@@ -159,7 +144,7 @@ def train_generator(files: Sequence[str], out, vocab: int = 1000, size: str = "t
     n_vocab = tok.get_vocab_size()
     config = generator_config(size, n_vocab, max(context, 64) + 1, eos)
     torch.manual_seed(seed)
-    with _quiet_hf(transformers):
+    with quiet_transformers(transformers):
         model = transformers.GPT2LMHeadModel(config)
     log(f"corpus: {len(documents)} documents, {stream.numel()} tokens; BPE vocabulary {n_vocab}; "
         f"model {size} ({sum(p.numel() for p in model.parameters())} parameters)")
@@ -172,7 +157,7 @@ def train_generator(files: Sequence[str], out, vocab: int = 1000, size: str = "t
     record = {"files": [str(Path(f).resolve()) for f in files], "sources_sha256": [_sha256(Path(f)) for f in files],
               "vocab": n_vocab, "size": size, "steps": steps, "batch_size": batch_size, "context": context, "lr": lr,
               "seed": seed, "final_loss": sum(losses[-every:]) / len(losses[-every:]) if losses else None}
-    with building(out, what="generator") as tmp, _quiet_hf(transformers):
+    with building(out, what="generator") as tmp, quiet_transformers(transformers):
         model.save_pretrained(str(tmp))
         fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOS, eos_token=EOS, unk_token=EOS)
         fast.save_pretrained(str(tmp))

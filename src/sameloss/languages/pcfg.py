@@ -12,13 +12,13 @@ which conditions on the length and so leaves those conditionals unchanged.
 from __future__ import annotations
 
 import math
-import sys
 import weakref
 from pathlib import Path
 
 import torch
 
 from ..errors import UserError
+from ..progress import say
 from ..registry import keyword_types, language_params
 from .base import Batch, Language, Task
 from .inside_outside import InsideOutside, by_length
@@ -76,7 +76,7 @@ PRESET_SEEDS = {"micro": 1, "headroom": 6}
 MIN_FIT = 1e-2
 
 # Exact conditionals cost one inside + outside pass per sentence. Above NOTE_FLOPS per
-# sentence (at the expected length) a line on stderr states the cost; above MAX_FLOPS the
+# sentence (at the expected length) a note (``progress.say``) states the cost; above MAX_FLOPS the
 # grammar is refused (one core does about 5 GFLOP/s of these float64 passes, so that is
 # over an hour per 1000 sentences). The released grammar costs 0.4 MFLOP per sentence; a
 # fully connected 300-symbol grammar (90,000 rules) 200 MFLOP.
@@ -440,7 +440,7 @@ def check_lengths(report: LengthReport, source: str | None = None) -> None:
 
 
 def check_cost(parser: InsideOutside, report: LengthReport, source: str | None = None) -> None:
-    """State (on stderr) the cost of exact conditionals for an expensive grammar, and
+    """State (``progress.say``) the cost of exact conditionals for an expensive grammar, and
     refuse one that would take hours for a thousand sentences."""
     p = report.length_probs[1:] / report.length_probs[1:].sum()
     per_sentence = sum(float(p[t - 1]) * parser.flops(t) for t in range(1, report.max_len + 1) if p[t - 1] > 0)
@@ -453,7 +453,7 @@ def check_cost(parser: InsideOutside, report: LengthReport, source: str | None =
     if per_sentence > MAX_FLOPS:
         raise UserError(f"{where}: {cost}; refusing a grammar this expensive (fewer symbols per rule group, "
                         f"or shorter sentences, make it cheaper)")
-    print(f"{where}: note: {cost}", file=sys.stderr, flush=True)
+    say(f"{where}: note: {cost}")
 
 
 def _longest_yield(grammar: Grammar, cap: int) -> int:

@@ -196,12 +196,12 @@ def measure_path(path: str | Path, spec: MeasureSpec, progress: bool = True,
     return rows
 
 
-def check_output(out: str | Path) -> Path:
-    """Fail now (``UserError``) if ``write_rows`` could not write ``out``: it is a folder,
-    or its folder cannot be created or written."""
+def check_output(out: str | Path, force: bool = False) -> Path:
+    """Fail now (``UserError``) if ``write_rows`` could not or must not write ``out``: it is
+    a folder or a symbolic link, a file sameloss did not write (unless ``force``:
+    ``files.check_output``), or its folder cannot be created or written."""
     out = Path(out)
-    if out.is_dir():
-        raise UserError(f"--out {out} is a folder; give a file name (.csv or .json)")
+    files.check_output(out, force)
     if out.exists() and not os.access(out, os.W_OK):
         raise UserError(f"--out {out} is read-only")
     parent = out.parent
@@ -214,10 +214,11 @@ def check_output(out: str | Path) -> Path:
     return out
 
 
-def write_rows(rows: list[dict], out: str | Path) -> None:
-    """CSV (``.csv``) or JSON (anything else), written to a temporary name first so an
-    interrupted write never replaces earlier results (and leaves no temporary file)."""
-    out = check_output(out)
+def write_rows(rows: list[dict], out: str | Path, force: bool = False) -> bool:
+    """CSV (``.csv``) or JSON (anything else), written atomically (``files.write_output``:
+    an interrupted write never replaces earlier results, and an existing file is replaced
+    only when sameloss wrote it, or with ``force``); returns whether a file was replaced."""
+    out = check_output(out, force)
     if out.suffix == ".csv":
         columns = list(dict.fromkeys(k for row in rows for k in row))
         buffer = io.StringIO(newline="")
@@ -229,6 +230,6 @@ def write_rows(rows: list[dict], out: str | Path) -> None:
         text = json.dumps(rows, indent=2)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        files.atomic_write_text(out, text)
     except OSError as exc:
         raise files.write_error(out, exc) from None
+    return files.write_output(out, text, force)

@@ -66,6 +66,16 @@ def save(run_dir: Path, step: int, model: torch.nn.Module, state: dict, meta: di
     return final
 
 
+def remove_cut_saves(run_dir: Path) -> None:
+    """Remove the temporary folders of checkpoint saves cut by a kill (``.tmp-step_N-PID``,
+    which ``save`` renames into place only when whole); the caller holds the run's lock."""
+    root = Path(run_dir) / "checkpoints"
+    if root.is_dir():
+        for path in root.glob(f".tmp-{PREFIX}*"):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+
+
 def complete_checkpoints(run_dir: Path) -> list[Path]:
     """Finished checkpoints of a run, oldest first."""
     root = Path(run_dir) / "checkpoints"

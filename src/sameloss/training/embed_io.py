@@ -206,3 +206,4 @@ def _check_out_dir(out_dir: Path, small_dir: Path, force: bool) -> None:
     if not files.is_embedded_dir(out_dir):
         raise UserError(f"--out {out_dir} was not written by sameloss embed (no {files.EMBEDDED_MARKER}); "
                         "--force replaces only an earlier embed's output: choose a new folder")
+    runio.check_only_ours(out_dir, "--force")  # a user's notes put in the earlier output stay

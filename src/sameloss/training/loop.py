@@ -118,6 +118,8 @@ def _pretrain(cfg: PretrainConfig, run_dir: Path, resume: bool, progress: bool, 
 
     start, window, created = 1, LogWindow(), False
     if resume:
+        if rank == 0:  # the run's lock is held: a checkpoint half-saved by a killed call is nobody's
+            ckpt.remove_cut_saves(run_dir)
         # (runfolder.plan refused a run past cfg.steps: its newest checkpoint, and so any it restores, is not)
         model, optimizer, schedule, state = _restore(cfg, language, device, run_dir, rank)
         if state["step"] == cfg.steps:  # finished, but summary.json was never written

@@ -217,9 +217,21 @@ def truncate_metrics(path: Path, step: int) -> None:
 
 
 def remove_run(run_dir: Path) -> None:
-    """Delete a run folder for ``--fresh`` — only one sameloss recognises as a run."""
+    """Delete a run folder for ``--fresh`` — only one sameloss recognises as a run, and only
+    when everything in it is sameloss's (``files.foreign_in_run``)."""
     if run_dir.is_symlink() or not files.is_run_dir(run_dir):
         raise UserError(f"{run_dir} is not a sameloss run folder (no {files.RUN_MARKER} marker and no config.toml "
                         "written by sameloss pretrain); --fresh deletes only run folders: remove it yourself or "
                         "choose another name=")
+    check_only_ours(run_dir, "--fresh")
     shutil.rmtree(run_dir)
+
+
+def check_only_ours(folder: Path, what: str) -> None:
+    """``UserError`` naming the first entry of the run (or embed) folder ``folder`` that
+    sameloss did not write: ``what`` (``--fresh``, ``--force``) deletes nothing then."""
+    foreign = files.foreign_in_run(folder)
+    if foreign:
+        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        raise UserError(f"{what} deletes only what sameloss wrote, and {folder} also holds {foreign[0]}{more}; "
+                        "move it away (or delete the folder yourself) and run again")
