@@ -72,24 +72,34 @@ DEVICES: dict[str, dict[str, float]] = {
 # on ``algorithms --scale tiny`` (process CPU seconds per stage against this module's FLOPs
 # and the matmul peak measured in the same run: exact-KL evaluation 35 %, trace — the
 # Fisher estimator — 38 %, probes 14 %) and are checked on ``dyck --scale tiny`` (README,
-# "Plan a study"). h100 / a100: assumed, not measured (no GPU here): 40 % for bf16 training
-# of a BERT-size model is what well-tuned MLM training reports (MFU 40-50 %); the float32
-# stages are small-batch and read-back bound, so a lower share is assumed. Every plan
-# prints the utilisation it used and where it comes from.
+# "Plan a study").
+# h100: training measured on an H100 80GB HBM3 (SXM, torch 2.11+cu130; bench/gpu_check.sh,
+# bench/gpu_throughput.py): bf16 training of the ``paper`` shape (t3-1024, 203 M parameters,
+# batch 4096 x 16 tokens) reached 25.4 % of the bf16 dense peak (252 TFLOP/s by our FLOP
+# count), the ``small`` shape (t4-384) 11.7 %; so 25 % here, an overestimate for small
+# models. Float32 training on the same card reached 53-66 % of the FP32 peak (35-44 TFLOP/s):
+# the float32 stages' shares below stay assumed (their own calls were not timed on the card;
+# see STEP_FLOOR_S for the tiny sizes, where overheads, not FLOP/s, set the time).
+# a100: assumed, not measured: the h100's stage shares.
 UTILISATION: dict[str, dict[str, float]] = {
     "cpu": {"training": 0.31, "exact-KL evaluation": 0.35, "trace": 0.38, "probes": 0.14},
-    "h100": {"training": 0.40, "exact-KL evaluation": 0.30, "trace": 0.20, "probes": 0.20},
-    "a100": {"training": 0.40, "exact-KL evaluation": 0.30, "trace": 0.20, "probes": 0.20},
+    "h100": {"training": 0.25, "exact-KL evaluation": 0.30, "trace": 0.20, "probes": 0.20},
+    "a100": {"training": 0.25, "exact-KL evaluation": 0.30, "trace": 0.20, "probes": 0.20},
 }
 UTILISATION_SOURCE = {"cpu": "measured on this project's CPU, one thread (bench/bench_planner.py; training ~31 % by "
                             "the lead); with more threads, or another CPU, expect other shares",
-                      "h100": "assumed (no GPU measured)", "a100": "assumed (no GPU measured)"}
+                      "h100": "training measured on an H100 80GB HBM3 (bf16, paper shape: 25 %; small shape 12 %); "
+                              "the float32 stages assumed",
+                      "a100": "assumed (the h100's shares; no A100 measured)"}
 
-# The least time a training step takes whatever its FLOPs: on a GPU, eager PyTorch launches a
-# few hundred kernels per step (forward, backward, AdamW) at ~5-10 µs each, so a model of a
-# few thousand parameters is bound by launches, not by FLOP/s (assumed, not measured here).
-# On the CPU a small step's overhead is in the measured utilisation.
-STEP_FLOOR_S = {"cpu": 0.0, "h100": 3e-3, "a100": 3e-3}
+# The least time a training step takes whatever its FLOPs: eager PyTorch launches a few
+# hundred kernels per step (forward, backward, AdamW). Measured on an H100 80GB HBM3
+# (bench/gpu_workers.py): the isoloss tiny model (106 k parameters, batch 256) trains at
+# 115 steps/s in one process, 8.7 ms a step; k processes sharing the card reach 236, 438 and
+# 637 steps/s for k = 2, 4, 8 (so a study's workers, not its FLOPs, set a tiny study's pace
+# on a GPU). a100: the h100's, assumed. On the CPU a small step's overhead is in the
+# measured utilisation.
+STEP_FLOOR_S = {"cpu": 0.0, "h100": 8.7e-3, "a100": 8.7e-3}
 
 
 
