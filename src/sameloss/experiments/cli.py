@@ -126,7 +126,7 @@ def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     d = LaunchOptions()
     group = parser.add_argument_group(
         "launchers", "where the study's units run (a unit is one run, or a seed's chain: base run, then its forks); "
-                     "every launcher gives the same results. The README's \"Running on a cluster\" has the commands.")
+                     "every launcher gives the same results. docs/how-to/cluster.md has the commands.")
     group.add_argument("--launcher", choices=LAUNCHERS, default=None,
                        help="inprocess: one unit after another in this process (the default for a named "
                             "experiment; the main job, with no experiment, runs on local workers when submitit is "

@@ -76,7 +76,7 @@ DEVICES: dict[str, dict[str, float]] = {
 # on ``algorithms --scale tiny``); the other three are what bench/bench_planner.py measured
 # on ``algorithms --scale tiny`` (process CPU seconds per stage against this module's FLOPs
 # and the matmul peak measured in the same run: exact-KL evaluation 35 %, trace — the
-# Fisher estimator — 38 %, probes 14 %) and are checked on ``dyck --scale tiny`` (README,
+# Fisher estimator — 38 %, probes 14 %) and are checked on ``dyck --scale tiny`` (docs/how-to/plan.md,
 # "Plan a study"). h100 / a100: assumed, not measured (no GPU here): 40 % for bf16 training
 # of a BERT-size model is what well-tuned MLM training reports (MFU 40-50 %); the float32
 # stages are small-batch and read-back bound, so a lower share is assumed. Every plan
