@@ -244,7 +244,8 @@ def test_forest_figure_marks_zero_and_the_mde(tmp_path):
     assert any(line.get_gid() == "mde" for line in ax.get_lines())
     assert [r["x"] for r in data if r["kind"] == "ref-x"] == ["0.0"]
     texts = legend_texts(fig)
-    assert "± MDE (80 % power)" in texts and "paired difference: 95 % t interval over 22 seeds" in texts
+    assert "± MDE: the smallest effect detected with 80 % power" in texts
+    assert "paired difference: 95 % t interval over 22 seeds" in texts
 
 
 def test_forest_panel_draws_its_own_reference_lines(tmp_path):
@@ -254,7 +255,7 @@ def test_forest_panel_draws_its_own_reference_lines(tmp_path):
     _, data = _saved(fig, tmp_path)
     refs = sorted((r["panel"], float(r["x"])) for r in data if r["kind"] == "ref-x")
     assert refs == [("0", -0.35), ("0", 0.0), ("0", 0.35), ("1", 0.0)]  # vertical, in its panel only
-    assert "±δ (equivalence margin)" in legend_texts(fig)
+    assert "±δ (equivalence margin) (panel a)" in legend_texts(fig)  # drawn in panel (a) only: it says so
 
 
 # ---- training curves ----------------------------------------------------------------------------
@@ -281,7 +282,8 @@ def test_curves_figure_keeps_the_rules(tmp_path):
     assert [(r["kind"], float(r["y"])) for r in data if r["panel"] == "0" and r["kind"].startswith("ref")] == \
         [("ref-y", 1.15)]
     texts = legend_texts(fig)
-    assert {"pcfg-adamw", "pcfg-sgd", "corpus-adamw", "optimum: entropy 1.1500 nats"} <= set(texts)
+    # the optimum says which panel it is drawn in (issue 39: it sat under another panel)
+    assert {"pcfg-adamw", "pcfg-sgd", "corpus-adamw", "optimum: entropy 1.1500 nats (panel a)"} <= set(texts)
     assert "exact KL to the true conditionals: ± std over 5 held-out subsets" in texts
     # the KL panel holds the exact runs' evaluations, the held-out panel the corpus run's
     assert drawn_points(kl) == sorted((100.0 * (i + 1), v) for v_list in ([0.5, 0.2, 0.1], [0.9, 0.6, 0.4])
