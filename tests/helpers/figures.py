@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import math
 import re
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -165,8 +166,19 @@ def drawn_texts(fig) -> list:
 
 
 def check_texts(fig, renderer) -> None:
-    """No text under ``MIN_FONT`` points, none outside the figure."""
+    """No text under ``MIN_FONT`` points, none outside the figure (measured as it is saved:
+    the package's style, unhinted text)."""
+    import matplotlib.pyplot as plt
+
+    from sameloss.experiments.plots.style import STYLE
+
     width, height = fig.bbox.width, fig.bbox.height
+    with plt.rc_context(STYLE):
+        fig.canvas.draw()
+        _inside(fig, renderer, width, height)
+
+
+def _inside(fig, renderer, width, height) -> None:
     for t in drawn_texts(fig):
         assert t.get_fontsize() >= MIN_FONT - 1e-9, f"{t.get_text()!r} at {t.get_fontsize()} pt"
         box = t.get_window_extent(renderer)
@@ -222,3 +234,45 @@ def check_report_figures(root: Path) -> int:
         assert ("Error bars: " in caption) == has_bars, caption
         assert "Tests: " in caption
     return len(found)
+
+
+# ---- the files a journal gets (issue 39) ----------------------------------------------------------
+JOURNAL_FONTS = {"Type0", "CIDFontType2", "TrueType"}  # TrueType outlines (``pdf.fonttype`` 42); never Type3
+
+
+def pdf_fonts(path: str | Path) -> set[str]:
+    """The subtypes of every font a PDF embeds (its font dictionaries are not compressed)."""
+    return {m.decode() for m in re.findall(rb"/Type\s*/Font\s*/Subtype\s*/(\w+)", Path(path).read_bytes())}
+
+
+def pdf_width(path: str | Path) -> float:
+    """The width of a one-page PDF, in inches (its MediaBox)."""
+    box = re.search(rb"/MediaBox\s*\[([^\]]*)\]", Path(path).read_bytes()).group(1).split()
+    return (float(box[2]) - float(box[0])) / 72
+
+
+def svg_texts(path: str | Path) -> list[str]:
+    """The text of every ``<text>`` element of an SVG (real text, not glyph outlines)."""
+    root = ET.parse(path).getroot()
+    return [" ".join("".join(t.itertext()).split()) for t in root.iter("{http://www.w3.org/2000/svg}text")]
+
+
+def check_journal_files(folder: Path, stem: str, width: float, must_say: tuple[str, ...] = ()) -> None:
+    """``<stem>.pdf`` embeds only TrueType fonts and is ``width`` inches wide; ``<stem>.svg``
+    holds its words as ``<text>`` elements, among them each of ``must_say``, and no glyph
+    outlines."""
+    fonts = pdf_fonts(folder / f"{stem}.pdf")
+    assert fonts and fonts <= JOURNAL_FONTS, f"{stem}.pdf embeds {fonts}"
+    assert pdf_width(folder / f"{stem}.pdf") == pytest_approx(width)
+    texts = svg_texts(folder / f"{stem}.svg")
+    assert len(texts) >= 5, texts
+    joined = " ".join(texts)
+    for words in must_say:
+        assert words in joined, (words, joined[:300])
+    assert b"<path id=\"DejaVuSans" not in (folder / f"{stem}.svg").read_bytes()  # no text drawn as outlines
+
+
+def pytest_approx(value: float):
+    import pytest
+
+    return pytest.approx(value, abs=0.01)

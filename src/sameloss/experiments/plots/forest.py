@@ -48,7 +48,7 @@ def _note(est: float, low: float, high: float, n: float) -> str | None:
     if math.isfinite(n) and n < 2:
         return f"no interval: {n:g} pair"
     if zero or math.isfinite(n):
-        return "zero spread: every pair's difference equal"
+        return "zero spread: all pairs equal"
     return "no interval"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+import warnings
 from dataclasses import dataclass
 
 from . import style
@@ -67,10 +68,10 @@ def wrap(text: str, width_in: float, font: float) -> str:
 
 
 # ---- legend entries ------------------------------------------------------------------------------
-def entry_marker(color, marker, filled=True, line=False, style_="-"):
+def entry_marker(color, marker, filled=True, line=False, style_="-", width=1.0, size=4.0):
     from matplotlib.lines import Line2D
-    return Line2D([], [], color=color, marker=marker, markersize=4, linestyle=style_ if line else "none",
-                  markerfacecolor=color if filled else "white", markeredgewidth=0.8, linewidth=1.0)
+    return Line2D([], [], color=color, marker=marker, markersize=size, linestyle=style_ if line else "none",
+                  markerfacecolor=color if filled else "white", markeredgewidth=0.8, linewidth=width)
 
 
 def entry_line(color, style_, width=0.9):
@@ -228,12 +229,10 @@ def finish(fig, blocks: list[tuple[str | None, list[tuple]]]) -> None:
         if caveat is not None:
             caveat.set_position((0.5, 1 - (PAD + _height(title, renderer, dpi) + GAP / 2) / height))
         rect = (PAD / width, (legend_h + PAD) / height, 1 - PAD / width, 1 - (head + GAP) / height)
-        fig.tight_layout(rect=rect, pad=0.2, h_pad=0.6, w_pad=0.6)
-        fig.canvas.draw()
+        _tight(fig, rect)
         if not _fit_labels(fig, renderer):
             break
-        fig.tight_layout(rect=rect, pad=0.2, h_pad=0.6, w_pad=0.6)
-        fig.canvas.draw()
+        _tight(fig, rect)
     _place(fig, rows, renderer, width)
     fig.canvas.draw()
     # the panels' own texts may reach below the rect (long tick labels): grow to hold them all
@@ -243,6 +242,16 @@ def finish(fig, blocks: list[tuple[str | None, list[tuple]]]) -> None:
         grow = PAD - bottom
         _shift_down(fig, grow)
         fig.canvas.draw()
+
+
+def _tight(fig, rect) -> None:
+    """``tight_layout`` inside ``rect``; where it cannot fit every decoration it leaves the
+    panels as they are, and says so as a matplotlib warning that is no user's business (the
+    tests check that every text stays inside the figure)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        fig.tight_layout(rect=rect, pad=0.2, h_pad=0.6, w_pad=0.6)
+    fig.canvas.draw()
 
 
 def _fit_width(text, renderer, room: float) -> None:

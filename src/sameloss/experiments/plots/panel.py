@@ -37,6 +37,7 @@ class _Points:
     size: float = 4.0
     style: str = "-"
     markevery: object = None
+    width: float = 1.0  # of its line (an earlier series drawn wider shows around a later one on top of it)
     dodge: list[float] = field(default_factory=list)  # points of horizontal offset per point (``finish``)
 
 
@@ -290,7 +291,7 @@ class _Panel:
         for p in self.points:
             face = p.color if p.filled else "white"
             if p.line:  # one line carries the markers (every point, or ``markevery``'s) and its dashes
-                (line,) = ax.plot(p.xs, p.ys, color=p.color, linewidth=1.0, linestyle=p.style, marker=p.marker,
+                (line,) = ax.plot(p.xs, p.ys, color=p.color, linewidth=p.width, linestyle=p.style, marker=p.marker,
                                   markersize=p.size, markerfacecolor=face, markeredgewidth=0.8,
                                   markevery=p.markevery, zorder=3, clip_on=False)
                 line.set_gid("point")
@@ -335,10 +336,14 @@ class _Panel:
             left = ax.get_xlim()[0]
             ax.annotate(f"◀ {_number(x)}", (left, y), xytext=(2, 0), textcoords="offset points", va="center",
                         fontsize=NOTE_FONT, color=color, annotation_clip=False)
-        for x, y, text in self.texts:
-            at = ax.get_xlim()[0] if x is None else x
-            ax.annotate(text, (at, y), xytext=(4, 0), textcoords="offset points", va="center", ha="left",
-                        fontsize=NOTE_FONT, color="0.3", annotation_clip=False).set_gid("note")
+        for x, y, text in self.texts:  # beside its point, on the side with more room
+            lo, hi = ax.get_xlim()
+            at = lo if x is None else x
+            right = x is None or (math.log(at / lo) / math.log(hi / lo) if self.xlog and at > 0
+                                  else (at - lo) / (hi - lo)) < 0.5
+            ax.annotate(text, (at, y), xytext=(4 if right else -4, 0), textcoords="offset points", va="center",
+                        ha="left" if right else "right", fontsize=NOTE_FONT, color="0.3",
+                        annotation_clip=False).set_gid("note")
         ax.set_xlabel(self.xlabel)
         ax.set_ylabel(self.ylabel if self.categories is None else "")
         if self.categories is not None:

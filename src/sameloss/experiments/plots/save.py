@@ -18,7 +18,7 @@ from typing import Sequence
 from ..report import FORMATS
 from .panel import Ref
 from .quantities import _float
-from .style import DPI, TAG, plt
+from .style import DPI, STYLE, TAG, plt
 
 DATA_COLUMNS = ("panel", "kind", "series", "x", "y", "x_low", "x_high", "y_low", "y_high", "cut", "x_quantity",
                 "x_scale", "x_label", "y_quantity", "y_scale", "y_label", "note")
@@ -41,7 +41,7 @@ def figure_bytes(fig, fmt: str) -> bytes:
     tag = f"{TAG} (sameloss {__version__})"
     metadata = {"png": {"Software": tag}, "pdf": {"Creator": tag}, "svg": {"Creator": tag}}[fmt]
     buffer = io.BytesIO()
-    with plt().rc_context({"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none"}):
+    with plt().rc_context(STYLE):  # TrueType in PDF, <text> in SVG, unhinted text (as laid out)
         fig.savefig(buffer, format=fmt, dpi=DPI, metadata=metadata)
     return buffer.getvalue()
 
