@@ -42,8 +42,8 @@ from ..errors import UserError
 
 SCALE_NAMES = ("smoke", "tiny", "small", "paper")
 # ``sameloss reproduce`` with no experiment: the powered iso-loss study at the ``quick``
-# scale (its tiny design with fewer seeds; a scale of that recipe only, ≤ 20 min on a
-# 2-core CPU); a named experiment without ``--scale`` runs at ``tiny``
+# scale (its tiny design with fewer seeds; a scale of that recipe only, runtime in its
+# docstring); a named experiment without ``--scale`` runs at ``tiny``
 DEFAULT_EXPERIMENT = "isoloss"
 MAIN_SCALE = "quick"
 DEFAULT_SCALE = "tiny"
@@ -291,10 +291,11 @@ def _runs_section(study, sections: list):
                          "folder": study.rel(info.path), "overrides": " ".join(info.spec.overrides)})
     write_csv(rows, study.root / "runs.csv")
     section = Section("Runs")
-    section.text.append("Pre-training runs (folders under `runs/`, each with `config.toml`, `metrics.jsonl`, "
-                        "`checkpoints/`, `summary.json`); status says whether this call trained, resumed or "
-                        "reused it; seconds are this call's. Final KL is the run's own held-out evaluation; the "
-                        "tables below use the larger measure set.")
+    section.text.append("Pre-training runs (each in the folder `runs.csv` names, relative to this report — "
+                        "`runs/<run>/`, or a seed's `seeds/seed<N>/runs/<run>/` —, with `config.toml`, "
+                        "`metrics.jsonl`, `checkpoints/`, `summary.json`); status says whether this call trained, "
+                        "resumed or reused it; seconds are this call's. Final KL is the run's own held-out "
+                        "evaluation; the tables below use the larger measure set.")
     section.tables.append(Table("Runs", [Column("status", "status", text=True), Column("steps", "steps", fmt="d"),
                                          Column("parameters", "parameters", fmt="d"),
                                          Column("final KL", "final_kl", fmt=".3g"),

@@ -45,9 +45,10 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
         description="Train the runs of one experiment (or reuse / resume them), measure every checkpoint "
                     "(exact loss, trace of Hessian, probe accuracy; cached), and write "
                     "OUT/EXPERIMENT-SCALE/: report.md (tables with error bars, figures, and whether each claim "
-                    "of the paper holds in this run), results.csv, figures and every run's folder. Without an "
-                    f"experiment: the main job, {DEFAULT_EXPERIMENT} --scale {MAIN_SCALE} (the powered iso-loss "
-                    "study with a few seeds: at most 20 minutes on a 2-core CPU running nothing else).",
+                    "of the paper holds in this run), results.csv, figures and every run's folder, then print the "
+                    "study's answer (isoloss: its verdict table). Without an experiment: the main job, "
+                    f"{DEFAULT_EXPERIMENT} --scale {MAIN_SCALE} (the powered iso-loss study with a few seeds; its "
+                    "runtime per scale, measured or estimated, is in the recipe's docstring and docs/tour.md).",
         epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     reproduce.add_argument("experiment", nargs="?", default=None, choices=names, metavar="EXPERIMENT",
                            help=f"one of {', '.join(names)} (default: the main job, {DEFAULT_EXPERIMENT} at "

@@ -149,7 +149,7 @@ def main_job_options(workers: int | None, threads: int, device_count: int, cpu_c
     ``--launcher``): its seeds' chains on ``local`` workers — ``workers``, else one per
     GPU or per ``threads`` cores — when submitit is installed and that is more than one
     worker, so the main job uses the cores it has (on a 2-core CPU: two seeds at once,
-    the ≤ 20 minutes it promises); otherwise in this process, one unit after another."""
+    as its runtime assumes); otherwise in this process, one unit after another."""
     n = workers or default_workers(threads, device_count, cpu_count)
     if have_submitit and (workers is not None or n > 1):
         return LaunchOptions("local", n)
