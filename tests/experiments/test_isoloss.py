@@ -419,9 +419,10 @@ def test_presets_are_checked():
     p = isoloss.PRESETS["tiny"]
     assert p.languages == {"hmm": "headroom"} and p.kl_tolerance == 3e-4 and set(p.fork_points) == {0, p.base_steps}
     q = isoloss.PRESETS["quick"]
-    assert dataclasses.replace(q, seeds=p.seeds) == p  # the same design, fewer seeds
-    # quick's units are tiny's first ones exactly (its runtime is theirs)
-    assert q.seeds == p.seeds[:len(q.seeds)]
+    # the same design, fewer seeds and every fork on each (tiny's even design, its first seeds)
+    assert dataclasses.replace(isoloss.with_even(p), seeds=q.seeds, even=False) == q
+    # quick's units are tiny's first ones exactly (its runtime is theirs): its pilot's first seeds
+    assert q.seeds == p.seeds[:len(q.seeds)] and len(q.seeds) <= p.pilot_seeds and q.pilot_seeds == 0
     with pytest.raises(ValueError, match="fork points"):
         dataclasses.replace(p, fork_points=(p.base_steps + 1,))
     with pytest.raises(ValueError, match="final steps"):

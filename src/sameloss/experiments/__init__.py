@@ -67,7 +67,7 @@ def reproduce(experiment: str | None = None, scale: str | None = None, out: str 
               seed: int = 0, fresh: bool = False, progress: bool = True, device: str | None = None,
               command: str | None = None, launch=None, seeds: list[int] | None = None,
               tracker: str = "none", formats: tuple[str, ...] = ("png",), languages: list[str] | None = None,
-              figure_width: str = "page") -> Path:
+              figure_width: str = "page", budget: float | None = None, even: bool = False) -> Path:
     """Run one recipe at one scale (``main_job``: the defaults); returns the path of
     ``report.md``. ``launch``: a ``launch.LaunchOptions`` (default: every unit in this
     process); ``seeds``: run only these seeds' units and write no report (returns the
@@ -76,14 +76,23 @@ def reproduce(experiment: str | None = None, scale: str | None = None, out: str 
     ``--language`` specs (a recipe with ``with_languages``: isoloss), each choice of languages
     its own experiment folder (``<experiment>-<scale>-<tags>``); ``figure_width``: ``column``
     or ``page`` (``plots.style``), a smoke run's figures each saying that its numbers mean
-    nothing."""
+    nothing; ``budget``: the minutes the
+    study may take (``--budget``: a recipe with ``with_budget``, isoloss), which it forecasts
+    before it trains and spends on the comparisons still short; ``even``: every seed runs
+    every fork (``--even``: ``with_even``, the design before the adaptive one)."""
     from .core import experiment_dir_name
 
     experiment, scale = main_job(experiment, scale)
     recipe = registry.recipe(experiment)
     if scale not in recipe.PRESETS:
         raise UserError(f"unknown scale {scale!r}; choose from {', '.join(recipe.PRESETS)}")
-    p = on_languages(recipe, experiment, recipe.PRESETS[scale], languages)
+    p = on_budget(recipe, experiment, on_languages(recipe, experiment, recipe.PRESETS[scale], languages), budget)
+    if even:
+        if budget is not None:
+            raise UserError("--even runs every fork on a fixed number of seeds: it takes no --budget")
+        if not hasattr(recipe, "with_even"):
+            raise UserError(f"--even: {experiment} has no adaptive design (the option is isoloss's)")
+        p = recipe.with_even(p)
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is not a folder; pass the folder to write experiments in")
@@ -101,7 +110,9 @@ def reproduce(experiment: str | None = None, scale: str | None = None, out: str 
     # its units hold their own folders' locks (core.execute_unit)
     with _study(p, root, seed, fresh, progress, device, launcher, tracker, formats=formats) as study:
         study.log(f"reproduce {experiment} --scale {scale} (seed {seed}) in {root}")
-        study.run_units(_units(recipe, study, p))
+        if budget is not None and hasattr(recipe, "forecast"):  # before anything trains: what the budget buys
+            study.log(recipe.forecast(p, "cpu" if (device or p.device) != "cuda" else "h100", _workers_of(launcher)))
+        _run_stages(recipe, study, p)
         from .plots import drawing
 
         with drawing(width=figure_width, caveat=smoke_caveat() if scale == "smoke" else None):
@@ -134,6 +145,21 @@ def smoke_caveat() -> str:
             f"{m.probe_epochs} epochs on {m.task_train} examples); the numbers check the pipeline and mean nothing")
 
 
+def on_budget(recipe, experiment: str, p, budget: float | None):
+    """The preset with ``--budget`` minutes (``recipe.with_budget``), or as it is."""
+    if budget is None:
+        return p
+    make = getattr(recipe, "with_budget", None)
+    if make is None:
+        raise UserError(f"--budget: {experiment} spends no seeds adaptively (the option is isoloss's)")
+    return make(p, budget)
+
+
+def _workers_of(launcher) -> int:
+    """Units at once: inprocess one; a launcher without a worker count, as many as CPU cores."""
+    return 1 if launcher.name == "inprocess" else max(1, launcher.workers or os.cpu_count() or 1)
+
+
 def on_languages(recipe, experiment: str, p, languages: list[str] | None):
     """The preset on the ``--language`` choices (``recipe.with_languages``), or as it is."""
     if not languages:
@@ -162,9 +188,30 @@ def _dry_run(recipe, experiment: str, p, root: Path, seed: int, seeds: list[int]
         units = [u for u in units if u.seed in seeds]
     launcher = Slurm(root.absolute() / SUBMITIT_DIR, launch, torch.get_num_threads(), f"sameloss-{experiment}")
     print(f"# the job script submitit would submit: a Slurm array of {len(units)} units "
-          f"({', '.join(u.name for u in units[:4])}{', …' if len(units) > 4 else ''}); nothing was submitted or "
+          f"({', '.join(u.name for u in units[:4])}{', …' if len(units) > 4 else ''}; a study declared in stages, "
+          "e.g. an adaptive one's pilot, submits its later stages after this one); nothing was submitted or "
           "written\n" + launcher.script(len(units)), flush=True)
     return None
+
+
+def _run_seed_stages(recipe, study, p, seeds: list[int]) -> None:
+    """A shard's units, stage by stage (``_run_stages``): the units of ``seeds``; a seed that
+    a later stage declares (an adaptive study's seed after its pilot) needs the earlier stage
+    first, which this shard then runs (or reuses where another shard has finished it)."""
+    while True:
+        declared = [u for u in _units(recipe, study, p) if u.seed is not None]
+        todo = [u for u in declared if u.seed in seeds and u.name not in study.done]
+        if todo:
+            study.run_units(todo)
+            continue
+        waiting = set(seeds) - {u.seed for u in declared}
+        earlier = [u for u in declared if u.name not in study.done]
+        if not (waiting and earlier):
+            if waiting:
+                study.log(f"seeds {', '.join(map(str, sorted(waiting)))}: the study's plan runs no fork on them")
+            return
+        study.log(f"seeds {', '.join(map(str, sorted(waiting)))} are planned from the pilot: its seeds run first")
+        study.run_units(earlier)
 
 
 def _launcher(experiment: str, root: Path, launch):
@@ -194,6 +241,17 @@ def _units(recipe, study, p) -> list:
     return merge_units(make(study, p))
 
 
+def _run_stages(recipe, study, p) -> None:
+    """Every unit of the recipe, stage by stage: a recipe may declare more units once the
+    first ones have run (an adaptive study's later seeds, planned from its pilot), so its
+    units are asked for again after each stage until none is new."""
+    while True:
+        todo = [u for u in _units(recipe, study, p) if u.name not in study.done]
+        if not todo:
+            return
+        study.run_units(todo)
+
+
 def _shard(recipe, experiment: str, p, root: Path, seed: int, seeds: list[int], progress: bool,
            device: str | None, launch, tracker: str) -> Path:
     """``reproduce --seeds``: only the units of ``seeds``, no report."""
@@ -207,13 +265,14 @@ def _shard(recipe, experiment: str, p, root: Path, seed: int, seeds: list[int], 
         if not seeded:
             raise UserError(f"{experiment} has no per-seed units: --seeds selects seeds of a study that has several "
                             "(isoloss); --seed N runs another replication of this one")
-        known = {u.seed for u in seeded}
+        all_seeds = getattr(recipe, "all_seeds", None)
+        known = set(all_seeds(study, p)) if all_seeds else {u.seed for u in seeded}
         unknown = sorted(set(seeds) - known)
         if unknown:
             raise UserError(f"--seeds {format_seeds(unknown)}: not seeds of this study (its seeds: "
                             f"{format_seeds(sorted(known))})")
         study.log(f"reproduce {experiment} --seeds {format_seeds(seeds)} in {root}")
-        study.run_units([u for u in seeded if u.seed in seeds])
+        _run_seed_stages(recipe, study, p, seeds)
     missing = sorted(known - set(seeds))
     trained = sum(1 for r in study.runs.values() if r.status != "reused")
     study.log(f"seeds {format_seeds(seeds)} done in {time.perf_counter() - start:.0f} s ({trained} runs trained or "
@@ -223,10 +282,12 @@ def _shard(recipe, experiment: str, p, root: Path, seed: int, seeds: list[int], 
     return root
 
 
-def reproduce_command(experiment: str, scale: str, seed: int = 0, languages: list[str] | None = None) -> str:
+def reproduce_command(experiment: str, scale: str, seed: int = 0, languages: list[str] | None = None,
+                      budget: float | None = None, even: bool = False) -> str:
     """The command line that runs this experiment again."""
     return (f"sameloss reproduce {experiment} --scale {scale}" + (f" --seed {seed}" if seed else "")
-            + "".join(f" --language {x}" for x in languages or ()))
+            + "".join(f" --language {x}" for x in languages or ()) + (f" --budget {budget:g}" if budget else "")
+            + (" --even" if even else ""))
 
 
 def _doc_section(doc: str, heading: str) -> str:

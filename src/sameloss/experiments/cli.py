@@ -72,6 +72,16 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
                                 "than once: the study on each language and a replication table. Each choice of "
                                 "languages is its own folder, OUT/isoloss-SCALE-<languages> (hmm:headroom alone: "
                                 "OUT/isoloss-SCALE, the default)")
+    reproduce.add_argument("--budget", type=positive_float, default=None, metavar="MINUTES",
+                           help="isoloss at an adaptive scale (tiny): the wall minutes the study may take; before "
+                                "training it says what they buy (from the planner's cost model), after its pilot it "
+                                "plans the later seeds' forks within them (from the pilot's measured cost per fork), "
+                                "and the report lists the comparisons decided and those still open with the seeds "
+                                "they need (default: the scale's own budget)")
+    reproduce.add_argument("--even", action="store_true",
+                           help="isoloss: every seed runs every fork on the scale's first 16 seeds, no pilot and no "
+                                "budget (the even design the adaptive one is measured against; its own folder, "
+                                "OUT/isoloss-SCALE-even)")
     reproduce.add_argument("--fresh", action="store_true",
                            help="delete the experiment's folder first and redo everything (only when all it "
                                 "holds is what sameloss wrote: a user's file there is named and nothing is deleted)")
@@ -263,6 +273,10 @@ def add_plan_parser(commands) -> argparse.ArgumentParser:
     plan.add_argument("--seed", type=int, default=0, help="the --seed reproduce would use (default 0)")
     plan.add_argument("--language", dest="languages", action="append", default=None, metavar="SPEC",
                       help="the --language reproduce would use (isoloss; repeat for several)")
+    plan.add_argument("--budget", type=positive_float, default=None, metavar="MINUTES",
+                      help="isoloss at an adaptive scale: the wall minutes reproduce --budget would be given; adds "
+                           "what it buys (seeds after the pilot, and the comparisons expected to reach their MDE "
+                           "target with the preset's prior paired SDs)")
     add_threads_argument(plan)
     plan.set_defaults(run=_plan)
     return plan
@@ -272,19 +286,20 @@ def _plan(args) -> None:
     from .plan import plan_text
 
     print(plan_text(args.experiment, args.scale, args.device, args.workers,
-                    None if args.cpu_peak is None else args.cpu_peak * 1e9, args.out, args.seed, args.languages))
+                    None if args.cpu_peak is None else args.cpu_peak * 1e9, args.out, args.seed, args.languages,
+                    args.budget))
 
 
 def _reproduce(args) -> None:
     from . import main_job, reproduce, reproduce_command
 
     experiment, scale = main_job(args.experiment, args.scale)
-    command = reproduce_command(experiment, scale, args.seed, args.languages)
+    command = reproduce_command(experiment, scale, args.seed, args.languages, args.budget, args.even)
     launch = _launch_options(args, _given(args))
     path = reproduce(experiment, scale, out=args.out, seed=args.seed, fresh=args.fresh,
                      progress=not args.no_progress, device=args.device, command=command, launch=launch,
                      seeds=args.seeds, tracker=args.tracker, formats=args.formats, languages=args.languages,
-                     figure_width=args.figure_width)
+                     figure_width=args.figure_width, budget=args.budget, even=args.even)
     if path is not None:  # (--dry-run printed the job script and wrote nothing)
         print(path)
 

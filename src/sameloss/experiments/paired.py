@@ -169,7 +169,7 @@ def _verdict(pd, sign: int, margin: float, design: Design) -> str:
 
 
 def differences(pairs: list[dict], tests: list[tuple[Comparison, str]], accuracies: list[tuple[str, str]],
-                primary_key: str, design: Design) -> list[dict]:
+                primary_key: str, design: Design, n_boot: int = 2000) -> list[dict]:
     """Per comparison and fork point (``tests``), the paired differences at the target
     (``estimate_pairs``' rows) over the used pairs of every accuracy column (``(key,
     what)``, points, the paper's sign; δ = ``design.margin``) and of the trace (the opposite
@@ -177,7 +177,8 @@ def differences(pairs: list[dict], tests: list[tuple[Comparison, str]], accuraci
     exclusion sensitivity beside each (only the pairs within the tolerance: ``tol_*``);
     Holm-adjusted p values — of the detection tests and, apart, of the equivalence tests
     (TOST) — within each family: the primary accuracies, the traces, the secondary
-    accuracies. Returns the rows (``differences.csv``)."""
+    accuracies. Returns the rows (``differences.csv``); ``n_boot``: the bootstrap intervals'
+    resamples (shown beside the t intervals, never read by a verdict: 0 leaves them out)."""
     out = []
     for c, point in tests:
         everyone = [p for p in pairs if p["comparison"] == c.name and p["point"] == point]
@@ -188,8 +189,8 @@ def differences(pairs: list[dict], tests: list[tuple[Comparison, str]], accuraci
         quantities.append(("trace_fisher", f"trace of Hessian (Fisher){one_space}", -c.sign, 1.0))
         for key, what, sign, scale in quantities:
             d = [scale * p[f"d_{key}"] for p in used]
-            pd = paired_difference(d, seed=len(out))
-            tol = paired_difference([scale * p[f"d_{key}"] for p in within], seed=len(out))
+            pd = paired_difference(d, seed=len(out), n_boot=n_boot)
+            tol = paired_difference([scale * p[f"d_{key}"] for p in within], seed=len(out), n_boot=n_boot)
             if key == "trace_fisher":
                 reference_mean = float(np.mean([p[f"reference_{key}"] for p in used])) if used else math.nan
                 margin = design.trace_margin * abs(reference_mean)

@@ -126,6 +126,7 @@ class DryStudy:
         self.runs_dir = self.root / "runs"
         self.progress, self.device, self.tracker = False, "cpu", "none"
         self.runs: dict[str, Any] = {}
+        self.done: dict[str, Any] = {}  # unit name -> what it returned (a staged recipe asks again)
         self.language_shapes: dict[str, tuple[int, int]] = plan.language_shapes
 
     def log(self, msg: str) -> None:
@@ -208,7 +209,10 @@ class DryStudy:
         return Study.seed_units(self, work, seeds, *args, group=group)  # the same units (it reads no state)
 
     def run_units(self, units):
-        return [self.plan.execute(u, self) for u in units]
+        for u in units:
+            if u.name not in self.done:
+                self.done[u.name] = self.plan.execute(u, self)
+        return [self.done[u.name] for u in units]
 
     def map_seeds(self, work, seeds, *args, group: str = ""):
         return self.run_units(self.seed_units(work, seeds, *args, group=group))
@@ -257,9 +261,10 @@ def _gate_passes(*args, **kwargs) -> tuple[bool, str]:
 
 
 def dry_plan(experiment: str, scale: str, out: str | Path = "runs", seed: int = 0,
-             languages: list[str] | None = None) -> Plan:
+             languages: list[str] | None = None, preset=None, budget: float | None = None) -> Plan:
     """The runs and measures of ``experiment`` at ``scale`` (module docstring; ``languages``:
-    ``--language`` specs), nothing written."""
+    ``--language`` specs; ``preset``: plan this preset instead of the scale's; ``budget``:
+    ``--budget`` minutes), nothing written."""
     from . import SCALE_NAMES, on_languages
     from .. import registry
     from .core import experiment_dir_name, merge_units
@@ -267,16 +272,21 @@ def dry_plan(experiment: str, scale: str, out: str | Path = "runs", seed: int = 
     recipe = registry.recipe(experiment)
     if scale not in recipe.PRESETS:
         raise UserError(f"unknown scale {scale!r}; choose from {', '.join(recipe.PRESETS) or ', '.join(SCALE_NAMES)}")
-    p = on_languages(recipe, experiment, recipe.PRESETS[scale], languages)
+    from . import on_budget
+
+    p = on_budget(recipe, experiment, on_languages(recipe, experiment, preset or recipe.PRESETS[scale], languages),
+                  budget)
     suffix = getattr(recipe, "folder_suffix", lambda _: "")(p)
     plan = Plan(experiment, scale, Path(out) / (experiment_dir_name(experiment, scale, seed) + suffix), recipe=recipe)
     study = DryStudy(plan.root, seed, plan)
     make = getattr(recipe, "plan_units", None) or getattr(recipe, "units", None)
     if make is None:
         raise UserError(f"{experiment} declares no units: the planner cannot list its runs")
-    for unit in merge_units(make(study, p)):
-        plan.execute(unit, study)
-    return plan
+    while True:  # stage by stage, as reproduce runs them (a recipe may declare more units after the first)
+        todo = [u for u in merge_units(make(study, p)) if u.name not in study.done]
+        if not todo:
+            return plan
+        study.run_units(todo)
 
 
 # ---- FLOPs ------------------------------------------------------------------------------
@@ -528,36 +538,36 @@ def estimate(plan: Plan, device: str, workers: int = 1, cpu_peak: float | None =
             shapes[key] = model_shape(cfg, plan.language_shapes)
         return shapes[key]
 
-    def add(stage, flops, study, floor=0.0):
+    def add(stage, flops, study, floor=0.0) -> float:
         seconds = max(flops / rates[stage], floor)
         stages[stage]["flops"] += flops
         stages[stage]["seconds"] += seconds
         per_study[study] = per_study.get(study, 0.0) + seconds
+        return seconds
 
     for r in plan.runs:
         m = shape(r.config)
         steps, flops = training_flops(r.config, m, r.start_step)
         evals = training_evaluations(r.config, r.start_step)
         eval_flops = evals * r.config.eval.n_sentences * forward_flops_per_token(m) * m.max_len
-        add("training", flops, r.study or r.name, steps * STEP_FLOOR_S[device])
-        add("exact-KL evaluation", eval_flops, r.study or r.name)
+        seconds = add("training", flops, r.study or r.name, steps * STEP_FLOOR_S[device])
+        seconds += add("exact-KL evaluation", eval_flops, r.study or r.name)
         key = ("train", repr(r.config.model), r.config.batch_size, m.vocab, m.max_len)
         if memory and key not in mem_cache:
             mem_cache[key] = training_peak_bytes(r.config, m)
         runs.append({"run": r.name, "study": r.study, "model": _model_name(r.config, m), "parameters": m.n_params,
                      "steps": steps, "batch": r.config.batch_size, "flops": flops, "evaluations": evals,
-                     "peak_bytes": mem_cache.get(key)})
+                     "peak_bytes": mem_cache.get(key), "seconds": seconds})
     for ms in plan.measures:
         m = shape(ms.config)
         flops = measure_flops(ms.spec, m)
         study = next((r.study for r in plan.runs if r.name == ms.run), "") or ms.run
-        for stage, f in flops.items():
-            add(stage, f, study)
+        seconds = sum(add(stage, f, study) for stage, f in flops.items())
         key = ("measure", repr(ms.config.model), m.vocab, m.max_len, _spec_key(ms.spec))
         if memory and key not in mem_cache:
             mem_cache[key] = measure_peaks(ms.config, m, ms.spec)
         measures.append({"run": ms.run, "model": ms.embedded_into or _model_name(ms.config, m), "flops": flops,
-                         "peaks": mem_cache.get(key, {})})
+                         "peaks": mem_cache.get(key, {}), "seconds": seconds})
     # the units of a study: its seeds' chains (one each), else its runs
     return Estimate(plan, device, workers, peak, runs, measures, stages, list(per_study.values()))
 
@@ -577,9 +587,13 @@ def device_memory(device: str) -> int:
 
 
 def _spec_key(spec) -> str:
+    """What a measure's peak memory depends on: its settings, not its seeds (a study that draws
+    each seed's probe subsets with the seed has one memory estimate, not one per seed)."""
     d = dataclasses.asdict(spec)
     d.pop("seed", None)
     d.pop("device", None)
+    if isinstance(d.get("fewshot"), dict):
+        d["fewshot"] = {k: v for k, v in d["fewshot"].items() if k != "seed"}
     return repr(sorted(d.items()))
 
 
@@ -665,7 +679,23 @@ def format_plan(e: Estimate) -> str:
 
 
 def plan_text(experiment: str, scale: str, device: str, workers: int = 1, cpu_peak: float | None = None,
-              out: str | Path = "runs", seed: int = 0, languages: list[str] | None = None) -> str:
+              out: str | Path = "runs", seed: int = 0, languages: list[str] | None = None,
+              budget: float | None = None) -> str:
     if device not in UTILISATION:
         raise UserError(f"unknown device {device!r}; choose from {', '.join(UTILISATION)}")
-    return format_plan(estimate(dry_plan(experiment, scale, out, seed, languages), device, workers, cpu_peak))
+    text = format_plan(estimate(dry_plan(experiment, scale, out, seed, languages, budget=budget), device, workers,
+                                cpu_peak))
+    forecast = getattr(_recipe(experiment), "forecast", None)
+    if budget is not None and forecast is not None:
+        from . import on_budget, on_languages
+
+        recipe = _recipe(experiment)
+        p = on_budget(recipe, experiment, on_languages(recipe, experiment, recipe.PRESETS[scale], languages), budget)
+        text += "\n\n" + forecast(p, device, workers, cpu_peak)
+    return text
+
+
+def _recipe(experiment: str):
+    from .. import registry
+
+    return registry.recipe(experiment)

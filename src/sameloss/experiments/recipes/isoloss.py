@@ -160,6 +160,7 @@ from .. import paired
 from ..claims import fmt
 from ..common import COMMON, Preset, base_settings, measure_spec
 from ..core import RunSpec, Setting, Study
+from ..allocation import Allocation
 from ..paired import Comparison, Design
 from ..report import Column, Section, Table
 
@@ -252,6 +253,20 @@ class IsolossPreset(Preset):
     replicate: tuple[LanguageChoice, ...] = ()
     # one language's study inside a study of several: its folder and model names start with it
     tag: str = ""
+    # issue 35: the first ``pilot_seeds`` seeds run every fork; every later seed only the forks of
+    # the comparisons whose planned seeds (``allocation``: the MDE target ``mde_target`` at 80 %
+    # power from the pilot's paired SD, at most all the preset's seeds) it is still short of;
+    # 0: every seed runs every fork (the even design)
+    pilot_seeds: int = 0
+    mde_target: float = 0.35
+    exempt: tuple[str, ...] = ()  # comparisons tested on the pilot's seeds only (their effect is large)
+    budget_minutes: float | None = None  # the wall time the study may take (``--budget``); None: no limit
+    # the paired SDs of the primary accuracy per test expected before any data (a budget's forecast
+    # before the pilot; the pilot's own SDs plan the seeds): measured in an earlier run, named where set
+    prior_sds: tuple[tuple[str, float], ...] = ()
+    # ``--even``: the seeds that run every fork in the even design (the design before issue 35)
+    even_seeds: int = 16
+    even: bool = False  # this preset is the even design of an adaptive scale (its folder: ``-even``)
 
     def __post_init__(self):
         super().__post_init__()
@@ -285,6 +300,10 @@ class IsolossPreset(Preset):
             raise ValueError(f"task {self.task!r} must be one of the preset's tasks of its language")
         if self.on_no_headroom not in ("stop", "mark"):
             raise ValueError("on_no_headroom must be 'stop' or 'mark'")
+        if self.pilot_seeds and not 2 <= self.pilot_seeds <= len(self.seeds):
+            raise ValueError(f"pilot_seeds: 0 (every seed runs every fork) or 2..{len(self.seeds)} (the seeds)")
+        if self.mde_target <= 0 or (self.budget_minutes is not None and self.budget_minutes <= 0):
+            raise ValueError("mde_target > 0 and budget_minutes > 0 (or None: no limit)")
         if self.equivalence_margin <= 0 or self.headroom_margin < 0 or not 0 < self.trace_margin < 1 \
                 or self.extrapolation_limit <= 0:
             raise ValueError("equivalence_margin > 0, 0 < trace_margin < 1, extrapolation_limit > 0, "
@@ -556,6 +575,8 @@ COMPARISONS = (
 HALF_BATCH = Comparison("half-batch", "noreg-half", "noreg", +1, "a half-size update batch (more gradient noise) "
                         "flattens (Theorem 3.3's mechanism)")
 
+# where the presets' prior paired SDs (``prior_sds``: a budget's forecast before the pilot) were measured
+PRIOR_SOURCE = "not measured yet"
 _HMM = {"hmm": "headroom"}
 _TASKS = {"hmm": ("task-5",)}
 
@@ -590,8 +611,11 @@ PRESETS: dict[str, IsolossPreset] = {
         adversarial_batch=32, adversarial_pool=256),
     # the main job: tiny's first two seeds — its first two units exactly (the same runs and
     # measures), one round of two workers on a 2-core CPU
-    "quick": _preset("tiny", seeds=(0, 1), **_TINY),
-    "tiny": _preset("tiny", seeds=tuple(range(16)), **_TINY),
+    # the main job: every fork on two seeds (nothing to allocate with two)
+    "quick": _preset("tiny", seeds=(0, 1), exempt=("adv",), **_TINY),
+    # a pilot of 6 seeds with every fork, then at most 48 seeds, each with the forks of the
+    # comparisons still short of an MDE of 0.35 points, within 90 minutes (issue 35)
+    "tiny": _preset("tiny", seeds=tuple(range(48)), pilot_seeds=6, exempt=("adv",), budget_minutes=90.0, **_TINY),
     "small": _preset(
         "small", seeds=tuple(range(8)), base_steps=20_000, fork_points=(20_000, 0), recipe_steps=2000,
         decay_steps=2000, final_lr_factor=0.05, final_steps=3000, match_every=200, eval_sentences=20_000,
@@ -723,13 +747,15 @@ def headroom_gate(p: IsolossPreset, seed: int, trained: dict, random_init: dict,
 
 
 # ---- one seed (a worker process) ---------------------------------------------------------
-def seed_study(study: Study, seed: int, p: IsolossPreset) -> dict:
+def seed_study(study: Study, seed: int, p: IsolossPreset, only: frozenset | None = None) -> dict:
     """One seed's chain, one unit of the study (``units``; run by its launcher): train the
     base and gate it (``gate_seed``: with no headroom and ``on_no_headroom="stop"`` no fork
     runs), then train the forks at every fork point and measure each fork's ``probe_steps``
     (trace and probes; for a size contrast the reference's checkpoints embedded into the
-    large shape for the trace in one parameter space). Nothing is selected here: the
-    estimation at each comparison's target KL reads these rows (``paired.estimate_pairs``)."""
+    large shape for the trace in one parameter space). ``only``: the ``(point, fork)`` pairs
+    this seed runs (a later seed of an adaptive study: the forks of the comparisons still
+    short; ``None``: all). Nothing is selected here: the estimation at each comparison's
+    target KL reads these rows (``paired.estimate_pairs``)."""
     t0, c0 = time.perf_counter(), _cpu()
     spec = _probe_spec(p, seed)
     # CPU seconds of this process per part (what a budget plans with): the base with its gate,
@@ -743,12 +769,21 @@ def seed_study(study: Study, seed: int, p: IsolossPreset) -> dict:
                 "seconds": time.perf_counter() - t0, "cpu_seconds": _cpu() - c0}
     infos: dict[tuple[str, str], object] = {}  # (point, fork) -> RunInfo
     embedded_kl = []
+    wanted = {(p.point_name(k), f.name) for k in p.fork_points for f in p.forks_at(k)}
+    if only is not None:
+        wanted &= set(only)
+    # the runs they read: a base-recipe fork's entry at any point is its late run
+    trained = {(p.point_name(p.fork_point_of(f, k)), f.name) for k in p.fork_points for f in p.forks_at(k)
+               if (p.point_name(k), f.name) in wanted}
     for k in sorted(p.fork_points, reverse=True):
         start = checkpoint_dir(base.path, k) if k > 0 else None
         for f in p.forks_at(k):
             run_k = p.fork_point_of(f, k)
             if run_k != k:  # the base recipe's late fork
-                infos[(p.point_name(k), f.name)] = infos[(p.point_name(run_k), f.name)]
+                if (p.point_name(k), f.name) in wanted:
+                    infos[(p.point_name(k), f.name)] = infos[(p.point_name(run_k), f.name)]
+                continue
+            if (p.point_name(k), f.name) not in trained:
                 continue
             begin, c1 = start, _cpu()
             if f.resized and start is not None:
@@ -764,6 +799,8 @@ def seed_study(study: Study, seed: int, p: IsolossPreset) -> dict:
     fork_steps = {p.point_name(k): k for k in p.fork_points}
     rows = []
     for (point, name), info in infos.items():
+        if (point, name) not in wanted:  # trained only for another point's entry
+            continue
         fork, c1 = forks[name], _cpu()
         for step in p.probe_steps(fork):
             ck = checkpoint_dir(info.path, step)
@@ -822,8 +859,242 @@ def study_seeds(study: Study, p: IsolossPreset) -> list[int]:
 
 def units(study: Study, p: IsolossPreset) -> list:
     """One unit per seed and language: its chain (the base run and its headroom gate, then
-    its forks at every fork point, the size fork included), measured."""
-    return [u for q in language_studies(p) for u in study.seed_units(_seed_work, *_seed_args(study, q), group=q.tag)]
+    its forks at every fork point, the size fork included), measured. An adaptive study
+    (``pilot_seeds``) declares its units in two stages: the pilot's seeds first; once they
+    have run (``study.done``), the later seeds, each with the forks its allocation gives it
+    (``reproduce`` asks again after each stage)."""
+    out = []
+    for q in language_studies(p):
+        first = _pilot_units(study, q)
+        out += first
+        if q.pilot_seeds and all(u.name in study.done for u in first):
+            pilot = [study.done[u.name] for u in first]
+            if _forks_ran(q, pilot):
+                out += _later_units(study, q, allocation_of(study, q, pilot))
+    return out
+
+
+def _forks_ran(p: IsolossPreset, pilot: list[dict]) -> bool:
+    """Whether the pilot's forks ran (not stopped by the headroom gate): else no later seed runs."""
+    return all(res["gate"]["ok"] for res in pilot) or p.on_no_headroom != "stop"
+
+
+def _run_seeds(study: Study, p: IsolossPreset) -> tuple[list[dict], Allocation | None]:
+    """Every seed's unit of one language's study, in seed order, and the allocation of an
+    adaptive study (its pilot first, then the later seeds it planned)."""
+    results = study.run_units(_pilot_units(study, p))
+    if not p.pilot_seeds or not _forks_ran(p, results):
+        return results, None
+    alloc = allocation_of(study, p, results)
+    return results + study.run_units(_later_units(study, p, alloc)), alloc
+
+
+def _pilot_units(study: Study, p: IsolossPreset) -> list:
+    """The seeds that run every fork: the pilot's (an adaptive study), else all."""
+    seeds = study_seeds(study, p)
+    return study.seed_units(_seed_work, seeds[:p.pilot_seeds] if p.pilot_seeds else seeds, p, None, group=p.tag)
+
+
+def _later_units(study: Study, p: IsolossPreset, alloc: Allocation) -> list:
+    """The seeds after the pilot, each with the forks of the tests it is planned for (a seed
+    planned for none runs nothing)."""
+    out = []
+    for index, seed in enumerate(study_seeds(study, p)):
+        tests = alloc.active(index) if index >= p.pilot_seeds else []
+        if tests:
+            out += study.seed_units(_seed_work, [seed], p, _forks_of(p, tests), group=p.tag)
+    return out
+
+
+def _forks_of(p: IsolossPreset, tests: list[str]) -> frozenset:
+    """The ``(point, fork)`` pairs the tests ``"comparison @ point"`` compare."""
+    by = {f"{c.name} @ {pt}": (c, pt) for c, pt in p.tests()}
+    return frozenset((pt, name) for t in tests for c, pt in [by[t]] for name in (c.recipe, c.reference))
+
+
+def allocation_of(study: Study, p: IsolossPreset, pilot: list[dict]) -> Allocation:
+    """The plan of the seeds after the pilot (``allocation``): each test's paired SD of the
+    primary accuracy over the pilot's pairs, the seeds its MDE target needs, cut to what the
+    budget buys (``budget_minutes``: the pilot's measured CPU per fork, shared over the
+    launcher's workers). Written to ``allocation.json`` the first time and read back after
+    (a reused seed costs no CPU, so a second call could not measure the pilot again); a
+    dry plan (``sameloss plan``) has no pilot data and plans with ``prior_sds``."""
+    from ..allocation import afford, allocate
+
+    tests = [f"{c.name} @ {pt}" for c, pt in p.tests()]
+    saved = _saved_allocation(study, p)
+    if saved is not None:
+        sds, costs, pilot_wall = saved["sds"], saved["costs"], saved["pilot_wall"]
+    elif not _writes(study):  # a dry plan: no pilot data
+        sds, costs, pilot_wall = dict(p.prior_sds), {}, 0.0
+    else:
+        sds, costs, pilot_wall = _pilot_sds(p, pilot), _pilot_costs(pilot), _pilot_wall(study, pilot)
+    sds = {t: float(sds.get(t, math.nan)) for t in tests}
+    alloc = allocate(sds, p.pilot_seeds, len(p.seeds), p.mde_target, p.exempt)
+    if p.budget_minutes is not None and costs:
+        def seed_cost(active: list[str]) -> float:
+            forks = _forks_of(p, active)
+            runs = {(p.point_name(p.fork_point_of(f, k)), f.name) for k in p.fork_points for f in p.forks_at(k)
+                    if (p.point_name(k), f.name) in forks}
+            return costs.get("|base|train+gate", 0.0) + sum(
+                costs.get(f"{pt}|{name}|train", 0.0) for pt, name in runs) + sum(
+                costs.get(f"{pt}|{name}|measure", 0.0) for pt, name in forks)
+        alloc = afford(alloc, seed_cost, pilot_wall, 60 * p.budget_minutes, _workers(study))
+    if saved is None and _writes(study):
+        _save_allocation(study, p, sds, costs, pilot_wall)
+    return alloc
+
+
+def _pilot_sds(p: IsolossPreset, pilot: list[dict]) -> dict[str, float]:
+    """Each test's paired SD of the primary accuracy (points) over the pilot's used pairs."""
+    rows = [r for res in pilot for r in res["rows"]]
+    tests = p.tests()
+    pairs = paired.estimate_pairs(rows, tests, [p.primary_key], p.design())
+    out = {}
+    for c, pt in tests:
+        d = [100 * q[f"d_{p.primary_key}"] for q in pairs if q["comparison"] == c.name and q["point"] == pt
+             and q["used"]]
+        out[f"{c.name} @ {pt}"] = float(np.std(d, ddof=1)) if len(d) >= 2 else math.nan
+    return out
+
+
+def _pilot_costs(pilot: list[dict]) -> dict[str, float]:
+    """The pilot's mean CPU seconds per fork point, fork and stage (``cost`` rows), keyed
+    ``point|fork|stage``."""
+    sums: dict[str, list[float]] = {}
+    for res in pilot:
+        for r in res.get("cost", []):
+            sums.setdefault(f"{r['point']}|{r['fork']}|{r['stage']}", []).append(r["cpu_seconds"])
+    return {k: float(np.mean(v)) for k, v in sums.items()}
+
+
+def _pilot_wall(study: Study, pilot: list[dict]) -> float:
+    """The pilot's wall seconds, as its seeds shared the workers (their summed CPU over them)."""
+    return sum(res["cpu_seconds"] for res in pilot) / _workers(study)
+
+
+def _workers(study: Study) -> int:
+    from .. import _workers_of
+
+    launcher = getattr(study, "launcher", None)
+    return 1 if launcher is None else _workers_of(launcher)
+
+
+def _writes(study) -> bool:
+    """A real study (a dry plan's stand-in has no launcher and writes nothing)."""
+    return getattr(study, "launcher", None) is not None
+
+
+def _allocation_path(study: Study, p: IsolossPreset) -> Path:
+    return study.root / (f"{p.tag}-allocation.json" if p.tag else "allocation.json")
+
+
+def _allocation_key(p: IsolossPreset) -> dict:
+    return {"pilot": p.pilot_seeds, "seeds": list(p.seeds), "tests": [f"{c.name} @ {pt}" for c, pt in p.tests()]}
+
+
+def _saved_allocation(study: Study, p: IsolossPreset) -> dict | None:
+    """What the first call measured of the pilot (``allocation.json``), if it is this design's."""
+    import json
+
+    if not _writes(study):
+        return None
+    path = _allocation_path(study, p)
+    try:
+        saved = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: cannot be read ({exc}); it records the pilot's spread and cost — remove it to "
+                        "measure the pilot again") from None
+    return saved if isinstance(saved, dict) and saved.get("key") == _allocation_key(p) else None
+
+
+def _save_allocation(study: Study, p: IsolossPreset, sds: dict, costs: dict, pilot_wall: float) -> None:
+    from ...files import atomic_write_json, storage_errors
+
+    path = _allocation_path(study, p)
+    with storage_errors(path):
+        atomic_write_json(path, {"key": _allocation_key(p), "sds": sds, "costs": costs, "pilot_wall": pilot_wall},
+                          indent=1)
+
+
+def with_budget(p: IsolossPreset, minutes: float) -> IsolossPreset:
+    """``reproduce isoloss --budget MINUTES``: the preset with that budget (an adaptive study
+    spends it on the comparisons still short; ``UserError`` for one that cannot)."""
+    if not minutes > 0:
+        raise UserError(f"--budget must be a positive number of minutes, got {minutes:g}")
+    if not p.pilot_seeds:
+        raise UserError("--budget: this scale runs every fork on every seed (no pilot): there is nothing to spend "
+                        "adaptively; `sameloss plan` says what it costs")
+    return dataclasses.replace(p, budget_minutes=float(minutes))
+
+
+def forecast(p: IsolossPreset, device: str, workers: int, cpu_peak: float | None = None) -> str:
+    """What the budget buys, before anything trains: the planner's cost per fork and stage
+    (``sameloss plan``'s model: one seed of the study planned with every fork), the
+    allocation the ``prior_sds`` would give (the pilot's own SDs plan the seeds once it has
+    run) cut to the budget; the comparisons it expects to decide and those it does not."""
+    from ..allocation import afford, allocate
+    from ..plan import dry_plan, estimate
+
+    one = dataclasses.replace(p, seeds=p.seeds[:2], pilot_seeds=0, budget_minutes=None, replicate=())
+    e = estimate(dry_plan("isoloss", "tiny", preset=one), device, 1, cpu_peak, memory=False)
+    costs: dict[str, float] = {}
+    for item in (*e.runs, *e.measures):
+        key = _cost_key(item["run"], "train" if "steps" in item else "measure")
+        costs[key] = costs.get(key, 0.0) + item["seconds"] / len(one.seeds)
+    per_seed = sum(costs.values())
+    tests = [f"{c.name} @ {pt}" for c, pt in p.tests()]
+    prior = dict(p.prior_sds)
+    if not prior:
+        return (f"Budget forecast: the pilot ({p.pilot_seeds} seeds, every fork) costs ~{_minutes(p.pilot_seeds * per_seed / workers)} "
+                f"on {workers} worker(s) by the planner; no prior paired SDs in the preset, so the later seeds are "
+                "planned only once the pilot has run.")
+    alloc = allocate({t: prior.get(t, math.nan) for t in tests}, p.pilot_seeds, len(p.seeds), p.mde_target, p.exempt)
+
+    def seed_cost(active: list[str]) -> float:
+        forks = _forks_of(p, active)
+        return costs.get("|base|train", 0.0) + costs.get("|base|measure", 0.0) + sum(
+            v for k, v in costs.items() if tuple(k.split("|")[:2]) in forks)
+
+    pilot_wall = p.pilot_seeds * per_seed / workers
+    cut = afford(alloc, seed_cost, pilot_wall, 60 * p.budget_minutes, workers) if p.budget_minutes else alloc
+    expect = [t for t in tests if cut.needed[t] is not None and cut.planned[t] >= cut.needed[t]]
+    short = [f"{t} (needs {cut.needed[t] or f'more than {cut.cap}'} seeds, gets {cut.planned[t]})" for t in tests
+             if t not in expect and not t.startswith(tuple(f"{x} @" for x in p.exempt))]
+    return (f"Budget forecast ({device}, {workers} worker(s), the planner's cost model: ~{_minutes(per_seed)} per seed "
+            f"with every fork): the pilot of {p.pilot_seeds} seeds ~{_minutes(pilot_wall)}; "
+            + (cut.budget_note + "; " if cut.budget_note else "")
+            + f"with the prior paired SDs ({_prior_source(p)}) the MDE target {p.mde_target:g} points is expected "
+            f"for: {', '.join(expect) or 'none'}; not for: {'; '.join(short) or 'none'}"
+            + (f"; exempt (tested on the pilot): {', '.join(p.exempt)}" if p.exempt else "") + ".")
+
+
+def _cost_key(run: str, stage: str) -> str:
+    """``point|fork|stage`` of a planned run or measure (its run's name ``…-s<seed>-<point>-<fork>``
+    or ``…-base``; a reference's measure belongs to the base)."""
+    import re
+
+    found = re.search(r"-s\d+-(?P<rest>.+)$", run)
+    if found is None or found["rest"] == "base":
+        return f"|base|{stage}"
+    point, _, fork = found["rest"].partition("-")
+    return f"{point}|{fork}|{stage}"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def _prior_source(p: IsolossPreset) -> str:
+    return PRIOR_SOURCE if p.prior_sds else "none"
+
+
+def all_seeds(study: Study, p: IsolossPreset) -> list[int]:
+    """Every seed of the study (``reproduce --seeds`` accepts them before an adaptive study's
+    later seeds are declared)."""
+    return sorted({s for q in language_studies(p) for s in study_seeds(study, q)})
 
 
 def language_studies(p: IsolossPreset) -> list[IsolossPreset]:
@@ -847,11 +1118,17 @@ def folder_suffix(p: IsolossPreset) -> str:
     """The experiment folder's suffix: none on the preset's own language, else the
     languages' tags (each choice of languages is its own experiment)."""
     own = PRESETS["tiny"].choice
-    return "" if p.choices() == (own,) else "-" + "+".join(c.tag for c in p.choices())
+    return ("" if p.choices() == (own,) else "-" + "+".join(c.tag for c in p.choices())) + ("-even" if p.even else "")
 
 
-def _seed_args(study: Study, p: IsolossPreset) -> tuple:
-    return study_seeds(study, p), p
+def with_even(p: IsolossPreset) -> IsolossPreset:
+    """``reproduce isoloss --even``: every seed runs every fork, the scale's first
+    ``even_seeds`` seeds, no pilot and no budget (the design before issue 35; its own folder)."""
+    if not p.pilot_seeds:
+        return p
+    return dataclasses.replace(p, seeds=p.seeds[:p.even_seeds], pilot_seeds=0, budget_minutes=None, even=True)
+
+
 
 
 def report(study: Study, p: IsolossPreset) -> list[Section]:
@@ -980,10 +1257,10 @@ def _language_report(study: Study, p: IsolossPreset) -> tuple[Section, Section, 
     where = f" — {p.choice.spec}" if p.tag else ""
     section = Section(TITLE + where)
     lead = Section("Verdicts" + where, lead=True)
-    seeds = study_seeds(study, p)
     language, size, task = _language(p)
     # every seed's unit gated its forks on its own base (gate_seed); headroom.csv shows the first seed's
-    results = study.map_seeds(_seed_work, *_seed_args(study, p), group=p.tag)
+    results, alloc = _run_seeds(study, p)
+    seeds = [res["gate"]["seed"] for res in results]
     gates = [res["gate"] for res in results]
     ok = all(g["ok"] for g in gates)
     failed = [g for g in gates if not g["ok"]]
@@ -1019,6 +1296,12 @@ def _language_report(study: Study, p: IsolossPreset) -> tuple[Section, Section, 
     half = paired.differences(paired.estimate_pairs(rows, half_tests, [p.primary_key, "trace_fisher"], design),
                               half_tests, [(p.primary_key, "primary probe")], p.primary_key, design)
     _verdict_table(lead, p, diffs, seeds, ok)
+    _decided(lead, p, diffs)
+    if alloc is not None:
+        from ..allocation import allocation_table
+
+        allocation_table(section, alloc, {f"{r['comparison']} @ {r['point']}": r["n_used"] for r in diffs
+                                          if r["family"] == "primary"}, "allocation.csv")
     paired.pairs_table(section, pairs, p.primary_key)
     paired.difference_tables(section, diffs, comparisons)
     _sam_controls(section, diffs, half)
@@ -1038,14 +1321,47 @@ def _language_report(study: Study, p: IsolossPreset) -> tuple[Section, Section, 
                            "tests": [f"{c.name} @ {pt}" for c, pt in tests]}
 
 
+def _decided(section: Section, p: IsolossPreset, diffs: list[dict]) -> list[dict]:
+    """The study's answer: per comparison and fork point whether the primary test decided
+    (detected, or no effect beyond ±δ) and, where not, how many more seeds its MDE target
+    needs at its measured paired SD (``allocation.needed_seeds``)."""
+    from ..allocation import needed_seeds
+    from ..stats import DETECTED, DETECTED_AGAINST, EQUIVALENT
+
+    out = []
+    for r in diffs:
+        if r["family"] != "primary":
+            continue
+        decided = r["verdict"] in (DETECTED, DETECTED_AGAINST, EQUIVALENT)
+        need = None if decided else needed_seeds(r["sd"], p.mde_target, start=max(int(r["n_used"]), 2))
+        out.append({"test": f"{r['comparison']} @ {r['point']}", "decided": decided, "verdict": r["verdict"],
+                    "used": r["n_used"], "mde": r["mde"],
+                    "more_seeds": math.nan if decided or need is None else max(0, need - int(r["n_used"]))})
+    done = [f"{x['test']} ({x['verdict']})" for x in out if x["decided"]]
+    open_ = [f"{x['test']} ({_more(x)})" for x in out if not x["decided"]]
+    section.files["decided.csv"] = out
+    section.text.append(f"**Decided ({len(done)} of {len(out)}):** " + ("; ".join(done) or "none") + ". "
+                        "**Undecided:** " + ("; ".join(open_) or "none") + f" (seeds for an MDE of {p.mde_target:g} "
+                        "points at each comparison's measured paired SD).")
+    return out
+
+
+def _more(x: dict) -> str:
+    if math.isfinite(x["more_seeds"]):
+        return f"MDE {fmt(x['mde'])} with {x['used']} seeds; {int(x['more_seeds'])} more seeds"
+    if not math.isfinite(x["mde"]):
+        return f"{x['used']} pairs without spread or too few: no MDE"
+    return f"MDE {fmt(x['mde'])} with {x['used']} seeds; more than 10,000 seeds"
+
+
 def _regression_without(p: IsolossPreset) -> tuple[str, ...]:
     """The forks Fig. 1 within seeds leaves out: the adversary (its accuracy loss is by
     construction) and the other model sizes (their traces live in another space)."""
     return ("adv", *(f.name for f in p.forks if f.resized))
 
 
-def _seed_work(study: Study, seed: int, p: IsolossPreset) -> dict:
-    return seed_study(study, seed, p)
+def _seed_work(study: Study, seed: int, p: IsolossPreset, only: frozenset | None) -> dict:
+    return seed_study(study, seed, p, only)
 
 
 def _point_names(p: IsolossPreset) -> list[str]:

@@ -1,0 +1,150 @@
+"""Seeds spent where the answer is still open: an internal pilot, then only the forks of the
+comparisons still short of their power (issue 35).
+
+A paired study's comparisons need very different numbers of seeds: the seeds a comparison
+needs for a minimum detectable effect ``target`` grow with the square of its paired spread.
+Spending seeds evenly runs every fork on every seed; this module runs every fork on the
+first ``pilot`` seeds, estimates each comparison's paired SD from them, and plans for each
+comparison the seeds its MDE target needs (``needed_seeds``: the noncentral-t MDE, as the
+verdicts use), capped at the study's seeds (and at what a budget buys). Every later seed
+runs its base and only the forks of the comparisons still short (``Allocation.active``);
+each comparison's test then uses all of its seeds.
+
+Why only the spread, never the effect: the plan reads the pilot's paired SDs, not its
+means, so the final test is the ordinary paired t test on a sample size fixed by a
+variance estimate (an "internal pilot"), whose type-I error stays at its level up to
+Monte-Carlo error (``bench/isoloss_allocation.py`` simulates whole studies through this
+code and the study's decision code). Stopping a comparison early because its pilot effect
+is large (a group-sequential design with an alpha-spending boundary) would save more seeds
+but needs the boundaries in every verdict; it is not done here.
+
+A comparison marked ``exempt`` (the adversary: its effect is several points) is tested on
+the pilot's seeds only. Everything here is fixed in the preset before any data: the pilot's
+size, the target, the cap, the exempt comparisons.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .report import Column, Section, Table
+from .stats import minimum_detectable_effect
+
+
+def needed_seeds(sd: float, target: float, start: int = 2, level: float = 0.95, power: float = 0.8,
+                 limit: int = 10_000) -> int | None:
+    """The fewest seeds (≥ ``start``) whose paired test has an MDE at or below ``target``
+    given the paired SD ``sd`` (``stats.minimum_detectable_effect``); ``None`` when ``sd``
+    is not a finite positive number (nothing to plan with) or ``limit`` seeds do not reach
+    it. The MDE falls monotonically with n: a doubling search, then bisection."""
+    if not (math.isfinite(sd) and sd > 0) or target <= 0:
+        return None
+    start = max(start, 2)
+
+    def ok(n: int) -> bool:
+        return minimum_detectable_effect(sd, n, level, power) <= target
+
+    if ok(start):
+        return start
+    high = start
+    while not ok(high):
+        if high >= limit:
+            return None
+        high = min(2 * high, limit)
+    low = max(start, high // 2)  # not ok(low) unless low == start, which was checked
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if ok(mid) else (mid, high)
+    return high
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """The plan of an adaptive study: per test (``"comparison @ point"``) the pilot's paired
+    SD, the seeds its MDE target needs (``None``: not reachable, or no spread to plan with),
+    and the seeds planned — the needed ones capped at ``cap`` seeds (the study's, or fewer
+    where a budget cut it), never fewer than the pilot's; exempt tests get the pilot's."""
+
+    pilot: int
+    target: float
+    cap: int
+    sds: dict[str, float]
+    needed: dict[str, int | None]
+    planned: dict[str, int]
+    exempt: tuple[str, ...] = ()
+    budget_note: str = ""
+    costs: dict[str, float] = field(default_factory=dict)  # CPU seconds per later seed, by test (what a seed costs)
+
+    def active(self, index: int) -> list[str]:
+        """The tests the seed at position ``index`` (0-based) of the study's seeds runs."""
+        return [t for t, n in self.planned.items() if n > index]
+
+    @property
+    def seeds(self) -> int:
+        """How many of the study's seeds run anything."""
+        return max([self.pilot, *self.planned.values()])
+
+
+def allocate(sds: dict[str, float], pilot: int, cap: int, target: float, exempt: tuple[str, ...] = ()
+             ) -> Allocation:
+    """``Allocation`` from the pilot's paired SDs (``sds`` by test)."""
+    needed, planned = {}, {}
+    for test, sd in sds.items():
+        n = None if _is_exempt(test, exempt) else needed_seeds(sd, target, start=pilot)
+        needed[test] = n
+        if _is_exempt(test, exempt) or not (math.isfinite(sd) and sd > 0):
+            planned[test] = pilot  # exempt, or nothing to plan with (no spread, or too few pairs)
+        else:
+            planned[test] = cap if n is None else min(cap, n)
+    return Allocation(pilot, target, cap, dict(sds), needed, planned, tuple(exempt))
+
+
+def _is_exempt(test: str, exempt: tuple[str, ...]) -> bool:
+    return test.split(" @ ")[0] in exempt
+
+
+def afford(alloc: Allocation, seed_cost, pilot_seconds: float, budget_seconds: float, workers: int
+           ) -> Allocation:
+    """The allocation cut to what a budget buys: later seeds are added in order, each costing
+    ``seed_cost(tests)`` CPU seconds for the tests it runs, shared out over ``workers`` at
+    once (wall ≈ summed CPU / workers), after the pilot's ``pilot_seconds`` of wall time;
+    the seeds past the last affordable one are dropped (every test planned beyond it is cut
+    to it)."""
+    wall = pilot_seconds
+    last = alloc.pilot  # seeds affordable in all
+    for index in range(alloc.pilot, alloc.seeds):
+        tests = alloc.active(index)
+        cost = seed_cost(tests) / max(workers, 1)
+        if wall + cost > budget_seconds:
+            break
+        wall += cost
+        last = index + 1
+    planned = {t: min(n, last) for t, n in alloc.planned.items()}
+    note = (f"a budget of {budget_seconds / 60:.0f} min buys {last} seeds (the pilot's {alloc.pilot} and "
+            f"{last - alloc.pilot} more; estimated {wall / 60:.0f} min with {workers} at once)")
+    return Allocation(alloc.pilot, alloc.target, alloc.cap, alloc.sds, alloc.needed, planned, alloc.exempt, note)
+
+
+def allocation_table(section: Section, alloc: Allocation, used: dict[str, int], source: str) -> list[dict]:
+    """The plan in the report: per test the pilot's paired SD, the seeds the target needs, the
+    seeds planned and used."""
+    rows = [{"test": t, "pilot_sd": alloc.sds[t],
+             "needed": alloc.needed[t] if alloc.needed[t] is not None else math.nan,
+             "planned": alloc.planned[t], "used": used.get(t, 0),
+             "note": ("exempt: tested on the pilot" if _is_exempt(t, alloc.exempt) else
+                      "no spread in the pilot to plan with" if not (math.isfinite(alloc.sds[t]) and alloc.sds[t] > 0)
+                      else f"the target needs more than the {alloc.cap} seeds" if alloc.needed[t] is None
+                      or alloc.needed[t] > alloc.cap else
+                      "cut by the budget" if alloc.planned[t] < alloc.needed[t] else "")}
+            for t in alloc.planned]
+    section.files[source] = rows
+    section.tables.append(Table(
+        f"Seeds where the answer is open: a pilot of {alloc.pilot} seeds ran every fork; from its paired SD of the "
+        f"primary accuracy each comparison was planned the seeds its MDE target ({alloc.target:g} points, 80% power, "
+        f"noncentral t) needs, at most {alloc.cap}; every later seed ran only the forks of the comparisons still short"
+        + (f"; {alloc.budget_note}" if alloc.budget_note else ""),
+        [Column("pilot paired SD", "pilot_sd", fmt=".3g"), Column("seeds needed", "needed", fmt="d"),
+         Column("planned", "planned", fmt="d"), Column("used", "used", fmt="d"), Column("note", "note", text=True)],
+        rows, source=source, key="test", key_header="comparison @ fork point"))
+    return rows

@@ -1,0 +1,117 @@
+"""Seeds where the answer is open (issue 35): the seeds an MDE target needs against brute
+force, the plan from a pilot (exempt, degenerate and capped comparisons), a budget's cut, and
+an adaptive isoloss study end to end — its pilot first (also when a shard asks for a later
+seed), later seeds running only the forks still short, the plan kept in allocation.json."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from sameloss.cli import main
+from sameloss.errors import UserError
+from sameloss.experiments import reproduce
+from sameloss.experiments.allocation import afford, allocate, needed_seeds
+from sameloss.experiments.recipes import isoloss
+from sameloss.experiments.stats import minimum_detectable_effect
+
+from .test_isoloss import read
+
+
+@pytest.mark.parametrize("sd", [0.1, 0.3, 0.5, 0.9, 1.7])
+@pytest.mark.parametrize("start", [2, 6])
+def test_needed_seeds_is_the_fewest_that_reach_the_target(sd, start):
+    n = needed_seeds(sd, 0.35, start=start)
+    brute = next(k for k in range(start, 2000) if minimum_detectable_effect(sd, k) <= 0.35)
+    assert n == brute
+    assert needed_seeds(math.nan, 0.35) is None and needed_seeds(0.0, 0.35) is None
+    assert needed_seeds(50.0, 0.35, limit=100) is None  # beyond the limit: not reachable
+
+
+def test_the_plan_from_the_pilot():
+    sds = {"a @ late": 0.3, "b @ late": 0.8, "adv @ late": 2.0, "c @ late": 0.0, "d @ late": math.nan,
+           "e @ scratch": 5.0}
+    alloc = allocate(sds, pilot=6, cap=40, target=0.35, exempt=("adv",))
+    assert alloc.planned["a @ late"] == needed_seeds(0.3, 0.35, 6) == 8
+    assert alloc.planned["b @ late"] == 40 and alloc.needed["b @ late"] == 43  # capped at the study's seeds
+    assert alloc.planned["adv @ late"] == 6 and alloc.needed["adv @ late"] is None  # exempt: the pilot only
+    assert alloc.planned["c @ late"] == 6 and alloc.planned["d @ late"] == 6  # no spread / no pairs: nothing to plan
+    assert alloc.planned["e @ scratch"] == 40
+    # seed i (0-based) runs the tests planned beyond it
+    assert set(alloc.active(6)) == {"a @ late", "b @ late", "e @ scratch"}
+    assert set(alloc.active(8)) == {"b @ late", "e @ scratch"} and alloc.active(40) == []
+    assert alloc.seeds == 40
+
+
+def test_a_budget_cuts_the_later_seeds():
+    alloc = allocate({"a @ late": 0.3, "b @ late": 0.8}, pilot=4, cap=40, target=0.35)
+    cost = {"a @ late": 10.0, "b @ late": 30.0}
+
+    def seed_cost(tests):
+        return 5.0 + sum(cost[t] for t in tests)
+
+    # unlimited: as planned
+    assert afford(alloc, seed_cost, 100.0, 1e9, 2).planned == alloc.planned
+    # 100 s of pilot, then each later seed costs (5 + 10 + 30) / 2 = 22.5 s wall while both run
+    cut = afford(alloc, seed_cost, 100.0, 100.0 + 3 * 22.5, 2)
+    assert cut.planned == {"a @ late": 7, "b @ late": 7} and "buys 7 seeds" in cut.budget_note
+    spent = 100.0 + sum(seed_cost(alloc.active(i)) / 2 for i in range(4, 7))
+    assert spent <= 100.0 + 3 * 22.5 < spent + seed_cost(alloc.active(7)) / 2
+    # a budget the pilot already spends: the pilot's seeds only
+    assert set(afford(alloc, seed_cost, 100.0, 50.0, 2).planned.values()) == {4}
+
+
+def _adaptive(p):
+    """smoke with three seeds, a pilot of two, and every comparison exempt but −dropout−WD
+    (whose target of 0.01 points it cannot reach: it gets every seed)."""
+    return dataclasses.replace(p, seeds=(0, 1, 2), pilot_seeds=2, mde_target=0.01,
+                               exempt=tuple(c.name for c in p.comparisons if c.name != "noreg"))
+
+
+def test_an_adaptive_study_runs_its_pilot_then_only_the_forks_still_short(tmp_path, monkeypatch):
+    monkeypatch.setitem(isoloss.PRESETS, "smoke", _adaptive(isoloss.PRESETS["smoke"]))
+    # a shard asking for a later seed runs the pilot first (the plan needs it)
+    assert reproduce("isoloss", "smoke", out=tmp_path, progress=False, seeds=[2]).name == "isoloss-smoke"
+    root = tmp_path / "isoloss-smoke"
+    for seed in (0, 1):
+        assert (root / "seeds" / f"seed{seed}" / "runs" / f"hmm-s{seed}-scratch-sam05").exists()
+    # seed 2 ran its base and the forks −dropout−WD is compared with, nothing else
+    assert sorted(d.name for d in (root / "seeds" / "seed2" / "runs").iterdir() if d.is_dir()) == \
+        ["hmm-s2-base", "hmm-s2-late-adamw", "hmm-s2-late-noreg", "hmm-s2-scratch-noreg"]
+    saved = json.loads((root / "allocation.json").read_text())
+    assert saved["key"]["pilot"] == 2 and set(saved["sds"]) == {f"{c.name} @ {pt}" for c, pt in
+                                                                  isoloss.PRESETS["smoke"].tests()}
+    # the report (reuses every seed): the plan with each comparison's seeds, the tests on them
+    reproduce("isoloss", "smoke", out=tmp_path, progress=False)
+    report = (root / "report.md").read_text()
+    assert "Seeds where the answer is open: a pilot of 2 seeds" in report and "**Decided (" in report
+    allocation = {r["test"]: r for r in read(root / "allocation.csv")}
+    diffs = {f"{r['comparison']} @ {r['point']}": r for r in read(root / "differences.csv")
+             if r["family"] == "primary"}
+    for test, row in allocation.items():
+        want = 3 if test.startswith("noreg @") else 2
+        assert int(row["planned"]) == want == int(row["used"]) == int(diffs[test]["n_used"]), test
+    assert {int(r["seed"]) for r in read(root / "gate.csv")} == {0, 1, 2}
+
+
+def test_budget_and_even_are_isolosss_and_checked(tmp_path, capsys):
+    with pytest.raises(UserError, match="no pilot"):
+        isoloss.with_budget(isoloss.PRESETS["quick"], 30)
+    tiny = isoloss.PRESETS["tiny"]
+    assert isoloss.with_budget(tiny, 30).budget_minutes == 30
+    even = isoloss.with_even(tiny)
+    assert even.pilot_seeds == 0 and len(even.seeds) == tiny.even_seeds and isoloss.folder_suffix(even) == "-even"
+    for args, words in ((["reproduce", "steps", "--scale", "smoke", "--budget", "5"], "--budget: steps"),
+                        (["reproduce", "isoloss", "--scale", "smoke", "--budget", "-5"], "--budget"),
+                        (["reproduce", "isoloss", "--scale", "tiny", "--even", "--budget", "5"], "takes no --budget")):
+        try:  # argparse's own refusals exit; sameloss's return 2
+            code = main([*args, "--out", str(tmp_path)])
+        except SystemExit as e:
+            code = e.code
+        assert code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0], err
+    assert not any(tmp_path.iterdir())  # nothing written
