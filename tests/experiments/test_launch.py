@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import functools
+import itertools
 import os
 import re
 import subprocess
@@ -386,6 +387,26 @@ def test_slurm_flags_that_cannot_apply_are_one_line(tmp_path, capsys, args, says
     err = capsys.readouterr().err.strip()
     assert code == 2 and says in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "o").exists()
+
+
+def test_study_progress_says_the_units_done_and_the_time_left(monkeypatch):
+    """Off a terminal, each finished unit's line says how far the study is and how long the
+    rest should take (a clock stand-in: 60 s per unit); on a terminal, a bar counts them."""
+    from sameloss.experiments import launch
+
+    ticks = itertools.count(0.0, 60.0)  # each reading of the clock: a unit's 60 s later
+    monkeypatch.setattr(launch.time, "monotonic", lambda: next(ticks))
+    progress = launch.StudyProgress(3, terminal=False)
+    lines: list[str] = []
+    jobs = [WorkerJob(functools.partial(int, str(i)), threads=1, name=f"seed {i}") for i in range(3)]
+    assert [o.value for o in launch.InProcess().run(jobs, lines.append, progress.finished)] == [0, 1, 2]
+    assert [re.sub(r"done in \d+ s", "done in N s", line) for line in lines] == [
+        "[1/3] seed 0: done in N s; study 1/3 units, 60 s elapsed, about 2 min left",
+        "[2/3] seed 1: done in N s; study 2/3 units, 2 min elapsed, about 60 s left",
+        "[3/3] seed 2: done in N s; study 3/3 units, 3 min elapsed"]
+    bar = launch.StudyProgress(2, terminal=True)
+    assert bar.finished() == "" and bar.bar.n == 1  # the bar shows it instead (tqdm: elapsed, time left)
+    bar.close()
 
 
 # ---- preemption --------------------------------------------------------------------------
