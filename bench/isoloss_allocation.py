@@ -17,7 +17,8 @@ both designs on the same draws:
 * even: the preset's first ``--even-seeds`` seeds run every fork;
 * adaptive: the first ``pilot_seeds`` seeds run every fork, ``allocation.allocate`` plans each
   comparison's seeds from the pilot's SDs (``afford`` cuts them to ``--budget`` minutes with the
-  measured costs), each comparison's test uses its planned seeds.
+  measured costs), each comparison's test uses its planned seeds (Stein's two-stage test: its
+  spread from the pilot's seeds).
 
 Every verdict comes from ``paired.differences`` (the t interval, TOST against the preset's δ,
 Holm within the primary family): type-I error = the share of studies whose test detects an
@@ -78,17 +79,21 @@ def seed_cost_of(p, costs: dict[str, float]):
     return seed_cost
 
 
-def verdicts(p, tests, draws: dict[str, np.ndarray], used: dict[str, np.ndarray], n: dict[str, int]) -> dict:
+def verdicts(p, tests, draws: dict[str, np.ndarray], used: dict[str, np.ndarray], n: dict[str, int],
+             pilot: tuple[int, ...] = ()) -> dict:
     """``paired.differences`` on the first ``n[test]`` seeds' draws of every test (the study's
-    own decision code: verdicts, TOST, Holm)."""
+    own decision code: verdicts, TOST, Holm; ``pilot``: an adaptive study's pilot seeds, whose
+    spread its tests read — Stein's test)."""
     pairs = []
     for c, pt in p.tests():
         t = f"{c.name} @ {pt}"
         for s in range(n[t]):
-            pairs.append({"comparison": c.name, "point": pt, "used": bool(used[t][s]), "within_tolerance": True,
+            pairs.append({"comparison": c.name, "point": pt, "seed": s, "used": bool(used[t][s]),
+                          "within_tolerance": True,
                           f"d_{p.primary_key}": draws[t][s] / 100, "d_trace_fisher": 0.0,
                           "reference_trace_fisher": 1.0, "recipe_outside": 0.0, "reference_outside": 0.0})
-    out = paired.differences(pairs, p.tests(), [(p.primary_key, "primary")], p.primary_key, p.design(), n_boot=0)
+    out = paired.differences(pairs, p.tests(), [(p.primary_key, "primary")], p.primary_key,
+                             p.design(pilot=pilot), n_boot=0)
     return {f"{r['comparison']} @ {r['point']}": r for r in out if r["family"] == "primary"}
 
 
@@ -100,11 +105,18 @@ def main() -> None:
     parser.add_argument("--even-seeds", type=int, default=16, help="the even design's seeds (default 16)")
     parser.add_argument("--budget", type=float, default=None, help="minutes (default: the preset's budget)")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--pilot", type=int, default=None, help="the pilot's seeds (default: the preset's)")
+    parser.add_argument("--cap", type=int, default=None, help="the most seeds (default: the preset's)")
+    parser.add_argument("--no-budget", action="store_true", help="no budget: every comparison gets its planned seeds")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     p = isoloss.PRESETS[args.scale]
-    if args.budget is not None:
-        p = dataclasses.replace(p, budget_minutes=args.budget)
+    if args.cap is not None:
+        p = dataclasses.replace(p, seeds=tuple(range(args.cap)))
+    if args.pilot is not None:
+        p = dataclasses.replace(p, pilot_seeds=args.pilot)
+    if args.budget is not None or args.no_budget:
+        p = dataclasses.replace(p, budget_minutes=None if args.no_budget else args.budget)
     sds, beyond, costs = measured(args.folder, p)
     seed_cost = seed_cost_of(p, costs)
     tests = [f"{c.name} @ {pt}" for c, pt in p.tests()]
@@ -127,8 +139,8 @@ def main() -> None:
             if p.budget_minutes:
                 alloc = afford(alloc, seed_cost, p.pilot_seeds * full / args.workers, 60 * p.budget_minutes,
                                args.workers)
-            for design, n in (("even", even), ("adaptive", alloc.planned)):
-                out = verdicts(p, tests, draws, used, n)
+            for design, n, first in (("even", even, ()), ("adaptive", alloc.planned, tuple(range(p.pilot_seeds)))):
+                out = verdicts(p, tests, draws, used, n, first)
                 for t in tests:
                     v, row = out[t]["verdict"], tally[(h, design)][t]
                     row["detect"] += v in (DETECTED, DETECTED_AGAINST)

@@ -16,7 +16,7 @@ from sameloss.errors import UserError
 from sameloss.experiments import reproduce
 from sameloss.experiments.allocation import afford, allocate, needed_seeds
 from sameloss.experiments.recipes import isoloss
-from sameloss.experiments.stats import minimum_detectable_effect
+from sameloss.experiments.stats import minimum_detectable_effect, stein_mde
 
 from .test_isoloss import read
 
@@ -27,6 +27,9 @@ def test_needed_seeds_is_the_fewest_that_reach_the_target(sd, start):
     n = needed_seeds(sd, 0.35, start=start)
     brute = next(k for k in range(start, 2000) if minimum_detectable_effect(sd, k) <= 0.35)
     assert n == brute
+    # planned for Stein's two-stage test (the spread is the pilot's, on its k − 1 degrees of freedom)
+    stein = needed_seeds(sd, 0.35, start=start, pilot=start)
+    assert stein == next(k for k in range(start, 5000) if stein_mde(sd, k, start) <= 0.35) >= n
     assert needed_seeds(math.nan, 0.35) is None and needed_seeds(0.0, 0.35) is None
     assert needed_seeds(50.0, 0.35, limit=100) is None  # beyond the limit: not reachable
 
@@ -35,14 +38,14 @@ def test_the_plan_from_the_pilot():
     sds = {"a @ late": 0.3, "b @ late": 0.8, "adv @ late": 2.0, "c @ late": 0.0, "d @ late": math.nan,
            "e @ scratch": 5.0}
     alloc = allocate(sds, pilot=6, cap=40, target=0.35, exempt=("adv",))
-    assert alloc.planned["a @ late"] == needed_seeds(0.3, 0.35, 6) == 8
-    assert alloc.planned["b @ late"] == 40 and alloc.needed["b @ late"] == 43  # capped at the study's seeds
+    assert alloc.planned["a @ late"] == needed_seeds(0.3, 0.35, 6, pilot=6) == 9
+    assert alloc.planned["b @ late"] == 40 and alloc.needed["b @ late"] == 64  # capped at the study's seeds
     assert alloc.planned["adv @ late"] == 6 and alloc.needed["adv @ late"] is None  # exempt: the pilot only
     assert alloc.planned["c @ late"] == 6 and alloc.planned["d @ late"] == 6  # no spread / no pairs: nothing to plan
     assert alloc.planned["e @ scratch"] == 40
     # seed i (0-based) runs the tests planned beyond it
     assert set(alloc.active(6)) == {"a @ late", "b @ late", "e @ scratch"}
-    assert set(alloc.active(8)) == {"b @ late", "e @ scratch"} and alloc.active(40) == []
+    assert set(alloc.active(9)) == {"b @ late", "e @ scratch"} and alloc.active(40) == []
     assert alloc.seeds == 40
 
 
@@ -56,6 +59,7 @@ def test_a_budget_cuts_the_later_seeds():
     # unlimited: as planned
     assert afford(alloc, seed_cost, 100.0, 1e9, 2).planned == alloc.planned
     # 100 s of pilot, then each later seed costs (5 + 10 + 30) / 2 = 22.5 s wall while both run
+    assert alloc.planned["a @ late"] > 7
     cut = afford(alloc, seed_cost, 100.0, 100.0 + 3 * 22.5, 2)
     assert cut.planned == {"a @ late": 7, "b @ late": 7} and "buys 7 seeds" in cut.budget_note
     spent = 100.0 + sum(seed_cost(alloc.active(i)) / 2 for i in range(4, 7))

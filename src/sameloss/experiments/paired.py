@@ -72,6 +72,9 @@ class Design:
     limit: float
     tolerance: float
     headroom: bool = True
+    # an adaptive study's pilot seeds (``allocation``): a test over more seeds than these is
+    # Stein's two-stage test, its spread from them alone (``stats.paired_difference``)
+    pilot: tuple[int, ...] = ()
 
 
 # ---- estimation at the target KL ----------------------------------------------------------
@@ -189,8 +192,9 @@ def differences(pairs: list[dict], tests: list[tuple[Comparison, str]], accuraci
         quantities.append(("trace_fisher", f"trace of Hessian (Fisher){one_space}", -c.sign, 1.0))
         for key, what, sign, scale in quantities:
             d = [scale * p[f"d_{key}"] for p in used]
-            pd = paired_difference(d, seed=len(out), n_boot=n_boot)
-            tol = paired_difference([scale * p[f"d_{key}"] for p in within], seed=len(out), n_boot=n_boot)
+            pd = paired_difference(d, seed=len(out), n_boot=n_boot, pilot=_pilot_part(used, key, scale, design))
+            tol = paired_difference([scale * p[f"d_{key}"] for p in within], seed=len(out), n_boot=n_boot,
+                                    pilot=_pilot_part(within, key, scale, design))
             if key == "trace_fisher":
                 reference_mean = float(np.mean([p[f"reference_{key}"] for p in used])) if used else math.nan
                 margin = design.trace_margin * abs(reference_mean)
@@ -201,6 +205,7 @@ def differences(pairs: list[dict], tests: list[tuple[Comparison, str]], accuraci
                 "test": f"{c.name} @ {point}: {key}", "comparison": c.name, "point": point, "recipe": c.recipe,
                 "reference": c.reference, "quantity": key, "what": what, "family": family, "n_pairs": len(everyone),
                 "n_used": pd.n, "n_beyond_limit": len(everyone) - len(used), "mean": pd.mean, "sd": pd.sd,
+                "df": pd.df,
                 "t_low": pd.t_low, "t_high": pd.t_high, "eq_low": pd.eq_low, "eq_high": pd.eq_high,
                 "boot_low": pd.boot_low, "boot_high": pd.boot_high, "p_value": pd.p_value,
                 "tost_p": pd.tost_p(margin), "mde": pd.mde, "margin": margin, "expected_sign": sign,
@@ -214,6 +219,13 @@ def differences(pairs: list[dict], tests: list[tuple[Comparison, str]], accuraci
             r["holm_p"], r["tost_holm_p"] = q, qe
             r["after_holm"] = _after_holm(r["verdict"], q, qe)
     return out
+
+
+def _pilot_part(pairs: list[dict], key: str, scale: float, design: Design) -> list[float] | None:
+    """The differences of the pilot's seeds among ``pairs`` (an adaptive study), else None."""
+    if not design.pilot:
+        return None
+    return [scale * p[f"d_{key}"] for p in pairs if p["seed"] in design.pilot]
 
 
 def _after_holm(verdict: str, holm_p: float, tost_holm_p: float) -> str:
@@ -321,7 +333,8 @@ def dose(section: Section, pairs: list[dict], comparisons: list[Comparison], poi
     for c in comparisons:
         per_point = [{p["seed"]: 100.0 * p[f"d_{key}"] for p in _used(pairs, c, point)} for point in points]
         common = sorted(set(per_point[0]) & set(per_point[1]))
-        pd = paired_difference([per_point[1][s] - per_point[0][s] for s in common], seed=len(out))
+        pilot = [per_point[1][s] - per_point[0][s] for s in common if s in design.pilot] if design.pilot else None
+        pd = paired_difference([per_point[1][s] - per_point[0][s] for s in common], seed=len(out), pilot=pilot)
         out.append({"test": f"{c.name}: {points[1]} − {points[0]}", "comparison": c.name, "n_seeds": pd.n,
                     "at_first": float(np.mean([per_point[0][s] for s in common])) if common else math.nan,
                     "at_second": float(np.mean([per_point[1][s] for s in common])) if common else math.nan,

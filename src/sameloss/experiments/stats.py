@@ -29,6 +29,7 @@ variable), never an exception.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -245,15 +246,21 @@ def minimum_detectable_effect(sd: float, n: int, level: float = 0.95, power: flo
 def noncentral_mde(se: float, df: float, level: float = 0.95, power: float = 0.8) -> float:
     """``λ* · se``: the effect that a two-sided t test at ``level`` on ``df`` degrees of
     freedom, of an estimate with standard error ``se``, detects with probability ``power``
-    (``λ*`` solves ``t_test_power(λ*, df, level) = power``)."""
-    from scipy.optimize import brentq
-
+    (``λ*`` solves ``t_test_power(λ*, df, level) = power``; it depends on ``df`` alone, so it
+    is solved once per ``df``)."""
     if not (math.isfinite(se) and se > 0 and df > 0):
         return float("nan")
+    return _noncentrality_for_power(float(df), level, power) * se
+
+
+@functools.lru_cache(maxsize=1024)
+def _noncentrality_for_power(df: float, level: float, power: float) -> float:
+    from scipy.optimize import brentq
+
     high = t_quantile(0.5 + level / 2, df) + 4.0
     while t_test_power(high, df, level) < power:
         high *= 2
-    return brentq(lambda lam: t_test_power(lam, df, level) - power, 0.0, high, xtol=1e-10) * se
+    return brentq(lambda lam: t_test_power(lam, df, level) - power, 0.0, high, xtol=1e-10)
 
 
 @dataclass(frozen=True)
@@ -279,6 +286,8 @@ class PairedDifference:
     degenerate: bool = False
     eq_low: float = float("nan")
     eq_high: float = float("nan")
+    # the degrees of freedom of ``sd``: n − 1, or the pilot's k − 1 in Stein's two-stage test
+    df: int = 0
 
     @property
     def se(self) -> float:
@@ -287,10 +296,11 @@ class PairedDifference:
     def tost_p(self, margin: float) -> float:
         """The p value of the two one-sided tests (TOST) of ``|effect| ≥ margin``: the larger
         of ``P(T ≥ (mean + δ)/se)`` and ``P(T ≤ (mean − δ)/se)`` on ``n − 1`` degrees of
-        freedom; below α exactly when the ``1 − 2α`` t interval lies inside ``(−δ, δ)``."""
+        freedom (``df``: the pilot's in Stein's test); below α exactly when the ``1 − 2α`` t
+        interval lies inside ``(−δ, δ)``."""
         if self.degenerate or self.n < 2 or not (math.isfinite(margin) and margin > 0) or not self.se > 0:
             return float("nan")
-        df = self.n - 1
+        df = self.df or self.n - 1
         return float(max(student_t.sf((self.mean + margin) / self.se, df),
                          student_t.cdf((self.mean - margin) / self.se, df)))
 
@@ -303,24 +313,44 @@ EQUIVALENCE_ALPHA = 0.05
 
 
 def paired_difference(diffs: Sequence[float], level: float = 0.95, power: float = 0.8, n_boot: int = 2000,
-                      seed: int = 0) -> PairedDifference:
+                      seed: int = 0, pilot: Sequence[float] | None = None) -> PairedDifference:
+    """The paired t test of ``diffs`` (t and bootstrap intervals, p, the noncentral-t MDE).
+    ``pilot``: the differences of a two-stage design's first stage, whose spread decided how
+    many more there are (``allocation``): Stein's two-stage test then reads its spread from
+    them alone — ``T = mean · √n / s_pilot`` on ``k − 1`` degrees of freedom, exact whatever
+    the pilot drew (a spread from all the differences would be too small exactly when the
+    pilot's was, since a small pilot spread stops early) — and its MDE is Stein's power
+    bound ``stein_mde``. A pilot as long as ``diffs`` is the ordinary test."""
     d = np.asarray(diffs, dtype=float)
     n = d.size
     mean = float(d.mean()) if n else float("nan")
     nan = float("nan")
     if n < 2:
         return PairedDifference(n, mean, nan, nan, nan, nan, nan, nan, nan, level, power)
-    sd = float(d.std(ddof=1))
+    stein = pilot is not None and 2 <= len(pilot) < n
+    first = np.asarray(pilot, dtype=float) if stein else d
+    sd, df = float(first.std(ddof=1)), first.size - 1
     boot = bootstrap_ci(np.mean, d, n_boot=n_boot, level=level, seed=seed)
-    if sd <= DEGENERATE_SPREAD * float(np.abs(d).max()):
-        return PairedDifference(n, mean, sd, nan, nan, boot.low, boot.high, nan, nan, level, power, True)
+    if sd <= DEGENERATE_SPREAD * float(np.abs(first).max()):
+        return PairedDifference(n, mean, sd, nan, nan, boot.low, boot.high, nan, nan, level, power, True, df=df)
     se = sd / math.sqrt(n)
-    half = t_quantile(0.5 + level / 2, n - 1) * se
-    eq_half = t_quantile(1 - EQUIVALENCE_ALPHA, n - 1) * se
-    p = 2.0 * float(student_t.sf(abs(mean) / se, n - 1))
-    return PairedDifference(n, mean, sd, mean - half, mean + half, boot.low, boot.high, p,
-                            minimum_detectable_effect(sd, n, level, power), level, power, False,
-                            mean - eq_half, mean + eq_half)
+    half = t_quantile(0.5 + level / 2, df) * se
+    eq_half = t_quantile(1 - EQUIVALENCE_ALPHA, df) * se
+    p = 2.0 * float(student_t.sf(abs(mean) / se, df))
+    mde = stein_mde(sd, n, df + 1, level, power) if stein else minimum_detectable_effect(sd, n, level, power)
+    return PairedDifference(n, mean, sd, mean - half, mean + half, boot.low, boot.high, p, mde, level, power, False,
+                            mean - eq_half, mean + eq_half, df)
+
+
+def stein_mde(pilot_sd: float, n: int, k: int, level: float = 0.95, power: float = 0.8) -> float:
+    """The MDE of Stein's two-stage test (``paired_difference`` with a pilot of ``k``) over
+    ``n`` differences: ``(t_{(1+level)/2, k−1} + t_{power, k−1}) · s_pilot / √n`` — with the
+    mean's own noise ``Z``, ``T ≥ Z·σ/s + c`` once ``δ√n/s ≥ c``, and ``Z·σ/s`` is exactly
+    t on k − 1 degrees of freedom, so the power at that effect is at least ``power``
+    whatever ``σ`` (Stein 1945; the other tail left out: a bound)."""
+    if n < 1 or k < 2 or not (math.isfinite(pilot_sd) and pilot_sd > 0):
+        return float("nan")
+    return (t_quantile(0.5 + level / 2, k - 1) + t_quantile(power, k - 1)) * pilot_sd / math.sqrt(n)
 
 
 DETECTED = "detected in the paper's direction"

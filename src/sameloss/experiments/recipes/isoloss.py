@@ -403,10 +403,11 @@ class IsolossPreset(Preset):
                        self.probe_subsets, self.probe_pool, self.probe_test, ENDPOINTS, self.probe_epochs,
                        self.probe_l2, seed=seed)
 
-    def design(self, headroom: bool = True) -> Design:
-        """What every verdict of the study shares, fixed here before any data."""
+    def design(self, headroom: bool = True, pilot: tuple[int, ...] = ()) -> Design:
+        """What every verdict of the study shares, fixed here before any data (``pilot``: an
+        adaptive study's pilot seeds, whose spread its tests read: Stein's test)."""
         return Design(self.equivalence_margin, self.trace_margin, self.extrapolation_limit, self.kl_tolerance,
-                      headroom)
+                      headroom, pilot)
 
     @property
     def primary_key(self) -> str:
@@ -825,8 +826,32 @@ def seed_study(study: Study, seed: int, p: IsolossPreset, only: frozenset | None
               for (pt, name), info in infos.items()}
     curves["base"] = {s: float(ev["kl"]) for s, ev in eval_history(base.path).items()}
     runs_used = [base, *{id(i): i for i in infos.values()}.values()]
+    cost_rows, cpu = _first_cost(study, _cost_rows(cost), _cpu() - c0)
     return {"gate": gate, "rows": rows, "runs": runs_used, "embedded_kl": embedded_kl, "curves": curves,
-            "cost": _cost_rows(cost), "seconds": time.perf_counter() - t0, "cpu_seconds": _cpu() - c0}
+            "cost": cost_rows, "seconds": time.perf_counter() - t0, "cpu_seconds": cpu}
+
+
+def _first_cost(study: Study, rows: list[dict], cpu: float) -> tuple[list[dict], float]:
+    """The CPU a seed cost when it was computed: a later call that reuses its runs and
+    measures costs ~0, which a budget must not plan with. Kept in the seed's folder
+    (``cost.json``) by the call that finished the seed, read back by every later one."""
+    import json
+
+    if not _writes(study):
+        return rows, cpu
+    path = study.root / "cost.json"
+    try:
+        saved = json.loads(path.read_text())
+        return saved["rows"], float(saved["cpu_seconds"])
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, KeyError, TypeError):
+        study.log(f"note: {path} is unreadable; this call's CPU is kept instead")
+    from ...files import atomic_write_json, storage_errors
+
+    with storage_errors(path):
+        atomic_write_json(path, {"rows": rows, "cpu_seconds": cpu}, indent=1)
+    return rows, cpu
 
 
 def _cost_rows(cost: dict[tuple[str, str, str], float]) -> list[dict]:
@@ -1280,7 +1305,7 @@ def _language_report(study: Study, p: IsolossPreset) -> tuple[Section, Section, 
                          "the headroom table below says by how much).")
         return lead, section, {"language": p.choice.spec, "tag": p.tag, "ok": False, "diffs": [],
                                "tests": [f"{c.name} @ {pt}" for c, pt in p.tests()]}
-    design = p.design(headroom=ok)
+    design = p.design(headroom=ok, pilot=tuple(study_seeds(study, p)[:p.pilot_seeds]) if alloc is not None else ())
     rows = [r for res in results for r in res["rows"]]
     for res in results:
         section.runs += res["runs"]
@@ -1333,7 +1358,9 @@ def _decided(section: Section, p: IsolossPreset, diffs: list[dict]) -> list[dict
         if r["family"] != "primary":
             continue
         decided = r["verdict"] in (DETECTED, DETECTED_AGAINST, EQUIVALENT)
-        need = None if decided else needed_seeds(r["sd"], p.mde_target, start=max(int(r["n_used"]), 2))
+        stein = 0 < int(r["df"]) < int(r["n_used"]) - 1  # Stein's test: its spread is the pilot's
+        need = None if decided else needed_seeds(r["sd"], p.mde_target, start=max(int(r["n_used"]), 2),
+                                                 pilot=int(r["df"]) + 1 if stein else None)
         out.append({"test": f"{r['comparison']} @ {r['point']}", "decided": decided, "verdict": r["verdict"],
                     "used": r["n_used"], "mde": r["mde"],
                     "more_seeds": math.nan if decided or need is None else max(0, need - int(r["n_used"]))})
@@ -1711,7 +1738,8 @@ def _runtime(section: Section, study: Study, results: list[dict], seeds: list[in
     # CPU seconds per fork point, fork and stage of every seed (a budget's cost model reads them)
     section.files["cost.csv"] = [{"seed": s, **r} for s, res in zip(seeds, results) for r in res.get("cost", [])]
     cpu = [r["cpu_seconds"] for r in rows]
-    section.notes.append(f"Runtime per seed (this call, seeds not reused): CPU {fmt(float(np.mean(cpu)))} s on average "
+    section.notes.append(f"Runtime per seed (CPU of the call that computed the seed: seeds/*/cost.json): CPU "
+                         f"{fmt(float(np.mean(cpu)))} s on average "
                          f"(min {fmt(min(cpu))}, max {fmt(max(cpu))}; runtime.csv; per fork and stage: cost.csv); "
                          f"{_workers_text(study.launcher)}.")
 
