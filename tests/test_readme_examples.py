@@ -4,13 +4,16 @@ README stays a front page (issue 39)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
+import shlex
 from pathlib import Path
 
 import pytest
 
-from sameloss.cli import main
+from sameloss.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -36,6 +39,22 @@ def test_readme_examples_stay_inside_the_repository_and_write_what_they_read():
             assert words[words.index("--grammar") + 1] in written, f"{cmd}: its grammar file is not made earlier"
         if "--save-grammar" in words:
             written.add(words[words.index("--save-grammar") + 1])
+
+
+def test_every_documented_command_is_one_the_cli_takes():
+    """Each `sameloss ...` line of the README and the docs parses with the CLI's own parser
+    (a renamed flag or a removed choice fails here, not in a newcomer's terminal)."""
+    parser = build_parser()
+    refused = []
+    for cmd in _commands():
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                parser.parse_args(shlex.split(cmd)[1:])
+        except SystemExit as exc:
+            if exc.code:
+                refused.append((cmd, err.getvalue().strip().splitlines()[-1:]))
+    assert refused == []
 
 
 def test_save_grammar_writes_a_grammar_that_reads_back_as_the_same_language(tmp_path, capsys):

@@ -417,6 +417,27 @@ def test_every_kind_is_journal_ready_at_each_width(tmp_path, width):
             pass
 
 
+@pytest.mark.parametrize("width", ["column", "page"])
+def test_a_forest_note_stays_inside_its_panel(width):
+    """A zero-spread row at the middle of a wide, symmetric axis (a smoke study): its note is
+    too wide for either side of the point, so it goes under it, inside the panel, not over the
+    row labels."""
+    rows = [{"c": "AdamW, 20 steps before the decay vs AdamW, decayed at once · late · 3 pairs", "d": 0.0,
+             "d_low": 0.0, "d_high": 0.0, "d_mde": 0.0, "d_n": 3},
+            {"c": "AdamW, 2× wider and one more block vs AdamW · scratch · 3 pairs", "d": 7.4, "d_low": -32.4,
+             "d_high": 47.2, "d_mde": 52.3, "d_n": 3}]
+    with drawing(width=width):
+        fig = forest_plot(rows, "c", [Forest("d", "primary accuracy (points)"), Forest("d", TRACE_FISHER)],
+                          "Paired differences")
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        box = ax.get_window_extent(renderer)
+        notes = [t for t in ax.texts if t.get_gid() == "note"]
+        assert [t.get_text() for t in notes] == ["zero spread: all pairs equal"]
+        ext = notes[0].get_window_extent(renderer)
+        assert box.x0 <= ext.x0 and ext.x1 <= box.x1, (width, ext, box)
+
+
 def test_the_forest_says_why_a_row_has_no_interval_and_draws_the_mde_as_a_band():
     fig = _every_kind()["forest"]()
     ax = fig.axes[0]

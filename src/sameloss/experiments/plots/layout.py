@@ -235,6 +235,7 @@ def finish(fig, blocks: list[tuple[str | None, list[tuple]]]) -> None:
         _tight(fig, rect)
     _place(fig, rows, renderer, width)
     fig.canvas.draw()
+    _fit_notes(fig, renderer)
     # the panels' own texts may reach below the rect (long tick labels): grow to hold them all
     low = min(ax.get_tightbbox(renderer).y0 for ax in fig.axes) / dpi
     bottom = min([low] + [lg.get_window_extent(renderer).y0 / dpi for lg in legends])
@@ -242,6 +243,35 @@ def finish(fig, blocks: list[tuple[str | None, list[tuple]]]) -> None:
         grow = PAD - bottom
         _shift_down(fig, grow)
         fig.canvas.draw()
+
+
+def _fit_notes(fig, renderer) -> None:
+    """A note beside a point (a row with no interval, a missing value) stays inside its panel,
+    measured at the panel's final size: beside the point on a side with room for it, else
+    under the point, centred and held inside the panel (a note as wide as half a narrow panel
+    would otherwise run into the row labels)."""
+    dpi = fig.dpi
+    pad = 4 * dpi / 72
+    for ax in fig.axes:
+        box = ax.get_window_extent(renderer)
+        for note in [t for t in ax.texts if t.get_gid() == "note"]:
+            ext = note.get_window_extent(renderer)
+            if box.x0 <= ext.x0 and ext.x1 <= box.x1:
+                continue
+            at = ax.transData.transform(note.xy)[0]  # notes are placed in data coordinates
+            w = ext.width
+            if at + pad + w <= box.x1:
+                note.set_horizontalalignment("left")
+                note.xyann = (4, 0)
+            elif at - pad - w >= box.x0:
+                note.set_horizontalalignment("right")
+                note.xyann = (-4, 0)
+            else:
+                centre = min(max(at, box.x0 + w / 2), box.x1 - w / 2)
+                note.set_horizontalalignment("center")
+                note.set_verticalalignment("top")
+                note.xyann = ((centre - at) * 72 / dpi, -4)
+    fig.canvas.draw()
 
 
 def _tight(fig, rect) -> None:
