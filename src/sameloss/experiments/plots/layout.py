@@ -271,6 +271,8 @@ def _fit_notes(fig, renderer) -> None:
                 note.set_horizontalalignment("center")
                 note.set_verticalalignment("top")
                 note.xyann = ((centre - at) * 72 / dpi, -4)
+                # under the point it may cross the 0 line or a reference: the line stops at the words
+                note.set_bbox({"facecolor": "white", "edgecolor": "none", "pad": 0.5})
     fig.canvas.draw()
 
 
