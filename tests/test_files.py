@@ -93,6 +93,32 @@ def test_a_reentrant_lock_is_held_until_its_last_holder_ends_in_any_order(tmp_pa
     assert not files.holds_lock(folder) and not path.exists() and not tmp_path.joinpath("a").exists()
 
 
+def _add_ones(path: str, times: int) -> None:
+    for _ in range(times):
+        with files.update_lock(path):
+            value = int(Path(path).read_text())
+            Path(path).write_text(str(value + 1))
+
+
+def test_the_update_lock_serialises_writers_and_leaves_no_lock_file(tmp_path):
+    """Four processes each add 1 fifty times under the lock: none is lost (the lock file is
+    removed by each last holder, and a waiter that locked the removed file starts again),
+    and no ``.<name>.lock`` stays behind (issue 39)."""
+    import multiprocessing
+
+    counter = tmp_path / "measurements.json"
+    counter.write_text("0")
+    ctx = multiprocessing.get_context("fork")
+    workers = [ctx.Process(target=_add_ones, args=(str(counter), 50)) for _ in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+    assert [w.exitcode for w in workers] == [0, 0, 0, 0]
+    assert counter.read_text() == "200"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["measurements.json"]
+
+
 def test_building_renames_into_place_only_at_the_end(tmp_path):
     target = tmp_path / "corpus"
     with files.building(target) as tmp:

@@ -1,21 +1,29 @@
-"""The README's examples run from a fresh clone (issue 20): no path outside the
-repository, and a grammar file is one an earlier example writes."""
+"""The examples of the README and the docs (``docs/``) run from a fresh clone (issue 20): no
+path outside the repository, and a grammar file is one an earlier example writes; the
+README stays a front page (issue 39)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
+import shlex
 from pathlib import Path
 
 import pytest
 
-from sameloss.cli import main
+from sameloss.cli import build_parser, main
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PAGES = [README, ROOT / "docs" / "index.md", ROOT / "docs" / "tour.md",
+         *sorted(p for p in (ROOT / "docs").rglob("*.md") if p.name not in ("index.md", "tour.md"))]
 
 
 def _commands() -> list[str]:
-    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+    text = "\n".join(p.read_text(encoding="utf-8") for p in PAGES)
+    blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
     text = "\n".join(blocks).replace("\\\n", " ")
     return [line.split("#")[0].strip() for line in text.splitlines() if line.strip().startswith("sameloss ")]
 
@@ -31,6 +39,22 @@ def test_readme_examples_stay_inside_the_repository_and_write_what_they_read():
             assert words[words.index("--grammar") + 1] in written, f"{cmd}: its grammar file is not made earlier"
         if "--save-grammar" in words:
             written.add(words[words.index("--save-grammar") + 1])
+
+
+def test_every_documented_command_is_one_the_cli_takes():
+    """Each `sameloss ...` line of the README and the docs parses with the CLI's own parser
+    (a renamed flag or a removed choice fails here, not in a newcomer's terminal)."""
+    parser = build_parser()
+    refused = []
+    for cmd in _commands():
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                parser.parse_args(shlex.split(cmd)[1:])
+        except SystemExit as exc:
+            if exc.code:
+                refused.append((cmd, err.getvalue().strip().splitlines()[-1:]))
+    assert refused == []
 
 
 def test_save_grammar_writes_a_grammar_that_reads_back_as_the_same_language(tmp_path, capsys):
@@ -61,9 +85,9 @@ def test_save_grammar_writes_a_grammar_that_reads_back_as_the_same_language(tmp_
 
 
 def test_the_layout_table_names_every_module():
-    """A newcomer finds every module in the README's Layout section (issue 21 item 5): each
+    """A newcomer finds every module in the docs' Layout page (issue 21 item 5): each
     module's path, or its file name in a row that names its folder."""
-    layout = README.read_text(encoding="utf-8").split("## Layout", 1)[1].split("\n## ", 1)[0]
+    layout = (ROOT / "docs" / "reference" / "layout.md").read_text(encoding="utf-8")
     rows = [line for line in layout.splitlines() if line.startswith("| `")]
     package = Path(__file__).resolve().parents[1] / "src" / "sameloss"
     missing = []
@@ -77,3 +101,12 @@ def test_the_layout_table_names_every_module():
         if not named and rel.name != "__init__.py":
             missing.append(rel.as_posix())
     assert missing == []
+
+
+def test_the_readme_is_a_front_page_whose_links_resolve():
+    """At most 200 lines (what it is, the two commands, the headline result, links: the rest
+    is in docs/), and every link to a file of the repository names one that exists."""
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 200
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    assert links and all((ROOT / link).exists() for link in links if "://" not in link), links

@@ -160,8 +160,13 @@ def to_toml(config) -> str:
     """TOML text of a config. TOML has no null: a ``None`` value is shown as a comment
     line ``# key = None (unset)``, so every key is listed and the text loads back as the
     same config."""
+    return dict_to_toml(dataclasses.asdict(config))
+
+
+def dict_to_toml(data: dict) -> str:
+    """TOML text of a config's nested dict (``to_toml``; a tracker shows it as text)."""
     lines: list[str] = []
-    _emit(dataclasses.asdict(config), [], lines)
+    _emit(data, [], lines)
     return "\n".join(lines).strip() + "\n"
 
 

@@ -491,17 +491,32 @@ def update_lock(path: str | Path):
     """Hold an exclusive lock for a read-modify-write of the file ``path`` by several
     processes (the workers of one experiment adding rows to its ``measurements.json``):
     unlike ``folder_lock``, a second process waits — the holder keeps it for one read and
-    one atomic write. The lock file ``.<name>.lock`` beside ``path`` stays (removing it
-    would race a process that has opened it and waits)."""
-    path = Path(path)
-    try:
-        fd = os.open(update_lock_path(path), os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError as exc:
-        raise write_error(path, exc) from None
-    try:
+    one atomic write. The lock file ``.<name>.lock`` beside ``path`` is removed by its last
+    holder, as ``folder_lock``'s is (issue 39: none is left after a run): a holder unlinks
+    it while still holding it, and a waiter that then gets the lock of the unlinked file
+    sees that the path no longer names it and starts again."""
+    lock = update_lock_path(path)
+    fd = None
+    while fd is None:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise write_error(Path(path), exc) from None
         fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:  # the holder before us removed it after we opened it: again
+            os.close(fd)
+            fd = None
+    try:
         yield
     finally:
+        try:
+            lock.unlink()
+        except OSError:
+            pass
         os.close(fd)
 
 

@@ -161,7 +161,7 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
         < report.index("![Training curves of seed 0](curves.png)")
     forest = read_data(root / "forest.data.csv")
     trace = {(r["comparison"], r["point"]): r for r in diffs if r["family"] == "trace"}
-    labels = [f"{r['comparison']} @ {r['point']} (n={r['n_used']})" for r in primary]
+    labels = [isoloss.forest_label(r, p) for r in primary]  # the forks' own labels, the reference named
     for panel, of in (("0", lambda r: r), ("1", lambda r: trace[(r["comparison"], r["point"])])):
         points = [r for r in forest if r["kind"] == "point" and r["panel"] == panel]
         assert [r["y"] for r in points] == labels  # one row per comparison and fork point, in the table's order
@@ -190,7 +190,7 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
         # every seed's models of one size without adv, demeaned within the seed: they sum to 0
         assert len(pts) == len(p.seeds) * (len(forks) - 2)
         assert abs(sum(float(r["y"]) for r in pts)) < 1e-9 and abs(sum(float(r["x"]) for r in pts)) < 1e-6
-        assert {r["series"] for r in pts} == set(forks) - {"adv", "large"}
+        assert {r["series"] for r in pts} == {f.label for name, f in forks.items() if name not in ("adv", "large")}
         fit = next(r for r in mine if r["kind"] == "fit")  # the within-seed slope, through 0
         assert fit["note"] == f"slope {float(regression[point]['estimate'])!r}, intercept 0.0"
     curves = read_data(root / "curves.data.csv")
@@ -198,9 +198,10 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
     runs_dir = root / "seeds" / f"seed{seed}" / "runs"
     for panel, point in enumerate(("late", "scratch")):
         mine = [r for r in curves if r["panel"] == str(panel)]
-        band = next(r for r in mine if r["kind"] == "band-x")  # the matching window, shaded
-        assert (float(band["x_low"]), float(band["x_high"])) == \
-            (min(p.stretch_start(f) for f in p.forks), max(p.fork_end(f) for f in p.forks))
+        # each fork's own stretch, a strip of its colour (issue 39: not the union of all of them)
+        bands = {r["series"]: (float(r["x_low"]), float(r["x_high"])) for r in mine if r["kind"] == "band-x"}
+        assert bands == {f.label: (p.stretch_start(f), p.fork_end(f)) for f in forks.values()
+                         if any(r["series"] == f.label for r in mine if r["kind"] == "point")}
         # dotted: the lowest and highest KL of the seed's measured checkpoints (every target lies between)
         refs = sorted(float(r["y"]) for r in mine if r["kind"] == "ref-y")
         measured = [float(r["kl"]) for r in rows if r["point"] == point and int(r["seed"]) == seed]
@@ -209,7 +210,7 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
         assert all(refs[0] <= t <= refs[1] for t in targets)
         for name, f in forks.items():  # every fork's evaluated KL, exactly, in its fork point's panel
             run = runs_dir / f"hmm-s{seed}-{'late' if f.base_recipe else point}-{name}"
-            got = [(float(r["x"]), float(r["y"])) for r in mine if r["kind"] == "point" and r["series"] == name]
+            got = [(float(r["x"]), float(r["y"])) for r in mine if r["kind"] == "point" and r["series"] == f.label]
             assert got == [(float(s), ev["kl"]) for s, ev in sorted(eval_history(run).items())], name
         assert any(r["series"] == "base" for r in mine if r["kind"] == "point")
     for name in ("forest.png", "scatter.png", "curves.png"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import functools
+import itertools
 import os
 import re
 import subprocess
@@ -416,6 +417,79 @@ def test_a_killed_study_and_a_killed_worker_are_resumed_and_give_an_uninterrupte
     assert {s for run, s in status.items() if "-s0-" in run} == {"reused"}  # the other worker finished seed 0
     assert {s for run, s in status.items() if "-s1-" in run} <= {"reused", "resumed", "trained"}  # (never started)
     assert re.search(r"[1-9]\d* taken from an earlier call", (root / "report.md").read_text())
+
+
+def test_the_dry_run_prints_the_script_submitit_submits(tmp_path, monkeypatch, capsys):
+    """--dry-run renders the array's job script from submitit's own sbatch writer, without a
+    Slurm installation: exactly the text the real submission hands to sbatch (issue 39),
+    with the account, QoS, constraint, extra options and an explicit --cpus-per-task."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    record = tmp_path / "submitted.sh"
+    (bin_dir / "sbatch").write_text(STAND_IN_SBATCH.format(record=record))
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 1\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    options = LaunchOptions("slurm", workers=2, slurm_partition="gpu", slurm_time=60, slurm_mem="16G",
+                            slurm_account="proj42", slurm_qos="high", slurm_constraint="a100|h100",
+                            slurm_extra=(("mail-type", "END"), ("exclude", "node7")), cpus_per_task=4)
+    launcher = Slurm(tmp_path / "submitit", options, threads=1, job_name="sameloss-isoloss")
+    script = launcher.script(5)  # no sbatch, no srun on the PATH yet
+    for line in ("#SBATCH --account=proj42", "#SBATCH --qos=high", "#SBATCH --constraint='a100|h100'",
+                 "#SBATCH --mail-type=END", "#SBATCH --exclude=node7", "#SBATCH --cpus-per-task=4",
+                 "#SBATCH --array=0-4%2", "#SBATCH --partition=gpu", "#SBATCH --mem=16G", "#SBATCH --time=60",
+                 "export OMP_NUM_THREADS=1"):
+        assert line in script.splitlines(), line
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    launcher.submit([WorkerJob(functools.partial(int, str(i)), threads=1, name=f"seed {i}") for i in range(5)])
+    assert record.read_text() == script  # what submitit really submits
+    # without --cpus-per-task: one CPU per thread, as before
+    assert "#SBATCH --cpus-per-task=3" in Slurm(tmp_path, LaunchOptions("slurm"), 3, "x").script(2).splitlines()
+    # the command line: the script on stdout, exit 0, nothing written
+    out = tmp_path / "out"
+    assert main(["reproduce", "dyck", "--scale", "smoke", "--out", str(out), "--launcher", "slurm", "--dry-run",
+                 "--slurm-account", "proj42", "--slurm-extra", "mail-type=END", "--cpus-per-task", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "#SBATCH --account=proj42" in printed and "#SBATCH --mail-type=END" in printed
+    assert re.search(r"^#SBATCH --array=0-\d+%\d+$", printed, flags=re.M)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--launcher", "local", "--dry-run"], "--dry-run applies to --launcher slurm"),
+    (["--launcher", "slurm", "--dry-run", "--slurm-extra", "time=5"], "sameloss sets --time itself"),
+    (["--launcher", "slurm", "--dry-run", "--slurm-extra", "no-value"], "is not KEY=VALUE"),
+    (["--launcher", "local", "--slurm-qos", "high"], "--slurm-qos applies to --launcher slurm"),
+    (["--launcher", "slurm", "--dry-run", "--threads", "2", "--cpus-per-task", "1"], "fewer than the 2 threads"),
+])
+def test_slurm_flags_that_cannot_apply_are_one_line(tmp_path, capsys, args, says):
+    try:
+        code = main(["reproduce", "dyck", "--scale", "smoke", "--out", str(tmp_path / "o"), *args])
+    except SystemExit as exc:  # a usage error, from argparse
+        code = exc.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and says in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_study_progress_says_the_units_done_and_the_time_left(monkeypatch):
+    """Off a terminal, each finished unit's line says how far the study is and how long the
+    rest should take (a clock stand-in: 60 s per unit); on a terminal, a bar counts them."""
+    from sameloss.experiments import launch
+
+    ticks = itertools.count(0.0, 60.0)  # each reading of the clock: a unit's 60 s later
+    monkeypatch.setattr(launch.time, "monotonic", lambda: next(ticks))
+    progress = launch.StudyProgress(3, terminal=False)
+    lines: list[str] = []
+    jobs = [WorkerJob(functools.partial(int, str(i)), threads=1, name=f"seed {i}") for i in range(3)]
+    assert [o.value for o in launch.InProcess().run(jobs, lines.append, progress.finished)] == [0, 1, 2]
+    assert [re.sub(r"done in \d+ s", "done in N s", line) for line in lines] == [
+        "[1/3] seed 0: done in N s; study 1/3 units, 60 s elapsed, about 2 min left",
+        "[2/3] seed 1: done in N s; study 2/3 units, 2 min elapsed, about 60 s left",
+        "[3/3] seed 2: done in N s; study 3/3 units, 3 min elapsed"]
+    bar = launch.StudyProgress(2, terminal=True)
+    assert bar.finished() == "" and bar.bar.n == 1  # the bar shows it instead (tqdm: elapsed, time left)
+    bar.close()
 
 
 # ---- preemption --------------------------------------------------------------------------

@@ -11,13 +11,14 @@ import math
 
 import numpy as np
 import pytest
-from helpers.figures import check_artists, check_data, check_figure, drawn_points, legend_texts
+from helpers.figures import (check_artists, check_data, check_figure, check_journal_files, drawn_points,
+                             legend_texts)
 
 from sameloss.errors import UserError
 from sameloss.experiments.plots import (
-    DPI, TAG, TRACE_FISHER, XY, Band, Fit, Forest, Panel, Ref, curves_plot, dots_plot, error_labels, forest_plot,
-    is_sameloss_data, is_sameloss_figure, log_limits, majority_ref, parse_formats, save_figure, scatter_plot,
-    series_plot)
+    DPI, TAG, TRACE_FISHER, WIDTHS, XY, Band, Fit, Forest, Panel, Ref, curves_plot, dots_plot, drawing, error_labels,
+    forest_plot, interval_text, is_sameloss_data, is_sameloss_figure, log_limits, majority_ref, parse_formats,
+    save_figure, scatter_plot, series_plot)
 from sameloss.experiments.report import Figure
 
 
@@ -244,7 +245,8 @@ def test_forest_figure_marks_zero_and_the_mde(tmp_path):
     assert any(line.get_gid() == "mde" for line in ax.get_lines())
     assert [r["x"] for r in data if r["kind"] == "ref-x"] == ["0.0"]
     texts = legend_texts(fig)
-    assert "± MDE (80 % power)" in texts and "paired difference: 95 % t interval over 22 seeds" in texts
+    assert "± MDE: the smallest effect detected with 80 % power" in texts
+    assert "paired difference: 95 % t interval over 22 seeds" in texts
 
 
 def test_forest_panel_draws_its_own_reference_lines(tmp_path):
@@ -254,7 +256,7 @@ def test_forest_panel_draws_its_own_reference_lines(tmp_path):
     _, data = _saved(fig, tmp_path)
     refs = sorted((r["panel"], float(r["x"])) for r in data if r["kind"] == "ref-x")
     assert refs == [("0", -0.35), ("0", 0.0), ("0", 0.35), ("1", 0.0)]  # vertical, in its panel only
-    assert "±δ (equivalence margin)" in legend_texts(fig)
+    assert "±δ (equivalence margin) (panel a)" in legend_texts(fig)  # drawn in panel (a) only: it says so
 
 
 # ---- training curves ----------------------------------------------------------------------------
@@ -281,7 +283,8 @@ def test_curves_figure_keeps_the_rules(tmp_path):
     assert [(r["kind"], float(r["y"])) for r in data if r["panel"] == "0" and r["kind"].startswith("ref")] == \
         [("ref-y", 1.15)]
     texts = legend_texts(fig)
-    assert {"pcfg-adamw", "pcfg-sgd", "corpus-adamw", "optimum: entropy 1.1500 nats"} <= set(texts)
+    # the optimum says which panel it is drawn in (issue 39: it sat under another panel)
+    assert {"pcfg-adamw", "pcfg-sgd", "corpus-adamw", "optimum: entropy 1.1500 nats (panel a)"} <= set(texts)
     assert "exact KL to the true conditionals: ± std over 5 held-out subsets" in texts
     # the KL panel holds the exact runs' evaluations, the held-out panel the corpus run's
     assert drawn_points(kl) == sorted((100.0 * (i + 1), v) for v_list in ([0.5, 0.2, 0.1], [0.9, 0.6, 0.4])
@@ -363,3 +366,134 @@ def test_the_curvature_options_quantities_are_named_and_bounded():
     assert describe_error("trace_hutchpp", errors) == "± SE of Hutch++ (30 Hessian products)"
     assert describe_error("trace_hutchpp_layer0", errors) == "± SE of Hutch++ (30 Hessian products)"
     assert quantity("trace_fisher_layer0").lo == 0.0 and quantity("trace_hutchpp").lo == -math.inf
+
+
+# ---- journal-grade files (issue 39) ----------------------------------------------------------------
+def _every_kind() -> dict:
+    models = _models()
+    rows = _algorithms()
+    forest = [{"c": "−dropout−WD vs AdamW · late · 16 pairs", "d": -0.2, "d_low": -0.38, "d_high": -0.01,
+               "d_mde": 0.26, "d_n": 16},
+              {"c": "SAM ρ 0.05 vs −dropout−WD on SAM's update half-batch · scratch · 16 pairs", "d": 0.0,
+               "d_low": 0.0, "d_high": 0.0, "d_mde": 0.3, "d_n": 16}]
+    return {
+        "series": lambda: series_plot(STEPS, "step", STEPS_PANELS, "pcfg (micro): past convergence",
+                                      errors=error_labels()),
+        "scatter": lambda: scatter_plot(
+            models, [XY("kl", "exact KL (nats; loss = 3.196 + KL)", "probe_B", "probe accuracy, task B"),
+                     XY("trace_fisher", TRACE_FISHER, "probe_B", "probe accuracy, task B", fit="ols")],
+            "every model", marker_by=lambda r: RECIPE[r["group"]], join_by=lambda r: r["run"], errors=error_labels()),
+        "dots": lambda: dots_plot(rows, "algorithm", [Panel("kl", "exact KL to the true conditionals (nats)"),
+                                                      Panel("trace_fisher", TRACE_FISHER),
+                                                      Panel("probe_B", "probe accuracy, task B",
+                                                            refs=majority_ref(rows, "B"))],
+                                  "algorithms", errors=error_labels(), missing={"trace_fisher": "no parameters"}),
+        "forest": lambda: forest_plot(forest, "c", [Forest("d", "primary accuracy, recipe − reference (points)",
+                                                           "95 % t interval over 16 seeds"),
+                                                    Forest("d", TRACE_FISHER + ", recipe − reference")],
+                                      "Paired differences at one KL, recipe − reference"),
+        "curves": lambda: curves_plot({"pcfg-adamw": _records([0.5, 0.2, 0.1]), "pcfg-sgd": _records([0.9, 0.6, 0.4])},
+                                      "training curves", subsets={"pcfg-adamw": 5, "pcfg-sgd": 5}),
+    }
+
+
+@pytest.mark.parametrize("width", ["column", "page"])
+def test_every_kind_is_journal_ready_at_each_width(tmp_path, width):
+    """Every kind, at a paper's column and text width: the PDF embeds TrueType fonts only and is
+    exactly that wide, the SVG's words are <text> elements, no text is under 7 pt or outside
+    the figure (check_figure), the PNG is the width at 200 dpi, and the caveat is on it."""
+    from PIL import Image
+
+    for kind, draw in _every_kind().items():
+        with drawing(width=width, caveat="smoke scale: the numbers mean nothing"):
+            fig = draw()
+        saved = save_figure(fig, tmp_path, kind, ("pdf", "svg", "png"))
+        check_figure(fig, tmp_path / saved.data)
+        check_journal_files(tmp_path, kind, WIDTHS[width], must_say=("Caveat: smoke scale",))
+        with Image.open(tmp_path / f"{kind}.png") as im:
+            assert abs(im.size[0] - WIDTHS[width] * DPI) <= 1, (kind, im.size)
+    with pytest.raises(ValueError, match="unknown figure width"):
+        with drawing(width="a4"):
+            pass
+
+
+@pytest.mark.parametrize("width", ["column", "page"])
+def test_a_forest_note_stays_inside_its_panel(width):
+    """A zero-spread row at the middle of a wide, symmetric axis (a smoke study): its note is
+    too wide for either side of the point, so it goes under it, inside the panel, not over the
+    row labels."""
+    rows = [{"c": "AdamW, 20 steps before the decay vs AdamW, decayed at once · late · 3 pairs", "d": 0.0,
+             "d_low": 0.0, "d_high": 0.0, "d_mde": 0.0, "d_n": 3},
+            {"c": "AdamW, 2× wider and one more block vs AdamW · scratch · 3 pairs", "d": 7.4, "d_low": -32.4,
+             "d_high": 47.2, "d_mde": 52.3, "d_n": 3}]
+    with drawing(width=width):
+        fig = forest_plot(rows, "c", [Forest("d", "primary accuracy (points)"), Forest("d", TRACE_FISHER)],
+                          "Paired differences")
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        box = ax.get_window_extent(renderer)
+        notes = [t for t in ax.texts if t.get_gid() == "note"]
+        assert [t.get_text() for t in notes] == ["zero spread: all pairs equal"]
+        ext = notes[0].get_window_extent(renderer)
+        assert box.x0 <= ext.x0 and ext.x1 <= box.x1, (width, ext, box)
+
+
+def test_the_forest_says_why_a_row_has_no_interval_and_draws_the_mde_as_a_band():
+    fig = _every_kind()["forest"]()
+    ax = fig.axes[0]
+    notes = [t.get_text() for t in ax.texts if t.get_gid() == "note"]
+    assert notes == ["zero spread: all pairs equal"]
+    bands = [line for line in ax.get_lines() if line.get_gid() == "mde"]
+    assert bands and all(line.get_linewidth() >= 4 and line.get_marker() in ("None", None, "") for line in bands)
+    # no tick that reads as a bar's cap: only the error bars themselves end in caps
+    assert not any(line.get_marker() == "|" for line in ax.get_lines() if line.get_gid() in ("point", "mde"))
+    # the row names are the labels given, broken to fit the left third of the figure
+    assert " ".join(ax.get_yticklabels()[1].get_text().split()) == \
+        "SAM ρ 0.05 vs −dropout−WD on SAM's update half-batch · scratch · 16 pairs"
+
+
+def test_coincident_scatter_points_are_set_side_by_side():
+    rows = [{"trace_fisher": 1.0, "probe_B": 0.5, "r": "a"}, {"trace_fisher": 1.0, "probe_B": 0.5, "r": "b"},
+            {"trace_fisher": 2.0, "probe_B": 0.6, "r": "a"}]
+    fig = scatter_plot(rows, [XY("trace_fisher", TRACE_FISHER, "probe_B", "probe accuracy")], "t", colour_by=None,
+                       marker_by=lambda r: r["r"])
+    offsets = sorted(line.get_transform().transform((1.0, 50.0))[0] for line in fig.axes[0].get_lines()
+                     if line.get_gid() == "point" and 1.0 in line.get_xdata())
+    assert len(offsets) == 2 and offsets[1] - offsets[0] > 3  # pixels apart, not one on the other
+    assert "points at one place are set side by side (the data file keeps their values)" in legend_texts(fig)
+
+
+def test_interval_ends_are_rounded_to_the_interval_s_precision():
+    assert interval_text(-0.442, -1.5, -3.69e-29) == "−0.4 [−1.5, 0.0]"  # no rounding noise
+    assert interval_text(0.0266, -7.45e-30, 0.0775) == "0.027 [0.000, 0.077]"
+    assert interval_text(0.33, 0.02, 0.64) == "0.33 [0.02, 0.64]"
+
+
+def test_legend_glyphs_are_drawn_as_the_panels_draw():
+    """Horizontal bars (a dots plot) get a horizontal glyph, the cut mark the triangle drawn."""
+    from sameloss.experiments.plots import layout  # noqa: F401
+
+    fig = _every_kind()["dots"]()
+    legend = fig.legends[-1]
+    glyphs = {text.get_text().split(":")[0]: handle for text, handle in zip(legend.get_texts(), legend.legend_handles)}
+    assert glyphs["probe accuracy, task B"].get_marker() == "_"
+    (cut,) = [h for t, h in glyphs.items() if t.startswith("bar cut")]
+    drawn = {line.get_marker() for ax in fig.axes for line in ax.get_lines() if line.get_gid() == "cut"}
+    assert cut.get_marker() in drawn
+
+
+def test_a_rerun_removes_the_figures_it_wrote_in_formats_no_longer_asked_for(tmp_path):
+    from sameloss.experiments.core import Study
+    from sameloss.experiments.folder import listed_outputs
+
+    with Study(tmp_path / "exp", progress=False, figure_formats=("pdf", "svg")) as study:
+        study.figure(series_plot(STEPS, "step", STEPS_PANELS, "t"), "steps-x", shows="s", sample="n", claim="c")
+    (tmp_path / "exp" / "notes.pdf").write_bytes(b"%PDF a user's")
+    assert {"steps-x.pdf", "steps-x.svg"} <= listed_outputs(tmp_path / "exp")
+    with Study(tmp_path / "exp", progress=False, figure_formats=("png",)) as study:
+        study.figure(series_plot(STEPS, "step", STEPS_PANELS, "t"), "steps-x", shows="s", sample="n", claim="c")
+    names = {p.name for p in (tmp_path / "exp").iterdir()}
+    assert "steps-x.png" in names and not {"steps-x.pdf", "steps-x.svg"} & names
+    assert "notes.pdf" in names  # a user's file stays
+    listed = listed_outputs(tmp_path / "exp")
+    assert "steps-x.png" in listed and not {"steps-x.pdf", "steps-x.svg"} & listed

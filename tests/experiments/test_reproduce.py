@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.figures import check_report_figures, read_data
+from helpers.figures import check_journal_files, check_report_figures, read_data
 
 from sameloss.errors import UserError
 from sameloss.experiments import reproduce
@@ -245,3 +245,42 @@ def test_the_cli_lists_every_recipe_and_scale():
     assert "quick" in registry.recipe("isoloss").PRESETS
     # --preset, the old name of --scale, still works (.ci/run and earlier commands use it)
     assert parser.parse_args(["reproduce", "sizes", "--preset", "smoke"]).scale == "smoke"
+
+
+def test_a_smoke_study_is_journal_ready_and_ends_with_its_answer(tmp_path, capsys):
+    """dyck at the smoke scale as PDF and SVG at a column's width: every PDF it writes embeds
+    TrueType fonts only and is 3.25 in wide, every SVG holds its words as <text> with the
+    smoke caveat among them; the study prints its answer (its claims) at the end, leaves no
+    lock file; a re-run as PNG removes the PDFs and SVGs it wrote (issue 39)."""
+    run_cli(["dyck", "--scale", "smoke", "--out", str(tmp_path), "--no-progress", "--format", "pdf,svg",
+             "--figure-width", "column"])
+    root = tmp_path / "dyck-smoke"
+    out = capsys.readouterr().out
+    assert "== Claims of the paper, checked ==" in out and "Direction:" in out
+    stems = sorted(p.stem for p in root.glob("*.pdf"))
+    assert stems and sorted(p.stem for p in root.glob("*.svg")) == stems
+    for stem in stems:
+        check_journal_files(root, stem, 3.25, must_say=("Caveat: smoke scale",))
+    assert not list(tmp_path.rglob("*.lock"))  # no lock file left after a successful run
+    (root / "notes.svg").write_text("<svg xmlns='http://www.w3.org/2000/svg'/>")  # a user's
+    run_cli(["dyck", "--scale", "smoke", "--out", str(tmp_path), "--no-progress"])
+    assert not list(root.glob("dyck-*.pdf")) and not list(root.glob("dyck-*.svg"))
+    assert sorted(p.stem for p in root.glob("*.png")) == stems and (root / "notes.svg").exists()
+    assert not list(tmp_path.rglob("*.lock"))
+
+
+def test_the_terminal_answer_is_the_verdict_table_or_no_verdict():
+    from sameloss.experiments.report import Claim, Column, Section, Table, terminal_summary
+
+    lead = Section("Verdicts", lead=True)
+    lead.tables.append(Table("Verdicts: primary accuracy", [Column("accuracy [95%]", "mean", ci=("lo", "hi"), fmt=".2f"),
+                                                            Column("hidden", "x"), Column("verdict", "v", text=True)],
+                             [{"test": "noreg @ late", "mean": 0.13, "lo": -0.01, "hi": 0.28, "x": 1, "v": "detected"}],
+                             key="test", key_header="comparison", terminal=("accuracy [95%]", "verdict")))
+    text = terminal_summary([lead, Section("Runs")])
+    assert text.splitlines()[:2] == ["== Verdicts ==", ""]
+    assert "noreg @ late  0.13 [-0.01, 0.28]  detected" in text and "hidden" not in text
+    stopped = Section("Verdicts", lead=True, text=["**No verdict: no headroom** (2 of 3 seeds' bases failed)."])
+    assert terminal_summary([stopped]).endswith("No verdict: no headroom (2 of 3 seeds' bases failed).")
+    claims = Section("Algorithms", claims=[Claim("SAM is flatter (Table 2)", "−1.2 [−2, −0.4].", "agrees")])
+    assert "Direction: agrees." in terminal_summary([claims])

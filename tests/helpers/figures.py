@@ -9,7 +9,9 @@ figure plots: its saved numbers (``<stem>.data.csv``) and its matplotlib artists
   and a bar cut at its range ends in a triangle that the legend explains;
 * the saved numbers are the drawn ones (the points of each panel, its limits, its scales);
 * the axis labels of side-by-side panels do not overlap, and no y label is taller than its
-  panel.
+  panel;
+* journal-ready (issue 39): every text drawn is at least ``MIN_FONT`` points and lies
+  inside the figure (which is saved at exactly its width: nothing is cut).
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ from __future__ import annotations
 import csv
 import math
 import re
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.container import BarContainer
 from matplotlib.patches import Rectangle
 
-from sameloss.experiments.plots import DATA_COLUMNS, quantity
+from sameloss.experiments.plots import DATA_COLUMNS, MIN_FONT, quantity
 
 KINDS = {"axes", "point", "ref-x", "ref-y", "fit", "text", "offaxis", "mde", "band-x", "band-y"}
 NUMERIC_SCALES = {"linear", "log"}
@@ -98,8 +101,9 @@ def _stem(label: str) -> str:
 
 
 def legend_texts(fig) -> list[str]:
+    """The legends' entries, each on one line (a long one is broken into lines to fit the width)."""
     legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
-    return [t.get_text() for legend in legends for t in legend.get_texts()]
+    return [" ".join(t.get_text().split()) for legend in legends for t in legend.get_texts()]
 
 
 def _bar_directions(ax) -> set[str]:
@@ -123,9 +127,15 @@ def check_artists(fig) -> None:
     canvas = fig.canvas if hasattr(fig.canvas, "get_renderer") else FigureCanvasAgg(fig)  # a saved figure is closed
     canvas.draw()
     renderer = canvas.get_renderer()
-    boxes = [ax.xaxis.label.get_window_extent(renderer) for ax in fig.axes if ax.get_xlabel()]
-    for a, b in zip(boxes, boxes[1:]):  # legible: side-by-side panels' axis labels do not overlap
-        assert a.x1 <= b.x0, "axis labels of neighbouring panels overlap"
+    rows: dict[float, list] = {}  # panels side by side: one row of the figure's grid
+    for ax in fig.axes:
+        rows.setdefault(round(ax.get_position().y1, 3), []).append(ax)
+    for row in rows.values():
+        row.sort(key=lambda ax: ax.get_position().x0)
+        boxes = [ax.xaxis.label.get_window_extent(renderer) for ax in row if ax.get_xlabel()]
+        for a, b in zip(boxes, boxes[1:]):  # legible: side-by-side panels' axis labels do not overlap
+            assert a.x1 <= b.x0, "axis labels of neighbouring panels overlap"
+    check_texts(fig, renderer)
     for ax in fig.axes:  # nor does a y label run past its panel (into the title)
         if ax.get_ylabel():
             assert ax.yaxis.label.get_window_extent(renderer).height <= ax.get_window_extent(renderer).height, \
@@ -140,6 +150,40 @@ def check_artists(fig) -> None:
                 f"error bars of {label!r} not labelled in the legend: {texts}"
         if any(line.get_gid() == "cut" for line in ax.get_lines()):
             assert "bar cut at the end of the quantity's range" in texts
+
+
+def drawn_texts(fig) -> list:
+    """Every text the figure draws: its own texts (title, caveat), legends, and per panel
+    the title, axis labels, tick labels of ticks in view and annotations."""
+    out = list(fig.texts)
+    for legend in fig.legends:
+        out += [*legend.get_texts(), legend.get_title()]
+    for ax in fig.axes:
+        out += [ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label, *ax.texts]
+        for axis, (lo, hi) in ((ax.xaxis, sorted(ax.get_xlim())), (ax.yaxis, sorted(ax.get_ylim()))):
+            out += [t.label1 for t in axis.get_major_ticks() if lo <= t.get_loc() <= hi]
+    return [t for t in out if t.get_visible() and t.get_text().strip()]
+
+
+def check_texts(fig, renderer) -> None:
+    """No text under ``MIN_FONT`` points, none outside the figure (measured as it is saved:
+    the package's style, unhinted text)."""
+    import matplotlib.pyplot as plt
+
+    from sameloss.experiments.plots.style import STYLE
+
+    width, height = fig.bbox.width, fig.bbox.height
+    with plt.rc_context(STYLE):
+        fig.canvas.draw()
+        _inside(fig, renderer, width, height)
+
+
+def _inside(fig, renderer, width, height) -> None:
+    for t in drawn_texts(fig):
+        assert t.get_fontsize() >= MIN_FONT - 1e-9, f"{t.get_text()!r} at {t.get_fontsize()} pt"
+        box = t.get_window_extent(renderer)
+        assert box.x0 >= -1 and box.y0 >= -1 and box.x1 <= width + 1 and box.y1 <= height + 1, \
+            f"{t.get_text()!r} runs outside the figure: {box} in {width} x {height}"
 
 
 def drawn_points(ax) -> list[tuple[float, float]]:
@@ -190,3 +234,45 @@ def check_report_figures(root: Path) -> int:
         assert ("Error bars: " in caption) == has_bars, caption
         assert "Tests: " in caption
     return len(found)
+
+
+# ---- the files a journal gets (issue 39) ----------------------------------------------------------
+JOURNAL_FONTS = {"Type0", "CIDFontType2", "TrueType"}  # TrueType outlines (``pdf.fonttype`` 42); never Type3
+
+
+def pdf_fonts(path: str | Path) -> set[str]:
+    """The subtypes of every font a PDF embeds (its font dictionaries are not compressed)."""
+    return {m.decode() for m in re.findall(rb"/Type\s*/Font\s*/Subtype\s*/(\w+)", Path(path).read_bytes())}
+
+
+def pdf_width(path: str | Path) -> float:
+    """The width of a one-page PDF, in inches (its MediaBox)."""
+    box = re.search(rb"/MediaBox\s*\[([^\]]*)\]", Path(path).read_bytes()).group(1).split()
+    return (float(box[2]) - float(box[0])) / 72
+
+
+def svg_texts(path: str | Path) -> list[str]:
+    """The text of every ``<text>`` element of an SVG (real text, not glyph outlines)."""
+    root = ET.parse(path).getroot()
+    return [" ".join("".join(t.itertext()).split()) for t in root.iter("{http://www.w3.org/2000/svg}text")]
+
+
+def check_journal_files(folder: Path, stem: str, width: float, must_say: tuple[str, ...] = ()) -> None:
+    """``<stem>.pdf`` embeds only TrueType fonts and is ``width`` inches wide; ``<stem>.svg``
+    holds its words as ``<text>`` elements, among them each of ``must_say``, and no glyph
+    outlines."""
+    fonts = pdf_fonts(folder / f"{stem}.pdf")
+    assert fonts and fonts <= JOURNAL_FONTS, f"{stem}.pdf embeds {fonts}"
+    assert pdf_width(folder / f"{stem}.pdf") == pytest_approx(width)
+    texts = svg_texts(folder / f"{stem}.svg")
+    assert len(texts) >= 5, texts
+    joined = " ".join(texts)
+    for words in must_say:
+        assert words in joined, (words, joined[:300])
+    assert b"<path id=\"DejaVuSans" not in (folder / f"{stem}.svg").read_bytes()  # no text drawn as outlines
+
+
+def pytest_approx(value: float):
+    import pytest
+
+    return pytest.approx(value, abs=0.01)

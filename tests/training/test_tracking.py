@@ -1,13 +1,17 @@
 """Trackers (``training/tracking.py``): TensorBoard's event files, read back with its own
 ``EventAccumulator``, hold exactly what ``metrics.jsonl`` holds (train loss, lr, gradient norm,
-steps/s, exact KL, log-KL, entropy), also across a resume; tracking never changes the
-trajectory; W&B runs offline, one W&B run per sameloss run (a stand-in module records the
-calls: wandb is optional); the gradient norm is the update's."""
+steps/s, exact KL, log-KL, entropy), also across a resume, and the resolved config as text
+and hparams; tracking never changes the trajectory; W&B runs offline, one W&B run per
+sameloss run (a stand-in module records the calls; and the real package offline, its
+transaction log read back), every row against its own step metric, grouped by experiment;
+a reused run gets its metrics in a tracker that lacks them (issue 39); the gradient norm is
+the update's."""
 
 from __future__ import annotations
 
 import importlib.machinery
 import json
+import struct
 import sys
 import types
 
@@ -19,7 +23,7 @@ from sameloss import config as configlib
 from sameloss.errors import UserError
 from sameloss.training import PretrainConfig, load_checkpoint, pretrain
 from sameloss.training.checkpoint import complete_checkpoints
-from sameloss.training.tracking import check_tracker, wandb_id
+from sameloss.training.tracking import check_tracker, log_measured, wandb_id
 
 
 def small_config(**overrides) -> PretrainConfig:
@@ -135,8 +139,12 @@ class _FakeRun:
     def __init__(self, calls):
         self.calls = calls
 
-    def log(self, scalars, step):
-        self.calls.append(("log", step, dict(scalars)))
+    def define_metric(self, name, step_metric=None):
+        self.calls.append(("define_metric", name, step_metric))
+
+    def log(self, scalars, step=None):
+        assert step is None, "W&B's own step drops any row below its last: every row has a step metric instead"
+        self.calls.append(("log", dict(scalars)))
 
     def finish(self):
         self.calls.append(("finish",))
@@ -155,11 +163,16 @@ def test_wandb_runs_offline_one_run_per_sameloss_run(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", fake)
     monkeypatch.delenv("WANDB_MODE", raising=False)
     pretrain(small_config(), tmp_path / "r", progress=False, tracker="wandb")
-    (kind, kwargs), *logs, last = calls
+    (kind, kwargs), *rest, last = calls
     assert kind == "init" and last == ("finish",)
     assert kwargs["mode"] == "offline" and kwargs["name"] == "r" and kwargs["id"] == wandb_id(tmp_path / "r")
     assert kwargs["dir"] == str(tmp_path / "r") and kwargs["config"]["optim"]["lr"] == 0.001
-    logged = {step: scalars for _, step, scalars in logs}
+    assert kwargs["group"] is None  # a run of its own: no experiment to group it under
+    defined = {c[1]: c[2] for c in rest if c[0] == "define_metric"}
+    assert defined == {"step": None, "train/*": "step", "eval/*": "step", "measure/step": None,
+                       "measure/*": "measure/step"}
+    logs = [c[1] for c in rest if c[0] == "log"]
+    logged = {scalars["step"]: scalars for scalars in logs}
     for r in records(tmp_path / "r"):
         assert logged[r["step"]]["train/loss"] == r["train_loss"]
         if r.get("eval"):
@@ -177,3 +190,111 @@ def test_a_missing_tracker_package_is_one_line_before_anything_is_written(tmp_pa
     assert not (tmp_path / "r").exists()
     with pytest.raises(UserError, match="unknown tracker 'mlflow'"):
         check_tracker("mlflow")
+
+
+# ---- the config, W&B offline for real, reused runs (issue 39) ------------------------------------
+def test_tensorboard_keeps_the_resolved_config_as_text_and_hparams(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import TENSORS
+    from tensorboard.plugins.hparams import plugin_data_pb2
+    from tensorboard.util import tensor_util
+
+    pretrain(small_config(**{"optim.lr": 0.002}), tmp_path / "r", progress=False, tracker="tensorboard")
+    acc = EventAccumulator(str(tmp_path / "r" / "tb"), size_guidance={SCALARS: 0, TENSORS: 0})
+    acc.Reload()
+    (text,) = acc.Tensors("config/text_summary")
+    toml = tensor_util.make_ndarray(text.tensor_proto).item().decode()
+    assert "steps = 12" in toml and "lr = 0.002" in toml and toml.startswith("```toml")
+    plugin = {k: plugin_data_pb2.HParamsPluginData.FromString(v) for k, v in acc.PluginTagToContent("hparams").items()}
+    start = plugin["_hparams_/session_start_info"].session_start_info.hparams
+    assert start["steps"].number_value == 12 and start["optim.lr"].number_value == pytest.approx(0.002)
+    assert start["language.name"].string_value == "pcfg"
+    declared = {m.name.tag for m in plugin["_hparams_/experiment"].experiment.metric_infos}
+    assert {"eval/kl", "train/loss"} <= declared
+    assert_mirrors(tmp_path / "r")  # and the scalars as before
+
+
+def wandb_records(run_dir) -> list:
+    """Every record of a run's offline W&B transaction logs (``wandb/offline-run-*/*.wandb``:
+    LevelDB's log format, 32 KiB blocks of records each with a 7-byte header; wandb no longer
+    ships a reader in Python)."""
+    from wandb.proto import wandb_internal_pb2
+
+    out = []
+    for path in sorted(run_dir.glob("wandb/offline-run-*/run-*.wandb")):
+        data, off, parts = path.read_bytes(), 7, b""
+        assert data[:4] == b":W&B"
+        while off + 7 <= len(data):
+            left = 32768 - off % 32768
+            if left < 7:  # a block's tail too short for a header: padding
+                off += left
+                continue
+            _, n, kind = struct.unpack("<IHB", data[off:off + 7])
+            chunk, off = data[off + 7:off + 7 + n], off + 7 + n
+            if kind == 0:  # the rest of the block is padding
+                off += left - 7 - n
+                continue
+            parts = chunk if kind in (1, 2) else parts + chunk
+            if kind in (1, 4):  # a full record, or the last part of one
+                record = wandb_internal_pb2.Record()
+                record.ParseFromString(parts)
+                out.append(record)
+    return out
+
+
+def test_wandb_offline_keeps_measured_rows_behind_later_steps(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    experiment = tmp_path / "isoloss-smoke"
+    (experiment / "runs").mkdir(parents=True)
+    (experiment / ".sameloss-experiment").write_text("sameloss experiment folder\n")
+    run = experiment / "runs" / "r"
+    pretrain(small_config(), run, progress=False, tracker="wandb")
+    # a checkpoint's measured row arrives after training logged step 12: it must not be dropped
+    log_measured("wandb", run, "r", {"step": 4, "trace_fisher": 12.5, "probe_B": 0.5, "parameters": 900})
+    logged = wandb_records(run)
+    runs = [r.run for r in logged if r.WhichOneof("record_type") == "run"]
+    assert runs and all(r.run_group == "isoloss-smoke" and r.run_id == wandb_id(run) for r in runs)
+    config = {u.key: json.loads(u.value_json) for u in runs[0].config.update}
+    assert config["optim"]["lr"] == 0.001 and config["steps"] == 12
+    metrics = {(r.metric.name or r.metric.glob_name): r.metric.step_metric for r in logged
+               if r.WhichOneof("record_type") == "metric"}
+    assert metrics["train/*"] == "step" and metrics["measure/*"] == "measure/step"
+    rows = [{i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item} for r in logged
+            if r.WhichOneof("record_type") == "history"]
+    measured = [row for row in rows if "measure/step" in row]
+    assert measured == [pytest.approx({**measured[0], "measure/step": 4, "measure/trace_fisher": 12.5,
+                                       "measure/probe_B": 0.5})]
+    assert "measure/parameters" not in measured[0]
+    trained = {row["step"]: row for row in rows if "train/loss" in row}
+    assert {r["step"]: r["train_loss"] for r in records_of(run)} == \
+        {s: pytest.approx(row["train/loss"]) for s, row in trained.items()}
+
+
+def records_of(run_dir) -> list[dict]:
+    """The records of metrics.jsonl that hold a train loss."""
+    return [r for r in records(run_dir) if "train_loss" in r]
+
+
+def test_a_reused_run_gets_its_metrics_in_a_tracker_that_lacks_them(tmp_path):
+    from sameloss.experiments.core import RunSpec, Study
+
+    spec = RunSpec("r", (("steps", 12), ("batch_size", 32), ("model.size", "micro"), ("eval.every", 6),
+                         ("eval.n_sentences", 64), ("save_every", 4), ("log_every", 3), ("optim.warmup_steps", 3),
+                         ("device", "cpu"), ("language.name", "hmm"), ("language.size", "micro")))
+    with Study(tmp_path / "s", progress=False, device="cpu") as study:  # trained without a tracker
+        run = study.train(spec).path
+    assert not (run / "tb").exists()
+    lines = []
+    with Study(tmp_path / "s", progress=False, device="cpu", tracker="tensorboard", log=lines.append) as study:
+        assert study.train(spec).status == "reused"
+    assert_mirrors(run)  # its whole metrics.jsonl, now in TensorBoard
+    acc = EventAccumulator(str(run / "tb"))
+    acc.Reload()
+    assert "config/text_summary" in acc.Tags()["tensors"]
+    assert not any("already hold" in line for line in lines)
+    with Study(tmp_path / "s", progress=False, device="cpu", tracker="tensorboard", log=lines.append) as study:
+        study.train(spec)  # reused again: its events are there, and one line says so
+    assert_mirrors(run)  # not written twice (a step logged twice fails events())
+    (said,) = [line for line in lines if "already hold" in line]
+    assert said.startswith("--tracker tensorboard: reused runs (e.g. r) already hold their metrics") and "\n" not in said

@@ -42,8 +42,8 @@ from ..errors import UserError
 
 SCALE_NAMES = ("smoke", "tiny", "small", "paper")
 # ``sameloss reproduce`` with no experiment: the powered iso-loss study at the ``quick``
-# scale (its tiny design with fewer seeds; a scale of that recipe only, ≤ 20 min on a
-# 2-core CPU); a named experiment without ``--scale`` runs at ``tiny``
+# scale (its tiny design with fewer seeds; a scale of that recipe only, runtime in its
+# docstring); a named experiment without ``--scale`` runs at ``tiny``
 DEFAULT_EXPERIMENT = "isoloss"
 MAIN_SCALE = "quick"
 DEFAULT_SCALE = "tiny"
@@ -67,14 +67,16 @@ def reproduce(experiment: str | None = None, scale: str | None = None, out: str 
               seed: int = 0, fresh: bool = False, progress: bool = True, device: str | None = None,
               command: str | None = None, launch=None, seeds: list[int] | None = None,
               tracker: str = "none", formats: tuple[str, ...] = ("png",), languages: list[str] | None = None,
-              budget: float | None = None, even: bool = False) -> Path:
+              figure_width: str = "page", budget: float | None = None, even: bool = False) -> Path:
     """Run one recipe at one scale (``main_job``: the defaults); returns the path of
     ``report.md``. ``launch``: a ``launch.LaunchOptions`` (default: every unit in this
     process); ``seeds``: run only these seeds' units and write no report (returns the
     experiment folder); ``tracker``: ``none``, ``tensorboard`` or ``wandb`` (``training.tracking``);
     ``formats``: of the figures (png, pdf, svg; the report embeds the first); ``languages``:
     ``--language`` specs (a recipe with ``with_languages``: isoloss), each choice of languages
-    its own experiment folder (``<experiment>-<scale>-<tags>``); ``budget``: the minutes the
+    its own experiment folder (``<experiment>-<scale>-<tags>``); ``figure_width``: ``column``
+    or ``page`` (``plots.style``), a smoke run's figures each saying that its numbers mean
+    nothing; ``budget``: the minutes the
     study may take (``--budget``: a recipe with ``with_budget``, isoloss), which it forecasts
     before it trains and spends on the comparisons still short; ``even``: every seed runs
     every fork (``--even``: ``with_even``, the design before the adaptive one)."""
@@ -95,6 +97,8 @@ def reproduce(experiment: str | None = None, scale: str | None = None, out: str 
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is not a folder; pass the folder to write experiments in")
     root = out / (experiment_dir_name(experiment, scale, seed) + getattr(recipe, "folder_suffix", lambda _: "")(p))
+    if launch is not None and launch.dry_run:
+        return _dry_run(recipe, experiment, p, root, seed, seeds, launch)
     if seeds is not None:
         if fresh:
             raise UserError("--fresh deletes the whole experiment; with --seeds, remove the seeds' folders "
@@ -109,7 +113,10 @@ def reproduce(experiment: str | None = None, scale: str | None = None, out: str 
         if budget is not None and hasattr(recipe, "forecast"):  # before anything trains: what the budget buys
             study.log(recipe.forecast(p, "cpu" if (device or p.device) != "cuda" else "h100", _workers_of(launcher)))
         _run_stages(recipe, study, p)
-        result = recipe.report(study, p)
+        from .plots import drawing
+
+        with drawing(width=figure_width, caveat=smoke_caveat() if scale == "smoke" else None):
+            result = recipe.report(study, p)
         from .report import write_report
 
         sections = result if isinstance(result, list) else [result]
@@ -120,7 +127,22 @@ def reproduce(experiment: str | None = None, scale: str | None = None, out: str 
         ordered = [*(s for s in sections if s.lead), runs_section, *(s for s in sections if not s.lead)]
         path = write_report(root, f"{recipe.TITLE} — scale `{scale}`", header, ordered)
         study.log(f"wrote {path} ({wall:.0f} s)")
+        from .report import terminal_summary
+
+        answer = terminal_summary(sections)  # the study ends with its answer, on the terminal (issue 39)
+        if answer:
+            print(f"\n{answer}\n", flush=True)
     return path
+
+
+def smoke_caveat() -> str:
+    """What every figure of a smoke run says under its title (issue 39: a smoke probe at 10 %
+    under a 52 % majority line read as a result)."""
+    from .common import COMMON
+
+    m = COMMON["smoke"].measure
+    return (f"smoke scale — a few dozen training steps, measures on a few dozen samples (probes trained by epochs: "
+            f"{m.probe_epochs} epochs on {m.task_train} examples); the numbers check the pipeline and mean nothing")
 
 
 def on_budget(recipe, experiment: str, p, budget: float | None):
@@ -146,6 +168,30 @@ def on_languages(recipe, experiment: str, p, languages: list[str] | None):
     if make is None:
         raise UserError(f"--language: {experiment} runs its own languages (the option is isoloss's)")
     return make(p, languages)
+
+
+def _dry_run(recipe, experiment: str, p, root: Path, seed: int, seeds: list[int] | None, launch) -> None:
+    """``--launcher slurm --dry-run``: print the job script submitit would submit for the
+    study's units (``seeds``: those seeds' only) and write nothing (the units are listed on
+    ``plan``'s dry study)."""
+    import torch
+
+    from .core import merge_units
+    from .launch import SUBMITIT_DIR, Slurm
+    from .plan import DryStudy, Plan
+
+    make = getattr(recipe, "units", None)
+    if make is None:
+        raise UserError(f"{experiment} declares no units: all of it runs in the calling process, nothing on Slurm")
+    units = merge_units(make(DryStudy(root, seed, Plan(experiment, "", root, recipe=recipe)), p))
+    if seeds is not None:
+        units = [u for u in units if u.seed in seeds]
+    launcher = Slurm(root.absolute() / SUBMITIT_DIR, launch, torch.get_num_threads(), f"sameloss-{experiment}")
+    print(f"# the job script submitit would submit: a Slurm array of {len(units)} units "
+          f"({', '.join(u.name for u in units[:4])}{', …' if len(units) > 4 else ''}; a study declared in stages, "
+          "e.g. an adaptive one's pilot, submits its later stages after this one); nothing was submitted or "
+          "written\n" + launcher.script(len(units)), flush=True)
+    return None
 
 
 def _run_seed_stages(recipe, study, p, seeds: list[int]) -> None:
@@ -306,10 +352,11 @@ def _runs_section(study, sections: list):
                          "folder": study.rel(info.path), "overrides": " ".join(info.spec.overrides)})
     write_csv(rows, study.root / "runs.csv")
     section = Section("Runs")
-    section.text.append("Pre-training runs (folders under `runs/`, each with `config.toml`, `metrics.jsonl`, "
-                        "`checkpoints/`, `summary.json`); status says whether this call trained, resumed or "
-                        "reused it; seconds are this call's. Final KL is the run's own held-out evaluation; the "
-                        "tables below use the larger measure set.")
+    section.text.append("Pre-training runs (each in the folder `runs.csv` names, relative to this report — "
+                        "`runs/<run>/`, or a seed's `seeds/seed<N>/runs/<run>/` —, with `config.toml`, "
+                        "`metrics.jsonl`, `checkpoints/`, `summary.json`); status says whether this call trained, "
+                        "resumed or reused it; seconds are this call's. Final KL is the run's own held-out "
+                        "evaluation; the tables below use the larger measure set.")
     section.tables.append(Table("Runs", [Column("status", "status", text=True), Column("steps", "steps", fmt="d"),
                                          Column("parameters", "parameters", fmt="d"),
                                          Column("final KL", "final_kl", fmt=".3g"),

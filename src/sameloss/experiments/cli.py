@@ -46,9 +46,10 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
         description="Train the runs of one experiment (or reuse / resume them), measure every checkpoint "
                     "(exact loss, trace of Hessian, probe accuracy; cached), and write "
                     "OUT/EXPERIMENT-SCALE/: report.md (tables with error bars, figures, and whether each claim "
-                    "of the paper holds in this run), results.csv, figures and every run's folder. Without an "
-                    f"experiment: the main job, {DEFAULT_EXPERIMENT} --scale {MAIN_SCALE} (the powered iso-loss "
-                    "study with a few seeds: at most 20 minutes on a 2-core CPU running nothing else).",
+                    "of the paper holds in this run), results.csv, figures and every run's folder, then print the "
+                    "study's answer (isoloss: its verdict table). Without an experiment: the main job, "
+                    f"{DEFAULT_EXPERIMENT} --scale {MAIN_SCALE} (the powered iso-loss study with a few seeds; its "
+                    "runtime per scale, measured or estimated, is in the recipe's docstring and docs/tour.md).",
         epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     reproduce.add_argument("experiment", nargs="?", default=None, choices=names, metavar="EXPERIMENT",
                            help=f"one of {', '.join(names)} (default: the main job, {DEFAULT_EXPERIMENT} at "
@@ -92,13 +93,24 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
     reproduce.add_argument("--format", dest="formats", type=_formats, default=("png",), metavar="FMT[,FMT]",
                            help="figure formats: png (200 dpi, the default), pdf, svg (vector, for papers), or "
                                 "several, e.g. png,pdf; the report embeds the first. Each figure also gets "
-                                "<figure>.data.csv with exactly its plotted numbers")
+                                "<figure>.data.csv with exactly its plotted numbers; a re-run removes the figures it "
+                                "wrote earlier in formats no longer asked for")
+    _add_figure_width(reproduce)
     add_threads_argument(reproduce)
     from ..training.tracking import add_tracker_argument
     add_tracker_argument(reproduce)
     _add_launch_arguments(reproduce)
     reproduce.set_defaults(run=_reproduce)
     return reproduce
+
+
+def _add_figure_width(parser: argparse.ArgumentParser) -> None:
+    from .report import FIGURE_WIDTHS  # (not plots: it imports torch, before the threads are checked)
+
+    parser.add_argument("--figure-width", choices=list(FIGURE_WIDTHS), default="page",
+                        help="the width the figures are drawn and saved at, with no text under 7 pt there: column "
+                             f"({FIGURE_WIDTHS['column']:g} in, one column of a two-column paper) or page "
+                             f"({FIGURE_WIDTHS['page']:g} in, the text width; the default)")
 
 
 def _formats(text: str) -> tuple[str, ...]:
@@ -132,13 +144,21 @@ def _mem(text: str) -> str:
     return text
 
 
+def _slurm_extra(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    key = key.strip().lstrip("-")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE (e.g. mail-type=END)")
+    return key, value
+
+
 def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     from .launch import LAUNCHERS, LaunchOptions
 
     d = LaunchOptions()
     group = parser.add_argument_group(
         "launchers", "where the study's units run (a unit is one run, or a seed's chain: base run, then its forks); "
-                     "every launcher gives the same results. The README's \"Running on a cluster\" has the commands.")
+                     "every launcher gives the same results. docs/how-to/cluster.md has the commands.")
     group.add_argument("--launcher", choices=LAUNCHERS, default=None,
                        help="inprocess: one unit after another in this process (the default for a named "
                             "experiment; the main job, with no experiment, runs on local workers when submitit is "
@@ -160,6 +180,19 @@ def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
                        help=f"GPUs per task (default {d.slurm_gpus_per_task}; 0 for CPU nodes)")
     group.add_argument("--slurm-mem", type=_mem, default=None, metavar="SIZE",
                        help="memory per task, e.g. 32G (default: the partition's)")
+    group.add_argument("--slurm-account", default=None, metavar="A", help="Slurm account to charge (sbatch --account)")
+    group.add_argument("--slurm-qos", default=None, metavar="Q", help="Slurm quality of service (sbatch --qos)")
+    group.add_argument("--slurm-constraint", default=None, metavar="C",
+                       help="node features the tasks need, e.g. 'a100|h100' (sbatch --constraint)")
+    group.add_argument("--slurm-extra", dest="slurm_extra", action="append", type=_slurm_extra, default=None,
+                       metavar="KEY=VALUE",
+                       help="any other sbatch option, e.g. mail-type=END (repeat for several; written as "
+                            "#SBATCH --KEY=VALUE)")
+    group.add_argument("--cpus-per-task", type=_positive, default=None, metavar="N",
+                       help="CPUs of each array task (default: one per --threads, the threads each worker runs)")
+    group.add_argument("--dry-run", action="store_true",
+                       help="slurm: print the job script submitit would submit (sbatch options, the array, the "
+                            "command) and exit; nothing is submitted or written")
 
 
 def _launch_options(args, argv_given: set[str]):
@@ -169,7 +202,10 @@ def _launch_options(args, argv_given: set[str]):
     if launcher is None:
         launcher = _main_job_launcher(args) if args.experiment is None and args.seeds is None else "inprocess"
     options = LaunchOptions(launcher, args.workers, args.slurm_partition, args.slurm_time,
-                            args.slurm_gpus_per_task, args.slurm_mem)
+                            args.slurm_gpus_per_task, args.slurm_mem, slurm_account=args.slurm_account,
+                            slurm_qos=args.slurm_qos, slurm_constraint=args.slurm_constraint,
+                            slurm_extra=tuple(args.slurm_extra or ()), cpus_per_task=args.cpus_per_task,
+                            dry_run=args.dry_run)
     check_options(options, argv_given)
     return options
 
@@ -205,9 +241,12 @@ def _given(args) -> set[str]:
     given = set()
     if args.workers is not None:
         given.add("workers")
-    for name in ("slurm_partition", "slurm_time", "slurm_gpus_per_task", "slurm_mem"):
+    for name in ("slurm_partition", "slurm_time", "slurm_gpus_per_task", "slurm_mem", "slurm_account", "slurm_qos",
+                 "slurm_constraint", "cpus_per_task", "dry_run"):
         if getattr(args, name) != getattr(d, name):
             given.add(name)
+    if args.slurm_extra:
+        given.add("slurm_extra")
     return given
 
 
@@ -264,8 +303,9 @@ def _reproduce(args) -> None:
     path = reproduce(experiment, scale, out=args.out, seed=args.seed, fresh=args.fresh,
                      progress=not args.no_progress, device=args.device, command=command, launch=launch,
                      seeds=args.seeds, tracker=args.tracker, formats=args.formats, languages=args.languages,
-                     budget=args.budget, even=args.even)
-    print(path)
+                     figure_width=args.figure_width, budget=args.budget, even=args.even)
+    if path is not None:  # (--dry-run printed the job script and wrote nothing)
+        print(path)
 
 
 def add_replicate_parser(commands) -> argparse.ArgumentParser:
@@ -353,6 +393,7 @@ def add_plot_parser(commands) -> argparse.ArgumentParser:
                       help="png (200 dpi, the default), pdf, svg, or several: png,pdf")
     plot.add_argument("--force", action="store_true",
                       help="replace existing files at --out that sameloss did not write (a link still never)")
+    _add_figure_width(plot)
     plot.set_defaults(run=_plot)
     return plot
 
@@ -360,4 +401,4 @@ def add_plot_parser(commands) -> argparse.ArgumentParser:
 def _plot(args) -> None:
     from .curves import plot_runs
 
-    plot_runs(args.runs, args.out, args.formats, force=args.force)
+    plot_runs(args.runs, args.out, args.formats, force=args.force, width=args.figure_width)

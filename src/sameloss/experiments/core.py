@@ -61,8 +61,8 @@ from ..training.config import PretrainConfig
 from .runspec import RunSpec, Setting  # noqa: F401 (recipes import them from here)
 from ..training import runfolder
 from ..training.loop import pretrain
-from ..training.runio import read_summary
-from ..training.tracking import check_tracker, log_measured
+from ..training.runio import read_metrics, read_summary
+from ..training.tracking import check_tracker, log_measured, mirror_run
 
 MEASUREMENTS = experiment_folder.MEASUREMENTS
 
@@ -249,6 +249,8 @@ class Study:
         self.device = device
         check_tracker(tracker)
         self.tracker = tracker
+        self._mirrored: set[Path] = set()  # reused runs whose tracker output this call wrote (``_mirror``)
+        self._said_tracked = False
         if launcher is None:
             from .launch import InProcess
             launcher = InProcess()
@@ -291,8 +293,9 @@ class Study:
                       other=saved.files[1:])
 
     def log(self, msg: str) -> None:
-        if self._bar is not None:
-            self._bar.write(msg, file=stream())
+        bar = self._bar if self._bar is not None else getattr(self, "_units_bar", None)
+        if bar is not None:
+            bar.write(msg, file=stream())
         else:
             self._log(msg)
 
@@ -341,6 +344,8 @@ class Study:
             if plan.action != "reuse":
                 self.log(plan.message)
                 pretrain(cfg, run_dir, progress=self.progress, plan=plan, tracker=self.tracker)
+            elif self.tracker != "none":
+                self._mirror(cfg, run_dir)
             status = plan.status
         seconds = time.perf_counter() - start
         self.timings["train"] += seconds
@@ -348,6 +353,17 @@ class Study:
         info = RunInfo(spec, cfg, run_dir, status, seconds, summary)
         self.runs[spec.name] = info
         return info
+
+    def _mirror(self, cfg, run_dir: Path) -> None:
+        """A reused run and ``--tracker``: its ``metrics.jsonl`` and config go to the tracker
+        when the run holds no output of it yet (its measured rows follow, from the cache too:
+        ``measure``); else one line (per study) says where they are."""
+        if mirror_run(self.tracker, run_dir, run_dir.name, read_metrics(run_dir), configlib.to_dict(cfg)):
+            self._mirrored.add(run_dir)
+        elif not self._said_tracked:
+            self._said_tracked = True
+            self.log(f"--tracker {self.tracker}: reused runs (e.g. {run_dir.name}) already hold their metrics from the "
+                     "call that trained them; they are not written twice")
 
     def checkpoints(self, info: RunInfo, steps: tuple[int, ...] = ()) -> list[Path]:
         """The checkpoints at ``steps`` of a trained run (empty: the last one)."""
@@ -434,15 +450,21 @@ class Study:
         # (a damaged meta.json is reported by measure_checkpoint, naming the file)
         meta = (checkpoint / "meta.json").read_bytes().decode("utf-8", errors="replace")
 
+        run_dir = checkpoint.parent.parent
+        fresh = []
+
         def compute():
             row = measure_checkpoint(checkpoint, dataclasses.replace(spec, device=self._device_name()),
                                      self._state(spec))
             row["checkpoint"] = rel
-            run_dir = checkpoint.parent.parent
             if files.is_run_dir(run_dir):  # not an embedded checkpoint: the run's tracker gets the row
                 log_measured(self.tracker, run_dir, run_dir.name, row)
+            fresh.append(True)
             return row
-        return self._memo("checkpoint", rel, spec, _fingerprint(meta), compute)
+        row = self._memo("checkpoint", rel, spec, _fingerprint(meta), compute)
+        if not fresh and run_dir in self._mirrored:  # a reused run's tracker gets its cached rows too
+            log_measured(self.tracker, run_dir, run_dir.name, row)
+        return row
 
     def reference(self, kind: str, cfg: PretrainConfig, spec) -> dict:
         """A row measured on no checkpoint of ``cfg``'s language, cached: ``lookup-table``
@@ -475,7 +497,7 @@ class Study:
         the studies they ran in are added to this one, and the rows they measured to its
         cache. A unit refused for a reason a user can fix stops the study with its line,
         once the others are done."""
-        from .launch import WorkerJob
+        from .launch import StudyProgress, WorkerJob
 
         todo = [u for u in units if u.name not in self.done]
         if todo:
@@ -486,7 +508,14 @@ class Study:
             mine = self if self.launcher.name == "inprocess" else None
             jobs = [WorkerJob(functools.partial(execute_unit, u, root, self.seed, self.progress, self.device,
                                                 self.tracker, mine), threads=_threads(), name=u.name) for u in todo]
-            outcomes = self.launcher.run(jobs, self.log)
+            # study-level progress with the time left: a bar on a terminal, else words on each unit's line
+            study = StudyProgress(len(todo), terminal=self.progress and sys.stderr.isatty())
+            self._units_bar = study.bar
+            try:
+                outcomes = self.launcher.run(jobs, self.log, study.finished)
+            finally:
+                study.close()
+                self._units_bar = None
             failed = []
             for unit, outcome in zip(todo, outcomes):
                 if outcome.error is not None:

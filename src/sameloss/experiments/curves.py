@@ -87,13 +87,14 @@ def _check_target(path: Path, ours: Callable[[Path], bool], force: bool = False)
 
 
 def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None, formats: tuple[str, ...] | None = None,
-              log: Callable[[str], None] = print, force: bool = False) -> list[Path]:
-    """Draw the training curves of the runs at ``paths`` and write them; returns the files
-    written (the images, then the data file). Every target is checked before anything is
-    drawn or written; ``force`` replaces files sameloss did not write (never a link)."""
+              log: Callable[[str], None] = print, force: bool = False, width: str = "page") -> list[Path]:
+    """Draw the training curves of the runs at ``paths`` (``width``: ``column`` or ``page``)
+    and write them; returns the files written (the images, then the data file). Every target
+    is checked before anything is drawn or written; ``force`` replaces files sameloss did not
+    write (never a link)."""
     from .. import files
     from .folder import record_output
-    from .plots import curves_plot, figure_bytes, figure_data, is_sameloss_data, is_sameloss_figure
+    from .plots import curves_plot, drawing, figure_bytes, figure_data, is_sameloss_data, is_sameloss_figure
 
     runs, subsets = read_runs(paths)
     images, data = targets(out, formats)
@@ -102,7 +103,8 @@ def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None, format
         ours[data] = is_sameloss_data
         replaced = {p: _check_target(p, ours[p], force) for p in ours}
         title = f"training curves: {', '.join(runs)}" if len(runs) <= 3 else f"training curves of {len(runs)} runs"
-        fig = curves_plot(runs, title, subsets=subsets)
+        with drawing(width=width):
+            fig = curves_plot(runs, title, subsets=subsets)
         try:
             blobs = [(p, figure_bytes(fig, p.suffix[1:])) for p in images] + [(data, figure_data(fig).encode())]
         finally:

@@ -82,6 +82,18 @@ def record_output(path: Path) -> None:
     mark(root, {path.name})
 
 
+def forget_output(path: Path) -> None:
+    """Drop ``path`` from the marker of the folder holding it (a figure removed because its
+    format is no longer asked for); nothing for another folder or a name it does not list."""
+    path = Path(path)
+    root = path.parent
+    listed = listed_outputs(root)
+    if not is_marked(root) or path.name not in listed:
+        return
+    names = sorted((listed - {path.name}) - OWN_FILES)
+    files.atomic_write_text(root / files.EXPERIMENT_MARKER, "\n".join([MARKER_HEADER, *names]) + "\n")
+
+
 _REFERENCE = re.compile(r"!\[[^\]]*\]\(([^)/\s]+)\)|source=([^\s/]+)")
 _LINK = re.compile(r"\]\(([^)/\s]+)\)")
 # what a figure's caption links beside the image (``report.Figure``): its plotted numbers

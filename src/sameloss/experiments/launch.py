@@ -52,6 +52,10 @@ SUBMITIT_DIR = "submitit"
 LOCAL_TIMEOUT_MIN = 60 * 24 * 365
 POLL_SECONDS = 0.5  # how often the local launcher looks for a finished worker
 SLURM_MEM = re.compile(r"^\d+(\.\d+)?[KMGT]?B?$", re.IGNORECASE)
+SLURM_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
+# what the array's script sets itself: --slurm-extra may not set these again
+SBATCH_OWN = frozenset({"job_name", "time", "cpus_per_task", "nodes", "ntasks_per_node", "array", "output", "error",
+                        "open_mode", "signal", "wckey"})
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,12 @@ class LaunchOptions:
     slurm_gpus_per_task: int = 1
     slurm_mem: str | None = None  # e.g. 32G
     slurm_cluster: str = "slurm"  # submitit's executor: "debug" runs the Slurm path in this process (tests)
+    slurm_account: str | None = None
+    slurm_qos: str | None = None
+    slurm_constraint: str | None = None  # e.g. "a100|h100"
+    slurm_extra: tuple[tuple[str, str], ...] = ()  # any other #SBATCH --KEY=VALUE (submitit's additional_parameters)
+    cpus_per_task: int | None = None  # None: one per --threads (said in the script and the submission line)
+    dry_run: bool = False  # print the job script and submit nothing
 
     def __post_init__(self):
         if self.launcher not in LAUNCHERS:
@@ -75,6 +85,15 @@ class LaunchOptions:
             raise UserError("--slurm-time must be at least 1 minute and --slurm-gpus-per-task at least 0")
         if self.slurm_mem is not None and not SLURM_MEM.match(self.slurm_mem):
             raise UserError(f"--slurm-mem {self.slurm_mem!r} is not a Slurm memory size (e.g. 16G, 32000M)")
+        if self.cpus_per_task is not None and self.cpus_per_task < 1:
+            raise UserError(f"--cpus-per-task must be at least 1, got {self.cpus_per_task}")
+        for key, _ in self.slurm_extra:
+            if not SLURM_KEY.match(key):
+                raise UserError(f"--slurm-extra {key!r}: a Slurm option name is letters, digits and '-' (e.g. "
+                                "mail-type=END)")
+            if key.replace("-", "_") in SBATCH_OWN:
+                raise UserError(f"--slurm-extra {key}: sameloss sets --{key} itself (reproduce --help lists its "
+                                "own options: --slurm-time, --cpus-per-task, --workers)")
 
 
 def check_options(options: LaunchOptions, given: set[str]) -> None:
@@ -83,9 +102,17 @@ def check_options(options: LaunchOptions, given: set[str]) -> None:
     missing."""
     if options.launcher == "inprocess" and "workers" in given:
         raise UserError("--workers applies to --launcher local or slurm (inprocess runs one unit at a time)")
-    slurm = sorted(g for g in given if g.startswith("slurm_"))
+    slurm = sorted(g for g in given if g.startswith("slurm_") or g in ("cpus_per_task", "dry_run"))
     if options.launcher != "slurm" and slurm:
         raise UserError(f"--{slurm[0].replace('_', '-')} applies to --launcher slurm")
+    if options.cpus_per_task is not None:
+        import torch
+
+        if options.cpus_per_task < torch.get_num_threads():
+            raise UserError(f"--cpus-per-task {options.cpus_per_task} is fewer than the {torch.get_num_threads()} "
+                            "threads each worker runs (--threads): give at least as many CPUs as threads")
+    if options.dry_run:
+        return  # nothing runs: submitit need not be installed here
     if options.launcher != "inprocess":
         import importlib.util
 
@@ -125,7 +152,7 @@ def main_job_options(workers: int | None, threads: int, device_count: int, cpu_c
     ``--launcher``): its seeds' chains on ``local`` workers — ``workers``, else one per
     GPU or per ``threads`` cores — when submitit is installed and that is more than one
     worker, so the main job uses the cores it has (on a 2-core CPU: two seeds at once,
-    the ≤ 20 minutes it promises); otherwise in this process, one unit after another."""
+    as its runtime assumes); otherwise in this process, one unit after another."""
     n = workers or default_workers(threads, device_count, cpu_count)
     if have_submitit and (workers is not None or n > 1):
         return LaunchOptions("local", n)
@@ -248,9 +275,17 @@ class InProcess:
     name = "inprocess"
     workers = 1
 
-    def run(self, jobs: list[WorkerJob], log: Callable[[str], None]) -> list[Outcome]:
+    def run(self, jobs: list[WorkerJob], log: Callable[[str], None],
+            progress: Callable[[], str] | None = None) -> list[Outcome]:
         # a UserError stops the study at once, as reproduce always did
-        return [Outcome(job.call(), None, {}) for job in jobs]
+        out = []
+        for k, job in enumerate(jobs, 1):
+            started = time.perf_counter()
+            out.append(Outcome(job.call(), None, {}))
+            eta = progress() if progress else ""
+            if eta and len(jobs) > 1:
+                log(f"[{k}/{len(jobs)}] {job.name}: done in {time.perf_counter() - started:.0f} s; {eta}")
+        return out
 
 
 class Local:
@@ -261,7 +296,8 @@ class Local:
     def __init__(self, folder: Path, workers: int, threads: int, devices: list[str | None]):
         self.folder, self.workers, self.threads, self.devices = Path(folder), workers, threads, devices
 
-    def run(self, jobs: list[WorkerJob], log: Callable[[str], None]) -> list[Outcome]:
+    def run(self, jobs: list[WorkerJob], log: Callable[[str], None],
+            progress: Callable[[], str] | None = None) -> list[Outcome]:
         import submitit
 
         from ..threads import for_children
@@ -289,8 +325,9 @@ class Local:
                     i, job, started = running.pop(slot)
                     out[i] = _outcome(job, jobs[i])
                     done = len(jobs) - len(waiting) - len(running)
+                    eta = progress() if progress else ""
                     log(f"[{done}/{len(jobs)}] {jobs[i].name}: {'failed' if out[i].error else 'done'} in "
-                        f"{time.perf_counter() - started:.0f} s ({_describe(out[i].worker)})")
+                        f"{time.perf_counter() - started:.0f} s ({_describe(out[i].worker)})" + (f"; {eta}" if eta else ""))
         except BaseException:
             for _, job, _ in running.values():  # a worker must not outlive an interrupted study
                 _stop(job)
@@ -369,23 +406,48 @@ class Slurm:
     def workers(self) -> int | None:
         return self.options.workers
 
+    @property
+    def cpus_per_task(self) -> int:
+        """``--cpus-per-task``, else one CPU per thread a worker runs (``--threads``)."""
+        return self.options.cpus_per_task or self.threads
+
     def parameters(self, n_units: int) -> dict:
         """The submission parameters of an array of ``n_units`` tasks (``AutoExecutor``
         names: generic ones and ``slurm_``-prefixed ones)."""
         from ..threads import ENV
 
         o = self.options
-        params = {"name": self.job_name, "timeout_min": o.slurm_time, "cpus_per_task": self.threads,
+        params = {"name": self.job_name, "timeout_min": o.slurm_time, "cpus_per_task": self.cpus_per_task,
                   "nodes": 1, "tasks_per_node": 1,
                   "slurm_array_parallelism": min(o.workers or n_units, n_units),
                   "slurm_setup": [f"export {ENV}={self.threads}"]}
-        if o.slurm_partition:
-            params["slurm_partition"] = o.slurm_partition
+        for key in ("partition", "mem", "account", "qos", "constraint"):
+            if getattr(o, f"slurm_{key}"):
+                params[f"slurm_{key}"] = getattr(o, f"slurm_{key}")
         if o.slurm_gpus_per_task:
             params["slurm_gpus_per_task"] = o.slurm_gpus_per_task
-        if o.slurm_mem:
-            params["slurm_mem"] = o.slurm_mem
+        if o.slurm_extra:
+            params["slurm_additional_parameters"] = dict(o.slurm_extra)
         return params
+
+    def script(self, n_units: int) -> str:
+        """The job script submitit submits for an array of ``n_units`` tasks: its own
+        ``sbatch`` text (``submitit.slurm.slurm._make_sbatch_string``, the function its
+        ``SlurmExecutor`` writes the file with) from these parameters, translated to Slurm's
+        names as ``AutoExecutor`` does — without a Slurm installation (``--dry-run``)."""
+        import shlex
+        import sys
+
+        from submitit.slurm import slurm
+
+        native = {}
+        generic = slurm.SlurmExecutor._equivalence_dict()
+        for key, value in self.parameters(n_units).items():
+            native[generic[key] if key in generic else key.removeprefix("slurm_")] = value
+        command = " ".join([shlex.quote(sys.executable), "-u -m submitit.core._submit",
+                            shlex.quote(str(self.folder.expanduser().absolute()))])
+        return slurm._make_sbatch_string(command=command, folder=self.folder.expanduser().absolute(),
+                                         map_count=n_units, **native)
 
     def executor(self, n_units: int):
         import submitit
@@ -398,16 +460,54 @@ class Slurm:
         """Submit the array (without waiting): submitit's jobs, in order."""
         return self.executor(len(jobs)).submit_array(jobs)
 
-    def run(self, jobs: list[WorkerJob], log: Callable[[str], None]) -> list[Outcome]:
+    def run(self, jobs: list[WorkerJob], log: Callable[[str], None],
+            progress: Callable[[], str] | None = None) -> list[Outcome]:
         submitted = self.submit(jobs)
-        log(f"submitted {len(jobs)} units as Slurm array {submitted[0].job_id.split('_')[0]} (logs in {self.folder}); "
-            "waiting for them (interrupted, they go on: run reproduce again to collect them)")
+        cpus = f"{self.cpus_per_task} CPUs per task" + ("" if self.options.cpus_per_task else " (one per --threads)")
+        log(f"submitted {len(jobs)} units as Slurm array {submitted[0].job_id.split('_')[0]} ({cpus}; logs in "
+            f"{self.folder}); waiting for them (interrupted, they go on: run reproduce again to collect them)")
         out = []
         for k, (job, sub) in enumerate(zip(jobs, submitted), 1):
             out.append(_outcome(sub, job))
+            eta = progress() if progress else ""
             log(f"[{k}/{len(jobs)}] {job.name}: {'failed' if out[-1].error else 'done'} "
-                f"({out[-1].worker.get('host', '')}, {_describe(out[-1].worker)})")
+                f"({out[-1].worker.get('host', '')}, {_describe(out[-1].worker)})" + (f"; {eta}" if eta else ""))
         return out
+
+
+class StudyProgress:
+    """Progress across a study's units, with an estimate of the time left: a tqdm bar on a
+    terminal (``bar``: over the runs' own bars), else ``finished()`` returns the words a
+    launcher adds to its line per finished unit ("study 3/16 units, 4 min elapsed, about
+    12 min left"). Units are counted alike (a seed's chain, or a run)."""
+
+    def __init__(self, total: int, terminal: bool):
+        self.total, self.done, self.start = total, 0, time.monotonic()
+        self.bar = None
+        if terminal and total > 1:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc="study", unit="unit", position=0, leave=True, dynamic_ncols=True,
+                            bar_format="{desc}: {n}/{total} units |{bar}| {elapsed} elapsed, about {remaining} left")
+
+    def finished(self) -> str:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.update(1)
+            return ""
+        elapsed = time.monotonic() - self.start
+        left = elapsed / self.done * (self.total - self.done)
+        return (f"study {self.done}/{self.total} units, {_minutes(elapsed)} elapsed"
+                + (f", about {_minutes(left)} left" if self.done < self.total else ""))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 def _outcome(job, worker_job: WorkerJob) -> Outcome:
@@ -438,7 +538,7 @@ def make_launcher(options: LaunchOptions, root: Path, job_name: str):
         count = torch.cuda.device_count()
         workers = options.workers or default_workers(threads, count, os.cpu_count())
         return Local(folder, workers, threads, worker_devices(workers, device_count=count))
-    if options.slurm_cluster == "slurm":
+    if options.slurm_cluster == "slurm" and not options.dry_run:
         from submitit import SlurmExecutor
 
         if SlurmExecutor.affinity() < 0:  # before anything is written
@@ -472,5 +572,6 @@ def format_seeds(seeds: list[int]) -> str:
     return ",".join(out)
 
 
-__all__ = ["LAUNCHERS", "LaunchOptions", "Local", "InProcess", "Outcome", "Slurm", "WorkerJob", "check_options",
+__all__ = ["LAUNCHERS", "LaunchOptions", "Local", "InProcess", "Outcome", "Slurm", "StudyProgress", "WorkerJob",
+           "check_options",
            "default_workers", "format_seeds", "make_launcher", "parse_seeds", "worker_devices"]

@@ -71,7 +71,7 @@ DEVICES: dict[str, dict[str, float]] = {
 # on ``algorithms --scale tiny``); the other three are what bench/bench_planner.py measured
 # on ``algorithms --scale tiny`` (process CPU seconds per stage against this module's FLOPs
 # and the matmul peak measured in the same run: exact-KL evaluation 35 %, trace — the
-# Fisher estimator — 38 %, probes 14 %) and are checked on ``dyck --scale tiny`` (README,
+# Fisher estimator — 38 %, probes 14 %) and are checked on ``dyck --scale tiny`` (docs/how-to/plan.md,
 # "Plan a study").
 # h100: training measured on an H100 80GB HBM3 (SXM, torch 2.11+cu130; bench/gpu_check.sh,
 # bench/gpu_throughput.py): bf16 training of the ``paper`` shape (t3-1024, 203 M parameters,

@@ -102,6 +102,18 @@ class Table:
     key: str = "model"
     key_header: str = "model"
     note: str = ""
+    # the headers of the columns ``reproduce`` prints at its end (``terminal_summary``; empty: all)
+    terminal: tuple[str, ...] = ()
+
+    def plain(self) -> str:
+        """The table as aligned plain text: its title, the key and the ``terminal`` columns."""
+        columns = [c for c in self.columns if not self.terminal or c.header in self.terminal]
+        grid = [[self.key_header] + [c.header for c in columns]]
+        grid += [[str(row[self.key])] + [c.cell(row) for c in columns] for row in self.rows]
+        widths = [max(len(r[i]) for r in grid) for i in range(len(grid[0]))]
+        lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in grid]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        return "\n".join([_plain(self.title), *lines])
 
     def markdown(self) -> str:
         spec = ",".join(c.spec() for c in self.columns)
@@ -127,6 +139,7 @@ class Claim:
         return f"- **Paper:** {self.paper}  \n  **This run:** {self.measured} **Direction:** {self.verdict}."
 
 
+FIGURE_WIDTHS = {"column": 3.25, "page": 6.75}  # inches (``plots.style.WIDTHS``; ``--figure-width``)
 FORMATS = ("png", "pdf", "svg")  # of a figure (``plots.save_figure``; ``--format``)
 
 
@@ -206,6 +219,29 @@ class Section:
         if self.notes:
             parts.append(f"{h}# Notes\n\n" + "\n".join(f"- {n}" for n in self.notes))
         return "\n\n".join(parts)
+
+
+def _plain(text: str) -> str:
+    """Markdown emphasis and code marks removed: a line for the terminal."""
+    return text.replace("**", "").replace("`", "")
+
+
+def terminal_summary(sections: list[Section]) -> str:
+    """What ``reproduce`` prints when it ends, the study's answer: each lead section (a
+    study's verdicts) — its tables as plain text (their ``terminal`` columns), or, a lead
+    without a table, its text ("No verdict: no headroom ...") —; a report without a lead
+    section gives its claims, each with this run's direction."""
+    parts = []
+    for s in (s for s in sections if s.lead):
+        parts.append(f"== {_plain(s.title)} ==")
+        parts += [t.plain() for t in s.tables] if s.tables else [_plain(x) for x in s.text]
+    if not parts:
+        for s in sections:
+            for c in s.claims:
+                parts.append(_plain(f"- {c.paper}\n  this run: {c.measured} Direction: {c.verdict}."))
+        if parts:
+            parts.insert(0, "== Claims of the paper, checked ==")
+    return "\n\n".join(parts)
 
 
 def merge_rows(rows: list[dict], key: str = "model") -> list[dict]:

@@ -17,6 +17,22 @@ without one (or with another) is the same run.
   folder (a resumed run continues its W&B run), its files under ``<run folder>/wandb/``;
   offline unless ``WANDB_MODE`` says otherwise (``wandb sync`` uploads). Never required:
   without the package it is one line asking for it.
+
+What each keeps (issue 39):
+
+* the resolved config: TensorBoard text (``config``, the run's TOML) and its hparams
+  (flattened keys, with the run's metrics declared, for the HParams dashboard); W&B's run
+  config;
+* W&B steps: ``wandb.log`` drops a row logged at a step below the run's last, and a
+  measured row (a checkpoint's trace, probes, ...) arrives after training has logged later
+  steps, as does a resumed run's first window; so every row is logged without W&B's own
+  step, each against a step metric of its own (``define_metric``): ``train/*`` and
+  ``eval/*`` against ``step``, ``measure/*`` against ``measure/step``;
+* W&B groups the runs of one experiment (``group``: the experiment folder's name, found
+  from the run folder's place: ``experiment_of``);
+* a reused run (``reproduce`` finds it finished): its ``metrics.jsonl`` and config are
+  written to a tracker that does not hold them yet (``mirror_run``), else one line says
+  they are there from the call that trained it.
 """
 
 from __future__ import annotations
@@ -75,24 +91,69 @@ def row_scalars(row: dict) -> dict[str, float]:
     return out
 
 
+STEP_METRIC = "step"  # W&B: the step metric of train/* and eval/*
+MEASURE_STEP = "measure/step"  # W&B: the step metric of measure/* (a checkpoint's step)
+# the metrics the HParams dashboard shows beside each run's config
+HPARAM_METRICS = ("eval/kl", "eval/loss", "train/loss")
+
+
+def flat_config(config: dict, prefix: str = "") -> dict[str, object]:
+    """A nested config as ``{"optim.lr": 0.001, ...}``: numbers, booleans and strings (a
+    list or None as its text), as TensorBoard's hparams take them."""
+    out: dict[str, object] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flat_config(value, f"{name}."))
+        elif isinstance(value, (bool, int, float, str)):
+            out[name] = value
+        else:
+            out[name] = str(value)
+    return out
+
+
+def config_text(config: dict) -> str:
+    """The resolved config as TOML, for TensorBoard's text dashboard (a code block)."""
+    from .. import config as configlib
+
+    return "```toml\n" + configlib.dict_to_toml(config) + "```"
+
+
 class Tracker:
     """No tracker (``none``): every call does nothing."""
 
     def log(self, scalars: dict[str, float], step: int) -> None:
         pass
 
+    def log_measured(self, scalars: dict[str, float], step: int) -> None:
+        """A measured row of the checkpoint at ``step`` (it may come after later steps)."""
+        self.log(scalars, step)
+
     def close(self) -> None:
         pass
 
 
 class TensorBoardTracker(Tracker):
-    def __init__(self, run_dir: Path, purge_step: int | None = None):
+    def __init__(self, run_dir: Path, purge_step: int | None = None, config: dict | None = None,
+                 config_step: int = 0):
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
             raise UserError("--tracker tensorboard needs the tensorboard package: pip install 'sameloss[track]' "
                             "(or pip install tensorboard)") from None
         self.writer = SummaryWriter(str(Path(run_dir) / TENSORBOARD_DIR), purge_step=purge_step)
+        if config is not None:
+            self.write_config(config, config_step)
+
+    def write_config(self, config: dict, step: int = 0) -> None:
+        """The resolved config as text (``config``) and as hparams, in the run's own event
+        files (not a sub-run, as ``SummaryWriter.add_hparams`` would make)."""
+        from torch.utils.tensorboard.summary import hparams
+
+        self.writer.add_text("config", config_text(config), step)
+        experiment, start, end = hparams(flat_config(config), {name: math.nan for name in HPARAM_METRICS})
+        for summary in (experiment, start, end):
+            self.writer.file_writer.add_summary(summary, step)
 
     def log(self, scalars: dict[str, float], step: int) -> None:
         for name, value in scalars.items():
@@ -116,13 +177,35 @@ class WandbTracker(Tracker):
                             "--tracker tensorboard") from None
         self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "sameloss"), name=name, id=wandb_id(run_dir),
                               dir=str(run_dir), resume="allow", mode=os.environ.get("WANDB_MODE", "offline"),
-                              config=config or {})
+                              group=experiment_of(run_dir), config=config or {}, allow_val_change=True)
+        # every row against a step metric of its own: W&B's step must only grow, and a measured
+        # row (or a resumed run's first window) comes after later steps were logged
+        self.run.define_metric(STEP_METRIC)
+        self.run.define_metric("train/*", step_metric=STEP_METRIC)
+        self.run.define_metric("eval/*", step_metric=STEP_METRIC)
+        self.run.define_metric(MEASURE_STEP)
+        self.run.define_metric("measure/*", step_metric=MEASURE_STEP)
 
     def log(self, scalars: dict[str, float], step: int) -> None:
-        self.run.log(scalars, step=step)
+        self.run.log({**scalars, STEP_METRIC: step})
+
+    def log_measured(self, scalars: dict[str, float], step: int) -> None:
+        self.run.log({**scalars, MEASURE_STEP: step})
 
     def close(self) -> None:
         self.run.finish()
+
+
+def experiment_of(run_dir: str | Path) -> str | None:
+    """The name of the outermost experiment folder (``reproduce``'s, marked) holding the run
+    folder ``run_dir`` — its W&B group; None for a run of its own (``pretrain``)."""
+    from ..files import EXPERIMENT_MARKER
+
+    found = None
+    for folder in Path(run_dir).absolute().parents:
+        if (folder / EXPERIMENT_MARKER).is_file():
+            found = folder.name
+    return found
 
 
 def add_tracker_argument(parser: argparse.ArgumentParser) -> None:
@@ -153,10 +236,11 @@ def check_tracker(kind: str) -> None:
 def open_tracker(kind: str, run_dir: str | Path, name: str, *, purge_step: int | None = None,
                  config: dict | None = None) -> Tracker:
     """The tracker ``kind`` of the run in ``run_dir`` (``purge_step``: a resumed run's
-    first step, whose earlier events from that step on are dropped)."""
+    first step, whose earlier events from that step on are dropped; ``config``: the run's
+    resolved config, written to it — TensorBoard at ``purge_step``, or 0)."""
     check_tracker(kind)
     if kind == "tensorboard":
-        return TensorBoardTracker(Path(run_dir), purge_step)
+        return TensorBoardTracker(Path(run_dir), purge_step, config, purge_step or 0)
     if kind == "wandb":
         return WandbTracker(Path(run_dir), name, config)
     return Tracker()
@@ -169,6 +253,30 @@ def log_measured(kind: str, run_dir: str | Path, name: str, row: dict) -> None:
         return
     tracker = open_tracker(kind, run_dir, name)
     try:
-        tracker.log(scalars, row["step"])
+        tracker.log_measured(scalars, row["step"])
     finally:
         tracker.close()
+
+
+def tracked(kind: str, run_dir: str | Path) -> bool:
+    """Whether the run in ``run_dir`` already holds output of tracker ``kind`` (its
+    ``tb/`` or ``wandb/`` folder, written when it was trained or mirrored)."""
+    folder = {"tensorboard": TENSORBOARD_DIR, "wandb": "wandb"}.get(kind)
+    return folder is not None and (Path(run_dir) / folder).is_dir()
+
+
+def mirror_run(kind: str, run_dir: str | Path, name: str, records: list[dict], config: dict | None) -> bool:
+    """Write a finished run's ``metrics.jsonl`` ``records`` and ``config`` to tracker
+    ``kind`` when the run does not hold that tracker's output yet (a run trained without
+    it, now reused); returns whether it wrote (False: it was there already)."""
+    if kind == "none" or tracked(kind, run_dir):
+        return False
+    tracker = open_tracker(kind, run_dir, name, config=config)
+    try:
+        for record in records:
+            scalars = record_scalars(record)
+            if scalars and isinstance(record.get("step"), int):
+                tracker.log(scalars, record["step"])
+    finally:
+        tracker.close()
+    return True

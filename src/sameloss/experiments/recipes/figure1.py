@@ -33,7 +33,7 @@ Measured at tiny (seed 0)
     Not shown: among the 11 models with KL ≤ 0.15, τ(trace, accuracy B) = +0.09 [−0.51,
     0.67], τ(loss, accuracy B) = −0.35 [−0.84, 0.27]: the tolerance is loose and the models
     are independent runs. The powered test at matched KL (forks of one base run, paired over
-    seeds, with minimum detectable effects) is ``sameloss reproduce isoloss``; see the README.
+    seeds, with minimum detectable effects) is ``sameloss reproduce isoloss``; see docs/results/tiny.md.
 """
 
 from __future__ import annotations

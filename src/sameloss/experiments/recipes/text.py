@@ -6,7 +6,7 @@ Command
 Runtime per scale
     smoke   ~10 s on a CPU (a generated toy corpus and toy GLUE TSVs the recipe writes itself;
             the numbers mean nothing)
-    tiny    14 min on a shared 2-core CPU (measured; table in the README): the offline books (KJV + Jane
+    tiny    14 min on a shared 2-core CPU (measured; table in docs/results/text.md): the offline books (KJV + Jane
             Austen, fetched on the first call, BookCorpus stand-ins), WordPiece 2000, length
             64, the "tiny" transformer, 800 steps of batch 32 per algorithm; fine-tuned (4
             epochs, lr 3e-4, 30 warm-up steps, 3 seeds) on the Rotten Tomatoes SST-2 stand-in
