@@ -84,10 +84,9 @@ def test_plan_counts_the_recipes_runs_and_steps():
 
 def _parts(p):
     from sameloss.experiments.common import language_parts
+    from sameloss.experiments.engine import Setup
 
-    class Seed:
-        seed = 0
-    return [(q, lang.name) for q, lang in language_parts(Seed(), p, None)]
+    return [(q, lang.name) for q, lang in language_parts(Setup("unused", 0, print, planning=True), p, None)]
 
 
 def test_continued_fork_counts_only_its_own_steps():
@@ -109,7 +108,7 @@ def test_continued_fork_counts_only_its_own_steps():
 
 def test_size_fork_is_planned_at_the_embedded_shape():
     """The late size fork starts from the base embedded 2x wider with one more block: the
-    plan trains and measures that shape, not the small one (DryStudy.embed, as Study.embed)."""
+    plan trains and measures that shape, not the small one (the planner's walk, as the engine's)."""
     plan = planner.dry_plan("isoloss", "smoke", "unused")
     base = next(r for r in plan.runs if r.name.endswith("-base"))
     small = planner.model_shape(base.config, {})
