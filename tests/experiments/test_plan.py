@@ -62,6 +62,16 @@ def test_every_recipe_is_planned_and_nothing_is_written(scale, tmp_path, monkeyp
     assert _files(out) == ["keep.txt"]
 
 
+def test_plan_accepts_every_scale_reproduce_accepts(capsys):
+    """``quick`` (the main job's scale, isoloss's only) is planned like the others; a recipe
+    without it is refused in one line, as ``reproduce`` refuses it."""
+    assert main(["plan", "isoloss", "--scale", "quick", "--device", "h100", "--out", "unused"]) == 0
+    assert "plan: isoloss --scale quick on h100" in capsys.readouterr().out
+    assert not os.path.exists("unused")
+    assert main(["plan", "dyck", "--scale", "quick", "--device", "h100"]) == 2
+    assert capsys.readouterr().err.strip().endswith("unknown scale 'quick'; choose from smoke, tiny, small, paper")
+
+
 def test_plan_counts_the_recipes_runs_and_steps():
     from sameloss.experiments.recipes import steps
 
