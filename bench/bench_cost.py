@@ -3,7 +3,7 @@
     python bench/bench_cost.py --scale small              # ~10 minutes on a 2-core CPU
     python bench/bench_cost.py --scale tiny --steps 20    # the same method on a scale that was run
 
-Lists the runs of the study (per seed: the base run and its forks, ``recipes/isoloss.py``)
+Lists the runs of the study (per seed: the base run and its forks, ``recipes/isoloss/study.py``)
 with their steps, sorts them by what a step costs (plain AdamW; SAM, two half-batch passes;
 the adversarial objective, a closed-form head per step) and times ``--steps`` steps of one
 run of each kind here, exactly as ``sameloss pretrain`` trains (its own ``steps_per_s`` in
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     threads = configure_threads(args.threads)
     p = isoloss.PRESETS[args.scale]
-    runs = isoloss.runs(p, p.use[0], 0, "/nowhere")  # one seed's; the fork start is not read here
+    runs = isoloss.runs(p, p.use[0], 0)  # one seed's
     kinds = {spec.name: kind_of(dict(spec.settings)) for spec in runs}
     steps = {spec.name: dict(spec.settings)["steps"] - (p.base_steps if spec.group != "base" else 0) for spec in runs}
     load = os.getloadavg()

@@ -71,7 +71,7 @@ def measured(folder: Path, p) -> tuple[dict[str, float], dict[str, float], dict[
 
 def seed_cost_of(p, costs: dict[str, float]):
     def seed_cost(tests: list[str]) -> float:
-        forks = isoloss._forks_of(p, tests)
+        forks = isoloss.forks_of(p, tests)
         runs = {(p.point_name(p.fork_point_of(f, k)), f.name) for k in p.fork_points for f in p.forks_at(k)
                 if (p.point_name(k), f.name) in forks}
         return costs.get("|base|train+gate", 0.0) + sum(costs.get(f"{pt}|{f}|train", 0.0) for pt, f in runs) + \

@@ -207,7 +207,7 @@ def isoloss_schedule() -> tuple[int, int, int, int, float]:
 
 def train_config(name: str, steps: int, eval_every: int, eval_sentences: int, seed: int = 0,
                  schedule: str = "constant") -> PretrainConfig:
-    # the isoloss study's tiny settings (experiments/common.py COMMON["tiny"], recipes/isoloss.py)
+    # the isoloss study's tiny settings (experiments/common.py COMMON["tiny"], recipes/isoloss/)
     extra = [f"save_every={steps}"]
     if schedule == "isoloss":
         base, steps, decay, final, factor = isoloss_schedule()

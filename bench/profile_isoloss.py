@@ -8,7 +8,7 @@
 long and short forks, ``match_every``) by N: the same runs, candidates, evaluations and
 measures, 1/N of the training (and the forks run whatever the headroom gate says). ``--probe-test`` sets the probes' test set (fewer features).
 
-Runs ``isoloss.seed_study`` for one seed (its base, gate, every fork at both fork points, the
+Runs one seed's unit (``isoloss.seed_study``) (its base, gate, every fork at both fork points, the
 size forks, and the measures of each fork's ``probe_points`` checkpoints) in a
 temporary folder, deleted afterwards, with the stages timed in PROCESS CPU seconds by
 ``bench_planner.StageClock`` (a stage inside another is taken out of the outer one), and
@@ -63,7 +63,9 @@ def main() -> None:
     parser.add_argument("--probe-test", type=int, default=None)
     args = parser.parse_args()
     configure_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    from sameloss.experiments.core import Study
+    from sameloss.experiments.core import execute_unit
+    from sameloss.experiments.declare import seed_unit
+    from sameloss.experiments.engine import Records, Setup
     from sameloss.experiments.recipes import isoloss
     from sameloss.measures import run as measure_run
     from sameloss.training import evaluate, runio
@@ -87,9 +89,11 @@ def main() -> None:
     c0, w0 = time.process_time(), time.perf_counter()
     try:
         with patched(clock):
-            with Study(Path(tmp), seed=0, progress=False, log=lambda m: None) as study:
-                out = isoloss.seed_study(study, args.seed, p)
-                counts = dict(study.counts)
+            unit = seed_unit(args.seed, isoloss.seed_study(p, args.seed), p.tag)
+            done = execute_unit(unit, Path(tmp), 0, False, "cpu", "none")
+            records = Records(Setup(Path(tmp), 0, lambda m: None), None, {unit.name: done.value})
+            out = isoloss.seed_result(records, p, args.seed)
+            counts = dict(done.counts)
         cpu, wall = time.process_time() - c0, time.perf_counter() - w0
         forks = {f.name: f for f in p.forks}
         unread = read = 0

@@ -52,15 +52,26 @@ def runs(p, language, seed):
                                         ("seed", seed), ("device", p.device)), label="toy", group="toy")]
 
 
-def report(study, p):
-    from sameloss.experiments.report import Column, Section, Table
+def measures():
     from sameloss.measures.run import MeasureSpec
 
+    return MeasureSpec(loss=True, loss_sentences=16)
+
+
+def units(setup, p):
+    from sameloss.experiments.declare import run_unit
+
+    return [run_unit(spec, measures()) for spec in runs(p, "toy", setup.seed)]
+
+
+def report(records, p):
+    from sameloss.experiments.common import measured_rows
+    from sameloss.experiments.report import Column, Section, Table
+
     section = Section(TITLE)
-    for spec in runs(p, "toy", study.seed):
-        info, measured = study.train_and_measure(spec, MeasureSpec(loss=True, loss_sentences=16), "toyrecipe", "toy")
-        section.runs.append(info)
-        section.rows += [m.row for m in measured]
+    for spec in runs(p, "toy", records.seed):
+        section.runs.append(records.run(spec.name))
+        section.rows += measured_rows(records, spec, measures(), "toyrecipe", "toy")
     section.tables.append(Table("toy models", [Column("KL", "kl", fmt=".3g")], section.rows))
     return section
 

@@ -24,9 +24,11 @@ arguments over the size's own (``"n_states=6,emission_concentration=0.5"``).
 ``language_params`` checks the keys and types against what one language's constructor
 takes (``keyword_types`` of it), so a builder that takes ``params`` calls that.
 
-Recipes. A recipe is one module in ``sameloss/experiments/recipes/``, named by its file,
-with ``SUMMARY`` (a string literal, read from the file the same way: the line of
-``reproduce --help``), ``TITLE``, ``PRESETS``, ``runs()`` and ``report()``.
+Recipes. A recipe is one module in ``sameloss/experiments/recipes/`` named by its file, or
+one package there named by its folder (its ``__init__.py`` holds what a module would), with
+``SUMMARY`` (a string literal, read from the file the same way: the line of ``reproduce
+--help``), ``TITLE``, ``PRESETS``, ``units(setup, preset)`` (its declared study,
+``experiments/declare.py``) and ``report(records, preset)``.
 
 Plugins. ``SAMELOSS_PLUGINS=module[,module...]`` (importable module names, e.g. a file on
 ``PYTHONPATH``) are imported the first time the registry is asked; they add languages and
@@ -221,10 +223,13 @@ def _discover() -> None:
         declared = _literals(path, ("MODEL_KIND",))
         if "MODEL_KIND" in declared:
             register_model_kind(declared["MODEL_KIND"], f"sameloss.models.{path.stem}")
-    for path in sorted((PACKAGE / "experiments" / "recipes").glob("*.py")):
-        if not path.stem.startswith("_"):
+    folder = PACKAGE / "experiments" / "recipes"
+    found = {path.stem: path for path in folder.glob("*.py")}  # a recipe in one file, or
+    found.update({path.parent.name: path for path in folder.glob("*/__init__.py")})  # a package of its own
+    for name, path in sorted(found.items()):
+        if not name.startswith("_"):
             declared = _literals(path, ("SUMMARY",))
-            register_recipe(path.stem, f"sameloss.experiments.recipes.{path.stem}", declared.get("SUMMARY", ""))
+            register_recipe(name, f"sameloss.experiments.recipes.{name}", declared.get("SUMMARY", ""))
     load_plugins()
 
 
@@ -255,8 +260,8 @@ def register_language(name: str, build: Callable | str, sizes=(), settings=("siz
 
 
 def register_recipe(name: str, module: ModuleType | str, summary: str | None = None) -> None:
-    """Add a recipe (the hook for plugins; built-in recipes are the files of
-    ``experiments/recipes/``): a module with ``TITLE``, ``PRESETS``, ``runs`` and ``report``."""
+    """Add a recipe (the hook for plugins; built-in recipes are the files and packages of
+    ``experiments/recipes/``): a module with ``TITLE``, ``PRESETS``, ``units`` and ``report``."""
     if summary is None:
         loaded = module if isinstance(module, ModuleType) else importlib.import_module(module)
         summary = getattr(loaded, "SUMMARY", "") or (loaded.__doc__ or "").strip().split("\n")[0]

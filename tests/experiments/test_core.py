@@ -117,11 +117,11 @@ def test_a_config_saved_with_language_preset_still_loads_and_matches(tmp_path):
         configlib.load(PretrainConfig, None, ["language.preset=micro", "language.size=tiny"])
 
 
-def test_study_lookup_is_the_measures_look_up_table_with_the_runs_eval_seed(tmp_path):
+def test_study_lookup_table_is_the_measures_look_up_table_with_the_runs_eval_seed(tmp_path):
     """The look-up table's loss is the entropy on the run's own held-out set (its
     ``eval.seed``), with the probe columns of ``measure_lookup_table``."""
     from sameloss import config as configlib
-    from sameloss.experiments.core import RunInfo, RunSpec, Study
+    from sameloss.experiments.core import Study
     from sameloss.languages import make_language
     from sameloss.measures.run import MeasureSpec
     from sameloss.training.config import PretrainConfig
@@ -134,8 +134,7 @@ def test_study_lookup_is_the_measures_look_up_table_with_the_runs_eval_seed(tmp_
     for eval_seed in (7, 8):
         cfg = configlib.load(PretrainConfig, None, ["language.name=pcfg", "language.size=micro",
                                                     f"eval.seed={eval_seed}"])
-        run = RunInfo(RunSpec("r", ()), cfg, tmp_path, "reused", 0.0)
-        rows[eval_seed] = Study(tmp_path / "study", progress=False, device="cpu").lookup(run, spec)
+        rows[eval_seed] = Study(tmp_path / "study", progress=False, device="cpu").reference("lookup-table", cfg, spec)
         entropy = ExactEvaluator(language, 40, cfg.mask_rate, eval_seed, cfg.eval.n_subsets).entropy
         assert rows[eval_seed]["loss"] == pytest.approx(float(entropy.mean()), rel=1e-12)
         assert rows[eval_seed]["kl"] == 0.0 and 0.0 <= rows[eval_seed]["lookup_B"] <= 1.0

@@ -29,6 +29,7 @@ from sameloss.training.runio import build_language, eval_history, init_model
 from helpers.figures import check_report_figures, read_data
 
 from .test_reproduce import check_tables, run_cli
+from .test_smoke_digests import ISOLOSS, results_digest
 
 
 def read(path):
@@ -47,6 +48,8 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
     # runs its seeds on local workers, as .ci/run does)
     run_cli(["--scale", "smoke", "--out", str(tmp_path), "--no-progress", "--launcher", "inprocess"])
     root = tmp_path / "isoloss-smoke"
+    # the numbers are the pinned ones, bit for bit (test_smoke_digests)
+    assert results_digest(root / "results.csv") == ISOLOSS
     # no checkpoint is probed twice (a base-recipe fork's checkpoints serve both fork points)
     assert probed and len(probed) == len(set(probed))
     report = (root / "report.md").read_text()
@@ -276,7 +279,7 @@ def test_forks_from_scratch_share_the_initial_weights_and_the_data_stream():
     base = isoloss.base_run(p, 3).config()
     forks = {f.name: f for f in p.forks}
     for name in ("noreg", "sam05", "adv"):
-        cfg = isoloss.fork_run(p, 3, forks[name], 0, None).config()
+        cfg = isoloss.fork_run(p, 3, forks[name], 0).config()
         assert cfg.init_from is None and cfg.seed == base.seed
         language = build_language(cfg)
         torch.manual_seed(cfg.seed)
@@ -289,8 +292,8 @@ def test_forks_from_scratch_share_the_initial_weights_and_the_data_stream():
             y = global_batch(language, base.seed, step, base.batch_size, base.mask_rate)
             assert torch.equal(x.inputs, y.inputs) and torch.equal(x.masked, y.masked)
     # from scratch the recipe acts on every step: the same schedule as the late fork's
-    late = isoloss.fork_run(p, 3, forks["noreg"], p.base_steps, None).config()
-    scratch = isoloss.fork_run(p, 3, forks["noreg"], 0, None).config()
+    late = isoloss.fork_run(p, 3, forks["noreg"], p.base_steps).config()
+    scratch = isoloss.fork_run(p, 3, forks["noreg"], 0).config()
     assert [late.lr_factor(s) for s in range(late.steps)] == [scratch.lr_factor(s) for s in range(scratch.steps)]
 
 
@@ -298,9 +301,9 @@ def test_the_adversary_follows_the_presets_task():
     p = isoloss.PRESETS["tiny"]
     other = dataclasses.replace(p, task="task-3", tasks={"hmm": ("task-3", "task-5")})
     adv = next(f for f in p.forks if f.name == "adv")
-    settings = dict(isoloss.fork_run(other, 0, adv, other.base_steps, None).settings)
+    settings = dict(isoloss.fork_run(other, 0, adv, other.base_steps).settings)
     assert settings["adversarial.task"] == "task-3" and other.fewshot(0).task == "task-3"
-    assert dict(isoloss.fork_run(p, 0, adv, p.base_steps, None).settings)["adversarial.task"] == "task-5"
+    assert dict(isoloss.fork_run(p, 0, adv, p.base_steps).settings)["adversarial.task"] == "task-5"
 
 
 def test_the_target_is_the_middle_of_the_overlap_or_of_the_gap():
@@ -440,8 +443,8 @@ def test_presets_are_checked():
     # a late-only fork (tiny's adversary) has no run and no comparison from scratch
     adv = {f.name: f for f in p.forks}["adv"]
     assert adv.late_only and adv not in p.forks_at(0) and adv in p.forks_at(p.base_steps)
-    assert not any(r.name.endswith("scratch-adv") for r in isoloss.runs(p, "hmm", 0, "base"))
-    assert any(r.name.endswith("scratch-noreg") for r in isoloss.runs(p, "hmm", 0, "base"))
+    assert not any(r.name.endswith("scratch-adv") for r in isoloss.runs(p, "hmm", 0))
+    assert any(r.name.endswith("scratch-noreg") for r in isoloss.runs(p, "hmm", 0))
     tests = {(c.name, pt) for c, pt in p.tests()}
     assert ("adv", "late") in tests and ("adv", "scratch") not in tests and ("noreg", "scratch") in tests
     assert ("size", "scratch") in tests and ("longer", "scratch") not in tests
@@ -450,7 +453,7 @@ def test_presets_are_checked():
     assert (large.width_factor, large.extra_layers) == (1, 2)
     # every candidate lies on the stretch at the final lr
     for f in p.forks:
-        cfg = isoloss.fork_run(p, 0, f, p.base_steps, None).config()
+        cfg = isoloss.fork_run(p, 0, f, p.base_steps).config()
         assert all(cfg.lr_factor(s - 1) == pytest.approx(p.final_lr_factor) for s in p.candidates(f))
         assert cfg.lr_factor(p.stretch_start(f) - 2) > p.final_lr_factor
     assert not math.isnan(p.equivalence_margin)

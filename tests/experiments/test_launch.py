@@ -24,7 +24,8 @@ import torch
 from sameloss.cli import main
 from sameloss.errors import UserError
 from sameloss.experiments import reproduce
-from sameloss.experiments.core import RunSpec, Study, execute_unit, run_unit
+from sameloss.experiments.core import RunSpec, Study, execute_unit
+from sameloss.experiments.declare import run_unit
 from sameloss.experiments.launch import (LaunchOptions, Local, Slurm, WorkerJob, default_workers, format_seeds,
                                          parse_seeds, worker_devices)
 from sameloss.experiments.recipes import isoloss
@@ -96,7 +97,7 @@ def test_a_refused_unit_stops_the_study_with_its_name_and_line(tmp_path):
 
     launcher = make_launcher(LaunchOptions("slurm", slurm_cluster="debug"), tmp_path, "test")
     study = Study(tmp_path, progress=False, launcher=launcher)
-    bad = run_unit(RunSpec("bad", (("language.name", "causal"),)), MeasureSpec(loss=True), "test", "causal")
+    bad = run_unit(RunSpec("bad", (("language.name", "causal"),)), MeasureSpec(loss=True))
     with pytest.raises(UserError) as err:
         study.run_units([bad])
     assert str(err.value) == "run bad: the causal language needs masking=single: its exact conditionals take one " \
@@ -500,7 +501,7 @@ def test_a_preempted_unit_is_resubmitted_and_resumes_bit_identically(tmp_path):
     mspec = MeasureSpec(loss=True, traces=("fisher",), loss_sentences=64, n_contexts=8, n_labels=2, repeats=1)
 
     def job(root: Path) -> WorkerJob:
-        unit = run_unit(spec, mspec, "test", "hmm")
+        unit = run_unit(spec, mspec)
         return WorkerJob(functools.partial(execute_unit, unit, root, 0, False, "cpu", "none"), threads=1,
                          name=unit.name)
 

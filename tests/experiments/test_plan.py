@@ -62,6 +62,16 @@ def test_every_recipe_is_planned_and_nothing_is_written(scale, tmp_path, monkeyp
     assert _files(out) == ["keep.txt"]
 
 
+def test_plan_accepts_every_scale_reproduce_accepts(capsys):
+    """``quick`` (the main job's scale, isoloss's only) is planned like the others; a recipe
+    without it is refused in one line, as ``reproduce`` refuses it."""
+    assert main(["plan", "isoloss", "--scale", "quick", "--device", "h100", "--out", "unused"]) == 0
+    assert "plan: isoloss --scale quick on h100" in capsys.readouterr().out
+    assert not os.path.exists("unused")
+    assert main(["plan", "dyck", "--scale", "quick", "--device", "h100"]) == 2
+    assert capsys.readouterr().err.strip().endswith("unknown scale 'quick'; choose from smoke, tiny, small, paper")
+
+
 def test_plan_counts_the_recipes_runs_and_steps():
     from sameloss.experiments.recipes import steps
 
@@ -84,10 +94,9 @@ def test_plan_counts_the_recipes_runs_and_steps():
 
 def _parts(p):
     from sameloss.experiments.common import language_parts
+    from sameloss.experiments.engine import Setup
 
-    class Seed:
-        seed = 0
-    return [(q, lang.name) for q, lang in language_parts(Seed(), p, None)]
+    return [(q, lang.name) for q, lang in language_parts(Setup("unused", 0, print, planning=True), p, None)]
 
 
 def test_continued_fork_counts_only_its_own_steps():
@@ -109,7 +118,7 @@ def test_continued_fork_counts_only_its_own_steps():
 
 def test_size_fork_is_planned_at_the_embedded_shape():
     """The late size fork starts from the base embedded 2x wider with one more block: the
-    plan trains and measures that shape, not the small one (DryStudy.embed, as Study.embed)."""
+    plan trains and measures that shape, not the small one (the planner's walk, as the engine's)."""
     plan = planner.dry_plan("isoloss", "smoke", "unused")
     base = next(r for r in plan.runs if r.name.endswith("-base"))
     small = planner.model_shape(base.config, {})

@@ -15,13 +15,17 @@ decisive test: forks of one base run at matched KL, paired statistics with state
 Scales: ``smoke`` (seconds), ``tiny`` (a CPU in minutes), ``small`` and ``paper`` (GPU); a
 recipe's settings at one scale are its preset (``PRESETS[scale]``, typed: ``common.py``).
 
-Units and launchers: a recipe's ``units(study, preset)`` lists the parts of its study that
-can run apart (one run, or a seed's chain); ``reproduce`` runs them through a launcher
-(``launch.py``: in this process — the default —, in local worker processes a GPU each,
-or as a Slurm job array), then writes the report from what they trained and measured.
-``seeds=[...]`` runs only those seeds' units of a study that has them (isoloss) and writes
-no report: shards of one study, in any number of processes at once; a later call
-without ``seeds`` reuses every finished seed, runs the missing ones, and reports.
+Declarations, the engine and launchers: a recipe's ``units(setup, preset)`` declares its
+study (``declare.py``: the parts that can run apart — one run, or a seed's chain —, each a
+list of runs, forks, embeddings, measures and gates, and the stages declared from earlier
+results); the engine (``engine.py``) runs them through a launcher (``launch.py``: in this
+process — the default —, in local worker processes a GPU each, or as a Slurm job array),
+and the recipe's ``report(records, preset)`` is written from what they trained and
+measured (``engine.Records``: it trains and measures nothing). ``sameloss plan`` walks the
+same declaration (``plan.py``). ``seeds=[...]`` runs only those seeds' units of a study
+that has them (isoloss) and writes no report: shards of one study, in any number of
+processes at once; a later call without ``seeds`` reuses every finished seed, runs the
+missing ones, and reports.
 
 Locks (``files.folder_lock``): the process that writes the experiment's own files
 (report, ``results.csv``) holds the experiment folder; every unit holds its own folder
@@ -112,11 +116,11 @@ def reproduce(experiment: str | None = None, scale: str | None = None, out: str 
         study.log(f"reproduce {experiment} --scale {scale} (seed {seed}) in {root}")
         if budget is not None and hasattr(recipe, "forecast"):  # before anything trains: what the budget buys
             study.log(recipe.forecast(p, "cpu" if (device or p.device) != "cuda" else "h100", _workers_of(launcher)))
-        _run_stages(recipe, study, p)
+        records = run_declaration(recipe, study, p, _workers_of(launcher))
         from .plots import drawing
 
         with drawing(width=figure_width, caveat=smoke_caveat() if scale == "smoke" else None):
-            result = recipe.report(study, p)
+            result = recipe.report(records, p)
         from .report import write_report
 
         sections = result if isinstance(result, list) else [result]
@@ -172,18 +176,19 @@ def on_languages(recipe, experiment: str, p, languages: list[str] | None):
 
 def _dry_run(recipe, experiment: str, p, root: Path, seed: int, seeds: list[int] | None, launch) -> None:
     """``--launcher slurm --dry-run``: print the job script submitit would submit for the
-    study's units (``seeds``: those seeds' only) and write nothing (the units are listed on
-    ``plan``'s dry study)."""
+    study's first stage of units (``seeds``: those seeds' only) and write nothing (the units
+    are the recipe's declaration, read as ``sameloss plan`` reads it)."""
     import torch
 
-    from .core import merge_units
+    from .declare import Unit, merge_units
+    from .engine import Setup
     from .launch import SUBMITIT_DIR, Slurm
-    from .plan import DryStudy, Plan
 
     make = getattr(recipe, "units", None)
     if make is None:
         raise UserError(f"{experiment} declares no units: all of it runs in the calling process, nothing on Slurm")
-    units = merge_units(make(DryStudy(root, seed, Plan(experiment, "", root, recipe=recipe)), p))
+    declaration = make(Setup(root, seed, lambda msg: None, planning=True), p)
+    units = merge_units([u for u in declaration if isinstance(u, Unit)])
     if seeds is not None:
         units = [u for u in units if u.seed in seeds]
     launcher = Slurm(root.absolute() / SUBMITIT_DIR, launch, torch.get_num_threads(), f"sameloss-{experiment}")
@@ -192,26 +197,6 @@ def _dry_run(recipe, experiment: str, p, root: Path, seed: int, seeds: list[int]
           "e.g. an adaptive one's pilot, submits its later stages after this one); nothing was submitted or "
           "written\n" + launcher.script(len(units)), flush=True)
     return None
-
-
-def _run_seed_stages(recipe, study, p, seeds: list[int]) -> None:
-    """A shard's units, stage by stage (``_run_stages``): the units of ``seeds``; a seed that
-    a later stage declares (an adaptive study's seed after its pilot) needs the earlier stage
-    first, which this shard then runs (or reuses where another shard has finished it)."""
-    while True:
-        declared = [u for u in _units(recipe, study, p) if u.seed is not None]
-        todo = [u for u in declared if u.seed in seeds and u.name not in study.done]
-        if todo:
-            study.run_units(todo)
-            continue
-        waiting = set(seeds) - {u.seed for u in declared}
-        earlier = [u for u in declared if u.name not in study.done]
-        if not (waiting and earlier):
-            if waiting:
-                study.log(f"seeds {', '.join(map(str, sorted(waiting)))}: the study's plan runs no fork on them")
-            return
-        study.log(f"seeds {', '.join(map(str, sorted(waiting)))} are planned from the pilot: its seeds run first")
-        study.run_units(earlier)
 
 
 def _launcher(experiment: str, root: Path, launch):
@@ -228,51 +213,47 @@ def _study(p, root: Path, seed: int, fresh: bool, progress: bool, device: str | 
                  launcher=launcher, lock=lock, figure_formats=formats)
 
 
-def _units(recipe, study, p) -> list:
-    """The recipe's units (none for a recipe without ``units``: its report does all the
-    work here)."""
-    from .core import merge_units
+def run_declaration(recipe, study, p, workers: int = 1, seeds: list[int] | None = None, check=None):
+    """The recipe's declaration (``units``) run stage by stage through the study's launcher
+    (``engine.run_stages``; ``seeds``: only those seeds' units and the stages they need;
+    ``check(declaration)`` first); returns what the report reads (``engine.Records``)."""
+    from .engine import Records, Setup, run_stages
 
-    make = getattr(recipe, "units", None)
-    if make is None:
-        if study.launcher.name != "inprocess":
-            study.log("note: this recipe declares no units; all of it runs in this process")
-        return []
-    return merge_units(make(study, p))
+    setup = Setup(study.root, study.seed, study.log, workers=workers)
+    declaration = recipe.units(setup, p)
+    if check is not None:
+        check(declaration)
 
+    def resolve(later, records):
+        return later.declare(Records(setup, study, dict(zip(later.after, records))), *later.args)
 
-def _run_stages(recipe, study, p) -> None:
-    """Every unit of the recipe, stage by stage: a recipe may declare more units once the
-    first ones have run (an adaptive study's later seeds, planned from its pilot), so its
-    units are asked for again after each stage until none is new."""
-    while True:
-        todo = [u for u in _units(recipe, study, p) if u.name not in study.done]
-        if not todo:
-            return
-        study.run_units(todo)
+    return Records(setup, study, run_stages(declaration, study.run_units, resolve, seeds, study.log))
 
 
 def _shard(recipe, experiment: str, p, root: Path, seed: int, seeds: list[int], progress: bool,
            device: str | None, launch, tracker: str) -> Path:
     """``reproduce --seeds``: only the units of ``seeds``, no report."""
+    from .engine import declared_seeds
     from .launch import format_seeds
 
     start = time.perf_counter()
     launcher = _launcher(experiment, root, launch)
-    # no lock on the experiment: shards on other seeds run at once; each unit locks its seed's folder
-    with _study(p, root, seed, False, progress, device, launcher, tracker, lock=False) as study:
-        seeded = [u for u in _units(recipe, study, p) if u.seed is not None]
-        if not seeded:
+    known: set[int] = set()
+
+    def check(declaration: list) -> None:
+        known.update(declared_seeds(declaration))
+        if not known:
             raise UserError(f"{experiment} has no per-seed units: --seeds selects seeds of a study that has several "
                             "(isoloss); --seed N runs another replication of this one")
-        all_seeds = getattr(recipe, "all_seeds", None)
-        known = set(all_seeds(study, p)) if all_seeds else {u.seed for u in seeded}
         unknown = sorted(set(seeds) - known)
         if unknown:
             raise UserError(f"--seeds {format_seeds(unknown)}: not seeds of this study (its seeds: "
                             f"{format_seeds(sorted(known))})")
         study.log(f"reproduce {experiment} --seeds {format_seeds(seeds)} in {root}")
-        _run_seed_stages(recipe, study, p, seeds)
+
+    # no lock on the experiment: shards on other seeds run at once; each unit locks its seed's folder
+    with _study(p, root, seed, False, progress, device, launcher, tracker, lock=False) as study:
+        run_declaration(recipe, study, p, _workers_of(launcher), seeds, check)
     missing = sorted(known - set(seeds))
     trained = sum(1 for r in study.runs.values() if r.status != "reused")
     study.log(f"seeds {format_seeds(seeds)} done in {time.perf_counter() - start:.0f} s ({trained} runs trained or "

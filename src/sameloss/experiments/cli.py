@@ -252,9 +252,10 @@ def _given(args) -> set[str]:
 
 def add_plan_parser(commands) -> argparse.ArgumentParser:
     """Add ``plan`` (``experiments.plan``) to the ``sameloss`` sub-command parsers."""
-    from . import SCALE_NAMES, experiments
+    from . import MAIN_SCALE, SCALE_NAMES, experiments
 
     names = list(experiments())
+    scales = [SCALE_NAMES[0], MAIN_SCALE, *SCALE_NAMES[1:]]  # every scale reproduce accepts
     plan = commands.add_parser(
         "plan", help="what a study costs before it runs: runs, steps, FLOPs, peak memory, time per stage",
         description="Print, without training or writing anything, what `sameloss reproduce EXPERIMENT --scale "
@@ -265,7 +266,8 @@ def add_plan_parser(commands) -> argparse.ArgumentParser:
                     "(src/sameloss/experiments/plan.py says what is counted and where each number comes from).",
         epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     plan.add_argument("experiment", choices=names, metavar="EXPERIMENT", help=f"one of {', '.join(names)}")
-    plan.add_argument("--scale", required=True, choices=list(SCALE_NAMES), help=f"one of {', '.join(SCALE_NAMES)}")
+    plan.add_argument("--scale", required=True, choices=scales,
+                      help=f"one of {', '.join(scales)} ({MAIN_SCALE}: isoloss's, the main job's)")
     plan.add_argument("--device", required=True, choices=["cpu", "h100", "a100"],
                       help="cpu (this machine), h100 or a100")
     plan.add_argument("--workers", type=_positive, default=1, metavar="N",

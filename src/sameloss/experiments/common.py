@@ -45,7 +45,8 @@ from ..models.sizes import TRANSFORMER_SIZES
 from . import SCALE_NAMES
 from ..measures.rows import error_column
 from .causal import CausalScale
-from .core import RunSpec, Setting
+from .core import RunSpec, Setting, model_row
+from .declare import measured
 from .report import Column
 
 def _check(ok: bool, what: str) -> None:
@@ -277,28 +278,34 @@ def languages_of(p: Preset, seed: int, only: tuple[str, ...] | None = None) -> l
                          measure_spec(p, p.tasks[name], seed)) for name in only or p.use]
 
 
-def causal_part(study, p: Preset, only: tuple[str, ...] | None = None) -> tuple[Preset, LanguagePart] | None:
+def causal_part(setup, p: Preset, only: tuple[str, ...] | None = None) -> tuple[Preset, LanguagePart] | None:
     """The causal language of a recipe that runs by itself (``only`` is None) and has
-    one: the preset with its prepared generator, and its report part (probe tasks are
-    GLUE-format folders, labelled by task name)."""
+    one: the preset with its prepared generator (``setup.data``: ``engine.Setup``, once per
+    call), and its report part (probe tasks are GLUE-format folders, labelled by task name)."""
     if only is not None or p.causal is None:
         return None
     from .causal import prepare_causal
 
-    c, tasks = prepare_causal(study, p.causal)
-    spec = dataclasses.replace(measure_spec(p, (), study.seed), probe=tuple(tasks.values()))
+    c, tasks = setup.data("causal", prepare_causal, None, p.causal)
+    spec = dataclasses.replace(measure_spec(p, (), setup.seed), probe=tuple(tasks.values()))
     return dataclasses.replace(p, causal=c), LanguagePart("causal", tuple(tasks), c.title, spec)
 
 
-def language_parts(study, p: Preset, only: tuple[str, ...] | None = None) -> list[tuple[Preset, LanguagePart]]:
-    """The languages a report covers (``languages_of``), each with the preset to run it
+def language_parts(setup, p: Preset, only: tuple[str, ...] | None = None) -> list[tuple[Preset, LanguagePart]]:
+    """The languages a recipe covers (``languages_of``), each with the preset to run it
     with, then the causal language of a recipe that runs by itself (``causal_part``:
-    prepared here)."""
-    parts = [(p, lang) for lang in languages_of(p, study.seed, only)]
-    causal = causal_part(study, p, only)
+    prepared once per call)."""
+    parts = [(p, lang) for lang in languages_of(p, setup.seed, only)]
+    causal = causal_part(setup, p, only)
     if causal:
         parts.append(causal)
     return parts
+
+
+def measured_rows(records, spec: RunSpec, mspec: MeasureSpec, experiment: str, language: str) -> list[dict]:
+    """The model rows (``core.model_row``) of a run's measured checkpoints (``declare.measured``),
+    as the engine measured them (``engine.Records``)."""
+    return [model_row(records.row(m), experiment, language, spec) for m in measured(spec, mspec)]
 
 
 def quantity_column(header: str, key: str, **fmt) -> Column:
@@ -316,5 +323,5 @@ def measured_columns(tasks: tuple[str, ...], with_step: bool = True) -> list[Col
 
 
 __all__ = ["COMMON", "Common", "LanguagePart", "MeasureSettings", "Preset", "ReferenceRun", "Shape", "Training",
-           "base_settings", "causal_part", "language_parts", "languages_of", "measure_spec", "measured_columns", "quantity_column", "reference_run",
-           "run_name"]
+           "base_settings", "causal_part", "language_parts", "languages_of", "measure_spec", "measured_columns",
+           "measured_rows", "quantity_column", "reference_run", "run_name"]

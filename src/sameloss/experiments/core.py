@@ -1,12 +1,11 @@
-"""The machinery shared by the recipes: ``RunSpec`` (a run, turned into a ``PretrainConfig``
-here and only here), ``Unit`` (a part of a study that runs apart from the rest: a run, or a
-seed's chain) and ``Study`` (one experiment folder: train a run or reuse / resume it,
+"""The machinery under the engine: ``RunSpec`` (a run, turned into a ``PretrainConfig``
+here and only here) and ``Study`` (one experiment folder: train a run or reuse / resume it,
 measure a checkpoint or a reference representation (look-up table, random-init encoder,
 oracle) or reuse the cached row, embed a checkpoint, run units through a launcher —
-``launch.py``: in this process, in local worker processes or on Slurm).
-A recipe never trains or measures by hand: what it trains is ``RunSpec``s (forks
-included, ``init_from``), what it measures is a ``measures.run.MeasureSpec``; what can run
-apart, it declares as units (``units(study, preset)``: ``run_unit``, ``Study.seed_units``).
+``launch.py``: in this process, in local worker processes or on Slurm — each unit walked
+by ``engine.walk`` in its worker: ``execute_unit``).
+A recipe never trains or measures by hand, nor calls a ``Study``: it declares its runs,
+forks and measures (``declare.py``) and the engine does them on a ``Study``.
 
 An experiment lives in one folder, ``<out>/<experiment>-<scale>[-seed<N>]/``:
 
@@ -17,7 +16,7 @@ An experiment lives in one folder, ``<out>/<experiment>-<scale>[-seed<N>]/``:
   its ``meta.json``, or a reference and its language / model settings) and the measure
   settings, written (atomically, merged with what other workers wrote meanwhile:
   ``files.update_lock``) after each measurement;
-* ``seeds/seed<N>/`` — a recipe's per-seed studies (``Study.seed_units``), each laid out
+* ``seeds/seed<N>/`` — a recipe's per-seed studies (``declare.seed_unit``), each laid out
   as this one, except the references that do not depend on the seed
   (``SEED_FREE_REFERENCES``: the look-up table, the look-up and oracle representations),
   measured once into the experiment's ``measurements.json`` for all its units;
@@ -49,7 +48,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .. import files
 from ..errors import UserError
@@ -58,6 +57,7 @@ from ..progress import say, stream
 from . import folder as experiment_folder
 from ..training.checkpoint import checkpoint_dir
 from ..training.config import PretrainConfig
+from .declare import Embedded, Unit
 from .runspec import RunSpec, Setting  # noqa: F401 (recipes import them from here)
 from ..training import runfolder
 from ..training.loop import pretrain
@@ -100,37 +100,12 @@ def experiment_dir_name(experiment: str, scale: str, seed: int) -> str:
     return f"{experiment}-{scale}" + (f"-seed{seed}" if seed else "")
 
 
-@dataclass
-class Measured:
-    """One measured checkpoint of a run: its folder and its model row (``model_row``)."""
-
-    checkpoint: Path
-    row: dict
-
-
 def model_row(row: dict, experiment: str, language: str, spec: RunSpec) -> dict:
     """A measured row with the fields every recipe adds (``model`` is the unique id)."""
     out = {"model": f"{spec.name}@{row['step']}", "experiment": experiment, "language": language,
            "group": spec.group, "label": spec.label, "run": spec.name}
     out.update({k: v for k, v in row.items() if k != "run"})
     return out
-
-
-@dataclass(frozen=True)
-class Unit:
-    """A part of a study that runs apart from the rest, in any process: ``work(study,
-    *args)`` on the ``Study`` of the folder ``study`` (relative to the experiment folder;
-    ``""``: the experiment's own), holding the lock of ``folder`` (what it writes besides
-    rows of ``measurements.json``). ``name`` is unique in a study and shown in the log;
-    ``seed`` marks a seed's unit (``reproduce --seeds`` selects them). ``work`` and
-    ``args`` must pickle (a module-level function)."""
-
-    name: str
-    folder: str
-    work: Callable
-    args: tuple = ()
-    seed: int | None = None
-    study: str = ""
 
 
 @dataclass
@@ -143,50 +118,25 @@ class UnitResult:
     counts: dict[str, int] = field(default_factory=dict)
 
 
-def _train_and_measure(study: Study, spec: RunSpec, mspec, experiment: str, language: str) -> None:
-    study.train_and_measure(spec, mspec, experiment, language)
-
-
-def run_unit(spec: RunSpec, mspec, experiment: str, language: str) -> Unit:
-    """The unit of one run: trained (or reused, resumed), then its ``measure_steps``
-    checkpoints measured with ``mspec`` — what ``Study.train_and_measure`` does."""
-    return Unit(f"run {spec.name}", f"runs/{spec.name}", _train_and_measure, (spec, mspec, experiment, language))
-
-
-def _in_order(study: Study, *calls) -> list:
-    return [work(study, *args) for work, args in calls]
-
-
-def merge_units(units: list[Unit]) -> list[Unit]:
-    """Units that write the same folder (a run two recipes share, in ``figure1``) made one
-    unit that does their work in order; the others as they are, in order."""
-    groups: dict[tuple[str, str], list[Unit]] = {}
-    for u in units:
-        groups.setdefault((u.study, u.folder), []).append(u)
-    out = []
-    for group in groups.values():
-        first = group[0]
-        if len(group) == 1:
-            out.append(first)
-        else:
-            out.append(dataclasses.replace(first, work=_in_order, args=tuple((u.work, u.args) for u in group)))
-    return out
-
-
 def execute_unit(unit: Unit, root: Path, seed: int, progress: bool, device: str, tracker: str,
                  study: Study | None = None) -> UnitResult:
-    """Run ``unit`` of the experiment in ``root`` (a launcher's worker calls this; the
-    in-process launcher passes its own ``study`` for the experiment's units, whose
-    evaluators and task data it then shares). Holds the lock of the unit's folder."""
+    """Walk ``unit`` of the experiment in ``root`` (``engine.walk``; a launcher's worker
+    calls this; the in-process launcher passes its own ``study`` for the experiment's
+    units, whose evaluators and task data it then shares). Holds the lock of the unit's
+    folder. A seed unit's CPU is the first call's (``engine.keep_first_cost``)."""
+    from .engine import Execute, keep_first_cost, walk
+
     with files.folder_lock(Path(root) / unit.folder, "unit"):
         if study is not None and not unit.study:
-            return UnitResult(unit.work(study, *unit.args))
+            return UnitResult(walk(unit, Execute(study)))
         # the unit's folder is locked above: its study does not lock the experiment, which the
         # process that started the units holds (or, for ``reproduce --seeds``, nobody does)
         with Study(Path(root) / unit.study, seed=seed if unit.seed is None else unit.seed, progress=progress,
                    device=device, tracker=tracker, lock=False, shared=root) as sub:
-            value = unit.work(sub, *unit.args)
-        return UnitResult(value, sub.runs, sub.timings, sub.counts)
+            record = walk(unit, Execute(sub))
+            if unit.study:
+                record = keep_first_cost(sub.root, record, sub.log)
+        return UnitResult(record, sub.runs, sub.timings, sub.counts)
 
 
 # references that do not depend on the run's seed (the language's look-up table, its true
@@ -365,28 +315,13 @@ class Study:
             self.log(f"--tracker {self.tracker}: reused runs (e.g. {run_dir.name}) already hold their metrics from the "
                      "call that trained them; they are not written twice")
 
-    def checkpoints(self, info: RunInfo, steps: tuple[int, ...] = ()) -> list[Path]:
-        """The checkpoints at ``steps`` of a trained run (empty: the last one)."""
-        steps = steps or (info.config.steps,)
-        out = []
-        for step in steps:
-            path = checkpoint_dir(info.path, step)
-            if not (path / "meta.json").exists():
-                raise UserError(f"run {info.spec.name} has no checkpoint at step {step} (was it trained with "
-                                "another checkpoint list?); pass --fresh to redo it")
-            out.append(path)
-        return out
-
-    def train_and_measure(self, spec: RunSpec, mspec, experiment: str, language: str
-                          ) -> tuple[RunInfo, list[Measured]]:
-        """Train (or reuse) one run and measure its ``spec.measure_steps`` checkpoints
-        (empty: the last one), each as a ``model_row``."""
-        info = self.train(spec)
-        measured = []
-        for ck in self.bar(self.checkpoints(info, spec.measure_steps), f"measuring {spec.name}"):
-            self.log(f"measure {self.rel(ck)}")
-            measured.append(Measured(ck, model_row(self.measure(ck, mspec), experiment, language, spec)))
-        return info, measured
+    def checkpoint(self, info: RunInfo, step: int | None = None) -> Path:
+        """The checkpoint at ``step`` of a trained run (``None``: its last)."""
+        path = checkpoint_dir(info.path, step or info.config.steps)
+        if not (path / "meta.json").exists():
+            raise UserError(f"run {info.spec.name} has no checkpoint at step {step} (was it trained with "
+                            "another checkpoint list?); pass --fresh to redo it")
+        return path
 
     # ---- measuring --------------------------------------------------------------------
     # Every measured row goes through ``_memo``: one key (kind | what | extra | the spec's
@@ -486,10 +421,6 @@ class Study:
             return measure_reference(kind, language, cfg, measured, self._state(spec))
         return self._memo(kind, cfg.language.name, spec, _fingerprint(what), compute)
 
-    def lookup(self, run: RunInfo, spec) -> dict:
-        """The look-up table of a run's language (``reference("lookup-table", ...)``)."""
-        return self.reference("lookup-table", run.config, spec)
-
     # ---- units ------------------------------------------------------------------------
     def run_units(self, units: list[Unit]) -> list:
         """Run ``units`` through the study's launcher (those already run by this call: not
@@ -535,45 +466,26 @@ class Study:
         for k, v in result.counts.items():
             self.counts[k] += v
 
-    def seed_units(self, work, seeds: list[int], *args, group: str = "") -> list[Unit]:
-        """One unit per seed: ``work(study, seed, *args)`` in the seed's own study folder
-        ``seeds/seed<N>/`` (``group``: ``seeds/<group>/seed<N>/``, one of several studies in
-        one experiment, e.g. a language of a study of several; the seed is its study's
-        seed), which it locks. ``work`` and ``args`` must pickle."""
-        where = f"seeds/{group}/" if group else "seeds/"
-        named = f"{group} " if group else ""
-        return [Unit(f"{named}seed {seed}", f"{where}seed{seed}", work, (seed, *args), seed=seed,
-                     study=f"{where}seed{seed}") for seed in seeds]
-
-    def map_seeds(self, work, seeds: list[int], *args, group: str = "") -> list:
-        """``work(study, seed, *args)`` for each seed (``seed_units``) through the study's
-        launcher; returns ``work``'s results in the order of ``seeds``."""
-        return self.run_units(self.seed_units(work, seeds, *args, group=group))
-
-    def embed(self, checkpoint: Path, into: str | None = None, *, width_factor: int | None = None,
-              extra_layers: int = 0, optimizer: str = "fresh") -> Path:
-        """The checkpoint embedded function-preservingly into the transformer shape named
-        ``into``, or ``width_factor``× wider with ``extra_layers`` more blocks
-        (``models.embed``, App. B.4; ``optimizer="embedded"``: with the checkpoint's
-        optimiser moments mapped onto it, for a fork to continue); reused when already
-        written. ``UserError`` when that shape cannot hold the model (the message says why)."""
+    def embed(self, checkpoint: Path, target: Embedded) -> Path:
+        """The checkpoint embedded function-preservingly as ``target`` says (``models.embed``,
+        App. B.4; with its optimiser moments mapped for a fork to continue, or fresh), in
+        ``embedded/<target.folder(...)>``; reused when already written. ``UserError`` when
+        that shape cannot hold the model (the message says why)."""
         from ..training.embed_io import embed_checkpoint
         from ..training.checkpoint import read_meta
 
         checkpoint = Path(checkpoint)
         step = read_meta(checkpoint)["step"]
-        run = checkpoint.parent.parent.name
-        shape = into or f"w{width_factor or 1}+{extra_layers}"
-        out = self.root / "embedded" / (f"{run}-step{step}-into-{shape}" + ("-optimizer" if optimizer != "fresh" else ""))
-        target = checkpoint_dir(out, step)
-        if (target / "meta.json").exists() and \
-                (target / "meta.json").stat().st_mtime >= (checkpoint / "meta.json").stat().st_mtime:
-            return target
+        out = self.root / "embedded" / target.folder(checkpoint.parent.parent.name, step)
+        done = checkpoint_dir(out, step)
+        if (done / "meta.json").exists() and \
+                (done / "meta.json").stat().st_mtime >= (checkpoint / "meta.json").stat().st_mtime:
+            return done
         if (out.exists() or out.is_symlink()) and not files.is_empty_dir(out) and not files.is_embedded_dir(out):
             raise UserError(f"{out} was not written by sameloss embed (no {files.EMBEDDED_MARKER} marker); reproduce "
                             "never writes into or deletes it: move it away or pass another --out")
-        return embed_checkpoint(checkpoint, out, into=into, width_factor=width_factor, extra_layers=extra_layers,
-                                optimizer=optimizer, force=True)
+        return embed_checkpoint(checkpoint, out, into=target.into, width_factor=target.width_factor,
+                                extra_layers=target.extra_layers, optimizer=target.optimizer, force=True)
 
     # ---- helpers ----------------------------------------------------------------------
     def rel(self, path: Path) -> str:

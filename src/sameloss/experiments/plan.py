@@ -1,14 +1,16 @@
 """What a study costs before it runs (``sameloss plan``): runs, steps, FLOPs, peak memory
 and wall time per stage.
 
-The runs and measures are the recipe's own: its ``units(study, preset)`` are executed on a
-``DryStudy``, which records every run a unit would train (``RunSpec.config()``: model,
-batch, steps, evaluation, checkpoints), every checkpoint it would measure and with which
-``MeasureSpec``, and every reference representation, and writes nothing (no folder, no
-lock, no data: a recipe that must prepare data first offers ``plan_units``, e.g. ``text``).
-A recipe that picks its checkpoints from its runs' KL curves (``isoloss``) reads a flat
-curve here, so it measures as many checkpoints as it would, at ties; its headroom gate is
-assumed to pass (every seed's forks are planned).
+The runs and measures are the recipe's own: the engine walks its declaration
+(``units(setup, preset)``, ``declare.py``) as ``reproduce`` does, with the ``Record`` actor,
+which records every run a unit would train (``RunSpec.config()``: model, batch, steps,
+evaluation, checkpoints; a fork's start) and every row it would measure, with which
+``MeasureSpec`` — each once, as ``reproduce`` measures it once and then reads its cache —
+and writes nothing (no folder, no lock; data a recipe must prepare first is planned by the
+recipe's ``setup.data`` stand-in, e.g. ``text``'s corpus). A gate is assumed to pass
+(every seed's forks are planned); a stage declared from an earlier one's results
+(isoloss's seeds after its pilot) is declared from what the recipe offers for planning
+(``declare.Later.plan``: the preset's prior paired SDs).
 
 FLOPs: a forward pass per token of a full-length padded sentence is the model kind's count
 (``forward_flops_per_token``: ``models.kind.ModelKind.flops_per_token``, e.g. the
@@ -41,9 +43,7 @@ chunk without gradients, traced the same way).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +51,7 @@ from typing import Any
 
 from .. import resources
 from ..errors import UserError
+from .declare import Checkpoint, Embedded, Reference
 
 STAGES = ("training", "exact-KL evaluation", "trace", "probes")
 
@@ -103,7 +104,7 @@ STEP_FLOOR_S = {"cpu": 0.0, "h100": 8.7e-3, "a100": 8.7e-3}
 
 
 
-# ---- the dry study ----------------------------------------------------------------------
+# ---- the plan: the engine's walk, recorded ---------------------------------------------------
 @dataclass
 class PlannedRun:
     name: str
@@ -120,114 +121,6 @@ class PlannedMeasure:
     embedded_into: str | None = None
 
 
-class DryStudy:
-    """Stands in for ``core.Study`` while a recipe's units run in ``plan``: records what
-    they would train and measure and touches no file (see the module docstring)."""
-
-    def __init__(self, root: Path, seed: int, plan: Plan, study: str = ""):
-        self.root, self.seed, self.plan, self.study = Path(root), seed, plan, study
-        self.runs_dir = self.root / "runs"
-        self.progress, self.device, self.tracker = False, "cpu", "none"
-        self.runs: dict[str, Any] = {}
-        self.done: dict[str, Any] = {}  # unit name -> what it returned (a staged recipe asks again)
-        self.language_shapes: dict[str, tuple[int, int]] = plan.language_shapes
-
-    def log(self, msg: str) -> None:
-        pass
-
-    def bar(self, items, desc):
-        return items
-
-    def rel(self, path) -> str:
-        return str(path)
-
-    def train(self, spec):
-        from .core import RunInfo
-
-        if spec.name in self.runs:
-            return self.runs[spec.name]
-        cfg = spec.config()
-        start = 0
-        if cfg.init_from and cfg.init_step == "continue":
-            found = re.search(r"(\d+)$", Path(cfg.init_from).name)
-            start = int(found.group(1)) if found else 0
-        self.plan.runs.append(PlannedRun(spec.name, self.study, cfg, start))
-        path = self.runs_dir / spec.name
-        self.plan.paths[str(path)] = cfg
-        info = RunInfo(spec, cfg, path, "planned", 0.0, {})
-        self.runs[spec.name] = info
-        return info
-
-    def checkpoints(self, info, steps=()):
-        from ..training.checkpoint import checkpoint_dir
-
-        return [checkpoint_dir(info.path, s) for s in (steps or (info.config.steps,))]
-
-    def train_and_measure(self, spec, mspec, experiment, language):
-        from .core import Measured, model_row
-
-        info = self.train(spec)
-        out = []
-        for ck in self.checkpoints(info, spec.measure_steps):
-            out.append(Measured(ck, model_row(self.measure(ck, mspec), experiment, language, spec)))
-        return info, out
-
-    def _config_of(self, checkpoint: Path):
-        run = Path(checkpoint).parent.parent
-        return self.plan.paths[str(run)]
-
-    def measure(self, checkpoint, spec) -> dict:
-        cfg = self._config_of(checkpoint)
-        into = self.plan.embedded.get(str(Path(checkpoint).parent.parent))
-        self.plan.measures.append(PlannedMeasure(cfg.name, cfg, spec, into))
-        return _AnyRow(step=int(re.search(r"(\d+)$", Path(checkpoint).name).group(1)))
-
-    def reference(self, kind, cfg, spec) -> dict:
-        if kind == "random-init":  # a forward of the initial model; the others need none
-            self.plan.measures.append(PlannedMeasure(kind, cfg, spec))
-        return _AnyRow()
-
-    def lookup(self, run, spec) -> dict:
-        return self.reference("lookup-table", run.config, spec)
-
-    def embed(self, checkpoint, into=None, *, width_factor=None, extra_layers=0, optimizer="fresh"):
-        """``Study.embed``'s checkpoint, planned: the large model's config (the shape
-        ``sameloss embed`` would write) under the embedded folder's name."""
-        from ..training.checkpoint import checkpoint_dir
-
-        cfg = self._config_of(checkpoint)
-        step = int(re.search(r"(\d+)$", Path(checkpoint).name).group(1))
-        large = dataclasses.replace(cfg, model=_embedded_model(cfg, self.language_shapes, into, width_factor,
-                                                               extra_layers), steps=step,
-                                    checkpoints=tuple(s for s in cfg.checkpoints if s <= step))
-        shape = into or f"w{width_factor or 1}+{extra_layers}"
-        out = self.root / "embedded" / f"{Path(checkpoint).parent.parent.name}-step{step}-into-{shape}"
-        self.plan.paths[str(out)] = large
-        self.plan.embedded[str(out)] = into or f"{cfg.model.size}-{shape}"
-        return checkpoint_dir(out, step)
-
-    def seed_units(self, work, seeds, *args, group: str = ""):
-        from .core import Study
-
-        return Study.seed_units(self, work, seeds, *args, group=group)  # the same units (it reads no state)
-
-    def run_units(self, units):
-        for u in units:
-            if u.name not in self.done:
-                self.done[u.name] = self.plan.execute(u, self)
-        return [self.done[u.name] for u in units]
-
-    def map_seeds(self, work, seeds, *args, group: str = ""):
-        return self.run_units(self.seed_units(work, seeds, *args, group=group))
-
-
-class _AnyRow(dict):
-    """A measured row before anything is measured: every column reads 0."""
-
-    def __missing__(self, key):
-        return 0.0
-
-
 @dataclass
 class Plan:
     experiment: str
@@ -235,61 +128,108 @@ class Plan:
     root: Path
     runs: list[PlannedRun] = field(default_factory=list)
     measures: list[PlannedMeasure] = field(default_factory=list)
-    paths: dict[str, Any] = field(default_factory=dict)
-    embedded: dict[str, str] = field(default_factory=dict)
     language_shapes: dict[str, tuple[int, int]] = field(default_factory=dict)
-    recipe: Any = None
-
-    def execute(self, unit, parent: DryStudy):
-        import unittest.mock
-
-        study = parent if not unit.study else DryStudy(self.root / unit.study,
-                                                       parent.seed if unit.seed is None else unit.seed, self,
-                                                       unit.study)
-        # a recipe that picks checkpoints from its runs' exact-KL history reads a flat one;
-        # one that gates its forks on measured headroom is planned as if every seed passed
-        stand_ins = {"eval_history": self._flat_history, "headroom_gate": _gate_passes}
-        with contextlib.ExitStack() as stack:
-            for name, stand_in in stand_ins.items():
-                if hasattr(self.recipe, name):
-                    stack.enter_context(unittest.mock.patch.object(self.recipe, name, stand_in))
-            return unit.work(study, *unit.args)
-
-    def _flat_history(self, run_dir) -> dict:
-        return {s: {"kl": 0.0} for s in self.paths[str(run_dir)].evaluation_steps()}
+    trained: dict = field(default_factory=dict)  # (study, run) -> RunInfo, as planned
+    measured: set = field(default_factory=set)  # (study, measure key): a row is measured once
 
 
-def _gate_passes(*args, **kwargs) -> tuple[bool, str]:
-    return True, "planned: the headroom gate is assumed to pass"
+class Record:
+    """The actor of ``sameloss plan`` (``engine.walk``): each run a unit would train and
+    each row it would measure, recorded once (a row ``reproduce`` takes from its cache is
+    not measured twice); a gate passes; nothing is written."""
+
+    def __init__(self, plan: Plan, study: str):
+        self.plan, self.study = plan, study
+        self.root = plan.root / study
+
+    def bar(self, items: list, record):
+        return items
+
+    def _info(self, run: str):
+        return self.plan.trained[(self.study, run)]
+
+    def _step(self, at) -> int:
+        """The step of a checkpoint (its run's last when not given)."""
+        of = at.of if isinstance(at, Embedded) else at
+        return of.step or self._info(of.run).config.steps
+
+    def _resolved(self, at):
+        """A checkpoint with its step."""
+        if isinstance(at, Embedded):
+            return dataclasses.replace(at, of=self._resolved(at.of))
+        return Checkpoint(at.run, self._step(at))
+
+    def _path(self, at) -> Path:
+        from ..training.checkpoint import checkpoint_dir
+
+        if isinstance(at, Embedded):
+            return checkpoint_dir(self.root / "embedded" / at.folder(at.of.run, self._step(at)), self._step(at))
+        return checkpoint_dir(self.root / "runs" / at.run, self._step(at))
+
+    def train(self, run, record):
+        from .core import RunInfo
+        from .engine import with_start
+
+        key = (self.study, run.name)
+        if key not in self.plan.trained:
+            spec = run.spec if run.start is None else with_start(run.spec, self._path(run.start))
+            cfg = spec.config()
+            start = self._step(run.start) if run.start is not None and cfg.init_step == "continue" else 0
+            self.plan.runs.append(PlannedRun(run.name, self.study, cfg, start))
+            self.plan.trained[key] = RunInfo(spec, cfg, self.root / "runs" / run.name, "planned", 0.0, {})
+        return self.plan.trained[key]
+
+    def measure(self, m, record) -> dict:
+        from .engine import measure_key
+
+        # one checkpoint named by its step or as its run's last is one row
+        at = m.of if isinstance(m.of, Reference) else self._resolved(m.of)
+        key = (self.study, measure_key(dataclasses.replace(m, of=at)))
+        if key in self.plan.measured:
+            return {}
+        if isinstance(m.of, Reference):
+            if m.of.kind == "random-init":  # a forward of the initial model; the others need none
+                self.plan.measures.append(PlannedMeasure(m.of.kind, self._info(m.of.run).config, m.spec))
+        elif isinstance(m.of, Embedded):
+            cfg, step = self._info(m.of.of.run).config, self._step(m.of)
+            large = dataclasses.replace(cfg, model=_embedded_model(cfg, self.plan.language_shapes, m.of), steps=step,
+                                        checkpoints=tuple(s for s in cfg.checkpoints if s <= step))
+            self.plan.measures.append(PlannedMeasure(cfg.name, large, m.spec, m.of.into or
+                                                     f"{cfg.model.size}-{m.of.shape}"))
+        else:
+            cfg = self._info(m.of.run).config
+            self.plan.measures.append(PlannedMeasure(cfg.name, cfg, m.spec))
+        self.plan.measured.add(key)
+        return {}
+
+    def gate(self, gate, rows) -> tuple[bool, str]:
+        return True, f"planned: the {gate.name} gate is assumed to pass"
 
 
 def dry_plan(experiment: str, scale: str, out: str | Path = "runs", seed: int = 0,
              languages: list[str] | None = None, preset=None, budget: float | None = None) -> Plan:
     """The runs and measures of ``experiment`` at ``scale`` (module docstring; ``languages``:
     ``--language`` specs; ``preset``: plan this preset instead of the scale's; ``budget``:
-    ``--budget`` minutes), nothing written."""
-    from . import SCALE_NAMES, on_languages
+    ``--budget`` minutes), nothing written: the engine walks the recipe's declaration with
+    the ``Record`` actor, and a later stage is declared from what the recipe offers for
+    planning (``declare.Later.plan``)."""
+    from . import SCALE_NAMES, on_budget, on_languages
     from .. import registry
-    from .core import experiment_dir_name, merge_units
+    from .core import experiment_dir_name
+    from .engine import Setup, run_stages, walk
 
     recipe = registry.recipe(experiment)
     if scale not in recipe.PRESETS:
         raise UserError(f"unknown scale {scale!r}; choose from {', '.join(recipe.PRESETS) or ', '.join(SCALE_NAMES)}")
-    from . import on_budget
-
     p = on_budget(recipe, experiment, on_languages(recipe, experiment, preset or recipe.PRESETS[scale], languages),
                   budget)
     suffix = getattr(recipe, "folder_suffix", lambda _: "")(p)
-    plan = Plan(experiment, scale, Path(out) / (experiment_dir_name(experiment, scale, seed) + suffix), recipe=recipe)
-    study = DryStudy(plan.root, seed, plan)
-    make = getattr(recipe, "plan_units", None) or getattr(recipe, "units", None)
-    if make is None:
-        raise UserError(f"{experiment} declares no units: the planner cannot list its runs")
-    while True:  # stage by stage, as reproduce runs them (a recipe may declare more units after the first)
-        todo = [u for u in merge_units(make(study, p)) if u.name not in study.done]
-        if not todo:
-            return plan
-        study.run_units(todo)
+    plan = Plan(experiment, scale, Path(out) / (experiment_dir_name(experiment, scale, seed) + suffix))
+    setup = Setup(plan.root, seed, lambda msg: None, planning=True)
+    plan.language_shapes = setup.language_shapes
+    run_stages(recipe.units(setup, p), lambda units: [walk(u, Record(plan, u.study)) for u in units],
+               lambda later, records: later.plan(setup, *later.args), log=setup.log)
+    return plan
 
 
 # ---- FLOPs ------------------------------------------------------------------------------
@@ -336,10 +276,9 @@ def model_shape(cfg, language_shapes: dict) -> ModelShape:
                       getattr(c, "d_hidden", 0), n, getattr(c, "mlm_head_transform", True))
 
 
-def _embedded_model(cfg, language_shapes: dict, into: str | None, width_factor: int | None, extra_layers: int):
-    """The ``ModelConfig`` ``sameloss embed`` gives ``cfg``'s model embedded ``into`` a
-    size or ``width_factor``× wider with ``extra_layers`` more blocks (built on the meta
-    device: no weights)."""
+def _embedded_model(cfg, language_shapes: dict, target: Embedded):
+    """The ``ModelConfig`` ``sameloss embed`` gives ``cfg``'s model embedded as ``target``
+    says (built on the meta device: no weights)."""
     from ..models import build_model
     from ..models.embed import check_embeddable, embedded_config, target_plan
     from ..training.embed_io import embedded_model_config
@@ -348,7 +287,7 @@ def _embedded_model(cfg, language_shapes: dict, into: str | None, width_factor: 
     vocab, max_len = _language_shape(cfg, language_shapes)
     with torch.device("meta"):
         small = build_model(cfg.model.kind, cfg.model.size, vocab, max_len, **cfg.model.shape_overrides())
-    plan, name = target_plan(check_embeddable(small), into, width_factor, extra_layers)
+    plan, name = target_plan(check_embeddable(small), target.into, target.width_factor, target.extra_layers)
     return embedded_model_config(cfg.model, embedded_config(small.config, plan), name)
 
 

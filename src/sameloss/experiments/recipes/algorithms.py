@@ -43,8 +43,9 @@ from dataclasses import dataclass
 
 from ..claims import difference_claim, fmt
 from ..common import COMMON, LanguagePart, Preset, base_settings, languages_of, measured_columns, \
-    reference_run, run_name
-from ..core import RunSpec, Study, run_unit
+    measured_rows, reference_run, run_name
+from ..core import RunSpec
+from ..declare import Measure, Reference, run_unit
 from ..plots import TRACE_FISHER, Panel, dots_plot, error_labels, majority_ref
 from ..report import Column, Section, Table
 
@@ -133,37 +134,47 @@ def runs(p: AlgorithmsPreset, language: str, seed: int) -> list[RunSpec]:
     ]
 
 
-def units(study: Study, p: AlgorithmsPreset, languages: tuple[str, ...] | None = None) -> list:
-    """One unit per run: trained, then its last checkpoint measured."""
-    return [run_unit(spec, lang.measure, "algorithms", lang.name) for lang in languages_of(p, study.seed, languages)
-            for spec in runs(p, lang.name, study.seed)]
+def lookup(p: AlgorithmsPreset, lang: LanguagePart, seed: int) -> Measure:
+    """The look-up table of the language (a probe per task on the true conditionals),
+    measured after the last run."""
+    return Measure(Reference("lookup-table", runs(p, lang.name, seed)[-1].name),
+                   dataclasses.replace(lang.measure, lookup=lang.tasks))
 
 
-def report(study: Study, p: AlgorithmsPreset, languages: tuple[str, ...] | None = None) -> Section:
+def units(setup, p: AlgorithmsPreset, languages: tuple[str, ...] | None = None) -> list:
+    """One unit per run: trained, then its last checkpoint measured; the last one measures
+    the look-up table too."""
+    out = []
+    for lang in languages_of(p, setup.seed, languages):
+        specs = runs(p, lang.name, setup.seed)
+        out += [run_unit(spec, lang.measure) for spec in specs[:-1]]
+        out.append(run_unit(specs[-1], lang.measure, lookup(p, lang, setup.seed)))
+    return out
+
+
+def report(records, p: AlgorithmsPreset, languages: tuple[str, ...] | None = None) -> Section:
     section = Section(TITLE)
     section.text.append(
         "Each row is the last checkpoint of one algorithm (same model shape and steps), plus the look-up "
         "table (a probe on the true conditionals: loss = entropy, no trace).")
-    for lang in languages_of(p, study.seed, languages):
+    for lang in languages_of(p, records.seed, languages):
         rows: dict[str, dict] = {}  # group → row
-        for spec in runs(p, lang.name, study.seed):
-            info, (measured,) = study.train_and_measure(spec, lang.measure, "algorithms", lang.name)
-            section.runs.append(info)
-            rows[spec.group] = dict(measured.row, algorithm=spec.label)
-        rows["lookup"] = _lookup_row(study, info, lang)
+        for spec in runs(p, lang.name, records.seed):
+            section.runs.append(records.run(spec.name))
+            (row,) = measured_rows(records, spec, lang.measure, "algorithms", lang.name)
+            rows[spec.group] = dict(row, algorithm=spec.label)
+        rows["lookup"] = _lookup_row(records.row(lookup(p, lang, records.seed)), lang)
         section.rows += list(rows.values())
         cols = [Column("parameters", "parameters", fmt="d")] + measured_columns(lang.tasks, with_step=False)
         section.tables.append(Table(f"{lang.title}: algorithms", cols, list(rows.values())))
-        _figure(study, section, lang, list(rows.values()), p.adversarial.task)
+        _figure(records, section, lang, list(rows.values()), p.adversarial.task)
         _claims(section, p, lang, rows)
     return section
 
 
-def _lookup_row(study: Study, run, lang: LanguagePart) -> dict:
-    """The look-up table of the language of ``run``, its probes shown as ``probe_<task>``
-    (the column every model's probe is in)."""
-    study.log(f"look-up table of {lang.name}")
-    measured = study.lookup(run, dataclasses.replace(lang.measure, lookup=lang.tasks))
+def _lookup_row(measured: dict, lang: LanguagePart) -> dict:
+    """The look-up table's row, its probes shown as ``probe_<task>`` (the column every
+    model's probe is in)."""
     row = {"model": f"{lang.name}-lookup-table", "experiment": "algorithms", "language": lang.name,
            "group": "lookup", "label": "look-up table", "run": "", "algorithm": "look-up table"}
     for key, value in measured.items():
@@ -171,7 +182,7 @@ def _lookup_row(study: Study, run, lang: LanguagePart) -> dict:
     return row
 
 
-def _figure(study: Study, section: Section, lang: LanguagePart, rows: list[dict], main: str) -> None:
+def _figure(records, section: Section, lang: LanguagePart, rows: list[dict], main: str) -> None:
     """A dot with its interval per algorithm and quantity (never a bar: the accuracies'
     zero is no baseline, and a zoomed axis then exaggerates nothing)."""
     panels = [Panel("kl", "exact KL to the true conditionals (nats)"), Panel("trace_fisher", TRACE_FISHER)]
@@ -180,14 +191,14 @@ def _figure(study: Study, section: Section, lang: LanguagePart, rows: list[dict]
                     missing={"trace_fisher": "no parameters: no trace"})
     last = "abcdefghij"[1 + len(lang.tasks)]
     probes = "(c)" if last == "c" else f"(c–{last})"
-    section.figures.append(study.figure(
+    section.figures.append(records.figure(
         fig, f"algorithms-{lang.name}",
         shows=f"{lang.title}: the last checkpoint of each pre-training algorithm and the look-up table (a probe on "
               "the true conditionals): (a) the exact KL (log axis; the look-up table's is 0, named at the axis's "
               "start), (b) the trace of Hessian by the paper's estimator (the look-up table has none), "
               f"{probes} linear-probe accuracy per task (dotted: the majority class); the adversary aims at task "
               f"{main}",
-        sample=f"{len(rows) - 1} models, one run each (seed {study.seed}), and the look-up table; each probe "
+        sample=f"{len(rows) - 1} models, one run each (seed {records.seed}), and the look-up table; each probe "
                f"trained with {len(lang.measure.seeds)} seeds",
         claim="at (almost) the same loss AdamW transfers better than the adversarial objective and the look-up "
               "table, and is flatter than the adversarial model; without dropout and weight decay accuracy falls "

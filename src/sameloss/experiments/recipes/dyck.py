@@ -51,9 +51,11 @@ import re
 from dataclasses import dataclass
 
 from ...measures.fewshot import CountRegression, View
+from ...measures.run import MeasureSpec
 from ..claims import fmt, trend_claim
 from ..common import COMMON, Preset, Shape, base_settings, measure_spec, run_name
-from ..core import RunSpec, Setting, Study, Unit
+from ..core import RunSpec, Setting
+from ..declare import measured, run_unit
 from ..plots import TRACE_FISHER, XY, Ref, error_labels, scatter_plot
 from ..report import Claim, Column, Section, Table
 from ..stats import diff_interval, verdict
@@ -144,13 +146,14 @@ def runs(p: DyckPreset, language: str, seed: int) -> list[RunSpec]:
                     label=s.label, group=s.variant) for s in p.solutions]
 
 
-def _measure(study: Study, p: DyckPreset, spec: RunSpec) -> dict:
+def _mspec(p: DyckPreset, seed: int) -> MeasureSpec:
     """The last checkpoint's exact KL, trace and few-shot count regression (one pass)."""
-    info = study.train(spec)
-    (ck,) = study.checkpoints(info)
-    study.log(f"measure {study.rel(ck)}")
-    mspec = dataclasses.replace(measure_spec(p, (), study.seed), traces=("fisher",), count_regression=p.downstream)
-    row = study.measure(ck, mspec)
+    return dataclasses.replace(measure_spec(p, (), seed), traces=("fisher",), count_regression=p.downstream)
+
+
+def _row(records, p: DyckPreset, spec: RunSpec) -> dict:
+    (m,) = measured(spec, _mspec(p, records.seed))
+    row = records.row(m)
     row.update(model=f"{spec.name}@{row['step']}", experiment="dyck", language="dyck", group=spec.group,
                label=spec.label, run=spec.name, solution=spec.label)
     # the masked bracket is determined by the others: the Hessian vanishes with the loss,
@@ -158,15 +161,15 @@ def _measure(study: Study, p: DyckPreset, spec: RunSpec) -> dict:
     kl = float(row["kl"])
     row["trace_per_kl"] = float(row["trace_fisher"]) / kl if kl > 0 else float("nan")
     row["trace_per_kl_se"] = float(row["trace_fisher_se"]) / kl if kl > 0 else float("nan")
-    return info, row
+    return row
 
 
-def units(study: Study, p: DyckPreset, languages: tuple[str, ...] | None = None) -> list:
+def units(setup, p: DyckPreset, languages: tuple[str, ...] | None = None) -> list:
     """One unit per solution: trained, then its last checkpoint measured."""
-    return [Unit(f"run {spec.name}", f"runs/{spec.name}", _measure, (p, spec)) for spec in runs(p, "dyck", study.seed)]
+    return [run_unit(spec, _mspec(p, setup.seed)) for spec in runs(p, "dyck", setup.seed)]
 
 
-def report(study: Study, p: DyckPreset, languages: tuple[str, ...] | None = None) -> Section:
+def report(records, p: DyckPreset, languages: tuple[str, ...] | None = None) -> Section:
     section = Section(TITLE)
     d = p.downstream
     section.text.append(
@@ -182,10 +185,9 @@ def report(study: Study, p: DyckPreset, languages: tuple[str, ...] | None = None
         "minimum-norm head interpolates when n ≤ its number of features (m + 1): its error peaks near n = m + 1 "
         "(double descent), so compare solutions of one width at one n.")
     rows = []
-    for spec in runs(p, "dyck", study.seed):
-        info, row = _measure(study, p, spec)
-        section.runs.append(info)
-        rows.append(row)
+    for spec in runs(p, "dyck", records.seed):
+        section.runs.append(records.run(spec.name))
+        rows.append(_row(records, p, spec))
     section.rows += rows
     cols = [Column("parameters", "parameters", fmt="d"), Column("KL (nats)", "kl", "kl_std", fmt=".3g"),
             Column("tr(H) (Fisher)", "trace_fisher", "trace_fisher_se", fmt=".4g"),
@@ -199,9 +201,9 @@ def report(study: Study, p: DyckPreset, languages: tuple[str, ...] | None = None
     for n in d.n_train:
         cols.append(Column(f"MSE first, n={n}", f"down_mse_first_{n}", f"down_mse_first_{n}_se", fmt=".3g"))
     section.tables.append(Table("dyck: solutions, flatness and few-shot transfer", cols, rows))
-    _figure(study, section, p, rows)
-    _claims(study, section, p, rows)
-    _degenerate_note(study, section, rows)
+    _figure(records, section, p, rows)
+    _claims(records, section, p, rows)
+    _degenerate_note(records, section, rows)
     section.notes.append(
         "Theorem 5.1's \"cheating\" solution (a network that reaches zero MLM loss by a mechanism in which g* is "
         "not linear, built by hand as a memorising initialisation) is not built here: no construction of it for "
@@ -210,7 +212,7 @@ def report(study: Study, p: DyckPreset, languages: tuple[str, ...] | None = None
     return section
 
 
-def _degenerate_note(study: Study, section: Section, rows: list[dict]) -> None:
+def _degenerate_note(records, section: Section, rows: list[dict]) -> None:
     """On this language the masked bracket is a function of the others (entropy 0), so
     a model approaches zero loss only by growing its logits, and its Hessian and Fisher
     shrink with its KL: across solutions the trace mostly orders the KL."""
@@ -218,7 +220,7 @@ def _degenerate_note(study: Study, section: Section, rows: list[dict]) -> None:
 
     kl = [float(r["kl"]) for r in rows]
     tr = [float(r["trace_fisher"]) for r in rows]
-    iv = bootstrap_ci(kendall_tau, kl, tr, seed=study.seed)
+    iv = bootstrap_ci(kendall_tau, kl, tr, seed=records.seed)
     section.notes.append(
         "The masked bracket is determined by the other brackets (the optimal loss is 0), so a model nears zero loss "
         "only by growing its logits, and its Hessian and Fisher vanish with its KL: over all "
@@ -237,7 +239,7 @@ def _recipe(solution: str) -> str:
     return re.sub(r"^(1-layer m=\d+|\S+) ", "", solution)
 
 
-def _figure(study: Study, section: Section, p: DyckPreset, rows: list[dict]) -> None:
+def _figure(records, section: Section, p: DyckPreset, rows: list[dict]) -> None:
     d = p.downstream
     n_lo = d.n_train[0]
     tol = p.kl_tolerance
@@ -246,7 +248,7 @@ def _figure(study: Study, section: Section, p: DyckPreset, rows: list[dict]) -> 
     shown = [dict(r, **{f"{k}_std": r[f"{k}_se"] for k in keys}) for r in rows]
     variance = sum(float(r["target_variance"]) for r in rows) / len(rows)
     mean_variance = (Ref(variance, "var g*: the MSE of predicting the mean", color="0.55", style=":"),)
-    errors = {**error_labels(measure_spec(p, (), study.seed)),
+    errors = {**error_labels(measure_spec(p, (), records.seed)),
               "down_mse": f"± SE over {d.draws} draws of the n = {n_lo} examples"}
     fig = scatter_plot(
         shown, [XY("trace_fisher", TRACE_FISHER, keys[0], f"downstream MSE, mean-pooled, n = {n_lo}",
@@ -256,18 +258,18 @@ def _figure(study: Study, section: Section, p: DyckPreset, rows: list[dict]) -> 
         "dyck: trace of Hessian against few-shot downstream error", colour_by="parameters",
         marker_by=lambda r: _recipe(r["solution"]), hollow=lambda r: float(r["kl"]) > tol,
         hollow_label=f"KL > {tol:g} nats (not at ~zero loss)", errors=errors)
-    section.figures.append(study.figure(
+    section.figures.append(records.figure(
         fig, "dyck-transfer",
         shows=f"dyck: the test MSE of the mismatch count g* learned by a minimum-norm linear head from n = {n_lo} "
               "examples, on (a) mean-pooled and (b) first-position features, against the trace of Hessian by the "
               "paper's estimator; colour = model size, marker = training recipe; dotted: var g*",
-        sample=f"{len(rows)} solutions, the last checkpoint of one run each (seed {study.seed}); {d.draws} draws "
+        sample=f"{len(rows)} solutions, the last checkpoint of one run each (seed {records.seed}); {d.draws} draws "
                f"of the n examples, tested on {d.n_test} strings",
         claim="Theorem 5.1: at ~zero loss the flattest solution learns g* from the fewest examples (the trace "
               "and the downstream error rise together)"))
 
 
-def _claims(study: Study, section: Section, p: DyckPreset, rows: list[dict]) -> None:
+def _claims(records, section: Section, p: DyckPreset, rows: list[dict]) -> None:
     tol = p.kl_tolerance
     near = [r for r in rows if float(r["kl"]) <= tol]
     if len(near) < len(rows):
@@ -286,7 +288,7 @@ def _claims(study: Study, section: Section, p: DyckPreset, rows: list[dict]) -> 
             what = f"dyck, {pooling} features, n = {n}"
             claim, _ = trend_claim("Theorem 5.1: at ~zero loss, flatter solutions transfer better (τ(trace, "
                                    "downstream MSE) > 0).", f"{what}, {len(near)} solutions", traces,
-                                   [float(r[key]) for r in near], +1, seed=study.seed)
+                                   [float(r[key]) for r in near], +1, seed=records.seed)
             section.claims.append(claim)
             others = [r for r in near if r is not flattest]
             best = min(others, key=lambda r: float(r[key]))

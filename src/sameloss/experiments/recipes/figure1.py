@@ -45,7 +45,7 @@ import numpy as np
 
 from ..claims import fmt
 from ..common import COMMON, Preset, measure_spec, quantity_column
-from ..core import RunSpec, Study, recipe
+from ..core import RunSpec, recipe
 from ..plots import TRACE_FISHER, XY, Ref, error_labels, majority_ref, scatter_plot
 from ..report import Claim, Column, Section, Table, merge_rows
 from ..stats import Interval, bootstrap_ci, kendall_tau, spearman_rho, verdict
@@ -93,10 +93,10 @@ def runs(p: Figure1Preset, language: str, seed: int) -> list[RunSpec]:
     return list(out.values())
 
 
-def units(study: Study, p: Figure1Preset, languages: tuple[str, ...] | None = None) -> list:
+def units(setup, p: Figure1Preset, languages: tuple[str, ...] | None = None) -> list:
     """The units of ``steps``, ``sizes`` and ``algorithms`` (a run they share is one unit:
-    ``core.merge_units``, when ``reproduce`` runs them)."""
-    return [u for part, preset in p.parts() for u in part.units(study, preset, languages or p.use)]
+    ``declare.merge_units``, when the engine runs them)."""
+    return [u for part, preset in p.parts() for u in part.units(setup, preset, languages or p.use)]
 
 
 def _abs_diff(stat):
@@ -120,24 +120,24 @@ def correlation_rows(models: list[dict], task: str, n_boot: int, seed: int) -> l
     return out
 
 
-def report(study: Study, p: Figure1Preset, languages: tuple[str, ...] | None = None) -> list[Section]:
+def report(records, p: Figure1Preset, languages: tuple[str, ...] | None = None) -> list[Section]:
     use = languages or p.use
-    parts = [part.report(study, preset, use) for part, preset in p.parts()]
+    parts = [part.report(records, preset, use) for part, preset in p.parts()]
     section = Section(TITLE)
     all_rows = merge_rows([r for s in parts for r in s.rows])
     for language in use:
         models = [r for r in all_rows if r["language"] == language and r.get("trace_fisher") is not None
                   and r.get(f"probe_{p.task}") is not None]
         same = [r for r in models if float(r["kl"]) <= p.kl_tolerance]
-        _models_text_figure_table(study, section, p, language, models, same)
+        _models_text_figure_table(records, section, p, language, models, same)
         if len(same) < 3:
             section.notes.append(f"{language}: fewer than 3 models within the tolerance; no correlations.")
             continue
-        _correlations(section, p, language, same, study.seed)
+        _correlations(section, p, language, same, records.seed)
     return [*parts, section]
 
 
-def _models_text_figure_table(study: Study, section: Section, p: Figure1Preset, language: str,
+def _models_text_figure_table(records, section: Section, p: Figure1Preset, language: str,
                               models: list[dict], same: list[dict]) -> None:
     """Every model with a trace: how many are "the same loss", the scatter figure, and the
     table of those within the tolerance."""
@@ -157,16 +157,16 @@ def _models_text_figure_table(study: Study, section: Section, p: Figure1Preset, 
                  XY("kl", kl_label, "trace_fisher", TRACE_FISHER, refs=(tolerance,))],
         f"{language}: every model", colour_by="parameters", marker_by=_recipe_name,
         hollow=lambda r: float(r["kl"]) > tol, hollow_label=f"KL > {tol:g} nats (not the same loss)",
-        join_by=lambda r: str(r.get("run") or r["model"]), errors=error_labels(_measure_spec(p, language, study.seed)))
+        join_by=lambda r: str(r.get("run") or r["model"]), errors=error_labels(_measure_spec(p, language, records.seed)))
     runs = {r.get("run") for r in models}
-    section.figures.append(study.figure(
+    section.figures.append(records.figure(
         fig, f"figure1-{language}",
         shows=f"{language}, task {task}, every model with a trace (cf. the paper's Fig. 1, whose x axis is the "
               "loss): (a) probe accuracy against the exact KL to the true conditionals (log axis: loss = entropy "
               "+ KL, the optimum at KL → 0), (b) probe accuracy against the trace of Hessian by the paper's "
               "estimator, (c) the trace against the KL; colour = model size, marker = training recipe, a run's "
               "checkpoints joined in step order; hollow markers lie outside the same-loss tolerance (dashed)",
-        sample=f"{len(models)} models from {len(runs)} runs (seed {study.seed}), {len(same)} within the tolerance; "
+        sample=f"{len(models)} models from {len(runs)} runs (seed {records.seed}), {len(same)} within the tolerance; "
                f"each probe trained with {len(p.measure.seeds)} seeds",
         claim="among models of almost the same loss, the trace of Hessian ranks downstream accuracy and the loss "
               "does not (Fig. 1; the rank correlations are in the table below)"))

@@ -55,14 +55,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ...errors import UserError
 from ...models.sizes import LSTM_SIZES, TRANSFORMER_SIZES
 from ...measures.rows import error_column
 from ..claims import difference_claim, fmt
 from ..causal import CAUSAL
 from ..common import COMMON, LanguagePart, Preset, Shape, base_settings, language_parts, \
-    measured_columns, quantity_column, reference_run, run_name
-from ..core import RunSpec, Study, Unit, run_unit
+    measured_columns, measured_rows, quantity_column, reference_run, run_name
+from ..core import RunSpec
+from ..declare import Checkpoint, Embedded, Measure, run_unit
 from ..plots import TRACE_FISHER, Panel, Ref, error_labels, majority_ref, series_plot
 from ..report import Column, Section, Table
 
@@ -172,22 +172,24 @@ def runs(p: SizesPreset, language: str, seed: int) -> list[RunSpec]:
     return out
 
 
-def _size_unit(study: Study, spec: RunSpec, lang: LanguagePart, into: str) -> None:
-    _size_row(study, Section(TITLE), spec, lang, into)
+def embedded(spec: RunSpec, lang: LanguagePart, into: str) -> Measure:
+    """The loss and trace of a run's last checkpoint embedded into the shape ``into`` (App.
+    B.4; a shape that cannot hold the model is skipped with its reason)."""
+    return Measure(Embedded(Checkpoint(spec.name), into), dataclasses.replace(lang.measure, probe=()), optional=True)
 
 
-def units(study: Study, p: SizesPreset, languages: tuple[str, ...] | None = None) -> list:
+def units(setup, p: SizesPreset, languages: tuple[str, ...] | None = None) -> list:
     """One unit per run: a transformer trained, measured, embedded into the largest shape
     and measured there; an LSTM trained and measured."""
     out = []
-    for q, lang in language_parts(study, p, languages):
-        out += [Unit(f"run {spec.name}", f"runs/{spec.name}", _size_unit, (spec, lang, p.embed_into))
-                for spec in runs(q, lang.name, study.seed)]
-        out += [run_unit(spec, lang.measure, "sizes", lang.name) for spec in lstm_runs(q, lang.name, study.seed)]
+    for q, lang in language_parts(setup, p, languages):
+        out += [run_unit(spec, lang.measure, embedded(spec, lang, p.embed_into))
+                for spec in runs(q, lang.name, setup.seed)]
+        out += [run_unit(spec, lang.measure) for spec in lstm_runs(q, lang.name, setup.seed)]
     return out
 
 
-def report(study: Study, p: SizesPreset, languages: tuple[str, ...] | None = None) -> Section:
+def report(records, p: SizesPreset, languages: tuple[str, ...] | None = None) -> Section:
     section = Section(TITLE)
     into = p.embed_into
     section.text.append(
@@ -196,30 +198,30 @@ def report(study: Study, p: SizesPreset, languages: tuple[str, ...] | None = Non
         "loss of the embedded model as a check that the function is unchanged. The embedding keeps the function "
         "but not the trace: a group of parameters replicated m times and scaled by α has its Fisher trace "
         "multiplied by 1/(α²m) (`models/embed.py`), so a small model's embedded trace is usually below its own.")
-    for q, lang in language_parts(study, p, languages):
-        rows = [_size_row(study, section, spec, lang, into) for spec in runs(q, lang.name, study.seed)]
+    for q, lang in language_parts(records, p, languages):
+        rows = [_size_row(records, section, spec, lang, into) for spec in runs(q, lang.name, records.seed)]
         section.rows += rows
         cols = [Column("parameters", "parameters", fmt="d")] + measured_columns(lang.tasks, with_step=False)
         cols.insert(4, quantity_column(f"tr(H) embedded in {into}", "trace_embedded", fmt=".4g"))
         cols.insert(5, Column("loss of embedded", "embedded_loss", fmt=".4f"))
         section.tables.append(Table(f"{lang.title}: sizes", cols, rows))
-        _figure(study, section, q, lang, rows, into)
+        _figure(records, section, q, lang, rows, into)
         _claims(section, q, lang, rows)
-        _lstms(study, section, q, lang)
+        _lstms(records, section, q, lang)
     return section
 
 
-def _lstms(study: Study, section: Section, p: SizesPreset, lang: LanguagePart) -> None:
+def _lstms(records, section: Section, p: SizesPreset, lang: LanguagePart) -> None:
     """The LSTM family on one language: own trace and probes (no embedded view: App. B.4's
     embedding is for transformers)."""
-    specs = lstm_runs(p, lang.name, study.seed)
+    specs = lstm_runs(p, lang.name, records.seed)
     if not specs:
         return
     rows = []
     for spec in specs:
-        info, (measured,) = study.train_and_measure(spec, lang.measure, "sizes", lang.name)
-        section.runs.append(info)
-        rows.append(dict(measured.row, size=spec.label))
+        section.runs.append(records.run(spec.name))
+        (row,) = measured_rows(records, spec, lang.measure, "sizes", lang.name)
+        rows.append(dict(row, size=spec.label))
     section.rows += rows
     cols = [Column("parameters", "parameters", fmt="d")] + measured_columns(lang.tasks, with_step=False)
     section.tables.append(Table(f"{lang.title}: bidirectional LSTMs", cols, rows))
@@ -232,29 +234,27 @@ def _lstms(study: Study, section: Section, p: SizesPreset, lang: LanguagePart) -
         Panel(f"probe_{main}", f"probe accuracy, task {main}", refs=majority_ref(rows, main))],
         f"{lang.title}: LSTM sizes", xlabel="parameters", logx=True, x_refs=_saturation(rows, tol),
         errors=error_labels(lang.measure))
-    section.figures.append(study.figure(
+    section.figures.append(records.figure(
         fig, f"sizes-{lang.name}-lstm",
         shows=f"{lang.title}: (a) the exact KL (log axis), (b) the trace of Hessian by the paper's estimator (of "
               f"the LSTM itself: the embedding is for transformers), (c) linear-probe accuracy on task {main}, "
               f"against the number of parameters (log axis); {_saturation_text(rows, tol)}",
-        sample=_size_sample(study, rows, lang, "LSTM sizes"),
+        sample=_size_sample(records, rows, lang, "LSTM sizes"),
         claim="at the same loss, larger models are flatter and transfer better (Figs. 3 and 5, the LSTM family)"))
     _claims(section, p, lang, rows, family="LSTM ")
 
 
-def _size_row(study: Study, section: Section, spec: RunSpec, lang: LanguagePart, into: str) -> dict:
+def _size_row(records, section: Section, spec: RunSpec, lang: LanguagePart, into: str) -> dict:
     """The last checkpoint's row, with the loss and trace of its embedding into ``into``."""
-    info, (measured,) = study.train_and_measure(spec, lang.measure, "sizes", lang.name)
-    section.runs.append(info)
-    row = measured.row
+    section.runs.append(records.run(spec.name))
+    (row,) = measured_rows(records, spec, lang.measure, "sizes", lang.name)
     row["size"] = spec.label
-    try:
-        emb = study.embed(measured.checkpoint, into)
-    except UserError as exc:  # reported, not fatal
-        section.notes.append(f"{lang.name} {spec.label}: no embedded view ({exc}).")
+    m = embedded(spec, lang, into)
+    why = records.skipped(m)
+    if why is not None:  # reported, not fatal
+        section.notes.append(f"{lang.name} {spec.label}: no embedded view ({why}).")
         return row
-    study.log(f"measure {study.rel(emb)} (embedded into {into})")
-    e = study.measure(emb, dataclasses.replace(lang.measure, probe=()))  # loss + trace of the embedded model
+    e = records.row(m)  # loss + trace of the embedded model
     row.update({"trace_embedded": e.get("trace_fisher"),
                 error_column("trace_embedded"): e.get(error_column("trace_fisher")),
                 "embedded_loss": e.get("loss"), "embedded_parameters": e.get("parameters")})
@@ -282,12 +282,12 @@ def _saturation_text(rows: list[dict], tol: float) -> str:
     return f"no size reaches KL ≤ {tol:g} nats (the tolerance, dashed in (a))"
 
 
-def _size_sample(study: Study, rows: list[dict], lang: LanguagePart, what: str) -> str:
-    return (f"{len(rows)} {what}, the last checkpoint of one run each (seed {study.seed}); each probe trained with "
+def _size_sample(records, rows: list[dict], lang: LanguagePart, what: str) -> str:
+    return (f"{len(rows)} {what}, the last checkpoint of one run each (seed {records.seed}); each probe trained with "
             f"{len(lang.measure.seeds)} seeds")
 
 
-def _figure(study: Study, section: Section, p: SizesPreset, lang: LanguagePart, rows: list[dict], into: str) -> None:
+def _figure(records, section: Section, p: SizesPreset, lang: LanguagePart, rows: list[dict], into: str) -> None:
     main = lang.tasks[min(1, len(lang.tasks) - 1)]
     tol = p.kl_tolerance
     own = [dict(r, trace=r.get("trace_fisher"), trace_se=r.get("trace_fisher_se")) for r in rows]
@@ -304,13 +304,13 @@ def _figure(study: Study, section: Section, p: SizesPreset, lang: LanguagePart, 
         Panel(f"probe_{main}", f"probe accuracy, task {main}", refs=majority_ref(rows, main))],
         f"{lang.title}: model sizes", xlabel="parameters", logx=True, x_refs=_saturation(rows, tol), errors=errors,
         styles={embedded_name: {"filled": False, "marker": "s"}})
-    section.figures.append(study.figure(
+    section.figures.append(records.figure(
         fig, f"sizes-{lang.name}",
         shows=f"{lang.title}: (a) the exact KL to the true conditionals (log axis), (b) the trace of Hessian by the "
               f"paper's estimator, of the model itself (filled) and of its function-preserving embedding into the "
               f"`{into}` shape (hollow), (c) linear-probe accuracy on task {main}, against the number of parameters "
               f"(log axis); {_saturation_text(rows, tol)}",
-        sample=_size_sample(study, rows, lang, "transformer sizes"),
+        sample=_size_sample(records, rows, lang, "transformer sizes"),
         claim="at the same loss, larger models are flatter (Fig. 5, embedded view) and transfer better (Fig. 3)"))
 
 

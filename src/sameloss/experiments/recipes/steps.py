@@ -53,12 +53,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...training.runio import read_metrics
 from ..claims import difference_claim, trend_claim
 from ..causal import CAUSAL
 from ..common import COMMON, LanguagePart, Preset, base_settings, language_parts, measured_columns, \
-    reference_run, run_name
-from ..core import RunSpec, Study, run_unit
+    measured_rows, reference_run, run_name
+from ..core import RunSpec
+from ..declare import run_unit
+from ..engine import metrics
 from ..plots import TRACE_FISHER, Panel, Ref, curves_plot, error_labels, majority_ref, series_plot
 from ..report import Claim, Section, Table
 
@@ -119,34 +120,33 @@ def runs(p: StepsPreset, language: str, seed: int) -> list[RunSpec]:
                     label=f"SGD {ref.label}", group="sgd", measure_steps=sgd.checkpoints)]
 
 
-def units(study: Study, p: StepsPreset, languages: tuple[str, ...] | None = None) -> list:
+def units(setup, p: StepsPreset, languages: tuple[str, ...] | None = None) -> list:
     """One unit per run: trained, then measured at its checkpoints."""
-    return [run_unit(spec, lang.measure, "steps", lang.name) for q, lang in language_parts(study, p, languages)
-            for spec in runs(q, lang.name, study.seed)]
+    return [run_unit(spec, lang.measure) for q, lang in language_parts(setup, p, languages)
+            for spec in runs(q, lang.name, setup.seed)]
 
 
-def report(study: Study, p: StepsPreset, languages: tuple[str, ...] | None = None) -> Section:
+def report(records, p: StepsPreset, languages: tuple[str, ...] | None = None) -> Section:
     section = Section(TITLE)
     section.text.append(
         "One run per optimiser continued past convergence; each row is a checkpoint. Loss = exact held-out "
         "MLM loss (entropy of the true conditionals + KL), ± std over 5 held-out subsets; tr(H) = trace of "
         "Hessian by the paper's estimator (App. B.1: labels sampled from the model), ± its standard error; "
         "probe = linear-probe test accuracy, ± std over seeds.")
-    for q, lang in language_parts(study, p, languages):
+    for q, lang in language_parts(records, p, languages):
         series: dict[str, list[dict]] = {}  # run label → its checkpoints' rows
         infos = {}
-        for spec in runs(q, lang.name, study.seed):
-            info, measured = study.train_and_measure(spec, lang.measure, "steps", lang.name)
-            section.runs.append(info)
-            infos[spec.label] = info
-            series[spec.label] = [m.row for m in measured]
+        for spec in runs(q, lang.name, records.seed):
+            infos[spec.label] = records.run(spec.name)
+            section.runs.append(infos[spec.label])
+            series[spec.label] = measured_rows(records, spec, lang.measure, "steps", lang.name)
             section.rows += series[spec.label]
         section.tables.append(Table(f"{lang.title}: checkpoints after convergence", measured_columns(lang.tasks),
                                     [r for rows in series.values() for r in rows]))
-        _curves(study, section, lang, infos)
-        _figure(study, section, p, lang, series, _main_task(p, lang))
+        _curves(records, section, lang, infos)
+        _figure(records, section, p, lang, series, _main_task(p, lang))
         for name, rows in series.items():
-            _run_claims(section, p, lang, name, rows, study.seed)
+            _run_claims(section, p, lang, name, rows, records.seed)
     return section
 
 
@@ -155,25 +155,25 @@ def _main_task(p: StepsPreset, lang: LanguagePart) -> str:
     return p.main_task.get(lang.name, lang.tasks[0])
 
 
-def _curves(study: Study, section: Section, lang: LanguagePart, infos: dict) -> None:
+def _curves(records, section: Section, lang: LanguagePart, infos: dict) -> None:
     """The runs' own logs (``metrics.jsonl``): how the loss converges over the whole run (the
     paper's Fig. 2 plots the loss against step beside the accuracy)."""
-    logs = {label: read_metrics(info.path) for label, info in infos.items()}
+    logs = {label: metrics(info) for label, info in infos.items()}
     fig = curves_plot(logs, f"{lang.title}: training curves",
                       subsets={label: info.config.eval.n_subsets for label, info in infos.items()})
     evals = {label: sum(1 for r in records if r.get("eval")) for label, records in logs.items()}
-    section.figures.append(study.figure(
+    section.figures.append(records.figure(
         fig, f"steps-{lang.name}-curves",
         shows=f"{lang.title}: each run's training log — the train loss (the optimum, the entropy of the true "
               "conditionals, dashed), the exact KL of its held-out evaluations (log axis) and the learning rate, "
               "against the training step",
         sample=", ".join(f"{label}: {n} evaluations of {infos[label].config.eval.n_sentences} held-out sentences"
-                         for label, n in evals.items()) + f" (seed {study.seed})",
+                         for label, n in evals.items()) + f" (seed {records.seed})",
         claim="the loss converges (Fig. 2: it approaches its minimum as training goes on) before the stretch where "
               "the trace and the accuracy are compared"))
 
 
-def _figure(study: Study, section: Section, p: StepsPreset, lang: LanguagePart, series: dict, main: str) -> None:
+def _figure(records, section: Section, p: StepsPreset, lang: LanguagePart, series: dict, main: str) -> None:
     """KL, trace and probe accuracy against step, one line per run; a dashed line where each
     run's KL first falls within the same-loss tolerance (cf. Fig. 3's dashed line)."""
     tol = p.kl_tolerance
@@ -195,13 +195,13 @@ def _figure(study: Study, section: Section, p: StepsPreset, lang: LanguagePart, 
         Panel(f"probe_{main}", f"probe accuracy, task {main}", refs=majority_ref(rows, main))],
         f"{lang.title}: past convergence", x_refs=saturation, errors=error_labels(lang.measure))
     seeds = len(lang.measure.seeds)
-    section.figures.append(study.figure(
+    section.figures.append(records.figure(
         fig, f"steps-{lang.name}",
         shows=f"{lang.title}: (a) the exact KL to the true conditionals (log axis; loss = entropy + KL), (b) the "
               f"trace of Hessian by the paper's estimator, (c) linear-probe accuracy on task {main}, at every "
               "measured checkpoint of each run, against the training step; "
               + _saturation_text(saturation, never, already, tol),
-        sample=f"{len(rows)} checkpoints of {len(series)} runs (seed {study.seed}); each probe trained with "
+        sample=f"{len(rows)} checkpoints of {len(series)} runs (seed {records.seed}); each probe trained with "
                f"{seeds} seeds",
         claim="after the loss converges, the trace of Hessian keeps falling and downstream accuracy keeps rising "
               "(Figs. 2 and 4, Theorem 3.3)"))

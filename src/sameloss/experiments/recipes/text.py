@@ -47,8 +47,9 @@ from ...files import atomic_writer
 from ...measures.glue import glue_label
 from ...measures.run import MeasureSpec
 from ..claims import difference_claim, fmt
-from ..common import Shape, quantity_column
-from ..core import RunSpec, Study, run_unit
+from ..common import Shape, measured_rows, quantity_column
+from ..core import RunSpec
+from ..declare import run_unit
 from ..plots import TRACE_FISHER, Panel, dots_plot, error_labels, majority_ref
 from ..report import Column, Section, Table
 
@@ -185,16 +186,16 @@ def _sample_tsv(src: Path, dst: Path, n: int | None, seed: int) -> None:
     dst.write_text("\n".join([header, *rows]) + "\n", encoding="utf-8")
 
 
-def prepare_data(study: Study, p: TextPreset) -> tuple[Path, dict[str, str]]:
+def prepare_data(setup, p: TextPreset) -> tuple[Path, dict[str, str]]:
     """The prepared corpus folder and ``{task label: glue:NAME=DIR}``, under
     ``<experiment>/data/`` (reused when already there)."""
     from ...languages.text import META, prepare_corpus
     from ...data.fetch import default_cache, fetch
     from ...data.toy import toy_text
 
-    data = study.root / "data"
+    data = setup.root / "data"
     data.mkdir(parents=True, exist_ok=True)
-    toy = toy_text(data / "toy", seed=study.seed, n_corpus=400, n_train=240, n_dev=60) \
+    toy = toy_text(data / "toy", seed=setup.seed, n_corpus=400, n_train=240, n_dev=60) \
         if "toy" in p.corpus or any(t.source == "toy" for t in p.tasks) else None
     files = []
     for source in p.corpus:
@@ -203,15 +204,15 @@ def prepare_data(study: Study, p: TextPreset) -> tuple[Path, dict[str, str]]:
         elif source.startswith("hub:"):
             files.append(_hub_corpus(source[4:], data, p.hub_documents))
         else:
-            study.log(f"data fetch {source}")
+            setup.log(f"data fetch {source}")
             files.append(fetch(source, default_cache())[0] / "text.txt")
     corpus = data / "corpus"
     if not (corpus / META).exists():
-        study.log(f"preparing the corpus from {', '.join(f.name for f in files)}")
+        setup.log(f"preparing the corpus from {', '.join(f.name for f in files)}")
         if corpus.exists():
             import shutil
             shutil.rmtree(corpus)  # an interrupted preparation of ours
-        prepare_corpus(files, corpus, tokenizer=p.tokenizer, vocab=p.vocab, max_len=p.max_len, seed=study.seed)
+        prepare_corpus(files, corpus, tokenizer=p.tokenizer, vocab=p.vocab, max_len=p.max_len, seed=setup.seed)
     tasks = {}
     for t in p.tasks:
         if t.source == "toy":
@@ -223,8 +224,8 @@ def prepare_data(study: Study, p: TextPreset) -> tuple[Path, dict[str, str]]:
         dst = data / "tasks" / t.label
         if not (dst / "dev.tsv").exists():
             dst.mkdir(parents=True, exist_ok=True)
-            _sample_tsv(src / "train.tsv", dst / "train.tsv", p.task_train, study.seed)
-            _sample_tsv(src / "dev.tsv", dst / "dev.tsv", p.task_dev, study.seed)
+            _sample_tsv(src / "train.tsv", dst / "train.tsv", p.task_train, setup.seed)
+            _sample_tsv(src / "dev.tsv", dst / "dev.tsv", p.task_dev, setup.seed)
         tasks[t.label] = f"glue:{t.glue}={dst.resolve()}"
     return corpus.resolve(), tasks
 
@@ -252,7 +253,7 @@ def measure_spec(p: TextPreset, tasks: dict[str, str], seed: int) -> MeasureSpec
                        finetune_warmup=p.finetune_warmup, seeds=p.seeds, seed=seed)
 
 
-def _figure(study: Study, section: Section, p: TextPreset, rows: list[dict], tasks: dict[str, str],
+def _figure(records, section: Section, p: TextPreset, rows: list[dict], tasks: dict[str, str],
             mspec: MeasureSpec) -> None:
     """A dot with its interval per algorithm: held-out loss, trace, fine-tuning accuracy per task."""
     panels = [Panel("loss", "held-out cross-entropy (nats)"), Panel("trace_fisher", TRACE_FISHER)]
@@ -260,12 +261,12 @@ def _figure(study: Study, section: Section, p: TextPreset, rows: list[dict], tas
         task = glue_label(spec)
         panels.append(Panel(f"finetune_{task}", f"fine-tuning accuracy, {label}", refs=majority_ref(rows, task)))
     fig = dots_plot(rows, "algorithm", panels, "Real text: algorithms", errors=error_labels(mspec))
-    section.figures.append(study.figure(
+    section.figures.append(records.figure(
         fig, "text-algorithms",
         shows=f"{', '.join(p.corpus)}: for each pre-training algorithm, (a) the held-out masked-token "
               "cross-entropy (the optimum is unknown on real text: there is no KL), (b) the trace of Hessian by "
               "the paper's estimator, then the fine-tuning dev accuracy per task (dotted: the majority class)",
-        sample=f"{len(rows)} models, the last checkpoint of one run each (seed {study.seed}); each fine-tuned "
+        sample=f"{len(rows)} models, the last checkpoint of one run each (seed {records.seed}); each fine-tuned "
                f"with {len(mspec.seeds)} seeds",
         claim="at about the same loss, removing dropout and weight decay lowers fine-tuning accuracy and raises "
               "the trace, and SAM recovers both (Tables 1–2, BookCorpus rows)"))
@@ -282,30 +283,27 @@ COMPARISONS = (
 )
 
 
-def units(study: Study, p: TextPreset) -> list:
-    """One unit per run (after the corpus and tasks are prepared here): trained, then
-    measured with fine-tuning."""
-    corpus, tasks = prepare_data(study, p)
-    mspec = measure_spec(p, tasks, study.seed)
-    return [run_unit(spec, mspec, "text", "corpus") for spec in runs(p, corpus, study.seed)]
-
-
-def plan_units(study, p: TextPreset) -> list:
-    """``units`` for ``sameloss plan`` (``experiments.plan.DryStudy``): the same runs and
-    measures on the folders ``prepare_data`` would write, without fetching or preparing
-    anything; the corpus' vocabulary and length are the preset's (the tokenizer's target
-    size: a small corpus may end with fewer words)."""
-    data = study.root / "data"
+def planned_data(setup, p: TextPreset) -> tuple[Path, dict[str, str]]:
+    """What ``prepare_data`` would give, for ``sameloss plan``: the folders it would write,
+    nothing fetched or prepared; the corpus' vocabulary and length are the preset's (the
+    tokenizer's target size: a small corpus may end with fewer words)."""
+    data = setup.root / "data"
     corpus = data / "corpus"
-    study.language_shapes[str(corpus)] = (p.vocab, p.max_len)
-    tasks = {t.label: f"glue:{t.glue}={data / 'tasks' / t.label}" for t in p.tasks}
-    mspec = measure_spec(p, tasks, study.seed)
-    return [run_unit(spec, mspec, "text", "corpus") for spec in runs(p, corpus, study.seed)]
+    setup.language_shapes[str(corpus)] = (p.vocab, p.max_len)
+    return corpus, {t.label: f"glue:{t.glue}={data / 'tasks' / t.label}" for t in p.tasks}
 
 
-def report(study: Study, p: TextPreset) -> Section:
+def units(setup, p: TextPreset) -> list:
+    """One unit per run (after the corpus and tasks are prepared, ``prepare_data``):
+    trained, then measured with fine-tuning."""
+    corpus, tasks = setup.data("text", prepare_data, planned_data, p)
+    mspec = measure_spec(p, tasks, setup.seed)
+    return [run_unit(spec, mspec) for spec in runs(p, corpus, setup.seed)]
+
+
+def report(records, p: TextPreset) -> Section:
     section = Section(TITLE)
-    corpus, tasks = prepare_data(study, p)
+    corpus, tasks = records.data("text", prepare_data, planned_data, p)
     meta = json.loads((corpus / "meta.json").read_text())
     train = meta["splits"]["train"]
     section.text.append(
@@ -314,13 +312,13 @@ def report(study: Study, p: TextPreset) -> Section:
         f"held out: {meta['splits']['heldout']['documents']} documents. Tasks: "
         + ", ".join(f"{k} ({v.split('=')[0][5:]} format)" for k, v in tasks.items())
         + ". Loss is the held-out masked-token cross-entropy; there is no KL on real text.")
-    mspec = measure_spec(p, tasks, study.seed)
+    mspec = measure_spec(p, tasks, records.seed)
     rows: dict[str, dict] = {}
-    for spec in runs(p, corpus, study.seed):
-        info, (measured,) = study.train_and_measure(spec, mspec, "text", "corpus")
-        section.runs.append(info)
+    for spec in runs(p, corpus, records.seed):
+        section.runs.append(records.run(spec.name))
+        (row,) = measured_rows(records, spec, mspec, "text", "corpus")
         epochs = p.steps * p.batch_size / train["sequences"]
-        rows[spec.group] = dict(measured.row, algorithm=spec.label, epochs=epochs)
+        rows[spec.group] = dict(row, algorithm=spec.label, epochs=epochs)
     section.rows += list(rows.values())
     cols = [Column("epochs", "epochs", fmt=".2f"), quantity_column("held-out loss", "loss", fmt=".4f"),
             quantity_column("train loss", "train_loss", fmt=".4f"), Column("gap", "gap", fmt=".4f"),
@@ -329,7 +327,7 @@ def report(study: Study, p: TextPreset) -> Section:
     keys = {label: f"finetune_{glue_label(spec)}" for label, spec in tasks.items()}
     cols += [quantity_column(f"fine-tune {k} (%)", keys[k], scale=100, fmt=".1f") for k in tasks]
     section.tables.append(Table("Real text: algorithms", cols, list(rows.values())))
-    _figure(study, section, p, list(rows.values()), tasks, mspec)
+    _figure(records, section, p, list(rows.values()), tasks, mspec)
     losses = [float(r["loss"]) for r in rows.values()]
     if max(losses) - min(losses) > p.loss_tolerance:
         section.notes.append(

@@ -50,12 +50,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 from ...measures.run import MeasureSpec
 from ..claims import difference_claim, fmt, trend_claim, zero_claim
 from ..common import COMMON, Preset, Shape, base_settings, run_name
-from ..core import RunSpec, Study, Unit
+from ..common import measured_rows
+from ..core import RunSpec
+from ..declare import Checkpoint, Measure, Run, Unit, measured
 from ..plots import TRACE_FISHER, Panel, error_labels, series_plot
 from ..report import Claim, Column, Section, Table
 from ..stats import AGREES, DISAGREES, Interval, combined_t_test, diff_interval, ols_slope, verdict
@@ -171,21 +172,19 @@ PRESETS: dict[str, TheoryPreset] = {
 }
 
 
-def runs(p: TheoryPreset, language: str, seed: int, start: Path | None = None) -> list[RunSpec]:
-    """The Lemma 3.2 run, and with ``start`` (its last checkpoint) the plain-SGD
-    continuations forked from it (module docstring), each measured at its checkpoints."""
+def runs(p: TheoryPreset, language: str, seed: int) -> list[RunSpec]:
+    """The Lemma 3.2 run, then the plain-SGD continuations forked from its last
+    checkpoint (module docstring; ``chain``), each measured at its checkpoints."""
     s = p.lemma
     common = (*base_settings(p, language, seed), *p.shape.settings(), ("masking", "single"))
     out = [RunSpec(run_name(language, p.shape.size, "adamw", "single"),
                    (*common, ("steps", s.steps), ("checkpoints", s.checkpoints)),
                    label=f"AdamW {p.shape.size}, one mask per sentence", group="lemma", measure_steps=s.checkpoints)]
-    if start is None:
-        return out
     g = p.sgd
     for c in g.runs:
         out.append(RunSpec(c.name, (
             *common, ("seed", CONTINUATION_SEED + seed), ("steps", g.steps), ("batch_size", c.batch_size),
-            ("checkpoints", g.checkpoints), ("init_from", str(start)), ("init_step", "restart"),
+            ("checkpoints", g.checkpoints), ("init_step", "restart"),
             ("init_optimizer", False), ("model.dropout", 0.0), ("optim.name", "sgd"), ("optim.lr", c.lr),
             ("optim.momentum", 0.0), ("optim.weight_decay", 0.0), ("optim.warmup_steps", 0)),
             label=c.label, group="sgd", measure_steps=g.checkpoints))
@@ -206,30 +205,30 @@ def _sgd_spec(p: TheoryPreset, seed: int) -> MeasureSpec:
                        n_labels=s.fisher_labels, repeats=s.fisher_repeats, seed=seed)
 
 
-def _chain(study: Study, p: TheoryPreset, lang: str) -> None:
-    """A language's runs, in order: the Lemma 3.2 run, measured; its last checkpoint,
-    measured as the SGD continuations' start; each continuation, measured."""
-    info, _ = study.train_and_measure(runs(p, lang, study.seed)[0], _lemma_spec(p, study.seed), "theory", lang)
-    start = study.checkpoints(info)[0]
-    mspec = _sgd_spec(p, study.seed)
-    study.measure(start, mspec)
-    for spec in runs(p, lang, study.seed, start)[1:]:
-        study.train_and_measure(spec, mspec, "theory", lang)
+def chain(p: TheoryPreset, lang: str, seed: int) -> tuple:
+    """A language's items, in order: the Lemma 3.2 run, measured; its last checkpoint,
+    measured as the SGD continuations' start; each continuation forked from it, measured."""
+    lemma, *continuations = runs(p, lang, seed)
+    mspec = _sgd_spec(p, seed)
+    start = Checkpoint(lemma.name)
+    return (Run(lemma), *measured(lemma, _lemma_spec(p, seed)), Measure(start, mspec),
+            *(item for spec in continuations for item in (Run(spec, start), *measured(spec, mspec))))
 
 
-def units(study: Study, p: TheoryPreset, languages: tuple[str, ...] | None = None) -> list:
+def units(setup, p: TheoryPreset, languages: tuple[str, ...] | None = None) -> list:
     """One unit per language: its chain (the continuations start from the Lemma run)."""
-    return [Unit(f"chain {lang}", f"runs/{runs(p, lang, study.seed)[0].name}", _chain, (p, lang))
+    return [Unit(f"chain {lang}", f"runs/{runs(p, lang, setup.seed)[0].name}", chain(p, lang, setup.seed))
             for lang in languages or p.use]
 
 
-def _lemma(study: Study, section: Section, p: TheoryPreset, lang: str) -> list[dict]:
-    info, measured = study.train_and_measure(runs(p, lang, study.seed)[0], _lemma_spec(p, study.seed), "theory", lang)
-    section.runs.append(info)
-    return [{k: m.row[k] for k in LEMMA_COLUMNS} for m in measured]
+def _lemma(records, section: Section, p: TheoryPreset, lang: str) -> list[dict]:
+    spec = runs(p, lang, records.seed)[0]
+    section.runs.append(records.run(spec.name))
+    return [{k: row[k] for k in LEMMA_COLUMNS}
+            for row in measured_rows(records, spec, _lemma_spec(p, records.seed), "theory", lang)]
 
 
-def _lemma_report(study: Study, section: Section, p: TheoryPreset, lang: str, rows: list[dict]) -> None:
+def _lemma_report(records, section: Section, p: TheoryPreset, lang: str, rows: list[dict]) -> None:
     cols = [Column("step", "step", fmt="d"), Column("KL (nats)", "kl", "kl_std", fmt=".3g"),
             Column("tr F (model labels)", "trace_fisher", "trace_fisher_se", fmt=".4g"),
             Column("tr H (Hutchinson, true tokens)", "trace_hessian", "trace_hessian_se", fmt=".4g"),
@@ -259,21 +258,21 @@ def _lemma_report(study: Study, section: Section, p: TheoryPreset, lang: str, ro
                       xlabel="exact KL to the true conditionals (nats)", logx=True,
                       errors={"trace": f"± SE (tr F: over its {s.fisher_contexts} contexts; tr H and the gaps: over "
                                        f"{s.hessian_batches} independent batches)"})
-    section.figures.append(study.figure(
+    section.figures.append(records.figure(
         fig, f"theory-lemma-{lang}",
         shows=f"{lang}: the trace of the Hessian of the loss of the true tokens (Hutchinson, and tr F + gap), of "
               "the Fisher (the paper's estimator, labels sampled from the model) and the absolute gap between them "
               "(with the true tokens, and in the well-specified case of model-sampled labels) at each checkpoint, "
               "against the exact KL; both axes logarithmic"
               + (f"; {dropped} estimates at or below 0 cannot be drawn on the log axis" if dropped else ""),
-        sample=f"{len(rows)} checkpoints of one AdamW run (seed {study.seed})",
+        sample=f"{len(rows)} checkpoints of one AdamW run (seed {records.seed})",
         claim="Lemma 3.2: the Hessian approaches the Fisher as KL → 0, so |tr H − tr F| shrinks with the KL; with "
               "model-sampled labels the gap is 0 in expectation"))
     kls = [float(r["kl"]) for r in rows]
     claim, _ = trend_claim("Lemma 3.2: the Hessian approaches the Fisher as the model approaches the true "
                            "conditionals, so |tr H − tr F| shrinks as KL → 0 (τ(KL, |gap|) > 0).",
                            f"{lang}, |gap| against KL over {len(rows)} checkpoints", kls,
-                           [float(r["trace_abs_gap"]) for r in rows], +1, seed=study.seed)
+                           [float(r["trace_abs_gap"]) for r in rows], +1, seed=records.seed)
     section.claims.append(claim)
     first, last = max(rows, key=lambda r: r["kl"]), min(rows, key=lambda r: r["kl"])
     section.claims.append(difference_claim(
@@ -305,17 +304,17 @@ def _wellspecified_claim(lang: str, rows: list[dict], n_batches: int) -> Claim:
 
 
 # ---- (b) Theorem 3.3 ----------------------------------------------------------------------
-def _theorem(study: Study, section: Section, p: TheoryPreset, lang: str, start: Path) -> None:
+def _theorem(records, section: Section, p: TheoryPreset, lang: str) -> None:
     s = p.sgd
-    mspec = _sgd_spec(p, study.seed)
-    start_row = study.measure(start, mspec)
+    mspec = _sgd_spec(p, records.seed)
+    lemma, *continuations = runs(p, lang, records.seed)
+    start_row = records.row(Measure(Checkpoint(lemma.name), mspec))
     series: dict[str, list[dict]] = {}
     rows = []
-    for c, spec in zip(s.runs, runs(p, lang, study.seed, start)[1:]):
-        info, measured = study.train_and_measure(spec, mspec, "theory", lang)
-        section.runs.append(info)
+    for c, spec in zip(s.runs, continuations):
+        section.runs.append(records.run(spec.name))
         pts = [dict(start_row, model=f"{c.name}@0", experiment="theory", language=lang, group="sgd", label=c.label,
-                    run=c.name, step=0)] + [m.row for m in measured]
+                    run=c.name, step=0)] + measured_rows(records, spec, mspec, "theory", lang)
         for r in pts:
             r.update(lr=c.lr, batch_size=c.batch_size, x=c.lr * r["step"] / c.batch_size)
         series[c.label] = pts
@@ -331,13 +330,13 @@ def _theorem(study: Study, section: Section, p: TheoryPreset, lang: str, start: 
                                     Panel("kl", "exact KL to the true conditionals (nats)")],
                       f"{lang}: SGD from the converged model, against η·steps/B", xlabel="η·steps/B",
                       errors=error_labels(mspec))
-    section.figures.append(study.figure(
+    section.figures.append(records.figure(
         fig, f"theory-sgd-{lang}",
         shows=f"{lang}: (a) the trace of Hessian by the paper's estimator and (b) the exact KL (log axis) of each "
               f"plain-SGD continuation from the converged checkpoint (step {start_row['step']}), against η·steps/B "
               "(step 0: the start, shared)",
         sample=f"{len(s.runs)} continuations of {s.steps} steps, {len(s.checkpoints)} kept steps each (seed "
-               f"{study.seed})",
+               f"{records.seed})",
         claim="Theorem 3.3: near the minimum SGD lowers the trace at a rate ∝ η/B while the KL stays, so the trace "
               "curves fall and collapse against η·steps/B"))
     slope_rows = []
@@ -393,7 +392,7 @@ def _theorem(study: Study, section: Section, p: TheoryPreset, lang: str, start: 
                                                " (the theorem assumes the loss stays at its minimum)."))
 
 
-def report(study: Study, p: TheoryPreset, languages: tuple[str, ...] | None = None) -> Section:
+def report(records, p: TheoryPreset, languages: tuple[str, ...] | None = None) -> Section:
     section = Section(TITLE)
     section.text.append(
         "(a) One AdamW run with one masked position per sentence, measured from early to past convergence. "
@@ -409,10 +408,9 @@ def report(study: Study, p: TheoryPreset, languages: tuple[str, ...] | None = No
         "with the same contexts at every step (common random numbers, so differences are less noisy than the "
         "SEs suggest); step 0 is the start.")
     for lang in languages or p.use:
-        rows = _lemma(study, section, p, lang)
-        _lemma_report(study, section, p, lang, rows)
+        rows = _lemma(records, section, p, lang)
+        _lemma_report(records, section, p, lang, rows)
         section.rows += rows
-        start = study.checkpoints(section.runs[-1])[0]
-        _theorem(study, section, p, lang, start)
+        _theorem(records, section, p, lang)
         section.rows += section.files[SGD_FILE]
     return section

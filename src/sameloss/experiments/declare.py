@@ -1,0 +1,185 @@
+"""A study as data: what a recipe's ``units(setup, preset)`` returns.
+
+A declaration is a list of ``Unit``s — the parts of a study that run apart, each in one
+process holding one folder's lock — and ``Later`` stages, whose units are declared from
+earlier units' results (an adaptive study's seeds after its pilot). A unit is a list of
+items, in order:
+
+* ``Run`` — a run to train (or reuse, resume); ``start`` forks it from a ``Checkpoint``
+  of another run of the same study folder, or from an ``Embedded`` one (the engine writes
+  the path into ``init_from``: a recipe never types a folder);
+* ``Measure`` — a ``MeasureSpec`` of a checkpoint, an embedded checkpoint or a
+  ``Reference`` representation (the look-up table, a random-init encoder, the look-up or
+  oracle representation of a run's language);
+* ``Gate`` — a data-dependent stop: a pure check of measured rows that decides whether the
+  items under it run (isoloss's headroom gate).
+
+Nothing here runs anything. ``engine.py`` walks a declaration for real (``reproduce``), as
+a plan (``sameloss plan``: every gate assumed to pass, a ``Later`` stage declared from what
+the recipe offers for planning) or for a shard (``reproduce --seeds``); the report reads
+what the walk produced (``engine.Records``), keyed by these same objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Union
+
+from ..measures.run import MeasureSpec
+from .runspec import RunSpec
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint of run ``run`` of the same study folder: its ``step`` (``None``: its last)."""
+
+    run: str
+    step: int | None = None
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """Checkpoint ``of`` embedded function-preservingly into a larger transformer
+    (``models.embed``, App. B.4): the size named ``into``, or ``width_factor``× wider with
+    ``extra_layers`` more blocks; ``optimizer="embedded"`` maps the checkpoint's optimiser
+    moments onto it, for a fork to continue."""
+
+    of: Checkpoint
+    into: str | None = None
+    width_factor: int | None = None
+    extra_layers: int = 0
+    optimizer: str = "fresh"
+
+    @property
+    def shape(self) -> str:
+        """The target shape as a folder and model name tells it (``w2+1``, or the size)."""
+        return self.into or f"w{self.width_factor or 1}+{self.extra_layers}"
+
+    def folder(self, run: str, step: int) -> str:
+        """The folder (under the study's ``embedded/``) of run ``run``'s checkpoint at ``step``
+        embedded so: the same name for the engine and the planner."""
+        return f"{run}-step{step}-into-{self.shape}" + ("-optimizer" if self.optimizer != "fresh" else "")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A representation measured on no checkpoint, of run ``run``'s language (and, for
+    ``random-init``, its model and seed): ``lookup-table``, ``random-init``, ``lookup`` or
+    ``oracle`` (``core.Study.reference``)."""
+
+    kind: str
+    run: str
+
+
+Target = Union[Checkpoint, Embedded, Reference]
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run to train or reuse; ``start``: the checkpoint it is forked from (its
+    ``init_step`` setting says whether it continues that checkpoint's step or restarts).
+    ``cost``: the part of its unit's CPU time it counts to (``engine.UnitRecord.cpu``)."""
+
+    spec: RunSpec
+    start: Checkpoint | Embedded | None = None
+    cost: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(frozen=True)
+class Measure:
+    """``spec`` measured on ``of``; ``cost`` as ``Run``'s. ``optional``: a target that cannot
+    be made for a reason a user can read (a shape that cannot hold the model) is skipped
+    with that reason (``engine.Records.skipped``) instead of stopping the study."""
+
+    of: Target
+    spec: MeasureSpec
+    cost: str = ""
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A data-dependent stop: ``check(rows, *args) -> (ok, text)`` on the rows of ``reads``
+    (measured before it in the unit); the items ``then`` run when it passes, and also when
+    it fails if ``on_fail`` is ``"mark"`` (the report marks its verdicts instead). A check
+    that finds the study broken raises. A plan assumes every gate passes."""
+
+    name: str
+    check: Callable
+    reads: tuple[Measure, ...]
+    then: tuple = ()
+    args: tuple = ()
+    on_fail: str = "stop"
+
+    def __post_init__(self):
+        if self.on_fail not in ("stop", "mark"):
+            raise ValueError(f"gate {self.name}: on_fail is 'stop' or 'mark', not {self.on_fail!r}")
+
+
+Item = Union[Run, Measure, Gate]
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A part of a study that runs apart from the rest, in any process: its ``items`` on
+    the study of the folder ``study`` (relative to the experiment folder; ``""``: the
+    experiment's own), holding the lock of ``folder`` (what it writes besides rows of
+    ``measurements.json``). ``name`` is unique in a study and shown in the log; ``seed``
+    marks a seed's unit (``reproduce --seeds`` selects them). Units that write one folder
+    are run as one (``merge_units``: a run two recipes share)."""
+
+    name: str
+    folder: str
+    items: tuple = ()
+    seed: int | None = None
+    study: str = ""
+
+
+@dataclass(frozen=True)
+class Later:
+    """Units declared from earlier units' results: ``declare(records, *args)`` once the
+    units named ``after`` have run (``records``: an ``engine.Records`` of theirs);
+    ``plan(setup, *args)`` in a plan, which has no results. ``seeds``: the seeds its units
+    may have (``reproduce --seeds`` accepts them before they are declared)."""
+
+    after: tuple[str, ...]
+    declare: Callable
+    plan: Callable
+    args: tuple = ()
+    seeds: tuple[int, ...] = ()
+
+
+def measured(spec: RunSpec, mspec: MeasureSpec) -> list[Measure]:
+    """The measures of a run's ``measure_steps`` checkpoints (none given: its last)."""
+    return [Measure(Checkpoint(spec.name, step), mspec) for step in spec.measure_steps or (None,)]
+
+
+def run_unit(spec: RunSpec, mspec: MeasureSpec, *extra: Item) -> Unit:
+    """The unit of one run: trained (or reused, resumed), then its ``measure_steps``
+    checkpoints measured with ``mspec``, then ``extra``."""
+    return Unit(f"run {spec.name}", f"runs/{spec.name}", (Run(spec), *measured(spec, mspec), *extra))
+
+
+def seed_unit(seed: int, items: tuple, group: str = "") -> Unit:
+    """A seed's unit: ``items`` in the seed's own study folder ``seeds/seed<N>/`` (``group``:
+    ``seeds/<group>/seed<N>/``, one of several studies in one experiment), which it locks."""
+    where = f"seeds/{group}/seed{seed}" if group else f"seeds/seed{seed}"
+    return Unit(f"{group} seed {seed}" if group else f"seed {seed}", where, items, seed=seed, study=where)
+
+
+def merge_units(units: list[Unit]) -> list[Unit]:
+    """Units that write the same folder (a run two recipes share, in ``figure1``) made one
+    unit with their items in order; the others as they are, in order."""
+    groups: dict[tuple[str, str], list[Unit]] = {}
+    for u in units:
+        groups.setdefault((u.study, u.folder), []).append(u)
+    out = []
+    for group in groups.values():
+        first = group[0]
+        out.append(first if len(group) == 1 else
+                   Unit(first.name, first.folder, tuple(i for u in group for i in u.items), first.seed, first.study))
+    return out

@@ -1,0 +1,317 @@
+"""The one engine that executes a declared study (``declare.py``).
+
+``walk(unit, actor)`` goes through a unit's items in order and hands each to an actor:
+``Execute`` trains and measures on a ``core.Study`` (``reproduce``, in any launcher's
+worker: ``core.execute_unit``), ``plan.Record`` records what would be trained and measured
+(``sameloss plan``). Either way the walk is the same: a ``Gate`` asks the actor
+(``Execute`` runs its check on the measured rows; a plan passes it), a fork's start is
+resolved by the actor (a checkpoint folder, or the embedded checkpoint it writes first).
+
+``run_stages(declaration, run, resolve)`` runs the declared units stage by stage: the
+units declared up front, then each ``Later`` stage once the units it reads have run
+(``resolve``: ``Later.declare`` on their records for real, ``Later.plan`` in a plan), until
+nothing new is declared; ``seeds=[...]``: only those seeds' units (a shard), with the
+stages a later seed needs first.
+
+``Records`` is what the report reads — the rows, runs and gates of every unit, keyed by
+the declared objects themselves (``records.row(Measure(...))``) — and the figures it writes
+(``figure``); it trains and measures nothing. ``Setup`` is what ``units`` is given: the
+seed, the experiment folder and the data a recipe prepares before it declares its runs
+(``setup.data``: prepared for real, or as a plan would find it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import resource
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import UserError
+from .declare import Checkpoint, Embedded, Gate, Later, Measure, Reference, Run, Unit, merge_units
+
+# a seed unit's CPU as the call that computed it measured it (a later call reuses its runs and
+# rows for ~0 s; a budget planned from the pilot must not take that for the seed's cost)
+COST_FILE = "cost.json"
+
+
+def measure_key(measure: Measure) -> tuple:
+    """What identifies a measured row: its target and its settings (not the device)."""
+    from .core import spec_fingerprint
+
+    return measure.of, spec_fingerprint(measure.spec)
+
+
+@dataclass
+class UnitRecord:
+    """What walking one unit produced: its measured rows (by ``measure_key``), its runs
+    (``core.RunInfo`` by name), its gates (``(ok, text)`` by name), its CPU seconds per
+    ``cost`` part and in all, and its wall seconds."""
+
+    name: str
+    study: str = ""
+    rows: dict = field(default_factory=dict)
+    runs: dict = field(default_factory=dict)
+    gates: dict = field(default_factory=dict)
+    skipped: dict = field(default_factory=dict)  # optional measures not made: why
+    cpu: dict = field(default_factory=dict)
+    cpu_seconds: float = 0.0
+    seconds: float = 0.0
+
+    def row(self, measure: Measure) -> dict:
+        return dict(self.rows[measure_key(measure)])
+
+
+def cpu_time() -> float:
+    """This process's CPU seconds (user and system)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+# ---- the walk -----------------------------------------------------------------------------
+def walk(unit: Unit, actor) -> UnitRecord:
+    """The items of ``unit`` through ``actor`` (module docstring)."""
+    record = UnitRecord(unit.name, unit.study)
+    start, cpu = time.perf_counter(), cpu_time()
+    _walk(unit.items, actor, record)
+    record.seconds, record.cpu_seconds = time.perf_counter() - start, cpu_time() - cpu
+    return record
+
+
+def _walk(items, actor, record: UnitRecord) -> None:
+    for group in _groups(items):
+        if isinstance(group, Gate):
+            rows = [record.rows[measure_key(m)] for m in group.reads]
+            ok, text = actor.gate(group, rows)
+            record.gates[group.name] = (ok, text)
+            if ok or group.on_fail == "mark":
+                _walk(group.then, actor, record)
+            continue
+        for item in actor.bar(group, record):
+            spent = cpu_time()
+            if isinstance(item, Run):
+                record.runs[item.name] = actor.train(item, record)
+            else:
+                try:
+                    record.rows[measure_key(item)] = actor.measure(item, record)
+                except UserError as exc:
+                    if not item.optional:
+                        raise
+                    record.skipped[measure_key(item)] = str(exc)
+            if item.cost:
+                record.cpu[item.cost] = record.cpu.get(item.cost, 0.0) + cpu_time() - spent
+
+
+def _groups(items) -> list:
+    """The items as gates and lists: consecutive measures of one run's checkpoints together
+    (a progress bar counts them), every other item alone."""
+    out: list = []
+    for item in items:
+        run = _run_of(item)
+        if run is not None and out and isinstance(out[-1], list) and _run_of(out[-1][-1]) == run:
+            out[-1].append(item)
+        else:
+            out.append(item if isinstance(item, Gate) else [item])
+    return out
+
+
+def _run_of(item) -> str | None:
+    if isinstance(item, Measure) and isinstance(item.of, Checkpoint):
+        return item.of.run
+    return None
+
+
+class Execute:
+    """The actor of ``reproduce``: every item done on a ``core.Study`` (a run trained or
+    reused, a row measured or read from the cache)."""
+
+    def __init__(self, study):
+        self.study = study
+
+    def bar(self, items: list, record: UnitRecord):
+        run = _run_of(items[0])
+        return self.study.bar(items, f"measuring {run}") if run is not None else items
+
+    def path(self, at, record: UnitRecord) -> Path:
+        """The folder of a checkpoint (an embedded one: written first, or reused)."""
+        if isinstance(at, Embedded):
+            return self.study.embed(self.path(at.of, record), at)
+        return self.study.checkpoint(self._info(at.run, record), at.step)
+
+    def _info(self, run: str, record: UnitRecord):
+        return record.runs[run] if run in record.runs else self.study.runs[run]
+
+    def train(self, run: Run, record: UnitRecord):
+        spec = run.spec if run.start is None else with_start(run.spec, self.path(run.start, record))
+        return self.study.train(spec)
+
+    def measure(self, m: Measure, record: UnitRecord) -> dict:
+        if isinstance(m.of, Reference):
+            return self.study.reference(m.of.kind, self._info(m.of.run, record).config, m.spec)
+        path = self.path(m.of, record)
+        self.study.log(f"measure {self.study.rel(path)}" + (f" (embedded into {m.of.shape})"
+                                                           if isinstance(m.of, Embedded) else ""))
+        return self.study.measure(path, m.spec)
+
+    def gate(self, gate: Gate, rows: list[dict]) -> tuple[bool, str]:
+        ok, text = gate.check(rows, *gate.args)
+        self.study.log(text)
+        return ok, text
+
+
+def with_start(spec, path: Path):
+    """``spec`` forked from the checkpoint at ``path`` (``init_from``, absolute: a worker in
+    another folder, or a later call from elsewhere, reads the same run config)."""
+    return dataclasses.replace(spec, settings=(*spec.settings, ("init_from", str(Path(path).resolve()))))
+
+
+def keep_first_cost(root: Path, record: UnitRecord, log: Callable[[str], None]) -> UnitRecord:
+    """A seed unit's CPU as the call that computed it measured it: kept in its folder
+    (``cost.json``) the first time, read back by every later call."""
+    from ..files import atomic_write_json, storage_errors
+
+    path = Path(root) / COST_FILE
+    try:
+        saved = json.loads(path.read_text())
+        parts = saved["parts"] if "parts" in saved else {  # the layout of earlier versions
+            f"{r['point']}|{r['fork']}|{r['stage']}": r["cpu_seconds"] for r in saved["rows"]}
+        return dataclasses.replace(record, cpu={k: float(v) for k, v in parts.items()},
+                                   cpu_seconds=float(saved["cpu_seconds"]))
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        log(f"note: {path} is unreadable; this call's CPU is kept instead")
+    with storage_errors(path):
+        atomic_write_json(path, {"parts": record.cpu, "cpu_seconds": record.cpu_seconds}, indent=1)
+    return record
+
+
+# ---- stages ---------------------------------------------------------------------------------
+def declared_seeds(declaration: list) -> set[int]:
+    """Every seed the declaration's units have or its later stages may give."""
+    return {u.seed for u in declaration if isinstance(u, Unit) and u.seed is not None} | {
+        s for d in declaration if isinstance(d, Later) for s in d.seeds}
+
+
+def run_stages(declaration: list, run: Callable[[list[Unit]], list], resolve: Callable[[Later, list], list],
+               seeds: list[int] | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the declared units stage by stage (module docstring); returns every unit's
+    record by name. ``run(units)``: their records, in order; ``resolve(later, records)``:
+    the units a later stage declares from the records of the units it reads."""
+    static = [u for u in declaration if isinstance(u, Unit)]
+    stages = [d for d in declaration if isinstance(d, Later)]
+    declared: dict[int, list[Unit]] = {}
+    done: dict[str, Any] = {}
+    while True:
+        units = merge_units(static + [u for i in sorted(declared) for u in declared[i]])
+        todo = [u for u in units if u.name not in done and (seeds is None or u.seed in seeds)]
+        if todo:
+            done.update(zip((u.name for u in todo), run(todo)))
+            continue
+        open_ = [i for i in range(len(stages)) if i not in declared]
+        waiting = set(seeds or ()) - {u.seed for u in units}
+        if seeds is not None:  # a shard declares only the stages that give one of its seeds
+            open_ = [i for i in open_ if waiting & set(stages[i].seeds)]
+        before = [u for u in units if u.name not in done and any(u.name in stages[i].after for i in open_)]
+        if before:  # (a shard's) the units its seeds' stage is declared from
+            log(f"seeds {_listed(waiting)} are planned from an earlier stage: its units run first")
+            done.update(zip((u.name for u in before), run(before)))
+            continue
+        ready = [i for i in open_ if all(a in done for a in stages[i].after)]
+        if not ready:
+            if waiting:
+                log(f"seeds {_listed(waiting)}: the study's plan runs nothing on them")
+            return done
+        for i in ready:
+            declared[i] = resolve(stages[i], [done[a] for a in stages[i].after])
+
+
+def _listed(seeds) -> str:
+    return ", ".join(map(str, sorted(seeds)))
+
+
+# ---- what units and reports are given -----------------------------------------------------
+class Setup:
+    """What a recipe's ``units(setup, preset)`` is given: the seed of the study (``--seed``),
+    its folder ``root``, ``log``, whether this is a plan (``planning``), the workers units
+    share (a budget divides by them), and ``data``: what the recipe prepares before it can
+    declare its runs (a corpus, a generator), prepared once per call."""
+
+    def __init__(self, root: Path, seed: int, log: Callable[[str], None], planning: bool = False,
+                 workers: int = 1):
+        self.root, self.seed, self.log, self.planning, self.workers = Path(root), seed, log, planning, workers
+        self.prepared: dict[str, Any] = {}
+        # a plan's stand-in shapes of data not prepared yet: corpus folder -> (vocab, max_len)
+        self.language_shapes: dict[str, tuple[int, int]] = {}
+
+    def data(self, name: str, make: Callable, planned: Callable | None = None, *args):
+        """``make(setup, *args)`` — in a plan ``planned(setup, *args)`` when given (it may
+        not write: it says what ``make`` would give) — once per call under ``name``."""
+        key = f"{name}{args!r}"
+        if key not in self.prepared:
+            self.prepared[key] = (planned if self.planning and planned is not None else make)(self, *args)
+        return self.prepared[key]
+
+
+class Records(Setup):
+    """What the report reads (module docstring): every unit's record, the study's figures
+    and log. It trains and measures nothing."""
+
+    def __init__(self, setup: Setup, study, records: dict[str, UnitRecord]):
+        super().__init__(setup.root, setup.seed, setup.log, setup.planning, setup.workers)
+        self.prepared, self.language_shapes = setup.prepared, setup.language_shapes
+        self.study, self.units = study, records
+        self._rows: dict = {}
+        self._runs: dict = {}
+        self._gates: dict = {}
+        self._skipped: dict = {}
+        for r in records.values():
+            self._skipped.update({(r.study, k): v for k, v in r.skipped.items()})
+            self._rows.update({(r.study, k): v for k, v in r.rows.items()})
+            self._runs.update({(r.study, k): v for k, v in r.runs.items()})
+            self._gates.update({(r.study, k): v for k, v in r.gates.items()})
+
+    def unit(self, name: str) -> UnitRecord:
+        return self.units[name]
+
+    def row(self, measure: Measure, study: str = "") -> dict:
+        """The row of a declared measure (a copy: the report may add to it)."""
+        return dict(self._rows[(study, measure_key(measure))])
+
+    def skipped(self, measure: Measure, study: str = "") -> str | None:
+        """Why an optional measure was not made (``None``: it was)."""
+        return self._skipped.get((study, measure_key(measure)))
+
+    def run(self, name: str, study: str = ""):
+        """The ``core.RunInfo`` of run ``name``."""
+        return self._runs[(study, name)]
+
+    def gate(self, name: str, study: str = "") -> tuple[bool, str]:
+        return self._gates[(study, name)]
+
+    @property
+    def launcher(self):
+        return self.study.launcher
+
+    def figure(self, fig, stem: str, *, shows: str, sample: str, claim: str):
+        return self.study.figure(fig, stem, shows=shows, sample=sample, claim=claim)
+
+    def rel(self, path) -> str:
+        return self.study.rel(path)
+
+
+def eval_history(info) -> dict:
+    """A run's held-out evaluations by step (its ``metrics.jsonl``): what the run recorded."""
+    from ..training.runio import eval_history as read
+
+    return read(info.path)
+
+
+def metrics(info) -> list[dict]:
+    """A run's ``metrics.jsonl`` records."""
+    from ..training.runio import read_metrics
+
+    return read_metrics(info.path)

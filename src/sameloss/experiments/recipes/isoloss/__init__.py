@@ -1,0 +1,165 @@
+"""At the same loss, does the implicit bias decide transfer? Forks of one base run at
+matched exact KL and one learning rate — the algorithm, training longer and model size,
+each acting from step 0 and late — few-shot probes, paired statistics with stated power.
+
+Command
+    sameloss reproduce                              (the main job: scale ``quick``)
+    sameloss reproduce isoloss --scale tiny         [--out runs] [--seed N] [--fresh]
+        [--launcher inprocess|local|slurm] [--workers N] [--seeds 0-7]
+        [--language NAME[:SIZE][:key=value,...] ...]
+
+    (``--seed N`` shifts the preset's seeds by N: an independent replication. Each seed's
+    chain — its base run, then the forks — is one unit: ``--launcher local --workers 2``
+    runs two seeds at once, ``--seeds 0-7`` only those seeds; see the README's "Running
+    on a cluster".)
+
+Runtime per scale (one thread per worker; ``--launcher local --workers N`` runs N seeds at once)
+    The design changed (three measured checkpoints per fork, longer stretches for the forks
+    on a higher KL floor): the figures below are measured on this design.
+    smoke   ~2 min on a 2-core CPU (3 seeds, micro model, tens of steps; the numbers mean
+            nothing)
+    quick   NOT YET MEASURED on this design (the main job: tiny's first two seeds)
+    tiny    NOT YET MEASURED on this design
+    small   estimate, not measured: ~8 h on one H100 (paper HMM, t4-384, batch 4096)
+    paper   estimate, not measured: days on one H100
+
+Languages
+    ``--language SPEC`` studies another language: ``NAME[:SIZE][:key=value,...]`` with
+    ``seed=N`` (another draw of the size's shape), ``task=NAME`` (any task with a span and a
+    posterior: an HMM's ``task-k``, a PCFG's ``span-k``; default ``DEFAULT_TASKS``) and any
+    other key a constructor setting (``language.params``: ``HMM.random`` / ``PCFG.random``'s
+    keywords over the size's own); the size defaults to ``headroom``. The language is built
+    when the option is read, so a bad name, setting or task is one line before any file.
+    Given several times, each language is a study of its own (its seeds in
+    ``seeds/<tag>/``, its files and figures ``<tag>-*``) and the report leads with the
+    replication table (``paired.replication``: per comparison each language's verdict,
+    "replicated (paper's direction)" / "(against the paper)" only where every language with
+    headroom detects it in that direction; the random-effects pooled estimate with the
+    Hartung–Knapp–Sidik–Jonkman interval, the fixed effect, Cochran's Q, I² and τ²). A language without headroom is stopped by the gate (or marked)
+    and counted as uninformative, never pooled. Each choice of languages is its own
+    folder (``<out>/isoloss-<scale>-<tags>``; the HMM alone: ``isoloss-<scale>``).
+    Every scale studies the HMM by default. The PCFG ``headroom`` size joins the default
+    when it passes the gate at ``tiny``: measured 2026-11-24, 14 of its 16 bases passed
+    (seeds 7 and 10: 4.3 and 4.7 points below the oracle), so its ``tiny`` study gives no
+    verdict (70 min 55 s on 2 workers). Studies run apart (other sessions, machines) are
+    combined by ``sameloss replicate FOLDER FOLDER`` (``finished_studies``: the same table,
+    read from their files).
+
+What it runs
+    Language: the HMM ``headroom`` size (4 states, 8 words, length 8, emission
+    concentration 1.0), task ``task-5`` (its hidden state 5, majority ≈ 38 %) — both read
+    from the preset (``use``, ``task``) in one place (``_language``), or from ``--language``;
+    the second language is the PCFG ``headroom`` size (6 words, 2 levels of 4 symbols,
+    sentences of 2-4 words), task ``span-1`` (the symbol over the first word, majority 55 %).
+    The probes read the task's span (``Task.span``: one position for an HMM state, the
+    first k words for a PCFG's ``span-k``) and the oracle is the latent's true posterior
+    (the HMM's hidden states; a PCFG's span symbol from inside–outside). Per seed one base run
+    (AdamW, dropout 0.1, WD 0.01, constant lr after the warm-up) to ``base_steps``, and
+    forks of it at each fork point k of ``fork_points``: ``late`` (k = ``base_steps``: the
+    fork starts from the base's weights, optimiser moments, RNG state and step) and
+    ``scratch`` (k = 0: the recipe trains from the run's initial weights — the same seed,
+    so the same weights and data stream — the paper's protocol, still paired by seed).
+    Every fork then trains its recipe to ``base_steps + recipe_steps`` at the constant lr,
+    decays linearly over ``decay_steps`` to ``final_lr_factor`` × lr, and holds that lr
+    for ``final_steps`` (its *stretch*). Forks: ``adamw`` (the base continued), ``short`` /
+    ``long`` (0 / 400 recipe steps: "train longer"), ``noreg`` (−dropout −WD), ``noreg-half``
+    (−dropout −WD updating on the half batch SAM updates on: SAM's batch control),
+    ``sam05`` / ``sam02`` (−dropout −WD +SAM ρ 0.05 / 0.02), ``adv`` (AdamW + the adversarial
+    objective on the preset's task, λ 0.02), ``large`` (the base embedded function-
+    preservingly into a larger shape — App. B.4 — with its Adam moments mapped,
+    ``models.embed``; asserted: its exact KL at the fork equals the base's to 1e-6; from
+    scratch: the large shape's own initial weights, same seed and data).
+    Forks per scale (the budget's choice at ``quick``/``tiny``: a 2×
+    wider model costs 4× per step, and the size forks were 45 % of a seed's training
+    FLOPs by ``sameloss plan``): ``small``/``paper``/``smoke`` run every fork above with
+    ``large`` 2× wider and one more block; ``quick``/``tiny`` drop ``sam02``, fork ``adv``
+    late only (``Fork.late_only``; its comparison is exempt from the MDE target) and make
+    ``large`` two more blocks at the same width (2 → 4 blocks, 106 k → 206 k parameters):
+    ``sameloss plan isoloss --scale tiny --device cpu`` 6.6 h → 3.3 h on one thread.
+    ``adamw``, ``short`` and ``long`` are the base's own recipe until their decay, so their
+    forks at every point are the late ones (one run each).
+    Headroom gate, before any fork: in each seed's unit its base is probed beside its
+    random-init encoder, the look-up table (true conditionals) and the oracle (true
+    posteriors); that seed's forks run only if the trained encoder is ≥ ``headroom_margin``
+    points above the look-up table and the random-init encoder and ≥ ``headroom_margin``
+    below the oracle (primary endpoint). If any seed fails, the study gives no verdict
+    (``on_no_headroom="stop"``: the failing seeds ran no fork) or marks every verdict
+    "uninformative: no headroom" (``"mark"``: every seed's forks run).
+    The same loss, estimated: every fork's KL is evaluated on one shared held-out
+    set at its candidates (every ``match_every`` steps of its stretch, all at the final lr
+    factor); each fork is measured (trace and probes) at ``probe_points`` of them spread over
+    the stretch. Per comparison and seed one target KL, from the two forks' measured KL
+    ranges alone (``paired.comparison_target``: the middle of their overlap, or of the gap
+    between them); each fork's accuracy and trace estimated *at* the target by the
+    least-squares line of the quantity on KL through its own checkpoints
+    (``paired.at_target``) — a line per seed and fork, not a model pooled across seeds, so
+    the seeds stay independent and the t interval across seeds covers the fit's own error;
+    linear because along one stretch at one lr KL moves by about 1e-3 nats and the
+    quantities move smoothly with it. Every pair is used unless a fork's estimate lies more
+    than ``extrapolation_limit`` nats outside its measured range (named in the report with
+    its reason); the earlier rule — keep a pair only where the forks landed within
+    ``kl_tolerance`` of each other — survives only as the sensitivity row beside each result
+    (selecting on where a fork's KL landed conditions on a post-treatment variable). Why
+    the stretch: at the end of a shared decay the forks' KLs spread, so matching there would
+    compare forks at different lrs; along the stretch at the final lr KL keeps falling
+    smoothly, and forks whose floors differ (SAM's sits higher) get a longer stretch
+    (``Fork.final_steps``) so that the compared ranges overlap.
+    Transfer: linear probes on the frozen representation at the task's position (primary)
+    and on all positions concatenated (the paper's, secondary), trained on subsets of n =
+    ``probe_sizes`` examples drawn per seed (the same for the seed's forks: pairs stay
+    paired; another draw per seed: the intervals cover the draw) and tested on one test set:
+    a converged convex probe (L-BFGS, the primary) and the paper's fixed-budget AdamW probe.
+    Statistics (``paired``): per comparison and fork point the paired difference at the
+    target across seeds (t and bootstrap 95 % intervals; the MDE at 80 % power from the
+    noncentral t; p raw and Holm-adjusted within each family); verdicts "detected" (in the
+    paper's direction / against it: the 95 % interval excludes 0), "no effect beyond ±δ"
+    (TOST at α = 0.05 per side: the 90 % interval inside ±δ; δ fixed here:
+    ``equivalence_margin`` points for accuracies, ``trace_margin`` × the reference's mean
+    trace for traces), "inconclusive", "degenerate"; the dose (the effect from scratch minus
+    late, per seed); the size contrast with traces in one parameter space (the small fork's
+    checkpoints embedded into the large shape); Fig. 1 as a within-seed regression of
+    accuracy on trace and KL (one row per fork, seed fixed effects, cluster bootstrap over
+    seeds).
+
+Expected result (paper)
+    At the same loss: training longer lowers the trace and raises accuracy (Fig. 2, 4);
+    −dropout−WD raises the trace and lowers accuracy, SAM recovers both (Table 1, 2); the
+    adversarial objective lowers accuracy (Table 1); larger models are flatter and
+    transfer better (Fig. 3, 5); across models, flatter means better transfer (Fig. 1): a
+    negative slope of accuracy on trace at fixed loss.
+
+Deviations
+    The paper trains at a constant lr and compares checkpoints at equal loss; every fork
+    here ends with the same decay and stretch at the final lr (the candidates' lr), so
+    "same loss" is matched at one learning rate. The AdamW probe has no validation split in
+    a few-shot design: it keeps its last epoch. No few-shot fine-tuning (the probes are the
+    endpoints). The size contrast is one step (2× wider, one more block) of a 0.1M model.
+
+The package, one room each: ``design.py`` (the preset, forks, comparisons, the language
+choice), ``study.py`` (the runs, the seed unit with its gate, the declaration),
+``allocation.py`` (the stage after the pilot, the budget's forecast), ``analysis.py``
+(estimation, differences and verdicts, orchestrated), ``report.py`` (sections and
+tables, the replication table), ``figures.py``.
+"""
+
+from __future__ import annotations
+
+# (the registry reads SUMMARY from this file: ``sameloss reproduce --help`` imports nothing)
+SUMMARY = ("forks of one base run at matched KL and one lr (algorithm, longer, size; from scratch and late), "
+           "few-shot probes, paired differences with power (Fig. 1)")
+
+from .allocation import allocation_of, forecast  # noqa: E402
+from .analysis import language_report, report, run_seeds  # noqa: E402
+from .design import (COMPARISONS, DEFAULT_TASKS, EMBED_KL_TOLERANCE, ENDPOINTS, HALF_BATCH, MEASURED, NOREG,  # noqa: E402
+                     PRESETS, TITLE, Fork, IsolossPreset, LanguageChoice, _forks, folder_suffix, forks_of,
+                     language_studies, parse_language, stretches, task_span, with_budget, with_even, with_languages)
+from .report import finished_studies, replication_section  # noqa: E402
+from .study import (all_seeds, base_run, fork_run, headroom_gate, large_shape, runs, seed_result,  # noqa: E402
+                    seed_study, study_seeds, units)
+
+__all__ = ["COMPARISONS", "DEFAULT_TASKS", "EMBED_KL_TOLERANCE", "ENDPOINTS", "HALF_BATCH", "MEASURED", "NOREG",
+           "PRESETS", "SUMMARY", "TITLE", "Fork", "IsolossPreset", "LanguageChoice", "all_seeds", "allocation_of",
+           "base_run", "finished_studies", "folder_suffix", "forecast", "fork_run", "forks_of", "headroom_gate",
+           "language_report", "language_studies", "large_shape", "parse_language", "replication_section", "report",
+           "run_seeds", "runs", "seed_result", "seed_study", "stretches", "study_seeds", "task_span", "units",
+           "with_budget", "with_even", "with_languages"]

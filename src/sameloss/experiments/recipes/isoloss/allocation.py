@@ -1,0 +1,179 @@
+"""The stage after an adaptive study's pilot: the later seeds planned from the pilot's paired
+SDs and measured cost (``experiments.allocation``: Stein's two-stage plan, cut to the
+budget), kept in ``allocation.json`` so that every later call plans the same seeds; and the
+budget's forecast before anything trains (``sameloss plan``'s cost model)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+
+from ....errors import UserError
+from ... import paired
+from ...allocation import Allocation, afford, allocate
+from .design import PRIOR_SOURCE, IsolossPreset, forks_of
+
+def allocation_of(setup, p: IsolossPreset, pilot: list[dict]) -> Allocation:
+    """The plan of the seeds after the pilot (``allocation``): each test's paired SD of the
+    primary accuracy over the pilot's pairs, the seeds its MDE target needs, cut to what the
+    budget buys (``budget_minutes``: the pilot's measured CPU per fork, shared over the
+    launcher's workers). Written to ``allocation.json`` the first time and read back after
+    (a reused seed costs no CPU, so a second call could not measure the pilot again); a
+    dry plan (``sameloss plan``) has no pilot data and plans with ``prior_sds``."""
+    tests = [f"{c.name} @ {pt}" for c, pt in p.tests()]
+    saved = _saved_allocation(setup, p)
+    if saved is not None:
+        sds, costs, pilot_wall = saved["sds"], saved["costs"], saved["pilot_wall"]
+    elif not _writes(setup):  # a dry plan: no pilot data
+        sds, costs, pilot_wall = dict(p.prior_sds), {}, 0.0
+    else:
+        sds, costs, pilot_wall = _pilot_sds(p, pilot), _pilot_costs(pilot), _pilot_wall(setup, pilot)
+    sds = {t: float(sds.get(t, math.nan)) for t in tests}
+    alloc = allocate(sds, p.pilot_seeds, len(p.seeds), p.mde_target, p.exempt)
+    if p.budget_minutes is not None and costs:
+        def seed_cost(active: list[str]) -> float:
+            forks = forks_of(p, active)
+            runs = {(p.point_name(p.fork_point_of(f, k)), f.name) for k in p.fork_points for f in p.forks_at(k)
+                    if (p.point_name(k), f.name) in forks}
+            return costs.get("|base|train+gate", 0.0) + sum(
+                costs.get(f"{pt}|{name}|train", 0.0) for pt, name in runs) + sum(
+                costs.get(f"{pt}|{name}|measure", 0.0) for pt, name in forks)
+        alloc = afford(alloc, seed_cost, pilot_wall, 60 * p.budget_minutes, _workers(setup))
+    if saved is None and _writes(setup):
+        _save_allocation(setup, p, sds, costs, pilot_wall)
+    return alloc
+
+
+def _pilot_sds(p: IsolossPreset, pilot: list[dict]) -> dict[str, float]:
+    """Each test's paired SD of the primary accuracy (points) over the pilot's used pairs."""
+    rows = [r for res in pilot for r in res["rows"]]
+    tests = p.tests()
+    pairs = paired.estimate_pairs(rows, tests, [p.primary_key], p.design())
+    out = {}
+    for c, pt in tests:
+        d = [100 * q[f"d_{p.primary_key}"] for q in pairs if q["comparison"] == c.name and q["point"] == pt
+             and q["used"]]
+        out[f"{c.name} @ {pt}"] = float(np.std(d, ddof=1)) if len(d) >= 2 else math.nan
+    return out
+
+
+def _pilot_costs(pilot: list[dict]) -> dict[str, float]:
+    """The pilot's mean CPU seconds per fork point, fork and stage (``cost`` rows), keyed
+    ``point|fork|stage``."""
+    sums: dict[str, list[float]] = {}
+    for res in pilot:
+        for r in res.get("cost", []):
+            sums.setdefault(f"{r['point']}|{r['fork']}|{r['stage']}", []).append(r["cpu_seconds"])
+    return {k: float(np.mean(v)) for k, v in sums.items()}
+
+
+def _pilot_wall(setup, pilot: list[dict]) -> float:
+    """The pilot's wall seconds, as its seeds shared the workers (their summed CPU over them)."""
+    return sum(res["cpu_seconds"] for res in pilot) / _workers(setup)
+
+
+def _workers(setup) -> int:
+    """The workers the units share (``engine.Setup.workers``)."""
+    return setup.workers
+
+
+def _writes(setup) -> bool:
+    """A real study (a plan has no pilot data and writes nothing)."""
+    return not setup.planning
+
+
+def _allocation_path(setup, p: IsolossPreset) -> Path:
+    return setup.root / (f"{p.tag}-allocation.json" if p.tag else "allocation.json")
+
+
+def _allocation_key(p: IsolossPreset) -> dict:
+    return {"pilot": p.pilot_seeds, "seeds": list(p.seeds), "tests": [f"{c.name} @ {pt}" for c, pt in p.tests()]}
+
+
+def _saved_allocation(setup, p: IsolossPreset) -> dict | None:
+    """What the first call measured of the pilot (``allocation.json``), if it is this design's."""
+    if not _writes(setup):
+        return None
+    path = _allocation_path(setup, p)
+    try:
+        saved = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: cannot be read ({exc}); it records the pilot's spread and cost — remove it to "
+                        "measure the pilot again") from None
+    return saved if isinstance(saved, dict) and saved.get("key") == _allocation_key(p) else None
+
+
+def _save_allocation(setup, p: IsolossPreset, sds: dict, costs: dict, pilot_wall: float) -> None:
+    from ....files import atomic_write_json, storage_errors
+
+    path = _allocation_path(setup, p)
+    with storage_errors(path):
+        atomic_write_json(path, {"key": _allocation_key(p), "sds": sds, "costs": costs, "pilot_wall": pilot_wall},
+                          indent=1)
+
+
+def forecast(p: IsolossPreset, device: str, workers: int, cpu_peak: float | None = None) -> str:
+    """What the budget buys, before anything trains: the planner's cost per fork and stage
+    (``sameloss plan``'s model: one seed of the study planned with every fork), the
+    allocation the ``prior_sds`` would give (the pilot's own SDs plan the seeds once it has
+    run) cut to the budget; the comparisons it expects to decide and those it does not."""
+    from ...plan import dry_plan, estimate
+
+    one = dataclasses.replace(p, seeds=p.seeds[:2], pilot_seeds=0, budget_minutes=None, replicate=())
+    e = estimate(dry_plan("isoloss", "tiny", preset=one), device, 1, cpu_peak, memory=False)
+    costs: dict[str, float] = {}
+    for item in (*e.runs, *e.measures):
+        key = _cost_key(item["run"], "train" if "steps" in item else "measure")
+        costs[key] = costs.get(key, 0.0) + item["seconds"] / len(one.seeds)
+    per_seed = sum(costs.values())
+    tests = [f"{c.name} @ {pt}" for c, pt in p.tests()]
+    prior = dict(p.prior_sds)
+    if not prior:
+        pilot = _minutes(p.pilot_seeds * per_seed / workers)
+        return (f"Budget forecast: the pilot ({p.pilot_seeds} seeds, every fork) costs ~{pilot} "
+                f"on {workers} worker(s) by the planner; no prior paired SDs in the preset, so the later seeds are "
+                "planned only once the pilot has run.")
+    alloc = allocate({t: prior.get(t, math.nan) for t in tests}, p.pilot_seeds, len(p.seeds), p.mde_target, p.exempt)
+
+    def seed_cost(active: list[str]) -> float:
+        forks = forks_of(p, active)
+        return costs.get("|base|train", 0.0) + costs.get("|base|measure", 0.0) + sum(
+            v for k, v in costs.items() if tuple(k.split("|")[:2]) in forks)
+
+    pilot_wall = p.pilot_seeds * per_seed / workers
+    cut = afford(alloc, seed_cost, pilot_wall, 60 * p.budget_minutes, workers) if p.budget_minutes else alloc
+    expect = [t for t in tests if cut.needed[t] is not None and cut.planned[t] >= cut.needed[t]]
+    short = [f"{t} (needs {cut.needed[t] or f'more than {cut.cap}'} seeds, gets {cut.planned[t]})" for t in tests
+             if t not in expect and not t.startswith(tuple(f"{x} @" for x in p.exempt))]
+    return (f"Budget forecast ({device}, {workers} worker(s), the planner's cost model: ~{_minutes(per_seed)} per seed "
+            f"with every fork): the pilot of {p.pilot_seeds} seeds ~{_minutes(pilot_wall)}; "
+            + (cut.budget_note + "; " if cut.budget_note else "")
+            + f"with the prior paired SDs ({_prior_source(p)}) the MDE target {p.mde_target:g} points is expected "
+            f"for: {', '.join(expect) or 'none'}; not for: {'; '.join(short) or 'none'}"
+            + (f"; exempt (tested on the pilot): {', '.join(p.exempt)}" if p.exempt else "") + ".")
+
+
+def _cost_key(run: str, stage: str) -> str:
+    """``point|fork|stage`` of a planned run or measure (its run's name ``…-s<seed>-<point>-<fork>``
+    or ``…-base``; a reference's measure belongs to the base)."""
+    found = re.search(r"-s\d+-(?P<rest>.+)$", run)
+    if found is None or found["rest"] == "base":
+        return f"|base|{stage}"
+    point, _, fork = found["rest"].partition("-")
+    return f"{point}|{fork}|{stage}"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def _prior_source(p: IsolossPreset) -> str:
+    return PRIOR_SOURCE if p.prior_sds else "none"
+

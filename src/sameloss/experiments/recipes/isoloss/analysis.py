@@ -1,0 +1,158 @@
+"""The iso-loss study's report, orchestrated: every seed's records read back
+(``study.seed_result``), the estimation at each comparison's target KL, the paired
+differences and their verdicts (``paired``), the dose and the regression of Fig. 1 within
+seeds; the sections and tables they fill are ``report.py``'s, the figures
+``figures.py``'s. Nothing here trains or measures: it reads the engine's records."""
+
+from __future__ import annotations
+
+import math
+
+from ... import paired
+from ...allocation import Allocation
+from ...claims import fmt
+from ...report import Section
+from .allocation import allocation_of
+from .design import ENDPOINTS, HALF_BATCH, TITLE, IsolossPreset, language_studies, regression_without
+from .figures import figures
+from .report import (design_text, gate_table, headroom_table, prefix_files, regression_table, replication_section,
+                     runtime_notes, sam_controls, size_table, verdict_table)
+from .study import forks_ran, later_seeds, pilot_results, seed_result, study_seeds
+
+
+def report(records, p: IsolossPreset) -> list[Section]:
+    """Two sections: the verdicts with their MDE (``lead``: before the Runs table) and the
+    study (design, headroom, selection, every table and figure). On several languages: the
+    replication table first, then each language's verdicts and study, their files and
+    figures named by the language's tag."""
+    if not p.replicate:
+        lead, section, _ = language_report(records, p)
+        return [lead, section]
+    leads, sections, outcomes = [], [], []
+    for q in language_studies(p):
+        lead, section, outcome = language_report(records, q)
+        prefix_files(q.tag, lead, section)
+        leads.append(lead)
+        sections.append(section)
+        outcomes.append(outcome)
+    rep = replication_section(outcomes)
+    rep.text[-1] += " Each language's verdicts, design and tables follow, under its name."
+    return [rep, *leads, *sections]
+
+
+def run_seeds(records, p: IsolossPreset) -> tuple[list[dict], Allocation | None]:
+    """Every seed's result of one language's study, in seed order, and the allocation of an
+    adaptive study (its pilot first, then the later seeds it planned: ``allocation.json``)."""
+    results = pilot_results(records, p)
+    if not p.pilot_seeds or not forks_ran(p, results):
+        return results, None
+    alloc = allocation_of(records, p, results)
+    return results + [seed_result(records, p, seed, only) for seed, only in later_seeds(records, p, alloc)], alloc
+
+
+def language_report(records, p: IsolossPreset) -> tuple[Section, Section, dict]:
+    """One language's verdicts and study, and what the replication table reads of it."""
+    where = f" — {p.choice.spec}" if p.tag else ""
+    section = Section(TITLE + where)
+    lead = Section("Verdicts" + where, lead=True)
+    # every seed's unit gated its forks on its own base; headroom.csv shows the first seed's
+    results, alloc = run_seeds(records, p)
+    seeds = [res["gate"]["seed"] for res in results]
+    gates = [res["gate"] for res in results]
+    ok = all(g["ok"] for g in gates)
+    failed = [g for g in gates if not g["ok"]]
+    gate_text = gates[0]["text"] if ok else " ".join(g["text"] for g in failed)
+    if ok and len(gates) > 1:
+        gate_text += (f" (passed on all {len(gates)} seeds' bases; gate.csv: each seed's; headroom.csv: seed "
+                      f"{seeds[0]}'s)")
+    headroom_table(section, p, gates[0])
+    gate_table(section, p, gates)
+    if not ok and p.on_no_headroom == "stop":
+        for res in results:
+            section.runs += res["runs"]
+        section.text.append(f"**No headroom: the forks were not run** (the {len(failed)} of {len(gates)} seeds whose "
+                            f"base failed the gate), **and no verdict is given.** {gate_text} On this language and "
+                            "task the trained encoder cannot be told apart from the references, so no verdict would "
+                            "mean anything (set `on_no_headroom=\"mark\"` in the preset to run the forks anyway).")
+        lead.text.append(f"**No verdict: no headroom** ({len(failed)} of {len(gates)} seeds' bases failed the gate; "
+                         "the headroom table below says by how much).")
+        return lead, section, {"language": p.choice.spec, "tag": p.tag, "ok": False, "diffs": [],
+                               "tests": [f"{c.name} @ {pt}" for c, pt in p.tests()]}
+    design = p.design(headroom=ok, pilot=tuple(study_seeds(records, p)[:p.pilot_seeds]) if alloc is not None else ())
+    rows = [r for res in results for r in res["rows"]]
+    for res in results:
+        section.runs += res["runs"]
+    section.rows += rows
+    comparisons = {c.name: c for c in (*p.comparisons, HALF_BATCH)}
+    tests = p.tests()
+    section.text.append(design_text(p, seeds, gate_text, ok))
+    accuracies = [(f"{v}_{m}_n{n}", f"probe {v} {m} n={n}") for v, m in ENDPOINTS for n in p.probe_sizes]
+    quantities = [key for key, _ in accuracies] + ["trace_fisher"]
+    pairs = paired.estimate_pairs(rows, tests, quantities, design)
+    diffs = paired.differences(pairs, tests, accuracies, p.primary_key, design)
+    half_tests = [(HALF_BATCH, pt) for pt in point_names(p)]
+    half = paired.differences(paired.estimate_pairs(rows, half_tests, [p.primary_key, "trace_fisher"], design),
+                              half_tests, [(p.primary_key, "primary probe")], p.primary_key, design)
+    verdict_table(lead, p, diffs, seeds, ok)
+    decided(lead, p, diffs)
+    if alloc is not None:
+        from ...allocation import allocation_table
+
+        allocation_table(section, alloc, {f"{r['comparison']} @ {r['point']}": r["n_used"] for r in diffs
+                                          if r["family"] == "primary"}, "allocation.csv")
+    paired.pairs_table(section, pairs, p.primary_key)
+    paired.difference_tables(section, diffs, comparisons)
+    sam_controls(section, diffs, half)
+    size_table(section, p, rows, pairs, results)
+    points = point_names(p)
+    if len(points) >= 2:
+        dose_comparisons = [c for c in p.comparisons if all((c, pt) in tests for pt in points[:2])]
+        paired.dose(section, pairs, dose_comparisons, (points[0], points[1]), p.primary_key, design)
+    reg = []
+    for pt in points:
+        reg += paired.regression(section, rows, p.primary_key, pt, regression_without(p), design)
+    regression_table(section, reg)
+    section.notes.append(paired.HOLM_FAMILIES)
+    figures(records, section, p, rows, diffs, results, seeds)
+    runtime_notes(section, records.launcher, results, seeds)
+    return lead, section, {"language": p.choice.spec, "tag": p.tag, "ok": ok, "diffs": diffs,
+                           "tests": [f"{c.name} @ {pt}" for c, pt in tests]}
+
+
+def decided(section: Section, p: IsolossPreset, diffs: list[dict]) -> list[dict]:
+    """The study's answer: per comparison and fork point whether the primary test decided
+    (detected, or no effect beyond ±δ) and, where not, how many more seeds its MDE target
+    needs at its measured paired SD (``allocation.needed_seeds``)."""
+    from ...allocation import needed_seeds
+    from ...stats import DETECTED, DETECTED_AGAINST, EQUIVALENT
+
+    out = []
+    for r in diffs:
+        if r["family"] != "primary":
+            continue
+        decided = r["verdict"] in (DETECTED, DETECTED_AGAINST, EQUIVALENT)
+        stein = 0 < int(r["df"]) < int(r["n_used"]) - 1  # Stein's test: its spread is the pilot's
+        need = None if decided else needed_seeds(r["sd"], p.mde_target, start=max(int(r["n_used"]), 2),
+                                                 pilot=int(r["df"]) + 1 if stein else None)
+        out.append({"test": f"{r['comparison']} @ {r['point']}", "decided": decided, "verdict": r["verdict"],
+                    "used": r["n_used"], "mde": r["mde"],
+                    "more_seeds": math.nan if decided or need is None else max(0, need - int(r["n_used"]))})
+    done = [f"{x['test']} ({x['verdict']})" for x in out if x["decided"]]
+    open_ = [f"{x['test']} ({_more(x)})" for x in out if not x["decided"]]
+    section.files["decided.csv"] = out
+    section.text.append(f"**Decided ({len(done)} of {len(out)}):** " + ("; ".join(done) or "none") + ". "
+                        "**Undecided:** " + ("; ".join(open_) or "none") + f" (seeds for an MDE of {p.mde_target:g} "
+                        "points at each comparison's measured paired SD).")
+    return out
+
+
+def _more(x: dict) -> str:
+    if math.isfinite(x["more_seeds"]):
+        return f"MDE {fmt(x['mde'])} with {x['used']} seeds; {int(x['more_seeds'])} more seeds"
+    if not math.isfinite(x["mde"]):
+        return f"{x['used']} pairs without spread or too few: no MDE"
+    return f"MDE {fmt(x['mde'])} with {x['used']} seeds; more than 10,000 seeds"
+
+
+def point_names(p: IsolossPreset) -> list[str]:
+    return [p.point_name(k) for k in sorted(p.fork_points, reverse=True)]

@@ -1,0 +1,541 @@
+"""The design of the iso-loss study: its preset (``IsolossPreset``: seeds, fork points, the
+schedule of a fork, probes, margins, the adaptive rule), the forks (``Fork``), the
+comparisons, and the language studied (``LanguageChoice``, ``--language``). Everything here
+is fixed before any data."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from ....errors import UserError
+from ....measures.fewshot import FewShot, View
+from ....measures.headroom import span_task, span_view
+from ...common import COMMON, Preset
+from ...core import Setting
+from ...paired import Comparison, Design
+
+TITLE = ("Iso-loss forks: does flatness decide transfer at the same loss? (Fig. 1, 3, 5, Tables 1–2: the "
+         "algorithm, training longer and model size, with power)")
+NOREG = (("model.dropout", 0.0), ("optim.weight_decay", 0.0))
+# (view, method) pairs probed: the task's position by both probes; all positions by the
+# paper's AdamW probe only (the convex probe on 8 × 64 features costs most of the time)
+ENDPOINTS = (("pos", "lbfgs"), ("pos", "adamw"), ("all", "adamw"))
+# the measured columns of a model's row besides its probes
+MEASURED = ("trace_fisher", "trace_fisher_se", "parameters", "measure_seconds")
+# the tolerance of "exactly the base's function" at a size fork's start
+EMBED_KL_TOLERANCE = 1e-6
+
+
+@dataclass(frozen=True)
+class Fork:
+    """A recipe forked from the base: its name, a label, its settings, how many steps it
+    trains at the constant lr before the shared decay and at the final lr after it
+    (``None``: the preset's), the adversarial objective's weight on the preset's task (0:
+    off), and for a size fork the shape it is embedded into (``width_factor``× wider,
+    ``extra_layers`` more blocks)."""
+
+    name: str
+    label: str
+    settings: tuple[Setting, ...] = ()
+    recipe_steps: int | None = None
+    final_steps: int | None = None
+    adversarial: float = 0.0
+    width_factor: int = 1
+    extra_layers: int = 0
+    late_only: bool = False  # forked at the latest point only (a budget's choice: see the preset)
+
+    @property
+    def resized(self) -> bool:
+        return self.width_factor > 1 or self.extra_layers > 0
+
+    @property
+    def base_recipe(self) -> bool:
+        """The base's own recipe (AdamW with dropout and WD, the base's shape) until the
+        decay: its fork at any point is its late fork."""
+        return not self.settings and not self.adversarial and not self.resized
+
+
+@dataclass(frozen=True, kw_only=True)
+class IsolossPreset(Preset):
+    seeds: tuple[int, ...]
+    task: str  # the task probed (and the adversary's): one of the language's tasks about one position
+    base_steps: int
+    # fork points: base_steps (late) and/or earlier steps of the base (0: from scratch)
+    fork_points: tuple[int, ...]
+    # every fork: recipe_steps (its own, or this) at the constant lr up to base_steps +
+    # recipe_steps, then decay_steps of linear decay to final_lr_factor × lr, then
+    # final_steps (its own, or this) at that lr: the stretch, where candidates lie every
+    # match_every steps
+    recipe_steps: int
+    decay_steps: int
+    final_lr_factor: float
+    final_steps: int
+    match_every: int
+    # checkpoints of each fork's stretch measured (trace and probes), evenly spaced over its
+    # candidates, first and last included: each fork's estimate at a comparison's target KL
+    # is read off the line through them (``paired.at_target``)
+    probe_points: int
+    eval_sentences: int  # the shared held-out set on which forks are matched
+    forks: tuple[Fork, ...]
+    comparisons: tuple[Comparison, ...]
+    adversarial_batch: int
+    adversarial_pool: int
+    probe_sizes: tuple[int, ...]
+    probe_subsets: tuple[int, ...]
+    probe_pool: int
+    probe_test: int
+    probe_epochs: int
+    probe_l2: float
+    primary_size: int
+    equivalence_margin: float  # δ of the accuracy verdicts, points
+    trace_margin: float  # δ of the trace verdicts: this fraction of the reference fork's mean trace
+    # nats: a pair whose fork's estimate lies further than this outside its measured KL range
+    # is named in the report and not used (``paired.Design.limit``)
+    extrapolation_limit: float
+    headroom_margin: float  # points: the gate's distance from look-up, random-init and oracle
+    on_no_headroom: str  # "stop" (before the forks) or "mark" (every verdict uninformative)
+    # the language beyond its name and size: language.seed / language.params settings (``--language``)
+    language_settings: tuple[Setting, ...] = ()
+    # a study of several languages (``--language`` given more than once): each its own study in
+    # ``seeds/<tag>/``, then a replication table; empty: the one language of ``use``
+    replicate: tuple[LanguageChoice, ...] = ()
+    # one language's study inside a study of several: its folder and model names start with it
+    tag: str = ""
+    # the adaptive design: the first ``pilot_seeds`` seeds run every fork; every later seed only the forks of
+    # the comparisons whose planned seeds (``allocation``: the MDE target ``mde_target`` at 80 %
+    # power from the pilot's paired SD, at most all the preset's seeds) it is still short of;
+    # 0: every seed runs every fork (the even design)
+    pilot_seeds: int = 0
+    mde_target: float = 0.35
+    exempt: tuple[str, ...] = ()  # comparisons tested on the pilot's seeds only (their effect is large)
+    budget_minutes: float | None = None  # the wall time the study may take (``--budget``); None: no limit
+    # the paired SDs of the primary accuracy per test expected before any data (a budget's forecast
+    # before the pilot; the pilot's own SDs plan the seeds): measured in an earlier run, named where set
+    prior_sds: tuple[tuple[str, float], ...] = ()
+    # ``--even``: the seeds that run every fork in the even design (the design before the adaptive one)
+    even_seeds: int = 16
+    even: bool = False  # this preset is the even design of an adaptive scale (its folder: ``-even``)
+
+    def __post_init__(self):
+        super().__post_init__()
+        names = [f.name for f in self.forks]
+        if names[0] != "adamw" or len(set(names)) != len(names) or not self.forks[0].base_recipe:
+            raise ValueError("the first fork must be the reference 'adamw' (the base's recipe) and fork names unique")
+        for c in self.comparisons:
+            if not {c.recipe, c.reference} <= set(names):
+                raise ValueError(f"comparison {c.name} names an unknown fork")
+        for f in self.forks:
+            if self.recipe_steps_of(f) < 0 or self.final_steps_of(f) < self.match_every \
+                    or self.final_steps_of(f) % self.match_every:
+                raise ValueError(f"fork {f.name}: recipe steps >= 0, and its final steps a positive multiple of "
+                                 "match_every")
+            if len(self.candidates(f)) < self.probe_points:
+                raise ValueError(f"fork {f.name}: {len(self.candidates(f))} candidates on its stretch, fewer than "
+                                 f"probe_points={self.probe_points}")
+        if self.probe_points < 3:
+            raise ValueError("probe_points >= 3: each fork's estimate at the target reads a line through at least "
+                             "3 checkpoints")
+        if not self.fork_points or len(set(self.fork_points)) != len(self.fork_points) \
+                or any(not 0 <= k <= self.base_steps for k in self.fork_points):
+            raise ValueError(f"fork points must be distinct steps in [0, base_steps={self.base_steps}]")
+        if self.decay_steps < 1 or not 0 <= self.final_lr_factor < 1:
+            raise ValueError("decay_steps >= 1 and final_lr_factor in [0, 1)")
+        if len(self.probe_sizes) != len(self.probe_subsets) or max(self.probe_sizes) > self.probe_pool:
+            raise ValueError("one subset count per probe size, every size within the pool")
+        if self.primary_size not in self.probe_sizes or len(self.seeds) < 2 or len(self.use) != 1:
+            raise ValueError("the primary size must be a probe size; at least 2 seeds; one language")
+        if self.task not in self.tasks[self.use[0]]:
+            raise ValueError(f"task {self.task!r} must be one of the preset's tasks of its language")
+        if self.on_no_headroom not in ("stop", "mark"):
+            raise ValueError("on_no_headroom must be 'stop' or 'mark'")
+        if self.pilot_seeds and not 2 <= self.pilot_seeds <= len(self.seeds):
+            raise ValueError(f"pilot_seeds: 0 (every seed runs every fork) or 2..{len(self.seeds)} (the seeds)")
+        if self.mde_target <= 0 or (self.budget_minutes is not None and self.budget_minutes <= 0):
+            raise ValueError("mde_target > 0 and budget_minutes > 0 (or None: no limit)")
+        if self.equivalence_margin <= 0 or self.headroom_margin < 0 or not 0 < self.trace_margin < 1 \
+                or self.extrapolation_limit <= 0:
+            raise ValueError("equivalence_margin > 0, 0 < trace_margin < 1, extrapolation_limit > 0, "
+                             "headroom_margin >= 0")
+
+    # ---- the schedule of a fork --------------------------------------------------------
+    def recipe_steps_of(self, fork: Fork) -> int:
+        return self.recipe_steps if fork.recipe_steps is None else fork.recipe_steps
+
+    def final_steps_of(self, fork: Fork) -> int:
+        return self.final_steps if fork.final_steps is None else fork.final_steps
+
+    def fork_end(self, fork: Fork) -> int:
+        """The fork's last step (counted from the base's step 0)."""
+        return self.base_steps + self.recipe_steps_of(fork) + self.decay_steps + self.final_steps_of(fork)
+
+    def stretch_start(self, fork: Fork) -> int:
+        """The step the fork's stretch at the final lr starts after."""
+        return self.fork_end(fork) - self.final_steps_of(fork)
+
+    def candidates(self, fork: Fork) -> list[int]:
+        """The fork's candidate checkpoints: every ``match_every`` steps of its stretch."""
+        return list(range(self.stretch_start(fork) + self.match_every, self.fork_end(fork) + 1, self.match_every))
+
+    def probe_steps(self, fork: Fork) -> list[int]:
+        """The fork's measured checkpoints: ``probe_points`` of its candidates, evenly spaced,
+        the first and the last included (its measured KL range is the stretch's)."""
+        cands = self.candidates(fork)
+        picks = np.round(np.linspace(0, len(cands) - 1, self.probe_points)).astype(int)
+        return [cands[i] for i in sorted(set(picks.tolist()))]
+
+    # ---- fork points -------------------------------------------------------------------
+    @property
+    def late(self) -> int:
+        return max(self.fork_points)
+
+    def point_name(self, k: int) -> str:
+        return "late" if k == self.base_steps else "scratch" if k == 0 else f"step{k}"
+
+    def fork_point_of(self, fork: Fork, k: int) -> int:
+        """The step a fork's run starts from at fork point ``k`` (the base recipe's: the latest)."""
+        return self.late if fork.base_recipe else k
+
+    def forks_at(self, k: int) -> list[Fork]:
+        """The forks compared at fork point ``k``: all at the latest, at earlier points all
+        but the ``late_only`` ones."""
+        return [f for f in self.forks if k == self.late or not f.late_only]
+
+    def tests(self) -> list[tuple[Comparison, str]]:
+        """Every (comparison, fork point name) reported: a comparison of two base-recipe
+        forks is the same at every point, so it is reported at the latest only."""
+        out = []
+        for k in sorted(self.fork_points, reverse=True):
+            f = {x.name: x for x in self.forks_at(k)}
+            for c in self.comparisons:
+                if c.recipe not in f or c.reference not in f:
+                    continue
+                if k != self.late and f[c.recipe].base_recipe and f[c.reference].base_recipe:
+                    continue
+                out.append((c, self.point_name(k)))
+        return out
+
+    # ---- what is probed --------------------------------------------------------------------
+    @property
+    def language(self) -> str:
+        return _language(self)[0]
+
+    @property
+    def choice(self) -> LanguageChoice:
+        """The study's one language as ``--language`` names it."""
+        name, size, task = _language(self)
+        given = dict(self.language_settings)
+        return LanguageChoice(name, size, task, given.get("language.seed"), given.get("language.params"))
+
+    def choices(self) -> tuple[LanguageChoice, ...]:
+        """The languages of the study: ``replicate``, or the preset's own."""
+        return self.replicate or (self.choice,)
+
+    def on(self, choice: LanguageChoice, tag: str = "") -> IsolossPreset:
+        """This preset on another language (its study of one language: ``tag`` names it in a
+        study of several)."""
+        return dataclasses.replace(self, use=(choice.name,), languages={choice.name: choice.size},
+                                   tasks={choice.name: (choice.task,)}, task=choice.task,
+                                   language_settings=choice.settings(), replicate=(), tag=tag)
+
+    @property
+    def span(self) -> tuple[int, int]:
+        """The task's span ``[start, end)`` (0-based): where its latent sits (``Task.span``)."""
+        return task_span(self.choice)
+
+    def fewshot(self, seed: int) -> FewShot:
+        """The probes every model of seed ``seed`` gets: at the task's span (its positions side
+        by side; an HMM state's: one position) and at all positions, the same pool and test set
+        for every seed, and training subsets drawn with the seed — the same across the seed's
+        forks (its pairs stay paired) and new for each seed (the intervals cover the draw)."""
+        return FewShot(self.task, (("pos", span_view(self.span)), ("all", View())), self.probe_sizes,
+                       self.probe_subsets, self.probe_pool, self.probe_test, ENDPOINTS, self.probe_epochs,
+                       self.probe_l2, seed=seed)
+
+    def design(self, headroom: bool = True, pilot: tuple[int, ...] = ()) -> Design:
+        """What every verdict of the study shares, fixed here before any data (``pilot``: an
+        adaptive study's pilot seeds, whose spread its tests read: Stein's test)."""
+        return Design(self.equivalence_margin, self.trace_margin, self.extrapolation_limit, self.kl_tolerance,
+                      headroom, pilot)
+
+    @property
+    def primary_key(self) -> str:
+        return f"pos_lbfgs_n{self.primary_size}"
+
+
+def _language(p: IsolossPreset) -> tuple[str, str, str]:
+    """The one place the study reads its language: (name, size, task)."""
+    name = p.use[0]
+    return name, p.languages[name], p.task
+
+
+# ---- the language, by name (``--language``) ---------------------------------------------------
+# the task probed on a language named without ``task=``: the one its headroom size was made for
+DEFAULT_TASKS = {"hmm": "task-5", "pcfg": "span-1"}
+
+
+@dataclass(frozen=True)
+class LanguageChoice:
+    """A language of the study: registered name, size, the task probed (one with a span and
+    a posterior), and optionally another draw (``seed``) or constructor settings
+    (``params``: ``language.params``, e.g. ``n_states=6,emission_concentration=0.5``)."""
+
+    name: str
+    size: str
+    task: str
+    seed: int | None = None
+    params: str | None = None
+
+    @property
+    def spec(self) -> str:
+        """As ``--language`` takes it: ``NAME:SIZE[:key=value,...]``."""
+        extra = [*([f"seed={self.seed}"] if self.seed is not None else []),
+                 *([self.params] if self.params else []), f"task={self.task}"]
+        return f"{self.name}:{self.size}:" + ",".join(extra)
+
+    @property
+    def tag(self) -> str:
+        """A folder-safe name: ``hmm-headroom``, ``hmm-headroom-seed7-n_states6-task-5``."""
+        parts = [self.name, self.size, *([f"seed{self.seed}"] if self.seed is not None else []),
+                 *(x.replace("=", "") for x in (self.params or "").split(",") if x)]
+        if self.task != DEFAULT_TASKS.get(self.name):
+            parts.append(self.task)
+        return "-".join(parts).replace("/", "_").replace(":", "_")
+
+    def settings(self) -> tuple[Setting, ...]:
+        return (*((("language.seed", self.seed),) if self.seed is not None else ()),
+                *((("language.params", self.params),) if self.params else ()))
+
+
+def parse_language(text: str) -> LanguageChoice:
+    """``NAME[:SIZE][:key=value,...]`` → a ``LanguageChoice`` (``UserError`` naming what is
+    wrong). Keys: ``task`` (default ``DEFAULT_TASKS``), ``seed`` (another draw of the size's
+    shape), anything else a constructor setting of the language (``language.params``). The
+    size defaults to ``headroom``; the language is built here, so a bad setting or a task
+    without a span and posterior is refused before anything runs."""
+    from .... import registry
+    from ....registry import parse_params
+
+    parts = text.strip().split(":")
+    if not parts[0] or len(parts) > 3:
+        raise UserError(f"--language {text!r}: expected NAME[:SIZE][:key=value,...], e.g. hmm:headroom, "
+                        "pcfg:headroom, hmm:headroom:seed=7,emission_concentration=0.5")
+    name = parts[0]
+    known = registry.languages()
+    if name not in known:
+        raise UserError(f"--language {text!r}: unknown language {name!r}; choose from {', '.join(known)}")
+    size = parts[1] if len(parts) > 1 and parts[1] else "headroom"
+    if size not in known[name].sizes:
+        raise UserError(f"--language {text!r}: {name} has no size {size!r}; its sizes: "
+                        f"{', '.join(known[name].sizes) or '(none)'}")
+    # task= names a task (text); every other key is a number: registry.parse_params reads them
+    # (the syntax of language.params: key=value, names once, integers or finite decimals)
+    items = parts[2].split(",") if len(parts) > 2 and parts[2] else []
+    tasks = [item.partition("=")[2].strip() for item in items if item.partition("=")[0].strip() == "task"]
+    numbers = [item for item in items if item.partition("=")[0].strip() != "task"]
+    if len(tasks) > 1 or (tasks and not tasks[0]):
+        raise UserError(f"--language {text!r}: give task=NAME once")
+    try:
+        values = parse_params(",".join(numbers), what=f"--language {text!r}") if numbers else {}
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    task = tasks[0] if tasks else DEFAULT_TASKS.get(name)
+    if task is None:
+        raise UserError(f"--language {text!r}: say which task to probe (task=NAME: one about a latent at fixed "
+                        "positions, with a span and a posterior)")
+    seed = values.pop("seed", None)
+    if seed is not None and (not isinstance(seed, int) or seed < 0):
+        raise UserError(f"--language {text!r}: seed must be a non-negative integer, got {seed!r}")
+    params = ",".join(f"{k}={v}" for k, v in values.items()) or None
+    choice = LanguageChoice(name, size, task, seed, params)
+    try:
+        task_span(choice)  # builds the language: a bad setting or task is one line now
+    except UserError as exc:
+        raise UserError(f"--language {text!r}: {exc}") from None
+    return choice
+
+
+@functools.lru_cache(maxsize=32)
+def task_span(choice: LanguageChoice) -> tuple[int, int]:
+    """The span ``[start, end)`` of the choice's task (built once per process). The study
+    probes a fixed span (every labelled sentence covers it), so ``end`` must be fixed."""
+    from ....languages import make_language
+
+    language = make_language(choice.name, preset=choice.size, seed=choice.seed, params=choice.params)
+    task = span_task(language, choice.task)
+    start, end = task.span
+    if end is None:
+        raise UserError(f"task {choice.task!r} of {choice.name} spans to the end of each sentence: the study probes "
+                        "a fixed span (a task about fixed positions, e.g. an HMM's task-k or a PCFG's span-k)")
+    return int(start), int(end)
+
+
+def _forks(long_steps: int, short_final: int | None = None, *, sam02: bool = True, width_factor: int = 2,
+           extra_layers: int = 1, adv_late_only: bool = False, stretch: dict[str, int] | None = None
+           ) -> tuple[Fork, ...]:
+    """The forks; ``stretch``: a fork's own steps at the final lr (``final_steps``) by name
+    (``STRETCH``), ``short_final`` the short fork's."""
+    large = ("2× wider and one more block" if (width_factor, extra_layers) == (2, 1)
+             else f"{width_factor}× wider and {extra_layers} more blocks" if width_factor > 1
+             else f"{extra_layers} more blocks")
+    forks = (Fork("adamw", "AdamW (base continued)"),
+             Fork("short", "AdamW, decayed at once", recipe_steps=0, final_steps=short_final),
+             Fork("long", f"AdamW, {long_steps} steps before the decay", recipe_steps=long_steps),
+             Fork("noreg", "−dropout−WD", NOREG),
+             Fork("noreg-half", "−dropout−WD on SAM's update half-batch", (*NOREG, ("update_half", True))),
+             Fork("sam05", "−dropout−WD+SAM ρ 0.05", (*NOREG, ("sam.rho", 0.05))),
+             *((Fork("sam02", "−dropout−WD+SAM ρ 0.02", (*NOREG, ("sam.rho", 0.02))),) if sam02 else ()),
+             Fork("adv", "adversarial λ 0.02", adversarial=0.02, late_only=adv_late_only),
+             Fork("large", f"AdamW, {large}", width_factor=width_factor, extra_layers=extra_layers))
+    return tuple(dataclasses.replace(f, final_steps=stretch[f.name]) if f.name in (stretch or {}) else f
+                 for f in forks)
+
+
+def stretches(final: int) -> dict[str, int]:
+    """Each fork's steps at the final lr, in multiples of the preset's ``final``:
+    long enough that compared forks' KL ranges overlap. Measured on the tiny HMM (two seeds
+    of this design trained with 900-step stretches, KL every 20 steps): with 300 steps for
+    all, SAM ρ 0.05 sat 5–6e-4 nats above −dropout−WD late and 1.1–1.7e-3 from scratch,
+    the short fork up to 2e-4 above the long one, the adversarial fork 1e-4 above AdamW and,
+    from scratch, the large model below AdamW; with these stretches every late pair of those
+    two seeds overlaps, and from scratch all but SAM (and its half-batch control) against
+    −dropout−WD, whose gaps shrank to 0.3–1.0e-3 (SAM) and 0.1–1.1e-3 (the half batch)
+    and close too slowly to close at one lr: the report gives each pair's gap. SAM's steps
+    cost two forward–backward passes, so its 3× stretch is the dearest part."""
+    return {"adamw": 2 * final, "short": 3 * final, "noreg-half": 2 * final, "sam05": 3 * final,
+            "sam02": 3 * final, "adv": 2 * final, "large": 2 * final}
+
+
+COMPARISONS = (
+    Comparison("longer", "long", "short", +1, "training longer at the same loss raises accuracy and lowers "
+               "the trace (Fig. 2, Fig. 4)"),
+    Comparison("noreg", "noreg", "adamw", -1, "removing dropout and weight decay lowers accuracy and raises the "
+               "trace (Table 1, 2)"),
+    Comparison("sam05", "sam05", "noreg", +1, "SAM (ρ 0.05) recovers accuracy and flatness lost without "
+               "dropout and WD (Table 1, 2)"),
+    Comparison("sam05-half", "sam05", "noreg-half", +1, "SAM's gain is its perturbation, not its half-size update "
+               "batch: SAM (ρ 0.05) against −dropout−WD on the same half batch (Table 1, 2)"),
+    Comparison("sam02", "sam02", "noreg", +1, "SAM (ρ 0.02) recovers accuracy and flatness (Table 1, 2)"),
+    Comparison("adv", "adv", "adamw", -1, "the adversarial objective lowers accuracy and raises the trace "
+               "(Table 1, 2)"),
+    Comparison("size", "large", "adamw", +1, "at the same loss a larger model is flatter (traces in one parameter "
+               "space) and transfers better (Fig. 3, 5)", reference_trace="trace_fisher_embedded"),
+)
+# not in the primary family: the half batch's own effect (what SAM's batch control controls)
+HALF_BATCH = Comparison("half-batch", "noreg-half", "noreg", +1, "a half-size update batch (more gradient noise) "
+                        "flattens (Theorem 3.3's mechanism)")
+
+# where the presets' prior paired SDs (``prior_sds``: a budget's forecast before the pilot) were measured
+PRIOR_SOURCE = "not measured yet"
+_HMM = {"hmm": "headroom"}
+_TASKS = {"hmm": ("task-5",)}
+
+
+def _preset(scale: str, **kw) -> IsolossPreset:
+    common = {**COMMON[scale].common(), "languages": _HMM, "tasks": _TASKS}
+    for key in ("training", "reference", "measure", "kl_tolerance"):
+        if key in kw:
+            common[key] = kw.pop(key)
+    names = {f.name for f in kw["forks"]}
+    defaults = dict(use=("hmm",), task="task-5", equivalence_margin=0.35, trace_margin=0.05, probe_points=3,
+                    comparisons=tuple(c for c in COMPARISONS if {c.recipe, c.reference} <= names),
+                    headroom_margin=5.0, on_no_headroom="stop", adversarial_batch=128, adversarial_pool=10_000)
+    return IsolossPreset(**common, **{**defaults, **kw})
+
+
+_TINY = dict(
+    base_steps=1000, fork_points=(1000, 0), recipe_steps=100, decay_steps=200, final_lr_factor=0.05,
+    final_steps=300, match_every=20, eval_sentences=4000,
+    forks=_forks(400, sam02=False, width_factor=1, extra_layers=2, adv_late_only=True, stretch=stretches(300)),
+    probe_sizes=(50, 200, 1000),
+    probe_subsets=(20, 40, 10), probe_pool=2000, probe_test=20_000, probe_epochs=50, probe_l2=1e-2,
+    primary_size=200, kl_tolerance=3e-4, extrapolation_limit=1e-3,
+    measure=dataclasses.replace(COMMON["tiny"].measure, seeds=(0,)))
+
+PRESETS: dict[str, IsolossPreset] = {
+    "smoke": _preset(
+        "smoke", seeds=(0, 1, 2), base_steps=30, fork_points=(30, 0), recipe_steps=10, decay_steps=10,
+        final_lr_factor=0.05, final_steps=15, match_every=5, eval_sentences=64, forks=_forks(20), probe_sizes=(8, 16),
+        probe_subsets=(3, 3), probe_pool=40, probe_test=64, probe_epochs=3, probe_l2=0.1, primary_size=16,
+        kl_tolerance=10.0, extrapolation_limit=10.0, headroom_margin=0.0, on_no_headroom="mark",
+        adversarial_batch=32, adversarial_pool=256),
+    # the main job: tiny's first two seeds — its first two units exactly (the same runs and
+    # measures), one round of two workers on a 2-core CPU
+    # the main job: every fork on two seeds (nothing to allocate with two)
+    "quick": _preset("tiny", seeds=(0, 1), exempt=("adv",), **_TINY),
+    # a pilot of 6 seeds with every fork, then at most 48 seeds, each with the forks of the
+    # comparisons still short of an MDE of 0.35 points, within 90 minutes
+    "tiny": _preset("tiny", seeds=tuple(range(48)), pilot_seeds=6, exempt=("adv",), budget_minutes=90.0, **_TINY),
+    "small": _preset(
+        "small", seeds=tuple(range(8)), base_steps=20_000, fork_points=(20_000, 0), recipe_steps=2000,
+        decay_steps=2000, final_lr_factor=0.05, final_steps=3000, match_every=200, eval_sentences=20_000,
+        forks=_forks(8000, stretch=stretches(3000)), probe_sizes=(50, 200, 1000), probe_subsets=(20, 40, 10),
+        probe_pool=5000, probe_test=20_000, probe_epochs=100, probe_l2=1e-2, primary_size=200, kl_tolerance=3e-4,
+        extrapolation_limit=1e-3, adversarial_batch=256),
+    "paper": _preset(
+        "paper", seeds=tuple(range(8)), base_steps=100_000, fork_points=(100_000, 0), recipe_steps=10_000,
+        decay_steps=10_000, final_lr_factor=0.05, final_steps=15_000, match_every=1000, eval_sentences=100_000,
+        forks=_forks(40_000, stretch=stretches(15_000)), probe_sizes=(50, 200, 1000), probe_subsets=(20, 40, 10),
+        probe_pool=5000,
+        probe_test=30_000, probe_epochs=100, probe_l2=1e-2, primary_size=200, kl_tolerance=3e-4,
+        extrapolation_limit=1e-3, adversarial_batch=256),
+}
+
+
+def forks_of(p: IsolossPreset, tests: list[str]) -> frozenset:
+    """The ``(point, fork)`` pairs the tests ``"comparison @ point"`` compare."""
+    by = {f"{c.name} @ {pt}": (c, pt) for c, pt in p.tests()}
+    return frozenset((pt, name) for t in tests for c, pt in [by[t]] for name in (c.recipe, c.reference))
+
+
+def regression_without(p: IsolossPreset) -> tuple[str, ...]:
+    """The forks Fig. 1 within seeds leaves out: the adversary (its accuracy loss is by
+    construction) and the other model sizes (their traces live in another space)."""
+    return ("adv", *(f.name for f in p.forks if f.resized))
+
+
+# ---- the preset as the command line changes it ---------------------------------------------
+def with_budget(p: IsolossPreset, minutes: float) -> IsolossPreset:
+    """``reproduce isoloss --budget MINUTES``: the preset with that budget (an adaptive study
+    spends it on the comparisons still short; ``UserError`` for one that cannot)."""
+    if not minutes > 0:
+        raise UserError(f"--budget must be a positive number of minutes, got {minutes:g}")
+    if not p.pilot_seeds:
+        raise UserError("--budget: this scale runs every fork on every seed (no pilot): there is nothing to spend "
+                        "adaptively; `sameloss plan` says what it costs")
+    return dataclasses.replace(p, budget_minutes=float(minutes))
+
+
+def language_studies(p: IsolossPreset) -> list[IsolossPreset]:
+    """The study's per-language presets: the preset itself, or one per language of
+    ``replicate`` (each tagged: its seeds in ``seeds/<tag>/``)."""
+    return [p.on(c, c.tag) for c in p.replicate] if p.replicate else [p]
+
+
+def with_languages(p: IsolossPreset, specs: list[str]) -> IsolossPreset:
+    """``reproduce isoloss --language SPEC [--language SPEC ...]``: the preset on those
+    languages (``parse_language``; one: the study of that language; several: a study per
+    language and the replication table)."""
+    choices = list(dict.fromkeys(parse_language(s) for s in specs))
+    tags = [c.tag for c in choices]
+    if len(set(tags)) != len(tags):
+        raise UserError(f"--language: two languages with one name ({', '.join(tags)})")
+    return p.on(choices[0]) if len(choices) == 1 else dataclasses.replace(p, replicate=tuple(choices))
+
+
+def folder_suffix(p: IsolossPreset) -> str:
+    """The experiment folder's suffix: none on the preset's own language, else the
+    languages' tags (each choice of languages is its own experiment)."""
+    own = PRESETS["tiny"].choice
+    return ("" if p.choices() == (own,) else "-" + "+".join(c.tag for c in p.choices())) + ("-even" if p.even else "")
+
+
+def with_even(p: IsolossPreset) -> IsolossPreset:
+    """``reproduce isoloss --even``: every seed runs every fork, the scale's first
+    ``even_seeds`` seeds, no pilot and no budget (the design before the adaptive one; its own folder)."""
+    if not p.pilot_seeds:
+        return p
+    return dataclasses.replace(p, seeds=p.seeds[:p.even_seeds], pilot_seeds=0, budget_minutes=None, even=True)

@@ -1,0 +1,141 @@
+"""The iso-loss study's figures, drawn with ``plots.py``'s kinds (each writes
+``<stem>.data.csv`` with its plotted numbers): the forest of paired differences, Fig. 1
+within seeds, one seed's KL curves with the matching window."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ... import paired
+from ...claims import fmt
+from ...report import Section
+from .design import IsolossPreset, regression_without
+
+def figures(records, section: Section, p: IsolossPreset, rows: list[dict], diffs: list[dict],
+            results: list[dict], seeds: list[int]) -> None:
+    """The three figures (module docstring), a language's named by its tag in a study of
+    several."""
+    stem = f"{p.tag}-" if p.tag else ""
+    _forest(records, section, p, diffs, seeds, stem)
+    _scatter(records, section, p, rows, seeds, stem)
+    _curves(records, section, p, results, seeds, stem)
+
+
+def _points(p: IsolossPreset) -> list[str]:
+    return [p.point_name(k) for k in sorted(p.fork_points, reverse=True)]
+
+
+def _forest(records, section: Section, p: IsolossPreset, diffs: list[dict], seeds: list[int], stem: str) -> None:
+    """The forest of paired differences at one KL, per comparison and fork point."""
+    from ...plots import Forest, Ref, forest_plot
+
+    primary = [r for r in diffs if r["family"] == "primary"]
+    trace = {(r["comparison"], r["point"]): r for r in diffs if r["family"] == "trace"}
+    forest = []
+    for r in primary:
+        t = trace[(r["comparison"], r["point"])]
+        forest.append({"label": f"{r['comparison']} @ {r['point']} (n={r['n_used']})", "acc": r["mean"],
+                       "acc_low": r["t_low"], "acc_high": r["t_high"], "acc_mde": r["mde"], "trace": t["mean"],
+                       "trace_low": t["t_low"], "trace_high": t["t_high"], "trace_mde": t["mde"]})
+    delta = p.equivalence_margin
+    margin = tuple(Ref(v, f"±δ = {delta:g} points (equivalence margin)", axis="x", color="0.45", style="--")
+                   for v in (-delta, delta))
+    interval = "95 % t interval over the seeds' pairs, each fork estimated at the pair's target KL"
+    fig = forest_plot(forest, "label", [
+        Forest("acc", "primary accuracy difference (points)", interval=interval, refs=margin),
+        Forest("trace", "trace difference (tr(H), Fisher)", interval=interval)],
+        "Paired differences at one KL, recipe − reference")
+    section.figures.append(records.figure(
+        fig, stem + "forest",
+        shows="Forest plot: per comparison and fork point, the mean paired difference (recipe − reference) at one "
+              "KL of (a) the primary probe accuracy (points) and (b) the trace of Hessian (Fisher estimator); a "
+              "solid line at 0 (no difference), grey ticks at ± the row's minimum detectable effect (80 % power), "
+              f"in (a) dashed lines at ±δ = {delta:g} points (the equivalence margin)",
+        sample=f"{len(seeds)} seeds; per row the pairs used (n in the row's name: every pair unless a fork's "
+               f"estimate lies more than {p.extrapolation_limit:g} nats outside its measured KL range)",
+        claim="training recipes change downstream accuracy and the trace at the same pre-training loss, with the "
+              "paper's signs (Tables 1–2, Figs. 2–5)"))
+
+
+def _scatter(records, section: Section, p: IsolossPreset, rows: list[dict], seeds: list[int], stem: str) -> None:
+    """Fig. 1 within seeds: accuracy against trace, each minus its seed's mean."""
+    from ...plots import XY, Fit, scatter_plot
+
+    points = _points(p)
+    scatter = []
+    for pt in points:
+        models = paired.fork_means(rows, p.primary_key, pt, regression_without(p))
+        by_seed: dict[int, list[dict]] = {}
+        for m in models:
+            by_seed.setdefault(m["seed"], []).append(m)
+        for s, ms in by_seed.items():
+            ma = float(np.mean([m["acc"] for m in ms]))
+            mt = float(np.mean([m["trace"] for m in ms]))
+            for m in ms:  # keys per fork point: each panel draws its own point's models
+                scatter.append({"fork": m["fork"], "seed": s, f"dtrace_{pt}": m["trace"] - mt,
+                                f"dacc_{pt}": m["acc"] - ma})
+    slopes = {r["point"]: r for r in section.files.get("regression.csv", []) if "trace" in r["coefficient"]}
+    panels = []
+    for pt in points:
+        b = slopes.get(pt)
+        fit = None if b is None or not math.isfinite(b["estimate"]) else Fit(
+            b["estimate"], 0.0, f"{pt}: within-seed slope {fmt(b['estimate'])} [{fmt(b['low'])}, {fmt(b['high'])}] "
+                                "pts per unit of trace (95 % cluster bootstrap, KL held fixed)")
+        panels.append(XY(f"dtrace_{pt}", f"trace − seed mean, fork point {pt}", f"dacc_{pt}",
+                         "primary accuracy − seed mean (points)", fit=fit))
+    fig = scatter_plot(scatter, panels, "Fig. 1 within seeds", colour_by=None, marker_by=lambda r: r["fork"])
+    section.figures.append(records.figure(
+        fig, stem + "scatter",
+        shows="Fig. 1 within seeds: every fork's primary probe accuracy (points) against its trace of Hessian "
+              "(Fisher estimator), each the mean of the fork's measured checkpoints minus its seed's mean over the "
+              "forks of one size at that fork point "
+              "(without the adversarial fork), one panel per fork point; marker = fork; line = the within-seed "
+              "slope of accuracy on trace through 0 (seed fixed effects, holding KL fixed; regression.csv)",
+        sample=f"{len(seeds)} seeds × {len({r['fork'] for r in scatter})} forks per fork point",
+        claim="flatter models (smaller trace) transfer better at the same loss (Fig. 1, §4)"))
+
+
+def _curves(records, section: Section, p: IsolossPreset, results: list[dict], seeds: list[int], stem: str) -> None:
+    """The first seed's KL curves, the matching window and its measured KL range."""
+    from ...plots import Band, Panel, Ref, series_plot
+
+    points = _points(p)
+    first = results[0]
+    series: dict[str, list[dict]] = {}
+    for name, kl in first["curves"].items():
+        if name == "base":  # drawn in every panel
+            series.setdefault("base", []).extend({"step": s, **{f"kl_{pt}": v for pt in points}}
+                                                 for s, v in sorted(kl.items()))
+            continue
+        pt, fork = name.split("-", 1)
+        series.setdefault(fork, []).extend({"step": s, f"kl_{pt}": v} for s, v in sorted(kl.items()))
+    for name in series:
+        series[name].sort(key=lambda r: r["step"])
+    probed = {}  # the measured checkpoints' KL range per fork point: where the targets lie
+    for r in first["rows"]:
+        probed.setdefault(r["point"], []).append(float(r["kl"]))
+    curve_panels = []
+    for k in sorted(p.fork_points, reverse=True):
+        pt = p.point_name(k)
+        starts = [p.stretch_start(f) for f in p.forks]
+        ends = [p.fork_end(f) for f in p.forks]
+        window = Band(min(starts), max(ends), f"matching window: the stretches at {p.final_lr_factor:g} × lr")
+        target = tuple(Ref(v, f"seed {seeds[0]}'s measured KL range: {what}", color="0.3", style=":")
+                       for v, what in ((min(probed[pt]), "lowest"), (max(probed[pt]), "highest"))) \
+            if pt in probed else ()
+        curve_panels.append(Panel(f"kl_{pt}", f"exact KL, fork point {pt} (nats)", log=True, refs=target,
+                                  bands=(window,)))
+    fig = series_plot(series, "step", curve_panels, f"Seed {seeds[0]}: exact KL of the base and its forks")
+    section.figures.append(records.figure(
+        fig, stem + "curves",
+        shows=f"Training curves of seed {seeds[0]}: the exact KL to the true conditionals (log axis; held-out set of "
+              f"{p.eval_sentences} sentences) against step, for the base and every fork, one panel per fork point; "
+              "KL is evaluated only where it is read (every fork's candidates on its stretch, the base's "
+              "evaluations); shaded: the matching window (the stretches at "
+              f"{p.final_lr_factor:g} × lr); dotted: the lowest and highest KL of the seed's measured checkpoints "
+              "(every comparison's target lies between them)",
+        sample=f"1 seed ({seeds[0]}) of {len(seeds)}: {len(first['curves'])} runs",
+        claim="none directly: it shows that the matched checkpoints lie where the KL moves smoothly at one "
+              "learning rate (the design of the iso-loss comparison)"))

@@ -1,0 +1,359 @@
+"""The iso-loss study as a declaration (``declare.py``): the runs (a base per seed, its forks
+at every fork point), the measures, the headroom gate, the seed unit — one seed's chain,
+which a launcher runs apart — and the stage after an adaptive study's pilot, declared from
+the pilot's records (``allocation.py``). ``seed_result`` reads a seed's records back into
+what the analysis takes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ....measures.run import MeasureSpec
+from ....models.sizes import TRANSFORMER_SIZES
+from ...common import base_settings, measure_spec
+from ...core import RunSpec, Setting
+from ...declare import Checkpoint, Embedded, Gate, Later, Measure, Reference, Run, seed_unit
+from ...engine import eval_history
+from .design import EMBED_KL_TOLERANCE, MEASURED, Fork, IsolossPreset, forks_of, language_studies
+
+
+# ---- runs ---------------------------------------------------------------------------------
+def _run_prefix(p: IsolossPreset) -> str:
+    """Run names start with the language (its tag in a study of several languages: runs.csv
+    lists every language's runs, and two draws of one language must not share a name)."""
+    return p.tag or p.language
+
+
+def _common_settings(p: IsolossPreset, seed: int) -> tuple[Setting, ...]:
+    return (*base_settings(p, p.language, seed), *p.language_settings, *p.reference.shape.settings(),
+            ("eval.n_sentences", p.eval_sentences), ("save_every", 10 * p.base_steps))
+
+
+def large_shape(p: IsolossPreset, fork: Fork) -> tuple[Setting, ...]:
+    """A size fork's shape as config settings: the reference shape ``width_factor``× wider
+    (heads and MLP too) with ``extra_layers`` more blocks (``models.embed``'s plan)."""
+    shape = {**TRANSFORMER_SIZES[p.reference.shape.size],
+             **{k: v for k, v in dataclasses.asdict(p.reference.shape).items() if k != "size" and v is not None}}
+    k = fork.width_factor
+    return (("model.d_model", k * shape["d_model"]), ("model.n_heads", k * shape["n_heads"]),
+            ("model.n_layers", shape["n_layers"] + fork.extra_layers), ("model.d_inter", k * shape["d_inter"]))
+
+
+def base_run(p: IsolossPreset, seed: int) -> RunSpec:
+    points = tuple(k for k in sorted(p.fork_points) if 0 < k < p.base_steps)
+    return RunSpec(f"{_run_prefix(p)}-s{seed}-base", (*_common_settings(p, seed), ("steps", p.base_steps),
+                                                   ("checkpoints", points)), label="base", group="base")
+
+
+def fork_run(p: IsolossPreset, seed: int, fork: Fork, k: int) -> RunSpec:
+    """Fork ``fork`` at point ``k`` (the checkpoint it starts from is its ``Run``'s
+    ``start``: ``seed_study``). It keeps and evaluates its KL at its candidate checkpoints
+    (every ``match_every`` steps of its stretch: the curves, the measured checkpoints' KL)
+    and nowhere else."""
+    end = p.fork_end(fork)
+    keep = set(p.candidates(fork))
+    settings = [*_common_settings(p, seed), ("steps", end), ("checkpoints", tuple(sorted(s for s in keep if s > k))),
+                ("eval.every", 0), ("eval.at_checkpoints", True), ("optim.decay_steps", p.decay_steps),
+                ("optim.final_steps", p.final_steps_of(fork)), ("optim.final_lr_factor", p.final_lr_factor),
+                *fork.settings]
+    if fork.adversarial:  # on the preset's task (read when the run is built, not when the fork was declared)
+        settings += [("adversarial.weight", fork.adversarial), ("adversarial.task", p.task),
+                     ("adversarial.batch_size", p.adversarial_batch), ("adversarial.pool_size", p.adversarial_pool)]
+    if fork.resized:
+        settings += large_shape(p, fork)
+    return RunSpec(f"{_run_prefix(p)}-s{seed}-{p.point_name(k)}-{fork.name}", tuple(settings), label=fork.label,
+                   group=fork.name)
+
+
+def runs(p: IsolossPreset, language: str, seed: int) -> list[RunSpec]:
+    """The base run and its forks at every point (a base-recipe fork once: its late run)."""
+    return [base_run(p, seed), *(fork_run(p, seed, f, k) for k in sorted(p.fork_points, reverse=True)
+                                 for f in p.forks_at(k) if p.fork_point_of(f, k) == k)]
+
+
+# ---- the measures ----------------------------------------------------------------------------
+def _probe_spec(p: IsolossPreset, seed: int) -> MeasureSpec:
+    """The measures of a measured checkpoint: the Fisher trace and the few-shot probes (its
+    KL is the run's own evaluation at the candidate: no second evaluation)."""
+    return dataclasses.replace(measure_spec(p, (), seed), loss=False, probe=(), fewshot=p.fewshot(seed))
+
+
+def _fewshot_spec(p: IsolossPreset, seed: int) -> MeasureSpec:
+    return dataclasses.replace(_probe_spec(p, seed), traces=())
+
+
+def _trace_spec(p: IsolossPreset, seed: int) -> MeasureSpec:
+    return dataclasses.replace(_probe_spec(p, seed), fewshot=None)
+
+
+def _kl_spec(p: IsolossPreset) -> MeasureSpec:
+    """The exact KL on the runs' own held-out set (the size fork's start is checked on it)."""
+    return MeasureSpec(loss=True, loss_sentences=p.eval_sentences)
+
+
+# ---- the headroom gate (in each seed's unit, before its forks) -------------------------------
+REFERENCES = ("random-init", "lookup", "oracle")
+
+
+def gate_measures(p: IsolossPreset, seed: int) -> tuple[Measure, ...]:
+    """What the gate reads: the seed's trained base probed beside its random-init encoder,
+    the look-up table and the oracle, all with the seed's probe subsets (the look-up and
+    oracle representations do not depend on the seed: measured once per experiment)."""
+    base = base_run(p, seed).name
+    cost = "|base|train+gate"
+    return (Measure(Checkpoint(base, p.base_steps), _fewshot_spec(p, seed), cost),
+            *(Measure(Reference(kind, base), MeasureSpec(fewshot=p.fewshot(seed)), cost) for kind in REFERENCES))
+
+
+def headroom_gate(p: IsolossPreset, seed: int, trained: dict, random_init: dict, lookup: dict, oracle: dict
+                  ) -> tuple[bool, str]:
+    """Whether the trained encoder has room to differ: ≥ ``headroom_margin`` points above the
+    look-up table and the random-init encoder and below the oracle (primary endpoint)."""
+    key, m = p.primary_key, p.headroom_margin
+    t, r, lk, o = (100 * float(x[key]) for x in (trained, random_init, lookup, oracle))
+    ok = t >= lk + m and t >= r + m and t <= o - m
+    text = (f"Headroom gate (primary endpoint, seed {seed}'s base at step {p.base_steps}): trained {t:.1f} %, "
+            f"random-init {r:.1f} %, look-up table {lk:.1f} %, oracle {o:.1f} %; the gate asks ≥ {m:g} points above "
+            f"both references and ≥ {m:g} below the oracle: " + ("passed." if ok else "FAILED"))
+    return ok, text
+
+
+def _headroom_check(rows: list[dict], p: IsolossPreset, seed: int) -> tuple[bool, str]:
+    return headroom_gate(p, seed, *rows)
+
+
+def _same_function(rows: list[dict], large: str) -> tuple[bool, str]:
+    """The size fork starts from exactly the base's function: its exact KL equals the base
+    checkpoint's to ``EMBED_KL_TOLERANCE`` (else the study stops: the construction broke)."""
+    a, b = rows[0]["kl"], rows[1]["kl"]
+    if not abs(a - b) <= EMBED_KL_TOLERANCE:
+        raise RuntimeError(f"the embedded model {large} does not compute the base's function: KL {b!r} vs {a!r}")
+    return True, ""
+
+
+# ---- one seed (a unit: one worker process) --------------------------------------------------
+def wanted(p: IsolossPreset, only: frozenset | None) -> tuple[set, set]:
+    """The ``(point, fork)`` pairs a seed measures (``only``: a later seed's; ``None``:
+    all) and the pairs whose runs it trains (a base-recipe fork's entry at any point is
+    its late run)."""
+    measured = {(p.point_name(k), f.name) for k in p.fork_points for f in p.forks_at(k)}
+    if only is not None:
+        measured &= set(only)
+    trained = {(p.point_name(p.fork_point_of(f, k)), f.name) for k in p.fork_points for f in p.forks_at(k)
+               if (p.point_name(k), f.name) in measured}
+    return measured, trained
+
+
+def entries(p: IsolossPreset, seed: int, only: frozenset | None) -> dict[tuple[str, str], RunSpec]:
+    """Every ``(point, fork)`` entry of the seed and the run it reads, in the order the
+    study runs them: the fork points from the latest, the forks in the preset's order."""
+    measured, trained = wanted(p, only)
+    out: dict[tuple[str, str], RunSpec] = {}
+    for k in sorted(p.fork_points, reverse=True):
+        for f in p.forks_at(k):
+            run_k = p.fork_point_of(f, k)
+            if run_k != k:  # the base recipe's late fork
+                if (p.point_name(k), f.name) in measured:
+                    out[(p.point_name(k), f.name)] = out[(p.point_name(run_k), f.name)]
+            elif (p.point_name(k), f.name) in trained:
+                out[(p.point_name(k), f.name)] = fork_run(p, seed, f, k)
+    return out
+
+
+def _fork_items(p: IsolossPreset, seed: int, f: Fork, k: int) -> tuple:
+    """A fork's run from its start: the base's checkpoint at ``k`` (none from scratch) or,
+    for a size fork, that checkpoint embedded with its optimiser moments, after checking it
+    computes the base's function."""
+    cost = f"{p.point_name(k)}|{f.name}|train"
+    spec = fork_run(p, seed, f, k)
+    if k == 0:
+        return (Run(spec, None, cost),)
+    if not f.resized:
+        return (Run(spec, Checkpoint(base_run(p, seed).name, k), cost),)
+    reads = embedding_check(p, seed, f, k)
+    return (*reads, Gate(f"embedding of {spec.name}", _same_function, reads, (Run(spec, reads[1].of, cost),),
+                         (spec.name,)))
+
+
+def embedding_check(p: IsolossPreset, seed: int, f: Fork, k: int) -> tuple[Measure, Measure]:
+    """The exact KL of the base's checkpoint at ``k`` and of its embedding into the size
+    fork's shape (with the optimiser moments: the fork's start)."""
+    small = Checkpoint(base_run(p, seed).name, k)
+    large = Embedded(small, width_factor=f.width_factor, extra_layers=f.extra_layers, optimizer="embedded")
+    cost = f"{p.point_name(k)}|{f.name}|train"
+    return Measure(small, _kl_spec(p), cost), Measure(large, _kl_spec(p), cost)
+
+
+def probe_measures(p: IsolossPreset, seed: int, point: str, fork: Fork, spec: RunSpec) -> list[tuple[int, tuple]]:
+    """Per measured checkpoint of an entry, its step and measures: trace and probes, and for
+    the reference of a size contrast its trace in the large model's space (embedded)."""
+    big = one_space(p).get(fork.name)
+    cost = f"{point}|{fork.name}|measure"
+    out = []
+    for step in p.probe_steps(fork):
+        ck = Checkpoint(spec.name, step)
+        extra = () if big is None else (Measure(Embedded(ck, width_factor=big.width_factor,
+                                                         extra_layers=big.extra_layers), _trace_spec(p, seed), cost),)
+        out.append((step, (Measure(ck, _probe_spec(p, seed), cost), *extra)))
+    return out
+
+
+def one_space(p: IsolossPreset) -> dict[str, Fork]:
+    """The references of a size contrast and the large fork whose parameter space their
+    traces are measured in too."""
+    forks = {f.name: f for f in p.forks}
+    return {c.reference: forks[c.recipe] for c in p.comparisons if forks[c.recipe].resized}
+
+
+def seed_study(p: IsolossPreset, seed: int, only: frozenset | None = None) -> tuple:
+    """One seed's chain, the items of its unit: train the base and gate it (with no headroom
+    and ``on_no_headroom="stop"`` no fork runs), then train the forks at every fork point and
+    measure each fork's ``probe_steps`` (trace and probes). ``only``: the ``(point, fork)``
+    pairs this seed runs (a later seed of an adaptive study: the forks of the comparisons
+    still short; ``None``: all). Nothing is selected here: the estimation at each
+    comparison's target KL reads these rows (``paired.estimate_pairs``)."""
+    forks = {f.name: f for f in p.forks}
+    runs_of = entries(p, seed, only)
+    trained: dict[str, tuple[str, str]] = {}  # each run once, at the entry that trains it
+    for (point, name), spec in runs_of.items():
+        trained.setdefault(spec.name, (point, name))
+    steps = {p.point_name(k): k for k in p.fork_points}
+    training = [item for spec_name, (point, name) in trained.items()
+                for item in _fork_items(p, seed, forks[name], steps[point])]
+    measured, _ = wanted(p, only)
+    measuring = [m for (point, name), spec in runs_of.items() if (point, name) in measured
+                 for _, ms in probe_measures(p, seed, point, forks[name], spec) for m in ms]
+    reads = gate_measures(p, seed)
+    return (Run(base_run(p, seed), None, "|base|train+gate"), *reads,
+            Gate("headroom", _headroom_check, reads, (*training, *measuring), (p, seed), p.on_no_headroom))
+
+
+def seed_result(records, p: IsolossPreset, seed: int, only: frozenset | None = None) -> dict:
+    """What the analysis takes of one seed's records (``engine.Records``): its gate, a row
+    per measured checkpoint of each entry (its KL from the run's own evaluation there), the
+    runs, the size forks' start checks, every run's KL curve and the unit's CPU per part."""
+    where = seed_folder(p, seed)
+    unit = records.unit(seed_unit(seed, (), p.tag).name)
+    base = records.run(base_run(p, seed).name, where)
+    trained, random_init, lookup, oracle = (records.row(m, where) for m in gate_measures(p, seed))
+    ok, text = records.gate("headroom", where)
+    out = {"gate": {"seed": seed, "ok": ok, "text": text, "trained": trained, "random_init": random_init,
+                    "lookup": lookup, "oracle": oracle},
+           "rows": [], "runs": [base], "embedded_kl": [], "curves": {}, "seconds": unit.seconds,
+           "cpu_seconds": unit.cpu_seconds,
+           "cost": [dict(zip(("point", "fork", "stage"), key.split("|")), cpu_seconds=v)
+                    for key, v in unit.cpu.items()]}
+    if not ok and p.on_no_headroom == "stop":
+        return out
+    forks = {f.name: f for f in p.forks}
+    runs_of = entries(p, seed, only)
+    infos = {key: records.run(spec.name, where) for key, spec in runs_of.items()}
+    histories = {info.spec.name: eval_history(info) for info in infos.values()}
+    measured, _ = wanted(p, only)
+    fork_steps = {p.point_name(k): k for k in p.fork_points}
+    for (point, name), info in infos.items():
+        if (point, name) not in measured:  # trained only for another point's entry
+            continue
+        for step, (probes, *embedded) in probe_measures(p, seed, point, forks[name], runs_of[(point, name)]):
+            got = records.row(probes, where)
+            row = {"model": f"{p.tag + ':' if p.tag else ''}s{seed}-{point}-{name}@{step}",
+                   "language": p.choice.spec, "seed": seed, "point": point, "fork_step": fork_steps[point],
+                   "fork": name, "label": info.spec.label, "run": info.spec.name, "step": step,
+                   "steps_at_final_lr": step - p.stretch_start(forks[name]),
+                   "lr_factor": info.config.lr_factor(step - 1), "kl": float(histories[info.spec.name][step]["kl"]),
+                   **{key: v for key, v in got.items() if key in MEASURED or key.startswith(("pos_", "all_"))}}
+            if embedded:
+                e = records.row(embedded[0], where)
+                row["trace_fisher_embedded"] = e["trace_fisher"]
+                row["trace_fisher_embedded_se"] = e["trace_fisher_se"]
+            out["rows"].append(row)
+    for (point, name), spec in runs_of.items():
+        k = fork_steps[point]
+        if forks[name].resized and k > 0:  # its start was checked (``_fork_items``)
+            small, large = (records.row(m, where)["kl"] for m in embedding_check(p, seed, forks[name], k))
+            out["embedded_kl"].append({"kl_small": small, "kl_large": large})
+    out["curves"] = {f"{pt}-{name}": {s: float(ev["kl"]) for s, ev in histories[info.spec.name].items()}
+                     for (pt, name), info in infos.items()}
+    out["curves"]["base"] = {s: float(ev["kl"]) for s, ev in eval_history(base).items()}
+    out["runs"] += list({info.spec.name: info for info in infos.values()}.values())
+    return out
+
+
+def seed_folder(p: IsolossPreset, seed: int) -> str:
+    """The study folder of a seed's unit (``declare.seed_unit``)."""
+    return seed_unit(seed, (), p.tag).study
+
+
+def study_seeds(setup, p: IsolossPreset) -> list[int]:
+    """The seeds of the runs: the preset's, shifted by ``--seed`` (another seed is an
+    independent replication in its own folder)."""
+    return [setup.seed + s for s in p.seeds]
+
+
+def all_seeds(setup, p: IsolossPreset) -> list[int]:
+    """Every seed of the study (``reproduce --seeds`` accepts them before an adaptive study's
+    later seeds are declared)."""
+    return sorted({s for q in language_studies(p) for s in study_seeds(setup, q)})
+
+
+# ---- the units: every seed's chain, an adaptive study's in two stages ------------------------
+def units(setup, p: IsolossPreset) -> list:
+    """One unit per seed and language: its chain (the base run and its headroom gate, then
+    its forks at every fork point, the size fork included), measured. An adaptive study
+    (``pilot_seeds``) declares its units in two stages: the pilot's seeds, then a ``Later``
+    stage: the later seeds, each with the forks its allocation gives it, declared from the
+    pilot's records (in a plan: from the preset's prior paired SDs)."""
+    out: list = []
+    for q in language_studies(p):
+        pilot = pilot_units(setup, q)
+        out += pilot
+        if q.pilot_seeds:
+            out.append(Later(tuple(u.name for u in pilot), later_units, planned_later_units, (q,),
+                             tuple(study_seeds(setup, q)[q.pilot_seeds:])))
+    return out
+
+
+def pilot_units(setup, p: IsolossPreset) -> list:
+    """The seeds that run every fork: the pilot's (an adaptive study), else all."""
+    seeds = study_seeds(setup, p)
+    return [seed_unit(seed, seed_study(p, seed), p.tag) for seed in (seeds[:p.pilot_seeds] if p.pilot_seeds else seeds)]
+
+
+def pilot_results(records, p: IsolossPreset) -> list[dict]:
+    """The pilot's seeds' results (``seed_result``), in seed order."""
+    return [seed_result(records, p, seed) for seed in study_seeds(records, p)[:p.pilot_seeds or None]]
+
+
+def forks_ran(p: IsolossPreset, pilot: list[dict]) -> bool:
+    """Whether the pilot's forks ran (not stopped by the headroom gate): else no later seed runs."""
+    return all(res["gate"]["ok"] for res in pilot) or p.on_no_headroom != "stop"
+
+
+def later_seeds(setup, p: IsolossPreset, alloc) -> list[tuple[int, frozenset]]:
+    """The seeds after the pilot and the ``(point, fork)`` pairs each runs: the forks of the
+    tests it is planned for (a seed planned for none runs nothing)."""
+    out = []
+    for index, seed in enumerate(study_seeds(setup, p)):
+        tests = alloc.active(index) if index >= p.pilot_seeds else []
+        if tests:
+            out.append((seed, forks_of(p, tests)))
+    return out
+
+
+def later_units(records, p: IsolossPreset) -> list:
+    """The ``Later`` stage: the seeds after the pilot, planned from its records."""
+    from .allocation import allocation_of
+
+    pilot = pilot_results(records, p)
+    if not forks_ran(p, pilot):
+        return []
+    return [seed_unit(seed, seed_study(p, seed, only), p.tag)
+            for seed, only in later_seeds(records, p, allocation_of(records, p, pilot))]
+
+
+def planned_later_units(setup, p: IsolossPreset) -> list:
+    """The ``Later`` stage in a plan: the allocation with no pilot data (``prior_sds``)."""
+    from .allocation import allocation_of
+
+    return [seed_unit(seed, seed_study(p, seed, only), p.tag)
+            for seed, only in later_seeds(setup, p, allocation_of(setup, p, []))]
