@@ -150,6 +150,34 @@ class AdversarialConfig:
 
 
 @dataclass(frozen=True)
+class FlatnessConfig:
+    """A flatness penalty (``training.flatness``): ``weight`` × an estimate of the trace of the
+    Hessian of the MLM loss on a slice of each step's batch, added to the training loss —
+    flatness as the treatment (issue 38)."""
+
+    weight: float = 0.0  # lambda; 0: off; > 0 flattens, < 0 sharpens (raises the trace)
+    # "fisher": the paper's estimator (App. B.1), E_x E_{y~f} ||grad log f_y||^2 with labels
+    # drawn from the model; "hutchinson": v^T H v with Rademacher v on the loss of the true tokens
+    measure: Literal["fisher", "hutchinson"] = "fisher"
+    sentences: int = 32  # the slice: the first this many sentences of the step's (update) batch
+    # fisher: labels drawn from the model per masked position (>= 2: each draw's baseline is the
+    # mean of the others); 0: every label, weighted by its probability (exact; vocabulary-many
+    # backward passes per position)
+    labels: int = 2
+    probes: int = 1  # hutchinson: Rademacher probes per step
+
+    def __post_init__(self):
+        if not math.isfinite(self.weight):
+            raise ValueError(f"flatness.weight must be a finite number, got {self.weight}")
+        if self.sentences < 1:
+            raise ValueError(f"flatness.sentences must be >= 1, got {self.sentences}")
+        if self.labels < 0:
+            raise ValueError(f"flatness.labels must be >= 0 (0: every label, exactly), got {self.labels}")
+        if self.probes < 1:
+            raise ValueError(f"flatness.probes must be >= 1, got {self.probes}")
+
+
+@dataclass(frozen=True)
 class PretrainConfig:
     name: str = "pretrain"
     seed: int = 0
@@ -187,6 +215,7 @@ class PretrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     sam: SAMConfig = field(default_factory=SAMConfig)
     adversarial: AdversarialConfig = field(default_factory=AdversarialConfig)
+    flatness: FlatnessConfig = field(default_factory=FlatnessConfig)
 
     def __post_init__(self):
         # the run folder is <out>/<name>: one plain folder name, never a path elsewhere
@@ -208,6 +237,10 @@ class PretrainConfig:
             raise ValueError(f"checkpoints must lie in [1, steps={self.steps}]")
         if self.sam.rho > 0 and self.adversarial.weight > 0:
             raise ValueError("SAM and the adversarial objective cannot be combined")
+        if self.sam.rho > 0 and self.flatness.weight != 0:
+            raise ValueError("flatness.weight and sam.rho cannot be combined: SAM is a flatness objective of its "
+                             "own (its gradient is taken at a perturbed point, the penalty's at the weights); "
+                             "compare them as separate runs")
         if self.sam.rho > 0 and self.batch_size < 2:
             raise ValueError("SAM needs batch_size >= 2 (it splits the batch in halves)")
         if self.update_half and (self.sam.rho > 0 or self.batch_size < 2):
