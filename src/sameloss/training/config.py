@@ -5,6 +5,7 @@ warm-up, dropout 0.1, weight decay 0.01; the paper's batch is 4096)."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, fields
 from typing import Literal
 
@@ -165,8 +166,16 @@ class FlatnessConfig:
     # backward passes per position)
     labels: int = 2
     probes: int = 1  # hutchinson: Rademacher probes per step
+    # the parameters the trace is taken over: a regex searched in their names (as ``sameloss
+    # measure --params``), e.g. "blocks" for the encoder layers; None: all
+    params: str | None = None
 
     def __post_init__(self):
+        if self.params is not None:
+            try:
+                re.compile(self.params)
+            except re.error as exc:
+                raise ValueError(f"flatness.params is not a valid regex ({exc}): {self.params!r}") from None
         if not math.isfinite(self.weight):
             raise ValueError(f"flatness.weight must be a finite number, got {self.weight}")
         if self.sentences < 1:

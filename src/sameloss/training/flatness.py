@@ -30,6 +30,9 @@ estimators of ``measures.curvature``, made differentiable in the weights (their
     weights, so the gradient of ``q`` (a third derivative of ``L``, by differentiating the
     ``LossHessian`` products) is exact for the estimator, and unbiased for ``∇ tr ∇²L``.
 
+``flatness.params``: the trace over the parameters matching a regex (as ``sameloss measure
+--params``; e.g. ``blocks`` for the encoder's layers), differentiated in every parameter.
+
 The penalty runs as the measures do: dropout off (the trace of the deterministic model the
 study measures), float32 outside autocast (bf16 runs: the estimate needs the precision),
 the model's math attention kernel; it adds to the step's loss, so it works with AdamW or
@@ -69,13 +72,14 @@ STREAM_FLATNESS = 5  # the penalty's draws (training 0, evaluation 1, adversaria
 
 
 def fisher_terms(model: nn.Module, tokens: torch.Tensor, positions: torch.Tensor, labels: torch.Tensor,
-                 linears: dict[str, nn.Linear] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(squares [n, k], log_probs [n, k])``: ``‖∇_θ log f_θ(x)_y‖²`` over all parameters
-    and ``log f_θ(x)_y`` for each context ``(tokens[i], positions[i])`` and label
-    ``labels[i, j]`` (``fisher_label_values``, differentiable in the parameters; call it
-    inside ``FlatnessPenalty.context``). ``linears``: the ghost-norm layers
-    (``fisher._ghost_linears``; ``None``: found here)."""
-    sel = select_parameters(model, live=True)
+                 linears: dict[str, nn.Linear] | None = None, params: str | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(squares [n, k], log_probs [n, k])``: ``‖∇_θ log f_θ(x)_y‖²`` over the parameters
+    matching ``params`` (``None``: all) and ``log f_θ(x)_y`` for each context
+    ``(tokens[i], positions[i])`` and label ``labels[i, j]`` (``fisher_label_values``,
+    differentiable in every parameter; call it inside ``FlatnessPenalty.context``).
+    ``linears``: the ghost-norm layers (``fisher._ghost_linears``; ``None``: found here)."""
+    sel = select_parameters(model, params, live=True)
     if linears is None:
         linears = _ghost_linears(model, sel, tokens[:1])
     squares, log_probs = fisher_label_values(model, sel, tokens, positions, labels, linears, Blocks.whole(sel.sizes))
@@ -126,12 +130,18 @@ class FlatnessPenalty:
         with off, measuring(model), composite_layer_norms(model):
             yield
 
-    def loss(self, model: nn.Module, batch: MaskedBatch, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``batch``: the step's whole (global, host) update batch; this process takes its rows
-        of the slice."""
+    def check(self, model: nn.Module) -> None:
+        """One line (``UserError``) now, before anything is written, if the penalty cannot run
+        on ``model``: ``flatness.params`` matching none of its parameters, or a model
+        ``torch.func`` cannot transform."""
+        select_parameters(model, self.cfg.params)
         if resolve_engine(model, "auto") != "func":
             raise UserError("the flatness penalty needs a model torch.func can transform (the transformer or "
                             "the LSTM MLM)")
+
+    def loss(self, model: nn.Module, batch: MaskedBatch, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``batch``: the step's whole (global, host) update batch; this process takes its rows
+        of the slice."""
         piece = batch.rows(0, min(self.cfg.sentences, batch.inputs.shape[0]))
         n_global = piece.n_targets  # counted on the host
         lo, hi = shard_bounds(piece.inputs.shape[0], self.rank, self.world_size)
@@ -154,9 +164,8 @@ class FlatnessPenalty:
             else:
                 mine = piece.rows(lo, hi)
                 # the same probes in every process: vᵀ(Σ_r w_r H_r)v = Σ_r w_r vᵀH_r v
-                first = next(model.parameters())
-                probes = probe_vectors(self.cfg.probes, sum(p.numel() for p in model.parameters()),
-                                       "rademacher", gen, first.dtype)
+                sel = select_parameters(model, self.cfg.params)
+                probes = probe_vectors(self.cfg.probes, sel.n_params, "rademacher", gen, sel.dtype)
                 if mine.n_targets == 0:
                     zero = torch.zeros((), device=device)
                     return zero, zero
@@ -178,8 +187,8 @@ class FlatnessPenalty:
                 probs = torch.softmax(on.at_masked(model(on.inputs)).float(), dim=-1)
             labels = sample_labels(probs, uniforms.to(device))
         if id(model) not in self._linears:  # found once per model
-            self._linears[id(model)] = _ghost_linears(model, select_parameters(model), tokens[:1])
-        squares, log_probs = fisher_terms(model, tokens, positions, labels, self._linears[id(model)])
+            self._linears[id(model)] = _ghost_linears(model, select_parameters(model, self.cfg.params), tokens[:1])
+        squares, log_probs = fisher_terms(model, tokens, positions, labels, self._linears[id(model)], self.cfg.params)
         surrogate = fisher_surrogate(squares, log_probs, exact=self.cfg.labels == 0)
         estimate = surrogate if self.cfg.labels == 0 else squares.mean(dim=1)
         return surrogate.sum(), estimate.sum()
@@ -188,6 +197,6 @@ class FlatnessPenalty:
                     ) -> torch.Tensor:
         """``Σ_targets`` of this process's rows × ``mean_v vᵀ∇²L_mine v``: the mean loss's
         Hessian, times its number of targets (the caller divides by the slice's)."""
-        hessian = LossHessian(model, mine, live=True, engine="func")
+        hessian = LossHessian(model, mine, params=self.cfg.params, live=True, engine="func")
         probes = probes.to(device)
         return mine.n_targets * (probes * hessian.matmat(probes)).sum(dim=1).mean()

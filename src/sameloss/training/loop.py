@@ -114,8 +114,10 @@ def _pretrain(cfg: PretrainConfig, run_dir: Path, resume: bool, progress: bool, 
             raise UserError("the adversarial objective does not support DDP yet; run it in one process")
         a = cfg.adversarial
         adversary = AdversarialObjective(language, a.task, a.weight, a.batch_size, a.pool_size, a.ridge, cfg.seed)
-    flatness = (FlatnessPenalty(cfg.flatness, language.vocab_size, cfg.seed, rank, world_size)
-                if cfg.flatness.weight != 0 else None)
+    flatness = None
+    if cfg.flatness.weight != 0:
+        flatness = FlatnessPenalty(cfg.flatness, language.vocab_size, cfg.seed, rank, world_size)
+        flatness.check(model)  # a regex that matches nothing: one line, before the run folder
     rate = None if cfg.masking == "single" else cfg.mask_rate
     evaluator = make_evaluator(language, cfg.eval.n_sentences, rate, cfg.eval.seed, cfg.eval.n_subsets) \
         if rank == 0 else None

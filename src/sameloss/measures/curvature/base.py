@@ -77,9 +77,10 @@ class SelectedParameters:
     (for the autograd engine). Vectors over the selection are flattened in ``names``
     order (``flat``/``unflat``).
 
-    ``live=True``: ``values`` are the live parameters themselves, so that what the
-    transforms compute stays differentiable in them by ordinary autograd (a training
-    penalty built from a measure: ``training.flatness``).
+    ``live=True``: ``values`` and the others are the live parameters themselves, so that
+    what the transforms compute stays differentiable by ordinary autograd in every
+    parameter — the selected ones and the others, which the transforms hold constant (a
+    training penalty built from a measure: ``training.flatness``).
     """
 
     def __init__(self, model: nn.Module, params: str | None, live: bool = False):
@@ -99,7 +100,7 @@ class SelectedParameters:
         self.names = chosen
         self.tensors = [named[n] for n in chosen]
         self.values = {n: named[n] if live else named[n].detach() for n in chosen}
-        self.fixed = {n: p.detach() for n, p in named.items() if n not in self.values}
+        self.fixed = {n: p if live else p.detach() for n, p in named.items() if n not in self.values}
         self.shapes = [p.shape for p in self.tensors]
         self.sizes = [p.numel() for p in self.tensors]
         self.n_params = sum(self.sizes)
