@@ -5,6 +5,7 @@ bf16, config errors)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -20,6 +21,7 @@ from sameloss.training import PretrainConfig, pretrain
 from sameloss.training.config import FlatnessConfig
 from sameloss.training.data import global_batch, mask_batch, step_generator
 from sameloss.training.flatness import FlatnessPenalty, fisher_surrogate, fisher_terms, sample_labels
+from sameloss.training.runio import build_language
 from training.test_pretrain import _ddp_worker, _free_port, small_config, weights, weights_at_init
 
 
@@ -235,6 +237,28 @@ def test_a_two_process_penalised_run_matches_single_process(tmp_path):
     assert max(float((a[k] - weights_at_init(cfg)[k]).abs().max()) for k in a) > 10 * atol
     for k in a:
         assert torch.allclose(a[k], b[k], atol=atol, rtol=0), (k, (a[k] - b[k]).abs().max())
+
+
+def test_the_penalty_takes_its_slice_from_the_batch_the_update_uses(tmp_path, monkeypatch):
+    """The penalty gets the step's batch that the update uses — its second half under
+    ``update_half`` — and the step's number (its slice and draws are taken from them)."""
+    seen = []
+    real = FlatnessPenalty.loss
+
+    def recording(self, model, batch, step):
+        seen.append((step, batch.inputs.clone()))
+        return real(self, model, batch, step)
+
+    monkeypatch.setattr(FlatnessPenalty, "loss", recording)
+    cfg = small_config(steps=2, **{"flatness.weight": 0.1, "flatness.sentences": 5})
+    for half in (False, True):
+        seen.clear()
+        pretrain(dataclasses.replace(cfg, update_half=half, name=f"half{half}"), tmp_path / f"h{half}",
+                 progress=False)
+        assert [s for s, _ in seen] == [1, 2]
+        for step, inputs in seen:
+            full = global_batch(build_language(cfg), cfg.seed, step, cfg.batch_size, cfg.mask_rate).inputs
+            assert torch.equal(inputs, full[16:] if half else full)
 
 
 def test_flatness_settings_are_checked_in_one_line():
