@@ -1,4 +1,4 @@
-"""Benchmark: the flatness penalty's cost per training step against plain training (issue 38).
+"""Benchmark: the flatness penalty's cost per training step against plain training.
 
 The design of the tiny isoloss study (``PRESETS["tiny"]`` of ``experiments/recipes/isoloss.py``:
 its base run's config — the HMM ``headroom`` language, the ``tiny`` transformer, batch

@@ -1,4 +1,4 @@
-"""The flatness penalty (issue 38): its gradient against finite differences in float64,
+"""The flatness penalty: its gradient against finite differences in float64,
 the sampled Fisher surrogate's unbiasedness (averaged over every possible draw exactly),
 agreement with the study's measure, and the loop's guarantees with it on (resume, DDP,
 bf16, config errors)."""

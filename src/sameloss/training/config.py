@@ -154,7 +154,7 @@ class AdversarialConfig:
 class FlatnessConfig:
     """A flatness penalty (``training.flatness``): ``weight`` × an estimate of the trace of the
     Hessian of the MLM loss on a slice of each step's batch, added to the training loss —
-    flatness as the treatment (issue 38)."""
+    flatness as the treatment."""
 
     weight: float = 0.0  # lambda; 0: off; > 0 flattens, < 0 sharpens (raises the trace)
     # "fisher": the paper's estimator (App. B.1), E_x E_{y~f} ||grad log f_y||^2 with labels

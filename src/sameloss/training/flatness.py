@@ -1,4 +1,4 @@
-"""Flatness as the treatment (issue 38): ``flatness.weight`` λ × an estimate of the trace of
+"""Flatness as the treatment: ``flatness.weight`` λ × an estimate of the trace of
 the Hessian of the MLM loss, added to the training loss; λ > 0 flattens, λ < 0 sharpens.
 
 Every step the estimate is taken on a slice of the step's batch — its first
