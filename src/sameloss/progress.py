@@ -3,7 +3,8 @@
 On a terminal: a tqdm bar. Written to a file or a pipe (a log of a batch job), a bar's
 carriage-return redraws pile up into one huge line, so instead a plain line
 ``desc: 120/400 steps (30%), 4.1 step/s, loss=2.31`` is printed at most every
-``SAMELOSS_PROGRESS_SECONDS`` seconds (default 10) and once at the end.
+``SAMELOSS_PROGRESS_SECONDS`` seconds (default 10) and once at the end. ``Progress``:
+plain lines for a step that turns out slow (parsing a large grammar, its tables).
 """
 
 from __future__ import annotations
@@ -93,3 +94,29 @@ class PlainProgress:
         if self.postfix:
             text += f", {self.postfix}"
         print(text, file=self.file, flush=True)
+
+
+class Progress:
+    """Plain progress lines on stderr for a step that turns out slow.
+
+    Silent for the first ``after`` seconds (fast steps print nothing), then one line at
+    most every ``every`` seconds, and a last line with the time taken. Plain lines, not
+    a bar, so a log file reads the same as a terminal.
+    """
+
+    def __init__(self, what: str, total: int | None = None, after: float = 2.0, every: float = 5.0):
+        self.what, self.total, self.after, self.every = what, total, after, every
+        self.start = self.last = time.monotonic()
+        self.printed = False
+
+    def __call__(self, done: int) -> None:
+        now = time.monotonic()
+        if now - self.start >= self.after and now - self.last >= (self.every if self.printed else self.after):
+            of = f"/{self.total}" if self.total is not None else ""
+            print(f"{self.what}: {done}{of} ({now - self.start:.0f} s)", file=sys.stderr, flush=True)
+            self.last, self.printed = now, True
+
+    def close(self) -> None:
+        elapsed = time.monotonic() - self.start
+        if self.printed or elapsed >= self.after:
+            print(f"{self.what}: done in {elapsed:.1f} s", file=sys.stderr, flush=True)

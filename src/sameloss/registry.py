@@ -1,6 +1,10 @@
-"""Where sameloss finds its languages and its recipes: one registry each, filled from their
-own files and from plugins, without importing torch (``sameloss --help``, config
-validation and the command-line choices stay fast).
+"""Where sameloss finds what it is made of: ``Registry``, one generic type of named
+objects (duplicate names refused, an unknown name one clear line), and its two instances
+here, the languages and the recipes, filled from their own files and from plugins without
+importing torch (``sameloss --help``, config validation and the command-line choices stay
+fast). Model kinds (``MODELS``, declared in their files the same way), measures
+(``measures.spec.MEASURES``) and data sets (``data.sets.DATASETS``) are registries of
+the same type.
 
 Languages. A language is one module in ``sameloss/languages/`` that declares itself near
 its top, as a literal the registry reads from the file (``ast``, no import)::
@@ -26,22 +30,25 @@ with ``SUMMARY`` (a string literal, read from the file the same way: the line of
 
 Plugins. ``SAMELOSS_PLUGINS=module[,module...]`` (importable module names, e.g. a file on
 ``PYTHONPATH``) are imported the first time the registry is asked; they add languages and
-recipes through the public hooks ``register_language`` and ``register_recipe``. Nothing
-else needs an edit: ``pretrain language.name=...``, ``language describe`` and
-``reproduce`` find them here.
+recipes through the public hooks ``register_language`` and ``register_recipe`` (and
+measures, model kinds, data sets through their registries' ``add``). Nothing else needs
+an edit: ``pretrain language.name=...``, ``language describe`` and ``reproduce`` find them
+here.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import inspect
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Generic, TypeVar
 
 from .errors import UserError
 
@@ -51,6 +58,110 @@ PLUGINS_ENV = "SAMELOSS_PLUGINS"
 # always has them) and go only to builders that take them
 LANGUAGE_SETTINGS = ("size", "seed", "params", "grammar", "generator", "k", "length", "pool", "data", "device")
 ALWAYS_GIVEN = ("size", "device")
+T = TypeVar("T")
+
+
+
+class Registry(Generic[T]):
+    """Named objects of one kind, in the order they were added.
+
+    ``add(name, obj)`` (or ``@registry.register()`` on an object with a ``name``) refuses a
+    name already taken — a second language ``hmm`` from a plugin is an error naming both,
+    never a silent replacement; ``get(name)`` of an unknown name is a ``UserError`` listing
+    the known ones. ``loader`` (optional) fills the registry the first time it is read
+    (discovery from files, plugins). ``added(obj)`` registers an object for the length
+    of a ``with`` block (a test's throw-away measure)."""
+
+    def __init__(self, kind: str, loader: Callable[[], None] | None = None, unknown: str | None = None):
+        self.kind = kind
+        self._unknown = unknown or f"unknown {kind}"
+        self._items: dict[str, T] = {}
+        self._origins: dict[str, str] = {}
+        self._loader = loader
+        self._loaded = False
+
+    def _load(self) -> None:
+        if self._loader is not None and not self._loaded:
+            self._loaded = True  # set first: a loader runs once, and adds to the registry itself
+            self._loader()
+
+    def add(self, name: str, obj: T, origin: str | None = None) -> T:
+        """Register ``obj`` as ``name`` (``origin``: where it comes from, named in a clash)."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a {self.kind} needs a name, got {name!r}")
+        if name in self._items:
+            raise UserError(f"two {self.kind}s are named {name!r} ({self._origins[name]} and "
+                            f"{origin or _origin(obj)}); rename one")
+        self._items[name] = obj
+        self._origins[name] = origin or _origin(obj)
+        return obj
+
+    def register(self, name: str | None = None) -> Callable[[T], T]:
+        """A decorator: ``@MEASURES.register()`` adds an object (or class instance) under its
+        ``name`` attribute, or under ``name``."""
+        def decorate(obj: T) -> T:
+            self.add(name or getattr(obj, "name"), obj)
+            return obj
+        return decorate
+
+    def remove(self, name: str) -> T:
+        self._load()
+        self._origins.pop(name, None)
+        return self._items.pop(name)
+
+    @contextlib.contextmanager
+    def added(self, obj: T, name: str | None = None) -> Iterator[T]:
+        """``obj`` registered inside the ``with`` block only."""
+        name = name or getattr(obj, "name")
+        self._load()
+        self.add(name, obj)
+        try:
+            yield obj
+        finally:
+            self.remove(name)
+
+    def get(self, name: str) -> T:
+        self._load()
+        if name not in self._items:
+            raise UserError(f"{self._unknown} {name!r}; choose from {', '.join(self._items) or '(none)'}")
+        return self._items[name]
+
+    def __getitem__(self, name: str) -> T:
+        return self.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        self._load()
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        self._load()
+        return iter(list(self._items))
+
+    def __len__(self) -> int:
+        self._load()
+        return len(self._items)
+
+    def names(self) -> tuple[str, ...]:
+        self._load()
+        return tuple(self._items)
+
+    def values(self) -> list[T]:
+        self._load()
+        return list(self._items.values())
+
+    def items(self) -> list[tuple[str, T]]:
+        self._load()
+        return list(self._items.items())
+
+    def as_dict(self) -> dict[str, T]:
+        self._load()
+        return dict(self._items)
+
+
+def _origin(obj) -> str:
+    """Where an object comes from, for a clash's message: its module, or its text."""
+    module = obj if isinstance(obj, str) else getattr(obj, "__module__", None) or type(obj).__module__
+    return str(module)
 
 
 @dataclass(frozen=True)
@@ -84,9 +195,51 @@ class RecipeEntry:
         return self.module if isinstance(self.module, ModuleType) else importlib.import_module(self.module)
 
 
-_languages: dict[str, LanguageEntry] = {}
-_recipes: dict[str, RecipeEntry] = {}
-_loaded = False
+@dataclass(frozen=True)
+class ModelEntry:
+    """A registered model kind: its name and its module (or module name), whose ``KIND``
+    is the ``models.kind.ModelKind``, imported when first used."""
+
+    name: str
+    module: ModuleType | str
+
+    def load(self):
+        module = self.module if isinstance(self.module, ModuleType) else importlib.import_module(self.module)
+        return module.KIND
+
+
+def _discover() -> None:
+    """The languages, model kinds and recipes of sameloss's own files, then the plugins'."""
+    for path in sorted((PACKAGE / "languages").glob("*.py")):
+        declared = _literals(path, ("LANGUAGE", "PRESETS"))
+        if "LANGUAGE" in declared:
+            d = declared["LANGUAGE"]
+            module = f"sameloss.languages.{path.stem}"
+            register_language(d["name"], f"{module}:{d.get('build', 'build')}", tuple(declared.get("PRESETS", ())),
+                              tuple(d.get("settings", ("size", "seed"))), bool(d.get("describe", True)))
+    for path in sorted((PACKAGE / "models").glob("*.py")):
+        declared = _literals(path, ("MODEL_KIND",))
+        if "MODEL_KIND" in declared:
+            register_model_kind(declared["MODEL_KIND"], f"sameloss.models.{path.stem}")
+    for path in sorted((PACKAGE / "experiments" / "recipes").glob("*.py")):
+        if not path.stem.startswith("_"):
+            declared = _literals(path, ("SUMMARY",))
+            register_recipe(path.stem, f"sameloss.experiments.recipes.{path.stem}", declared.get("SUMMARY", ""))
+    load_plugins()
+
+
+def load_plugins() -> None:
+    """Import the modules of ``$SAMELOSS_PLUGINS`` (once: Python keeps imported modules)."""
+    for name in filter(None, (n.strip() for n in os.environ.get(PLUGINS_ENV, "").split(","))):
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise UserError(f"{PLUGINS_ENV}: cannot import plugin {name!r} ({exc})") from None
+
+
+LANGUAGES: Registry[LanguageEntry] = Registry("language", loader=_discover)
+RECIPES: Registry[RecipeEntry] = Registry("recipe", loader=LANGUAGES._load, unknown="unknown experiment")
+MODELS: Registry[ModelEntry] = Registry("model kind", loader=LANGUAGES._load)
 
 
 def register_language(name: str, build: Callable | str, sizes=(), settings=("size", "seed"),
@@ -96,7 +249,9 @@ def register_language(name: str, build: Callable | str, sizes=(), settings=("siz
     bad = [s for s in settings if s not in LANGUAGE_SETTINGS]
     if bad:
         raise ValueError(f"language {name!r}: unknown setting {bad[0]!r}; choose from {', '.join(LANGUAGE_SETTINGS)}")
-    _languages[name] = LanguageEntry(name, tuple(sizes), tuple(settings), describe, build)
+    origin = build.partition(":")[0] if isinstance(build, str) else None
+    LANGUAGES.add(name, LanguageEntry(name, tuple(sizes), tuple(settings), describe, build),
+                  origin or getattr(build, "__module__", None))
 
 
 def register_recipe(name: str, module: ModuleType | str, summary: str | None = None) -> None:
@@ -105,32 +260,32 @@ def register_recipe(name: str, module: ModuleType | str, summary: str | None = N
     if summary is None:
         loaded = module if isinstance(module, ModuleType) else importlib.import_module(module)
         summary = getattr(loaded, "SUMMARY", "") or (loaded.__doc__ or "").strip().split("\n")[0]
-    _recipes[name] = RecipeEntry(name, summary, module)
+    RECIPES.add(name, RecipeEntry(name, summary, module),
+                module if isinstance(module, str) else module.__name__)
+
+
+def register_model_kind(name: str, module: ModuleType | str) -> None:
+    """Add a model kind (the hook for plugins; built-in kinds are the modules of
+    ``models/`` declaring ``MODEL_KIND``): a module whose ``KIND`` is a
+    ``models.kind.ModelKind``."""
+    MODELS.add(name, ModelEntry(name, module), module if isinstance(module, str) else module.__name__)
 
 
 def languages() -> dict[str, LanguageEntry]:
-    _load()
-    return dict(_languages)
+    return LANGUAGES.as_dict()
 
 
 def recipes() -> dict[str, RecipeEntry]:
-    _load()
-    return dict(_recipes)
+    return RECIPES.as_dict()
 
 
 def language(name: str) -> LanguageEntry:
-    found = languages()
-    if name not in found:
-        raise UserError(f"unknown language {name!r}; choose from {', '.join(found)}")
-    return found[name]
+    return LANGUAGES.get(name)
 
 
 def recipe(name: str) -> ModuleType:
     """The module of recipe ``name``."""
-    found = recipes()
-    if name not in found:
-        raise UserError(f"unknown experiment {name!r}; choose from {', '.join(found)}")
-    return found[name].load()
+    return RECIPES.get(name).load()
 
 
 # ---- language.params ----------------------------------------------------------------
@@ -205,30 +360,7 @@ def language_params(params: str | dict | None, accepted: dict[str, type], langua
     return out
 
 
-# ---- discovery --------------------------------------------------------------------------
-def _load() -> None:
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for path in sorted((PACKAGE / "languages").glob("*.py")):
-        declared = _literals(path, ("LANGUAGE", "PRESETS"))
-        if "LANGUAGE" in declared:
-            d = declared["LANGUAGE"]
-            module = f"sameloss.languages.{path.stem}"
-            register_language(d["name"], f"{module}:{d.get('build', 'build')}", tuple(declared.get("PRESETS", ())),
-                              tuple(d.get("settings", ("size", "seed"))), bool(d.get("describe", True)))
-    for path in sorted((PACKAGE / "experiments" / "recipes").glob("*.py")):
-        if not path.stem.startswith("_"):
-            declared = _literals(path, ("SUMMARY",))
-            register_recipe(path.stem, f"sameloss.experiments.recipes.{path.stem}", declared.get("SUMMARY", ""))
-    for name in filter(None, (n.strip() for n in os.environ.get(PLUGINS_ENV, "").split(","))):
-        try:
-            importlib.import_module(name)
-        except ImportError as exc:
-            raise UserError(f"{PLUGINS_ENV}: cannot import plugin {name!r} ({exc})") from None
-
-
+# ---- reading declarations from files -----------------------------------------------
 def _literals(path: Path, names: tuple[str, ...]) -> dict:
     """The values of the module-level assignments ``names`` of a Python file, where they are
     literals (a dict literal whose values are not gives its keys). Only each assignment's

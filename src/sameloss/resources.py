@@ -1,4 +1,4 @@
-"""Refuse work that cannot fit in memory, before allocating any of it (issue 20, item 9).
+"""Refuse work that cannot fit in memory, before allocating any of it.
 
 A setting such as ``model.d_model=100000``, ``eval.n_sentences=100000000`` or ``measure
 --contexts 100000000`` used to start allocating — tens of GB in seconds, or minutes of
@@ -114,13 +114,10 @@ def training_bytes(cfg, language, model) -> int:
     backward pass keeps (``model`` on the meta device gives the shapes)."""
     n_params = sum(p.numel() for p in model.parameters())
     copies = 4 + (1 if cfg.sam.rho > 0 else 0)
-    mc = model.config
-    per_token = 0
-    if hasattr(mc, "d_hidden"):  # an LSTM: its four gates and states per direction and layer
-        per_token = mc.n_layers * 2 * 6 * mc.d_hidden + 2 * mc.d_model
-    elif hasattr(mc, "d_inter"):  # a transformer: per block the inputs of its linear maps and norms,
-        # the MLP's hidden layer and the attention weights of each head
-        per_token = mc.n_layers * (8 * mc.d_model + 2 * mc.d_inter + 2 * mc.n_heads * language.max_len)
+    from .models import kind_of_config
+
+    kind = kind_of_config(model.config)  # its activations per token: the kind says (a lower bound)
+    per_token = kind.activations_per_token(model.config, language.max_len) if kind is not None else 0
     tokens = cfg.batch_size * language.max_len
     logits = tokens * language.vocab_size * 2  # the logits and their gradient
     return (n_params * copies + tokens * per_token + logits) * FLOAT32
@@ -156,26 +153,15 @@ def check_pretrain(cfg, language, device) -> None:
           f"the held-out evaluation of eval.n_sentences={cfg.eval.n_sentences}", "lower eval.n_sentences")
 
 
-def check_measure(spec, cfg, language, model) -> None:
-    """Refuse a ``measure`` whose sampled sentences, task data or features cannot fit."""
-    if spec.loss:
-        rate = None if cfg.masking == "single" else cfg.mask_rate
-        check(evaluation_bytes(spec.loss_sentences, language, rate),
-              f"the held-out loss of {spec.loss_sentences} sentences", "lower the number of held-out sentences")
-    if spec.traces:
-        check(sentences_bytes(spec.n_contexts, language), f"--contexts {spec.n_contexts}", "lower --contexts")
-    synthetic = [t for t in (*spec.probe, *spec.finetune, *spec.lookup) if not t.startswith("glue:")]
-    if synthetic:  # (a GLUE task's size is its files')
-        n = spec.task_train + spec.task_validation + spec.task_test
-        d = getattr(model, "d_features", 0) or getattr(getattr(model, "config", None), "d_model", 0) or 0
-        per_feature = max(PROBE_BYTES_PER_FEATURE * bool(spec.probe), FINETUNE_BYTES_PER_FEATURE * bool(spec.finetune))
-        width = max(d if spec.probe or spec.finetune else 0, language.n_words if spec.lookup else 0)
-        if spec.lookup:  # the look-up table probes the true conditionals: one per word and position
-            per_feature = max(per_feature, PROBE_BYTES_PER_FEATURE)
-        tokens = n * language.max_len
-        check(tokens * (TASK_BYTES_PER_TOKEN + width * per_feature),
-              f"--task-size {spec.task_train} ({n} examples of {language.max_len} tokens per task, features of "
-              f"width {width})", "lower --task-size")
+def check_measure(spec, cfg, language, model, cache: dict | None = None) -> None:
+    """Refuse a ``measure`` whose sampled sentences, task data or features cannot fit: the
+    memory check of every measure ``spec`` asks for (``Measure.check``; the measures'
+    registry, ``measures.spec``), before any of them allocates."""
+    from .measures.spec import Job, measures_of
+
+    job = Job(model, language, cfg, spec, {} if cache is None else cache, {})
+    for measure in measures_of(spec):
+        measure.check(job)
 
 
 def check_sentences(n: int, language, what: str, hint: str) -> None:

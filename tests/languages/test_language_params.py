@@ -17,7 +17,7 @@ from sameloss.languages import make_language
 from sameloss.languages import pcfg as pcfg_module
 from sameloss.languages.hmm import HMM
 from sameloss.languages.pcfg import PCFG
-from sameloss.languages.pcfg_grammar import random_layered
+from sameloss.languages.pcfg_random import random_layered
 from sameloss.registry import language_params, parse_params
 from sameloss.training.config import LanguageConfig, PretrainConfig
 from sameloss.training.runfolder import config_differences

@@ -13,7 +13,8 @@ from helpers.pcfg_brute import RECURSIVE, conditional, enumerate_trees, string_p
 from sameloss.errors import InputFileError, UserError
 from sameloss.languages.base import Batch
 from sameloss.languages.pcfg import HEADROOM_TASK, MIN_FIT, NOTE_FLOPS, PCFG
-from sameloss.languages.pcfg_grammar import Grammar, random_layered
+from sameloss.languages.pcfg_grammar import Grammar
+from sameloss.languages.pcfg_random import random_layered
 
 ANCHOR = Path(__file__).resolve().parents[3] / "shared" / "anchors" / "rule_deep_mlm.txt"
 TOL = 1e-10

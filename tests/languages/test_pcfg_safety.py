@@ -16,9 +16,10 @@ import torch
 from helpers.pcfg_brute import RECURSIVE, enumerate_trees, string_probs
 from sameloss import cli
 from sameloss.errors import InputFileError, UserError
-from sameloss.languages import inside_outside, pcfg, pcfg_grammar
+from sameloss.languages import inside_outside, pcfg, pcfg_grammar, pcfg_lengths
 from sameloss.languages.pcfg import PCFG
-from sameloss.languages.pcfg_grammar import Grammar, Progress, random_layered
+from sameloss.languages.pcfg_grammar import Grammar, Progress
+from sameloss.languages.pcfg_random import random_layered
 
 ANCHOR = Path(__file__).resolve().parents[3] / "shared" / "anchors" / "rule_deep_mlm.txt"
 
@@ -61,7 +62,7 @@ def test_branching_numbers_match_the_closed_form(p, monkeypatch):
     # extinction probability min(1, (1-p)/p); mean offspring 2p; expected leaves (1-p)/(1-2p)
     for dense in (True, False):
         if not dense:  # the iterative path large grammars take
-            monkeypatch.setattr(pcfg_grammar, "DENSE_SYMBOLS", 0)
+            monkeypatch.setattr(pcfg_lengths, "DENSE_SYMBOLS", 0)
         r = branching(p).length_report(8)
         assert r.spectral_radius == pytest.approx(2 * p, rel=1e-9)
         assert r.regime == {0.3: "subcritical", 0.5: "critical", 0.8: "supercritical"}[p]

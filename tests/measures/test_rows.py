@@ -1,6 +1,6 @@
 """The row schema: the error column of each quantity and what its spread is over."""
 
-from sameloss.cli import format_rows
+from sameloss.measures.rows import format_rows
 from sameloss.measures import rows
 
 

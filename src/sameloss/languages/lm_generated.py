@@ -29,12 +29,8 @@ K^m continuations, so ``conditionals`` refuses that (``UserError``) — pre-trai
 a causal model's continuations is 1), so trailing pads are fine.
 
 Allowed tokens: explicit generator ids, or the K most frequent tokens of the
-unrestricted generator, estimated from its own seeded samples (expected counts: the
-next-token probabilities summed along the sampled sentences, which ranks every token
-and has less noise than counting the sampled ones); the model's bos/eos/pad ids are
-left out. The list is written as JSON into the generator folder
-(``sameloss-tokens-k{K}-len{T}-n{N}-seed{S}.json``, never overwriting) and read back
-from there next time, so a language is reproducible.
+unrestricted generator (``expected_token_counts``), cached in the generator folder so a
+language is reproducible (``lm_tokens.py``).
 
 Training sentences may come from a stored pool (``from_pretrained(pool=DIR)``,
 ``language.pool``; written by ``sameloss causal-lm sample``, ``lm_train.py``):
@@ -57,8 +53,11 @@ import numpy as np
 import torch
 
 from sameloss.errors import UserError
-from sameloss.files import atomic_write_json, sha256_of
+from sameloss.errors import first_line as _one_line
+from sameloss.files import sha256_of
 from sameloss.languages.base import Batch, Language, Task
+from sameloss.languages.lm_tokens import (TOKENIZER_FILES, frequent_tokens, load_tokens, save_tokens,  # noqa: F401
+                                          tokenizer_words, tokens_filename)  # (tokens_filename: re-exported)
 
 # the registry reads this from the file (``sameloss.registry``)
 LANGUAGE = {"name": "causal", "build": "build", "settings": ("generator", "k", "length", "pool", "device"),
@@ -68,7 +67,6 @@ DEFAULTS = {"k": 2000, "length": 24}  # the paper's OPT data (App. A.1)
 SAMPLE_BLOCK = 1024  # sentences per sampling block
 POOL_META = "meta.json"  # a token pool (``sameloss causal-lm sample``, ``lm_train.write_pool``)
 POOL_TOKENS = "tokens.npy"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 LOGIT_CHECK_TOL = {torch.float64: 1e-9, torch.float32: 1e-4}  # restricted head vs the model's logits
 
 
@@ -99,11 +97,6 @@ def _device(value) -> torch.device:
     return device
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def generator_shape(path) -> dict:
     """``positions``, ``layers``, ``hidden`` and ``vocab`` of a generator folder, read from
     its config alone (before any weights are loaded), for checks that must come first."""
@@ -129,11 +122,6 @@ def generator_shape(path) -> dict:
     if missing:
         raise UserError(f"the generator config in {folder} has no usable {', '.join(missing)}")
     return shape
-
-
-def tokens_filename(k: int, length: int, n_sentences: int, seed: int) -> str:
-    """Name of the frequency-estimated token list inside the generator folder."""
-    return f"sameloss-tokens-k{k}-len{length}-n{n_sentences}-seed{seed}.json"
 
 
 # ---- KV caches across transformers versions ------------------------------------------------
@@ -269,69 +257,24 @@ class CausalLM(Language):
         if bos is None:
             raise UserError(f"the generator in {folder} has neither a bos nor an eos token id in its config")
         if isinstance(tokens, (str, Path)):
-            tokens = cls.load_tokens(tokens, k=k)
+            tokens = load_tokens(tokens, k=k)
         elif tokens is None:
-            tokens = cls._frequent_tokens(model, folder, k, length, int(bos), frequency_sentences, frequency_seed)
+            tokens = frequent_tokens(model, folder, k, length, int(bos), frequency_sentences, frequency_seed,
+                                     expected_token_counts)
         tokens = [int(t) for t in tokens]
         if len(tokens) != k:
             raise UserError(f"k={k} but {len(tokens)} allowed tokens were given")
-        lm = cls(model, tokens, length, int(bos), words=_tokenizer_words(transformers, folder, tokens),
+        lm = cls(model, tokens, length, int(bos), words=tokenizer_words(transformers, folder, tokens),
                  chunk_tokens=chunk_tokens, source=str(folder))
         if pool is not None:
             lm.pool = load_pool(pool, k, length, tokens)
         return lm
 
-    @classmethod
-    def _frequent_tokens(cls, model, folder: Path, k: int, length: int, bos: int, n_sentences: int,
-                         seed: int) -> list[int]:
-        """The cached list in ``folder`` if there is one, else estimate it and cache it."""
-        cache = folder / tokens_filename(k, length, n_sentences, seed)
-        if cache.exists():
-            return cls.load_tokens(cache, k=k)
-        config = model.config
-        special = {i for i in (config.bos_token_id, config.eos_token_id, getattr(config, "pad_token_id", None))
-                   if isinstance(i, int)}
-        vocab = int(model.get_output_embeddings().weight.shape[0])
-        if k > vocab - len(special & set(range(vocab))):
-            raise UserError(f"k={k} is larger than the generator's {vocab} tokens less its special tokens {sorted(special)}")
-        counts = expected_token_counts(model, bos, length, n_sentences, seed)
-        counts[list(special & set(range(vocab)))] = -1.0
-        # stable sort: ties (there are hardly any with expected counts) go to the smaller id
-        order = torch.sort(-counts, stable=True).indices[:k]
-        tokens = order.tolist()
-        record = {"k": k, "length": length, "n_sentences": n_sentences, "seed": seed, "bos": bos,
-                  "generator": str(folder.resolve()), "tokens": tokens,
-                  "expected_counts": [float(counts[t]) for t in tokens]}
-        try:  # atomic: a kill mid-write leaves no half-written cache to be read next time
-            atomic_write_json(cache, record, indent=None)
-        except OSError:
-            pass  # a full disk or a read-only folder leaves the list uncached (it costs the estimate
-            # next time); no warning: stderr carries only the command's own line
-        return tokens
-
     def save_tokens(self, path) -> None:
         """Write the allowed generator ids (language-id order) as JSON (never overwrites)."""
-        path = Path(path)
-        if path.exists():
-            raise UserError(f"{path} exists; not overwriting it")
-        record = {"k": self.n_words, "length": self.max_len, "bos": self.bos_id, "generator": self.source,
-                  "tokens": self.tokens.tolist()}
-        atomic_write_json(path, record, indent=None)
+        save_tokens(path, self.tokens.tolist(), self.max_len, self.bos_id, self.source)
 
-    @staticmethod
-    def load_tokens(path, k: int | None = None) -> list[int]:
-        """The allowed generator ids from a JSON file of ``save_tokens`` (or the cache)."""
-        path = Path(path)
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-            tokens = record["tokens"] if isinstance(record, dict) else record
-            if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
-                raise ValueError("'tokens' must be a list of integer ids")
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise UserError(f"{path}: not a token list: {_one_line(exc)}") from None
-        if k is not None and len(tokens) != k:
-            raise UserError(f"{path} holds {len(tokens)} tokens, not k={k}")
-        return tokens
+    load_tokens = staticmethod(load_tokens)  # (``lm_tokens.load_tokens``)
 
     # ---- the generator's pieces ---------------------------------------------------------
     def _forward(self, ids: torch.Tensor, past=None):
@@ -610,18 +553,6 @@ def expected_token_counts(model, bos: int, length: int, n_sentences: int, seed: 
     for start in range(0, n_sentences, SAMPLE_BLOCK // 4):
         _ancestral(model, u[start:start + SAMPLE_BLOCK // 4].to(device), restricted=False, bos=bos, accumulate=counts)
     return counts
-
-
-def _tokenizer_words(transformers, folder: Path, tokens: list[int]) -> list[str] | None:
-    """Token strings from the folder's tokenizer, if it has one (else ids are used)."""
-    if not any((folder / f).exists() for f in TOKENIZER_FILES):
-        return None
-    try:
-        tok = transformers.AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-        return [str(w) for w in tok.convert_ids_to_tokens(tokens)]
-    except Exception:  # a tokenizer is only used for display names
-        return None
-
 
 
 def load_pool(folder, k: int, length: int, tokens: Sequence[int]) -> np.ndarray:

@@ -161,10 +161,38 @@ def train_generator(files: Sequence[str], out, vocab: int = 1000, size: str = "t
     torch.manual_seed(seed)
     with _quiet_hf(transformers):
         model = transformers.GPT2LMHeadModel(config)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    gen = torch.Generator().manual_seed(seed)
     log(f"corpus: {len(documents)} documents, {stream.numel()} tokens; BPE vocabulary {n_vocab}; "
         f"model {size} ({sum(p.numel() for p in model.parameters())} parameters)")
+    losses, every = _fit(model, stream, steps, batch_size, context, lr, seed, log)
+    model.eval()
+    bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        raise UserError(f"training diverged: parameter {bad[0]} is not finite after {steps} steps (--lr {lr}); "
+                        "lower --lr. Nothing was written")
+    record = {"files": [str(Path(f).resolve()) for f in files], "sources_sha256": [_sha256(Path(f)) for f in files],
+              "vocab": n_vocab, "size": size, "steps": steps, "batch_size": batch_size, "context": context, "lr": lr,
+              "seed": seed, "final_loss": sum(losses[-every:]) / len(losses[-every:]) if losses else None}
+    with building(out, what="generator") as tmp, _quiet_hf(transformers):
+        model.save_pretrained(str(tmp))
+        fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOS, eos_token=EOS, unk_token=EOS)
+        fast.save_pretrained(str(tmp))
+        (tmp / "sameloss-generator.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
+    return record
+
+
+# Why not ``training/loop.py``: that loop trains a sameloss masked LM on fresh sentences of a
+# ``Language`` drawn per step (exact conditionals, held-out exact KL, SAM, DDP) into a run
+# folder it can resume bit for bit. A generator is a Hugging Face causal LM fitted to
+# windows of one fixed token stream, with no language behind it yet (it is what makes
+# one), no evaluation and no run folder: the folder is written once at the end and is a
+# pure function of (text, arguments), rebuilt in seconds to minutes rather than resumed.
+def _fit(model, stream: torch.Tensor, steps: int, batch_size: int, context: int, lr: float, seed: int, log
+         ) -> tuple[list[float], int]:
+    """AdamW on next-token cross-entropy over random ``context``-token windows of ``stream``
+    (drawn from a generator seeded by ``seed``); the per-step losses, and how many steps
+    one log line covers."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    gen = torch.Generator().manual_seed(seed)
     model.train()
     start, every, losses = time.monotonic(), max(1, steps // 10), []
     for step in range(1, steps + 1):
@@ -182,20 +210,7 @@ def train_generator(files: Sequence[str], out, vocab: int = 1000, size: str = "t
         if step % every == 0 or step == steps:
             log(f"step {step}/{steps}  loss {sum(losses[-every:]) / len(losses[-every:]):.4f}  "
                 f"({time.monotonic() - start:.1f} s)")
-    model.eval()
-    bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
-    if bad:
-        raise UserError(f"training diverged: parameter {bad[0]} is not finite after {steps} steps (--lr {lr}); "
-                        "lower --lr. Nothing was written")
-    record = {"files": [str(Path(f).resolve()) for f in files], "sources_sha256": [_sha256(Path(f)) for f in files],
-              "vocab": n_vocab, "size": size, "steps": steps, "batch_size": batch_size, "context": context, "lr": lr,
-              "seed": seed, "final_loss": sum(losses[-every:]) / len(losses[-every:]) if losses else None}
-    with building(out, what="generator") as tmp, _quiet_hf(transformers):
-        model.save_pretrained(str(tmp))
-        fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOS, eos_token=EOS, unk_token=EOS)
-        fast.save_pretrained(str(tmp))
-        (tmp / "sameloss-generator.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
-    return record
+    return losses, every
 
 
 def _weights_sha256(folder: Path) -> str | None:

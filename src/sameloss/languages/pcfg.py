@@ -22,7 +22,8 @@ from ..errors import UserError
 from ..registry import keyword_types, language_params
 from .base import Batch, Language, Task
 from .inside_outside import InsideOutside, by_length
-from .pcfg_grammar import Grammar, LengthReport, random_layered
+from .pcfg_grammar import Grammar, LengthReport
+from .pcfg_random import random_layered
 
 # the registry reads this from the file (``sameloss.registry``); sizes: the keys of PRESETS
 LANGUAGE = {"name": "pcfg", "build": "build", "settings": ("size", "seed", "params", "grammar"), "describe": True}
@@ -121,7 +122,7 @@ class PCFG(Language):
 
     @classmethod
     def random(cls, seed: int = 0, max_len: int | None = None, **kwargs) -> PCFG:
-        """A layered random grammar (see ``pcfg_grammar.random_layered`` for the knobs)."""
+        """A layered random grammar (see ``pcfg_random.random_layered`` for the knobs)."""
         grammar = random_layered(seed=seed, **kwargs)
         return cls(grammar, max_len if max_len is not None else _longest_yield(grammar, cap=32))
 

@@ -34,8 +34,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import sys
-import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,70 +41,14 @@ from pathlib import Path
 import torch
 
 from ..errors import InputFileError, UserError
+from ..progress import Progress  # noqa: F401 (the parsers report through it; inside_outside too)
+from . import pcfg_lengths
+from .pcfg_lengths import LengthReport
 
 # The released grammar's rule sets sum to 1 only up to rounding (worst: A4_1, 0.99977).
 # Sums within this tolerance are renormalised exactly (and listed in
 # ``Grammar.renormalised``); anything further off is an error.
 NORMALISATION_TOL = 1e-3
-
-
-# Up to this many non-terminals the branching-process numbers of ``length_report`` come
-# from dense linear algebra (exact); above it, from iterations over the sparse rules.
-DENSE_SYMBOLS = 500
-
-# A critical grammar has spectral radius exactly 1; allow for the rounding of eigvals.
-CRITICAL_TOL = 1e-9
-
-
-class Progress:
-    """Plain progress lines on stderr for a step that turns out slow.
-
-    Silent for the first ``after`` seconds (fast steps print nothing), then one line at
-    most every ``every`` seconds, and a last line with the time taken. Plain lines, not
-    a bar, so a log file reads the same as a terminal.
-    """
-
-    def __init__(self, what: str, total: int | None = None, after: float = 2.0, every: float = 5.0):
-        self.what, self.total, self.after, self.every = what, total, after, every
-        self.start = self.last = time.monotonic()
-        self.printed = False
-
-    def __call__(self, done: int) -> None:
-        now = time.monotonic()
-        if now - self.start >= self.after and now - self.last >= (self.every if self.printed else self.after):
-            of = f"/{self.total}" if self.total is not None else ""
-            print(f"{self.what}: {done}{of} ({now - self.start:.0f} s)", file=sys.stderr, flush=True)
-            self.last, self.printed = now, True
-
-    def close(self) -> None:
-        elapsed = time.monotonic() - self.start
-        if self.printed or elapsed >= self.after:
-            print(f"{self.what}: done in {elapsed:.1f} s", file=sys.stderr, flush=True)
-
-
-@dataclass(frozen=True)
-class LengthReport:
-    """Sentence lengths as the grammar's generating function gives them (see
-    ``Grammar.length_report``). Probabilities are of one derivation drawn from the start
-    distribution, before any length cap."""
-
-    max_len: int
-    length_probs: torch.Tensor  # [max_len + 1] float64: P(the sentence has exactly l words)
-    fit: float  # P(the sentence has at most max_len words): the sampler's acceptance rate
-    terminates: float  # P(the derivation is finite)
-    spectral_radius: float  # of the expected-offspring matrix over the reachable symbols
-    regime: str  # "subcritical" (< 1), "critical" (= 1) or "supercritical" (> 1)
-    expected_length: float  # E[words]; infinite unless subcritical
-    shortest: int  # fewest words any sentence has
-
-    def describe(self) -> str:
-        """The numbers, in words, for an error message."""
-        rho = f"{self.regime}, spectral radius {self.spectral_radius:.6g}"
-        if self.regime == "subcritical":
-            return f"{rho}, expected length {self.expected_length:.4g} words"
-        if self.regime == "critical":
-            return f"{rho}: expected length infinite"
-        return f"{rho}: a derivation terminates with probability {self.terminates:.3g}"
 
 
 @dataclass(frozen=True)
@@ -205,154 +147,34 @@ class Grammar:
     def save(self, path: str | Path) -> None:
         Path(path).write_text(self.to_text(), encoding="utf-8")
 
-    # ---- derived tables -------------------------------------------------------------
+    # ---- derived tables (``pcfg_lengths``) ------------------------------------------------
     def length_table(self, max_len: int) -> torch.Tensor:
-        """``[N, max_len + 1]`` float64: P(symbol A derives a string of exactly l words).
-
-        The inside algorithm on lengths (every word read as "any word"): ``f[A, 1]`` is
-        A's emission mass and ``f[A, l] = sum over A -> B C and splits m of
-        P(A -> B C) f[B, m] f[C, l - m]``; one step per length, vectorised over rules.
-        """
-        f = torch.zeros(self.n_nonterminals, max_len + 1, dtype=torch.float64)
-        f[:, 1] = self.emission.sum(dim=1)
-        for length in range(2, max_len + 1):
-            left = f[self.rule_left, 1:length]  # the left child's m = 1 .. l-1 words
-            right = f[self.rule_right, 1:length].flip(1)  # the right child's l-m words
-            f[:, length].index_add_(0, self.rule_parent, self.rule_prob * (left * right).sum(dim=1))
-        return f
+        """``[N, max_len + 1]`` float64: P(symbol A derives a string of exactly l words)."""
+        return pcfg_lengths.length_table(self, max_len)
 
     def shortest_yields(self) -> torch.Tensor:
         """``[N]`` float64: the fewest words each symbol can derive (inf: none)."""
-        best = torch.where(self.emission.sum(dim=1) > 0, 1.0, math.inf).double()
-        live = self.rule_prob > 0
-        parent, left, right = self.rule_parent[live], self.rule_left[live], self.rule_right[live]
-        while True:  # Bellman-Ford: at most N rounds, each O(rules)
-            new = best.scatter_reduce(0, parent, best[left] + best[right], reduce="amin")
-            if torch.equal(new, best):
-                return best
-            best = new
+        return pcfg_lengths.shortest_yields(self)
 
     def offspring_matrix(self) -> torch.Tensor:
-        """``[N, N]`` float64 (sparse COO above ``DENSE_SYMBOLS`` symbols): the expected
-        number of B children of one A node. Its spectral radius decides whether
-        derivations die out surely with finite mean size (< 1), surely with infinite mean
-        size (= 1), or run forever with positive probability (> 1)."""
-        n = self.n_nonterminals
-        rows = torch.cat([self.rule_parent, self.rule_parent])
-        cols = torch.cat([self.rule_left, self.rule_right])
-        vals = torch.cat([self.rule_prob, self.rule_prob])
-        if n > DENSE_SYMBOLS:
-            return torch.sparse_coo_tensor(torch.stack([rows, cols]), vals, (n, n), check_invariants=True).coalesce()
-        return torch.zeros(n, n, dtype=torch.float64).index_put_((rows, cols), vals, accumulate=True)
+        """``[N, N]``: the expected number of B children of one A node."""
+        return pcfg_lengths.offspring_matrix(self)
 
     def termination_probabilities(self) -> torch.Tensor:
-        """``[N]`` float64: P(a derivation from A is finite), the least fixed point of
-        ``q_A = emit_A + sum over A -> B C of P(A -> B C) q_B q_C``.
-
-        Newton's method from 0 converges monotonically to the least fixed point of such
-        a monotone polynomial system when every symbol is productive (Esparza, Kiefer &
-        Luttenberger 2010), and fast even at criticality, where plain iteration crawls.
-        Above ``DENSE_SYMBOLS`` symbols plain iteration is used (5000 rounds): exact to
-        rounding away from criticality, within about 1e-3 at it.
-        """
-        emit = self.emission.sum(dim=1)
-        n = self.n_nonterminals
-        x = torch.zeros(n, dtype=torch.float64)
-
-        def step(x):
-            return emit.index_add(0, self.rule_parent, self.rule_prob * x[self.rule_left] * x[self.rule_right])
-
-        if n <= DENSE_SYMBOLS:
-            eye = torch.eye(n, dtype=torch.float64)
-            for _ in range(200):
-                jac = torch.zeros(n, n, dtype=torch.float64)
-                jac.index_put_((self.rule_parent, self.rule_left), self.rule_prob * x[self.rule_right], accumulate=True)
-                jac.index_put_((self.rule_parent, self.rule_right), self.rule_prob * x[self.rule_left], accumulate=True)
-                try:
-                    new = (x + torch.linalg.solve(eye - jac, step(x) - x)).clamp(0.0, 1.0)
-                except RuntimeError:  # singular only at the fixed point itself: done
-                    break
-                if torch.allclose(new, x, rtol=0.0, atol=1e-15):
-                    return new
-                x = new
-        for _ in range(5000):  # plain iteration: large grammars, or polishing after Newton
-            new = step(x).clamp(0.0, 1.0)
-            if torch.allclose(new, x, rtol=0.0, atol=1e-15):
-                return new
-            x = new
-        return x
+        """``[N]`` float64: P(a derivation from A is finite)."""
+        return pcfg_lengths.termination_probabilities(self)
 
     def length_report(self, max_len: int) -> LengthReport:
-        """Sentence-length numbers from the grammar's generating function: the exact
-        length distribution up to ``max_len`` (``length_table``), the probability that a
-        derivation terminates, the branching regime and the expected length."""
-        reach = self.reachable()
-        start = self.start / self.start.sum()
-        length_probs = start @ self.length_table(max_len)
-        m = self.offspring_matrix()
-        if m.is_sparse:
-            rho = _spectral_radius_sparse(m, reach)
-        else:
-            sub = m[reach][:, reach]
-            rho = float(torch.linalg.eigvals(sub).abs().max()) if sub.numel() else 0.0
-        regime = ("subcritical" if rho < 1 - CRITICAL_TOL else
-                  "critical" if rho <= 1 + CRITICAL_TOL else "supercritical")
-        expected = math.inf
-        if regime == "subcritical":
-            # expected words = expected visits to each symbol (start (I - M)^-1) times its emission mass
-            emit = self.emission.sum(dim=1)
-            if m.is_sparse:
-                visits = start.clone()
-                for _ in range(10_000):
-                    new = start + torch.sparse.mm(m.t(), visits[:, None]).flatten()
-                    if torch.allclose(new, visits, rtol=1e-13, atol=0.0):
-                        break
-                    visits = new
-            else:  # over the reachable symbols: an unreachable part may be (super)critical
-                sub = m[reach][:, reach]
-                visits = torch.zeros_like(start)
-                visits[reach] = torch.linalg.solve(torch.eye(sub.shape[0], dtype=torch.float64) - sub.T, start[reach])
-            expected = float(visits @ emit)
-        shortest = float(self.shortest_yields()[start > 0].min())
-        return LengthReport(
-            max_len=max_len,
-            length_probs=length_probs,
-            fit=float(length_probs.sum()),
-            terminates=float(start @ self.termination_probabilities()),
-            spectral_radius=rho,
-            regime=regime,
-            expected_length=expected,
-            shortest=int(shortest),
-        )
+        """Sentence-length numbers from the grammar's generating function."""
+        return pcfg_lengths.length_report(self, max_len)
 
     def reachable(self) -> torch.Tensor:
         """``[N]`` bool: symbols some derivation from the root uses."""
-        reached = self.start > 0
-        reached[self.root] = True
-        live = self.rule_prob > 0
-        while True:
-            new = reached.clone()
-            used = reached[self.rule_parent] & live
-            new[self.rule_left[used]] = True
-            new[self.rule_right[used]] = True
-            if torch.equal(new, reached):
-                return reached
-            reached = new
+        return pcfg_lengths.reachable(self)
 
     def possible_lengths(self, max_len: int) -> torch.Tensor:
-        """``[N, max_len + 1]`` bool: can symbol A yield a string of length l?
-
-        Used to skip, exactly, every (span length, split) pair in which a rule cannot
-        take part — for layered grammars this removes most of the chart work.
-        """
-        n = self.n_nonterminals
-        can = torch.zeros(n, max_len + 1, dtype=torch.bool)
-        can[:, 1] = self.emission.sum(dim=1) > 0
-        for length in range(2, max_len + 1):
-            for m in range(1, length):
-                ok = can[self.rule_left, m] & can[self.rule_right, length - m]
-                can[self.rule_parent[ok], length] = True
-        return can
+        """``[N, max_len + 1]`` bool: can symbol A yield a string of length l?"""
+        return pcfg_lengths.possible_lengths(self, max_len)
 
 
 # ---- parsing ------------------------------------------------------------------------
@@ -500,10 +322,43 @@ def _parse_ours(text: str, source: str, progress: Progress | None = None) -> lis
 
 
 def _build(rules: list[_Rule], source: str, strict: bool = True) -> Grammar:
-    # the first entry is a marker: the root's name, then the declared vocabulary (if any)
+    """The grammar of parsed ``rules`` (the first entry a marker: the root's name, then the
+    declared vocabulary, if any), checked: normalised, every symbol with rules, unary
+    rules from the root only, every symbol reachable (``strict``) and productive."""
     root_name = rules[0].rhs[0][0]
     declared_words = [name for name, _ in rules[0].rhs[1:]]
     rules = rules[1:]
+    first_line, totals, renormalised = _normalise(rules, root_name, source)
+    nts, words = _symbols(rules, root_name, declared_words, totals, source)
+    nt_index = {n: i for i, n in enumerate(nts)}
+    start, emission, binary = _tables(rules, nt_index, {w: i for i, w in enumerate(words)}, nt_index[root_name],
+                                      source)
+    keys = list(binary)
+    grammar = Grammar(
+        nonterminals=tuple(nts),
+        words=tuple(words),
+        start=start,
+        rule_parent=torch.tensor([k[0] for k in keys], dtype=torch.long),
+        rule_left=torch.tensor([k[1] for k in keys], dtype=torch.long),
+        rule_right=torch.tensor([k[2] for k in keys], dtype=torch.long),
+        rule_prob=torch.tensor([binary[k] for k in keys], dtype=torch.float64),
+        emission=emission,
+        root=nt_index[root_name],
+        renormalised=renormalised,
+    )
+    unreachable = _unreachable(grammar)
+    if unreachable and strict:
+        name = unreachable[0]
+        raise InputFileError(f"symbol {name!r} is unreachable from the root", source, first_line.get(name))
+    _check_productive(grammar, first_line, source)
+    return dataclasses.replace(grammar, unreachable=tuple(unreachable))
+
+
+def _normalise(rules: list[_Rule], root_name: str, source: str
+               ) -> tuple[dict[str, int], dict[str, float], tuple[tuple[str, float], ...]]:
+    """Each symbol's rules divided by their sum (in place), refused beyond
+    ``NORMALISATION_TOL``: the first line of each symbol, the sums, and those that were
+    renormalised (off 1 by more than rounding)."""
     first_line: dict[str, int] = {}
     totals: dict[str, float] = {}
     for r in rules:
@@ -518,8 +373,13 @@ def _build(rules: list[_Rule], source: str, strict: bool = True) -> Grammar:
     renormalised = tuple((name, total) for name, total in totals.items() if abs(total - 1.0) > 1e-12)
     for r in rules:
         r.prob /= totals[r.lhs]
+    return first_line, totals, renormalised
 
-    # symbols: non-terminals in order of first appearance; words likewise
+
+def _symbols(rules: list[_Rule], root_name: str, declared_words: list[str], totals: dict[str, float], source: str
+             ) -> tuple[list[str], list[str]]:
+    """The non-terminals and the words, each in order of first appearance (declared words
+    first); every symbol used must have rules, and only the root may rewrite to one."""
     nts: OrderedDict[str, None] = OrderedDict()
     words: OrderedDict[str, None] = OrderedDict((w, None) for w in declared_words)
     nts[root_name] = None
@@ -541,9 +401,13 @@ def _build(rules: list[_Rule], source: str, strict: bool = True) -> Grammar:
                 raise InputFileError(f"unary rule {r.lhs} -> {target} rewrites the root to itself", source, r.line)
     if not words:
         raise InputFileError("the grammar emits no words", source)
+    return list(nts), list(words)
 
-    nt_index = {n: i for i, n in enumerate(nts)}
-    w_index = {w: i for i, w in enumerate(words)}
+
+def _tables(rules: list[_Rule], nt_index: dict[str, int], w_index: dict[str, int], root: int, source: str
+            ) -> tuple[torch.Tensor, torch.Tensor, OrderedDict]:
+    """The start distribution (the root's unary rules folded into it), the emission table
+    and the binary rules ``{(parent, left, right): probability}``."""
     n_nt, n_w = len(nt_index), len(w_index)
     start = torch.zeros(n_nt, dtype=torch.float64)
     emission = torch.zeros(n_nt, n_w, dtype=torch.float64)
@@ -558,7 +422,6 @@ def _build(rules: list[_Rule], source: str, strict: bool = True) -> Grammar:
             emission[a, w_index[r.rhs[0][0]]] += r.prob
         else:
             start[nt_index[r.rhs[0][0]]] += r.prob
-    root = nt_index[root_name]
     unary_mass = float(start.sum())
     for t in unary_targets:
         if any(len(r.rhs) == 1 and not r.rhs[0][1] for r in rules if r.lhs == t):
@@ -577,47 +440,12 @@ def _build(rules: list[_Rule], source: str, strict: bool = True) -> Grammar:
         emission[root] = 0.0
         for key in [k for k in binary if k[0] == root]:
             del binary[key]
-    keys = list(binary)
-    grammar = Grammar(
-        nonterminals=tuple(nts),
-        words=tuple(words),
-        start=start,
-        rule_parent=torch.tensor([k[0] for k in keys], dtype=torch.long),
-        rule_left=torch.tensor([k[1] for k in keys], dtype=torch.long),
-        rule_right=torch.tensor([k[2] for k in keys], dtype=torch.long),
-        rule_prob=torch.tensor([binary[k] for k in keys], dtype=torch.float64),
-        emission=emission,
-        root=root,
-        renormalised=renormalised,
-    )
-    unreachable = _unreachable(grammar)
-    if unreachable and strict:
-        name = unreachable[0]
-        raise InputFileError(f"symbol {name!r} is unreachable from the root", source, first_line.get(name))
-    _check_productive(grammar, first_line, source)
-    return dataclasses.replace(grammar, unreachable=tuple(unreachable))
+    return start, emission, binary
 
 
 def _unreachable(g: Grammar) -> list[str]:
     reached = g.reachable()
     return [name for i, name in enumerate(g.nonterminals) if not reached[i]]
-
-
-def _spectral_radius_sparse(m: torch.Tensor, keep: torch.Tensor, iterations: int = 2000) -> float:
-    """Spectral radius of a large non-negative sparse matrix restricted to ``keep``, by
-    power iteration on ``M + I`` (same Perron vector, radius shifted by 1, and no
-    periodic oscillation); the Collatz-Wielandt ratio max_i (Ax)_i / x_i bounds it from
-    above and tightens as x converges."""
-    x = keep.double()
-    bound = math.inf
-    for _ in range(iterations):
-        y = (torch.sparse.mm(m, x[:, None]).flatten() + x) * keep
-        pos = x > 0
-        previous, bound = bound, float((y[pos] / x[pos]).max()) - 1.0
-        if abs(bound - previous) <= 1e-13 * max(bound, 1.0):
-            break
-        x = y / y.max()
-    return max(bound, 0.0)
 
 
 def _check_productive(g: Grammar, first_line: dict[str, int], source: str) -> None:
@@ -641,102 +469,3 @@ def _check_productive(g: Grammar, first_line: dict[str, int], source: str) -> No
                              source, first_line.get(dead[0]))
     if not bool((productive & (g.start > 0)).any()):
         raise InputFileError("the root derives no finite string", source)
-
-
-# ---- random layered grammars --------------------------------------------------------
-def random_layered(
-    n_words: int = 200,
-    n_roots: int = 9,
-    n_levels: int = 5,
-    symbols_per_level: int = 8,
-    binary_rules_per_symbol: int = 20,
-    emit_prob: float = 0.1,
-    words_per_emission: int = 1,
-    words_per_last_symbol: int = 80,
-    concentration: float = 1.0,
-    seed: int = 0,
-) -> Grammar:
-    """A layered random grammar shaped like the released one.
-
-    ``S -> S_i`` (``n_roots`` roots, Dirichlet weights); ``S_i -> L1_a L1_b`` (one fixed
-    pair); a symbol of level ``k < n_levels`` rewrites to a pair of level ``k+1``
-    symbols (``binary_rules_per_symbol`` distinct pairs) or, with total probability
-    ``emit_prob``, to one of ``words_per_emission`` words; last-level symbols emit
-    ``words_per_last_symbol`` words. Sentences have between 2 and ``2**n_levels`` words,
-    trees depth at most ``n_levels + 2`` (S, S_i, levels, word). The defaults give the
-    paper's sizes: 200 words, 1 + 9 + 5*8 = 50 non-terminals, sentences <= 32 tokens.
-    """
-    for name, value in [("n_words", n_words), ("n_roots", n_roots), ("n_levels", n_levels),
-                        ("symbols_per_level", symbols_per_level),
-                        ("binary_rules_per_symbol", binary_rules_per_symbol),
-                        ("words_per_emission", words_per_emission),
-                        ("words_per_last_symbol", words_per_last_symbol)]:
-        if value < 1:
-            raise UserError(f"random grammar: {name} must be >= 1, got {value}")
-    if not 0.0 <= emit_prob < 1.0:
-        raise UserError(f"random grammar: emit_prob must be in [0, 1), got {emit_prob}")
-    if binary_rules_per_symbol > symbols_per_level**2:
-        raise UserError("random grammar: binary_rules_per_symbol exceeds the number of symbol pairs")
-    if max(words_per_emission, words_per_last_symbol) > n_words:
-        raise UserError("random grammar: a symbol cannot emit more distinct words than n_words")
-    if 2 * n_roots < symbols_per_level:
-        raise UserError("random grammar: 2 * n_roots must be >= symbols_per_level so every symbol is reachable")
-    gen = torch.Generator().manual_seed(seed)
-
-    def dirichlet(k: int) -> list[float]:
-        g = torch._standard_gamma(torch.full((k,), concentration, dtype=torch.float64), generator=gen)
-        return (g / g.sum()).tolist()
-
-    def pick(k: int, n: int) -> list[int]:
-        return torch.randperm(n, generator=gen)[:k].tolist()
-
-    words = [f"w{i}" for i in range(n_words)]
-    lines = ["root S"]
-    for i, p in enumerate(dirichlet(n_roots)):
-        lines.append(f"S -> S{i + 1} {p!r}")
-    # every level-1 symbol gets used by some root (when there are enough root slots)
-    slots = torch.randperm(symbols_per_level, generator=gen).tolist()
-    slots += torch.randint(symbols_per_level, (max(2 * n_roots - len(slots), 0),), generator=gen).tolist()
-    slots = [slots[i] for i in torch.randperm(len(slots), generator=gen).tolist()]
-    for i in range(n_roots):
-        lines.append(f"S{i + 1} -> L1_{slots[2 * i]} L1_{slots[2 * i + 1]} 1.0")
-    for level in range(1, n_levels):
-        rule_pairs = [pick(binary_rules_per_symbol, symbols_per_level**2) for _ in range(symbols_per_level)]
-        _ensure_every_child_used(rule_pairs, symbols_per_level)
-        for s, pairs in enumerate(rule_pairs):
-            for pair, p in zip(pairs, dirichlet(len(pairs))):
-                lb, rb = divmod(pair, symbols_per_level)
-                lines.append(f"L{level}_{s} -> L{level + 1}_{lb} L{level + 1}_{rb} {p * (1 - emit_prob)!r}")
-            if emit_prob > 0:
-                for w, p in zip(pick(words_per_emission, n_words), dirichlet(words_per_emission)):
-                    lines.append(f'L{level}_{s} -> "{words[w]}" {p * emit_prob!r}')
-    for s in range(symbols_per_level):
-        for w, p in zip(pick(words_per_last_symbol, n_words), dirichlet(words_per_last_symbol)):
-            lines.append(f'L{n_levels}_{s} -> "{words[w]}" {p!r}')
-    grammar = Grammar.from_text("\n".join(lines), source="<random grammar>")
-    return _with_word_order(grammar, words)
-
-
-def _ensure_every_child_used(rule_pairs: list[list[int]], k: int) -> None:
-    """Rewrite left children so every next-level symbol appears in some rule (an
-    unused symbol would be unreachable). Pairs are ``left * k + right``."""
-    used = {p // k for pairs in rule_pairs for p in pairs} | {p % k for pairs in rule_pairs for p in pairs}
-    missing = [c for c in range(k) if c not in used]
-    slots = [(s, j) for j in range(max(map(len, rule_pairs))) for s in range(len(rule_pairs)) if j < len(rule_pairs[s])]
-    for c, (s, j) in zip(missing, slots):
-        new = c * k + rule_pairs[s][j] % k
-        if new not in rule_pairs[s]:
-            rule_pairs[s][j] = new
-    used = {p // k for pairs in rule_pairs for p in pairs} | {p % k for pairs in rule_pairs for p in pairs}
-    if len(used) < k:
-        raise UserError("random grammar: too few binary rules to use every symbol of the next level")
-
-
-def _with_word_order(g: Grammar, words: list[str]) -> Grammar:
-    """Reindex words as w0..w{n-1} (words never emitted still get an id, so the
-    vocabulary size is exactly ``n_words``)."""
-    order = {w: i for i, w in enumerate(words)}
-    emission = torch.zeros(g.n_nonterminals, len(words), dtype=torch.float64)
-    for j, w in enumerate(g.words):
-        emission[:, order[w]] = g.emission[:, j]
-    return dataclasses.replace(g, words=tuple(words), emission=emission)

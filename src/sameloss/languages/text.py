@@ -39,11 +39,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..files import building
 from ..errors import UserError
-from ..files import sha256_of
+from ..errors import first_line as _first_line
+from ..files import building, sha256_of
+from ..jsonl import read_jsonl
 from .base import Batch, Language
-from .lm_generated import _one_line as _first_line
 
 # the registry reads this from the file (``sameloss.registry``)
 LANGUAGE = {"name": "corpus", "build": "build", "settings": ("data",), "describe": False}
@@ -100,17 +100,9 @@ def read_documents(path: str | Path, doc_per: str = "line") -> list[str]:
         raise UserError(f"no such text file: {path}")
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json"):
-        docs = []
-        for number, line in enumerate(read_text(path).splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{path}:{number}: not a JSON record ({exc.msg})") from None
-            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-                raise UserError(f"{path}:{number}: a JSONL record needs a string field 'text'")
-            docs.append(record["text"])
+        records = read_jsonl(path, read_text(path), lambda r: isinstance(r.get("text"), str),
+                             "a document record (JSON with a string field 'text')")
+        docs = [record["text"] for _, record in records]
     elif suffix == ".parquet":
         try:
             import pyarrow.parquet as pq

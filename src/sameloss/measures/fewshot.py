@@ -42,9 +42,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-METHODS = ("adamw", "lbfgs")
+from .heads import METHODS, HeadTraining, fit_linear_heads
+
 POOLINGS = ("concat", "mean")
 
 
@@ -150,57 +150,19 @@ def _standardised(x: torch.Tensor, eps: float = 1e-6) -> tuple[torch.Tensor, tor
     return (x - mu) / sd, mu, sd
 
 
-def _ce_sum(x: torch.Tensor, y: torch.Tensor, W: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Sum over subsets of each subset's mean cross-entropy."""
-    logits = torch.baddbmm(b[:, None, :], x, W.transpose(1, 2))  # [k, n, C]
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum") / y.shape[1]
-
-
 def train_heads(x: torch.Tensor, y: torch.Tensor, n_classes: int, method: str = "adamw", epochs: int = 100,
                 lr: float = 1e-3, batch_size: int = 128, weight_decay: float = 0.01, l2: float = 1e-3,
                 max_iter: int = 500, tol: float = 1e-6, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, float]:
     """Heads ``(W [k, C, D], b [k, C])`` on standardised ``x [k, n, D]`` with labels ``y [k, n]``,
-    and the largest per-subset gradient norm of the convex objective left (``nan`` for adamw)."""
+    and the largest per-subset gradient norm of the convex objective left (``nan`` for adamw):
+    ``heads.fit_linear_heads`` on a batch of heads."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}")
-    k, n, D = x.shape
-    gen = torch.Generator().manual_seed(int(seed))
-    if method == "lbfgs":
-        W = torch.zeros(k, n_classes, D, dtype=x.dtype, requires_grad=True)
-        b = torch.zeros(k, n_classes, dtype=x.dtype, requires_grad=True)
-        opt = torch.optim.LBFGS([W, b], lr=1.0, max_iter=max_iter, history_size=20, tolerance_grad=tol,
-                                tolerance_change=1e-14, line_search_fn="strong_wolfe")
-
-        def objective():
-            return _ce_sum(x, y, W, b) + 0.5 * l2 * W.pow(2).sum()
-
-        def closure():
-            opt.zero_grad()
-            loss = objective()
-            loss.backward()
-            return loss
-
-        opt.step(closure)
-        opt.zero_grad()
-        objective().backward()
-        grad = torch.cat([W.grad.reshape(k, -1), b.grad.reshape(k, -1)], dim=1).norm(dim=1)
-        return W.detach(), b.detach(), float(grad.max())
-    bound = 1.0 / math.sqrt(max(D, 1))
-    W = ((torch.rand(k, n_classes, D, generator=gen, dtype=x.dtype) * 2 - 1) * bound).requires_grad_()
-    b = torch.zeros(k, n_classes, dtype=x.dtype, requires_grad=True)
-    opt = torch.optim.AdamW([{"params": [W], "weight_decay": weight_decay}, {"params": [b], "weight_decay": 0.0}],
-                            lr=lr)
-    size = min(batch_size, n)
-    rows = torch.arange(k)[:, None]
-    for _ in range(epochs):
-        order = torch.rand(k, n, generator=gen).argsort(dim=1)
-        for start in range(0, n, size):
-            idx = order[:, start:start + size]
-            loss = _ce_sum(x[rows, idx], y[rows, idx], W, b)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-    return W.detach(), b.detach(), float("nan")
+    how = HeadTraining(method, epochs=epochs, lr=lr, batch_size=batch_size, weight_decay=weight_decay, l2=l2,
+                       max_iter=max_iter, tolerance_grad=tol, tolerance_change=1e-14)
+    fit = fit_linear_heads(x, y, n_classes, how, seed=seed)
+    grad = float(fit.grad_norm.max()) if fit.grad_norm is not None else float("nan")
+    return fit.W, fit.b, grad
 
 
 @torch.no_grad()

@@ -54,9 +54,9 @@ from tqdm import tqdm
 
 from sameloss.errors import UserError
 from sameloss.files import atomic_write_text
+from sameloss.measures.heads import METHODS, HeadTraining, fit_linear_heads
 from sameloss.measures.tasks import SPLITS, TaskData
 
-METHODS = ("adamw", "lbfgs")
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
 # the paper trains the head for 100 epochs; with early selection on validation accuracy
 # 50 gives the same numbers on the tiny presets at half the cost
@@ -238,8 +238,9 @@ def train_head(x_train: torch.Tensor, y_train: torch.Tensor, x_val: torch.Tensor
     ``adamw``: minibatch AdamW for ``epochs`` epochs, keeping the head of the epoch with
     the best validation accuracy (earliest among ties; the last epoch if there is no
     validation split). ``lbfgs``: full-batch L-BFGS on ``mean CE + l2/2 ‖W‖²`` from zero,
-    at most ``max_iter`` iterations. The caller's global RNG is not touched. The head is
-    trained on ``device`` (the features are moved there); it is returned on the CPU.
+    at most ``max_iter`` iterations (``heads.fit_linear_heads``, the routine the few-shot
+    probes share). The caller's global RNG is not touched. The head is trained on
+    ``device`` (the features are moved there); it is returned on the CPU.
     """
     if method not in METHODS:
         raise UserError(f"unknown probe method {method!r}; choose from {', '.join(METHODS)}")
@@ -248,53 +249,15 @@ def train_head(x_train: torch.Tensor, y_train: torch.Tensor, x_val: torch.Tensor
     device = torch.device(device)
     x_train, y_train = x_train.float().to(device), y_train.to(device)
     x_val, y_val = x_val.float().to(device), y_val.to(device)
-    n, D = x_train.shape
-    gen = torch.Generator().manual_seed(int(seed))
-
+    how = HeadTraining(method, epochs=epochs, lr=lr, batch_size=batch_size, weight_decay=weight_decay, l2=l2,
+                       max_iter=max_iter, tolerance_grad=1e-7, tolerance_change=1e-12)
+    fit = fit_linear_heads(x_train, y_train, n_classes, how, seed=seed, validation=(x_val, y_val), progress=progress)
     if method == "lbfgs":
-        W = torch.zeros(n_classes, D, device=device, requires_grad=True)
-        b = torch.zeros(n_classes, device=device, requires_grad=True)
-        opt = torch.optim.LBFGS([W, b], lr=1.0, max_iter=max_iter, history_size=20,
-                                tolerance_grad=1e-7, tolerance_change=1e-12, line_search_fn="strong_wolfe")
-
-        def closure():
-            opt.zero_grad()
-            loss = F.cross_entropy(F.linear(x_train, W, b), y_train) + 0.5 * l2 * W.pow(2).sum()
-            loss.backward()
-            return loss
-
-        opt.step(closure)
-        with torch.no_grad():
-            final = float(F.cross_entropy(F.linear(x_train, W, b), y_train) + 0.5 * l2 * W.pow(2).sum())
-        state = opt.state[W]
-        head = Head(W.detach().clone(), b.detach().clone(), iterations=int(state.get("n_iter", 0)),
-                    final_loss=final)
+        head = Head(fit.W.clone(), fit.b.clone(), iterations=fit.iterations, final_loss=fit.objective)
     else:
-        bound = 1.0 / math.sqrt(max(D, 1))
-        W = ((torch.rand(n_classes, D, generator=gen) * 2 - 1) * bound).to(device).requires_grad_()
-        b = torch.zeros(n_classes, device=device, requires_grad=True)
-        opt = torch.optim.AdamW([{"params": [W], "weight_decay": weight_decay},
-                                 {"params": [b], "weight_decay": 0.0}], lr=lr)
-        best = (-1.0, None, None, 0)
-        for epoch in tqdm(range(1, epochs + 1), desc=f"head seed {seed}", unit="epoch",
-                          disable=not progress, leave=False):
-            order = torch.randperm(n, generator=gen).to(device)
-            for start in range(0, n, batch_size):
-                idx = order[start:start + batch_size]
-                loss = F.cross_entropy(F.linear(x_train[idx], W, b), y_train[idx])
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-            if y_val.numel():
-                with torch.no_grad():
-                    acc = Head(W, b).accuracy(x_val, y_val)
-                if acc > best[0]:
-                    best = (acc, W.detach().clone(), b.detach().clone(), epoch)
-        if best[1] is None:  # no validation split (or no epochs): the last head
-            best = (float("nan"), W.detach().clone(), b.detach().clone(), epochs)
         with torch.no_grad():
-            final = float(F.cross_entropy(F.linear(x_train, best[1], best[2]), y_train)) if n else float("nan")
-        head = Head(best[1], best[2], best_epoch=best[3], final_loss=final)
+            final = float(F.cross_entropy(F.linear(x_train, fit.W, fit.b), y_train)) if len(y_train) else float("nan")
+        head = Head(fit.W, fit.b, best_epoch=fit.best_epoch, final_loss=final)
     with torch.no_grad():
         head.validation_accuracy = head.accuracy(x_val, y_val)
         head.train_accuracy = head.accuracy(x_train, y_train)

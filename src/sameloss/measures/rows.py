@@ -1,7 +1,8 @@
 """The row schema of ``sameloss measure``: one flat dict of numbers per checkpoint.
 
-``measures.run`` writes the rows; the CLI's table, the experiments' claims, tables and
-plots read them — all through the functions here, so what a column means is decided once.
+``measures.run`` writes the rows; the CLI's table (``format_rows``), the experiments'
+claims, tables and plots read them — all through the functions here, so what a column
+means is decided once.
 
 A quantity ``key`` may have an error column beside it, ``error_column(key)``:
 
@@ -47,3 +48,24 @@ def spread_of(key: str) -> str | None:
     if _is_trace(key):
         return None
     return "seeds" if is_accuracy(key) else "subsets"
+
+
+def format_rows(rows: list[dict]) -> str:
+    """A plain table: one line per checkpoint, value ± error columns merged."""
+    if not rows:
+        return "(no rows)"
+    skip = {"checkpoint", "run"}
+    keys = [k for k in rows[0] if k not in skip and not is_error_column(k)]
+
+    def cell(row, key):
+        value = row.get(key)
+        if value is None:
+            return "-"
+        if isinstance(value, float):
+            err = row.get(error_column(key))
+            return f"{value:.4g}" + (f" ± {err:.2g}" if isinstance(err, float) else "")
+        return str(value)
+
+    table = [keys] + [[cell(r, k) for k in keys] for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(keys))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in table)

@@ -2,7 +2,8 @@
 
 Both map token ids ``[n, T]`` to logits ``[n, T, vocab_size]`` (``forward``) and to final
 hidden states ``[n, T, d_features]`` (``features``), and ignore padding (``pad_id``).
-``build_model`` makes either from a named size (``sizes.py``).
+``build_model`` makes any registered kind (``kind.py``; ``sameloss.registry.MODELS``) from
+a named size (``sizes.py``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any
 
 from torch import nn
 
-from sameloss.errors import UserError
+from sameloss.models.kind import ModelKind, kind_of_config, model_kind
 from sameloss.models.lstm import LSTMConfig, LSTMMLM
 from sameloss.models.sizes import lstm_config, size_names, transformer_config
 from sameloss.models.transformer import TransformerConfig, TransformerMLM
@@ -19,20 +20,20 @@ from sameloss.models.transformer import TransformerConfig, TransformerMLM
 __all__ = [
     "LSTMConfig",
     "LSTMMLM",
+    "ModelKind",
     "TransformerConfig",
     "TransformerMLM",
     "build_model",
+    "kind_of_config",
     "lstm_config",
+    "model_kind",
     "size_names",
     "transformer_config",
 ]
 
 
 def build_model(kind: str, size: Any, vocab_size: int, max_len: int, **overrides: Any) -> nn.Module:
-    """A freshly initialised ``"transformer"`` or ``"lstm"`` MLM of a named size (or a
-    table of shape fields); ``overrides`` set config fields (dropout, norm, …)."""
-    if kind == "transformer":
-        return TransformerMLM(transformer_config(size, vocab_size, max_len, **overrides))
-    if kind == "lstm":
-        return LSTMMLM(lstm_config(size, vocab_size, max_len, **overrides))
-    raise UserError(f"unknown model kind {kind!r}; valid kinds: transformer, lstm")
+    """A freshly initialised MLM of a registered kind (``"transformer"``, ``"lstm"``) and a
+    named size (or a table of shape fields); ``overrides`` set config fields (dropout,
+    norm, …). ``UserError`` for an unknown kind, size or field."""
+    return model_kind(kind).build(size, vocab_size, max_len, **overrides)

@@ -48,6 +48,8 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from sameloss.errors import UserError
 
+MODEL_KIND = "lstm"  # model.kind=lstm (``KIND``, at the end; read from this file by sameloss.registry)
+
 
 @dataclass(frozen=True)
 class LSTMConfig:
@@ -209,3 +211,30 @@ class LSTMMLM(nn.Module):
 def _gather_time(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """``x[i, index[i, t]]`` for ``x [n, T, d]`` and ``index [n, T]``."""
     return torch.gather(x, 1, index[..., None].expand(-1, -1, x.shape[-1]))
+
+
+# ---- the kind ------------------------------------------------------------------------------
+def flops_per_token(m) -> float:
+    """FLOPs of one forward pass per token: 2·(4·h·(d+h)) per direction of the first layer,
+    2·(4·h·2h) of each further one (its input is both directions), the projection to
+    d_model when it differs from h, and the tied decoder 2·V·d. Not checked against
+    torch's counter (it does not count the fused LSTM kernel)."""
+    d, h = m.d_model, m.d_hidden
+    layers = 2 * 4 * h * (d + h) + 2 * 4 * h * (h + h) * (m.n_layers - 1)
+    return layers + 2 * (h * d if h != d else 0) + 2 * m.vocab * d
+
+
+def activations_per_token(config: LSTMConfig, max_len: int) -> int:
+    """What the backward pass keeps per token (a lower bound): four gates and two states
+    per direction and layer, and the embeddings."""
+    return config.n_layers * 2 * 6 * config.d_hidden + 2 * config.d_model
+
+
+def _kind():
+    from .kind import ModelKind
+    from .sizes import LSTM_ALIASES, LSTM_SIZES
+
+    return ModelKind("lstm", LSTMConfig, LSTMMLM, LSTM_SIZES, LSTM_ALIASES, flops_per_token, activations_per_token)
+
+
+KIND = _kind()

@@ -20,14 +20,8 @@ are much smaller (``t3-64``: 70k).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
-
-from sameloss.errors import UserError
-from sameloss.languages.base import N_SPECIAL
-from sameloss.models.lstm import LSTMConfig
-from sameloss.models.transformer import TransformerConfig
 
 # (d_model, n_heads, n_layers, d_inter)
 TABLE_3 = [
@@ -79,72 +73,27 @@ LSTM_ALIASES: dict[str, str] = {}
 
 
 def size_names(kind: str) -> list[str]:
-    """Every valid size name (aliases included) for ``"transformer"`` or ``"lstm"``."""
-    sizes, aliases = _tables(kind)
-    return [*sizes, *aliases]
+    """Every valid size name (aliases included) of a model kind (``"transformer"``, ``"lstm"``)."""
+    from .kind import model_kind
+
+    return model_kind(kind).size_names()
 
 
-def _tables(kind: str) -> tuple[dict[str, dict[str, int]], dict[str, str]]:
-    if kind == "transformer":
-        return TRANSFORMER_SIZES, TRANSFORMER_ALIASES
-    if kind == "lstm":
-        return LSTM_SIZES, LSTM_ALIASES
-    raise UserError(f"unknown model kind {kind!r}; valid kinds: transformer, lstm")
-
-
-def _build(
-    kind: str,
-    cls: type,
-    size: str | Mapping[str, Any],
-    vocab_size: int,
-    max_len: int,
-    overrides: dict[str, Any],
-):
-    sizes, aliases = _tables(kind)
-    if isinstance(size, str):
-        name = aliases.get(size, size)
-        if name not in sizes:
-            raise UserError(
-                f"unknown {kind} size {size!r}; valid sizes: {', '.join(size_names(kind))}"
-            )
-        shape = dict(sizes[name])
-    elif isinstance(size, Mapping):
-        shape = dict(size)
-    else:
-        raise UserError(f"a {kind} size must be a name or a table of fields, got {size!r}")
-    fields = {"pad_id": vocab_size - N_SPECIAL, **shape, **overrides}
-    fields.update(vocab_size=vocab_size, max_len=max_len)
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(fields) - known)
-    if unknown:
-        raise UserError(
-            f"unknown {kind} setting(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}"
-        )
-    missing = sorted(
-        f.name
-        for f in dataclasses.fields(cls)
-        if f.default is dataclasses.MISSING and f.name not in fields
-    )
-    if missing:
-        raise UserError(f"{kind} size is missing {', '.join(missing)}")
-    return cls(**fields)
-
-
-def transformer_config(
-    size: str | Mapping[str, Any], vocab_size: int, max_len: int, **overrides: Any
-) -> TransformerConfig:
+def transformer_config(size: str | Mapping[str, Any], vocab_size: int, max_len: int, **overrides: Any):
     """Config for a named size (or a table with d_model, n_heads, n_layers, d_inter).
 
     ``pad_id`` defaults to ``vocab_size - 3`` (the convention of
     ``sameloss.languages.base``); ``overrides`` set any other ``TransformerConfig`` field.
     Raises ``UserError`` for an unknown name or field.
     """
-    return _build("transformer", TransformerConfig, size, vocab_size, max_len, overrides)
+    from .kind import model_kind
+
+    return model_kind("transformer").config(size, vocab_size, max_len, **overrides)
 
 
-def lstm_config(
-    size: str | Mapping[str, Any], vocab_size: int, max_len: int, **overrides: Any
-) -> LSTMConfig:
+def lstm_config(size: str | Mapping[str, Any], vocab_size: int, max_len: int, **overrides: Any):
     """Config for a named LSTM size (or a table with d_model, d_hidden, n_layers); as
     ``transformer_config``."""
-    return _build("lstm", LSTMConfig, size, vocab_size, max_len, overrides)
+    from .kind import model_kind
+
+    return model_kind("lstm").config(size, vocab_size, max_len, **overrides)

@@ -47,6 +47,8 @@ from torch import nn
 
 from sameloss.errors import UserError
 
+MODEL_KIND = "transformer"  # model.kind=transformer (``KIND``, at the end; read from this file by sameloss.registry)
+
 
 @dataclass(frozen=True)
 class TransformerConfig:
@@ -257,3 +259,36 @@ class TransformerMLM(nn.Module):
         if not embeddings:
             total -= self.tok_emb.weight.numel() + self.pos_emb.weight.numel()
         return total
+
+
+# ---- the kind ------------------------------------------------------------------------------
+def flops_per_token(m) -> float:
+    """FLOPs of one forward pass per token of a full-length padded sentence (every position
+    goes through the blocks and the tied decoder): per layer 2·(4d² + 2·d·d_inter) for the
+    Q/K/V/output and MLP matmuls plus 4·T·d for the attention scores and their weighted
+    sum; the MLM head 2·(d² + V·d) (dense transform and tied decoder). Element-wise work
+    (LayerNorm, GELU, softmax) is not counted. Checked against ``torch.utils.flop_counter``
+    (``tests/experiments/test_plan.py``, within a few %)."""
+    d, T = m.d_model, m.max_len
+    per_layer = 2 * (4 * d * d + 2 * d * m.d_inter) + 4 * T * d
+    head = 2 * (d * d if m.mlm_head_transform else 0) + 2 * m.vocab * d
+    return m.n_layers * per_layer + head
+
+
+def activations_per_token(config: TransformerConfig, max_len: int) -> int:
+    """What the backward pass keeps per token (a lower bound): per block the inputs of its
+    linear maps and norms, the MLP's hidden layer and the attention weights of each head."""
+    return config.n_layers * (8 * config.d_model + 2 * config.d_inter + 2 * config.n_heads * max_len)
+
+
+def _kind():
+    from .kind import ModelKind
+    from .sizes import TRANSFORMER_ALIASES, TRANSFORMER_SIZES
+
+    # the paper's "dropout 0.1" is BERT's: hidden and attention-probability dropout
+    return ModelKind("transformer", TransformerConfig, TransformerMLM, TRANSFORMER_SIZES, TRANSFORMER_ALIASES,
+                     flops_per_token, activations_per_token, dropout_fields=("dropout", "attn_dropout"),
+                     settings=("norm",))
+
+
+KIND = _kind()

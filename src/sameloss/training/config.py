@@ -49,7 +49,7 @@ class LanguageConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    kind: Literal["transformer", "lstm"] = "transformer"
+    kind: str = "transformer"  # a model kind of ``sameloss.registry.MODELS``: transformer, lstm
     size: str = "tiny"
     dropout: float = 0.1
     norm: Literal["post", "pre"] = "post"  # transformer only
@@ -59,6 +59,12 @@ class ModelConfig:
     n_layers: int | None = None
     d_inter: int | None = None  # transformer only
     d_hidden: int | None = None  # LSTM only
+
+    def __post_init__(self):
+        from ..registry import MODELS  # found from their files (and plugins), no import
+
+        if self.kind not in MODELS:
+            raise ValueError(f"model.kind must be one of {', '.join(MODELS.names())}, got {self.kind!r}")
 
     def shape_overrides(self) -> dict:
         names = ("d_model", "n_heads", "n_layers", "d_inter", "d_hidden")

@@ -94,7 +94,7 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, pro
     with files.folder_lock(run_dir, "run") if rank == 0 else contextlib.nullcontext():
         plan = plan or runfolder.plan(run_dir, cfg, "resume" if resume else "fresh" if fresh else "new")
         if plan.action == "reuse":
-            return runio.finished(run_dir)[1]
+            return plan.evaluation
         return _pretrain(cfg, run_dir, plan.action == "resume", progress, stop_after, plan.action == "replace",
                          tracker)
 
@@ -124,9 +124,8 @@ def _pretrain(cfg: PretrainConfig, run_dir: Path, resume: bool, progress: bool, 
 
     start, window, created = 1, LogWindow(), False
     if resume:
+        # (runfolder.plan refused a run past cfg.steps: its newest checkpoint, and so any it restores, is not)
         model, optimizer, schedule, state = _restore(cfg, language, device, run_dir, rank)
-        if state["step"] > cfg.steps:
-            raise UserError(f"cannot resume: {run_dir} is at step {state['step']}, past steps={cfg.steps}")
         if state["step"] == cfg.steps:  # finished, but summary.json was never written
             meta = ckpt.read_meta(ckpt.checkpoint_dir(run_dir, state["step"]))
             if rank == 0:

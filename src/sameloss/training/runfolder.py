@@ -2,7 +2,7 @@
 resuming or extending one, training a new one, replacing one, and refusing — for
 ``sameloss pretrain`` (``--resume``, ``--fresh`` or neither) and for a ``Study`` (which
 reuses what it can) alike — and the one definition of a config change a run can be resumed
-across (issue 21: the CLI, the loop and the Study each decided, and the Study's test of
+across (when the CLI, the loop and the Study each decided, the Study's test of
 "resumable" disagreed with the loop's on ``steps``).
 
 ``plan(run_dir, cfg, mode)`` only reads; ``loop.pretrain`` carries a plan out under the
@@ -57,6 +57,37 @@ class Plan:
     action: str
     status: str
     message: str
+    evaluation: dict | None = None  # reuse: the finished run's final evaluation (its summary's)
+
+
+@dataclass(frozen=True)
+class Found:
+    """What a run folder holds, each file read once: its complete checkpoints (oldest
+    first), its saved config (as ``runio.read_config_dict``) and ``summary.json``
+    (``None``: absent; a damaged one is a ``UserError`` naming it)."""
+
+    checkpoints: list[Path]
+    config: dict
+    summary: dict | None
+
+    @classmethod
+    def read(cls, run_dir: Path) -> Found:
+        """The folder's files; without a complete checkpoint, none of the others is read (a
+        run killed before its first is replaced whatever they hold)."""
+        checkpoints = ckpt.complete_checkpoints(run_dir)
+        if not checkpoints:
+            return cls([], {}, None)
+        return cls(checkpoints, runio.read_config_dict(run_dir / "config.toml"), runio.read_summary(run_dir))
+
+    @property
+    def newest(self) -> int:
+        return int(self.checkpoints[-1].name[len(ckpt.PREFIX):])
+
+    @property
+    def finished(self) -> bool:
+        """A run that ended: its summary's step is the newest complete checkpoint's."""
+        step = None if self.summary is None else self.summary.get("step")
+        return isinstance(step, int) and step == self.newest
 
 
 def plan(run_dir: str | Path, cfg: PretrainConfig, mode: str, fresh_hint: str = "pass --fresh to replace it") -> Plan:
@@ -67,18 +98,19 @@ def plan(run_dir: str | Path, cfg: PretrainConfig, mode: str, fresh_hint: str = 
     (replace a run folder — never a folder sameloss did not write) or ``auto`` (a Study:
     reuse a finished run with this config, extend or resume one whose config differs only
     in resumable keys, restart one killed before its first checkpoint, refuse the rest).
-    ``fresh_hint`` ends a refusal that ``--fresh`` would lift."""
+    ``fresh_hint`` ends a refusal that ``--fresh`` would lift. The cases, in order:"""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     run_dir = Path(run_dir)
     name = run_dir.name
+    # 1. nothing there: a new run (nothing to resume)
     if run_dir.is_symlink() or (run_dir.exists() and not run_dir.is_dir()):
         raise UserError(f"{run_dir} exists and is not a run folder; choose another name=")
-    empty = not run_dir.exists() or files.is_empty_dir(run_dir)
-    if empty:
+    if not run_dir.exists() or files.is_empty_dir(run_dir):
         if mode == "resume":
             raise UserError(f"nothing to resume in {run_dir}: no complete checkpoint")
         return Plan("train", "trained", f"run {name}: training {cfg.steps} steps")
+    # 2. a folder sameloss did not write: never touched
     if not files.is_run_dir(run_dir):
         if mode == "auto":
             raise UserError(f"{run_dir} is not a sameloss run folder (no {files.RUN_MARKER} marker); reproduce "
@@ -86,35 +118,35 @@ def plan(run_dir: str | Path, cfg: PretrainConfig, mode: str, fresh_hint: str = 
         raise UserError(f"{run_dir} is not a sameloss run folder (no {files.RUN_MARKER} marker and no config.toml "
                         f"written by sameloss pretrain); sameloss never writes into or deletes it: remove it "
                         "yourself or choose another name=")
+    # 3. a run: --fresh replaces it, a new run is refused
     if mode == "fresh":
         return Plan("replace", "trained", f"run {name}: replacing it, training {cfg.steps} steps")
     if mode == "new":
         raise UserError(f"{run_dir} already holds a run; pass --resume to continue it, --fresh to replace it, or "
                         "name=... for a new run")
-    checkpoints = ckpt.complete_checkpoints(run_dir)
-    if not checkpoints:
+    # 4. resume or auto: killed before its first checkpoint, there is nothing to keep
+    found = Found.read(run_dir)
+    if not found.checkpoints:
         if mode == "resume":
             raise UserError(f"nothing to resume in {run_dir}: no complete checkpoint")
-        # a run killed before its first checkpoint: nothing in it to keep
         return Plan("replace", "trained", f"run {name}: training {cfg.steps} steps (the earlier start left no "
                                           "checkpoint)")
-    saved = runio.read_config_dict(run_dir / "config.toml")
+    # 5. past the steps asked for, or another trajectory: refused
     wanted = configlib.to_dict(cfg)
-    blocking = trajectory_changes(saved, wanted)
-    runio.read_summary(run_dir)  # a damaged summary.json: one line naming it (finished() would pass over it)
-    done = runio.finished(run_dir)
-    newest = int(checkpoints[-1].name[len(ckpt.PREFIX):])
-    if newest > cfg.steps:
-        raise UserError(f"cannot resume: {run_dir} is at step {newest}, past steps={cfg.steps}; {fresh_hint}")
+    if found.newest > cfg.steps:
+        raise UserError(f"cannot resume: {run_dir} is at step {found.newest}, past steps={cfg.steps}; {fresh_hint}")
+    blocking = trajectory_changes(found.config, wanted)
     if blocking:
         more = f" (and {len(blocking) - 1} more)" if len(blocking) > 1 else ""
-        if done is not None:
+        if found.finished:
             raise UserError(f"{run_dir} holds a finished run with another config: {blocking[0]}{more}; {fresh_hint}")
         raise UserError(f"cannot resume the run in {run_dir}: {blocking[0]}{more}; {fresh_hint}")
-    if done is not None and done[0] == cfg.steps:
-        return Plan("reuse", "reused", f"{run_dir} is complete (step {done[0]} of {cfg.steps}); nothing to do")
-    if done is not None:
-        changed = config_differences(saved, wanted)
+    # 6. finished at these steps: reused; finished earlier: extended; else resumed
+    if found.finished and found.newest == cfg.steps:
+        return Plan("reuse", "reused", f"{run_dir} is complete (step {found.newest} of {cfg.steps}); nothing to do",
+                    found.summary.get("eval") or {})
+    if found.finished:
+        changed = config_differences(found.config, wanted)
         return Plan("resume", "extended", f"run {name}: continuing to {cfg.steps} steps ({', '.join(changed)} "
                                           "changed)")
     return Plan("resume", "resumed", f"run {name}: resuming an interrupted run")

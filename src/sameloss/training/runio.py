@@ -8,7 +8,7 @@
   reading ``meta.json`` once and leaving the global RNG as it was (as nanoGPT's
   ``sample.py`` rebuilds a model from its saved ``model_args``);
 * the run folder's own files: ``read_config_dict`` (``config.toml``), ``read_summary`` /
-  ``write_summary`` / ``finished`` (``summary.json``), ``append_metrics`` /
+  ``write_summary`` (``summary.json``; whether a run finished is ``runfolder``'s to say), ``append_metrics`` /
   ``read_metrics`` / ``eval_history`` / ``truncate_metrics`` (``metrics.jsonl``) and
   ``remove_run`` (``--fresh``).
 
@@ -28,9 +28,10 @@ import torch
 
 from .. import config as configlib
 from .. import files
-from ..errors import UserError
+from ..errors import UserError, first_line
+from ..jsonl import read_jsonl
 from ..languages import make_language
-from ..models import build_model
+from ..models import model_kind
 from . import checkpoint as ckpt
 from .config import PretrainConfig
 
@@ -86,12 +87,8 @@ def init_model(cfg: PretrainConfig, language, device: torch.device | str = "cpu"
     """The config's model, constructed on the CPU and moved to ``device``. Its initial
     weights are drawn from the global RNG: ``pretrain`` seeds it with ``cfg.seed`` first,
     ``load_checkpoint`` draws inside ``fork_rng`` and overwrites them."""
-    overrides = {"dropout": cfg.model.dropout, **cfg.model.shape_overrides()}
-    if cfg.model.kind == "transformer":
-        # the paper's "dropout 0.1" is BERT's: hidden and attention-probability dropout
-        overrides.update(norm=cfg.model.norm, attn_dropout=cfg.model.dropout)
-    return build_model(cfg.model.kind, cfg.model.size, language.vocab_size, language.max_len,
-                       **overrides).to(device)
+    kind = model_kind(cfg.model.kind)
+    return kind.build(cfg.model.size, language.vocab_size, language.max_len, **kind.overrides(cfg.model)).to(device)
 
 
 class LoadedCheckpoint(NamedTuple):
@@ -155,8 +152,7 @@ def read_summary(run_dir: str | Path) -> dict | None:
     try:
         summary = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path}: unreadable ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") \
-            from None
+        raise UserError(f"{path}: unreadable ({first_line(exc)})") from None
     if not isinstance(summary, dict):
         raise UserError(f"{path}: not a JSON object")
     return summary
@@ -168,22 +164,6 @@ def write_summary(run_dir: Path, step: int, last_eval: dict, model: torch.nn.Mod
         files.atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
     except OSError as exc:
         raise files.write_error(run_dir / "summary.json", exc) from None
-
-
-def finished(run_dir: str | Path) -> tuple[int, dict] | None:
-    """``(step, final evaluation)`` of a finished run — ``summary.json`` readable and its
-    step that of the newest complete checkpoint — else None."""
-    run_dir = Path(run_dir)
-    try:
-        summary = read_summary(run_dir)
-    except UserError:
-        return None
-    found = ckpt.complete_checkpoints(run_dir)
-    if summary is None or not found or not isinstance(summary.get("step"), int):
-        return None
-    if int(found[-1].name[len(ckpt.PREFIX):]) != summary["step"]:
-        return None
-    return summary["step"], summary.get("eval") or {}
 
 
 METRICS = "metrics.jsonl"
@@ -206,22 +186,9 @@ def _metric_lines(path: Path, hint: str = "") -> list[tuple[str, dict]]:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: unreadable ({_reason(exc)})") from None
-    lines = text.splitlines()
-    out = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            if not isinstance(record, dict) or not isinstance(record.get("step"), int):
-                raise TypeError
-        except (json.JSONDecodeError, TypeError):
-            if number == len(lines) and not text.endswith("\n"):
-                break  # the unfinished last write
-            raise UserError(f"{path}:{number}: not a metrics record (JSON with an integer 'step'){hint}") from None
-        out.append((line, record))
-    return out
+        raise UserError(f"{path}: unreadable ({first_line(exc)})") from None
+    return read_jsonl(path, text, lambda r: isinstance(r.get("step"), int),
+                      "a metrics record (JSON with an integer 'step')", unfinished_last=True, hint=hint)
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
@@ -233,11 +200,6 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
 def eval_history(run_dir: str | Path) -> dict[int, dict]:
     """``{step: the exact held-out evaluation logged at that step}`` of a run."""
     return {r["step"]: r["eval"] for r in read_metrics(run_dir) if r.get("eval")}
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def truncate_metrics(path: Path, step: int) -> None:
