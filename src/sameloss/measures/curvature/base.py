@@ -97,6 +97,7 @@ class SelectedParameters:
                 raise UserError(f"parameter regex {params!r} matches no parameter; names are: "
                                 + ", ".join(named))
         self.pattern = params
+        self.live = live
         self.names = chosen
         self.tensors = [named[n] for n in chosen]
         self.values = {n: named[n] if live else named[n].detach() for n in chosen}

@@ -149,6 +149,12 @@ def fisher_label_values(model: nn.Module, sel: SelectedParameters, tokens: torch
     memory no longer grows with the number of parameters.
     """
     seq_len = tokens.shape[1]
+    if sel.live:  # differentiated again: a sum of squares (the norm's derivative is 0/0 at a zero gradient)
+        def squared_norm(x):
+            return x.square().sum(dim=1)
+    else:  # the measure's own arithmetic (its numbers are pinned bit for bit)
+        def squared_norm(x):
+            return torch.linalg.vector_norm(x, dim=1).square()
     block_of = dict(zip(sel.names, blocks.of))
     n_blocks = len(blocks.names)
     ghosted = {f"{n}.{k}" for n in linears for k in ("weight", "bias")}
@@ -176,8 +182,7 @@ def fisher_label_values(model: nn.Module, sel: SelectedParameters, tokens: torch
         sq = [torch.zeros(lab.shape[0], dtype=z.dtype, device=z.device) for _ in range(n_blocks)]
         for name, g in g_direct.items():
             b = block_of[name]
-            # a sum of squares, not norm().square(): the norm's derivative is 0/0 at a zero gradient
-            sq[b] = sq[b] + g.reshape(g.shape[0], -1).square().sum(dim=1)
+            sq[b] = sq[b] + squared_norm(g.reshape(g.shape[0], -1))
         for n, mod in linears.items():
             g = g_out[n].reshape(lab.shape[0], -1, mod.out_features)  # [k, T, out]
             if weight_in[n]:
