@@ -3,6 +3,7 @@ and tiny without a file written, one-line errors, and a --help that imports no t
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -105,6 +106,24 @@ def test_continued_fork_counts_only_its_own_steps():
     for r in forks:
         kept = {s for s in r.config.checkpoint_steps() if s > r.start_step}
         assert planner.training_evaluations(r.config, r.start_step) == len(kept)
+
+
+def test_a_flatness_penalty_adds_its_measured_cost_per_step():
+    from sameloss.experiments.recipes.isoloss import PRESETS, base_run
+
+    cfg = base_run(PRESETS["tiny"], 0).config()
+    m = planner.model_shape(cfg, {})
+    plain = planner.training_flops(cfg, m)[1]
+
+    def ratio(**flatness):
+        penalised = dataclasses.replace(cfg, flatness=dataclasses.replace(cfg.flatness, weight=1e-4, **flatness))
+        return planner.training_flops(penalised, m)[1] / plain
+
+    # bench/bench_flatness.py's ratios on this design (batch 256, 32 sentences): 2.31, 8.19, 10.8
+    assert ratio() == pytest.approx(2.31, abs=0.01)
+    assert ratio(labels=0) == pytest.approx(1 + 15.7 * m.vocab * 32 / (3 * 256), rel=1e-9)
+    assert ratio(measure="hutchinson") == pytest.approx(10.77, abs=0.01)
+    assert ratio(weight=0.0) == 1.0
 
 
 def test_size_fork_is_planned_at_the_embedded_shape():
