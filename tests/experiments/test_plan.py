@@ -116,7 +116,7 @@ def test_a_flatness_penalty_adds_its_measured_cost_per_step():
     plain = planner.training_flops(cfg, m)[1]
 
     def ratio(**flatness):
-        penalised = dataclasses.replace(cfg, flatness=dataclasses.replace(cfg.flatness, weight=1e-4, **flatness))
+        penalised = dataclasses.replace(cfg, flatness=dataclasses.replace(cfg.flatness, **{"weight": 1e-4, **flatness}))
         return planner.training_flops(penalised, m)[1] / plain
 
     # bench/bench_flatness.py's ratios on this design (batch 256, 32 sentences): 2.31, 8.19, 10.8
