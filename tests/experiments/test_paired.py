@@ -66,3 +66,4 @@ def test_unused_pairs_are_left_out_and_the_section_gets_its_table():
     assert row["margin"] == pytest.approx(0.35 / paired.DOSE_TRACE_CHANGE)
     assert section.files["dose_response.csv"] == [row] and len(section.files["dose_points.csv"]) == 8
     assert "Dose-response" in section.tables[0].markdown()
+    assert len(section.claims) == 1 and "points per unit of relative trace change" in section.claims[0].measured

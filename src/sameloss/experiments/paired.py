@@ -243,7 +243,7 @@ def _after_holm(verdict: str, holm_p: float, tost_holm_p: float) -> str:
 HOLM_FAMILIES = ("Holm's correction is applied within each family separately — the primary accuracies (every "
                  "comparison and fork point), the traces, the secondary accuracies — once to the detection tests' p "
                  "values and once to the equivalence tests' (TOST) p values; the dose tests are a family of their "
-                 "own; the Fig. 1 regression and the sensitivity rows are not corrected.")
+                 "own, and so are the flatness forks' dose-response slopes (over the fork points); the Fig. 1 regression and the sensitivity rows are not corrected.")
 
 
 def difference_tables(section: Section, out: list[dict], comparisons: dict[str, Comparison]) -> None:
@@ -443,6 +443,15 @@ def dose_response(section: Section | None, pairs: list[dict], comparisons: list[
              Column("p Holm", "holm_p", fmt=".3g"), Column("verdict", "verdict", text=True),
              Column("after Holm", "after_holm", text=True)],
             out, source="dose_response.csv", key="test", key_header="fork point"))
+        for r in out:
+            section.claims.append(Claim(
+                "at the same loss, flatter transfers better — tested as a treatment (a trace penalty), not in the "
+                "paper: a negative slope of accuracy on the relative trace change.",
+                f"at fork point {r['point']}, over {r['n_seeds']} seeds ({r['n_pairs']} pairs of {r['forks']} against "
+                f"the reference; trace changes {r['min_change']:+.0%} to {r['max_change']:+.0%}): {fmt(r['slope'])} "
+                f"points per unit of relative trace change, 95% t interval [{fmt(r['t_low'])}, {fmt(r['t_high'])}] "
+                f"(MDE {fmt(r['mde'])}, Holm p {fmt(r['holm_p'])}).",
+                r["verdict"] + (f" ({r['after_holm']} Holm)" if r["after_holm"] else "")))
     return out
 
 
