@@ -178,5 +178,5 @@ def test_a_gated_study_is_planned_with_its_forks():
     assert len(bases) == len(p.seeds)
     late = len(p.forks)  # every fork at the late point (the size fork trained on its embedded start)
     scratch = sum(1 for f in p.forks_at(0) if not f.base_recipe)
-    assert (late, scratch) == (8, 4)  # tiny's forks: no sam02, the adversary late only
+    assert (late, scratch) == (11, 7)  # tiny's forks: no sam02, the adversary late only; 3 flatness forks
     assert len(plan.runs) == len(p.seeds) * (1 + late + scratch)
