@@ -69,7 +69,13 @@ What it runs
     objective on the preset's task, λ 0.02), ``large`` (the base embedded function-
     preservingly into a larger shape — App. B.4 — with its Adam moments mapped,
     ``models.embed``; asserted: its exact KL at the fork equals the base's to 1e-6; from
-    scratch: the large shape's own initial weights, same seed and data).
+    scratch: the large shape's own initial weights, same seed and data), and the flatness
+    forks — flatness as the treatment, the loss held fixed (issue 38; not in the paper):
+    ``sharp`` / ``flat`` / ``flatter`` (AdamW + λ × the Fisher trace of each step's batch
+    slice, ``training.flatness``, λ −1e-4 / 2e-4 / 3e-4: ``FLATNESS_TINY``, calibrated at
+    tiny to move the trace at the target KL by +27 / −26 / −32 % against ``adamw``), each
+    compared with ``adamw`` and together giving the dose-response (``paired.dose_response``:
+    the paired accuracy difference per unit of relative trace change, within seeds).
     Forks per scale (the budget's choice at ``quick``/``tiny``, issue 23 item 6: a 2×
     wider model costs 4× per step, and the size forks were 45 % of a seed's training
     FLOPs by ``sameloss plan``): ``small``/``paper``/``smoke`` run every fork above with
@@ -77,6 +83,9 @@ What it runs
     late only (``Fork.late_only``; its comparison is exempt from the MDE target) and make
     ``large`` two more blocks at the same width (2 → 4 blocks, 106 k → 206 k parameters):
     ``sameloss plan isoloss --scale tiny --device cpu`` 6.6 h → 3.3 h on one thread.
+    The flatness forks run at ``quick``/``tiny`` (their λ's scale) and, ``sharp`` and ``flat``
+    only, at ``smoke`` (the plumbing); ``small``/``paper`` leave them out until calibrated
+    (``bench/calibrate_flatness.py``): another model has another trace scale.
     ``adamw``, ``short`` and ``long`` are the base's own recipe until their decay, so their
     forks at every point are the late ones (one run each).
     Headroom gate, before any fork: in each seed's unit its base is probed beside its
