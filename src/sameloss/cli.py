@@ -110,8 +110,10 @@ def add_pretrain_parser(commands) -> None:
                     "Writes runs/<name>/: config.toml (resolved), metrics.jsonl (train loss, tokens/s, and "
                     "the exact held-out loss = entropy + KL), checkpoints/step_*/ (safetensors + optimiser "
                     "and RNG state) and summary.json. Settings come from --config and KEY=VALUE overrides, "
-                    "e.g. steps=3000 optim.lr=3e-4 model.size=t3-128 language.name=hmm; --print-config lists "
-                    "every key with its value.")
+                    "e.g. steps=3000 optim.lr=3e-4 model.size=t3-128 language.name=hmm; a flatness penalty: "
+                    "flatness.weight=1e-4 [flatness.measure=fisher|hutchinson flatness.sentences=32 "
+                    "flatness.labels=2 flatness.probes=1] (λ × the trace of the Hessian on a slice of each batch; "
+                    "λ < 0 sharpens); --print-config lists every key with its value.")
     pretrain.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides (TOML values)")
     pretrain.add_argument("--config", metavar="FILE", help="TOML config file")
     pretrain.add_argument("--out", default="runs", metavar="DIR", help="parent folder of run folders (default runs)")

@@ -159,7 +159,7 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
     assert float(late_size["mean"]) == pytest.approx(float(size["size @ late"]["acc"]))
     # the figures (plots.py's kinds, through study.figure): each keeps the style's rules and
     # its plotted numbers (<stem>.data.csv) are the tables' numbers
-    assert check_report_figures(root) == 3
+    assert check_report_figures(root) == 4
     assert report.index("![Forest plot](forest.png)") < report.index("![Fig. 1 within seeds](scatter.png)") \
         < report.index("![Training curves of seed 0](curves.png)")
     forest = read_data(root / "forest.data.csv")
@@ -191,9 +191,11 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
         assert (axes["x_quantity"], axes["y_quantity"]) == (f"dtrace_{point}", f"dacc_{point}")
         pts = [r for r in mine if r["kind"] == "point"]
         # every seed's models of one size without adv, demeaned within the seed: they sum to 0
-        assert len(pts) == len(p.seeds) * (len(forks) - 2)
+        without = set(isoloss.regression_without(p))
+        assert without >= {"adv", "large", "sharp"}
+        assert len(pts) == len(p.seeds) * (len(forks) - len(without))
         assert abs(sum(float(r["y"]) for r in pts)) < 1e-9 and abs(sum(float(r["x"]) for r in pts)) < 1e-6
-        assert {r["series"] for r in pts} == {f.label for name, f in forks.items() if name not in ("adv", "large")}
+        assert {r["series"] for r in pts} == {f.label for name, f in forks.items() if name not in without}
         fit = next(r for r in mine if r["kind"] == "fit")  # the within-seed slope, through 0
         assert fit["note"] == f"slope {float(regression[point]['estimate'])!r}, intercept 0.0"
     curves = read_data(root / "curves.data.csv")
@@ -220,6 +222,22 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
         assert (root / name).stat().st_size > 10_000
         assert not (root / name.replace(".png", ".csv")).exists()  # the figure's data file is its one CSV
     assert {r["comparison"] for r in read(root / "dose.csv")} == {c.name for c in p.comparisons} - {"longer"}
+    # the flatness forks' dose-response: per fork point the mean over seeds of each seed's slope
+    # through 0 of the primary difference on the relative trace change, from the pairs' estimates
+    response = {r["point"]: r for r in read(root / "dose_response.csv")}
+    assert set(response) == {"late", "scratch"} and "**Dose-response" in report and "![Dose-response" in report
+    for point, r in response.items():
+        slopes = []
+        for seed in p.seeds:
+            mine = [pr for pr in pairs if pr["comparison"] in isoloss.flatness_forks(p) and pr["point"] == point
+                    and int(pr["seed"]) == seed]
+            x = np.array([float(pr["recipe_trace_fisher"]) / float(pr["reference_trace_fisher"]) - 1 for pr in mine])
+            y = np.array([100 * float(pr[f"d_{p.primary_key}"]) for pr in mine])
+            slopes.append(float((x * y).sum() / (x * x).sum()))
+        assert int(r["n_seeds"]) == len(p.seeds) and float(r["slope"]) == pytest.approx(np.mean(slopes))
+    dose_fig = read_data(root / "dose.data.csv")
+    assert isoloss.flatness_forks(p) == ("sharp",)  # smoke: one fork, the plumbing
+    assert len([r for r in dose_fig if r["kind"] == "point"]) == 2 * len(p.seeds)  # per fork point
     sam = {r["test"] for r in read(root / "sam_controls.csv")}
     assert {"sam05 @ late: pos_lbfgs_n16", "sam05-half @ late: pos_lbfgs_n16", "half-batch @ late: pos_lbfgs_n16"} <= sam
     gate = read(root / "gate.csv")  # every seed's gate (what `sameloss replicate` reads)

@@ -3,6 +3,7 @@ and tiny without a file written, one-line errors, and a --help that imports no t
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -116,6 +117,24 @@ def test_continued_fork_counts_only_its_own_steps():
         assert planner.training_evaluations(r.config, r.start_step) == len(kept)
 
 
+def test_a_flatness_penalty_adds_its_measured_cost_per_step():
+    from sameloss.experiments.recipes.isoloss import PRESETS, base_run
+
+    cfg = base_run(PRESETS["tiny"], 0).config()
+    m = planner.model_shape(cfg, {})
+    plain = planner.training_flops(cfg, m)[1]
+
+    def ratio(**flatness):
+        penalised = dataclasses.replace(cfg, flatness=dataclasses.replace(cfg.flatness, **{"weight": 1e-4, **flatness}))
+        return planner.training_flops(penalised, m)[1] / plain
+
+    # bench/bench_flatness.py's ratios on this design (batch 256, 32 sentences): 2.31, 8.19, 10.8
+    assert ratio() == pytest.approx(2.31, abs=0.01)
+    assert ratio(labels=0) == pytest.approx(1 + 15.7 * m.vocab * 32 / (3 * 256), rel=1e-9)
+    assert ratio(measure="hutchinson") == pytest.approx(10.77, abs=0.01)
+    assert ratio(weight=0.0) == 1.0
+
+
 def test_size_fork_is_planned_at_the_embedded_shape():
     """The late size fork starts from the base embedded 2x wider with one more block: the
     plan trains and measures that shape, not the small one (the planner's walk, as the engine's)."""
@@ -168,5 +187,5 @@ def test_a_gated_study_is_planned_with_its_forks():
     assert len(bases) == len(p.seeds)
     late = len(p.forks)  # every fork at the late point (the size fork trained on its embedded start)
     scratch = sum(1 for f in p.forks_at(0) if not f.base_recipe)
-    assert (late, scratch) == (8, 4)  # tiny's forks: no sam02, the adversary late only
+    assert (late, scratch) == (11, 7)  # tiny's forks: no sam02, the adversary late only; 3 flatness forks
     assert len(plan.runs) == len(p.seeds) * (1 + late + scratch)

@@ -91,7 +91,11 @@ def test_bf16_training_reaches_the_kl_of_float32_training(tmp_path):
     {"adversarial.weight": 0.1, "adversarial.task": "A", "adversarial.batch_size": 8,
      "adversarial.pool_size": 64},
     {"tracker": "tensorboard"},  # the gradient norm of the log steps and the tracker read nothing per step
-], ids=["bf16-clip", "sam", "adversarial", "tracker"])
+    # the flatness penalty: labels drawn on the device, probes moved there; with the adversary too
+    {"flatness.weight": 0.1, "precision": "bf16", "adversarial.weight": 0.1, "adversarial.task": "A",
+     "adversarial.batch_size": 8, "adversarial.pool_size": 64},
+    {"flatness.weight": -0.1, "flatness.measure": "hutchinson"},
+], ids=["bf16-clip", "sam", "adversarial", "tracker", "flatness-fisher", "flatness-hutchinson"])
 def test_the_training_loop_runs_on_the_meta_device_reading_only_at_log_lines(tmp_path, monkeypatch, extra):
     extra = dict(extra)
     tracker = extra.pop("tracker", "none")
@@ -104,7 +108,7 @@ def test_the_training_loop_runs_on_the_meta_device_reading_only_at_log_lines(tmp
         assert self.loss.device.type == "meta" and self.tokens.device.type == "meta"  # summed on the device
         reads.append(("check", self.steps))
 
-    def close(self, step, lr, adversarial):
+    def close(self, step, lr, adversarial, flatness=False):
         # the log step's gradient norm is kept on the device, for close to read
         assert self.grad_norm is not None and self.grad_norm.device.type == "meta"
         reads.append(("close", step))

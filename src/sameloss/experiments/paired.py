@@ -17,9 +17,11 @@ initial weights) — compared at one exact KL, differences paired across seeds.
   and Holm p values per family, equivalence by TOST against a margin fixed in the preset;
   beside it the sensitivity row that excludes the pairs whose KL ranges lie more than the
   tolerance apart), ``dose`` (the effect at one fork point minus at another, paired by
-  seed), ``regression`` (accuracy on trace and KL within seeds, cluster bootstrap) and
+  seed), ``regression`` (accuracy on trace and KL within seeds, cluster bootstrap),
   ``replication`` (one comparison on several languages: which way it replicates, and the
-  random-effects pooled estimate with the Hartung–Knapp–Sidik–Jonkman interval).
+  random-effects pooled estimate with the Hartung–Knapp–Sidik–Jonkman interval) and
+  ``dose_response`` (flatness as the treatment: the paired accuracy difference per unit of
+  relative trace change over forks trained with a trace penalty, within seeds).
 
 A model's row (one probed checkpoint) has ``seed``, ``point`` (its fork point's name),
 ``fork``, ``kl`` (its exact KL on the shared held-out set), ``trace_fisher`` and the
@@ -241,7 +243,7 @@ def _after_holm(verdict: str, holm_p: float, tost_holm_p: float) -> str:
 HOLM_FAMILIES = ("Holm's correction is applied within each family separately — the primary accuracies (every "
                  "comparison and fork point), the traces, the secondary accuracies — once to the detection tests' p "
                  "values and once to the equivalence tests' (TOST) p values; the dose tests are a family of their "
-                 "own; the Fig. 1 regression and the sensitivity rows are not corrected.")
+                 "own, and so are the flatness forks' dose-response slopes (over the fork points); the Fig. 1 regression and the sensitivity rows are not corrected.")
 
 
 def difference_tables(section: Section, out: list[dict], comparisons: dict[str, Comparison]) -> None:
@@ -355,6 +357,101 @@ def dose(section: Section, pairs: list[dict], comparisons: list[Comparison], poi
          Column("p Holm", "holm_p", fmt=".3g"), Column("verdict", "verdict", text=True),
          Column("after Holm", "after_holm", text=True)],
         out, source="dose.csv", key="test", key_header="comparison"))
+    return out
+
+
+# ---- dose-response: flatness as the treatment ------------------------------------------------
+def dose_points(pairs: list[dict], comparisons: list[Comparison], point: str, key: str) -> list[dict]:
+    """One row per used pair of the flatness comparisons (``comparisons``: each a λ fork
+    against the same reference) at fork point ``point``: its seed, fork, relative trace
+    change at the target (``x``: recipe ÷ reference − 1, both at the pair's target KL) and
+    paired primary difference (``y``, points)."""
+    out = []
+    for c in comparisons:
+        for p in _used(pairs, c, point):
+            ref = p["reference_trace_fisher"]
+            out.append({"seed": int(p["seed"]), "fork": c.recipe, "comparison": c.name, "point": point,
+                        "x": p["recipe_trace_fisher"] / ref - 1 if ref else math.nan, "y": 100.0 * p[f"d_{key}"]})
+    return [r for r in out if math.isfinite(r["x"]) and math.isfinite(r["y"])]
+
+
+def within_seed_slopes(points: list[dict]) -> dict[int, float]:
+    """Per seed, the least-squares slope of ``y`` on ``x`` through the origin over its forks
+    (``Σxy / Σx²``): the reference is the origin of every pair of its seed (no trace change,
+    no difference), so the line has no intercept; a seed whose forks did not move the trace
+    has no slope."""
+    by: dict[int, list[dict]] = {}
+    for r in points:
+        by.setdefault(r["seed"], []).append(r)
+    out = {}
+    for seed, rs in sorted(by.items()):
+        x = np.array([r["x"] for r in rs])
+        y = np.array([r["y"] for r in rs])
+        if float((x * x).sum()) > 0:
+            out[seed] = float((x * y).sum() / (x * x).sum())
+    return out
+
+
+# the dose-response slope's equivalence margin: the accuracy margin δ over this relative
+# trace change (the smallest change the flatness forks are calibrated to make)
+DOSE_TRACE_CHANGE = 0.2
+
+
+def dose_response(section: Section | None, pairs: list[dict], comparisons: list[Comparison],
+                  points: list[str], key: str, design: Design, n_boot: int = 2000) -> list[dict]:
+    """The causal counterpart of Fig. 1's slope: at each fork point, the paired primary
+    difference (points) per unit of relative trace change, within seeds — each seed's slope
+    through the origin over its flatness forks (``within_seed_slopes``), then their mean
+    over the seeds with its t interval, MDE and p (``stats.paired_difference``; an adaptive
+    study's pilot seeds give Stein's spread), Holm over the fork points. The paper's
+    direction is negative (a smaller trace, a higher accuracy); the equivalence margin is
+    ``design.margin / DOSE_TRACE_CHANGE`` (δ points over a 20 % change), fixed before the
+    data. Adds the table (``dose_response.csv``) and the per-pair points
+    (``dose_points.csv``, the figure's) to ``section`` when given; ``n_boot``: the
+    bootstrap interval's resamples (in the CSV beside the t interval; 0 leaves it out)."""
+    out, every = [], []
+    margin = design.margin / DOSE_TRACE_CHANGE
+    for point in points:
+        pts = dose_points(pairs, comparisons, point, key)
+        every += pts
+        slopes = within_seed_slopes(pts)
+        seeds = sorted(slopes)
+        pilot = [slopes[s] for s in seeds if s in design.pilot] if design.pilot else None
+        pd = paired_difference([slopes[s] for s in seeds], seed=len(out), n_boot=n_boot, pilot=pilot)
+        out.append({"test": f"dose-response @ {point}", "point": point, "n_seeds": pd.n, "n_pairs": len(pts),
+                    "forks": ", ".join(dict.fromkeys(r["fork"] for r in pts)),
+                    "min_change": min((r["x"] for r in pts), default=math.nan),
+                    "max_change": max((r["x"] for r in pts), default=math.nan),
+                    "slope": pd.mean, "t_low": pd.t_low, "t_high": pd.t_high, "boot_low": pd.boot_low,
+                    "boot_high": pd.boot_high, "sd": pd.sd, "mde": pd.mde,
+                    "p_value": pd.p_value, "tost_p": pd.tost_p(margin), "margin": margin,
+                    "verdict": _verdict(pd, -1, margin, design)})
+    for r, q, qe in zip(out, holm([r["p_value"] for r in out]), holm([r["tost_p"] for r in out])):
+        r["holm_p"], r["tost_holm_p"] = q, qe
+        r["after_holm"] = _after_holm(r["verdict"], q, qe)
+    if section is not None and out:
+        section.files["dose_response.csv"] = out
+        section.files["dose_points.csv"] = every
+        section.tables.append(Table(
+            "Dose-response: the paired primary difference at the target KL (points) per unit of relative trace "
+            "change (fork ÷ reference − 1, both at the pair's target), each seed's slope through the origin over "
+            "its flatness forks, mean over the seeds; the paper's direction is negative; equivalence margin "
+            f"±{fmt(margin)} (δ over a {DOSE_TRACE_CHANGE:.0%} change); Holm over the fork points",
+            [Column("seeds", "n_seeds", fmt="d"), Column("pairs", "n_pairs", fmt="d"),
+             Column("trace change from", "min_change", fmt=".2f"), Column("to", "max_change", fmt=".2f"),
+             Column("slope [t 95%]", "slope", ci=("t_low", "t_high"), fmt=".3g"), Column("MDE", "mde", fmt=".3g"),
+             Column("p Holm", "holm_p", fmt=".3g"), Column("verdict", "verdict", text=True),
+             Column("after Holm", "after_holm", text=True)],
+            out, source="dose_response.csv", key="test", key_header="fork point"))
+        for r in out:
+            section.claims.append(Claim(
+                "at the same loss, flatter transfers better — tested as a treatment (a trace penalty), not in the "
+                "paper: a negative slope of accuracy on the relative trace change.",
+                f"at fork point {r['point']}, over {r['n_seeds']} seeds ({r['n_pairs']} pairs of {r['forks']} against "
+                f"the reference; trace changes {r['min_change']:+.0%} to {r['max_change']:+.0%}): {fmt(r['slope'])} "
+                f"points per unit of relative trace change, 95% t interval [{fmt(r['t_low'])}, {fmt(r['t_high'])}] "
+                f"(MDE {fmt(r['mde'])}, Holm p {fmt(r['holm_p'])}).",
+                r["verdict"] + (f" ({r['after_holm']} Holm)" if r["after_holm"] else "")))
     return out
 
 

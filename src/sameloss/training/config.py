@@ -5,6 +5,7 @@ warm-up, dropout 0.1, weight decay 0.01; the paper's batch is 4096)."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, fields
 from typing import Literal
 
@@ -156,6 +157,42 @@ class AdversarialConfig:
 
 
 @dataclass(frozen=True)
+class FlatnessConfig:
+    """A flatness penalty (``training.flatness``): ``weight`` × an estimate of the trace of the
+    Hessian of the MLM loss on a slice of each step's batch, added to the training loss —
+    flatness as the treatment."""
+
+    weight: float = 0.0  # lambda; 0: off; > 0 flattens, < 0 sharpens (raises the trace)
+    # "fisher": the paper's estimator (App. B.1), E_x E_{y~f} ||grad log f_y||^2 with labels
+    # drawn from the model; "hutchinson": v^T H v with Rademacher v on the loss of the true tokens
+    measure: Literal["fisher", "hutchinson"] = "fisher"
+    sentences: int = 32  # the slice: the first this many sentences of the step's (update) batch
+    # fisher: labels drawn from the model per masked position (>= 2: each draw's baseline is the
+    # mean of the others); 0: every label, weighted by its probability (exact; vocabulary-many
+    # backward passes per position)
+    labels: int = 2
+    probes: int = 1  # hutchinson: Rademacher probes per step
+    # the parameters the trace is taken over: a regex searched in their names (as ``sameloss
+    # measure --params``), e.g. "blocks" for the encoder layers; None: all
+    params: str | None = None
+
+    def __post_init__(self):
+        if self.params is not None:
+            try:
+                re.compile(self.params)
+            except re.error as exc:
+                raise ValueError(f"flatness.params is not a valid regex ({exc}): {self.params!r}") from None
+        if not math.isfinite(self.weight):
+            raise ValueError(f"flatness.weight must be a finite number, got {self.weight}")
+        if self.sentences < 1:
+            raise ValueError(f"flatness.sentences must be >= 1, got {self.sentences}")
+        if self.labels < 0:
+            raise ValueError(f"flatness.labels must be >= 0 (0: every label, exactly), got {self.labels}")
+        if self.probes < 1:
+            raise ValueError(f"flatness.probes must be >= 1, got {self.probes}")
+
+
+@dataclass(frozen=True)
 class PretrainConfig:
     name: str = "pretrain"
     seed: int = 0
@@ -193,6 +230,7 @@ class PretrainConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     sam: SAMConfig = field(default_factory=SAMConfig)
     adversarial: AdversarialConfig = field(default_factory=AdversarialConfig)
+    flatness: FlatnessConfig = field(default_factory=FlatnessConfig)
 
     def __post_init__(self):
         # the run folder is <out>/<name>: one plain folder name, never a path elsewhere
@@ -214,6 +252,10 @@ class PretrainConfig:
             raise ValueError(f"checkpoints must lie in [1, steps={self.steps}]")
         if self.sam.rho > 0 and self.adversarial.weight > 0:
             raise ValueError("SAM and the adversarial objective cannot be combined")
+        if self.sam.rho > 0 and self.flatness.weight != 0:
+            raise ValueError("flatness.weight and sam.rho cannot be combined: SAM is a flatness objective of its "
+                             "own (its gradient is taken at a perturbed point, the penalty's at the weights); "
+                             "compare them as separate runs")
         if self.sam.rho > 0 and self.batch_size < 2:
             raise ValueError("SAM needs batch_size >= 2 (it splits the batch in halves)")
         if self.update_half and (self.sam.rho > 0 or self.batch_size < 2):

@@ -7,7 +7,8 @@
   schedule, RNG state and the open log window;
 * **step** — batch ``step`` of the stream (``data.global_batch``, a pure function of seed
   and step), forward/backward (SAM: ascent on one half-batch, update on the other;
-  adversarial objective: added to the loss), clipping, optimiser and schedule step;
+  adversarial objective and flatness penalty: added to the loss), clipping, optimiser and
+  schedule step;
 * **log window** — train loss, tokens/s and steps/s over the steps since the last log
   line, the learning rate and the gradient norm of the log step's update; the exact
   held-out loss (``evaluate.make_evaluator``: exact on a synthetic language, cross-entropy on a corpus) every ``eval.every`` steps; appended to
@@ -44,6 +45,7 @@ from .adversarial import AdversarialObjective
 from .config import PretrainConfig
 from .data import global_batch
 from .evaluate import make_evaluator
+from .flatness import FlatnessPenalty
 from .fork import init_from_checkpoint
 from .optim import build_optimizer
 from .sam import SAM
@@ -112,6 +114,10 @@ def _pretrain(cfg: PretrainConfig, run_dir: Path, resume: bool, progress: bool, 
             raise UserError("the adversarial objective does not support DDP yet; run it in one process")
         a = cfg.adversarial
         adversary = AdversarialObjective(language, a.task, a.weight, a.batch_size, a.pool_size, a.ridge, cfg.seed)
+    flatness = None
+    if cfg.flatness.weight != 0:
+        flatness = FlatnessPenalty(cfg.flatness, language.vocab_size, cfg.seed, rank, world_size)
+        flatness.check(model)  # a regex that matches nothing: one line, before the run folder
     rate = None if cfg.masking == "single" else cfg.mask_rate
     evaluator = make_evaluator(language, cfg.eval.n_sentences, rate, cfg.eval.seed, cfg.eval.n_subsets) \
         if rank == 0 else None
@@ -139,7 +145,7 @@ def _pretrain(cfg: PretrainConfig, run_dir: Path, resume: bool, progress: bool, 
     if not resume and rank == 0:
         created = _create_run_dir(cfg, run_dir, fresh)
     run = Run(cfg, run_dir, language, model, dist.wrap(model, device) if world_size > 1 else model, optimizer,
-              schedule, evaluator, adversary, device, rank, world_size, window)
+              schedule, evaluator, adversary, device, rank, world_size, window, flatness=flatness)
     try:
         if rank == 0:  # a resumed run's tracker drops what the killed call logged past the checkpoint
             run.tracker = open_tracker(tracker, run_dir, cfg.name, purge_step=start if resume else None,
@@ -223,6 +229,7 @@ class StepResult:
     tokens: torch.Tensor  # non-pad tokens this process saw (on the device)
     downstream: torch.Tensor | None  # the adversarial objective's downstream loss, if any
     grad_norm: torch.Tensor | None = None  # the update's gradient norm (before clipping), at log steps
+    flatness: torch.Tensor | None = None  # the flatness penalty's trace estimate (before its weight), if any
 
 
 @dataclass
@@ -245,6 +252,7 @@ class Run:
     world_size: int
     window: LogWindow
     tracker: Tracker = field(default_factory=Tracker)  # rank 0's; a no-op elsewhere
+    flatness: FlatnessPenalty | None = None
     last_eval: dict = field(default_factory=dict)
     last_train_loss: float = float("nan")  # shown on the progress bar
 
@@ -259,12 +267,13 @@ class Run:
 
 def _step(run: Run, step: int, grad_norm: bool = False) -> StepResult:
     """One update on batch ``step`` of the stream (SAM: ascent on the first half-batch,
-    update on the second; ``update_half``: the update on the second half alone). ``grad_norm``:
+    update on the second; ``update_half``: the update on the second half alone; the flatness
+    penalty on a slice of the batch the update uses). ``grad_norm``:
     keep the update's gradient norm (a tensor: read at the log step, so no step waits on the
     device for it)."""
     cfg, optimizer = run.cfg, run.optimizer
     full = global_batch(run.language, cfg.seed, step, cfg.batch_size, run.rate, cfg.mask_replace)
-    n_targets = full.n_targets
+    n_targets, used = full.n_targets, full  # used: the global batch the update uses
     optimizer.zero_grad(set_to_none=True)
     if isinstance(optimizer, SAM):
         ascent, update = full.halves()
@@ -275,10 +284,10 @@ def _step(run: Run, step: int, grad_norm: bool = False) -> StepResult:
         ascent_loss.backward()
         optimizer.ascend()
         optimizer.zero_grad(set_to_none=True)
-        batch, n_targets = update.shard(run.rank, run.world_size).to(run.device), update.n_targets
+        batch, n_targets, used = update.shard(run.rank, run.world_size).to(run.device), update.n_targets, update
     elif cfg.update_half:  # SAM's update half, without the ascent (the control of its batch size)
         update = full.halves()[1]
-        batch, n_targets = update.shard(run.rank, run.world_size).to(run.device), update.n_targets
+        batch, n_targets, used = update.shard(run.rank, run.world_size).to(run.device), update.n_targets, update
     else:
         batch = full.shard(run.rank, run.world_size).to(run.device)
     downstream = None
@@ -287,6 +296,10 @@ def _step(run: Run, step: int, grad_norm: bool = False) -> StepResult:
         if run.adversary is not None:
             adv_loss, downstream = run.adversary.loss(run.model, step, run.device)
             loss = loss + adv_loss
+    flatness = None
+    if run.flatness is not None:  # outside autocast: the penalty computes in float32
+        penalty, flatness = run.flatness.loss(run.model, used, step)
+        loss = loss + penalty
     # a non-finite loss is noticed by the log window (``LogWindow.check``) before the
     # next log line, evaluation or checkpoint: testing it here would wait for the device
     loss.backward()
@@ -298,7 +311,7 @@ def _step(run: Run, step: int, grad_norm: bool = False) -> StepResult:
     optimizer.step()
     run.schedule.step()
     return StepResult(summed, n_targets, (batch.inputs != run.language.pad_id).sum(), downstream,
-                      norm if grad_norm else None)
+                      norm if grad_norm else None, flatness)
 
 
 # ----------------------------------------------------------------------------- log window
@@ -309,7 +322,7 @@ class LogWindow:
     """Sums over the steps since the last log line. Saved in ``state.pt`` so that after a
     resume ``metrics.jsonl`` reads exactly as an uninterrupted run's.
 
-    The per-step sums (loss, tokens, downstream loss) and the first non-finite loss stay
+    The per-step sums (loss, tokens, downstream loss, flatness estimate) and the first non-finite loss stay
     on the device, added without reading anything back: a step never waits for the
     device. They are read once per log line, evaluation or checkpoint (``check``,
     ``close``, ``state``). The loss is summed in float64 in step order, exactly as
@@ -324,17 +337,18 @@ class LogWindow:
     # (step, loss) of the first step whose loss was not finite; NaN while none was
     diverged: torch.Tensor | None = None
     grad_norm: torch.Tensor | None = None  # of the window's last step (the log step), on the device
+    flatness: float | torch.Tensor = 0.0  # the flatness penalty's trace estimates, summed
 
     @classmethod
     def restore(cls, saved: dict) -> LogWindow:
         return cls(saved.get("tokens", 0), saved.get("loss", 0.0), saved.get("targets", 0),
                    saved.get("downstream", 0.0), saved.get("steps", 0),
-                   time.perf_counter() - saved.get("seconds", 0.0))
+                   time.perf_counter() - saved.get("seconds", 0.0), flatness=saved.get("flatness", 0.0))
 
     def state(self) -> dict:
         return {"tokens": int(self.tokens), "loss": float(self.loss), "targets": self.targets,
                 "downstream": float(self.downstream), "steps": self.steps,
-                "seconds": time.perf_counter() - self.started}
+                "seconds": time.perf_counter() - self.started, "flatness": float(self.flatness)}
 
     def add(self, result: StepResult, world_size: int, step: int) -> None:
         summed = result.summed_loss.detach().double()
@@ -343,6 +357,8 @@ class LogWindow:
         self.targets += result.n_targets
         if result.downstream is not None:
             self.downstream = self.downstream + result.downstream.detach().double()
+        if result.flatness is not None:
+            self.flatness = self.flatness + result.flatness.detach().double()
         if result.grad_norm is not None:
             self.grad_norm = result.grad_norm.detach()  # read by ``close``, at the log line
         self.steps += 1
@@ -363,8 +379,9 @@ class LogWindow:
         where = f"; the last good checkpoint is {good[-1]}" if good else ""
         raise TrainingDiverged(f"the training loss became {value} at step {int(step)}{where}")
 
-    def close(self, step: int, lr: float, adversarial: bool) -> dict:
-        """The log record of the window, which then starts again."""
+    def close(self, step: int, lr: float, adversarial: bool, flatness: bool = False) -> dict:
+        """The log record of the window, which then starts again (``flatness``: with the mean
+        trace estimate of the flatness penalty, ``flatness_trace``)."""
         elapsed = time.perf_counter() - self.started
         record = {"step": step, "lr": lr, "train_loss": float(self.loss) / max(self.targets, 1),
                   "tokens_per_s": int(self.tokens) / max(elapsed, 1e-9), "steps_per_s": self.steps / max(elapsed, 1e-9)}
@@ -372,6 +389,8 @@ class LogWindow:
             record["grad_norm"] = float(self.grad_norm)
         if adversarial:
             record["adversarial_downstream_loss"] = float(self.downstream) / self.steps
+        if flatness:
+            record["flatness_trace"] = float(self.flatness) / self.steps
         self.__init__()
         return record
 
@@ -384,7 +403,8 @@ def _log(run: Run, step: int, bar, logs: bool, evaluates: bool) -> None:
     cfg = run.cfg
     record = None
     if logs:
-        record = run.window.close(step, run.schedule.get_last_lr()[0], run.adversary is not None)
+        record = run.window.close(step, run.schedule.get_last_lr()[0], run.adversary is not None,
+                                  run.flatness is not None)
         if run.n_train:
             record["epoch"] = step * cfg.batch_size / run.n_train
     if run.rank != 0:

@@ -51,7 +51,8 @@ TENSORBOARD_DIR = "tb"
 # metrics.jsonl record key -> tracker name (the training window's values)
 _TRAIN = (("train_loss", "train/loss"), ("lr", "train/lr"), ("grad_norm", "train/grad_norm"),
           ("steps_per_s", "train/steps_per_s"), ("tokens_per_s", "train/tokens_per_s"), ("epoch", "train/epoch"),
-          ("adversarial_downstream_loss", "train/adversarial_downstream_loss"))
+          ("adversarial_downstream_loss", "train/adversarial_downstream_loss"),
+          ("flatness_trace", "train/flatness_trace"))
 # the exact held-out evaluation (a corpus: cross-entropy, train loss and their gap; no KL)
 _EVAL = ("loss", "kl", "log_kl", "entropy", "train_loss", "gap")
 # a measured row's fields that are not measurements

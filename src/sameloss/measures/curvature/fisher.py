@@ -108,7 +108,25 @@ def _fisher_values_func(model: nn.Module, sel: SelectedParameters, tokens: torch
                         linears: dict[str, nn.Linear], blocks: Blocks) -> torch.Tensor:
     """Per-context ``Σ_j w_j ‖∇_θ log f_θ(x)_{y_j}‖²``, vectorised over contexts and labels,
     per block of parameters (``blocks``: ``[n, n_blocks]``; the squared norm is a sum
-    over parameters, so the blocks' values sum to the whole).
+    over parameters, so the blocks' values sum to the whole): ``fisher_label_values``
+    weighted."""
+    squares, _ = fisher_label_values(model, sel, tokens, positions, labels, linears, blocks)
+    return (weights.to(squares.dtype)[:, :, None] * squares).sum(dim=1)
+
+
+def fisher_label_values(model: nn.Module, sel: SelectedParameters, tokens: torch.Tensor,
+                        positions: torch.Tensor, labels: torch.Tensor, linears: dict[str, nn.Linear],
+                        blocks: Blocks) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(squares [n, k, n_blocks], log_probs [n, k])``: for context ``i`` (``tokens[i]``
+    with the prediction at ``positions[i]``) and each of its labels ``labels[i, j]``, the
+    squared norm ``‖∇_θ log f_θ(x)_y‖²`` per block of parameters (``blocks``; the squared
+    norm is a sum over parameters, so the blocks' values sum to the whole), and
+    ``log f_θ(x)_y`` itself. Vectorised over contexts and labels.
+
+    Differentiable in the selection's values when they are live (``select_parameters(...,
+    live=True)``): every step below is a ``torch.func`` transform or a plain tensor
+    operation, so the outer autograd differentiates through them (double backward) — the
+    training-time flatness penalty (``training.flatness``) is this function's gradient.
 
     Sharing the forward pass. For one context, ``∂ log softmax(z)_y / ∂z = e_y − f``, so
     the gradient of every label is a vector-Jacobian product of the *same* logits
@@ -131,6 +149,12 @@ def _fisher_values_func(model: nn.Module, sel: SelectedParameters, tokens: torch
     memory no longer grows with the number of parameters.
     """
     seq_len = tokens.shape[1]
+    if sel.live:  # differentiated again: a sum of squares (the norm's derivative is 0/0 at a zero gradient)
+        def squared_norm(x):
+            return x.square().sum(dim=1)
+    else:  # the measure's own arithmetic (its numbers are pinned bit for bit)
+        def squared_norm(x):
+            return torch.linalg.vector_norm(x, dim=1).square()
     block_of = dict(zip(sel.names, blocks.of))
     n_blocks = len(blocks.names)
     ghosted = {f"{n}.{k}" for n in linears for k in ("weight", "bias")}
@@ -139,7 +163,7 @@ def _fisher_values_func(model: nn.Module, sel: SelectedParameters, tokens: torch
     weight_in = {n: f"{n}.weight" in sel.values for n in linears}
     bias_in = {n: f"{n}.bias" in sel.values for n in linears}
 
-    def one_context(tok, pos, lab, w):
+    def one_context(tok, pos, lab):
         def logits_at(values, shifts):
             inputs: dict[str, torch.Tensor] = {}
             with _shift_outputs(linears, shifts, inputs):
@@ -158,7 +182,7 @@ def _fisher_values_func(model: nn.Module, sel: SelectedParameters, tokens: torch
         sq = [torch.zeros(lab.shape[0], dtype=z.dtype, device=z.device) for _ in range(n_blocks)]
         for name, g in g_direct.items():
             b = block_of[name]
-            sq[b] = sq[b] + torch.linalg.vector_norm(g.reshape(g.shape[0], -1), dim=1).square()
+            sq[b] = sq[b] + squared_norm(g.reshape(g.shape[0], -1))
         for n, mod in linears.items():
             g = g_out[n].reshape(lab.shape[0], -1, mod.out_features)  # [k, T, out]
             if weight_in[n]:
@@ -168,9 +192,9 @@ def _fisher_values_func(model: nn.Module, sel: SelectedParameters, tokens: torch
             if bias_in[n]:
                 b = block_of[f"{n}.bias"]
                 sq[b] = sq[b] + g.sum(dim=1).square().sum(dim=1)
-        return torch.stack([(w.to(v.dtype) * v).sum() for v in sq])
+        return torch.stack(sq, dim=1), (torch.log_softmax(z, dim=-1) * onehot).sum(dim=1)
 
-    return vmap(one_context)(tokens, positions, labels, weights)
+    return vmap(one_context)(tokens, positions, labels)
 
 
 def _fisher_values_autograd(model: nn.Module, sel: SelectedParameters, tokens: torch.Tensor,

@@ -88,12 +88,15 @@ class LossHessian(LinearOperator):
     micro-batch's graph (one more forward and backward per micro-batch and product
     chunk) and frees it, so the activations held shrink by ``n / micro_batch``
     (``memory.peak_bytes`` states them). The same operator, up to float rounding.
+
+    ``live``: products differentiable in the parameters (``SelectedParameters``; engine
+    ``func`` only), e.g. ``vᵀ∇²L v`` as a training penalty (``training.flatness``).
     """
 
     def __init__(self, model: nn.Module, batch: MaskedBatch, *, params: str | None = None, engine: str = "auto",
-                 micro_batch: int | None = None):
+                 micro_batch: int | None = None, live: bool = False):
         self.engine = resolve_engine(model, engine)
-        sel = self.selection = select_parameters(model, params)
+        sel = self.selection = select_parameters(model, params, live)
         self.dim, self.dtype, self.device = sel.n_params, sel.dtype, sel.device
         self._model = model
         n = batch.inputs.shape[0]

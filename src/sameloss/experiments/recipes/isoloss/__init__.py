@@ -68,7 +68,13 @@ What it runs
     objective on the preset's task, λ 0.02), ``large`` (the base embedded function-
     preservingly into a larger shape — App. B.4 — with its Adam moments mapped,
     ``models.embed``; asserted: its exact KL at the fork equals the base's to 1e-6; from
-    scratch: the large shape's own initial weights, same seed and data).
+    scratch: the large shape's own initial weights, same seed and data), and the flatness
+    forks — flatness as the treatment, the loss held fixed (issue 38; not in the paper):
+    ``sharp`` / ``flat`` / ``flatter`` (AdamW + λ × the Fisher trace of each step's batch
+    slice, ``training.flatness``, λ −1e-4 / 2e-4 / 3e-4: ``FLATNESS_TINY``, calibrated at
+    tiny to move the trace at the target KL by +27 / −26 / −32 % against ``adamw``), each
+    compared with ``adamw`` and together giving the dose-response (``paired.dose_response``:
+    the paired accuracy difference per unit of relative trace change, within seeds).
     Forks per scale (the budget's choice at ``quick``/``tiny``: a 2×
     wider model costs 4× per step, and the size forks were 45 % of a seed's training
     FLOPs by ``sameloss plan``): ``small``/``paper``/``smoke`` run every fork above with
@@ -76,6 +82,10 @@ What it runs
     late only (``Fork.late_only``; its comparison is exempt from the MDE target) and make
     ``large`` two more blocks at the same width (2 → 4 blocks, 106 k → 206 k parameters):
     ``sameloss plan isoloss --scale tiny --device cpu`` 6.6 h → 3.3 h on one thread.
+    The flatness forks run at ``quick``/``tiny`` (their λ's scale) and, ``sharp`` only, at
+    ``smoke`` (the plumbing: the penalty's steps are dear, and ``sharp`` and ``flat`` together
+    made the smoke study half as long again); ``small``/``paper`` leave them out until
+    calibrated (``bench/calibrate_flatness.py``): another model has another trace scale.
     ``adamw``, ``short`` and ``long`` are the base's own recipe until their decay, so their
     forks at every point are the late ones (one run each).
     Headroom gate, before any fork: in each seed's unit its base is probed beside its
@@ -150,16 +160,17 @@ SUMMARY = ("forks of one base run at matched KL and one lr (algorithm, longer, s
 
 from .allocation import allocation_of, forecast  # noqa: E402
 from .analysis import language_report, report, run_seeds  # noqa: E402
-from .design import (COMPARISONS, DEFAULT_TASKS, EMBED_KL_TOLERANCE, ENDPOINTS, HALF_BATCH, MEASURED, NOREG,  # noqa: E402
-                     PRESETS, TITLE, Fork, IsolossPreset, LanguageChoice, _forks, folder_suffix, forks_of,
-                     language_studies, parse_language, stretches, task_span, with_budget, with_even, with_languages)
+from .design import (COMPARISONS, DEFAULT_TASKS, EMBED_KL_TOLERANCE, ENDPOINTS, FLATNESS_TINY, HALF_BATCH,  # noqa: E402
+                     MEASURED, NOREG, PRESETS, TITLE, Fork, IsolossPreset, LanguageChoice, _forks, flatness_forks,
+                     folder_suffix, forks_of, language_studies, parse_language, regression_without, stretches,
+                     task_span, with_budget, with_even, with_languages)
 from .report import finished_studies, replication_section  # noqa: E402
 from .study import (all_seeds, base_run, fork_run, headroom_gate, large_shape, runs, seed_result,  # noqa: E402
                     seed_study, study_seeds, units)
 
-__all__ = ["COMPARISONS", "DEFAULT_TASKS", "EMBED_KL_TOLERANCE", "ENDPOINTS", "HALF_BATCH", "MEASURED", "NOREG",
-           "PRESETS", "SUMMARY", "TITLE", "Fork", "IsolossPreset", "LanguageChoice", "all_seeds", "allocation_of",
-           "base_run", "finished_studies", "folder_suffix", "forecast", "fork_run", "forks_of", "headroom_gate",
-           "language_report", "language_studies", "large_shape", "parse_language", "replication_section", "report",
-           "run_seeds", "runs", "seed_result", "seed_study", "stretches", "study_seeds", "task_span", "units",
-           "with_budget", "with_even", "with_languages"]
+__all__ = ["COMPARISONS", "DEFAULT_TASKS", "EMBED_KL_TOLERANCE", "ENDPOINTS", "FLATNESS_TINY", "HALF_BATCH",
+           "MEASURED", "NOREG", "PRESETS", "SUMMARY", "TITLE", "Fork", "IsolossPreset", "LanguageChoice", "all_seeds",
+           "allocation_of", "base_run", "finished_studies", "flatness_forks", "folder_suffix", "forecast", "fork_run",
+           "forks_of", "headroom_gate", "language_report", "language_studies", "large_shape", "parse_language",
+           "regression_without", "replication_section", "report", "run_seeds", "runs", "seed_result", "seed_study",
+           "stretches", "study_seeds", "task_span", "units", "with_budget", "with_even", "with_languages"]

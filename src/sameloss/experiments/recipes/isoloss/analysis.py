@@ -13,7 +13,7 @@ from ...allocation import Allocation
 from ...claims import fmt
 from ...report import Section
 from .allocation import allocation_of
-from .design import ENDPOINTS, HALF_BATCH, TITLE, IsolossPreset, language_studies, regression_without
+from .design import ENDPOINTS, HALF_BATCH, TITLE, IsolossPreset, flatness_forks, language_studies, regression_without
 from .figures import figures
 from .report import (design_text, gate_table, headroom_table, prefix_files, regression_table, replication_section,
                      runtime_notes, sam_controls, size_table, verdict_table)
@@ -108,6 +108,10 @@ def language_report(records, p: IsolossPreset) -> tuple[Section, Section, dict]:
     if len(points) >= 2:
         dose_comparisons = [c for c in p.comparisons if all((c, pt) in tests for pt in points[:2])]
         paired.dose(section, pairs, dose_comparisons, (points[0], points[1]), p.primary_key, design)
+    flat = [c for c in p.comparisons if c.recipe in flatness_forks(p) and c.reference == "adamw"]
+    if flat:  # flatness as the treatment: accuracy per unit of relative trace change, within seeds
+        paired.dose_response(section, pairs, flat, [pt for pt in points if all((c, pt) in tests for c in flat)],
+                             p.primary_key, design)
     reg = []
     for pt in points:
         reg += paired.regression(section, rows, p.primary_key, pt, regression_without(p), design)

@@ -373,11 +373,24 @@ def task_span(choice: LanguageChoice) -> tuple[int, int]:
     return int(start), int(end)
 
 
+# The flatness forks (flatness as the treatment): the Fisher-trace penalty's weight λ by fork
+# (``training.flatness``; λ < 0 sharpens), calibrated on the tiny HMM with
+# bench/calibrate_flatness.py (seed 0's late fork against AdamW, each estimated at the pair's
+# target KL): λ −1e-4 raises the trace by 27 % inside both KL ranges, +2e-4 lowers it by 26 %
+# (4e-5 nats of extrapolation), +3e-4 by 32 % (2e-4 nats) — with 300 steps at the final lr;
+# flattening costs KL (the penalty trades loss for trace: λ 1e-3 lowers it by 55 % but 1.4e-3
+# nats above AdamW's range, beyond the extrapolation limit), so the flattening forks get the
+# AdamW fork's longer stretch. Calibrated at tiny only: another model size has another trace
+# scale, so small and paper leave them out until calibrated there.
+FLATNESS_TINY = {"sharp": -1e-4, "flat": 2e-4, "flatter": 3e-4}
+
+
 def _forks(long_steps: int, short_final: int | None = None, *, sam02: bool = True, width_factor: int = 2,
-           extra_layers: int = 1, adv_late_only: bool = False, stretch: dict[str, int] | None = None
-           ) -> tuple[Fork, ...]:
+           extra_layers: int = 1, adv_late_only: bool = False, stretch: dict[str, int] | None = None,
+           flatness: dict[str, float] | None = None) -> tuple[Fork, ...]:
     """The forks; ``stretch``: a fork's own steps at the final lr (``final_steps``) by name
-    (``STRETCH``), ``short_final`` the short fork's."""
+    (``STRETCH``), ``short_final`` the short fork's; ``flatness``: the flatness forks' λ by
+    name (``FLATNESS_TINY``)."""
     large = ("2× wider and one more block" if (width_factor, extra_layers) == (2, 1)
              else f"{width_factor}× wider and {extra_layers} more blocks" if width_factor > 1
              else f"{extra_layers} more blocks")
@@ -389,7 +402,10 @@ def _forks(long_steps: int, short_final: int | None = None, *, sam02: bool = Tru
              Fork("sam05", "−dropout−WD+SAM ρ 0.05", (*NOREG, ("sam.rho", 0.05))),
              *((Fork("sam02", "−dropout−WD+SAM ρ 0.02", (*NOREG, ("sam.rho", 0.02))),) if sam02 else ()),
              Fork("adv", "adversarial λ 0.02", adversarial=0.02, late_only=adv_late_only),
-             Fork("large", f"AdamW, {large}", width_factor=width_factor, extra_layers=extra_layers))
+             Fork("large", f"AdamW, {large}", width_factor=width_factor, extra_layers=extra_layers),
+             *(Fork(name, f"trace penalty λ {weight:g}" + (" (sharpens)" if weight < 0 else ""),
+                    (("flatness.weight", weight), ("flatness.measure", "fisher")))
+               for name, weight in (flatness or {}).items()))
     return tuple(dataclasses.replace(f, final_steps=stretch[f.name]) if f.name in (stretch or {}) else f
                  for f in forks)
 
@@ -404,9 +420,11 @@ def stretches(final: int) -> dict[str, int]:
     two seeds overlaps, and from scratch all but SAM (and its half-batch control) against
     −dropout−WD, whose gaps shrank to 0.3–1.0e-3 (SAM) and 0.1–1.1e-3 (the half batch)
     and close too slowly to close at one lr: the report gives each pair's gap. SAM's steps
-    cost two forward–backward passes, so its 3× stretch is the dearest part."""
+    cost two forward–backward passes, so its 3× stretch is the dearest part. The flattening
+    forks (``FLATNESS_TINY``) sit above AdamW's KL range after 300 steps (the penalty costs
+    loss): AdamW's 2×; the sharpening fork's range already lies inside AdamW's."""
     return {"adamw": 2 * final, "short": 3 * final, "noreg-half": 2 * final, "sam05": 3 * final,
-            "sam02": 3 * final, "adv": 2 * final, "large": 2 * final}
+            "sam02": 3 * final, "adv": 2 * final, "large": 2 * final, "flat": 2 * final, "flatter": 2 * final}
 
 
 COMPARISONS = (
@@ -423,6 +441,13 @@ COMPARISONS = (
                "(Table 1, 2)"),
     Comparison("size", "large", "adamw", +1, "at the same loss a larger model is flatter (traces in one parameter "
                "space) and transfers better (Fig. 3, 5)", reference_trace="trace_fisher_embedded"),
+    # flatness as the treatment (not in the paper: its thesis tested directly, the loss held fixed)
+    Comparison("flat", "flat", "adamw", +1, "the thesis as a treatment: a trace penalty that flattens (λ > 0) "
+               "raises accuracy at the same loss (not in the paper; Fig. 1's claim made causal)"),
+    Comparison("flatter", "flatter", "adamw", +1, "the thesis as a treatment: a stronger flattening penalty raises "
+               "accuracy at the same loss (not in the paper)"),
+    Comparison("sharp", "sharp", "adamw", -1, "the thesis as a treatment: a penalty that sharpens (λ < 0) lowers "
+               "accuracy at the same loss (not in the paper)"),
 )
 # not in the primary family: the half batch's own effect (what SAM's batch control controls)
 HALF_BATCH = Comparison("half-batch", "noreg-half", "noreg", +1, "a half-size update batch (more gradient noise) "
@@ -449,7 +474,8 @@ def _preset(scale: str, **kw) -> IsolossPreset:
 _TINY = dict(
     base_steps=1000, fork_points=(1000, 0), recipe_steps=100, decay_steps=200, final_lr_factor=0.05,
     final_steps=300, match_every=20, eval_sentences=4000,
-    forks=_forks(400, sam02=False, width_factor=1, extra_layers=2, adv_late_only=True, stretch=stretches(300)),
+    forks=_forks(400, sam02=False, width_factor=1, extra_layers=2, adv_late_only=True, stretch=stretches(300),
+                 flatness=FLATNESS_TINY),
     probe_sizes=(50, 200, 1000),
     probe_subsets=(20, 40, 10), probe_pool=2000, probe_test=20_000, probe_epochs=50, probe_l2=1e-2,
     primary_size=200, kl_tolerance=3e-4, extrapolation_limit=1e-3,
@@ -458,7 +484,10 @@ _TINY = dict(
 PRESETS: dict[str, IsolossPreset] = {
     "smoke": _preset(
         "smoke", seeds=(0, 1, 2), base_steps=30, fork_points=(30, 0), recipe_steps=10, decay_steps=10,
-        final_lr_factor=0.05, final_steps=15, match_every=5, eval_sentences=64, forks=_forks(20), probe_sizes=(8, 16),
+        final_lr_factor=0.05, final_steps=15, match_every=5, eval_sentences=64,
+        # one flatness fork (the plumbing, its λ at this scale's trace): the penalty's steps are
+        # dear, sharp and flat together made the smoke study 50 % longer (+18 % with sharp alone)
+        forks=_forks(20, flatness={"sharp": -1e-3}), probe_sizes=(8, 16),
         probe_subsets=(3, 3), probe_pool=40, probe_test=64, probe_epochs=3, probe_l2=0.1, primary_size=16,
         kl_tolerance=10.0, extrapolation_limit=10.0, headroom_margin=0.0, on_no_headroom="mark",
         adversarial_batch=32, adversarial_pool=256),
@@ -493,8 +522,14 @@ def forks_of(p: IsolossPreset, tests: list[str]) -> frozenset:
 
 def regression_without(p: IsolossPreset) -> tuple[str, ...]:
     """The forks Fig. 1 within seeds leaves out: the adversary (its accuracy loss is by
-    construction) and the other model sizes (their traces live in another space)."""
-    return ("adv", *(f.name for f in p.forks if f.resized))
+    construction), the other model sizes (their traces live in another space) and the
+    flatness forks (flatness is their treatment: the dose-response tests them)."""
+    return ("adv", *(f.name for f in p.forks if f.resized), *flatness_forks(p))
+
+
+def flatness_forks(p) -> tuple[str, ...]:
+    """The forks whose treatment is a flatness penalty (``flatness.weight`` ≠ 0)."""
+    return tuple(f.name for f in p.forks if dict(f.settings).get("flatness.weight", 0))
 
 
 # ---- the preset as the command line changes it ---------------------------------------------

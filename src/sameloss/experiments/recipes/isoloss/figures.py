@@ -1,6 +1,7 @@
 """The iso-loss study's figures, drawn with ``plots.py``'s kinds (each writes
 ``<stem>.data.csv`` with its plotted numbers): the forest of paired differences, Fig. 1
-within seeds, one seed's KL curves with the matching window."""
+within seeds, one seed's KL curves with the matching window, and the flatness forks'
+dose-response (where the study has them)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ from .design import IsolossPreset, regression_without
 
 def figures(records, section: Section, p: IsolossPreset, rows: list[dict], diffs: list[dict],
             results: list[dict], seeds: list[int]) -> None:
-    """The three figures (module docstring), a language's named by its tag in a study of
-    several."""
+    """The figures (module docstring: three, and the dose-response with flatness forks), a
+    language's named by its tag in a study of several."""
     stem = f"{p.tag}-" if p.tag else ""
     _forest(records, section, p, diffs, seeds, stem)
     _scatter(records, section, p, rows, seeds, stem)
     _curves(records, section, p, results, seeds, stem)
+    _dose(records, section, p, seeds, stem)
 
 
 def _points(p: IsolossPreset) -> list[str]:
@@ -91,7 +93,8 @@ def _scatter(records, section: Section, p: IsolossPreset, rows: list[dict], seed
         shows="Fig. 1 within seeds: every fork's primary probe accuracy (points) against its trace of Hessian "
               "(Fisher estimator), each the mean of the fork's measured checkpoints minus its seed's mean over the "
               "forks of one size at that fork point "
-              "(without the adversarial fork), one panel per fork point; marker = fork; line = the within-seed "
+              "(without the adversarial fork and the flatness forks: the dose-response is theirs), one panel per "
+              "fork point; marker = fork; line = the within-seed "
               "slope of accuracy on trace through 0 (seed fixed effects, holding KL fixed; regression.csv)",
         sample=f"{len(seeds)} seeds × {len({r['fork'] for r in scatter})} forks per fork point",
         claim="flatter models (smaller trace) transfer better at the same loss (Fig. 1, §4)"))
@@ -139,3 +142,37 @@ def _curves(records, section: Section, p: IsolossPreset, results: list[dict], se
         sample=f"1 seed ({seeds[0]}) of {len(seeds)}: {len(first['curves'])} runs",
         claim="none directly: it shows that the matched checkpoints lie where the KL moves smoothly at one "
               "learning rate (the design of the iso-loss comparison)"))
+
+
+def _dose(records, section: Section, p: IsolossPreset, seeds: list[int], stem: str) -> None:
+    """The dose-response of the flatness forks: each pair's primary difference against its
+    relative trace change, the mean within-seed slope through the origin per fork point."""
+    from ...plots import XY, Fit, Ref, scatter_plot
+
+    slopes = {r["point"]: r for r in section.files.get("dose_response.csv", [])}
+    pts = section.files.get("dose_points.csv", [])
+    if not pts:
+        return
+    rows = [{"fork": r["fork"], "seed": r["seed"], f"x_{r['point']}": 100 * r["x"], f"y_{r['point']}": r["y"]}
+            for r in pts]
+    panels = []
+    for pt in [x for x in _points(p) if x in slopes]:
+        b = slopes[pt]
+        fit = None if not math.isfinite(b["slope"]) else Fit(
+            b["slope"] / 100, 0.0, f"{pt}: {fmt(b['slope'])} [{fmt(b['t_low'])}, {fmt(b['t_high'])}] points per "
+                                   "unit of relative trace change (mean of the seeds' slopes through 0, 95 % t)")
+        panels.append(XY(f"x_{pt}", f"trace change at the target KL, fork point {pt} (%)", f"y_{pt}",
+                         "primary accuracy difference (points)", fit=fit,
+                         refs=(Ref(0.0, "no difference", color="0.6", style="-"),)))
+    fig = scatter_plot(rows, panels, "Dose-response: flatness as the treatment", colour_by=None,
+                       marker_by=lambda r: r["fork"])
+    section.figures.append(records.figure(
+        fig, stem + "dose",
+        shows="Dose-response of the flatness forks (a trace penalty λ × the Fisher trace in training; λ < 0 "
+              "sharpens): per seed and fork, the paired primary probe accuracy difference (fork − AdamW, points) "
+              "against the relative trace change (fork ÷ AdamW − 1, %), both at the pair's target KL; one panel "
+              "per fork point; marker = fork; line = the mean over seeds of each seed's slope through 0 "
+              "(dose_response.csv)",
+        sample=f"{len(seeds)} seeds × {len({r['fork'] for r in pts})} flatness forks per fork point (the used pairs)",
+        claim="the thesis as a treatment: at the same loss, flatter (a negative trace change) transfers better "
+              "(a negative slope)"))

@@ -1,0 +1,202 @@
+"""Flatness as the treatment: ``flatness.weight`` λ × an estimate of the trace of
+the Hessian of the MLM loss, added to the training loss; λ > 0 flattens, λ < 0 sharpens.
+
+Every step the estimate is taken on a slice of the step's batch — its first
+``flatness.sentences`` sentences (of the update half, where the step updates on one), every
+masked position of them a context, the same targets the loss trains on — with the
+estimators of ``measures.curvature``, made differentiable in the weights (their
+``live=True`` selection; ``composite_layer_norms``: see why there):
+
+``fisher`` (the paper's estimator, App. B.1, as ``trace_fisher`` measures it)
+    ``T(θ) = mean_contexts Σ_y f_θ(y) ‖∇_θ log f_θ(y)‖²``, the trace of the Fisher of the
+    slice's loss, equal to the trace of its Hessian near saturation. ``flatness.labels = 0``:
+    every label, weighted by its probability — ``T`` itself; its gradient is exact by
+    double backward, through the weights ``f_θ(y)`` too.
+    ``flatness.labels = K ≥ 1``: K labels drawn from the model per context and
+    ``T̂ = mean_k ‖∇ log f(y_k)‖²``. The labels follow the weights, so ``∇T`` is not the
+    mean of ``∇‖∇ log f(y_k)‖²`` with the labels held fixed: ``∇T = E_y[∇v_y + v_y ∇log f(y)]``
+    (``v_y = ‖∇ log f(y)‖²``) has a score-function term. What is differentiated is the
+    surrogate ``S = T̂ + mean_k (v_k − b_k)·(log f(y_k) − log f(y_k))``, with the
+    factors ``v_k − b_k`` and the second ``log f(y_k)`` held constant (detached): its value
+    is ``T̂`` exactly, and its gradient ``mean_k [∇v_k + (v_k − b_k) ∇log f(y_k)]`` equals
+    ``∇T`` in expectation over the draws, because the baseline ``b_k`` — the mean of the
+    context's *other* draws' ``v`` (0 for K = 1) — does not depend on ``y_k`` and
+    ``E_y ∇log f(y) = 0``. The baseline takes most of the score term's variance. (Tested:
+    averaged over every possible draw exactly, the gradient is the finite-difference
+    gradient of ``T``.)
+``hutchinson`` (what the authors' released script computes)
+    ``q = mean_v vᵀ∇²L v`` over ``flatness.probes`` Rademacher probes ``v`` on the loss of
+    the slice's true tokens: ``E_v q = tr ∇²L`` at any θ. The probes do not depend on the
+    weights, so the gradient of ``q`` (a third derivative of ``L``, by differentiating the
+    ``LossHessian`` products) is exact for the estimator, and unbiased for ``∇ tr ∇²L``.
+
+``flatness.params``: the trace over the parameters matching a regex (as ``sameloss measure
+--params``; e.g. ``blocks`` for the encoder's layers), differentiated in every parameter.
+
+The penalty runs as the measures do: dropout off (the trace of the deterministic model the
+study measures), float32 outside autocast (bf16 runs: the estimate needs the precision),
+the model's math attention kernel; it adds to the step's loss, so it works with AdamW or
+SGD, gradient clipping and the adversarial objective (SAM is refused in the config: it is a
+flatness objective of its own).
+
+Randomness. The draws (the labels' uniforms, the probes) are a pure function of
+``(seed, step)`` on a stream of their own (``step_generator``, stream 5), as the data
+stream is: a resumed run draws exactly what the uninterrupted one drew, and the global RNG
+(dropout) is not touched. Under DDP every process builds the same draws for the whole
+slice and keeps its own rows' (the labels) or uses the same probes, and its part is
+normalised by the slice's global number of targets times the world size — as the loss is
+(``loop.mlm_loss``) — so the averaged gradient equals the single-process one.
+
+Cost: per step one forward and K backward passes per context, differentiated once more
+(Fisher), or a Hessian-vector product per probe, differentiated once more (Hutchinson):
+``bench/bench_flatness.py`` prints both against a plain step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import nn
+
+from ..errors import UserError
+from ..measures.curvature.base import (Blocks, composite_layer_norms, measuring, resolve_engine,
+                                       select_parameters)
+from ..measures.curvature.estimators import probe_vectors
+from ..measures.curvature.fisher import _ghost_linears, fisher_label_values
+from ..measures.curvature.operators import LossHessian
+from .config import FlatnessConfig
+from .data import MaskedBatch, shard_bounds, step_generator
+
+STREAM_FLATNESS = 5  # the penalty's draws (training 0, evaluation 1, adversarial 3 and 4)
+
+
+def fisher_terms(model: nn.Module, tokens: torch.Tensor, positions: torch.Tensor, labels: torch.Tensor,
+                 linears: dict[str, nn.Linear] | None = None, params: str | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(squares [n, k], log_probs [n, k])``: ``‖∇_θ log f_θ(x)_y‖²`` over the parameters
+    matching ``params`` (``None``: all) and ``log f_θ(x)_y`` for each context
+    ``(tokens[i], positions[i])`` and label ``labels[i, j]`` (``fisher_label_values``,
+    differentiable in every parameter; call it inside ``FlatnessPenalty.context``).
+    ``linears``: the ghost-norm layers (``fisher._ghost_linears``; ``None``: found here)."""
+    sel = select_parameters(model, params, live=True)
+    if linears is None:
+        linears = _ghost_linears(model, sel, tokens[:1])
+    squares, log_probs = fisher_label_values(model, sel, tokens, positions, labels, linears, Blocks.whole(sel.sizes))
+    return squares[..., 0], log_probs
+
+
+def fisher_surrogate(squares: torch.Tensor, log_probs: torch.Tensor, exact: bool) -> torch.Tensor:
+    """Per context, the quantity whose gradient the penalty takes, from
+    ``fisher_label_values``' ``squares [n, k]`` (``‖∇ log f(y)‖²``) and ``log_probs [n, k]``:
+    ``exact`` (every label): ``Σ_y f(y) v_y``, the trace itself; else (``k`` labels drawn
+    from the model) the surrogate ``T̂ + mean_k (v_k − b_k)·(log f(y_k) − log f(y_k))``
+    whose value is ``T̂`` and whose gradient is ``∇T`` in expectation (module docstring)."""
+    if exact:
+        return (log_probs.exp() * squares).sum(dim=1)
+    k = squares.shape[1]
+    v = squares.detach()
+    baseline = (v.sum(dim=1, keepdim=True) - v) / (k - 1) if k > 1 else torch.zeros_like(v)
+    score = ((v - baseline) * (log_probs - log_probs.detach())).mean(dim=1)
+    return squares.mean(dim=1) + score
+
+
+def sample_labels(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """``[n, k]`` labels drawn from each row of ``probs [n, V]`` by inverting its CDF at
+    ``uniforms [n, k]`` (on the device: no read-back, as ``torch.multinomial``'s
+    data-dependent draws would need for DDP-identical draws)."""
+    cdf = probs.double().cumsum(dim=-1)
+    # the first label whose CDF exceeds u (a label of probability 0 never is)
+    labels = (cdf[:, None, :] <= uniforms[:, :, None].double() * cdf[:, None, -1:]).sum(dim=-1)
+    return labels.clamp(max=probs.shape[-1] - 1)
+
+
+class FlatnessPenalty:
+    """``loss(model, batch, step)`` → ``(λ × this process's part of the trace estimate,
+    the estimate)``: add the first to the training loss (its gradient is the penalty's),
+    log the second (detached)."""
+
+    def __init__(self, cfg: FlatnessConfig, vocab_size: int, seed: int, rank: int = 0, world_size: int = 1):
+        self.cfg, self.vocab_size, self.seed, self.rank, self.world_size = cfg, vocab_size, seed, rank, world_size
+        self._linears: dict[int, dict[str, nn.Linear]] = {}
+
+    @staticmethod
+    @contextlib.contextmanager
+    def context(model: nn.Module, device: torch.device):
+        """As the measures run (``measuring``), differentiable to third order
+        (``composite_layer_norms``), and in float32 under a bf16 run's autocast."""
+        off = (torch.autocast(device.type, enabled=False) if torch.amp.is_autocast_available(device.type)
+               else contextlib.nullcontext())
+        with off, measuring(model), composite_layer_norms(model):
+            yield
+
+    def check(self, model: nn.Module) -> None:
+        """One line (``UserError``) now, before anything is written, if the penalty cannot run
+        on ``model``: ``flatness.params`` matching none of its parameters, or a model
+        ``torch.func`` cannot transform."""
+        select_parameters(model, self.cfg.params)
+        if resolve_engine(model, "auto") != "func":
+            raise UserError("the flatness penalty needs a model torch.func can transform (the transformer or "
+                            "the LSTM MLM)")
+
+    def loss(self, model: nn.Module, batch: MaskedBatch, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``batch``: the step's whole (global, host) update batch; this process takes its rows
+        of the slice."""
+        piece = batch.rows(0, min(self.cfg.sentences, batch.inputs.shape[0]))
+        n_global = piece.n_targets  # counted on the host
+        lo, hi = shard_bounds(piece.inputs.shape[0], self.rank, self.world_size)
+        device = next(model.parameters()).device
+        # this process's part: its rows' contexts / the slice's targets, times the world size
+        # (DDP averages the gradients over processes)
+        scale = self.world_size / n_global
+        gen = step_generator(self.seed, step, stream=STREAM_FLATNESS)
+        with self.context(model, device):
+            if self.cfg.measure == "fisher":
+                # one uniform per (sentence, position, draw) of the whole slice: the same draws
+                # whatever the number of processes
+                uniforms = torch.rand(*piece.inputs.shape, max(self.cfg.labels, 1), generator=gen,
+                                      dtype=torch.float64)
+                mine = piece.rows(lo, hi)
+                if mine.n_targets == 0:
+                    zero = torch.zeros((), device=device)
+                    return zero, zero
+                surrogate, estimate = self._fisher(model, mine, uniforms[lo:hi][mine.masked], device)
+            else:
+                mine = piece.rows(lo, hi)
+                # the same probes in every process: vᵀ(Σ_r w_r H_r)v = Σ_r w_r vᵀH_r v
+                sel = select_parameters(model, self.cfg.params)
+                probes = probe_vectors(self.cfg.probes, sel.n_params, "rademacher", gen, sel.dtype)
+                if mine.n_targets == 0:
+                    zero = torch.zeros((), device=device)
+                    return zero, zero
+                surrogate = estimate = self._hutchinson(model, mine, probes, device)
+        return self.cfg.weight * scale * surrogate, scale * estimate.detach()
+
+    def _fisher(self, model: nn.Module, mine: MaskedBatch, uniforms: torch.Tensor, device: torch.device
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(Σ surrogate, Σ T̂)`` over this process's contexts (``uniforms [contexts, K]``
+        on the host, in ``masked.nonzero()`` order)."""
+        rows, positions = mine.masked.nonzero(as_tuple=True)  # host: the batch is made there
+        on = mine.to(device)
+        tokens = on.inputs.index_select(0, rows.to(device))
+        positions = positions.to(device)
+        if self.cfg.labels == 0:
+            labels = torch.arange(self.vocab_size, device=device).expand(tokens.shape[0], -1)
+        else:
+            with torch.no_grad():
+                probs = torch.softmax(on.at_masked(model(on.inputs)).float(), dim=-1)
+            labels = sample_labels(probs, uniforms.to(device))
+        if id(model) not in self._linears:  # found once per model
+            self._linears[id(model)] = _ghost_linears(model, select_parameters(model, self.cfg.params), tokens[:1])
+        squares, log_probs = fisher_terms(model, tokens, positions, labels, self._linears[id(model)], self.cfg.params)
+        surrogate = fisher_surrogate(squares, log_probs, exact=self.cfg.labels == 0)
+        estimate = surrogate if self.cfg.labels == 0 else squares.mean(dim=1)
+        return surrogate.sum(), estimate.sum()
+
+    def _hutchinson(self, model: nn.Module, mine: MaskedBatch, probes: torch.Tensor, device: torch.device
+                    ) -> torch.Tensor:
+        """``Σ_targets`` of this process's rows × ``mean_v vᵀ∇²L_mine v``: the mean loss's
+        Hessian, times its number of targets (the caller divides by the slice's)."""
+        hessian = LossHessian(model, mine, params=self.cfg.params, live=True, engine="func")
+        probes = probes.to(device)
+        return mine.n_targets * (probes * hessian.matmat(probes)).sum(dim=1).mean()
