@@ -52,8 +52,13 @@ marked, locked, runs reused or resumed, every measurement cached in ``measuremen
 one scale (``search.json``); a rerun — the same search, or another over it — reuses every
 finished candidate, and an interrupted one resumes. It refuses a folder it did not make.
 
-Cost (measured, one thread, on the 2-core CPU shared with other jobs; load 5-7 — about half a
-core each — so an idle core takes roughly half these wall times): see ``COST`` below.
+Cost per candidate at ``tiny`` (measured: CPU seconds of one thread, ``costs.json`` of the searches
+recorded in the README, on the 2-core CPU shared with other jobs at load 5-16, where wall time is
+2-8 times the CPU time): **screened** HMM 0.7-3.3 s (40 draws of 4-8 states), PCFG 1.8-4.6 s
+(40 two-level grammars); **trained** (seed 0's base and adamw fork, measured) HMM 115 s, PCFG
+76 s; **gated**, per further seed (its base, measured) PCFG 48 s — 16 seeds of one language
+about 12 CPU minutes. A whole search of 40 draws, 3 trained, the winner gated on 16 seeds:
+about 20 CPU minutes.
 
 History. The PCFG search before this command (issue 24, ``bench/pcfg_headroom_search.py``,
 157 layered grammars screened and 18 trained in 9 rounds, about 2.5 h): span tasks labelled by
@@ -83,11 +88,6 @@ import numpy as np
 
 from .. import files
 from ..errors import UserError
-
-# measured cost per candidate (CPU seconds of one thread; see the module docstring): filled in
-# from the searches recorded in docs
-COST = {"screen": "HMM 6-12 s, PCFG 10-40 s", "train": "HMM 150-250 s, PCFG 200-400 s",
-        "gate seed": "HMM 60-120 s, PCFG 90-200 s"}
 
 SEARCH_FILE = "search.json"  # the folder's search settings: what makes it a search folder
 COSTS_FILE = "costs.json"  # CPU seconds of each stage of each candidate when it was computed
