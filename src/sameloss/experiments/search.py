@@ -56,8 +56,8 @@ Cost per candidate at ``tiny`` (measured: CPU seconds of one thread, ``costs.jso
 recorded in the README, on the 2-core CPU shared with other jobs at load 5-16, where wall time is
 2-8 times the CPU time): **screened** HMM 0.7-3.3 s (40 draws of 4-8 states), PCFG 1.8-4.6 s
 (40 two-level grammars); **trained** (seed 0's base and adamw fork, measured) HMM 115 s, PCFG
-76 s; **gated**, per further seed (its base, measured) PCFG 48 s — 16 seeds of one language
-about 12 CPU minutes. A whole search of 40 draws, 3 trained, the winner gated on 16 seeds:
+76 s; **gated**, per further seed (its base, measured) HMM 63-66 s, PCFG 48 s — 16 seeds of one
+language about 13 (PCFG) to 18 (HMM) CPU minutes. A whole search of 40 draws, 3 trained, the winner gated on 16 seeds:
 about 20 CPU minutes.
 
 History. The PCFG search before this command (issue 24, ``bench/pcfg_headroom_search.py``,
