@@ -272,6 +272,7 @@ def gate(study, choice, design: SearchDesign, seed: int, fork: bool = False) -> 
     from ..measures.run import MeasureSpec
     from ..training.checkpoint import checkpoint_dir
     from ..training.runio import eval_history
+    from .engine import with_start
     from .recipes.isoloss import base_run, fork_run, headroom_gate
 
     p = _preset(choice, design.scale)
@@ -291,7 +292,7 @@ def gate(study, choice, design: SearchDesign, seed: int, fork: bool = False) -> 
     if fork:
         adamw = p.forks[0]
         end = p.fork_end(adamw)
-        run = study.train(fork_run(p, seed, adamw, p.base_steps, checkpoint_dir(base.path, p.base_steps)))
+        run = study.train(with_start(fork_run(p, seed, adamw, p.base_steps), checkpoint_dir(base.path, p.base_steps)))
         kls = [float(ev["kl"]) for step, ev in eval_history(run.path).items() if step in set(p.candidates(adamw))]
         row.update(fork_end=end, fork_min_kl=min(kls), fork_end_kl=kls[-1],
                    trained_end=100 * float(study.measure(checkpoint_dir(run.path, end), spec)[key]))
