@@ -139,7 +139,7 @@ The package, one room each: ``design.py`` (the preset, forks, comparisons, the l
 choice), ``study.py`` (the runs, the seed unit with its gate, the declaration),
 ``allocation.py`` (the stage after the pilot, the budget's forecast), ``analysis.py``
 (estimation, differences and verdicts, orchestrated), ``report.py`` (sections and
-tables, the replication table), ``figures.py``.
+tables, the replication table), ``figures.py`` (the three figures; ``forest_label`` names a forest row).
 """
 
 from __future__ import annotations
@@ -153,13 +153,14 @@ from .analysis import language_report, report, run_seeds  # noqa: E402
 from .design import (COMPARISONS, DEFAULT_TASKS, EMBED_KL_TOLERANCE, ENDPOINTS, HALF_BATCH, MEASURED, NOREG,  # noqa: E402
                      PRESETS, TITLE, Fork, IsolossPreset, LanguageChoice, _forks, folder_suffix, forks_of,
                      language_studies, parse_language, stretches, task_span, with_budget, with_even, with_languages)
+from .figures import forest_label  # noqa: E402
 from .report import finished_studies, replication_section  # noqa: E402
 from .study import (all_seeds, base_run, fork_run, headroom_gate, large_shape, runs, seed_result,  # noqa: E402
                     seed_study, study_seeds, units)
 
 __all__ = ["COMPARISONS", "DEFAULT_TASKS", "EMBED_KL_TOLERANCE", "ENDPOINTS", "HALF_BATCH", "MEASURED", "NOREG",
            "PRESETS", "SUMMARY", "TITLE", "Fork", "IsolossPreset", "LanguageChoice", "all_seeds", "allocation_of",
-           "base_run", "finished_studies", "folder_suffix", "forecast", "fork_run", "forks_of", "headroom_gate",
-           "language_report", "language_studies", "large_shape", "parse_language", "replication_section", "report",
-           "run_seeds", "runs", "seed_result", "seed_study", "stretches", "study_seeds", "task_span", "units",
-           "with_budget", "with_even", "with_languages"]
+           "base_run", "finished_studies", "folder_suffix", "forecast", "forest_label", "fork_run", "forks_of",
+           "headroom_gate", "language_report", "language_studies", "large_shape", "parse_language",
+           "replication_section", "report", "run_seeds", "runs", "seed_result", "seed_study", "stretches",
+           "study_seeds", "task_span", "units", "with_budget", "with_even", "with_languages"]
