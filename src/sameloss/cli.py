@@ -64,7 +64,7 @@ def _experiment_parsers() -> tuple:
 
 
 def add_language_parser(commands) -> None:
-    """``sameloss language describe``."""
+    """``sameloss language describe`` and ``search``."""
     language = commands.add_parser("language", help="synthetic languages with exact conditionals")
     language_commands = language.add_subparsers(dest="language_command", metavar="ACTION", parser_class=_Parser)
     language_commands.required = True
@@ -100,6 +100,87 @@ def add_language_parser(commands) -> None:
                                "never)")
     add_threads_argument(describe)
     describe.set_defaults(run=_language_describe)
+    add_search_parser(language_commands)
+
+
+def add_search_parser(language_commands) -> None:
+    """``sameloss language search`` (``experiments/search.py``)."""
+    from .registry import languages
+
+    families = [n for n, e in languages().items() if "params" in e.settings and "seed" in e.settings]
+    search = language_commands.add_parser(
+        "search", help="find languages with headroom: screen draws of a family's settings, train the best as the "
+                       "isoloss study does, apply its headroom gate",
+        description="Draw --draws languages of FAMILY from the ranges (KEY=LO..HI; KEY=VALUE fixes a setting; "
+                    "seed=LO..HI draws the language itself, else each draw gets a seed in 0..999), screen each "
+                    "without training (majority, random-init encoder, look-up table, oracle at the isoloss "
+                    "study's primary probe), train the first --train-top whose gap oracle - max(look-up, "
+                    "random-init) is at least --min-gap as the study trains seed 0 (its base and adamw fork) and apply its headroom "
+                    "gate to the base (>= 5 points above the look-up table and the random-init encoder, >= 5 "
+                    "below the oracle); --gate-seeds N gates the passing draws on the bases of seeds 0..N-1. "
+                    "Prints each stage's table and the --language specs that pass, or says that none do. "
+                    "Everything goes to --out (a search folder: reused and resumed by a rerun).",
+        epilog="example: sameloss language search hmm n_states=4..8 n_words=6..12 concentration=0.1..0.5 --draws 40")
+    search.add_argument("family", choices=families, help="the language family: " + ", ".join(families))
+    search.add_argument("overrides", nargs="*", metavar="KEY=LO..HI",
+                        help="a range of a constructor setting (language.params; integers for integer settings) "
+                             "or KEY=VALUE to fix it; seed= draws the language itself")
+    search.add_argument("--draws", type=_positive_int, default=20, help="languages drawn (default 20)")
+    search.add_argument("--seed", type=_non_negative_int, default=0, help="seed of the draws (default 0)")
+    search.add_argument("--task", default=None,
+                        help="the task probed, one with a fixed span and a posterior (default: the isoloss study's, "
+                             "task-5 for hmm, span-1 for pcfg; e.g. span-1-sampled)")
+    search.add_argument("--size", default="headroom",
+                        help="the size whose other settings the draws keep (default headroom)")
+    search.add_argument("--scale", default="tiny",
+                        help="the isoloss scale whose schedule, probes and gate are applied (default tiny; smoke: a "
+                             "pipeline check in seconds)")
+    search.add_argument("--screen-only", action="store_true", help="screen only: train nothing")
+    search.add_argument("--screen-subsets", type=_positive_int, default=10,
+                        help="probe subsets of the screen (default 10; the trained stage uses the study's)")
+    search.add_argument("--screen-test", type=_positive_int, default=2000,
+                        help="test sentences of the screen (default 2000; the trained stage uses the study's)")
+    search.add_argument("--min-gap", type=float, default=15.0,
+                        help="a draw is promising when oracle - max(look-up, random-init) >= this many points "
+                             "(default 15)")
+    search.add_argument("--train-top", type=_non_negative_int, default=3,
+                        help="train the first this many promising draws, in drawing order (default 3)")
+    search.add_argument("--gate-seeds", type=_non_negative_int, default=0, metavar="N",
+                        help="gate each draw that passes on seed 0 on the bases of seeds 0..N-1 too (e.g. 16)")
+    search.add_argument("--gate-pass", type=_fraction, default=15 / 16, metavar="F",
+                        help="with --gate-seeds: the share of seeds a draw must pass (default 15/16 = 0.9375)")
+    search.add_argument("--out", default="runs/language-search", metavar="DIR",
+                        help="the search's folder (default runs/language-search): a new one, or one an earlier "
+                             "search made at the same --scale (its finished candidates are reused)")
+    search.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    search.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_threads_argument(search)
+    search.set_defaults(run=_language_search)
+
+
+def _fraction(text: str) -> float:
+    """An argparse type: a number in (0, 1], or a fraction a/b."""
+    num, slash, den = text.partition("/")
+    try:
+        value = float(num) / (float(den) if slash else 1.0)
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number or a fraction a/b") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must lie in (0, 1]")
+    return value
+
+
+def _language_search(args) -> None:
+    from .experiments.search import SearchDesign, run_search
+
+    design = SearchDesign(scale=args.scale, screen_subsets=args.screen_subsets, screen_test=args.screen_test,
+                          min_gap=args.min_gap, train_top=args.train_top, gate_seeds=args.gate_seeds,
+                          gate_pass=args.gate_pass, screen_only=args.screen_only)
+    result = run_search(args.family, list(args.overrides), task=args.task, size=args.size, n=args.draws,
+                        seed=args.seed, design=design, out=args.out, progress=not args.no_progress,
+                        device=args.device, log=lambda line: print(line, flush=True))
+    print()
+    print(result["text"])
 
 
 def add_pretrain_parser(commands) -> None:

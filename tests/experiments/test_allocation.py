@@ -14,9 +14,9 @@ import pytest
 from sameloss.cli import main
 from sameloss.errors import UserError
 from sameloss.experiments import reproduce
-from sameloss.experiments.allocation import afford, allocate, needed_seeds
+from sameloss.experiments.allocation import afford, allocate, needed_seeds, pooled_forecast
 from sameloss.experiments.recipes import isoloss
-from sameloss.experiments.stats import minimum_detectable_effect, stein_mde
+from sameloss.experiments.stats import minimum_detectable_effect, pooled_mde, stein_mde
 
 from .test_isoloss import read
 
@@ -119,3 +119,22 @@ def test_budget_and_even_are_isolosss_and_checked(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and words in err[0], err
     assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_the_pooled_forecast_plans_languages_and_seeds_from_one_languages_sds():
+    """A study across languages: per test the pooled MDE at each τ, and per number of languages
+    the fewest seeds that reach the target on the test with the largest SD (issue 36)."""
+    sds = {"noreg @ late": 0.5, "size @ late": 0.3, "adv @ late": 9.0}
+    text = pooled_forecast(list(sds), sds, 5, 4, 0.35, "measured", exempt=("adv",), taus=(0.0, 0.1))
+    assert "adv @ late" not in text  # exempt from the plan
+    row = next(line for line in text.splitlines() if line.startswith("noreg @ late"))
+    assert row.split()[-2:] == [f"{pooled_mde(0.5, 0.0, 5, 4):.2f}", f"{pooled_mde(0.5, 0.1, 5, 4):.2f}"]
+    # for 5 languages at τ = 0 the fewest seeds m with pooled_mde(0.5, 0, 5, m) <= 0.35
+    m = next(m for m in range(2, 201) if pooled_mde(0.5, 0.0, 5, m) <= 0.35)
+    assert pooled_mde(0.5, 0.0, 5, m - 1) > 0.35 and f"5 languages: τ=0: {m}," in text
+    assert "on noreg @ late (the largest prior SD)" in text
+    # τ larger than the target's reach: no number of seeds suffices for 3 languages
+    assert "3 languages: τ=0: " in pooled_forecast(["a @ late"], {"a @ late": 0.5}, 3, 4, 0.35, "m", taus=(0.0, 1.0))
+    assert "τ=1: >200" in pooled_forecast(["a @ late"], {"a @ late": 0.5}, 3, 4, 0.35, "m", taus=(0.0, 1.0))
+    # no prior SDs: one line saying so, not a table of blanks
+    assert "no prior paired SDs" in pooled_forecast(list(sds), {}, 5, 4, 0.35, "none")

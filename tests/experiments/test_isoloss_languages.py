@@ -37,6 +37,9 @@ from sameloss.experiments.stats import (
     EQUIVALENT,
     INCONCLUSIVE,
     pool_inverse_variance,
+    minimum_detectable_effect,
+    pooled_mde,
+    pooled_verdict,
 )
 from sameloss.languages import PCFG, make_language
 from sameloss.measures.representations import reference_representation
@@ -184,6 +187,33 @@ def test_inverse_variance_pooling_against_hand_computation_and_statsmodels():
         pool_inverse_variance([1.0], [0.0])
 
 
+def test_the_pooled_verdict_and_the_planned_pooled_mde():
+    """The verdict about languages reads the HKSJ interval; the planned pooled MDE (L languages ×
+    m seeds, within-language sd, between-language τ) is the effect the HKSJ test detects 80 % of
+    the time — checked by simulating whole cross-language studies through ``pool_inverse_variance``."""
+    # five languages agreeing on +1 with small errors: detected; near 0 with small errors: within ±δ
+    assert pooled_verdict(pool_inverse_variance([1.0, 1.1, 0.9, 1.2, 1.0], [0.1] * 5), 1, 0.35)[0] == DETECTED
+    assert pooled_verdict(pool_inverse_variance([1.0, 1.1, 0.9, 1.2, 1.0], [0.1] * 5), -1, 0.35)[0] \
+        == DETECTED_AGAINST
+    assert pooled_verdict(pool_inverse_variance([0.02, -0.03, 0.01, 0.0, 0.04], [0.05] * 5), 1, 0.35)[0] \
+        == EQUIVALENT
+    verdict, mde = pooled_verdict(pool_inverse_variance([0.3, -0.2], [0.2, 0.2]), 1, 0.35)
+    assert verdict == INCONCLUSIVE and mde > 1  # two languages: t on one degree of freedom
+    L, m, sd, tau = 5, 5, 0.46, 0.1
+    mde = pooled_mde(sd, tau, L, m)
+    assert mde == pytest.approx(minimum_detectable_effect(math.sqrt(tau ** 2 + sd ** 2 / m), L))
+    assert pooled_mde(sd, tau, L, 50) < mde < pooled_mde(sd, tau, L, 2)  # more seeds help, less than languages
+    assert pooled_mde(sd, tau, 8, m) < pooled_mde(sd, tau, L, 2 * m)
+    rng = np.random.default_rng(0)
+    hits = 0
+    for _ in range(2000):
+        truth = mde + rng.normal(0, tau, L)  # each language's true effect
+        est = truth + rng.normal(0, sd / math.sqrt(m), L)  # its estimate over m seeds
+        pooled = pool_inverse_variance(est, np.full(L, sd / math.sqrt(m)))
+        hits += pooled_verdict(pooled, 1, 0.35)[0] == DETECTED
+    assert hits / 2000 == pytest.approx(0.80, abs=0.035)
+
+
 def test_the_replication_verdict_says_which_way():
     assert replication_verdict([DETECTED, DETECTED]) == REPLICATED
     assert replication_verdict([DETECTED_AGAINST, DETECTED_AGAINST]) == REPLICATED_AGAINST
@@ -199,7 +229,7 @@ def test_the_replication_verdict_says_which_way():
 def _diff(comparison, point, mean, sd, n, verdict):
     half = 2.0 * sd / math.sqrt(n)
     return {"comparison": comparison, "point": point, "family": "primary", "mean": mean, "sd": sd, "n_used": n,
-            "t_low": mean - half, "t_high": mean + half, "verdict": verdict}
+            "t_low": mean - half, "t_high": mean + half, "verdict": verdict, "expected_sign": 1, "margin": 0.35}
 
 
 def test_the_replication_table_pools_the_languages_with_headroom():
@@ -217,6 +247,9 @@ def test_the_replication_table_pools_the_languages_with_headroom():
     assert size["pooled"] == pytest.approx(ref.fixed) and size["i2"] == pytest.approx(ref.i2)
     assert (size["random_low"], size["random_high"]) == pytest.approx((ref.random_low, ref.random_high))
     assert size["hmm_verdict"] == DETECTED and size["pcfg_mean"] == 0.6
+    # the verdict about languages comes from the HKSJ interval (two languages: t on 1 df, wide)
+    assert size["pooled_verdict"] == pooled_verdict(ref, 1, 0.35)[0] == INCONCLUSIVE
+    assert section.tables[0].columns[0].key == "pooled_verdict"  # the table leads with it
     assert out["noreg @ late"]["replication"] == NOT_REPLICATED
     assert section.files["replication.csv"] and section.tables[0].source == "replication.csv"
     # a language without headroom is listed as uninformative and not pooled: one language left replicates nothing

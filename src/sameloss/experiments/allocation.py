@@ -157,3 +157,47 @@ def allocation_table(section: Section, alloc: Allocation, used: dict[str, int], 
          Column("planned", "planned", fmt="d"), Column("used", "used", fmt="d"), Column("note", "note", text=True)],
         rows, source=source, key="test", key_header="comparison @ fork point"))
     return rows
+
+
+# ---- a study across languages (issue 36) -------------------------------------------------------
+TAUS = (0.0, 0.1, 0.2)  # between-language spreads of the true effects the forecast shows (points)
+
+
+def pooled_forecast(tests: list[str], sds: dict[str, float], languages: int, seeds: int, target: float,
+                    source: str, exempt: tuple[str, ...] = (), taus: tuple[float, ...] = TAUS) -> str:
+    """What a study of ``languages`` languages × ``seeds`` seeds each plans for its pooled
+    verdicts (``stats.pooled_mde``: the HKSJ test of the language estimates): per test the prior
+    paired SD (``sds``, measured on one language: ``source``) and the pooled MDE at each
+    between-language spread τ of ``taus``; then, for the test with the largest SD, the fewest seeds
+    per language that reach ``target`` for each number of languages — the trade the study's
+    scale was chosen from (languages buy more than seeds: the t quantile on L − 1 degrees of
+    freedom, and τ², which no number of seeds shrinks)."""
+    from .stats import pooled_mde
+
+    if not any(math.isfinite(sds.get(t, math.nan)) for t in tests):
+        return (f"Pooled verdicts across languages ({languages} languages × {seeds} seeds each): no prior paired SDs "
+                "of the primary accuracy, so no pooled MDE to plan with (stats.pooled_mde plans it from one "
+                "language's measured SDs and the spread τ of the true effects between languages)")
+    lines = [f"Pooled verdicts across languages ({languages} languages × {seeds} seeds each; prior paired SDs of the "
+             f"primary accuracy: {source}; the pooled MDE at 80 % power of the random-effects (HKSJ) test, for a "
+             f"spread τ of the true effects between languages):",
+             f"{'comparison @ point':<28} {'prior SD':>9} " + " ".join(f"{f'MDE τ={t:g}':>11}" for t in taus)]
+    planned = [t for t in tests if not t.startswith(tuple(f"{x} @" for x in exempt))]
+    for test in planned:
+        sd = sds.get(test, math.nan)
+        cells = " ".join(f"{pooled_mde(sd, tau, languages, seeds):>11.2f}" if math.isfinite(sd) else f"{'no prior':>11}"
+                         for tau in taus)
+        lines.append(f"{test:<28} {sd:>9.3g} {cells}")
+    known = {t: sds[t] for t in planned if math.isfinite(sds.get(t, math.nan))}
+    if known:
+        worst = max(known, key=known.get)
+        row = []
+        for n_lang in range(3, 9):
+            cells = []
+            for tau in taus:
+                m = next((m for m in range(2, 201) if pooled_mde(known[worst], tau, n_lang, m) <= target), None)
+                cells.append(f"τ={tau:g}: {m if m else '>200'}")
+            row.append(f"{n_lang} languages: " + ", ".join(cells))
+        lines.append(f"seeds per language for a pooled MDE ≤ {target:g} on {worst} (the largest prior SD): "
+                     + "; ".join(row))
+    return "\n".join(lines)

@@ -537,7 +537,7 @@ def replication(section: Section, studies: list[dict], family: str = "primary") 
     fixed-effect estimate and the heterogeneity (Cochran's Q, I², τ²). ``studies``: per
     language ``{"language": spec, "tag": str, "ok": headroom passed, "diffs": its
     differences rows, "tests": the names of its comparisons, "comparison @ point"}``."""
-    from .stats import pool_inverse_variance
+    from .stats import pool_inverse_variance, pooled_verdict
 
     tests: dict[str, dict] = {}
     for s in studies:
@@ -567,33 +567,45 @@ def replication(section: Section, studies: list[dict], family: str = "primary") 
         row["replication"] = replication_verdict(verdicts)
         row["pooled_languages"] = len(pool_m)
         row.update(dict.fromkeys(("pooled", "pooled_low", "pooled_high", "random", "random_low", "random_high",
-                                  "random_p", "q", "q_p", "i2", "tau2"), math.nan))
+                                  "random_p", "random_mde", "q", "q_p", "i2", "tau2"), math.nan))
+        row["pooled_verdict"] = REPLICATION_UNINFORMATIVE
         if len(pool_m) >= 2:  # one language is nothing to pool
             pooled = pool_inverse_variance(pool_m, pool_se)
+            # the comparison's direction and δ, as every language's study fixed them (a study of an
+            # earlier version did not write them: its pooled estimate stands without a verdict)
+            first = next(iter(by.values()))
+            if first.get("expected_sign") not in (None, "") and first.get("margin") not in (None, ""):
+                row["pooled_verdict"], row["random_mde"] = pooled_verdict(
+                    pooled, int(float(first["expected_sign"])), float(first["margin"]))
+            else:
+                row["pooled_verdict"] = "no verdict: the studies did not record the direction and δ (rerun them)"
             row.update(pooled=pooled.fixed, pooled_low=pooled.fixed_low, pooled_high=pooled.fixed_high,
                        random=pooled.random, random_low=pooled.random_low, random_high=pooled.random_high,
                        random_p=pooled.random_p, q=pooled.q, q_p=pooled.q_p, i2=pooled.i2, tau2=pooled.tau2)
         out.append(row)
     name = "replication.csv" if family == "primary" else f"replication_{family}.csv"
     section.files[name] = out
-    columns = []
+    columns = [Column("pooled verdict (random effects, HKSJ)", "pooled_verdict", text=True),
+               Column("pooled, random (HKSJ) [95%]", "random", ci=("random_low", "random_high"), fmt=".2f"),
+               Column("pooled MDE", "random_mde", fmt=".2f"), Column("languages pooled", "pooled_languages", fmt="d")]
     for s in studies:
         columns += [Column(f"{s['tag']} [95%]", f"{s['tag']}_mean", ci=(f"{s['tag']}_low", f"{s['tag']}_high"),
                            fmt=".2f"),
                     Column(f"{s['tag']} verdict", f"{s['tag']}_verdict", text=True)]
     columns += [Column("replication", "replication", text=True),
-                Column("pooled, random (HKSJ) [95%]", "random", ci=("random_low", "random_high"), fmt=".2f"),
                 Column("pooled, fixed [95%]", "pooled", ci=("pooled_low", "pooled_high"), fmt=".2f"),
                 Column("Q", "q", fmt=".2f"), Column("p(Q)", "q_p", fmt=".2g"), Column("I²", "i2", fmt=".2f"),
                 Column("τ²", "tau2", fmt=".3g")]
     what = "primary accuracy (points)" if family == "primary" else family
     section.tables.append(Table(
-        f"Replication across languages: the {what} difference per comparison and fork point on each language, "
-        "whether it replicates (every language with headroom detects it, in one direction — which is said), and "
-        "the pooled estimate over the languages with headroom when there are at least two (each language's "
-        "standard error sd/√n of its used pairs): random effects (DerSimonian–Laird τ²) with the "
-        "Hartung–Knapp–Sidik–Jonkman t interval on k − 1 degrees of freedom, and the fixed effect, with the "
-        "heterogeneity (Cochran's Q, I², τ²)", columns, out, source=name, key="test",
+        f"Replication across languages: per comparison and fork point, first the verdict about languages — the "
+        "random-effects pooled estimate over the languages with headroom, when there are at least two (each "
+        "language's standard error sd/√n of its used pairs; DerSimonian–Laird τ²), with the "
+        "Hartung–Knapp–Sidik–Jonkman t interval on k − 1 degrees of freedom: detected where its 95 % interval "
+        "excludes 0, no effect beyond ±δ where its 90 % interval lies inside the study's δ, and its MDE at 80 % "
+        f"power — then the {what} difference on each language, whether it replicates (every language with "
+        "headroom detects it, in one direction — which is said), the fixed effect and the heterogeneity "
+        "(Cochran's Q, I², τ²)", columns, out, source=name, key="test",
         key_header="comparison @ fork point"))
     return out
 

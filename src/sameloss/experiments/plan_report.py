@@ -101,9 +101,18 @@ def plan_text(experiment: str, scale: str, device: str, workers: int = 1, cpu_pe
                                 cpu_peak))
     recipe = registry.recipe(experiment)
     forecast = getattr(recipe, "forecast", None)
-    if budget is not None and forecast is not None:
-        from . import on_budget, on_languages
+    if not (budget is not None and forecast is not None) and len(languages or ()) < 2:
+        return text
+    from . import on_budget, on_languages
 
-        p = on_budget(recipe, experiment, on_languages(recipe, experiment, recipe.PRESETS[scale], languages), budget)
+    p = on_budget(recipe, experiment, on_languages(recipe, experiment, recipe.PRESETS[scale], languages), budget)
+    if budget is not None and forecast is not None:
         text += "\n\n" + forecast(p, device, workers, cpu_peak)
+    if len(getattr(p, "replicate", ())) > 1 and hasattr(p, "tests"):  # a study across languages: its pooled MDEs
+        from .allocation import pooled_forecast
+
+        text += "\n\n" + pooled_forecast([f"{c.name} @ {pt}" for c, pt in p.tests()], dict(p.prior_sds),
+                                          len(p.replicate), len(p.seeds), p.mde_target,
+                                          getattr(recipe, "PRIOR_SOURCE", "the preset's") if p.prior_sds else "none",
+                                          p.exempt)
     return text

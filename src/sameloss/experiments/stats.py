@@ -540,6 +540,35 @@ class Pooled:
     random_p: float  # two-sided, t on k − 1 degrees of freedom
 
 
+def pooled_verdict(pooled: Pooled, expected_sign: int, margin: float, level: float = 0.95,
+                   power: float = 0.8) -> tuple[str, float]:
+    """The verdict of a random-effects pooled estimate (``pool_inverse_variance``) as
+    ``power_verdict`` gives one study's — detected (its HKSJ interval at ``level`` excludes 0;
+    which way), no effect beyond ±``margin`` (TOST: its ``1 − 2α`` HKSJ interval inside
+    ±δ), else inconclusive — and its MDE at ``power`` (noncentral t on k − 1 degrees of
+    freedom, the HKSJ standard error): the claim about languages, not about one draw."""
+    if pooled.k < 2 or not (math.isfinite(pooled.random_se) and pooled.random_se > 0):
+        return INCONCLUSIVE, math.nan
+    df = pooled.k - 1
+    eq_half = t_quantile(1 - EQUIVALENCE_ALPHA, df) * pooled.random_se
+    verdict = _detection(pooled.random_low, pooled.random_high, expected_sign, margin, pooled.random - eq_half,
+                         pooled.random + eq_half)
+    return verdict, noncentral_mde(pooled.random_se, df, level, power)
+
+
+def pooled_mde(sd: float, tau: float, languages: int, seeds: int, level: float = 0.95, power: float = 0.8) -> float:
+    """The MDE a study of ``languages`` languages × ``seeds`` seeds each plans for its pooled
+    random-effects test: with one within-language paired SD ``sd`` and a spread ``tau`` of the
+    true effects between languages, every language's estimate has variance ``tau² + sd²/seeds``
+    and equal weight, and the HKSJ test is then the one-sample t test of the ``languages``
+    estimates (k − 1 degrees of freedom) — ``minimum_detectable_effect`` of that SD over
+    ``languages``. More languages buy more than more seeds: seeds shrink only the ``sd²/seeds``
+    part, and the t quantile on k − 1 degrees of freedom is large for few languages."""
+    if seeds < 1 or tau < 0:
+        return math.nan
+    return minimum_detectable_effect(math.sqrt(tau**2 + sd**2 / seeds), languages, level, power)
+
+
 def pool_inverse_variance(means: Sequence[float], ses: Sequence[float], level: float = 0.95) -> Pooled:
     """Fixed-effect (inverse-variance, normal interval) and random-effects pooling of k
     independent estimates (here: one comparison measured on k languages) with Cochran's Q,

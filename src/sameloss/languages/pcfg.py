@@ -41,8 +41,8 @@ PRESETS: dict[str, dict] = {
     # 12 words, 2 roots, 3 levels of 3 symbols, sentences of 2..8 tokens.
     "micro": dict(n_words=12, n_roots=2, n_levels=3, symbols_per_level=3,
                   binary_rules_per_symbol=2, emit_prob=0.2, words_per_last_symbol=4),
-    # The winner of a search for probe headroom (issue 24; `bench/pcfg_headroom_search.py`,
-    # its rounds in the docstring). 6 words, 2 roots, 2 levels of 4 symbols, 3 binary rules
+    # The winner of a search for probe headroom (issue 24; now `sameloss language search`,
+    # experiments/search.py's docstring summarises its rounds). 6 words, 2 roots, 2 levels of 4 symbols, 3 binary rules
     # each, emission 0.3 above the last level, 5 words per last-level symbol, peaked rules
     # (Dirichlet 0.5), grammar seed 6 (PRESET_SEEDS); sentences of 2..4 words. Measured with
     # the ~0.1M `tiny` transformer trained as the isoloss tiny study's AdamW fork (constant
@@ -390,6 +390,18 @@ class PCFG(Language):
         total = scores.sum(dim=1, keepdim=True)
         return scores / torch.where(total > 0, total, torch.ones_like(total))
 
+    def _sampled_span_label(self, batch: Batch, span: int) -> torch.Tensor:
+        """``[n]`` the symbol the sampler drew over ``[0, span)`` (``batch.latent``), ``-1``
+        where the drawn tree has no constituent there (the outermost symbol where a unary
+        chain of a grammar file spans it: the latent lists a tree's rounds deepest first)."""
+        if batch.latent is None:
+            raise ValueError(f"span-{span}-sampled needs the sampled parse trees (batch.latent)")
+        lat = batch.latent
+        rows = torch.nonzero((lat[:, 1] == 0) & (lat[:, 2] == span)).flatten()
+        last = torch.full((batch.tokens.shape[0],), -1, dtype=torch.long, device=lat.device)
+        last.scatter_reduce_(0, lat[rows, 0], rows, reduce="amax")
+        return torch.where(last >= 0, lat[last.clamp(min=0), 3], last)
+
     @property
     def tasks(self) -> dict[str, Task]:
         """The released code's A, B, C (argmax inside score of the root / the first k
@@ -397,7 +409,16 @@ class PCFG(Language):
         every k < max_len: the most likely symbol spanning the first k words given the
         whole sentence (the paper's kind of task, at any span; ``span-{max_len}`` would be
         ``A-paper``). Each task's ``posterior`` is the vector its label is the argmax of:
-        the normalised inside scores for A, B, C, ``span_posterior`` for the others."""
+        the normalised inside scores for A, B, C, ``span_posterior`` for the others.
+
+        ``span-k-sampled`` (issue 36): the symbol the sampler actually drew over the first
+        k words, on the sentences whose drawn tree has that constituent. Its oracle is the
+        posterior given the sentence and that the span is a constituent (``span_posterior``
+        normalised), whose argmax is right only as often as the sentence determines the
+        symbol: its Bayes accuracy, below 100 % wherever the yield and its context leave the
+        symbol ambiguous — the argmax labels of ``span-k`` are a linear function of the
+        oracle's features (≈ 99 % for every grammar searched), these leave room above a
+        trained model. (An HMM's ``task-k-sampled`` is the same idea.)"""
         g = self.grammar
         n_nt = g.n_nonterminals
         roots = g.start_symbols
@@ -420,6 +441,12 @@ class PCFG(Language):
                 name, n_nt, lambda b, s=span: self._argmax_label(self.span_posterior(b.tokens, s)),
                 f"{what}: most likely symbol spanning [0, {span}) given the sentence (posterior argmax)",
                 span=(0, span), posterior=lambda tok, s=span: self.span_posterior(tok, s))
+        for k in range(1, self.max_len):
+            tasks[f"span-{k}-sampled"] = Task(
+                f"span-{k}-sampled", n_nt, lambda b, s=k: self._sampled_span_label(b, s),
+                f"the symbol the sampler drew over [0, {k}) (sentences whose tree has that constituent); "
+                "Bayes accuracy below 1 where the sentence leaves it ambiguous",
+                span=(0, k), posterior=lambda tok, s=k: self._normalised(self.span_posterior(tok, s)))
         return tasks
 
 

@@ -149,7 +149,7 @@ The package, one room each: ``design.py`` (the preset, forks, comparisons, the l
 choice), ``study.py`` (the runs, the seed unit with its gate, the declaration),
 ``allocation.py`` (the stage after the pilot, the budget's forecast), ``analysis.py``
 (estimation, differences and verdicts, orchestrated), ``report.py`` (sections and
-tables, the replication table), ``figures.py``.
+tables, the replication table), ``figures.py`` (the three figures; ``forest_label`` names a forest row).
 """
 
 from __future__ import annotations
@@ -164,13 +164,14 @@ from .design import (COMPARISONS, DEFAULT_TASKS, EMBED_KL_TOLERANCE, ENDPOINTS, 
                      MEASURED, NOREG, PRESETS, TITLE, Fork, IsolossPreset, LanguageChoice, _forks, flatness_forks,
                      folder_suffix, forks_of, language_studies, parse_language, regression_without, stretches,
                      task_span, with_budget, with_even, with_languages)
+from .figures import forest_label  # noqa: E402
 from .report import finished_studies, replication_section  # noqa: E402
 from .study import (all_seeds, base_run, fork_run, headroom_gate, large_shape, runs, seed_result,  # noqa: E402
                     seed_study, study_seeds, units)
 
 __all__ = ["COMPARISONS", "DEFAULT_TASKS", "EMBED_KL_TOLERANCE", "ENDPOINTS", "FLATNESS_TINY", "HALF_BATCH",
            "MEASURED", "NOREG", "PRESETS", "SUMMARY", "TITLE", "Fork", "IsolossPreset", "LanguageChoice", "all_seeds",
-           "allocation_of", "base_run", "finished_studies", "flatness_forks", "folder_suffix", "forecast", "fork_run",
+           "allocation_of", "base_run", "finished_studies", "flatness_forks", "folder_suffix", "forecast", "forest_label", "fork_run",
            "forks_of", "headroom_gate", "language_report", "language_studies", "large_shape", "parse_language",
            "regression_without", "replication_section", "report", "run_seeds", "runs", "seed_result", "seed_study",
            "stretches", "study_seeds", "task_span", "units", "with_budget", "with_even", "with_languages"]

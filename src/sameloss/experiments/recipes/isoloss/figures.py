@@ -1,7 +1,8 @@
-"""The iso-loss study's figures, drawn with ``plots.py``'s kinds (each writes
+"""The iso-loss study's figures, drawn with ``plots``' kinds (each writes
 ``<stem>.data.csv`` with its plotted numbers): the forest of paired differences, Fig. 1
-within seeds, one seed's KL curves with the matching window, and the flatness forks'
-dose-response (where the study has them)."""
+within seeds, one seed's KL curves with each fork's stretch, and the flatness forks'
+dose-response where the study has them. The forks are named by their labels, as the report
+names them; a study whose gate failed says so on each figure."""
 
 from __future__ import annotations
 
@@ -10,19 +11,37 @@ import math
 import numpy as np
 
 from ... import paired
-from ...claims import fmt
 from ...report import Section
 from .design import IsolossPreset, regression_without
+
 
 def figures(records, section: Section, p: IsolossPreset, rows: list[dict], diffs: list[dict],
             results: list[dict], seeds: list[int]) -> None:
     """The figures (module docstring: three, and the dose-response with flatness forks), a
     language's named by its tag in a study of several."""
+    from ...plots import drawing
+
     stem = f"{p.tag}-" if p.tag else ""
-    _forest(records, section, p, diffs, seeds, stem)
-    _scatter(records, section, p, rows, seeds, stem)
-    _curves(records, section, p, results, seeds, stem)
-    _dose(records, section, p, seeds, stem)
+    ok = all(res["gate"]["ok"] for res in results)
+    with drawing(caveat=None if ok else "no headroom (a seed's base failed the gate): every verdict is "
+                                        "uninformative"):
+        _forest(records, section, p, diffs, seeds, stem)
+        _scatter(records, section, p, rows, seeds, stem)
+        _curves(records, section, p, results, seeds, stem)
+        _dose(records, section, p, seeds, stem)
+
+
+def forest_label(r: dict, p: IsolossPreset) -> str:
+    """A forest row's name: the recipe and its reference as the forks' labels say them, the
+    fork point and the pairs used (``differences`` row ``r``)."""
+    labels = _labels(p)
+    return (f"{labels.get(r['recipe'], r['recipe'])} vs {labels.get(r['reference'], r['reference'])} · "
+            f"{r['point']} · {r['n_used']} pairs")
+
+
+def _labels(p: IsolossPreset) -> dict[str, str]:
+    """The forks' labels by name: the legends name forks as the report does."""
+    return {f.name: f.label for f in p.forks}
 
 
 def _points(p: IsolossPreset) -> list[str]:
@@ -31,24 +50,25 @@ def _points(p: IsolossPreset) -> list[str]:
 
 def _forest(records, section: Section, p: IsolossPreset, diffs: list[dict], seeds: list[int], stem: str) -> None:
     """The forest of paired differences at one KL, per comparison and fork point."""
-    from ...plots import Forest, Ref, forest_plot
+    from ...plots import TRACE_FISHER, Forest, Ref, forest_plot
 
     primary = [r for r in diffs if r["family"] == "primary"]
     trace = {(r["comparison"], r["point"]): r for r in diffs if r["family"] == "trace"}
     forest = []
     for r in primary:
         t = trace[(r["comparison"], r["point"])]
-        forest.append({"label": f"{r['comparison']} @ {r['point']} (n={r['n_used']})", "acc": r["mean"],
+        forest.append({"label": forest_label(r, p), "acc": r["mean"], "acc_n": r["n_used"],
                        "acc_low": r["t_low"], "acc_high": r["t_high"], "acc_mde": r["mde"], "trace": t["mean"],
-                       "trace_low": t["t_low"], "trace_high": t["t_high"], "trace_mde": t["mde"]})
+                       "trace_n": t["n_used"], "trace_low": t["t_low"], "trace_high": t["t_high"],
+                       "trace_mde": t["mde"]})
     delta = p.equivalence_margin
     margin = tuple(Ref(v, f"±δ = {delta:g} points (equivalence margin)", axis="x", color="0.45", style="--")
                    for v in (-delta, delta))
     interval = "95 % t interval over the seeds' pairs, each fork estimated at the pair's target KL"
     fig = forest_plot(forest, "label", [
-        Forest("acc", "primary accuracy difference (points)", interval=interval, refs=margin),
-        Forest("trace", "trace difference (tr(H), Fisher)", interval=interval)],
-        "Paired differences at one KL, recipe − reference")
+        Forest("acc", "primary accuracy, recipe − reference (points)", interval=interval, refs=margin),
+        Forest("trace", f"{TRACE_FISHER}, recipe − reference", interval=interval)],
+        "Paired differences at one KL, recipe − reference (rows: recipe vs reference · fork point · pairs used)")
     section.figures.append(records.figure(
         fig, stem + "forest",
         shows="Forest plot: per comparison and fork point, the mean paired difference (recipe − reference) at one "
@@ -63,7 +83,7 @@ def _forest(records, section: Section, p: IsolossPreset, diffs: list[dict], seed
 
 def _scatter(records, section: Section, p: IsolossPreset, rows: list[dict], seeds: list[int], stem: str) -> None:
     """Fig. 1 within seeds: accuracy against trace, each minus its seed's mean."""
-    from ...plots import XY, Fit, scatter_plot
+    from ...plots import TRACE_FISHER, XY, Fit, interval_text, scatter_plot
 
     points = _points(p)
     scatter = []
@@ -83,11 +103,13 @@ def _scatter(records, section: Section, p: IsolossPreset, rows: list[dict], seed
     for pt in points:
         b = slopes.get(pt)
         fit = None if b is None or not math.isfinite(b["estimate"]) else Fit(
-            b["estimate"], 0.0, f"{pt}: within-seed slope {fmt(b['estimate'])} [{fmt(b['low'])}, {fmt(b['high'])}] "
-                                "pts per unit of trace (95 % cluster bootstrap, KL held fixed)")
-        panels.append(XY(f"dtrace_{pt}", f"trace − seed mean, fork point {pt}", f"dacc_{pt}",
+            b["estimate"], 0.0, f"{pt}: within-seed slope {interval_text(b['estimate'], b['low'], b['high'])} "
+                                "points per unit of trace (95 % cluster bootstrap, KL held fixed)")
+        panels.append(XY(f"dtrace_{pt}", f"{TRACE_FISHER} − seed mean, fork point {pt}", f"dacc_{pt}",
                          "primary accuracy − seed mean (points)", fit=fit))
-    fig = scatter_plot(scatter, panels, "Fig. 1 within seeds", colour_by=None, marker_by=lambda r: r["fork"])
+    labels = _labels(p)
+    fig = scatter_plot(scatter, panels, "Fig. 1 within seeds", colour_by=None,
+                       marker_by=lambda r: labels.get(r["fork"], r["fork"]))
     section.figures.append(records.figure(
         fig, stem + "scatter",
         shows="Fig. 1 within seeds: every fork's primary probe accuracy (points) against its trace of Hessian "
@@ -101,10 +123,11 @@ def _scatter(records, section: Section, p: IsolossPreset, rows: list[dict], seed
 
 
 def _curves(records, section: Section, p: IsolossPreset, results: list[dict], seeds: list[int], stem: str) -> None:
-    """The first seed's KL curves, the matching window and its measured KL range."""
+    """The first seed's KL curves, each fork's stretch and its measured KL range."""
     from ...plots import Band, Panel, Ref, series_plot
 
     points = _points(p)
+    labels = _labels(p)
     first = results[0]
     series: dict[str, list[dict]] = {}
     for name, kl in first["curves"].items():
@@ -113,7 +136,7 @@ def _curves(records, section: Section, p: IsolossPreset, results: list[dict], se
                                                  for s, v in sorted(kl.items()))
             continue
         pt, fork = name.split("-", 1)
-        series.setdefault(fork, []).extend({"step": s, f"kl_{pt}": v} for s, v in sorted(kl.items()))
+        series.setdefault(labels.get(fork, fork), []).extend({"step": s, f"kl_{pt}": v} for s, v in sorted(kl.items()))
     for name in series:
         series[name].sort(key=lambda r: r["step"])
     probed = {}  # the measured checkpoints' KL range per fork point: where the targets lie
@@ -122,23 +145,25 @@ def _curves(records, section: Section, p: IsolossPreset, results: list[dict], se
     curve_panels = []
     for k in sorted(p.fork_points, reverse=True):
         pt = p.point_name(k)
-        starts = [p.stretch_start(f) for f in p.forks]
-        ends = [p.fork_end(f) for f in p.forks]
-        window = Band(min(starts), max(ends), f"matching window: the stretches at {p.final_lr_factor:g} × lr")
+        drawn = {name.split("-", 1)[1] for name in first["curves"] if name.startswith(f"{pt}-")}
+        windows = tuple(Band(p.stretch_start(f), p.fork_end(f), f"strip: each fork's stretch at {p.final_lr_factor:g} "
+                                                                "× lr (where its checkpoints are measured)",
+                             series=f.label)
+                        for f in p.forks if f.name in drawn)
         target = tuple(Ref(v, f"seed {seeds[0]}'s measured KL range: {what}", color="0.3", style=":")
                        for v, what in ((min(probed[pt]), "lowest"), (max(probed[pt]), "highest"))) \
             if pt in probed else ()
         curve_panels.append(Panel(f"kl_{pt}", f"exact KL, fork point {pt} (nats)", log=True, refs=target,
-                                  bands=(window,)))
+                                  bands=windows))
     fig = series_plot(series, "step", curve_panels, f"Seed {seeds[0]}: exact KL of the base and its forks")
     section.figures.append(records.figure(
         fig, stem + "curves",
         shows=f"Training curves of seed {seeds[0]}: the exact KL to the true conditionals (log axis; held-out set of "
               f"{p.eval_sentences} sentences) against step, for the base and every fork, one panel per fork point; "
               "KL is evaluated only where it is read (every fork's candidates on its stretch, the base's "
-              "evaluations); shaded: the matching window (the stretches at "
-              f"{p.final_lr_factor:g} × lr); dotted: the lowest and highest KL of the seed's measured checkpoints "
-              "(every comparison's target lies between them)",
+              "evaluations); strips along the bottom: each fork's own stretch at "
+              f"{p.final_lr_factor:g} × lr, in its colour; dotted: the lowest and highest KL of the seed's measured "
+              "checkpoints (every comparison's target lies between them)",
         sample=f"1 seed ({seeds[0]}) of {len(seeds)}: {len(first['curves'])} runs",
         claim="none directly: it shows that the matched checkpoints lie where the KL moves smoothly at one "
               "learning rate (the design of the iso-loss comparison)"))
@@ -147,7 +172,7 @@ def _curves(records, section: Section, p: IsolossPreset, results: list[dict], se
 def _dose(records, section: Section, p: IsolossPreset, seeds: list[int], stem: str) -> None:
     """The dose-response of the flatness forks: each pair's primary difference against its
     relative trace change, the mean within-seed slope through the origin per fork point."""
-    from ...plots import XY, Fit, Ref, scatter_plot
+    from ...plots import XY, Fit, Ref, interval_text, scatter_plot
 
     slopes = {r["point"]: r for r in section.files.get("dose_response.csv", [])}
     pts = section.files.get("dose_points.csv", [])
@@ -159,13 +184,14 @@ def _dose(records, section: Section, p: IsolossPreset, seeds: list[int], stem: s
     for pt in [x for x in _points(p) if x in slopes]:
         b = slopes[pt]
         fit = None if not math.isfinite(b["slope"]) else Fit(
-            b["slope"] / 100, 0.0, f"{pt}: {fmt(b['slope'])} [{fmt(b['t_low'])}, {fmt(b['t_high'])}] points per "
+            b["slope"] / 100, 0.0, f"{pt}: {interval_text(b['slope'], b['t_low'], b['t_high'])} points per "
                                    "unit of relative trace change (mean of the seeds' slopes through 0, 95 % t)")
         panels.append(XY(f"x_{pt}", f"trace change at the target KL, fork point {pt} (%)", f"y_{pt}",
                          "primary accuracy difference (points)", fit=fit,
                          refs=(Ref(0.0, "no difference", color="0.6", style="-"),)))
+    labels = _labels(p)
     fig = scatter_plot(rows, panels, "Dose-response: flatness as the treatment", colour_by=None,
-                       marker_by=lambda r: r["fork"])
+                       marker_by=lambda r: labels.get(r["fork"], r["fork"]))
     section.figures.append(records.figure(
         fig, stem + "dose",
         shows="Dose-response of the flatness forks (a trace penalty λ × the Fisher trace in training; λ < 0 "

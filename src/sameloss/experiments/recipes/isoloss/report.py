@@ -197,7 +197,8 @@ def verdict_table(section: Section, p: IsolossPreset, diffs: list[dict], seeds: 
          Column("within tolerance", "tol_n", fmt="d"),
          Column("their accuracy [95%]", "tol_mean", ci=("tol_low", "tol_high"), fmt=".2f"),
          Column("their verdict", "tol_verdict", text=True)],
-        out, source="verdicts.csv", key="test", key_header="comparison @ fork point"))
+        out, source="verdicts.csv", key="test", key_header="comparison @ fork point",
+        terminal=("pairs used", "accuracy [95%]", "MDE", "verdict", "after Holm", "trace verdict")))
 
 
 def headroom_table(section: Section, p: IsolossPreset, gate: dict) -> list[dict]:
