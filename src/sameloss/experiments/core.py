@@ -44,6 +44,7 @@ import functools
 import hashlib
 import json
 import shutil
+import sys
 import time
 import weakref
 from dataclasses import dataclass, field
