@@ -18,8 +18,14 @@ Runtime per scale (one thread per worker; ``--launcher local --workers N`` runs 
     on a higher KL floor): the figures below are measured on this design.
     smoke   ~2 min on a 2-core CPU (3 seeds, micro model, tens of steps; the numbers mean
             nothing)
-    quick   NOT YET MEASURED on this design (the main job: tiny's first two seeds)
-    tiny    NOT YET MEASURED on this design
+    quick   not measured end to end on this design (the main job: tiny's first two seeds, every
+            fork): a tiny seed without the flatness forks cost 1,080-1,410 CPU s (mean 1,300;
+            the pilot below), so ~25 min on 2 idle cores; the flatness forks add ~49 % of a
+            seed's training FLOPs (the planner)
+    tiny    the pilot (6 seeds, every fork but the flatness forks, which came after it): 141 min
+            wall with 2 workers at load 4-16 on a shared 2-core CPU (2026-11-27), CPU 1,080-1,410
+            s a seed; ~65 min on 2 idle cores (~100-110 with the flatness forks, by the planner).
+            Then at most 48 seeds within --budget (180 min by default)
     small   estimate, not measured: ~8 h on one H100 (paper HMM, t4-384, batch 4096)
     paper   estimate, not measured: days on one H100
 
