@@ -113,18 +113,25 @@ def test_the_search_says_plainly_when_no_draw_passes(capsys, tmp_path):
 
 def test_the_search_gate_is_the_study_gate_to_the_digit(tmp_path):
     """The search measures the study's primary endpoint alone (one probe size, one method);
-    its numbers are those the study's gate reads (``gate_seed``: every size and method)."""
+    its numbers are those the study's declared headroom gate reads (every size and method),
+    walked by the engine on the same study."""
+    from sameloss.experiments.declare import Run, seed_unit
+    from sameloss.experiments.engine import Execute, walk
+    from sameloss.experiments.recipes.isoloss.study import gate_measures, headroom_gate
+
     choice = isoloss.parse_language("hmm:headroom:seed=5,n_states=4")
     design = search.SearchDesign(scale="smoke")
     p = search._preset(choice, "smoke")
     with Study(tmp_path / "study", progress=False) as study:
         row = search.gate(study, choice, design, 1)
-        base = study.train(isoloss.base_run(p, 1))
-        theirs = isoloss.gate_seed(study, 1, p, base)
+        reads = gate_measures(p, 1)
+        record = walk(seed_unit(1, (Run(isoloss.base_run(p, 1), None, "|base|train+gate"), *reads)), Execute(study))
+    trained, random_init, lookup, oracle = (record.row(m) for m in reads)
+    ok, _ = headroom_gate(p, 1, trained, random_init, lookup, oracle)
     key = p.primary_key
-    assert row["trained"] == 100 * theirs["trained"][key] and row["oracle"] == 100 * theirs["oracle"][key]
-    assert row["lookup"] == 100 * theirs["lookup"][key] and row["random_init"] == 100 * theirs["random_init"][key]
-    assert row["ok"] == theirs["ok"]
+    assert row["trained"] == 100 * trained[key] and row["oracle"] == 100 * oracle[key]
+    assert row["lookup"] == 100 * lookup[key] and row["random_init"] == 100 * random_init[key]
+    assert row["ok"] == ok
 
 
 def test_a_family_without_a_random_constructor_is_refused():
