@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import config as configlib
 from .. import files
 from ..errors import UserError
 from ..files import atomic_write_json
