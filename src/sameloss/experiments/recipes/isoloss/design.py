@@ -508,7 +508,7 @@ PRESETS: dict[str, IsolossPreset] = {
     # the main job: tiny's first two seeds — its first two units exactly (the same runs and
     # measures), one round of two workers on a 2-core CPU
     # the main job: every fork on two seeds (nothing to allocate with two)
-    "quick": _preset("tiny", seeds=(0, 1), exempt=("adv",), **_TINY),
+    "quick": _preset("tiny", seeds=(0, 1), exempt=("adv",), prior_sds=TINY_PRIOR_SDS, **_TINY),
     # a pilot of 6 seeds with every fork, then at most 48 seeds, each with the forks of the
     # comparisons still short of an MDE of 0.35 points, within 180 minutes (the pilot with the
     # flatness forks alone is ~100-110 min on 2 idle cores; 90 bought nothing after it)
