@@ -61,6 +61,7 @@ from ..training.checkpoint import checkpoint_dir
 from ..training.config import PretrainConfig
 from .declare import Embedded, Unit
 from .runspec import RunSpec, Setting  # noqa: F401 (recipes import them from here)
+from .runspec import _fingerprint, spec_fingerprint  # noqa: F401 (one home: runspec.py)
 from ..training import runfolder
 from ..training.loop import pretrain
 from ..training.runio import read_metrics, read_summary
@@ -77,17 +78,6 @@ class RunInfo:
     status: str  # trained | resumed | extended | reused
     seconds: float
     summary: dict = field(default_factory=dict)
-
-
-def _fingerprint(obj) -> str:
-    text = json.dumps(obj, sort_keys=True, default=str)
-    return hashlib.sha1(text.encode()).hexdigest()[:16]
-
-
-def spec_fingerprint(spec) -> str:
-    d = dataclasses.asdict(spec)
-    d.pop("device", None)
-    return _fingerprint(d)
 
 
 def recipe(name: str):

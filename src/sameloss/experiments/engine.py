@@ -40,7 +40,7 @@ COST_FILE = "cost.json"
 
 def measure_key(measure: Measure) -> tuple:
     """What identifies a measured row: its target and its settings (not the device)."""
-    from .core import spec_fingerprint
+    from .runspec import spec_fingerprint
 
     return measure.of, spec_fingerprint(measure.spec)
 

@@ -4,6 +4,8 @@ here and only here (a key ``PretrainConfig`` lacks is refused when the spec is m
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,3 +63,16 @@ def _override_value(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+# a measure spec's identity in a cache (its device aside); here, below core and the engine,
+# so both use it without importing each other
+def _fingerprint(obj) -> str:
+    text = json.dumps(obj, sort_keys=True, default=str)
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def spec_fingerprint(spec) -> str:
+    d = dataclasses.asdict(spec)
+    d.pop("device", None)
+    return _fingerprint(d)
