@@ -403,8 +403,10 @@ def _forks(long_steps: int, short_final: int | None = None, *, sam02: bool = Tru
              *((Fork("sam02", "−dropout−WD+SAM ρ 0.02", (*NOREG, ("sam.rho", 0.02))),) if sam02 else ()),
              Fork("adv", "adversarial λ 0.02", adversarial=0.02, late_only=adv_late_only),
              Fork("large", f"AdamW, {large}", width_factor=width_factor, extra_layers=extra_layers),
+             # a sharpening penalty forks late only: from scratch it runs away (issue 45: λ −1e-4
+             # from step 0 held the KL near 0.08 nats, far above every target; 0 of 2 pairs used)
              *(Fork(name, f"trace penalty λ {weight:g}" + (" (sharpens)" if weight < 0 else ""),
-                    (("flatness.weight", weight), ("flatness.measure", "fisher")))
+                    (("flatness.weight", weight), ("flatness.measure", "fisher")), late_only=weight < 0)
                for name, weight in (flatness or {}).items()))
     return tuple(dataclasses.replace(f, final_steps=stretch[f.name]) if f.name in (stretch or {}) else f
                  for f in forks)

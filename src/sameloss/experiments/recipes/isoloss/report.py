@@ -151,7 +151,10 @@ def design_text(p: IsolossPreset, seeds: list[int], gate_text: str, ok: bool) ->
         "mean trace for traces; else \"inconclusive\". MDE: the true difference the two-sided test detects with 80% "
         "power, from the noncentral t: MDE = λ*·sd/√n, λ* solving P(|T′(n−1, λ*)| > t(0.975, n−1)) = 0.8. "
         f"{paired.HOLM_FAMILIES} {gate_text}"
-        + "".join(f" {x.label} is forked late only (this scale's budget)." for x in p.forks if x.late_only)
+        + "".join(f" {x.label} is forked late only ("
+                  + ("from scratch a sharpening penalty runs away from every target KL"
+                     if dict(x.settings).get("flatness.weight", 0) < 0 else "this scale's budget") + ")."
+                  for x in p.forks if x.late_only)
         + ("" if ok else " **Every verdict is marked uninformative.**"))
 
 
