@@ -319,16 +319,26 @@ def units(setup, p: IsolossPreset) -> list:
     return out
 
 
-def pilot_units(setup, p: IsolossPreset) -> list:
-    """The seeds that run every fork: the pilot's (an adaptive study), else all."""
+def first_stage(setup, p: IsolossPreset) -> list[tuple[int, frozenset | None]]:
+    """The seeds of the first stage and the ``(point, fork)`` pairs each runs (``None``:
+    every fork): an adaptive study's pilot, every fork; a design with a ``plan``, seed i the
+    forks of the tests planned more than i seeds; else every seed, every fork."""
     seeds = study_seeds(setup, p)
-    return [seed_unit(seed, seed_study(p, seed, curves=seed == seeds[0]), p.tag)
-            for seed in (seeds[:p.pilot_seeds] if p.pilot_seeds else seeds)]
+    if p.plan:
+        return [(seed, forks_of(p, p.planned_tests(i))) for i, seed in enumerate(seeds) if p.planned_tests(i)]
+    return [(seed, None) for seed in (seeds[:p.pilot_seeds] if p.pilot_seeds else seeds)]
+
+
+def pilot_units(setup, p: IsolossPreset) -> list:
+    """The units of the first stage (``first_stage``)."""
+    first = study_seeds(setup, p)[0]
+    return [seed_unit(seed, seed_study(p, seed, only, curves=seed == first), p.tag)
+            for seed, only in first_stage(setup, p)]
 
 
 def pilot_results(records, p: IsolossPreset) -> list[dict]:
-    """The pilot's seeds' results (``seed_result``), in seed order."""
-    return [seed_result(records, p, seed) for seed in study_seeds(records, p)[:p.pilot_seeds or None]]
+    """The first stage's seeds' results (``seed_result``), in seed order."""
+    return [seed_result(records, p, seed, only) for seed, only in first_stage(records, p)]
 
 
 def forks_ran(p: IsolossPreset, pilot: list[dict]) -> bool:
