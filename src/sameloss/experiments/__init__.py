@@ -129,14 +129,23 @@ def reproduce(experiment: str | None = None, scale: str | None = None, out: str 
         header = _header(recipe, experiment, scale, seed, study, wall, command)
         # a section marked ``lead`` (a study's verdicts) comes before the Runs table
         ordered = [*(s for s in sections if s.lead), runs_section, *(s for s in sections if not s.lead)]
-        path = write_report(root, f"{recipe.TITLE} — scale `{scale}`", header, ordered)
+        runtime = _runtime_line(wall, launcher, scale)
+        path = write_report(root, f"{recipe.TITLE} — scale `{scale}`", header, ordered, runtime)
         study.log(f"wrote {path} ({wall:.0f} s)")
         from .report import terminal_summary
 
-        answer = terminal_summary(sections)  # the study ends with its answer, on the terminal (issue 39)
+        answer = terminal_summary(sections, runtime)  # the study ends with its answer, on the terminal (issue 39)
         if answer:
             print(f"\n{answer}\n", flush=True)
     return path
+
+
+def _runtime_line(wall: float, launcher, scale: str) -> str:
+    """The answer's last line: how long the study took, where."""
+    workers = _workers_of(launcher)
+    where = "in this process" if launcher.name == "inprocess" else f"on {workers} {launcher.name} worker(s)"
+    took = f"{wall / 60:.1f} min" if wall >= 90 else f"{wall:.0f} s"
+    return f"Runtime: {took} {where} (scale {scale}; load average {os.getloadavg()[0]:.1f} at the end)."
 
 
 def smoke_caveat() -> str:
