@@ -59,12 +59,22 @@ def experiments() -> dict[str, str]:
     return {name: entry.summary for name, entry in registry.recipes().items()}
 
 
-def main_job(experiment: str | None, scale: str | None) -> tuple[str, str]:
+def main_job(experiment: str | None, scale: str | None, gpu: bool | None = None) -> tuple[str, str]:
     """``(experiment, scale)`` as ``sameloss reproduce`` reads them: no experiment is the main
-    job (``isoloss`` at ``quick``); a named one without a scale runs at ``tiny``."""
+    job — ``isoloss`` at ``quick`` (the design 25 minutes on 2 CPU cores decide), or where a GPU
+    is present (``gpu``; default: whether torch sees one) the whole ``tiny`` design —; a named
+    one without a scale runs at ``tiny``."""
     if experiment is None:
+        if scale is None and (gpu if gpu is not None else _cuda()):
+            return DEFAULT_EXPERIMENT, DEFAULT_SCALE
         return DEFAULT_EXPERIMENT, scale or MAIN_SCALE
     return experiment, scale or DEFAULT_SCALE
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def reproduce(experiment: str | None = None, scale: str | None = None, out: str | Path = "runs",
