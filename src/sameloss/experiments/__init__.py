@@ -45,9 +45,10 @@ from .. import registry
 from ..errors import UserError
 
 SCALE_NAMES = ("smoke", "tiny", "small", "paper")
-# ``sameloss reproduce`` with no experiment: the powered iso-loss study at the ``quick``
-# scale (its tiny design with fewer seeds; a scale of that recipe only, runtime in its
-# docstring); a named experiment without ``--scale`` runs at ``tiny``
+# ``sameloss reproduce`` with no experiment, or ``reproduce isoloss`` (the same job): the
+# powered iso-loss study at the ``quick`` scale (its tiny design with fewer seeds; a scale of
+# that recipe only, runtime in its docstring); another experiment without ``--scale`` runs at
+# ``tiny``
 DEFAULT_EXPERIMENT = "isoloss"
 MAIN_SCALE = "quick"
 DEFAULT_SCALE = "tiny"
@@ -60,11 +61,18 @@ def experiments() -> dict[str, str]:
 
 
 def main_job(experiment: str | None, scale: str | None) -> tuple[str, str]:
-    """``(experiment, scale)`` as ``sameloss reproduce`` reads them: no experiment is the main
-    job (``isoloss`` at ``quick``); a named one without a scale runs at ``tiny``."""
-    if experiment is None:
-        return DEFAULT_EXPERIMENT, scale or MAIN_SCALE
-    return experiment, scale or DEFAULT_SCALE
+    """``(experiment, scale)`` as ``sameloss reproduce`` and ``plan`` read them.
+
+    Args:
+        experiment: a recipe's name, or ``None`` for the main job's (``isoloss``).
+        scale: a scale, or ``None`` for the default: ``quick`` for isoloss, named or not
+            (the main job), ``tiny`` for every other recipe.
+
+    Returns:
+        the experiment and the scale to run.
+    """
+    experiment = experiment or DEFAULT_EXPERIMENT
+    return experiment, scale or (MAIN_SCALE if experiment == DEFAULT_EXPERIMENT else DEFAULT_SCALE)
 
 
 def reproduce(experiment: str | None = None, scale: str | None = None, out: str | Path = "runs",

@@ -8,7 +8,7 @@ Runtime per scale
     tiny    ~9 min on a 2-core CPU (PCFG micro language, the "tiny" transformer, 2500 steps
             per algorithm; the adversarial objective costs ~1.6 AdamW steps per step)
     small   ~70 min on one H100 (planner estimate, ``sameloss plan algorithms --scale small
-            --device h100``: assumed GPU utilisation; paper PCFG, t4-384, batch 4096, 20k
+            --hardware h100``: assumed GPU utilisation; paper PCFG, t4-384, batch 4096, 20k
             steps each)
     paper   ~54 h on one H100 (planner estimate, as small: t3-1024, the shape of the paper's
             235M model, 100k steps each; at batch 4096 a step needs ~138 GiB in float32:

@@ -10,7 +10,7 @@ Runtime per scale
             all of it training), sentences of length 8; six one-layer transformers
             (width m = 16, 32, 64; AdamW, −dropout−WD, SAM, adversarial at m = 32) and
             the tiny two-layer transformer (AdamW), 1500 steps each)
-    small   ~5 min on one H100 (planner estimate, ``sameloss plan dyck --scale small --device
+    small   ~5 min on one H100 (planner estimate, ``sameloss plan dyck --scale small --hardware
             h100``: assumed GPU utilisation and 3 ms per step of kernel launches; length 16,
             widths 16–128 and the t4-128 transformer, 10k steps each)
     paper   ~14 min on one H100 (planner estimate, as small: 30k steps and the paper's
