@@ -154,7 +154,9 @@ def plan_text(experiment: str, scale: str, device: str, workers: int = 1, cpu_pe
         device: the hardware: ``cpu`` (this machine), ``h100`` or ``a100``.
         workers: processes or GPUs the study's units are shared out to.
         cpu_peak: the CPU's float32 peak in FLOP/s (``None``: measured now).
-        out, seed, languages: as ``reproduce`` would get them (``out`` only names folders).
+        out: the ``--out`` reproduce would get (it only names folders).
+        seed: the ``--seed`` reproduce would get.
+        languages: the ``--language`` specs reproduce would get (isoloss).
         budget: the wall minutes of an adaptive study (``None``: the scale's own budget).
         runs: list every run.
 

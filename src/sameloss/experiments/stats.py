@@ -57,7 +57,8 @@ def spearman_rho(x: Sequence[float], y: Sequence[float]) -> float:
     """Spearman's rank correlation (``scipy.stats.spearmanr``: Pearson's of the average ranks).
 
     Args:
-        x, y: paired 1-d samples of one length.
+        x: the first sample, 1-d.
+        y: the second, paired with ``x`` (the same length).
 
     Returns:
         rho, or ``nan`` for fewer than 2 points or a constant sample.
@@ -77,7 +78,8 @@ def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float:
     claim reads an exact ±1. The two agree to 1e-12 otherwise (``test_stats.py``).
 
     Args:
-        x, y: paired 1-d samples of one length.
+        x: the first sample, 1-d.
+        y: the second, paired with ``x`` (the same length).
 
     Returns:
         tau-b, or ``nan`` for fewer than 2 points or a constant sample.

@@ -1,9 +1,11 @@
 """Pre-training algorithms at the same loss (paper Tables 1 and 2; App. A.5).
 
 Command
+
     sameloss reproduce algorithms --scale tiny      [--out runs] [--seed N] [--fresh]
 
 Runtime per scale
+
     smoke   ~10 s on a CPU (micro model, 24 steps; the numbers mean nothing)
     tiny    ~9 min on a 2-core CPU (PCFG micro language, the "tiny" transformer, 2500 steps
             per algorithm; the adversarial objective costs ~1.6 AdamW steps per step)

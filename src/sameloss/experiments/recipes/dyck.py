@@ -2,9 +2,11 @@
 flattest one learn the downstream mismatch count from the fewest examples? (§5, App. G)
 
 Command
+
     sameloss reproduce dyck --scale tiny            [--out runs] [--seed N] [--fresh]
 
 Runtime per scale
+
     smoke   ~15 s on a CPU (two micro models, 30 steps; the numbers mean nothing)
     tiny    ~14 min measured on a 2-core CPU shared with other jobs (load ≈ 9; almost
             all of it training), sentences of length 8; six one-layer transformers

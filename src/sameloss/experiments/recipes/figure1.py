@@ -1,11 +1,12 @@
 """Loss, flatness and downstream accuracy of every model (paper Fig. 1; §4).
 
 Command
-    sameloss reproduce                               (= figure1 --scale tiny)
+
     sameloss reproduce figure1 --scale tiny         [--out runs] [--seed N] [--fresh]
 
 Runtime per scale (it runs the PCFG parts of ``steps``, ``sizes`` and ``algorithms`` in one folder;
 runs they share — the AdamW reference run — are trained once)
+
     smoke   ~10 s on a CPU (the whole pipeline; the numbers mean nothing)
     tiny    ~14 min on a 2-core CPU: measured 847 s (train 723 s, measure 121 s) with one
             torch thread on an otherwise idle machine; 7 pre-training runs of 2500 steps on

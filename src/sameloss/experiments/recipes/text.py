@@ -1,9 +1,11 @@
 """Real text: pre-training algorithms at the same loss (paper Tables 1–2, BookCorpus rows).
 
 Command
+
     sameloss reproduce text --scale tiny      [--out runs] [--seed N] [--fresh]
 
 Runtime per scale
+
     smoke   ~10 s on a CPU (a generated toy corpus and toy GLUE TSVs the recipe writes itself;
             the numbers mean nothing)
     tiny    14 min on a shared 2-core CPU (measured; table in docs/results/text.md): the offline books (KJV + Jane

@@ -2,9 +2,11 @@
 (SGD noise lowers the trace at the minimum, at rate ∝ η/B).
 
 Command
+
     sameloss reproduce theory --scale tiny          [--out runs] [--seed N] [--fresh]
 
 Runtime per scale
+
     smoke   ~15 s on a CPU (micro model, 30 steps; the numbers mean nothing)
     tiny    ~20 min measured on a 2-core CPU shared with other jobs (load ≈ 9; training
             6 min, measuring 8 min, SGD continuations the rest); micro PCFG, the tiny

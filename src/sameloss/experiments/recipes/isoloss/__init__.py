@@ -3,6 +3,7 @@ matched exact KL and one learning rate — the algorithm, training longer and mo
 each acting from step 0 and late — few-shot probes, paired statistics with stated power.
 
 Command
+
     sameloss reproduce                              (the main job: scale ``quick``; the same as
                                                      ``sameloss reproduce isoloss``)
     sameloss reproduce isoloss --scale tiny         [--out runs] [--seed N] [--fresh]
@@ -15,6 +16,7 @@ Command
     on a cluster".)
 
 Runtime per scale (one thread per worker; ``--launcher local --workers N`` runs N seeds at once)
+
     The design changed (three measured checkpoints per fork, longer stretches for the forks
     on a higher KL floor): the figures below are measured on this design.
     smoke   ~2 min on a 2-core CPU (3 seeds, micro model, tens of steps; the numbers mean
