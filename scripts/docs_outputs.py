@@ -18,8 +18,10 @@ SPEC is one of
     scale LABEL              a note saying which command, scale and date the run's outputs came from
     report-lead LABEL        report.md of the run, from its first section to its first table (its answer)
     verdict LABEL            the run's first decided comparison (verdicts.csv), in one sentence
-    figures LABEL DIR        the run's figures (the PNG/SVG report.md embeds) copied to DIR
-                             (relative to the page) as LABEL-NAME, embedded with report.md's captions
+    figures LABEL DIR [only=STEM,...]
+                             the run's figures (the PNG/SVG report.md embeds; only= those stems)
+                             copied to DIR (relative to the page) as LABEL-NAME, embedded with
+                             report.md's captions
 
 A LABEL names a run folder given on the command line (``--run LABEL=FOLDER``, an experiment
 folder such as ``runs/isoloss-quick``); blocks of a label not given are left as they are, so
@@ -68,8 +70,8 @@ def check_spec(spec: str) -> str | None:
         return f"unknown generator {words[0] if words else ''!r}; one of {', '.join(SPECS)}"
     if words[0] not in ("command", "python") and len(words) < 2:
         return f"{words[0]} needs a run LABEL"
-    if words[0] == "figures" and len(words) != 3:
-        return "figures LABEL DIR"
+    if words[0] == "figures" and (len(words) not in (3, 4) or len(words) == 4 and not words[3].startswith("only=")):
+        return "figures LABEL DIR [only=STEM,...]"
     return None
 
 
@@ -169,18 +171,20 @@ def verdict_block(run: Path) -> str:
             + f": *{r['verdict']}*" + (f", after Holm *{r['after_holm']}*" if r.get("after_holm") else "") + ".\n")
 
 
-def figures_block(run: Path, label: str, page: Path, folder: str) -> str:
+def figures_block(run: Path, label: str, page: Path, folder: str, only: tuple[str, ...] = ()) -> str:
     """Copy the figures report.md embeds into FOLDER (relative to the page) as LABEL-NAME and
-    embed them there with report.md's captions."""
+    embed them there with report.md's captions; ``only``: these figures (their file stems),
+    copied beside the others (the earlier LABEL-* files are replaced only without it)."""
     lines = (run / "report.md").read_text(encoding="utf-8").splitlines()
     dest = page.parent / folder
     dest.mkdir(parents=True, exist_ok=True)
-    for old in dest.glob(f"{label}-*"):
-        old.unlink()
+    if not only:
+        for old in dest.glob(f"{label}-*"):
+            old.unlink()
     out = []
     for i, line in enumerate(lines):
         found = FIGURE.match(line)
-        if not found or not (run / found["file"]).exists():
+        if not found or not (run / found["file"]).exists() or (only and Path(found["file"]).stem not in only):
             continue
         name = f"{label}-{Path(found['file']).name}"
         shutil.copyfile(run / found["file"], dest / name)
@@ -216,7 +220,8 @@ def generate(spec: str, runs: dict[str, Path], logs: dict[str, Path], page: Path
         return report_lead(run)
     if kind == "verdict":
         return verdict_block(run)
-    return figures_block(run, label, page, rest[1])
+    only = next((tuple(w.split("=")[1].split(",")) for w in rest[2:] if w.startswith("only=")), ())
+    return figures_block(run, label, page, rest[1], only)
 
 
 def _labelled(items: list[str], what: str) -> dict[str, Path]:
