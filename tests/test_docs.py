@@ -67,3 +67,22 @@ def test_figures_are_copied_with_their_captions(tmp_path):
     text = docs.figures_block(run, "tiny", page, "img")
     assert (tmp_path / "docs" / "img" / "tiny-forest.png").read_bytes() == b"\x89PNG fake"
     assert text == "![Forest plot](img/tiny-forest.png)\n\n*Figure 1. Forest plot: the caption.*\n"
+
+
+def test_the_docstring_examples_run():
+    """Every ``Example:`` (``>>>``) of a docstring gives what it shows: the API reference
+    renders them, so a stale one would mislead a reader."""
+    import doctest
+    import importlib
+
+    failed, ran = [], 0
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if ">>> " not in path.read_text(encoding="utf-8"):
+            continue
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        module = importlib.import_module(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        ran += result.attempted
+        if result.failed:
+            failed.append(module.__name__)
+    assert ran > 0 and failed == []
