@@ -80,18 +80,34 @@ def reproduce(experiment: str | None = None, scale: str | None = None, out: str 
               command: str | None = None, launch=None, seeds: list[int] | None = None,
               tracker: str = "none", formats: tuple[str, ...] = ("png",), languages: list[str] | None = None,
               figure_width: str = "page", budget: float | None = None, even: bool = False) -> Path:
-    """Run one recipe at one scale (``main_job``: the defaults); returns the path of
-    ``report.md``. ``launch``: a ``launch.LaunchOptions`` (default: every unit in this
-    process); ``seeds``: run only these seeds' units and write no report (returns the
-    experiment folder); ``tracker``: ``none``, ``tensorboard`` or ``wandb`` (``training.tracking``);
-    ``formats``: of the figures (png, pdf, svg; the report embeds the first); ``languages``:
-    ``--language`` specs (a recipe with ``with_languages``: isoloss), each choice of languages
-    its own experiment folder (``<experiment>-<scale>-<tags>``); ``figure_width``: ``column``
-    or ``page`` (``plots.style``), a smoke run's figures each saying that its numbers mean
-    nothing; ``budget``: the minutes the
-    study may take (``--budget``: a recipe with ``with_budget``, isoloss), which it forecasts
-    before it trains and spends on the comparisons still short; ``even``: every seed runs
-    every fork (``--even``: ``with_even``, the design before the adaptive one)."""
+    """Run one recipe at one scale: train its runs (reusing finished ones, resuming
+    interrupted ones), measure them (cached) and write its report (``sameloss reproduce``).
+
+    Args:
+        experiment: a recipe's name (``experiments()``); ``None``: the main job's, isoloss.
+        scale: one of the recipe's scales; ``None``: ``main_job``'s default (isoloss:
+            ``quick``, every other recipe: ``tiny``).
+        out: the parent folder of the experiment's folder, ``OUT/EXPERIMENT-SCALE``.
+        seed: added to every seed of the study (another seed is its own folder).
+        fresh: delete the experiment's folder first (only what sameloss wrote).
+        progress: show progress bars.
+        device: ``auto``, ``cpu`` or ``cuda`` (default: the preset's).
+        command: the command line the report names (default: ``reproduce_command``'s).
+        launch: a ``launch.LaunchOptions`` (default: every unit in this process).
+        seeds: run only these seeds' units and write no report (a shard).
+        tracker: ``none``, ``tensorboard`` or ``wandb`` (``training.tracking``).
+        formats: of the figures: png, pdf, svg (the report embeds the first).
+        languages: ``--language`` specs (a recipe with ``with_languages``: isoloss), each
+            choice of languages its own experiment folder (``<experiment>-<scale>-<tags>``).
+        figure_width: ``column`` or ``page`` (``plots.style``).
+        budget: the minutes the study may take (a recipe with ``with_budget``: isoloss),
+            forecast before it trains and spent on the comparisons still short.
+        even: every seed runs every fork (``with_even``: the design before the adaptive one).
+
+    Returns:
+        the path of ``report.md``; with ``seeds``, the experiment folder; with a Slurm
+        ``--dry-run``, ``None`` (the job script was printed).
+    """
     from .core import experiment_dir_name
 
     experiment, scale = main_job(experiment, scale)
