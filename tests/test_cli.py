@@ -161,7 +161,8 @@ def test_reproduce_isoloss_is_the_main_job_and_the_old_spellings_still_work(caps
 
     assert launcher(["reproduce", "isoloss"]) == launcher(["reproduce"])
     args = parser.parse_args(["reproduce", "steps"])
-    assert main_job(args.experiment, args.scale) == ("steps", "tiny") and launcher(["reproduce", "steps"]) == "inprocess"
+    assert main_job(args.experiment, args.scale) == ("steps", "tiny")
+    assert launcher(["reproduce", "steps"]) == "inprocess"
     args = parser.parse_args(["measure", "runs/x", "--seeds", "3"])
     assert args.probe_seeds == 3 and "note: --seeds is now --probe-seeds" in capsys.readouterr().out
 

@@ -159,7 +159,8 @@ def forecast(p: IsolossPreset, device: str, workers: int, cpu_peak: float | None
     pilot_wall = p.pilot_seeds * per_seed / workers
     cut = afford(alloc, seed_cost, pilot_wall, 60 * p.budget_minutes, workers) if p.budget_minutes else alloc
     expect = [t for t in tests if cut.needed[t] is not None and cut.planned[t] >= cut.needed[t]]
-    short = [_short(t, cut, prior) for t in tests if t not in expect and not t.startswith(tuple(f"{x} @" for x in p.exempt))]
+    exempt = tuple(f"{x} @" for x in p.exempt)
+    short = [_short(t, cut, prior) for t in tests if t not in expect and not t.startswith(exempt)]
     return (f"Budget forecast ({device}, {workers} worker(s), the planner's cost model: ~{_minutes(per_seed)} per seed "
             f"with every fork): the pilot of {p.pilot_seeds} seeds ~{_minutes(pilot_wall)}; "
             + (cut.budget_note + "; " if cut.budget_note else "")
