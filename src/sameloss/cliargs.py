@@ -1,5 +1,6 @@
-"""argparse pieces every ``sameloss`` command shares (``cli.py`` and ``experiments/cli.py``):
-the help formatter, the examples a command's help ends with, and deprecated spellings.
+"""argparse pieces every ``sameloss`` command shares (``cli.py``, ``cli_text.py`` and
+``experiments/cli.py``): the parser (a usage error in one line), the help formatter, the
+examples a command's help ends with, and deprecated spellings.
 
 One grammar for the whole CLI (issue 50): every flag has a help line, every command's help
 ends with one or two examples, one flag name means one thing across commands, and an old
@@ -32,6 +33,17 @@ class HelpFormatter(argparse.HelpFormatter):
             out.append(indent + line if line.strip() else "")
         flush()
         return "\n".join(out)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (the house rule for bad input), and the help
+    keeps its examples' lines as written (``HelpFormatter``)."""
+
+    def __init__(self, *args, formatter_class=HelpFormatter, **kwargs):
+        super().__init__(*args, formatter_class=formatter_class, **kwargs)
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def examples(*commands: str) -> str:

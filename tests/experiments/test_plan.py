@@ -214,8 +214,9 @@ def test_bare_plan_plans_the_main_job(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert out.startswith("plan: isoloss --scale quick on cpu (2 workers)")
     assert main(["plan", "isoloss", "--device", "h100"]) == 0
-    out = capsys.readouterr().out
-    assert "note: --device is now --hardware" in out and "plan: isoloss --scale quick on h100 (2 workers)" in out
+    captured = capsys.readouterr()  # the note: stdout, or stderr where stdout holds data (progress.say)
+    assert "note: --device is now --hardware" in captured.out + captured.err
+    assert "plan: isoloss --scale quick on h100 (2 workers)" in captured.out
 
 
 def test_a_launch_bound_gpu_step_is_said_with_what_would_fill_the_card():
