@@ -45,9 +45,10 @@ from .. import registry
 from ..errors import UserError
 
 SCALE_NAMES = ("smoke", "tiny", "small", "paper")
-# ``sameloss reproduce`` with no experiment: the powered iso-loss study at the ``quick``
-# scale (its tiny design with fewer seeds; a scale of that recipe only, runtime in its
-# docstring); a named experiment without ``--scale`` runs at ``tiny``
+# ``sameloss reproduce`` with no experiment, or ``reproduce isoloss`` (the same job): the
+# powered iso-loss study at the ``quick`` scale (its tiny design with fewer seeds; a scale of
+# that recipe only, runtime in its docstring); another experiment without ``--scale`` runs at
+# ``tiny``
 DEFAULT_EXPERIMENT = "isoloss"
 MAIN_SCALE = "quick"
 DEFAULT_SCALE = "tiny"
@@ -60,15 +61,22 @@ def experiments() -> dict[str, str]:
 
 
 def main_job(experiment: str | None, scale: str | None, gpu: bool | None = None) -> tuple[str, str]:
-    """``(experiment, scale)`` as ``sameloss reproduce`` reads them: no experiment is the main
-    job — ``isoloss`` at ``quick`` (the design 25 minutes on 2 CPU cores decide), or where a GPU
-    is present (``gpu``; default: whether torch sees one) the whole ``tiny`` design —; a named
-    one without a scale runs at ``tiny``."""
-    if experiment is None:
-        if scale is None and (gpu if gpu is not None else _cuda()):
-            return DEFAULT_EXPERIMENT, DEFAULT_SCALE
-        return DEFAULT_EXPERIMENT, scale or MAIN_SCALE
-    return experiment, scale or DEFAULT_SCALE
+    """``(experiment, scale)`` as ``sameloss reproduce`` and ``plan`` read them.
+
+    Args:
+        experiment: a recipe's name, or ``None`` for the main job's (``isoloss``).
+        scale: a scale, or ``None`` for the default: for isoloss, named or not (the main
+            job), ``quick`` — the design 25 minutes on 2 CPU cores decide — or, where a GPU is
+            present, the whole ``tiny`` design; ``tiny`` for every other recipe.
+        gpu: whether a GPU is present (default: whether torch sees one).
+
+    Returns:
+        the experiment and the scale to run.
+    """
+    experiment = experiment or DEFAULT_EXPERIMENT
+    if scale is None and experiment == DEFAULT_EXPERIMENT and (gpu if gpu is not None else _cuda()):
+        return experiment, DEFAULT_SCALE
+    return experiment, scale or (MAIN_SCALE if experiment == DEFAULT_EXPERIMENT else DEFAULT_SCALE)
 
 
 def _cuda() -> bool:
@@ -82,18 +90,34 @@ def reproduce(experiment: str | None = None, scale: str | None = None, out: str 
               command: str | None = None, launch=None, seeds: list[int] | None = None,
               tracker: str = "none", formats: tuple[str, ...] = ("png",), languages: list[str] | None = None,
               figure_width: str = "page", budget: float | None = None, even: bool = False) -> Path:
-    """Run one recipe at one scale (``main_job``: the defaults); returns the path of
-    ``report.md``. ``launch``: a ``launch.LaunchOptions`` (default: every unit in this
-    process); ``seeds``: run only these seeds' units and write no report (returns the
-    experiment folder); ``tracker``: ``none``, ``tensorboard`` or ``wandb`` (``training.tracking``);
-    ``formats``: of the figures (png, pdf, svg; the report embeds the first); ``languages``:
-    ``--language`` specs (a recipe with ``with_languages``: isoloss), each choice of languages
-    its own experiment folder (``<experiment>-<scale>-<tags>``); ``figure_width``: ``column``
-    or ``page`` (``plots.style``), a smoke run's figures each saying that its numbers mean
-    nothing; ``budget``: the minutes the
-    study may take (``--budget``: a recipe with ``with_budget``, isoloss), which it forecasts
-    before it trains and spends on the comparisons still short; ``even``: every seed runs
-    every fork (``--even``: ``with_even``, the design before the adaptive one)."""
+    """Run one recipe at one scale: train its runs (reusing finished ones, resuming
+    interrupted ones), measure them (cached) and write its report (``sameloss reproduce``).
+
+    Args:
+        experiment: a recipe's name (``experiments()``); ``None``: the main job's, isoloss.
+        scale: one of the recipe's scales; ``None``: ``main_job``'s default (isoloss:
+            ``quick``, every other recipe: ``tiny``).
+        out: the parent folder of the experiment's folder, ``OUT/EXPERIMENT-SCALE``.
+        seed: added to every seed of the study (another seed is its own folder).
+        fresh: delete the experiment's folder first (only what sameloss wrote).
+        progress: show progress bars.
+        device: ``auto``, ``cpu`` or ``cuda`` (default: the preset's).
+        command: the command line the report names (default: ``reproduce_command``'s).
+        launch: a ``launch.LaunchOptions`` (default: every unit in this process).
+        seeds: run only these seeds' units and write no report (a shard).
+        tracker: ``none``, ``tensorboard`` or ``wandb`` (``training.tracking``).
+        formats: of the figures: png, pdf, svg (the report embeds the first).
+        languages: ``--language`` specs (a recipe with ``with_languages``: isoloss), each
+            choice of languages its own experiment folder (``<experiment>-<scale>-<tags>``).
+        figure_width: ``column`` or ``page`` (``plots.style``).
+        budget: the minutes the study may take (a recipe with ``with_budget``: isoloss),
+            forecast before it trains and spent on the comparisons still short.
+        even: every seed runs every fork (``with_even``: the design before the adaptive one).
+
+    Returns:
+        the path of ``report.md``; with ``seeds``, the experiment folder; with a Slurm
+        ``--dry-run``, ``None`` (the job script was printed).
+    """
     from .core import experiment_dir_name
 
     experiment, scale = main_job(experiment, scale)

@@ -435,6 +435,24 @@ class Estimate:
     def seconds(self) -> float:
         return sum(s["seconds"] for s in self.stages.values())
 
+    def training_utilisation(self) -> float:
+        """The share of the training peak the planned training reaches: the stage's
+        utilisation, or much less where the step floor (``STEP_FLOOR_S``) sets the time."""
+        seconds = self.stages["training"]["seconds"]
+        return self.stages["training"]["flops"] / (seconds * self.peak["bf16"]) if seconds > 0 else 0.0
+
+    def fill(self) -> int:
+        """Models per launch that would fill the card (``UTILISATION``'s training share): the
+        FLOP time of one step of a launch-bound run against its step floor — the members of
+        an ensemble trained as one computation, or about as many processes if they scaled
+        (they do not: ``STEP_FLOOR_S``'s measurement). 1 where no run is launch-bound."""
+        bound = [r for r in self.runs if r["launch_bound"]]
+        if not bound:
+            return 1
+        rate = self.peak["bf16"] * UTILISATION[self.device]["training"]
+        per_step = sorted(r["flops"] / r["steps"] / rate for r in bound if r["steps"])
+        return max(1, int(STEP_FLOOR_S[self.device] / per_step[len(per_step) // 2]))
+
     @property
     def wall(self) -> float:
         """The study's wall time on ``workers`` devices: its units shared out longest first."""
@@ -474,14 +492,17 @@ def estimate(plan: Plan, device: str, workers: int = 1, cpu_peak: float | None =
         steps, flops = training_flops(r.config, m, r.start_step)
         evals = training_evaluations(r.config, r.start_step)
         eval_flops = evals * r.config.eval.n_sentences * forward_flops_per_token(m) * m.max_len
-        seconds = add("training", flops, r.study or r.name, steps * STEP_FLOOR_S[device])
+        floor = steps * STEP_FLOOR_S[device]
+        seconds = add("training", flops, r.study or r.name, floor)
+        train_seconds = seconds
         seconds += add("exact-KL evaluation", eval_flops, r.study or r.name)
         key = ("train", repr(r.config.model), r.config.batch_size, m.vocab, m.max_len)
         if memory and key not in mem_cache:
             mem_cache[key] = training_peak_bytes(r.config, m)
         runs.append({"run": r.name, "study": r.study, "model": _model_name(r.config, m), "parameters": m.n_params,
                      "steps": steps, "batch": r.config.batch_size, "flops": flops, "evaluations": evals,
-                     "peak_bytes": mem_cache.get(key), "seconds": seconds})
+                     "peak_bytes": mem_cache.get(key), "seconds": seconds,
+                     "launch_bound": floor > flops / rates["training"], "train_seconds": train_seconds})
     for ms in plan.measures:
         m = shape(ms.config)
         flops = measure_flops(ms.spec, m)

@@ -70,10 +70,23 @@ def _warn(message: str) -> None:
 def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, progress: bool = True,
              stop_after: int | None = None, fresh: bool = False, plan: runfolder.Plan | None = None,
              tracker: str = "none") -> dict:
-    """Train; returns the final exact evaluation. ``stop_after`` ends the call early
-    (as if killed right after that step's checkpoint) — used to test resuming.
-    ``tracker``: ``none``, ``tensorboard`` or ``wandb`` (``tracking``; not part of the
-    config: it never changes the trajectory).
+    """Pre-train the MLM of ``cfg`` into the run folder ``run_dir``.
+
+    Args:
+        cfg: every setting of the run (``config.load(PretrainConfig, file, overrides)``).
+        run_dir: the run's folder (``runs/NAME``): config.toml, metrics.jsonl, checkpoints.
+        resume: continue from the newest checkpoint that loads.
+        progress: show a progress bar.
+        stop_after: end the call early, as if killed right after that step's checkpoint
+            (used to test resuming).
+        fresh: replace an earlier run in ``run_dir`` (only a folder sameloss made as a run).
+        plan: what to do with the folder, if the caller decided it under the run's lock.
+        tracker: ``none``, ``tensorboard`` or ``wandb`` (``tracking``; not part of the
+            config: it never changes the trajectory).
+
+    Returns:
+        the final exact evaluation: ``loss``, ``entropy``, ``kl`` (with ``kl_std``) and
+        ``n_tokens`` on a synthetic language; held-out and training cross-entropy on a corpus.
 
     What to do with the folder is ``runfolder.plan``'s decision — ``plan`` if the caller
     made it under this run's lock, else made here from ``resume`` / ``fresh``: ``resume``

@@ -225,26 +225,36 @@ def trace_fisher(model: nn.Module, language: Language, *, n_contexts: int = 10_0
     """The paper's estimate of the trace of the Hessian (App. B.1), which is exactly the
     trace of the Fisher ``E_{t,x₋ₜ} E_{y∼f} ‖∇_θ log f_θ(x₋ₜ)_y‖²``.
 
-    ``n_contexts`` sentences from the language (``sample_contexts``), one uniformly
-    placed mask each; for each, ``n_labels`` labels drawn from the model's own predictive
-    distribution at the mask (``None``: the exact expectation over the vocabulary, no
-    label noise). Paper: 10⁴ contexts × 50 labels, std over 5 repeats.
-
     Each context's label average is one i.i.d. sample: ``estimate`` is their mean and
-    ``stderr`` their std / √(number of contexts). ``repeats > 1`` draws that many
-    independent sets (fresh contexts and labels; with ``contexts=`` given, fresh labels
-    only) and also reports each set's estimate and their std (``extra``), as the paper
-    does; ``estimate`` and ``stderr`` then pool all sets.
+    ``stderr`` their std / √(number of contexts). Paper: 10⁴ contexts × 50 labels, std over
+    5 repeats.
 
-    ``contexts``: a ``MaskedBatch`` with exactly one masked position per row, used
-    instead of sampling. ``block_size`` contexts share one forward pass for the label
-    draws; they are then processed in chunks whose per-sample gradients take about
-    ``max_chunk_bytes`` at most. ``ghost_norms``: take the squared gradient norms of
-    linear layers from their activations instead of materialising per-sample gradients
-    (same value, faster; see ``_fisher_values_func``). ``by_block``: also the trace of
-    each diagonal block — embedding, each layer, head (``base.parameter_blocks``) — in
-    ``extra["blocks"]``: a squared gradient norm is a sum over parameters, so the blocks
-    sum to the total, context by context.
+    Args:
+        model: the MLM (in eval mode for the measure).
+        language: where the contexts come from (``sample_contexts``: one uniformly placed
+            mask per sentence).
+        n_contexts: contexts (sentences).
+        n_labels: labels drawn per context from the model's own predictive distribution
+            at the mask (``None``: the exact expectation over the vocabulary, no label noise).
+        params: a regex: only the parameters whose name matches (default: all).
+        seed: of the contexts and labels.
+        repeats: independent sets (fresh contexts and labels; with ``contexts`` given,
+            fresh labels only), each set's estimate and their std reported in ``extra`` as
+            the paper does; ``estimate`` and ``stderr`` then pool all sets.
+        contexts: a ``MaskedBatch`` with exactly one masked position per row, used instead
+            of sampling.
+        block_size: contexts sharing one forward pass for the label draws.
+        max_chunk_bytes: the per-sample gradients of a chunk take about this much at most.
+        ghost_norms: take the squared gradient norms of linear layers from their
+            activations instead of materialising per-sample gradients (same value, faster;
+            ``_fisher_values_func``).
+        engine: ``auto``, ``func`` (torch.func) or ``autograd``.
+        by_block: also the trace of each diagonal block — embedding, each layer, head
+            (``base.parameter_blocks``) — in ``extra["blocks"]``; they sum to the total,
+            context by context.
+
+    Returns:
+        the estimate with its standard error, the settings and the seconds taken.
     """
     if n_labels is not None and n_labels < 1:
         raise UserError(f"n_labels must be >= 1 or None (exact), got {n_labels}")
