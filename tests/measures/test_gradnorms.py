@@ -43,7 +43,8 @@ def per_example_autograd(model, tokens, positions, labels, names):
     return out
 
 
-@pytest.mark.parametrize("kw", [{}, {"norm": "pre"}, {"mlm_head_transform": False}], ids=["post", "pre", "no-transform"])
+@pytest.mark.parametrize("kw", [{}, {"norm": "pre"}, {"mlm_head_transform": False}],
+                         ids=["post", "pre", "no-transform"])
 @pytest.mark.parametrize("params", [None, r"tok_emb", r"pos_emb|head\.bias", r"norm", r"qkv\.bias|mlp\.down"])
 def test_hook_norms_are_per_example_autograd_norms(language, kw, params):
     model = micro(language, **kw)
@@ -126,7 +127,8 @@ def test_a_module_run_twice_is_an_error_not_a_wrong_number(language):
     handle = model.blocks[0].mlp.register_forward_hook(lambda mod, args, out: out + 0 * again(args[0]).sum())
     try:
         with pytest.raises(RuntimeError, match="ran twice"):
-            gradnorms.fisher_squares(model, ctx.inputs, ctx.masked.long().argmax(1), torch.zeros(3, 1, dtype=torch.long))
+            gradnorms.fisher_squares(model, ctx.inputs, ctx.masked.long().argmax(1),
+                                     torch.zeros(3, 1, dtype=torch.long))
     finally:
         handle.remove()
 
