@@ -162,18 +162,21 @@ class RecordedForward:
             targets["tok_emb"] = self.outputs["tok_emb"]
         keys = list(targets)
         fixed = self._fixed(rows, positions)
-        out = []
+        onehot = torch.nn.functional.one_hot(labels.T, z.shape[-1]).to(z.dtype)  # [k, n, V]
+        # one backward pass per label slot (recorded with ``create_graph``); measured: the
+        # k slots as one ``is_grads_batched`` pass are slower on the CPU (its vmap copies)
+        per_slot = []
         for j in range(k):
-            c = torch.nn.functional.one_hot(labels[:, j], z.shape[-1]).to(z.dtype) - f
+            c = onehot[j] - f
             grads = torch.autograd.grad(z, [targets[m] for m in keys], grad_outputs=c, create_graph=create_graph,
                                         retain_graph=create_graph or j < k - 1, allow_unused=True)
-            g = {m: (x if x is not None else torch.zeros_like(targets[m])) for m, x in zip(keys, grads)}
-            per = self._per_parameter(g, c, fixed)
-            sq = [torch.zeros(n, dtype=z.dtype, device=z.device) for _ in range(n_groups)]
-            for name, grp in zip(self.names, groups):
-                sq[grp] = sq[grp] + per[name]
-            out.append(torch.stack(sq, dim=1))
-        return torch.stack(out, dim=1), log_f.gather(1, labels)
+            per_slot.append(self._per_parameter(self._filled(grads, keys, targets), c, fixed))
+        per = {name: torch.stack([d[name] for d in per_slot]) for name in self.names}
+        sq = [torch.zeros(k, n, dtype=z.dtype, device=z.device) for _ in range(n_groups)]
+        for name, grp in zip(self.names, groups):
+            sq[grp] = sq[grp] + per[name]
+        out = torch.stack(sq, dim=2).transpose(0, 1)  # [n, k, n_groups]
+        return out, log_f.gather(1, labels)
 
     def _fixed(self, rows: torch.Tensor, positions: torch.Tensor) -> dict:
         """What every label slot shares: the Gram matrices of the linear layers' inputs,
@@ -183,8 +186,7 @@ class RecordedForward:
         modules = dict(self.model.named_modules())
         for kind, m in set(self.rules.values()):
             if kind == "linear.weight":
-                a = self.inputs[m]
-                a = a.reshape(a.shape[0], -1, a.shape[-1])
+                a = self.inputs[m]  # [n, T, in]
                 fixed[("gram", m)] = a @ a.transpose(1, 2)
             elif kind == "norm.weight":
                 x, mod = self.inputs[m], modules[m]
@@ -195,28 +197,34 @@ class RecordedForward:
                 fixed["same"] = (self.tokens[:, :, None] == self.tokens[:, None, :]).to(self.logits.dtype)
         return fixed
 
+    @staticmethod
+    def _filled(grads, keys, targets) -> dict[str, torch.Tensor]:
+        """The output gradients by module, zeros for a module the labels do not reach."""
+        return {m: (x if x is not None else torch.zeros_like(targets[m])) for m, x in zip(keys, grads)}
+
     def _per_parameter(self, g: dict, c: torch.Tensor, fixed: dict) -> dict[str, torch.Tensor]:
-        """``{name: [n]}``: each selected parameter's squared per-example gradient norm
-        for output gradients ``g`` (by module) of the cotangent ``c [n, V]``."""
+        """``{name: [..., n]}``: each selected parameter's squared per-example gradient norm
+        for output gradients ``g`` (by module, ``[..., n, T, width]``) of the cotangents
+        ``c [..., n, V]`` (a leading axis: label slots)."""
         per = {}
         for name, (kind, m) in self.rules.items():
             if kind == "linear.weight":
-                gm = g[m].reshape(g[m].shape[0], -1, g[m].shape[-1])
-                per[name] = ((gm @ gm.transpose(1, 2)) * fixed[("gram", m)]).sum(dim=(1, 2))
+                gm = g[m]
+                per[name] = ((gm @ gm.transpose(-1, -2)) * fixed[("gram", m)]).sum(dim=(-2, -1))
             elif kind in ("linear.bias", "norm.bias"):
-                per[name] = g[m].reshape(g[m].shape[0], -1, g[m].shape[-1]).sum(dim=1).square().sum(dim=1)
+                per[name] = g[m].sum(dim=-2).square().sum(dim=-1)
             elif kind == "norm.weight":
-                per[name] = (g[m] * fixed[("xhat", m)]).reshape(g[m].shape[0], -1, g[m].shape[-1]) \
-                    .sum(dim=1).square().sum(dim=1)
+                per[name] = (g[m] * fixed[("xhat", m)]).sum(dim=-2).square().sum(dim=-1)
             elif kind == "position":
-                per[name] = g["tok_emb"].square().sum(dim=(1, 2))
+                per[name] = g["tok_emb"].square().sum(dim=(-2, -1))
             elif kind == "output_bias":
-                per[name] = c.square().sum(dim=1)
+                per[name] = c.square().sum(dim=-1)
             else:  # the tied token table: embedding part A, decoder part B
                 ge, h = g["tok_emb"], fixed["h"]
-                aa = ((ge @ ge.transpose(1, 2)) * fixed["same"]).sum(dim=(1, 2))
-                bb = c.square().sum(dim=1) * h.square().sum(dim=1)
-                ab = (c.gather(1, self.tokens) * (ge @ h[:, :, None])[..., 0]).sum(dim=1)
+                aa = ((ge @ ge.transpose(-1, -2)) * fixed["same"]).sum(dim=(-2, -1))
+                bb = c.square().sum(dim=-1) * h.square().sum(dim=-1)
+                cx = c.gather(-1, self.tokens.expand(*c.shape[:-1], self.tokens.shape[-1]))
+                ab = (cx * (ge @ h[..., None])[..., 0]).sum(dim=-1)
                 per[name] = aa + bb + 2 * ab
         return per
 
