@@ -269,9 +269,11 @@ def adamw_heads(groups: list[HeadGroup], n_classes: int, how: HeadTraining) -> l
     draws = [_draws(g, n_classes, how) for g in groups_sorted]
     dtype, device = groups[0].x.dtype, groups[0].x.device
     # every example with a 1 appended (the bias), then one zero row for the padding
-    x = torch.cat([torch.cat([g.x.reshape(-1, D), torch.ones(g.x.shape[0] * g.x.shape[1], 1, dtype=dtype,
-                                                              device=device)], dim=1) for g in groups_sorted])
-    x = torch.cat([x, torch.zeros(1, D + 1, dtype=dtype, device=device)])
+    rows = [g.x.shape[0] * g.x.shape[1] for g in groups_sorted]
+    x = torch.zeros(sum(rows) + 1, D + 1, dtype=dtype, device=device)
+    x[:-1, D] = 1.0
+    for g, start in zip(groups_sorted, [sum(rows[:i]) for i in range(len(rows))]):
+        x[start:start + g.x.shape[0] * g.x.shape[1], :D] = g.x.reshape(-1, D)
     y = torch.cat([g.y.reshape(-1) for g in groups_sorted] + [torch.zeros(1, dtype=torch.long, device=device)])
     sched, steps = _schedule(groups_sorted, [o for _, o in draws], how.batch_size, x.shape[0] - 1)
     sched = sched.to(device)
