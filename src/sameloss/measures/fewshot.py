@@ -164,13 +164,12 @@ def _standardised(x: torch.Tensor, eps: float = 1e-6) -> tuple[torch.Tensor, tor
     return (x - mu) / sd, mu, sd
 
 
-def _training(method: str, epochs: int = 100, lr: float = 1e-3, batch_size: int = 128, weight_decay: float = 0.01,
-              l2: float = 1e-3, max_iter: int = 500, tol: float = 1e-6) -> HeadTraining:
-    """The few-shot heads' training settings (their defaults here)."""
+def _training(method: str, tol: float = 1e-6, **settings) -> HeadTraining:
+    """The few-shot heads' training settings (``HeadTraining``'s fields; ``tol``: the
+    gradient tolerance), with this module's defaults: 100 epochs, l2 1e-3."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}")
-    return HeadTraining(method, epochs=epochs, lr=lr, batch_size=batch_size, weight_decay=weight_decay, l2=l2,
-                        max_iter=max_iter, tolerance_grad=tol, tolerance_change=1e-14)
+    return HeadTraining(method, **{"epochs": 100, "l2": 1e-3, **settings}, tolerance_grad=tol, tolerance_change=1e-14)
 
 
 def train_heads(x: torch.Tensor, y: torch.Tensor, n_classes: int, method: str = "adamw", seed: int = 0,
