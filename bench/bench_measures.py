@@ -178,7 +178,7 @@ def main() -> None:
                 key = f"{endpoint[0]}_{endpoint[1]}_n{n}"
                 diff = np.abs(np.array(old[f"{key}_subsets"]) - np.array(new[f"{key}_subsets"])) * design.test
                 checks.append((key, int((diff > 0.5).sum()), len(diff), float(diff.max()),
-                               old.get(f"{key}_grad"), new.get(f"{key}_grad")))
+                               old.get(f"{key}_grad"), new.get(f"{key}_grad"), abs(old[key] - new[key])))
         kw = dict(n_contexts=spec.n_contexts, n_labels=spec.n_labels, seed=spec.seed, repeats=spec.repeats)
         old_tr, t_old = cpu(lambda: trace_fisher(model, language, hooks=False, **kw))
         new_tr, t_new = cpu(lambda: trace_fisher(model, language, **kw))
@@ -222,9 +222,10 @@ def report(times, checks, count, t_many, many_equal, penalty, args) -> None:
         if c[0] == "trace":
             print(f"  trace: relative difference {c[1]:.1e}, same labels {c[2]}, hook path {c[3]}")
         else:
-            key, changed, total, worst, g_old, g_new = c
+            key, changed, total, worst, g_old, g_new, mean = c
             grads = f", gradient norm left old {g_old:.1e} new {g_new:.1e}" if g_old is not None else ""
-            print(f"  {key}: {changed}/{total} subsets' accuracies differ, by at most {worst:.0f} test examples{grads}")
+            print(f"  {key}: {changed}/{total} subsets' accuracies differ, by at most {worst:.0f} test examples "
+                  f"(mean accuracy by {mean:.1e}){grads}")
 
 
 if __name__ == "__main__":
