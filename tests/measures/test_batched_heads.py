@@ -165,7 +165,7 @@ def test_every_head_kind_and_view_equals_the_per_size_path_but_near_ties():
     assert changed <= 10  # of 96 subsets
 
 
-def test_several_representations_at_once_equal_one_at_a_time():
+def test_several_representations_at_once_equal_one_at_a_time(monkeypatch):
     g = torch.Generator().manual_seed(7)
     y = torch.randint(0, 3, (260,), generator=g)
     reps = [(torch.randn(200, 3, 4, generator=g) + s * y[:200, None, None], torch.randn(60, 3, 4, generator=g)
@@ -174,9 +174,17 @@ def test_several_representations_at_once_equal_one_at_a_time():
                              subsets=(4, 3), pool=200, test=60,
                              endpoints=(("pos", "lbfgs"), ("pos", "adamw"), ("all", "adamw")), epochs=5)
     many = fewshot.fewshot_probes_many(reps, y[:200], y[200:], 3, design)
+    monkeypatch.setattr(fewshot, "ADAMW_PACK_BYTES", 1000)  # AdamW heads in several packs: the same numbers
+    assert fewshot.fewshot_probes_many(reps, y[:200], y[200:], 3, design) == many
     for (pool_h, test_h), row in zip(reps, many):
         one = fewshot.fewshot_probes(pool_h, test_h, y[:200], y[200:], 3, design)
         assert one.keys() == row.keys()
         for key, value in one.items():
             assert row[key] == value or (key.endswith("_grad") and abs(row[key] - value) < 1e-12), key
     assert many[0] != many[2]
+
+
+def test_packs_keep_consecutive_groups_within_the_budget():
+    groups = [HeadGroup(torch.zeros(2, n, 4), torch.zeros(2, n, dtype=torch.long)) for n in (10, 20, 5, 100)]
+    packs = fewshot._packs(groups, budget=2 * 30 * 4 * 4)  # bytes of 2 heads × 30 examples × 4 floats
+    assert [[g.x.shape[1] for g in p] for p in packs] == [[10, 20], [5], [100]]
