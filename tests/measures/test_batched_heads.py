@@ -188,3 +188,13 @@ def test_packs_keep_consecutive_groups_within_the_budget():
     groups = [HeadGroup(torch.zeros(2, n, 4), torch.zeros(2, n, dtype=torch.long)) for n in (10, 20, 5, 100)]
     packs = fewshot._packs(groups, budget=2 * 30 * 4 * 4)  # bytes of 2 heads × 30 examples × 4 floats
     assert [[g.x.shape[1] for g in p] for p in packs] == [[10, 20], [5], [100]]
+
+
+def test_a_probe_wider_than_newtons_limit_keeps_the_old_lbfgs(monkeypatch):
+    x, y = data(seed=8)
+    monkeypatch.setattr(fewshot, "NEWTON_MAX_PARAMS", 10)
+    subsets = fewshot.subset_indices(600, 40, 3, 0)
+    acc, grad = fewshot.fewshot_accuracies(x[:600], y[:600], x[600:], y[600:], 4, subsets, "lbfgs", l2=1e-2)
+    old = old_fewshot_accuracies(x[:600], y[:600], x[600:], y[600:], 4, subsets, "lbfgs", l2=1e-2)
+    assert acc == (old.argmax(dim=2) == y[600:]).double().mean(dim=1).tolist()
+    assert 1e-10 < grad < 1e-4  # L-BFGS's stopping point, not Newton's 1e-10
