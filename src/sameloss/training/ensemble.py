@@ -95,8 +95,9 @@ def ensemble_key(cfg: PretrainConfig) -> tuple:
     """What the members of one ensemble share (module docstring): equal keys, one ensemble."""
     flat = configlib.flatten(configlib.to_dict(cfg))
     device = str(runio.resolve_device(cfg.device))
+    # (dropout_draws: a member without dropout draws nothing; one with dropout is keyed: batchable)
     shared = sorted((k, repr(v)) for k, v in flat.items()
-                    if k not in PER_MEMBER and not k.startswith("eval.") and k != "device")
+                    if k not in PER_MEMBER and not k.startswith("eval.") and k not in ("device", "dropout_draws"))
     return (device, *shared, ("sam", cfg.sam.rho > 0), ("adversarial", cfg.adversarial.weight > 0),
             ("flatness", cfg.flatness.weight != 0))
 
@@ -231,7 +232,8 @@ def train_ensemble(cfgs: list[PretrainConfig], run_dirs: list[str | Path], mode:
 
 def _differences(cfgs: list[PretrainConfig]) -> list[str]:
     flats = [configlib.flatten(configlib.to_dict(c)) for c in cfgs]
-    keys = sorted({k for f in flats for k in f if k not in PER_MEMBER and not k.startswith("eval.")})
+    keys = sorted({k for f in flats for k in f
+                   if k not in PER_MEMBER and not k.startswith("eval.") and k != "dropout_draws"})
     return [k for k in keys if len({repr(f.get(k)) for f in flats}) > 1] or ["SAM, adversarial or flatness on/off"]
 
 
@@ -272,6 +274,8 @@ class _Loop:
         first = members[0].run
         self.device, self.language = first.device, first.language
         self.template = stacked.template_of(first.model)
+        if any(m.cfg.dropout_draws == "keyed" for m in members):  # a member without dropout: masks of ones
+            keyed.install(self.template, None)
         self.active: list[Member] = []
         self.st: stacked.Stack | None = None
         self.window: StackedWindow | None = None

@@ -44,7 +44,7 @@ def _base(optimizer):
 
 
 def _draws(runs, step: int, n_sites: int, device) -> stacked.DropoutDraws | None:
-    if runs[0].cfg.dropout_draws != "keyed":
+    if not any(r.cfg.dropout_draws == "keyed" for r in runs):
         return None
     rates = [r.cfg.model.dropout for r in runs]
     keys, thresholds, scales = keyed.stacked([r.cfg.seed for r in runs], step, rates, n_sites, device)

@@ -19,7 +19,9 @@ is kept iff ``h(h(i) ^ key) ≥ ⌊p·2³²⌋`` for the 32-bit integer hash ``h
 xor-shift-multiply, in int64 tensors with every product below 2⁶³: no overflow) — kept with
 probability ``1 − p`` to 2⁻³², and scaled by ``1/(1 − p)`` as ``F.dropout`` does. ``h(i)`` is
 cached per mask size. Passes: the update forward (0), SAM's ascent forward (1) and the
-adversarial objective's features (2) draw apart, as the global stream's successive draws do.
+adversarial objective's features (2) draw apart, as the global stream's successive draws do;
+so do the successive calls of one site in a pass (a block's one ``nn.Dropout`` after its
+attention and after its MLP: the k-th call's key is offset by k times the golden ratio).
 
 Where. ``install(model)`` swaps every ``nn.Dropout`` of a model for a ``KeyedDropout`` site
 (numbered in module order) and the transformer's attention for ``KeyedSelfAttention`` (the
@@ -38,7 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -51,6 +53,7 @@ PASS_UPDATE, PASS_ASCENT, PASS_ADVERSARIAL = 0, 1, 2
 N_PASSES = 3
 MASK32 = 0xFFFFFFFF
 _MUL = 0x45D9F3B  # < 2^27: a product with a 32-bit value stays below 2^63
+_GOLDEN = 0x9E3779B1
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -113,6 +116,7 @@ class Draws:
     threshold: torch.Tensor
     scale: torch.Tensor
     off: bool = False
+    calls: dict[int, int] = field(default_factory=dict)  # per site, its calls so far in this pass
 
 
 _CURRENT: list[Draws] = []
@@ -136,7 +140,12 @@ def mask_scale(site: int, shape: torch.Size, dtype: torch.dtype, device: torch.d
     d = _CURRENT[-1]
     if d.off:
         return None
-    h = _mix32(_positions(math.prod(shape), device) ^ d.keys[site]).view(shape)
+    # a site called again in one pass (a block's dropout after attention and after the MLP)
+    # draws anew: its k-th call's key is the site's key + k·golden ratio (mod 2³²)
+    call = d.calls.get(site, 0)
+    d.calls[site] = call + 1
+    key = d.keys[site] if call == 0 else (d.keys[site] + call * _GOLDEN) & MASK32
+    h = _mix32(_positions(math.prod(shape), device) ^ key).view(shape)
     return torch.where(h >= d.threshold, d.scale.to(dtype), torch.zeros((), dtype=dtype, device=device))
 
 
@@ -177,28 +186,31 @@ def _keyed_attention_class():
     return KeyedSelfAttention
 
 
-def install(model: nn.Module, rate: float) -> int:
+def install(model: nn.Module, rate: float | None) -> int:
     """Make ``model``'s dropout keyed (module docstring); returns its number of sites.
     ``rate``: the run's ``model.dropout``, which every site must have (the masks take the
-    rate of the open draws). ``UserError`` for a model whose dropout cannot be keyed."""
+    rate of the open draws; ``None``: not checked, an ensemble's template). ``UserError``
+    for a model whose dropout cannot be keyed."""
     from ..models.transformer import SelfAttention
 
     lstm = getattr(model, "lstm", None)
     if isinstance(lstm, nn.LSTM) and lstm.num_layers > 1 and lstm.dropout > 0:
         raise UserError("dropout_draws = keyed: a multi-layer LSTM's fused kernel draws its between-layer dropout "
                         "itself; use model.dropout = 0 or dropout_draws = global")
+    if hasattr(model, "keyed_sites"):
+        return model.keyed_sites
     keyed_attention = _keyed_attention_class()
     site = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.Dropout):
-                if child.p != rate:
+                if rate is not None and child.p != rate:
                     raise ValueError(f"dropout site {name} has rate {child.p}, not the run's {rate}")
-                setattr(parent, name, KeyedDropout(site))
+                setattr(parent, name, KeyedDropout(site).train(child.training))
                 site += 1
     for module in model.modules():
         if isinstance(module, SelfAttention):
-            if module.attn_dropout != rate:
+            if rate is not None and module.attn_dropout != rate:
                 raise ValueError(f"attention dropout {module.attn_dropout} is not the run's {rate}")
             module.__class__ = keyed_attention  # the same parameters and state; another forward
             module.prob_site = site
