@@ -2,18 +2,29 @@
 
 A study's models are small and many (a tiny seed is 19 runs, a decisive study 16–48 seeds):
 trained one at a time, each step of each run is a few hundred small kernel launches that
-leave a GPU idle. Here the members' weights are stacked along a members axis and every step
-is one batched computation (``stacked.py``: ``vmap`` over the stack; why, there), while each
-member stays its own run in every respect a reader of its folder can see:
+leave a GPU idle. Here the members' weights and optimiser state are stacked along a members
+axis, updated by one set of tensor operations (``stacked.py``), while each member stays its
+own run in every respect a reader of its folder can see. Two strategies compute the losses:
+
+* ``vmap`` (the default on a GPU) — every member's forward and backward pass as one batched
+  computation (``vmap`` over the stack; why ``torch.func``: ``stacked.py``). A member with
+  dropout needs ``dropout_draws = "keyed"`` (``training.keyed``): the global RNG's stream
+  cannot be drawn batched. Each member's trajectory equals its one-model run's within float32
+  rounding (batched matmuls sum in another order);
+* ``loop`` (the default elsewhere) — member by member, the one-model loop's own code
+  (``mlm_loss``, the adversarial objective, the flatness penalty) on the member's module with
+  its slice of the stack swapped in, global-RNG dropout drawn from the member's own RNG state;
+  only the update is stacked. Every number is the one-model run's, bit for bit on the CPU —
+  so an ensemble of runs a recipe declares reproduces its pinned results — and its cost is
+  one model's per member (on the CPU a batched pass gains nothing: ``bench/bench_ensemble.py``).
+
+Every member keeps:
 
 * **its own numbers** — its own data stream (batch ``step`` of its seed, ``data.global_batch``;
-  forks of one seed draw it once), dropout masks (``training.keyed``: a member with dropout
-  needs ``dropout_draws = "keyed"``, the same masks as its one-model run; a member without
-  dropout has nothing to draw), gradient-norm clipping, SAM perturbation with its own norm,
-  adversarial batch and flatness penalty, and its own learning-rate schedule, weight decay,
-  dropout, ρ, λ. Its trajectory equals the one-model run of its config within float32
-  rounding (``tests/training/test_ensemble.py``, per kind; batched matmuls sum in another
-  order than one model's);
+  forks of one seed draw it once), dropout masks, gradient-norm clipping, SAM perturbation
+  with its own norm, adversarial batch and flatness penalty, and its own learning-rate
+  schedule, weight decay, dropout, ρ, λ (``tests/training/test_ensemble.py``, per kind and
+  strategy);
 * **its own run folder**, written by the one-model loop's own functions (``loop._log``,
   ``loop._save``, ``runfolder.plan``, ``runio``): ``config.toml``, ``metrics.jsonl``,
   checkpoints (weights, torch's optimiser and schedule state, the RNG state its one-model
@@ -36,11 +47,12 @@ What members share (``ensemble_key``): the language, the model's kind and shape,
 (size, masking), precision and device, the optimiser's kind and constants (betas, eps,
 momentum), the objective's structure (SAM on or off and adaptive, ``update_half``, the
 adversarial task and batch, the flatness estimator) — everything but ``PER_MEMBER``.
-``batchable`` says why a config cannot join any ensemble (dropout from the global RNG; DDP).
+``batchable`` says why a config cannot join a ``vmap`` ensemble (dropout from the global RNG).
 
 Resuming is bit for bit: a killed ensemble restarted with the same members continues from
-each member's newest checkpoint to the same weights as the uninterrupted one (the batched
-kernels then see the same stack). The global RNG is left as it was.
+each member's newest checkpoint to the same weights as the uninterrupted one (under ``vmap``,
+the batched kernels then see the same stack; under ``loop``, always). The global RNG is left
+as it was. DDP is not supported (one process trains the ensemble).
 """
 
 from __future__ import annotations
@@ -66,7 +78,7 @@ from .fork import init_from_checkpoint
 from .optim import build_optimizer
 from .sam import SAM
 from .tracking import open_tracker
-from .ensemble_step import StackedWindow, step_members
+from .ensemble_step import Member, StackedWindow, step_members
 
 # config keys whose values may differ between members of one ensemble (besides ``eval.*``)
 PER_MEMBER = frozenset({
@@ -83,9 +95,20 @@ class Failure:
     message: str
 
 
-def batchable(cfg: PretrainConfig) -> str | None:
-    """Why ``cfg``'s run cannot be an ensemble member (``None``: it can)."""
-    if cfg.model.dropout > 0 and cfg.dropout_draws != "keyed":
+STRATEGIES = ("vmap", "loop")
+
+
+def default_strategy(device) -> str:
+    """``vmap`` on a GPU (one batched forward pass: the point of an ensemble there); ``loop``
+    elsewhere (on the CPU a batched pass is no faster, ``bench/bench_ensemble.py``, and the
+    member-by-member pass is the one-model run's own computation)."""
+    return "vmap" if torch.device(device).type == "cuda" else "loop"
+
+
+def batchable(cfg: PretrainConfig, strategy: str = "vmap") -> str | None:
+    """Why ``cfg``'s run cannot be an ensemble member under ``strategy`` (``None``: it can).
+    The loop strategy takes every run; ``vmap`` one whose dropout, if any, is keyed."""
+    if strategy == "vmap" and cfg.model.dropout > 0 and cfg.dropout_draws != "keyed":
         return (f"{cfg.name}: dropout {cfg.model.dropout:g} drawn from the global RNG cannot be reproduced batched "
                 "(dropout_draws = keyed can)")
     return None
@@ -102,13 +125,13 @@ def ensemble_key(cfg: PretrainConfig) -> tuple:
             ("flatness", cfg.flatness.weight != 0))
 
 
-def groups(cfgs: list[PretrainConfig], cap: int) -> list[list[int]]:
+def groups(cfgs: list[PretrainConfig], cap: int, strategy: str = "vmap") -> list[list[int]]:
     """Indices of ``cfgs`` in ensembles of at most ``cap`` members with equal keys, in the
     order of first appearance; a config that is not ``batchable`` alone."""
     out: list[list[int]] = []
     open_: dict[tuple, list[int]] = {}
     for i, cfg in enumerate(cfgs):
-        if batchable(cfg) is not None or cap <= 1:
+        if batchable(cfg, strategy) is not None or cap <= 1:
             out.append([i])
             continue
         key = ensemble_key(cfg)
@@ -120,25 +143,6 @@ def groups(cfgs: list[PretrainConfig], cap: int) -> list[list[int]]:
 
 
 # ---- members ---------------------------------------------------------------------------------
-@dataclass
-class Member:
-    """One run of the ensemble: its ``loop.Run`` (model, optimiser and schedule are its home
-    between stackings), its first step, the RNG states its one-model run holds, and whether
-    this call created its folder."""
-
-    index: int
-    run: loop.Run
-    start: int
-    rng: torch.Tensor
-    cuda_rng: torch.Tensor | None
-    created: bool
-    resumed: bool
-
-    @property
-    def cfg(self) -> PretrainConfig:
-        return self.run.cfg
-
-
 def _evaluator(cfg: PretrainConfig, language, shared: dict):
     rate = None if cfg.masking == "single" else cfg.mask_rate
     key = (repr(cfg.eval), rate)
@@ -194,17 +198,21 @@ def _prepare(index: int, cfg: PretrainConfig, run_dir: Path, plan: runfolder.Pla
 # ---- the ensemble ----------------------------------------------------------------------------
 def train_ensemble(cfgs: list[PretrainConfig], run_dirs: list[str | Path], mode: str = "auto",
                    plans: list[runfolder.Plan] | None = None, progress: bool = True, stop_after: int | None = None,
-                   tracker: str = "none") -> list[dict | Failure]:
+                   tracker: str = "none", strategy: str | None = None) -> list[dict | Failure]:
     """Train ``cfgs`` (one ``ensemble_key``) into ``run_dirs`` as one ensemble; returns, per
     member, its final evaluation (as ``pretrain``) or its ``Failure``. ``mode``: what to do
     with each run folder (``runfolder.plan``'s ``new``, ``resume``, ``fresh``, ``auto``), or
     ``plans`` made by the caller under the folders' locks; ``stop_after``: end after that
-    step's checkpoints (as if killed: tests of resuming). Every member's folder lock is held
-    for the whole call."""
+    step's checkpoints (as if killed: tests of resuming); ``strategy``: ``vmap`` or ``loop``
+    (``None``: ``default_strategy`` of the device). Every member's folder lock is held for
+    the whole call."""
     if len(cfgs) != len(run_dirs) or not cfgs:
         raise ValueError("one run folder per config, and at least one")
+    strategy = strategy or default_strategy(runio.resolve_device(cfgs[0].device))
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
     for cfg in cfgs:
-        reason = batchable(cfg)
+        reason = batchable(cfg, strategy)
         if reason is not None:
             raise UserError(reason)
     if len({ensemble_key(c) for c in cfgs}) > 1:
@@ -220,7 +228,7 @@ def train_ensemble(cfgs: list[PretrainConfig], run_dirs: list[str | Path], mode:
         members = _members(cfgs, run_dirs, plans, results, tracker)
         try:
             if members:
-                _Loop(members, results, progress, stop_after).run()
+                _Loop(members, results, progress, stop_after, strategy).run()
         finally:
             for m in members:
                 m.run.tracker.close()
@@ -269,13 +277,16 @@ class _Loop:
     (module docstring), each step is ``_step`` on the stack, then each member's log,
     evaluation and checkpoint as its one-model loop does them."""
 
-    def __init__(self, members: list[Member], results: list, progress: bool, stop_after: int | None):
-        self.members, self.results, self.stop_after = members, results, stop_after
+    def __init__(self, members: list[Member], results: list, progress: bool, stop_after: int | None,
+                 strategy: str = "vmap"):
+        self.members, self.results, self.stop_after, self.strategy = members, results, stop_after, strategy
         first = members[0].run
         self.device, self.language = first.device, first.language
-        self.template = stacked.template_of(first.model)
-        if any(m.cfg.dropout_draws == "keyed" for m in members):  # a member without dropout: masks of ones
-            keyed.install(self.template, None)
+        self.template = None
+        if strategy == "vmap":
+            self.template = stacked.template_of(first.model)
+            if any(m.cfg.dropout_draws == "keyed" for m in members):  # a member without dropout: masks of ones
+                keyed.install(self.template, None)
         self.active: list[Member] = []
         self.st: stacked.Stack | None = None
         self.window: StackedWindow | None = None
@@ -323,7 +334,7 @@ class _Loop:
     def _one(self, step: int) -> None:
         active = self.active
         logs = [step % m.cfg.log_every == 0 or step == m.cfg.steps for m in active]
-        result = step_members(self.st, self.template, [m.run for m in active], step, any(logs))
+        result = step_members(self.st, self.template, active, step, any(logs), self.strategy)
         self.window.add(result, step)
         evaluates = [step in m.run.evaluate_at for m in active]
         saves = [step in m.run.keep or step % m.cfg.save_every == 0 or step == self.stop_after for m in active]

@@ -16,15 +16,36 @@ numbers its one-model window would. ``take(i)`` hands member ``i``'s window to t
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
 from torch.nn.utils.stateless import _reparametrize_module
 
-from . import keyed, stacked
+from . import keyed, loop, stacked
 from .data import global_batch, step_generator
 from .loop import LogWindow
 from .sam import SAM
+
+
+@dataclass
+class Member:
+    """One run of an ensemble: its ``loop.Run`` (model, optimiser and schedule are its home
+    between stackings), its first step, the RNG states its one-model run holds (advanced by
+    its own global-RNG dropout draws under the loop strategy), and whether this call
+    created its folder."""
+
+    index: int
+    run: loop.Run
+    start: int
+    rng: torch.Tensor
+    cuda_rng: torch.Tensor | None
+    created: bool
+    resumed: bool
+
+    @property
+    def cfg(self):
+        return self.run.cfg
 
 
 @dataclass
@@ -43,99 +64,170 @@ def _base(optimizer):
     return optimizer.base if isinstance(optimizer, SAM) else optimizer
 
 
-def _draws(runs, step: int, n_sites: int, device) -> stacked.DropoutDraws | None:
-    if not any(r.cfg.dropout_draws == "keyed" for r in runs):
+def _draws(members, step: int, n_sites: int, device) -> stacked.DropoutDraws | None:
+    if not any(m.cfg.dropout_draws == "keyed" for m in members):
         return None
-    rates = [r.cfg.model.dropout for r in runs]
-    keys, thresholds, scales = keyed.stacked([r.cfg.seed for r in runs], step, rates, n_sites, device)
+    rates = [m.cfg.model.dropout for m in members]
+    keys, thresholds, scales = keyed.stacked([m.cfg.seed for m in members], step, rates, n_sites, device)
     return stacked.DropoutDraws(keys, thresholds, scales, off=all(r == 0 for r in rates))
 
 
-def _adversarial_batches(runs, step: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def _adversarial_batches(members, step: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """Each member's labelled batch of ``step`` (its objective's ``loss``: the same draw)."""
     drawn: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-    for r in runs:
-        a = r.adversary
-        if r.cfg.seed not in drawn:
+    for m in members:
+        a = m.run.adversary
+        if m.cfg.seed not in drawn:
             gen = step_generator(a.seed, step, stream=4)
             idx = torch.randperm(a.tokens.shape[0], generator=gen)[: a.batch_size]
-            drawn[r.cfg.seed] = (a.tokens[idx], a.labels[idx])
-    tokens = [drawn[r.cfg.seed][0] for r in runs]
+            drawn[m.cfg.seed] = (a.tokens[idx], a.labels[idx])
+    tokens = [drawn[m.cfg.seed][0] for m in members]
     if len({t.shape for t in tokens}) > 1:
         raise ValueError("the members' adversarial pools are too small for one batch size")
-    return torch.stack(tokens).to(device), torch.stack([drawn[r.cfg.seed][1] for r in runs]).to(device)
+    return torch.stack(tokens).to(device), torch.stack([drawn[m.cfg.seed][1] for m in members]).to(device)
 
 
-def _flatness(st: stacked.Stack, runs, used, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(Σ_i λ_i · penalty_i, estimates [S])``: each member's penalty on its own module with
-    its stacked weights swapped in (differentiable into the stack)."""
-    penalties, estimates = [], []
-    for i, r in enumerate(runs):
-        with _reparametrize_module(r.model, st.member(i, detach=False)):
-            penalty, estimate = r.flatness.loss(r.model, used[i], step)
-        penalties.append(penalty)
-        estimates.append(estimate)
-    return torch.stack(penalties).sum(), torch.stack(estimates)
+@contextlib.contextmanager
+def _own_draws(m: Member, step: int, pass_: int):
+    """Member ``m``'s dropout draws for one forward pass of its own module, as its one-model
+    loop opens them: keyed masks, or the global RNG set to the member's own state (and its
+    state taken back after: the draws advanced it)."""
+    cfg, device = m.cfg, m.run.device
+    if cfg.dropout_draws == "keyed":
+        with keyed.draws(keyed.one_model(cfg.seed, step, pass_, cfg.model.dropout, m.run.model.keyed_sites, device)):
+            yield
+    elif cfg.model.dropout > 0:
+        torch.set_rng_state(m.rng)
+        if m.cuda_rng is not None:
+            torch.cuda.set_rng_state(m.cuda_rng)
+        try:
+            yield
+        finally:
+            m.rng = torch.get_rng_state()
+            if m.cuda_rng is not None:
+                m.cuda_rng = torch.cuda.get_rng_state()
+    else:
+        yield
 
 
-def step_members(st: stacked.Stack, template, runs: list, step: int, want_norm: bool) -> StepOut:
+def _loop_losses(st: stacked.Stack, members, used, step: int, pass_: int, out: StepOut | None) -> torch.Tensor:
+    """The loop strategy's losses ``[S]``: member by member, the one-model loop's own code
+    (``mlm_loss``, the adversarial objective, the flatness penalty) on the member's module
+    with its slice of the stack swapped in; ``out``: the update pass, whose logged values
+    are kept there."""
+    views = {n: p.unbind(0) for n, p in st.params.items()}  # one backward node per parameter
+    losses, summed, down, flat = [], [], [], []
+    for i, m in enumerate(members):
+        r = m.run
+        with _reparametrize_module(r.model, {n: v[i] for n, v in views.items()}):
+            batch = used[i].shard(0, 1).to(r.device)
+            with r.autocast:
+                with _own_draws(m, step, pass_):
+                    loss, s = loop.mlm_loss(r.model, batch, used[i].n_targets, 1)
+                if out is not None and r.adversary is not None:
+                    with _own_draws(m, step, keyed.PASS_ADVERSARIAL):
+                        adv, d = r.adversary.loss(r.model, step, r.device)
+                    loss = loss + adv
+                    down.append(d)
+            if out is not None and r.flatness is not None:
+                penalty, f = r.flatness.loss(r.model, used[i], step)
+                loss = loss + penalty
+                flat.append(f)
+        losses.append(loss)
+        summed.append(s)
+    if out is not None:
+        out.summed = torch.stack(summed)
+        out.downstream = torch.stack(down) if down else None
+        out.flatness = torch.stack(flat) if flat else None
+    return torch.stack(losses)
+
+
+def _vmap_losses(st: stacked.Stack, template, members, used, step: int, pass_: int, out: StepOut | None
+                 ) -> torch.Tensor:
+    """The vmap strategy's losses ``[S]``: the members' forward passes as one batched
+    computation (``stacked``); the flatness penalty member by member."""
+    first = members[0].run
+    device = first.device
+    draws = _draws(members, step, getattr(template, "keyed_sites", 0), device)
+    b = stacked.batches(used, first.language.pad_id, device)
+    with first.autocast:
+        loss, summed = stacked.mlm_losses(template, st, b, draws, pass_)
+        if out is not None and first.adversary is not None:
+            tokens, labels = _adversarial_batches(members, step, device)
+            weights = torch.tensor([m.run.adversary.weight for m in members], device=device)
+            adv, out.downstream = stacked.adversarial_losses(template, st, first.adversary, tokens, labels, weights,
+                                                             draws)
+            loss = loss + adv
+    if out is not None:
+        out.summed = summed
+        if first.flatness is not None:  # outside autocast: the penalty computes in float32
+            penalties, estimates = [], []
+            for i, m in enumerate(members):
+                with _reparametrize_module(m.run.model, st.member(i, detach=False)):
+                    penalty, estimate = m.run.flatness.loss(m.run.model, used[i], step)
+                penalties.append(penalty)
+                estimates.append(estimate)
+            loss = loss + torch.stack(penalties)
+            out.flatness = torch.stack(estimates)
+    return loss
+
+
+def step_members(st: stacked.Stack, template, members: list[Member], step: int, want_norm: bool,
+                 strategy: str = "vmap") -> StepOut:
     """One update of every member (module docstring); ``want_norm``: keep the gradient norms
-    (a log step; clipping computes them anyway)."""
-    first = runs[0]
-    cfg, language, device = first.cfg, first.language, first.device
+    (a log step; clipping computes them anyway); ``strategy``: ``vmap`` (one batched
+    forward pass) or ``loop`` (member by member, the one-model code; ``template`` unused)."""
+    first = members[0].run
+    cfg, language = first.cfg, first.language
+    exact = strategy == "loop"
+
+    def losses(used, pass_, out=None):
+        if exact:
+            return _loop_losses(st, members, used, step, pass_, out)
+        return _vmap_losses(st, template, members, used, step, pass_, out)
+
     full = {}
-    for r in runs:  # one draw per seed: forks of one seed train on the same batches
-        if r.cfg.seed not in full:
-            full[r.cfg.seed] = global_batch(language, r.cfg.seed, step, cfg.batch_size, first.rate, cfg.mask_replace)
-    batches = [full[r.cfg.seed] for r in runs]
-    draws = _draws(runs, step, getattr(template, "keyed_sites", 0), device)
+    for m in members:  # one draw per seed: forks of one seed train on the same batches
+        if m.cfg.seed not in full:
+            full[m.cfg.seed] = global_batch(language, m.cfg.seed, step, cfg.batch_size, first.rate, cfg.mask_replace)
+    batches = [full[m.cfg.seed] for m in members]
     st.zero_grad()
     if cfg.sam.rho > 0:
         halves = [b.halves() for b in batches]
-        ascent = stacked.batches([h[0] for h in halves], language.pad_id, device)
-        with first.autocast:
-            loss, _ = stacked.mlm_losses(template, st, ascent, draws, keyed.PASS_ASCENT)
-        loss.sum().backward()
-        rho = torch.tensor([r.cfg.sam.rho for r in runs], device=device)
-        stacked.ascend(st, rho, cfg.sam.adaptive)
+        losses([h[0] for h in halves], keyed.PASS_ASCENT).sum().backward()
+        rho = torch.tensor([m.cfg.sam.rho for m in members], device=first.device)
+        stacked.ascend(st, rho, cfg.sam.adaptive, exact)
         st.zero_grad()
         used = [h[1] for h in halves]
     elif cfg.update_half:
         used = [b.halves()[1] for b in batches]
     else:
         used = batches
-    update = stacked.batches(used, language.pad_id, device)
-    out = StepOut(torch.empty(0), update.n_targets, [int((u.inputs != language.pad_id).sum()) for u in used])
-    with first.autocast:
-        loss, out.summed = stacked.mlm_losses(template, st, update, draws, keyed.PASS_UPDATE)
-        if first.adversary is not None:
-            tokens, labels = _adversarial_batches(runs, step, device)
-            weights = torch.tensor([r.adversary.weight for r in runs], device=device)
-            adv, out.downstream = stacked.adversarial_losses(template, st, first.adversary, tokens, labels, weights,
-                                                             draws)
-            loss = loss + adv
-    total = loss.sum()
-    if first.flatness is not None:  # outside autocast: the penalty computes in float32
-        penalty, out.flatness = _flatness(st, runs, used, step)
-        total = total + penalty
-    total.backward()
-    clips = [r.cfg.optim.grad_clip for r in runs]
+    out = StepOut(torch.empty(0), [u.n_targets for u in used], [int((u.inputs != language.pad_id).sum()) for u in used])
+    losses(used, keyed.PASS_UPDATE, out).sum().backward()
+    _update(st, members, out, want_norm, exact)
+    return out
+
+
+def _update(st: stacked.Stack, members, out: StepOut, want_norm: bool, exact: bool) -> None:
+    """Clipping (or the log step's gradient norms), SAM's return, the optimiser, the schedules."""
+    cfg, device = members[0].cfg, members[0].run.device
+    clips = [m.cfg.optim.grad_clip for m in members]
     if any(c is not None for c in clips):
         limits = torch.tensor([float("inf") if c is None else c for c in clips], device=device)
-        out.grad_norm = stacked.clip(st, limits)
+        out.grad_norm = stacked.clip(st, limits, exact)
     elif want_norm:
-        out.grad_norm = stacked.grad_norms(st).detach()
+        out.grad_norm = stacked.grad_norms(st, exact=exact)
     if cfg.sam.rho > 0:
         stacked.descend(st)
-    groups = [_base(r.optimizer).param_groups[0] for r in runs]
+    groups = [_base(m.run.optimizer).param_groups[0] for m in members]
     lrs, decays = [g["lr"] for g in groups], [g["weight_decay"] for g in groups]
     if cfg.optim.name == "adamw":
         stacked.adamw_step(st, lrs, decays, tuple(cfg.optim.betas), cfg.optim.eps)
     else:
-        stacked.sgd_step(st, lrs, decays, cfg.optim.momentum)
-    for r in runs:
-        r.schedule.step()
-    return out
+        stacked.sgd_step(st, lrs, decays, cfg.optim.momentum, exact)
+    for m in members:
+        m.run.schedule.step()
 
 
 # ---- the log windows -------------------------------------------------------------------------

@@ -242,19 +242,25 @@ def adversarial_losses(template: nn.Module, st: Stack, adversary, tokens: torch.
 
 
 # ---- gradients and the update ----------------------------------------------------------------
-def grad_norms(st: Stack, scaled: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+@torch.no_grad()
+def grad_norms(st: Stack, scaled: dict[str, torch.Tensor] | None = None, exact: bool = False) -> torch.Tensor:
     """``[S]``: each member's gradient norm over all its parameters (of ``scaled`` instead
-    of the gradients, when given: SAM's adaptive scaling)."""
+    of the gradients, when given: SAM's adaptive scaling). ``exact``: member by member with
+    torch's own ``get_total_norm`` (one model's reduction order: the same bits; S × P small
+    reductions), else batched over the members axis (another order: float rounding)."""
     tensors = scaled if scaled is not None else {n: p.grad for n, p in st.params.items() if p.grad is not None}
+    if exact:
+        return torch.stack([torch.nn.utils.get_total_norm([t[i] for t in tensors.values()])
+                            for i in range(st.size)])
     per = torch.stack([torch.linalg.vector_norm(t.flatten(1), dim=1) for t in tensors.values()], dim=1)
     return torch.linalg.vector_norm(per, dim=1)
 
 
 @torch.no_grad()
-def clip(st: Stack, max_norms: torch.Tensor) -> torch.Tensor:
+def clip(st: Stack, max_norms: torch.Tensor, exact: bool = False) -> torch.Tensor:
     """``clip_grad_norm_`` per member (``max_norms [S]``; ``inf``: no clipping, the gradient
     multiplied by exactly 1); returns the norms before clipping."""
-    norms = grad_norms(st)
+    norms = grad_norms(st, exact=exact)
     coef = torch.clamp(max_norms / (norms + 1e-6), max=1.0)
     for p in st.params.values():
         if p.grad is not None:
@@ -263,12 +269,16 @@ def clip(st: Stack, max_norms: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def ascend(st: Stack, rho: torch.Tensor, adaptive: bool) -> torch.Tensor:
+def ascend(st: Stack, rho: torch.Tensor, adaptive: bool, exact: bool = False) -> torch.Tensor:
     """SAM's move to ``θ + ε`` per member (``ε_i = ρ_i g_i / ‖g_i‖``, adaptive as ``sam.SAM``);
-    returns the norms ``‖g_i‖``."""
+    returns the norms ``‖g_i‖`` (``exact``: as ``sam.SAM`` reduces them, member by member)."""
     scaled = {n: (p.abs() * p.grad if adaptive else p.grad) for n, p in st.params.items() if p.grad is not None}
-    norm = grad_norms(st, scaled)
-    scale = rho / (norm + 1e-12)
+    if exact:
+        norm = torch.stack([torch.norm(torch.stack([s[i].norm() for s in scaled.values()]))
+                            for i in range(st.size)])
+    else:
+        norm = grad_norms(st, scaled)
+    scale = torch.reciprocal(norm + 1e-12) * rho  # as ``SAM.ascend``'s ``rho / (norm + 1e-12)`` computes it
     st.eps = {}
     for n, s in scaled.items():
         p = st.params[n]
@@ -314,8 +324,10 @@ def adamw_step(st: Stack, lrs: list[float], weight_decays: list[float], betas: t
 
 
 @torch.no_grad()
-def sgd_step(st: Stack, lrs: list[float], weight_decays: list[float], momentum: float) -> None:
-    """torch's SGD (single-tensor; no dampening, no Nesterov), per member."""
+def sgd_step(st: Stack, lrs: list[float], weight_decays: list[float], momentum: float, exact: bool = False) -> None:
+    """torch's SGD (single-tensor; no dampening, no Nesterov), per member: a scalar shared by
+    every member as torch applies it; per-member values as a column (``exact``: member by
+    member with torch's scalar operations, S × P small operations, the same bits)."""
     same_lr, same_wd = len(set(lrs)) == 1, len(set(weight_decays)) == 1
     for n, p in st.params.items():
         grad = p.grad
@@ -323,13 +335,21 @@ def sgd_step(st: Stack, lrs: list[float], weight_decays: list[float], momentum: 
             continue
         wds = weight_decays if n in st.decayed else [0.0] * len(lrs)
         if any(wd != 0 for wd in wds):
-            grad = grad.add(p, alpha=wds[0]) if same_wd else grad + p * _column(wds, p)
+            if same_wd:
+                grad = grad.add(p, alpha=wds[0])
+            elif exact:
+                grad = torch.stack([g.add(q, alpha=wd) for g, q, wd in zip(grad, p, wds)])
+            else:
+                grad = grad + p * _column(wds, p)
         if momentum != 0:
             buf = st.buffer[n]
             buf.copy_(torch.where(_per(st.has_buffer, buf), buf * momentum + grad, grad))
             grad = buf
         if same_lr:
             p.add_(grad, alpha=-lrs[0])
+        elif exact:
+            for q, g, lr in zip(p, grad, lrs):
+                q.add_(g, alpha=-lr)
         else:
             p.add_(grad * _column([-lr for lr in lrs], p))
     if momentum != 0:
