@@ -71,7 +71,8 @@ def reproduce(experiment: str | None = None, scale: str | None = None, out: str 
               seed: int = 0, fresh: bool = False, progress: bool = True, device: str | None = None,
               command: str | None = None, launch=None, seeds: list[int] | None = None,
               tracker: str = "none", formats: tuple[str, ...] = ("png",), languages: list[str] | None = None,
-              figure_width: str = "page", budget: float | None = None, even: bool = False) -> Path:
+              figure_width: str = "page", budget: float | None = None, even: bool = False,
+              ensemble: int | None = None) -> Path:
     """Run one recipe at one scale (``main_job``: the defaults); returns the path of
     ``report.md``. ``launch``: a ``launch.LaunchOptions`` (default: every unit in this
     process); ``seeds``: run only these seeds' units and write no report (returns the
@@ -83,7 +84,9 @@ def reproduce(experiment: str | None = None, scale: str | None = None, out: str 
     nothing; ``budget``: the minutes the
     study may take (``--budget``: a recipe with ``with_budget``, isoloss), which it forecasts
     before it trains and spends on the comparisons still short; ``even``: every seed runs
-    every fork (``--even``: ``with_even``, the design before the adaptive one)."""
+    every fork (``--even``: ``with_even``, the design before the adaptive one); ``ensemble``:
+    train the runs in ensembles of at most this many members (``--ensemble N``,
+    ``ensembles.py``; ``None``: one run at a time)."""
     from .core import experiment_dir_name
 
     experiment, scale = main_job(experiment, scale)
@@ -107,12 +110,12 @@ def reproduce(experiment: str | None = None, scale: str | None = None, out: str 
         if fresh:
             raise UserError("--fresh deletes the whole experiment; with --seeds, remove the seeds' folders "
                             f"(under {root / 'seeds'}) yourself")
-        return _shard(recipe, experiment, p, root, seed, seeds, progress, device, launch, tracker)
+        return _shard(recipe, experiment, p, root, seed, seeds, progress, device, launch, tracker, ensemble)
     start = time.perf_counter()
     launcher = _launcher(experiment, root, launch)  # a launcher that cannot run: one line, before any file
     # the Study holds the experiment folder's lock for the whole call (files.folder_lock);
     # its units hold their own folders' locks (core.execute_unit)
-    with _study(p, root, seed, fresh, progress, device, launcher, tracker, formats=formats) as study:
+    with _study(p, root, seed, fresh, progress, device, launcher, tracker, formats=formats, ensemble=ensemble) as study:
         study.log(f"reproduce {experiment} --scale {scale} (seed {seed}) in {root}")
         if budget is not None and hasattr(recipe, "forecast"):  # before anything trains: what the budget buys
             study.log(recipe.forecast(p, "cpu" if (device or p.device) != "cuda" else "h100", _workers_of(launcher)))
@@ -206,11 +209,11 @@ def _launcher(experiment: str, root: Path, launch):
 
 
 def _study(p, root: Path, seed: int, fresh: bool, progress: bool, device: str | None, launcher, tracker: str,
-           lock: bool = True, formats: tuple[str, ...] = ("png",)):
+           lock: bool = True, formats: tuple[str, ...] = ("png",), ensemble: int | None = None):
     from .core import Study
 
     return Study(root, seed=seed, fresh=fresh, progress=progress, device=device or p.device, tracker=tracker,
-                 launcher=launcher, lock=lock, figure_formats=formats)
+                 launcher=launcher, lock=lock, figure_formats=formats, ensemble=ensemble)
 
 
 def run_declaration(recipe, study, p, workers: int = 1, seeds: list[int] | None = None, check=None):
@@ -231,7 +234,7 @@ def run_declaration(recipe, study, p, workers: int = 1, seeds: list[int] | None 
 
 
 def _shard(recipe, experiment: str, p, root: Path, seed: int, seeds: list[int], progress: bool,
-           device: str | None, launch, tracker: str) -> Path:
+           device: str | None, launch, tracker: str, ensemble: int | None = None) -> Path:
     """``reproduce --seeds``: only the units of ``seeds``, no report."""
     from .engine import declared_seeds
     from .launch import format_seeds
@@ -252,7 +255,7 @@ def _shard(recipe, experiment: str, p, root: Path, seed: int, seeds: list[int], 
         study.log(f"reproduce {experiment} --seeds {format_seeds(seeds)} in {root}")
 
     # no lock on the experiment: shards on other seeds run at once; each unit locks its seed's folder
-    with _study(p, root, seed, False, progress, device, launcher, tracker, lock=False) as study:
+    with _study(p, root, seed, False, progress, device, launcher, tracker, lock=False, ensemble=ensemble) as study:
         run_declaration(recipe, study, p, _workers_of(launcher), seeds, check)
     missing = sorted(known - set(seeds))
     trained = sum(1 for r in study.runs.values() if r.status != "reused")

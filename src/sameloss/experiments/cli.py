@@ -136,6 +136,15 @@ def _seeds(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _ensemble(text: str) -> int | None:
+    from .ensembles import parse_ensemble
+
+    try:
+        return parse_ensemble(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _mem(text: str) -> str:
     from .launch import SLURM_MEM
 
@@ -193,6 +202,10 @@ def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--dry-run", action="store_true",
                        help="slurm: print the job script submitit would submit (sbatch options, the array, the "
                             "command) and exit; nothing is submitted or written")
+    group.add_argument("--ensemble", type=_ensemble, default=None, metavar="N|off",
+                       help="train runs that share a model shape as ensembles of at most N members, one batched "
+                            "computation (on a GPU; on the CPU member by member, the same numbers bit for bit and "
+                            "no faster): each worker walks its units together (default off)")
 
 
 def _launch_options(args, argv_given: set[str]):
@@ -305,7 +318,7 @@ def _reproduce(args) -> None:
     path = reproduce(experiment, scale, out=args.out, seed=args.seed, fresh=args.fresh,
                      progress=not args.no_progress, device=args.device, command=command, launch=launch,
                      seeds=args.seeds, tracker=args.tracker, formats=args.formats, languages=args.languages,
-                     figure_width=args.figure_width, budget=args.budget, even=args.even)
+                     figure_width=args.figure_width, budget=args.budget, even=args.even, ensemble=args.ensemble)
     if path is not None:  # (--dry-run printed the job script and wrote nothing)
         print(path)
 

@@ -156,8 +156,10 @@ class Study:
 
     def __init__(self, root: str | Path, *, seed: int = 0, fresh: bool = False, progress: bool = True,
                  device: str = "auto", log=None, tracker: str = "none", launcher=None, lock: bool = True,
-                 figure_formats: tuple[str, ...] = ("png",), shared: str | Path | None = None):
+                 figure_formats: tuple[str, ...] = ("png",), shared: str | Path | None = None,
+                 ensemble: int | None = None):
         self._bar = None
+        self.ensemble = ensemble  # ``--ensemble N``: units walked together, runs trained N at once (ensembles.py)
         # a unit's study: the experiment's folder, whose measurements.json holds the
         # references that do not depend on the seed, measured once for all its units
         self.shared = None if shared is None else Path(shared)
@@ -429,16 +431,27 @@ class Study:
                          + (f" ({self.launcher.workers} at once)" if self.launcher.workers else ""))
             root = self.root.absolute()
             mine = self if self.launcher.name == "inprocess" else None
-            jobs = [WorkerJob(functools.partial(execute_unit, u, root, self.seed, self.progress, self.device,
-                                                self.tracker, mine), threads=_threads(), name=u.name) for u in todo]
+            if self.ensemble:  # shares of the units, each walked together (ensembles.py)
+                from .ensembles import chunks, execute_units, unit_outcomes
+
+                shares = chunks(todo, self.launcher.workers or 1)
+                jobs = [WorkerJob(functools.partial(execute_units, share, root, self.seed, self.progress, self.device,
+                                                    self.tracker, self.ensemble, mine), threads=_threads(),
+                                  name=f"{len(share)} units together") for share in shares]
+            else:
+                jobs = [WorkerJob(functools.partial(execute_unit, u, root, self.seed, self.progress, self.device,
+                                                    self.tracker, mine), threads=_threads(), name=u.name) for u in todo]
             # study-level progress with the time left: a bar on a terminal, else words on each unit's line
-            study = StudyProgress(len(todo), terminal=self.progress and sys.stderr.isatty())
+            study = StudyProgress(len(jobs), terminal=self.progress and sys.stderr.isatty())
             self._units_bar = study.bar
             try:
                 outcomes = self.launcher.run(jobs, self.log, study.finished)
             finally:
                 study.close()
                 self._units_bar = None
+            if self.ensemble:
+                per_unit = unit_outcomes(shares, outcomes)
+                outcomes = [per_unit[u.name] for u in todo]
             failed = []
             for unit, outcome in zip(todo, outcomes):
                 if outcome.error is not None:

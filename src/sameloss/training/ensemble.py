@@ -198,12 +198,15 @@ def _prepare(index: int, cfg: PretrainConfig, run_dir: Path, plan: runfolder.Pla
 # ---- the ensemble ----------------------------------------------------------------------------
 def train_ensemble(cfgs: list[PretrainConfig], run_dirs: list[str | Path], mode: str = "auto",
                    plans: list[runfolder.Plan] | None = None, progress: bool = True, stop_after: int | None = None,
-                   tracker: str = "none", strategy: str | None = None) -> list[dict | Failure]:
+                   tracker: str = "none", strategy: str | None = None, on_plan=None,
+                   fresh_hint: str = "pass --fresh to replace it") -> list[dict | Failure]:
     """Train ``cfgs`` (one ``ensemble_key``) into ``run_dirs`` as one ensemble; returns, per
     member, its final evaluation (as ``pretrain``) or its ``Failure``. ``mode``: what to do
     with each run folder (``runfolder.plan``'s ``new``, ``resume``, ``fresh``, ``auto``), or
-    ``plans`` made by the caller under the folders' locks; ``stop_after``: end after that
-    step's checkpoints (as if killed: tests of resuming); ``strategy``: ``vmap`` or ``loop``
+    ``plans`` made by the caller under the folders' locks (a member whose folder is refused
+    fails alone, with ``fresh_hint`` ending its line); ``on_plan(i, plan)``: told each
+    member's plan (a study logs and records it); ``stop_after``: end after that step's
+    checkpoints (as if killed: tests of resuming); ``strategy``: ``vmap`` or ``loop``
     (``None``: ``default_strategy`` of the device). Every member's folder lock is held for
     the whole call."""
     if len(cfgs) != len(run_dirs) or not cfgs:
@@ -224,7 +227,18 @@ def train_ensemble(cfgs: list[PretrainConfig], run_dirs: list[str | Path], mode:
     with contextlib.ExitStack() as held:
         for d in run_dirs:
             held.enter_context(files.folder_lock(d, "run"))
-        plans = plans or [runfolder.plan(d, c, mode) for d, c in zip(run_dirs, cfgs)]
+        if plans is None:
+            plans = []
+            for i, (d, c) in enumerate(zip(run_dirs, cfgs)):
+                try:
+                    plans.append(runfolder.plan(d, c, mode, fresh_hint=fresh_hint))
+                except UserError as exc:
+                    plans.append(None)
+                    results[i] = Failure(str(exc).splitlines()[0])
+        if on_plan is not None:
+            for i, plan in enumerate(plans):
+                if plan is not None:
+                    on_plan(i, plan)
         members = _members(cfgs, run_dirs, plans, results, tracker)
         try:
             if members:
@@ -251,6 +265,8 @@ def _members(cfgs, run_dirs, plans, results, tracker: str) -> list[Member]:
     evaluators: dict = {}
     members = []
     for i, (cfg, run_dir, plan) in enumerate(zip(cfgs, run_dirs, plans)):
+        if plan is None:  # refused (its Failure is in results)
+            continue
         if plan.action == "reuse":
             results[i] = plan.evaluation
             continue
