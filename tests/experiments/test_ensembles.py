@@ -103,3 +103,27 @@ def test_a_recipe_with_ensembles_gives_the_same_results(tmp_path, capsys):
     assert runs == sorted(p.name for p in (ens / "runs").iterdir())
     for run in runs:
         assert _records(ens / "runs" / run) == _records(one / "runs" / run)
+
+
+def test_the_planner_prices_an_ensemble_step_against_the_launch_floor():
+    from sameloss.experiments.plan import DEVICES, STEP_FLOOR_S, UTILISATION, dry_plan, estimate
+    from sameloss.experiments.plan_report import format_plan
+
+    plan = dry_plan("isoloss", "smoke", dropout_draws="keyed")
+    assert plan.root.name == "isoloss-smoke-keyed" and all(r.config.dropout_draws == "keyed" for r in plan.runs)
+    alone = estimate(plan, "h100", memory=False)
+    together = estimate(plan, "h100", memory=False, ensemble=64)
+    members = [r["members"] for r in together.runs]
+    assert max(members) == 3 * 4  # a late fork of the base's recipe (adamw, short, long, noreg) of every seed
+    rate = DEVICES["h100"]["bf16"] * UTILISATION["h100"]["training"]
+    expected = sum(max(r["flops"] / rate, r["steps"] * STEP_FLOOR_S["h100"] / m) for r, m in zip(alone.runs, members))
+    assert together.stages["training"]["seconds"] == pytest.approx(expected)
+    assert together.stages["training"]["seconds"] < alone.stages["training"]["seconds"] / 3
+    assert "ensembles (--ensemble 64)" in format_plan(together) and "launch floor" in format_plan(together)
+    # on the CPU members train one by one: one model's cost each
+    cpu = [estimate(plan, "cpu", cpu_peak=1e10, memory=False, ensemble=e).stages["training"]["seconds"]
+           for e in (None, 64)]
+    assert cpu[0] == cpu[1]
+    # runs with the global RNG's dropout do not batch on a GPU
+    assert max(r["members"] for r in estimate(dry_plan("isoloss", "smoke"), "h100", memory=False,
+                                              ensemble=64).runs) < 12

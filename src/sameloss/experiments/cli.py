@@ -202,6 +202,10 @@ def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--dry-run", action="store_true",
                        help="slurm: print the job script submitit would submit (sbatch options, the array, the "
                             "command) and exit; nothing is submitted or written")
+    group.add_argument("--dropout-draws", choices=["global", "keyed"], default="global",
+                       help="global: every run's dropout drawn from torch's global RNG (the recipes' runs); keyed: "
+                            "masks a pure function of seed, step and position, which a GPU ensemble can draw "
+                            "batched — other runs (other numbers), in the experiment folder <name>-keyed")
     group.add_argument("--ensemble", type=_ensemble, default=None, metavar="N|off",
                        help="train runs that share a model shape as ensembles of at most N members, one batched "
                             "computation (on a GPU; on the CPU member by member, the same numbers bit for bit and "
@@ -296,6 +300,10 @@ def add_plan_parser(commands) -> argparse.ArgumentParser:
                       help="isoloss at an adaptive scale: the wall minutes reproduce --budget would be given; adds "
                            "what it buys (seeds after the pilot, and the comparisons expected to reach their MDE "
                            "target with the preset's prior paired SDs)")
+    plan.add_argument("--ensemble", type=_ensemble, default=None, metavar="N|off",
+                      help="the --ensemble reproduce would use: runs trained as ensembles of at most N (default off)")
+    plan.add_argument("--dropout-draws", choices=["global", "keyed"], default="global",
+                      help="the --dropout-draws reproduce would use (keyed: runs with dropout batch on a GPU)")
     add_threads_argument(plan)
     plan.set_defaults(run=_plan)
     return plan
@@ -306,19 +314,21 @@ def _plan(args) -> None:
 
     print(plan_text(args.experiment, args.scale, args.device, args.workers,
                     None if args.cpu_peak is None else args.cpu_peak * 1e9, args.out, args.seed, args.languages,
-                    args.budget))
+                    args.budget, args.ensemble, args.dropout_draws))
 
 
 def _reproduce(args) -> None:
     from . import main_job, reproduce, reproduce_command
 
     experiment, scale = main_job(args.experiment, args.scale)
-    command = reproduce_command(experiment, scale, args.seed, args.languages, args.budget, args.even)
+    command = reproduce_command(experiment, scale, args.seed, args.languages, args.budget, args.even,
+                                args.dropout_draws)
     launch = _launch_options(args, _given(args))
     path = reproduce(experiment, scale, out=args.out, seed=args.seed, fresh=args.fresh,
                      progress=not args.no_progress, device=args.device, command=command, launch=launch,
                      seeds=args.seeds, tracker=args.tracker, formats=args.formats, languages=args.languages,
-                     figure_width=args.figure_width, budget=args.budget, even=args.even, ensemble=args.ensemble)
+                     figure_width=args.figure_width, budget=args.budget, even=args.even, ensemble=args.ensemble,
+                     dropout_draws=args.dropout_draws)
     if path is not None:  # (--dry-run printed the job script and wrote nothing)
         print(path)
 

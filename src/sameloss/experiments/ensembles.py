@@ -60,16 +60,6 @@ def parse_ensemble(text: str) -> int | None:
 
 
 # ---- training the runs of several units -------------------------------------------------------
-def _config(study, spec):
-    """``spec``'s config as ``Study.train`` runs it (the study's ``--device``)."""
-    import dataclasses
-
-    cfg = spec.config()
-    if study.device != "auto" and cfg.device != study.device:
-        cfg = dataclasses.replace(cfg, device=study.device)
-    return cfg
-
-
 def train_together(requests: list, cap: int, log: Callable[[str], None]) -> list[tuple[Any, float, float]]:
     """Train the runs of ``requests`` (``(actor, Run, record)``: an ``engine.Execute`` actor of
     the run's study) in ensembles of at most ``cap``; per request ``(RunInfo or the UserError
@@ -81,7 +71,7 @@ def train_together(requests: list, cap: int, log: Callable[[str], None]) -> list
     for actor, run, record in requests:
         spec = run.spec if run.start is None else with_start(run.spec, actor.path(run.start, record))
         items.append((actor.study, spec))
-    cfgs = [_config(study, spec) for study, spec in items]
+    cfgs = [study.run_config(spec) for study, spec in items]
     out: list = [None] * len(items)
     known = [spec.name in study.runs for study, spec in items]
     device = cfgs[0].device if cfgs else "cpu"
@@ -211,7 +201,7 @@ def walk_together(units: list, actors: list, train: Callable[[list], list]) -> l
 
 
 def execute_units(units: list, root: Path, seed: int, progress: bool, device: str, tracker: str, cap: int,
-                  study=None) -> list:
+                  study=None, dropout_draws: str = "global") -> list:
     """Walk ``units`` of the experiment in ``root`` together (a launcher's worker calls this),
     holding each unit's folder lock; per unit a ``core.UnitResult`` or the one line of the
     ``UserError`` that stopped it. ``study``: the in-process launcher's own, for the
@@ -229,7 +219,8 @@ def execute_units(units: list, root: Path, seed: int, progress: bool, device: st
                 actors.append(Execute(study))
                 continue
             sub = held.enter_context(Study(root / u.study, seed=seed if u.seed is None else u.seed, progress=progress,
-                                           device=device, tracker=tracker, lock=False, shared=root))
+                                           device=device, tracker=tracker, lock=False, shared=root,
+                                           dropout_draws=dropout_draws))
             subs.append(sub)
             actors.append(Execute(sub))
         log = (study or subs[0]).log

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from .. import registry
 from ..errors import UserError
-from .plan import DEVICES, STAGES, STEP_FLOOR_S, UTILISATION, UTILISATION_SOURCE, Estimate, device_memory, dry_plan, \
-    estimate
+from .plan import DEVICES, ENSEMBLE_SOURCE, STAGES, STEP_FLOOR_S, UTILISATION, UTILISATION_SOURCE, Estimate, \
+    device_memory, dry_plan, estimate
 
 
 def _si(x: float, unit: str = "") -> str:
@@ -89,16 +89,30 @@ def format_plan(e: Estimate) -> str:
                  + (f"; a training step takes at least {floor * 1e3:g} ms (per process; measured on an H100 with the tiny model)" if floor else "")
                  + ". Not counted: data generation, the exact "
                  "conditionals, element-wise work, start-up; memory leaves out the allocator's slack (budget 1.5x).")
+    if e.ensemble:
+        lines.append(_ensemble_line(e))
     return "\n".join(lines)
+
+
+def _ensemble_line(e: Estimate) -> str:
+    """What ``--ensemble N`` does to the estimate, and how an ensemble step is priced."""
+    sizes = [r["members"] for r in e.runs]
+    batched = sum(1 for s in sizes if s > 1)
+    head = (f"ensembles (--ensemble {e.ensemble}): {batched} of {len(sizes)} runs train in ensembles "
+            f"(largest {max(sizes, default=1)} members; runs of one model shape and first step, as the engine "
+            "asks for them together)")
+    if e.device == "cpu":
+        return head + "; on the CPU members train one by one (the loop strategy): each costs what one model does."
+    return head + f"; {ENSEMBLE_SOURCE}."
 
 
 def plan_text(experiment: str, scale: str, device: str, workers: int = 1, cpu_peak: float | None = None,
               out: str | Path = "runs", seed: int = 0, languages: list[str] | None = None,
-              budget: float | None = None) -> str:
+              budget: float | None = None, ensemble: int | None = None, dropout_draws: str = "global") -> str:
     if device not in UTILISATION:
         raise UserError(f"unknown device {device!r}; choose from {', '.join(UTILISATION)}")
-    text = format_plan(estimate(dry_plan(experiment, scale, out, seed, languages, budget=budget), device, workers,
-                                cpu_peak))
+    text = format_plan(estimate(dry_plan(experiment, scale, out, seed, languages, budget=budget,
+                                         dropout_draws=dropout_draws), device, workers, cpu_peak, ensemble=ensemble))
     recipe = registry.recipe(experiment)
     forecast = getattr(recipe, "forecast", None)
     if not (budget is not None and forecast is not None) and len(languages or ()) < 2:
