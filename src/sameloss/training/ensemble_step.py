@@ -244,6 +244,7 @@ class StackedWindow:
         self.tokens, self.targets, self.steps = [0] * n, [0] * n, [0] * n
         self.started = [0.0] * n
         self.has_norm = [False] * n
+        self._host: dict | None = None  # the sums read back once (``read``), until the next change
 
     @classmethod
     def of(cls, windows: list[LogWindow], device) -> StackedWindow:
@@ -252,8 +253,19 @@ class StackedWindow:
             out.put(i, w)
         return out
 
+    def read(self) -> dict:
+        """The device sums on the host, read once (one wait for the device per check)."""
+        if self._host is None:
+            names = ("loss", "downstream", "flatness", "diverged")
+            values = [getattr(self, k) for k in names]
+            if self.grad_norm is not None:
+                names, values = (*names, "grad_norm"), [*values, self.grad_norm.double()]
+            self._host = dict(zip(names, (v.cpu() for v in values)))
+        return self._host
+
     def put(self, i: int, w: LogWindow) -> None:
         """Member ``i``'s window set to ``w``'s sums."""
+        self._host = None
         self.loss[i] = float(w.loss)
         self.downstream[i] = float(w.downstream)
         self.flatness[i] = float(w.flatness)
@@ -267,15 +279,17 @@ class StackedWindow:
 
     def take(self, i: int) -> LogWindow:
         """Member ``i``'s window as a ``LogWindow`` (host values; the sums exact in float64)."""
-        div = self.diverged[i].cpu()
-        w = LogWindow(self.tokens[i], float(self.loss[i]), self.targets[i], float(self.downstream[i]),
+        host = self.read()
+        div = host["diverged"][i]
+        w = LogWindow(self.tokens[i], float(host["loss"][i]), self.targets[i], float(host["downstream"][i]),
                       self.steps[i], self.started[i], None if div[0].isnan() else div,
-                      flatness=float(self.flatness[i]))
-        if self.has_norm[i] and self.grad_norm is not None:
-            w.grad_norm = self.grad_norm[i].detach().cpu()
+                      flatness=float(host["flatness"][i]))
+        if self.has_norm[i] and "grad_norm" in host:
+            w.grad_norm = host["grad_norm"][i].to(self.grad_norm.dtype)
         return w
 
     def add(self, out: StepOut, step: int) -> None:
+        self._host = None
         summed = out.summed.detach().double()
         self.loss += summed
         for i, (k, n) in enumerate(zip(out.tokens, out.n_targets)):
@@ -295,5 +309,5 @@ class StackedWindow:
 
     def diverged_members(self) -> list[tuple[int, torch.Tensor]]:
         """``(i, [step, loss])`` of every member whose loss was not finite (one read)."""
-        div = self.diverged.cpu()
+        div = self.read()["diverged"]
         return [(i, div[i]) for i in range(div.shape[0]) if not torch.isnan(div[i, 0])]

@@ -304,23 +304,28 @@ def _column(values: list[float], like: torch.Tensor) -> torch.Tensor:
 def adamw_step(st: Stack, lrs: list[float], weight_decays: list[float], betas: tuple[float, float], eps: float
                ) -> None:
     """torch's AdamW (single-tensor, not capturable), per member: the same operations with
-    each member's scalars as a column (module docstring)."""
+    each member's scalars as a column (module docstring); the step's per-member scalars
+    computed on the host in float64 as torch does, then sent to the device at once."""
     beta1, beta2 = betas
     st.steps = [s + 1 for s in st.steps]
     bc1 = [1 - beta1 ** s for s in st.steps]
     bc2_sqrt = [(1 - beta2 ** s) ** 0.5 for s in st.steps]
     neg_step = [-(lr / c) for lr, c in zip(lrs, bc1)]
+    decay = [1 - lr * wd for lr, wd in zip(lrs, weight_decays)]
+    first = next(iter(st.params.values()))
+    scalars = torch.tensor([decay, bc2_sqrt, neg_step], dtype=first.dtype, device=first.device)
+    decays = any(wd != 0 for wd in weight_decays)
     for n, p in st.params.items():
         grad = p.grad
         if grad is None:
             continue
-        if n in st.decayed and any(wd != 0 for wd in weight_decays):
-            p.mul_(_column([1 - lr * wd for lr, wd in zip(lrs, weight_decays)], p))
+        if n in st.decayed and decays:
+            p.mul_(_per(scalars[0], p))
         m, v = st.exp_avg[n], st.exp_avg_sq[n]
         m.lerp_(grad, 1 - beta1)
         v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        denom = (v.sqrt() / _column(bc2_sqrt, v)).add_(eps)
-        p.add_((_column(neg_step, m) * m) / denom)
+        denom = (v.sqrt() / _per(scalars[1], v)).add_(eps)
+        p.add_((_per(scalars[2], m) * m) / denom)
 
 
 @torch.no_grad()
