@@ -59,7 +59,7 @@ def members(cfgs: list[PretrainConfig], root: Path, strategy: str = "loop") -> e
     plans = [ensemble.runfolder.plan(d, c, "new") for d, c in zip(dirs, cfgs)]
     found = ensemble._members(cfgs, dirs, plans, results, "none")
     lp = ensemble._Loop(found, results, False, None, strategy)
-    lp._restack(found)
+    lp._restack(found, 1)
     return lp
 
 
@@ -101,6 +101,17 @@ class Paths:
         self.step += 1
         lp = self.ens[s]
         step_members(lp.st, lp.template, lp.active, self.step, False, lp.strategy)
+
+
+def _draw_seconds(run, n: int = 20) -> float:
+    """CPU seconds to draw one member's batch of a step."""
+    from sameloss.training.data import global_batch
+
+    cfg = run.cfg
+    start = time.process_time()
+    for step in range(n):
+        global_batch(run.language, cfg.seed, step + 1, cfg.batch_size, run.rate, cfg.mask_replace)
+    return (time.process_time() - start) / n
 
 
 def flops_per_member_step(cfg: PretrainConfig) -> float:
@@ -149,11 +160,15 @@ def main(argv=None) -> int:
             print(f"round {r + 1}: one {one[-1] * 1e3:.1f} ms; " + ", ".join(
                 f"S={s} {per[s][-1][0] * 1e3:.1f} ms ({per[s][-1][1]:.2f}×)" for s in a.sizes), flush=True)
         flops = flops_per_member_step(paths.one.cfg)
+        draw = _draw_seconds(paths.one)
     rows = _rows(a, one, glob, per, flops)
     _table(a, rows, os.getloadavg())
+    print(f"host: drawing one member's batch (data.global_batch) takes {draw * 1e3:.2f} ms of CPU — inside every "
+          "step above; a GPU ensemble's loop draws them ahead in worker processes (training/ensemble_data.py)",
+          flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps({"device": a.device, "strategy": a.strategy, "load_before": load,
-                                            "rows": rows}, indent=1))
+                                            "rows": rows, "draw_seconds": draw}, indent=1))
     return 0
 
 

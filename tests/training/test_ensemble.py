@@ -237,3 +237,32 @@ def test_groups_by_key_under_a_cap():
     assert groups(cfgs, 64, "loop") == [[0, 1, 2, 3, 4, 6], [5]]  # (any dropout: each member its own module)
     assert ensemble_key(cfgs[0]) == ensemble_key(small(name="x", seed=9, **{"optim.lr": 0.5, "sam.rho": 0.0}))
     assert math.isfinite(len(ensemble_key(cfgs[5])))
+
+
+def test_batches_drawn_ahead_by_workers_are_the_batches(tmp_path, monkeypatch):
+    from sameloss.training import ensemble
+    from sameloss.training.data import global_batch
+    from sameloss.training.ensemble_data import Ahead
+    from sameloss.training.runio import build_language
+
+    cfg = small()
+    language = build_language(cfg)
+    ahead = Ahead(language, [3, 1, 3], 5, 9, 8, 0.15, "mask", workers=2)
+    for step in range(5, 10):
+        got = ahead.get(step)
+        assert sorted(got) == [1, 3]
+        for seed, batch in got.items():
+            want = global_batch(language, seed, step, 8, 0.15)
+            assert torch.equal(batch.inputs, want.inputs) and torch.equal(batch.masked, want.masked)
+    assert ahead.get(10) is None and ahead.get(11) is None  # past its last step: the loop draws inline
+    # an ensemble whose batches are drawn ahead (as on CUDA) is the same ensemble
+    from sameloss.training import ensemble_step
+
+    monkeypatch.setattr(ensemble, "DRAW_AHEAD", ("cpu",))
+
+    def inline(*args):
+        raise AssertionError("a batch drawn inline")
+
+    monkeypatch.setattr(ensemble_step, "global_batch", inline)
+    cfgs = [small(name="a", seed=0), small(name="b", seed=1, steps=9)]
+    ensemble_and_alone(tmp_path, cfgs, "vmap")

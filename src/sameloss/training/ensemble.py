@@ -80,6 +80,8 @@ from .sam import SAM
 from .tracking import open_tracker
 from .ensemble_step import Member, StackedWindow, step_members
 
+# device types on which a vmap ensemble's batches are drawn ahead by worker processes (ensemble_data)
+DRAW_AHEAD = ("cuda",)
 # config keys whose values may differ between members of one ensemble (besides ``eval.*``)
 PER_MEMBER = frozenset({
     "name", "seed", "steps", "checkpoints", "checkpoints_log", "save_every", "log_every", "init_from",
@@ -306,6 +308,7 @@ class _Loop:
         self.active: list[Member] = []
         self.st: stacked.Stack | None = None
         self.window: StackedWindow | None = None
+        self.ahead = None  # the members' batches drawn ahead (ensemble_data; vmap on CUDA)
         self.first = min(m.start for m in members)
         self.last = max(m.cfg.steps for m in members)
         self.bar = progress_bar(total=self.last, initial=self.first - 1, desc=f"ensemble of {len(members)}",
@@ -316,7 +319,7 @@ class _Loop:
             for step in range(self.first, self.last + 1):
                 joining = [m for m in self.members if m.start == step]
                 if joining:
-                    self._restack(self.active + joining)
+                    self._restack(self.active + joining, step)
                 if self.active:
                     self._one(step)
                 self.bar.update(1)
@@ -324,13 +327,18 @@ class _Loop:
                     break
         finally:
             self.bar.close()
+            if self.ahead is not None:
+                self.ahead.close()
 
     # ---- membership --------------------------------------------------------------------
-    def _restack(self, members: list[Member]) -> None:
-        """The stack (and log window) rebuilt for ``members``: the current members written
-        home first."""
+    def _restack(self, members: list[Member], step: int) -> None:
+        """The stack (and log window) rebuilt for ``members``, who train from ``step`` on: the
+        current members written home first."""
         self._home()
         self.active = members
+        if self.ahead is not None:
+            self.ahead.close()
+            self.ahead = None
         if not members:
             self.st = self.window = None
             return
@@ -338,6 +346,11 @@ class _Loop:
         self.st = stacked.stack([m.run.model for m in members], [m.run.optimizer for m in members], cfg.optim.name,
                                 cfg.optim.momentum)
         self.window = StackedWindow.of([m.run.window for m in members], self.device)
+        if self.strategy == "vmap" and self.device.type in DRAW_AHEAD:
+            from .ensemble_data import Ahead
+
+            self.ahead = Ahead(self.language, [m.cfg.seed for m in members], step, max(m.cfg.steps for m in members),
+                               cfg.batch_size, members[0].run.rate, cfg.mask_replace)
 
     def _home(self) -> None:
         if self.st is None:
@@ -350,7 +363,8 @@ class _Loop:
     def _one(self, step: int) -> None:
         active = self.active
         logs = [step % m.cfg.log_every == 0 or step == m.cfg.steps for m in active]
-        result = step_members(self.st, self.template, active, step, any(logs), self.strategy)
+        drawn = self.ahead.get(step) if self.ahead is not None else None
+        result = step_members(self.st, self.template, active, step, any(logs), self.strategy, drawn)
         self.window.add(result, step)
         evaluates = [step in m.run.evaluate_at for m in active]
         saves = [step in m.run.keep or step % m.cfg.save_every == 0 or step == self.stop_after for m in active]
@@ -368,7 +382,7 @@ class _Loop:
                 self.results[m.index] = m.run.last_eval
                 done.append(i)
         if failed or done:
-            self._restack([m for i, m in enumerate(active) if i not in failed and i not in done])
+            self._restack([m for i, m in enumerate(active) if i not in failed and i not in done], step + 1)
 
     def _diverged(self, step: int) -> dict[int, str]:
         """Members whose loss was not finite since their last check: marked failed with the

@@ -173,10 +173,11 @@ def _vmap_losses(st: stacked.Stack, template, members, used, step: int, pass_: i
 
 
 def step_members(st: stacked.Stack, template, members: list[Member], step: int, want_norm: bool,
-                 strategy: str = "vmap") -> StepOut:
+                 strategy: str = "vmap", drawn: dict | None = None) -> StepOut:
     """One update of every member (module docstring); ``want_norm``: keep the gradient norms
     (a log step; clipping computes them anyway); ``strategy``: ``vmap`` (one batched
-    forward pass) or ``loop`` (member by member, the one-model code; ``template`` unused)."""
+    forward pass) or ``loop`` (member by member, the one-model code; ``template`` unused);
+    ``drawn``: the members' batches of ``step`` by seed, drawn ahead (``ensemble_data``)."""
     first = members[0].run
     cfg, language = first.cfg, first.language
     exact = strategy == "loop"
@@ -186,7 +187,7 @@ def step_members(st: stacked.Stack, template, members: list[Member], step: int, 
             return _loop_losses(st, members, used, step, pass_, out)
         return _vmap_losses(st, template, members, used, step, pass_, out)
 
-    full = {}
+    full = dict(drawn or {})
     for m in members:  # one draw per seed: forks of one seed train on the same batches
         if m.cfg.seed not in full:
             full[m.cfg.seed] = global_batch(language, m.cfg.seed, step, cfg.batch_size, first.rate, cfg.mask_replace)
