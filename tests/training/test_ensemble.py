@@ -247,7 +247,7 @@ def test_batches_drawn_ahead_by_workers_are_the_batches(tmp_path, monkeypatch):
 
     cfg = small()
     language = build_language(cfg)
-    ahead = Ahead(language, [3, 1, 3], 5, 9, 8, 0.15, "mask", workers=2)
+    ahead = Ahead(language, [3, 1, 3], 5, 9, (8, 0.15, "mask"), workers=2)
     for step in range(5, 10):
         got = ahead.get(step)
         assert sorted(got) == [1, 3]

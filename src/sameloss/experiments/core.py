@@ -111,7 +111,7 @@ class UnitResult:
 
 
 def execute_unit(unit: Unit, root: Path, seed: int, progress: bool, device: str, tracker: str,
-                 study: Study | None = None, dropout_draws: str = "global") -> UnitResult:
+                 study: Study | None = None) -> UnitResult:
     """Walk ``unit`` of the experiment in ``root`` (``engine.walk``; a launcher's worker
     calls this; the in-process launcher passes its own ``study`` for the experiment's
     units, whose evaluators and task data it then shares). Holds the lock of the unit's
@@ -124,7 +124,7 @@ def execute_unit(unit: Unit, root: Path, seed: int, progress: bool, device: str,
         # the unit's folder is locked above: its study does not lock the experiment, which the
         # process that started the units holds (or, for ``reproduce --seeds``, nobody does)
         with Study(Path(root) / unit.study, seed=seed if unit.seed is None else unit.seed, progress=progress,
-                   device=device, tracker=tracker, lock=False, shared=root, dropout_draws=dropout_draws) as sub:
+                   device=device, tracker=tracker, lock=False, shared=root) as sub:
             record = walk(unit, Execute(sub))
             if unit.study:
                 record = keep_first_cost(sub.root, record, sub.log)
@@ -161,7 +161,8 @@ class Study:
         self._bar = None
         self.ensemble = ensemble  # ``--ensemble N``: units walked together, runs trained N at once (ensembles.py)
         # ``--dropout-draws keyed``: every run's dropout masks keyed (training.keyed), what lets
-        # runs with dropout train batched on a GPU; other runs, in another experiment folder
+        # runs with dropout train batched on a GPU: set on the runs of the units it runs
+        # (``run_units``); other runs, in another experiment folder
         self.dropout_draws = dropout_draws
         # a unit's study: the experiment's folder, whose measurements.json holds the
         # references that do not depend on the seed, measured once for all its units
@@ -300,12 +301,10 @@ class Study:
         return info
 
     def run_config(self, spec: RunSpec) -> PretrainConfig:
-        """``spec``'s config as this study trains it: its ``--device`` and ``--dropout-draws``."""
+        """``spec``'s config as this study trains it (its ``--device``)."""
         cfg = spec.config()
         if self.device != "auto" and cfg.device != self.device:
             cfg = dataclasses.replace(cfg, device=self.device)
-        if self.dropout_draws != cfg.dropout_draws:
-            cfg = dataclasses.replace(cfg, dropout_draws=self.dropout_draws)
         return cfg
 
     def _mirror(self, cfg, run_dir: Path) -> None:
@@ -434,6 +433,10 @@ class Study:
         once the others are done."""
         from .launch import StudyProgress, WorkerJob
 
+        if self.dropout_draws != "global":
+            from .ensembles import with_setting
+
+            units = with_setting(units, "dropout_draws", self.dropout_draws)
         todo = [u for u in units if u.name not in self.done]
         if todo:
             if self.launcher.name != "inprocess":
@@ -445,13 +448,12 @@ class Study:
                 from .ensembles import chunks, execute_units, unit_outcomes
 
                 shares = chunks(todo, self.launcher.workers or 1)
-                jobs = [WorkerJob(functools.partial(execute_units, share, root, self.seed, self.progress, self.device,
-                                                    self.tracker, self.ensemble, mine, self.dropout_draws),
+                settings = {"seed": self.seed, "progress": self.progress, "device": self.device, "tracker": self.tracker}
+                jobs = [WorkerJob(functools.partial(execute_units, share, root, settings, self.ensemble, mine),
                                   threads=_threads(), name=f"{len(share)} units together") for share in shares]
             else:
                 jobs = [WorkerJob(functools.partial(execute_unit, u, root, self.seed, self.progress, self.device,
-                                                    self.tracker, mine, self.dropout_draws), threads=_threads(),
-                                  name=u.name) for u in todo]
+                                                    self.tracker, mine), threads=_threads(), name=u.name) for u in todo]
             # study-level progress with the time left: a bar on a terminal, else words on each unit's line
             study = StudyProgress(len(jobs), terminal=self.progress and sys.stderr.isatty())
             self._units_bar = study.bar

@@ -136,9 +136,8 @@ def _train_group(items, cfgs, group: list[int], strategy: str, out: list, log) -
     log(f"ensemble of {len(group)} runs ({strategy}): {', '.join(spec.name for spec in specs)}")
     wall, cpu = time.perf_counter(), cpu_time()
     first = studies[0]
-    results = ens.train_ensemble([cfgs[i] for i in group], dirs, mode="auto", progress=first.progress,
-                                 tracker=first.tracker, strategy=strategy, on_plan=planned,
-                                 fresh_hint="pass --fresh to redo the experiment")
+    hooks = ens.Hooks(first.tracker, planned, "pass --fresh to redo the experiment")
+    results = ens.train_ensemble([cfgs[i] for i in group], dirs, "auto", first.progress, strategy, hooks=hooks)
     wall_share, cpu_share = (time.perf_counter() - wall) / len(group), (cpu_time() - cpu) / len(group)
     for k, (i, study, spec, run_dir, result) in enumerate(zip(group, studies, specs, dirs, results)):
         if isinstance(result, ens.Failure):
@@ -200,12 +199,12 @@ def walk_together(units: list, actors: list, train: Callable[[list], list]) -> l
     return outcome
 
 
-def execute_units(units: list, root: Path, seed: int, progress: bool, device: str, tracker: str, cap: int,
-                  study=None, dropout_draws: str = "global") -> list:
+def execute_units(units: list, root: Path, settings: dict, cap: int, study=None) -> list:
     """Walk ``units`` of the experiment in ``root`` together (a launcher's worker calls this),
     holding each unit's folder lock; per unit a ``core.UnitResult`` or the one line of the
-    ``UserError`` that stopped it. ``study``: the in-process launcher's own, for the
-    experiment's units (as ``core.execute_unit``)."""
+    ``UserError`` that stopped it. ``settings``: the studies' ``seed``, ``progress``,
+    ``device`` and ``tracker``; ``cap``: the ensembles' members at most; ``study``: the
+    in-process launcher's own, for the experiment's units (as ``core.execute_unit``)."""
     from .core import Study, UnitResult
     from .engine import Execute, keep_first_cost
 
@@ -218,9 +217,10 @@ def execute_units(units: list, root: Path, seed: int, progress: bool, device: st
                 subs.append(None)
                 actors.append(Execute(study))
                 continue
-            sub = held.enter_context(Study(root / u.study, seed=seed if u.seed is None else u.seed, progress=progress,
-                                           device=device, tracker=tracker, lock=False, shared=root,
-                                           dropout_draws=dropout_draws))
+            seed = settings["seed"] if u.seed is None else u.seed
+            sub = held.enter_context(Study(root / u.study, seed=seed, progress=settings["progress"],
+                                           device=settings["device"], tracker=settings["tracker"], lock=False,
+                                           shared=root))
             subs.append(sub)
             actors.append(Execute(sub))
         log = (study or subs[0]).log
@@ -236,6 +236,25 @@ def execute_units(units: list, root: Path, seed: int, progress: bool, device: st
                     record = keep_first_cost(sub.root, record, sub.log)
                 out.append(UnitResult(record, sub.runs, sub.timings, sub.counts))
         return out
+
+
+# ---- a study-wide setting ---------------------------------------------------------------------
+def with_setting(units: list, key: str, value) -> list:
+    """``units`` with the config setting ``key = value`` on every run they train (inside
+    gates too): how ``--dropout-draws keyed`` reaches every run of a study, its forks and
+    its later stages included."""
+    import dataclasses
+
+    from .declare import Gate, Run
+
+    def item(x):
+        if isinstance(x, Run):
+            return dataclasses.replace(x, spec=dataclasses.replace(x.spec, settings=(*x.spec.settings, (key, value))))
+        if isinstance(x, Gate):
+            return dataclasses.replace(x, then=tuple(item(y) for y in x.then))
+        return x
+
+    return [dataclasses.replace(u, items=tuple(item(x) for x in u.items)) for u in units]
 
 
 # ---- the launchers' jobs --------------------------------------------------------------------

@@ -140,7 +140,6 @@ class Plan:
     language_shapes: dict[str, tuple[int, int]] = field(default_factory=dict)
     trained: dict = field(default_factory=dict)  # (study, run) -> RunInfo, as planned
     measured: set = field(default_factory=set)  # (study, measure key): a row is measured once
-    dropout_draws: str = "global"  # reproduce --dropout-draws (every run's config)
 
 
 class Record:
@@ -184,8 +183,6 @@ class Record:
         if key not in self.plan.trained:
             spec = run.spec if run.start is None else with_start(run.spec, self._path(run.start))
             cfg = spec.config()
-            if cfg.dropout_draws != self.plan.dropout_draws:
-                cfg = dataclasses.replace(cfg, dropout_draws=self.plan.dropout_draws)
             start = self._step(run.start) if run.start is not None and cfg.init_step == "continue" else 0
             self.plan.runs.append(PlannedRun(run.name, self.study, cfg, start))
             self.plan.trained[key] = RunInfo(spec, cfg, self.root / "runs" / run.name, "planned", 0.0, {})
@@ -238,12 +235,17 @@ def dry_plan(experiment: str, scale: str, out: str | Path = "runs", seed: int = 
                   budget)
     suffix = getattr(recipe, "folder_suffix", lambda _: "")(p)
     suffix += "" if dropout_draws == "global" else f"-{dropout_draws}"
-    plan = Plan(experiment, scale, Path(out) / (experiment_dir_name(experiment, scale, seed) + suffix),
-                dropout_draws=dropout_draws)
+    plan = Plan(experiment, scale, Path(out) / (experiment_dir_name(experiment, scale, seed) + suffix))
     setup = Setup(plan.root, seed, lambda msg: None, planning=True)
     plan.language_shapes = setup.language_shapes
-    run_stages(recipe.units(setup, p), lambda units: [walk(u, Record(plan, u.study)) for u in units],
-               lambda later, records: later.plan(setup, *later.args), log=setup.log)
+    def record(units):
+        if dropout_draws != "global":  # as the study's run_units sets it (``--dropout-draws``)
+            from .ensembles import with_setting
+
+            units = with_setting(units, "dropout_draws", dropout_draws)
+        return [walk(u, Record(plan, u.study)) for u in units]
+
+    run_stages(recipe.units(setup, p), record, lambda later, records: later.plan(setup, *later.args), log=setup.log)
     return plan
 
 

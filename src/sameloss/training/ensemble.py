@@ -153,10 +153,21 @@ def _evaluator(cfg: PretrainConfig, language, shared: dict):
     return shared[key]
 
 
-def _prepare(index: int, cfg: PretrainConfig, run_dir: Path, plan: runfolder.Plan, language, device,
-             evaluators: dict, tracker: str) -> Member | dict:
+@dataclass
+class _Shared:
+    """What the members of one call share: the language, the device, evaluators by their
+    settings, the tracker kind."""
+
+    language: object
+    device: torch.device
+    evaluators: dict
+    tracker: str
+
+
+def _prepare(index: int, cfg: PretrainConfig, run_dir: Path, plan: runfolder.Plan, shared: _Shared) -> Member | dict:
     """What ``loop._pretrain`` builds for one run, in its order (the RNG states then match):
     a ``Member``, or the final evaluation of a run that had finished but for its summary."""
+    language, device = shared.language, shared.device
     resources.check_pretrain(cfg, language, device)
     torch.manual_seed(cfg.seed)
     model = runio.init_model(cfg, language, device)
@@ -168,7 +179,7 @@ def _prepare(index: int, cfg: PretrainConfig, run_dir: Path, plan: runfolder.Pla
     if cfg.flatness.weight != 0:
         flatness = FlatnessPenalty(cfg.flatness, language.vocab_size, cfg.seed)
         flatness.check(model)
-    evaluator = _evaluator(cfg, language, evaluators)
+    evaluator = _evaluator(cfg, language, shared.evaluators)
     resume, start, window = plan.action == "resume", 1, loop.LogWindow()
     if resume:
         ckpt.remove_cut_saves(run_dir)
@@ -191,25 +202,33 @@ def _prepare(index: int, cfg: PretrainConfig, run_dir: Path, plan: runfolder.Pla
                    window, flatness=flatness)
     stacked_base = optimizer.base if isinstance(optimizer, SAM) else optimizer
     stacked_base._opt_called = True  # its steps are the stack's: no "schedule before optimiser" warning
-    run.tracker = open_tracker(tracker, run_dir, cfg.name, purge_step=start if resume else None,
+    run.tracker = open_tracker(shared.tracker, run_dir, cfg.name, purge_step=start if resume else None,
                                config=configlib.to_dict(cfg))
     cuda_rng = torch.cuda.get_rng_state() if device.type == "cuda" else None
     return Member(index, run, start, torch.get_rng_state(), cuda_rng, created, resume)
 
 
 # ---- the ensemble ----------------------------------------------------------------------------
-def train_ensemble(cfgs: list[PretrainConfig], run_dirs: list[str | Path], mode: str = "auto",
-                   plans: list[runfolder.Plan] | None = None, progress: bool = True, stop_after: int | None = None,
-                   tracker: str = "none", strategy: str | None = None, on_plan=None,
-                   fresh_hint: str = "pass --fresh to replace it") -> list[dict | Failure]:
+@dataclass(frozen=True)
+class Hooks:
+    """How a caller follows an ensemble: the tracker its members log to (``training.tracking``),
+    ``on_plan(i, plan)`` told each member's plan (a study logs and records it), and the end of
+    the line of a run folder refused (``runfolder.plan``'s ``fresh_hint``)."""
+
+    tracker: str = "none"
+    on_plan: object = None
+    fresh_hint: str = "pass --fresh to replace it"
+
+
+def train_ensemble(cfgs: list[PretrainConfig], run_dirs: list[str | Path], mode: str = "auto", progress: bool = True,
+                   strategy: str | None = None, stop_after: int | None = None, hooks: Hooks = Hooks()
+                   ) -> list[dict | Failure]:
     """Train ``cfgs`` (one ``ensemble_key``) into ``run_dirs`` as one ensemble; returns, per
     member, its final evaluation (as ``pretrain``) or its ``Failure``. ``mode``: what to do
-    with each run folder (``runfolder.plan``'s ``new``, ``resume``, ``fresh``, ``auto``), or
-    ``plans`` made by the caller under the folders' locks (a member whose folder is refused
-    fails alone, with ``fresh_hint`` ending its line); ``on_plan(i, plan)``: told each
-    member's plan (a study logs and records it); ``stop_after``: end after that step's
-    checkpoints (as if killed: tests of resuming); ``strategy``: ``vmap`` or ``loop``
-    (``None``: ``default_strategy`` of the device). Every member's folder lock is held for
+    with each run folder (``runfolder.plan``'s ``new``, ``resume``, ``fresh``, ``auto``; a
+    member whose folder is refused fails alone); ``strategy``: ``vmap`` or ``loop``
+    (``None``: ``default_strategy`` of the device); ``stop_after``: end after that step's
+    checkpoints (as if killed: tests of resuming). Every member's folder lock is held for
     the whole call."""
     if len(cfgs) != len(run_dirs) or not cfgs:
         raise ValueError("one run folder per config, and at least one")
@@ -229,19 +248,17 @@ def train_ensemble(cfgs: list[PretrainConfig], run_dirs: list[str | Path], mode:
     with contextlib.ExitStack() as held:
         for d in run_dirs:
             held.enter_context(files.folder_lock(d, "run"))
-        if plans is None:
-            plans = []
-            for i, (d, c) in enumerate(zip(run_dirs, cfgs)):
-                try:
-                    plans.append(runfolder.plan(d, c, mode, fresh_hint=fresh_hint))
-                except UserError as exc:
-                    plans.append(None)
-                    results[i] = Failure(str(exc).splitlines()[0])
-        if on_plan is not None:
-            for i, plan in enumerate(plans):
-                if plan is not None:
-                    on_plan(i, plan)
-        members = _members(cfgs, run_dirs, plans, results, tracker)
+        plans = []
+        for i, (d, c) in enumerate(zip(run_dirs, cfgs)):
+            try:
+                plans.append(runfolder.plan(d, c, mode, fresh_hint=hooks.fresh_hint))
+            except UserError as exc:
+                plans.append(None)
+                results[i] = Failure(str(exc).splitlines()[0])
+                continue
+            if hooks.on_plan is not None:
+                hooks.on_plan(i, plans[-1])
+        members = _members(cfgs, run_dirs, plans, results, hooks.tracker)
         try:
             if members:
                 _Loop(members, results, progress, stop_after, strategy).run()
@@ -262,9 +279,7 @@ def _differences(cfgs: list[PretrainConfig]) -> list[str]:
 
 
 def _members(cfgs, run_dirs, plans, results, tracker: str) -> list[Member]:
-    language = runio.build_language(cfgs[0])
-    device = runio.resolve_device(cfgs[0].device)
-    evaluators: dict = {}
+    shared = _Shared(runio.build_language(cfgs[0]), runio.resolve_device(cfgs[0].device), {}, tracker)
     members = []
     for i, (cfg, run_dir, plan) in enumerate(zip(cfgs, run_dirs, plans)):
         if plan is None:  # refused (its Failure is in results)
@@ -273,7 +288,7 @@ def _members(cfgs, run_dirs, plans, results, tracker: str) -> list[Member]:
             results[i] = plan.evaluation
             continue
         try:
-            got = _prepare(i, cfg, run_dir, plan, language, device, evaluators, tracker)
+            got = _prepare(i, cfg, run_dir, plan, shared)
         except UserError as exc:
             results[i] = Failure(str(exc).splitlines()[0])
             continue
@@ -350,7 +365,7 @@ class _Loop:
             from .ensemble_data import Ahead
 
             self.ahead = Ahead(self.language, [m.cfg.seed for m in members], step, max(m.cfg.steps for m in members),
-                               cfg.batch_size, members[0].run.rate, cfg.mask_replace)
+                               (cfg.batch_size, members[0].run.rate, cfg.mask_replace))
 
     def _home(self) -> None:
         if self.st is None:

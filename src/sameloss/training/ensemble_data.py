@@ -23,17 +23,18 @@ from .data import global_batch
 
 
 class _Steps(IterableDataset):
-    def __init__(self, language, seeds: list[int], first: int, last: int, batch_size: int, rate, replace: str):
+    """Steps ``first..last`` of ``seeds``, each worker its share (``draw``: batch size, mask
+    rate, mask replacement)."""
+
+    def __init__(self, language, seeds: list[int], first: int, last: int, draw: tuple):
         super().__init__()
-        self.language, self.seeds, self.first, self.last = language, seeds, first, last
-        self.batch_size, self.rate, self.replace = batch_size, rate, replace
+        self.language, self.seeds, self.first, self.last, self.draw = language, seeds, first, last, draw
 
     def __iter__(self):
         info = get_worker_info()
         k, n = (info.id, info.num_workers) if info is not None else (0, 1)
         for step in range(self.first + k, self.last + 1, n):
-            yield step, {s: global_batch(self.language, s, step, self.batch_size, self.rate, self.replace)
-                         for s in self.seeds}
+            yield step, {s: global_batch(self.language, s, step, *self.draw) for s in self.seeds}
 
 
 def default_workers() -> int:
@@ -42,13 +43,13 @@ def default_workers() -> int:
 
 
 class Ahead:
-    """Batches of ``seeds`` for steps ``first..last``, drawn by ``workers`` processes."""
+    """Batches of ``seeds`` for steps ``first..last`` (``draw``: ``global_batch``'s batch size,
+    mask rate and mask replacement), drawn by ``workers`` processes."""
 
-    def __init__(self, language, seeds: list[int], first: int, last: int, batch_size: int, rate, replace: str,
-                 workers: int | None = None):
+    def __init__(self, language, seeds: list[int], first: int, last: int, draw: tuple, workers: int | None = None):
         self.broken = False
         workers = default_workers() if workers is None else workers
-        data = _Steps(language, sorted(set(seeds)), first, last, batch_size, rate, replace)
+        data = _Steps(language, sorted(set(seeds)), first, last, draw)
         self._it = iter(DataLoader(data, batch_size=None, num_workers=workers, prefetch_factor=4,
                                    multiprocessing_context="fork" if workers else None))
 

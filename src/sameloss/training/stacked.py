@@ -211,8 +211,9 @@ def mlm_losses(template: nn.Module, st: Stack, b: Batches, draws: DropoutDraws |
     one-model ``mlm_loss``) and its detached sum."""
     extra = (draws.keys, draws.thresholds, draws.scales) if draws is not None else _dummy_draws(st.size, b.inputs.device)
 
-    def one(params, inputs, index, targets, valid, inv_n, keys, threshold, scale):
-        with _draws_ctx(draws, keys, threshold, scale, pass_):
+    def one(params, batch, drawn):  # one member (vmap: every member at once)
+        inputs, index, targets, valid, inv_n = batch
+        with _draws_ctx(draws, *drawn, pass_):
             logits = functional_call(template, params, (inputs,))
         picked = logits.reshape(-1, logits.shape[-1]).index_select(0, index)
         ce = F.cross_entropy(picked.float(), targets, reduction="none")
@@ -220,7 +221,7 @@ def mlm_losses(template: nn.Module, st: Stack, b: Batches, draws: DropoutDraws |
         return summed * inv_n, summed.detach()
 
     with sdpa_kernel(SDPBackend.MATH):
-        return vmap(one)(st.params, b.inputs, b.index, b.targets, b.valid, b.inv_n, *extra)
+        return vmap(one)(st.params, (b.inputs, b.index, b.targets, b.valid, b.inv_n), tuple(extra))
 
 
 def adversarial_losses(template: nn.Module, st: Stack, adversary, tokens: torch.Tensor, labels: torch.Tensor,
