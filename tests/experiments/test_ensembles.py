@@ -94,15 +94,23 @@ def _records(run: Path) -> list[dict]:
 
 
 def test_a_recipe_with_ensembles_gives_the_same_results(tmp_path, capsys):
+    from sameloss.experiments.launch import LaunchOptions
+
     reproduce("algorithms", "smoke", out=tmp_path / "one", progress=False)
     reproduce("algorithms", "smoke", out=tmp_path / "ens", progress=False, ensemble=8)
     assert "ensemble of 2 runs (loop)" in capsys.readouterr().out
-    one, ens = tmp_path / "one" / "algorithms-smoke", tmp_path / "ens" / "algorithms-smoke"
-    assert results_digest(ens / "results.csv") == results_digest(one / "results.csv")
+    # two local workers, each walking its share of the units together
+    reproduce("algorithms", "smoke", out=tmp_path / "local", progress=False, ensemble=8,
+              launch=LaunchOptions("local", 2))
+    assert "units together: done" in capsys.readouterr().out
+    one = tmp_path / "one" / "algorithms-smoke"
     runs = sorted(p.name for p in (one / "runs").iterdir())
-    assert runs == sorted(p.name for p in (ens / "runs").iterdir())
-    for run in runs:
-        assert _records(ens / "runs" / run) == _records(one / "runs" / run)
+    for other in ("ens", "local"):
+        got = tmp_path / other / "algorithms-smoke"
+        assert results_digest(got / "results.csv") == results_digest(one / "results.csv")
+        assert runs == sorted(p.name for p in (got / "runs").iterdir())
+        for run in runs:
+            assert _records(got / "runs" / run) == _records(one / "runs" / run)
 
 
 def test_the_planner_prices_an_ensemble_step_against_the_launch_floor():
