@@ -89,7 +89,8 @@ def reproduce(experiment: str | None = None, scale: str | None = None, out: str 
               seed: int = 0, fresh: bool = False, progress: bool = True, device: str | None = None,
               command: str | None = None, launch=None, seeds: list[int] | None = None,
               tracker: str = "none", formats: tuple[str, ...] = ("png",), languages: list[str] | None = None,
-              figure_width: str = "page", budget: float | None = None, even: bool = False) -> Path:
+              figure_width: str = "page", budget: float | None = None, even: bool = False,
+              ensemble: int | None = None, dropout_draws: str = "global") -> Path:
     """Run one recipe at one scale: train its runs (reusing finished ones, resuming
     interrupted ones), measure them (cached) and write its report (``sameloss reproduce``).
 
@@ -113,6 +114,11 @@ def reproduce(experiment: str | None = None, scale: str | None = None, out: str 
         budget: the minutes the study may take (a recipe with ``with_budget``: isoloss),
             forecast before it trains and spent on the comparisons still short.
         even: every seed runs every fork (``with_even``: the design before the adaptive one).
+        ensemble: train the runs in ensembles of at most this many members (``--ensemble N``,
+            ``ensembles.py``; ``None``: one run at a time).
+        dropout_draws: ``keyed`` trains every run with keyed dropout masks
+            (``--dropout-draws``, ``training.keyed``: batchable on a GPU; other runs, in the
+            experiment folder ``<name>-keyed``).
 
     Returns:
         the path of ``report.md``; with ``seeds``, the experiment folder; with a Slurm
@@ -134,19 +140,22 @@ def reproduce(experiment: str | None = None, scale: str | None = None, out: str 
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is not a folder; pass the folder to write experiments in")
-    root = out / (experiment_dir_name(experiment, scale, seed) + getattr(recipe, "folder_suffix", lambda _: "")(p))
+    root = out / (experiment_dir_name(experiment, scale, seed) + getattr(recipe, "folder_suffix", lambda _: "")(p)
+                  + ("" if dropout_draws == "global" else f"-{dropout_draws}"))
     if launch is not None and launch.dry_run:
         return _dry_run(recipe, experiment, p, root, seed, seeds, launch)
     if seeds is not None:
         if fresh:
             raise UserError("--fresh deletes the whole experiment; with --seeds, remove the seeds' folders "
                             f"(under {root / 'seeds'}) yourself")
-        return _shard(recipe, experiment, p, root, seed, seeds, progress, device, launch, tracker)
+        return _shard(recipe, experiment, p, root, seed, seeds, progress, device, launch, tracker, ensemble,
+                      dropout_draws)
     start = time.perf_counter()
     launcher = _launcher(experiment, root, launch)  # a launcher that cannot run: one line, before any file
     # the Study holds the experiment folder's lock for the whole call (files.folder_lock);
     # its units hold their own folders' locks (core.execute_unit)
-    with _study(p, root, seed, fresh, progress, device, launcher, tracker, formats=formats) as study:
+    with _study(p, root, seed, fresh, progress, device, launcher, tracker, formats=formats, ensemble=ensemble,
+                dropout_draws=dropout_draws) as study:
         study.log(f"reproduce {experiment} --scale {scale} (seed {seed}) in {root}")
         if budget is not None and hasattr(recipe, "forecast"):  # before anything trains: what the budget buys
             study.log(recipe.forecast(p, "cpu" if (device or p.device) != "cuda" else "h100", _workers_of(launcher)))
@@ -249,11 +258,12 @@ def _launcher(experiment: str, root: Path, launch):
 
 
 def _study(p, root: Path, seed: int, fresh: bool, progress: bool, device: str | None, launcher, tracker: str,
-           lock: bool = True, formats: tuple[str, ...] = ("png",)):
+           lock: bool = True, formats: tuple[str, ...] = ("png",), ensemble: int | None = None,
+           dropout_draws: str = "global"):
     from .core import Study
 
     return Study(root, seed=seed, fresh=fresh, progress=progress, device=device or p.device, tracker=tracker,
-                 launcher=launcher, lock=lock, figure_formats=formats)
+                 launcher=launcher, lock=lock, figure_formats=formats, ensemble=ensemble, dropout_draws=dropout_draws)
 
 
 def run_declaration(recipe, study, p, workers: int = 1, seeds: list[int] | None = None, check=None):
@@ -274,7 +284,8 @@ def run_declaration(recipe, study, p, workers: int = 1, seeds: list[int] | None 
 
 
 def _shard(recipe, experiment: str, p, root: Path, seed: int, seeds: list[int], progress: bool,
-           device: str | None, launch, tracker: str) -> Path:
+           device: str | None, launch, tracker: str, ensemble: int | None = None,
+           dropout_draws: str = "global") -> Path:
     """``reproduce --seeds``: only the units of ``seeds``, no report."""
     from .engine import declared_seeds
     from .launch import format_seeds
@@ -295,7 +306,8 @@ def _shard(recipe, experiment: str, p, root: Path, seed: int, seeds: list[int], 
         study.log(f"reproduce {experiment} --seeds {format_seeds(seeds)} in {root}")
 
     # no lock on the experiment: shards on other seeds run at once; each unit locks its seed's folder
-    with _study(p, root, seed, False, progress, device, launcher, tracker, lock=False) as study:
+    with _study(p, root, seed, False, progress, device, launcher, tracker, lock=False, ensemble=ensemble,
+                dropout_draws=dropout_draws) as study:
         run_declaration(recipe, study, p, _workers_of(launcher), seeds, check)
     missing = sorted(known - set(seeds))
     trained = sum(1 for r in study.runs.values() if r.status != "reused")
@@ -307,11 +319,11 @@ def _shard(recipe, experiment: str, p, root: Path, seed: int, seeds: list[int], 
 
 
 def reproduce_command(experiment: str, scale: str, seed: int = 0, languages: list[str] | None = None,
-                      budget: float | None = None, even: bool = False) -> str:
+                      budget: float | None = None, even: bool = False, dropout_draws: str = "global") -> str:
     """The command line that runs this experiment again."""
     return (f"sameloss reproduce {experiment} --scale {scale}" + (f" --seed {seed}" if seed else "")
             + "".join(f" --language {x}" for x in languages or ()) + (f" --budget {budget:g}" if budget else "")
-            + (" --even" if even else ""))
+            + (" --even" if even else "") + (f" --dropout-draws {dropout_draws}" if dropout_draws != "global" else ""))
 
 
 def _doc_section(doc: str, heading: str) -> str:

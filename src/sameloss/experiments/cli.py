@@ -135,6 +135,15 @@ def _seeds(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _ensemble(text: str) -> int | None:
+    from .ensembles import parse_ensemble
+
+    try:
+        return parse_ensemble(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _mem(text: str) -> str:
     from .launch import SLURM_MEM
 
@@ -194,6 +203,14 @@ def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--dry-run", action="store_true",
                        help="slurm: print the job script submitit would submit (sbatch options, the array, the "
                             "command) and exit; nothing is submitted or written")
+    group.add_argument("--dropout-draws", choices=["global", "keyed"], default="global",
+                       help="global: every run's dropout drawn from torch's global RNG (the recipes' runs); keyed: "
+                            "masks a pure function of seed, step and position, which a GPU ensemble can draw "
+                            "batched — other runs (other numbers), in the experiment folder <name>-keyed")
+    group.add_argument("--ensemble", type=_ensemble, default=None, metavar="N|off",
+                       help="train runs that share a model shape as ensembles of at most N members, one batched "
+                            "computation (on a GPU; on the CPU member by member, the same numbers bit for bit and "
+                            "no faster): each worker walks its units together (default off)")
 
 
 def _launch_options(args, argv_given: set[str]):
@@ -300,6 +317,10 @@ def add_plan_parser(commands) -> argparse.ArgumentParser:
                            "(default: the scale's own budget, tiny's 180); the forecast says what they buy (seeds "
                            "after the pilot, and the comparisons expected to reach their MDE target with the "
                            "preset's prior paired SDs)")
+    plan.add_argument("--ensemble", type=_ensemble, default=None, metavar="N|off",
+                      help="the --ensemble reproduce would use: runs trained as ensembles of at most N (default off)")
+    plan.add_argument("--dropout-draws", choices=["global", "keyed"], default="global",
+                      help="the --dropout-draws reproduce would use (keyed: runs with dropout batch on a GPU)")
     add_threads_argument(plan)
     plan.set_defaults(run=_plan)
     return plan
@@ -313,7 +334,7 @@ def _plan(args) -> None:
     workers = args.workers or _plan_workers(experiment, args.hardware)
     print(plan_text(experiment, scale, args.hardware, workers,
                     None if args.cpu_peak is None else args.cpu_peak * 1e9, args.out, args.seed, args.languages,
-                    args.budget, runs=args.runs))
+                    args.budget, args.ensemble, args.dropout_draws, runs=args.runs))
 
 
 def _plan_workers(experiment: str, hardware: str) -> int:
@@ -339,12 +360,14 @@ def _reproduce(args) -> None:
     from . import main_job, reproduce, reproduce_command
 
     experiment, scale = main_job(args.experiment, args.scale)
-    command = reproduce_command(experiment, scale, args.seed, args.languages, args.budget, args.even)
+    command = reproduce_command(experiment, scale, args.seed, args.languages, args.budget, args.even,
+                                args.dropout_draws)
     launch = _launch_options(args, _given(args))
     path = reproduce(experiment, scale, out=args.out, seed=args.seed, fresh=args.fresh,
                      progress=not args.no_progress, device=args.device, command=command, launch=launch,
                      seeds=args.seeds, tracker=args.tracker, formats=args.formats, languages=args.languages,
-                     figure_width=args.figure_width, budget=args.budget, even=args.even)
+                     figure_width=args.figure_width, budget=args.budget, even=args.even, ensemble=args.ensemble,
+                     dropout_draws=args.dropout_draws)
     if path is not None:  # (--dry-run printed the job script and wrote nothing)
         print(path)
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from .. import registry
 from ..errors import UserError
-from .plan import DEVICES, STAGES, STEP_FLOOR_S, UTILISATION, UTILISATION_SOURCE, Estimate, device_memory, dry_plan, \
-    estimate
+from .plan import DEVICES, ENSEMBLE_SOURCE, STAGES, STEP_FLOOR_S, UTILISATION, UTILISATION_SOURCE, Estimate, \
+    device_memory, dry_plan, estimate
 
 
 def _si(x: float, unit: str = "") -> str:
@@ -62,6 +62,8 @@ def format_plan(e: Estimate, runs: bool = False, forecast: str = "", ceiling: st
     lines.append(f"runs: {len(e.runs)}, {total_steps} training steps, {_si(e.stages['training']['flops'], 'FLOP')} "
                  f"of training; {len(e.measures)} measured checkpoints or references")
     lines += ["", *_stage_table(e), "", *_hardware(e), *_memory(e), "", _utilisation_note(e)]
+    if e.ensemble:
+        lines.append(_ensemble_line(e))
     if runs:
         lines += ["", *_run_rows(e)]
     else:
@@ -143,9 +145,22 @@ def _run_rows(e: Estimate) -> list[str]:
     return lines
 
 
+def _ensemble_line(e: Estimate) -> str:
+    """What ``--ensemble N`` does to the estimate, and how an ensemble step is priced."""
+    sizes = [r["members"] for r in e.runs]
+    batched = sum(1 for s in sizes if s > 1)
+    head = (f"ensembles (--ensemble {e.ensemble}): {batched} of {len(sizes)} runs train in ensembles "
+            f"(largest {max(sizes, default=1)} members; runs of one model shape and first step, as the engine "
+            "asks for them together)")
+    if e.device == "cpu":
+        return head + "; on the CPU members train one by one (the loop strategy): each costs what one model does."
+    return head + f"; {ENSEMBLE_SOURCE}."
+
+
 def plan_text(experiment: str, scale: str, device: str, workers: int = 1, cpu_peak: float | None = None,
               out: str | Path = "runs", seed: int = 0, languages: list[str] | None = None,
-              budget: float | None = None, runs: bool = False) -> str:
+              budget: float | None = None, ensemble: int | None = None, dropout_draws: str = "global",
+              runs: bool = False) -> str:
     """What ``sameloss plan`` prints for ``reproduce EXPERIMENT --scale SCALE``.
 
     Args:
@@ -158,6 +173,9 @@ def plan_text(experiment: str, scale: str, device: str, workers: int = 1, cpu_pe
         seed: the ``--seed`` reproduce would get.
         languages: the ``--language`` specs reproduce would get (isoloss).
         budget: the wall minutes of an adaptive study (``None``: the scale's own budget).
+        ensemble: the ``--ensemble`` reproduce would get (runs trained as ensembles of at most
+            this many members; ``None``: one at a time).
+        dropout_draws: the ``--dropout-draws`` reproduce would get (``global`` or ``keyed``).
         runs: list every run.
 
     Returns:
@@ -165,7 +183,8 @@ def plan_text(experiment: str, scale: str, device: str, workers: int = 1, cpu_pe
     """
     if device not in UTILISATION:
         raise UserError(f"unknown device {device!r}; choose from {', '.join(UTILISATION)}")
-    e = estimate(dry_plan(experiment, scale, out, seed, languages, budget=budget), device, workers, cpu_peak)
+    e = estimate(dry_plan(experiment, scale, out, seed, languages, budget=budget, dropout_draws=dropout_draws),
+                 device, workers, cpu_peak, ensemble=ensemble)
     recipe = registry.recipe(experiment)
     forecast = getattr(recipe, "forecast", None)
     from . import on_budget, on_languages

@@ -256,6 +256,12 @@ class PretrainConfig:
     # float32), "fp32" without it, "auto" bf16 on CUDA and fp32 on the CPU. Evaluation,
     # curvature and probes always run outside autocast (float32/float64).
     precision: Literal["auto", "bf16", "fp32"] = "auto"
+    # where dropout masks come from: "global" (torch's global RNG, seeded with ``seed``: every
+    # run before this key existed) or "keyed" (a pure function of seed, step and position,
+    # ``training.keyed``: what lets S runs train as one batched ensemble, ``training.ensemble``,
+    # with each member's numbers those of its run alone). Another run's trajectory, not a
+    # setting to resume across.
+    dropout_draws: Literal["global", "keyed"] = "global"
     # a fork (``training.fork``): start from this checkpoint's weights and step (and, with
     # init_optimizer, its optimiser moments and RNG state) instead of a fresh model;
     # init_step = "restart": count steps from 0 instead (steps 1..steps of this run's own
