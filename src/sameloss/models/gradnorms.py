@@ -50,11 +50,12 @@ import torch
 from torch import nn
 
 from sameloss.models.transformer import MLP, Block, MLMHead, SelfAttention, TransformerMLM
+from sameloss.models.dropout import Dropout
 
 # the module types whose forward this module knows (exact types: a subclass may compute
 # something else)
 _KNOWN = (TransformerMLM, Block, SelfAttention, MLP, MLMHead, nn.Linear, nn.LayerNorm, nn.Embedding, nn.Dropout,
-          nn.ModuleList)
+          Dropout, nn.ModuleList)
 
 
 class NotCovered(ValueError):
