@@ -110,8 +110,10 @@ def language_report(records, p: IsolossPreset) -> tuple[Section, Section, dict]:
         paired.dose(section, pairs, dose_comparisons, (points[0], points[1]), p.primary_key, design)
     flat = [c for c in p.comparisons if c.recipe in flatness_forks(p) and c.reference == "adamw"]
     if flat:  # flatness as the treatment: accuracy per unit of relative trace change, within seeds
-        paired.dose_response(section, pairs, flat, [pt for pt in points if all((c, pt) in tests for c in flat)],
-                             p.primary_key, design)
+        from ...dose_response import dose_response
+
+        dose_response(section, pairs, flat, [pt for pt in points if all((c, pt) in tests for c in flat)],
+                      p.primary_key, design)
     reg = []
     for pt in points:
         reg += paired.regression(section, rows, p.primary_key, pt, regression_without(p), design)
@@ -125,8 +127,9 @@ def language_report(records, p: IsolossPreset) -> tuple[Section, Section, dict]:
 
 def decided(section: Section, p: IsolossPreset, diffs: list[dict]) -> list[dict]:
     """The study's answer: per comparison and fork point whether the primary test decided
-    (detected, or no effect beyond ±δ) and, where not, how many more seeds its MDE target
-    needs at its measured paired SD (``allocation.needed_seeds``)."""
+    (detected, or no effect beyond ±δ), the power of its claim as made (against δ after Holm
+    within its family) and, where undecided, how many more seeds its MDE target needs at
+    Holm's first step of its family (``allocation.needed_seeds``) at its effective SD."""
     from ...allocation import needed_seeds
     from ...stats import DETECTED, DETECTED_AGAINST, EQUIVALENT
 
@@ -137,16 +140,20 @@ def decided(section: Section, p: IsolossPreset, diffs: list[dict]) -> list[dict]
         decided = r["verdict"] in (DETECTED, DETECTED_AGAINST, EQUIVALENT)
         stein = 0 < int(r["df"]) < int(r["n_used"]) - 1  # Stein's test: its spread is the pilot's
         need = None if decided else needed_seeds(r["sd"], p.mde_target, start=max(int(r["n_used"]), 2),
+                                                 level=1 - paired.HOLM_LEVEL / int(r["holm_m"]),
                                                  pilot=int(r["df"]) + 1 if stein else None)
         out.append({"test": f"{r['comparison']} @ {r['point']}", "decided": decided, "verdict": r["verdict"],
-                    "used": r["n_used"], "mde": r["mde"],
+                    "family": r["holm_family"], "used": r["n_used"], "mde": r["mde"], "power": r["power"],
                     "more_seeds": math.nan if decided or need is None else max(0, need - int(r["n_used"]))})
     done = [f"{x['test']} ({x['verdict']})" for x in out if x["decided"]]
     open_ = [f"{x['test']} ({_more(x)})" for x in out if not x["decided"]]
     section.files["decided.csv"] = out
+    claims = [f"{x['test']} {fmt(x['power'], '.2f')}" for x in out if x["family"] == "claims"]
     section.text.append(f"**Decided ({len(done)} of {len(out)}):** " + ("; ".join(done) or "none") + ". "
                         "**Undecided:** " + ("; ".join(open_) or "none") + f" (seeds for an MDE of {p.mde_target:g} "
-                        "points at each comparison's measured paired SD).")
+                        "points after Holm within the comparison's family, at its effective SD)."
+                        + (f" **Power of each claim as made** (against δ = {p.equivalence_margin:g} points after "
+                           f"Holm over the {len(claims)} claims): " + "; ".join(claims) + "." if claims else ""))
     return out
 
 
