@@ -203,8 +203,9 @@ def plan_claims(sds: dict[str, float], seed_cost, budget: float, target: float |
     claim (``"comparison @ point"``: a prior, or a pilot's), ``seed_cost(tests)`` the seconds
     of one seed that runs those claims' forks (``fork_seed_cost`` builds one from the cost
     per fork), ``budget`` seconds, ``target`` the effect to detect with ``power`` after Holm
-    (points; or one per claim, e.g. a positive control's expected effect) over the claims kept (each test at α/m; Stein's test on a pilot of ``pilot`` seeds, else
-    the t test). A claim without a prior spread, or that needs more than ``cap`` seeds, is
+    over the claims kept (points, or one per claim, e.g. a positive control's expected
+    effect; each test at α/m: Stein's test on a pilot of ``pilot`` seeds, else the t test).
+    A claim without a prior spread, or that needs more than ``cap`` seeds, is
     left out; while the plan costs more than the budget, the claim whose removal saves the
     most is left out, and the others are planned again at the smaller family's level (a
     smaller m asks fewer seeds of each)."""

@@ -110,7 +110,8 @@ def dose_response(section: Section | None, pairs: list[dict], comparisons: list[
         tested = _test(fit, margin, design)
         row.update({"t_low": tested["low"], "t_high": tested["high"], **{k: tested[k] for k in (
             "p_value", "tost_p", "mde", "verdict")}})
-        for side, mine in (("flattening", [r for r in pts if r["x"] < 0]), ("sharpening", [r for r in pts if r["x"] > 0])):
+        for side, mine in (("flattening", [r for r in pts if r["x"] < 0]),
+                           ("sharpening", [r for r in pts if r["x"] > 0])):
             part = pooled_slope(mine)
             t = _test(part, margin, design)
             row.update({f"{side}_slope": part["slope"], f"{side}_low": t["low"], f"{side}_high": t["high"],

@@ -246,8 +246,10 @@ def _extrapolation(w, tau2, within, sigma2, f: Fits, common: bool, shared: float
     """The share of the estimate's model variance ``Σw²(τ² + σ²L)/(Σw)²`` (+ the pooled
     slope's) that comes from reading the lines away from the forks' mean KL: ``σ²(L − L₀)``
     per pair, or with a common slope, the pooled slope's error."""
-    if not (math.isfinite(sigma2) and sigma2 > 0):
-        return math.nan
+    if not math.isfinite(sigma2):
+        return math.nan  # no residual degrees of freedom: the checkpoint noise is unknown
+    if sigma2 <= 0:
+        return 0.0
     total = float((w ** 2 * (tau2 + within)).sum() / w.sum() ** 2) + shared
     part = shared if common else float((w ** 2 * sigma2 * (f.lev - f.lev0)).sum() / w.sum() ** 2)
     return part / total if total > 0 else math.nan

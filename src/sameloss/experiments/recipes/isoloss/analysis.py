@@ -103,7 +103,7 @@ def language_report(records, p: IsolossPreset) -> tuple[Section, Section, dict]:
     paired.pairs_table(section, pairs, p.primary_key)
     paired.difference_tables(section, diffs, comparisons)
     sam_controls(section, diffs, half)
-    size_table(section, p, rows, pairs, results)
+    size_table(section, p, rows, pairs, results, design)
     points = point_names(p)
     if len(points) >= 2:
         dose_comparisons = [c for c in p.comparisons if all((c, pt) in tests for pt in points[:2])]

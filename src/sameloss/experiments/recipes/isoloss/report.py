@@ -211,7 +211,8 @@ def verdict_table(section: Section, p: IsolossPreset, diffs: list[dict], seeds: 
          Column("their accuracy [95%]", "tol_mean", ci=("tol_low", "tol_high"), fmt=".2f"),
          Column("their verdict", "tol_verdict", text=True)],
         out, source="verdicts.csv", key="test", key_header="comparison @ fork point",
-        terminal=("pairs used", "accuracy [95%]", "MDE", "verdict", "after Holm", "trace verdict")))
+        terminal=("pairs used", "accuracy [95%]", "MDE", "family", "power after Holm", "verdict", "after Holm",
+                  "trace verdict")))
 
 
 def headroom_table(section: Section, p: IsolossPreset, gate: dict) -> list[dict]:
@@ -273,26 +274,30 @@ def sam_controls(section: Section, diffs: list[dict], half: list[dict]) -> None:
         keep, source="sam_controls.csv", key="test", key_header="comparison @ fork point: quantity"))
 
 
-def size_table(section: Section, p: IsolossPreset, rows: list[dict], pairs: list[dict], results: list[dict]
-               ) -> None:
+def size_table(section: Section, p: IsolossPreset, rows: list[dict], pairs: list[dict], results: list[dict],
+               design: paired.Design) -> None:
     """The size contrast at the target KL: accuracy, both traces in the large model's
-    parameter space, and each model's trace in its own."""
-    from ...stats import paired_difference
+    parameter space, and each model's trace in its own (each the weighted estimate of
+    ``paired.differences``, ``design``'s: the verdict table's numbers)."""
+    from ...weighted import estimate, fits_of
+
+    def weighted(ps: list[dict], key: str, scale: float):
+        return estimate(fits_of(ps, key, scale, design.pilot), design.slope_level, stein=bool(design.pilot))
 
     size = [c for c in p.comparisons if {f.name: f for f in p.forks}[c.recipe].resized]
     points = [p.point_name(k) for k in sorted(p.fork_points, reverse=True)]
     tests = [(c, pt) for c in size for pt in points if (c, pt) in p.tests()]
     # each model's own space: the reference's own trace, estimated at the same targets
     own_tests = [(dataclasses.replace(c, reference_trace="trace_fisher"), pt) for c, pt in tests]
-    own = paired.estimate_pairs(rows, own_tests, ["trace_fisher"], p.design())
+    own = paired.estimate_pairs(rows, own_tests, ["trace_fisher"], design)
     out = []
     for c, pt in tests:
         used = [q for q in pairs if q["comparison"] == c.name and q["point"] == pt and q["used"]]
         used_own = {q["seed"] for q in used}
         mine = [q for q in own if q["comparison"] == c.name and q["point"] == pt and q["seed"] in used_own]
-        a = paired_difference([100 * q[f"d_{p.primary_key}"] for q in used], seed=1)
-        t1 = paired_difference([q["d_trace_fisher"] for q in used], seed=2)
-        t0 = paired_difference([q["d_trace_fisher"] for q in mine], seed=3)
+        a = weighted(used, p.primary_key, 100.0)
+        t1 = weighted(used, "trace_fisher", 1.0)
+        t0 = weighted(mine, "trace_fisher", 1.0)
         out.append({"test": f"{c.name} @ {pt}", "n_used": a.n, "acc": a.mean, "acc_low": a.t_low,
                     "acc_high": a.t_high, "acc_mde": a.mde, "trace_one_space": t1.mean,
                     "trace_one_space_low": t1.t_low, "trace_one_space_high": t1.t_high,
@@ -303,8 +308,8 @@ def size_table(section: Section, p: IsolossPreset, rows: list[dict], pairs: list
     checks = [e for res in results for e in res["embedded_kl"]]
     section.files["size.csv"] = out
     section.tables.append(Table(
-        "Size contrast (large − small at the target KL, every pair used unless beyond the limit): primary accuracy "
-        "(points), the trace in one parameter space (the small model embedded into the large shape, App. B.4) and "
+        "Size contrast (large − small at the target KL, every pair used unless beyond the limit; the weighted "
+        "estimates with their HKSJ 95% intervals): primary accuracy (points), the trace in one parameter space (the small model embedded into the large shape, App. B.4) and "
         "in each model's own; the mean traces at the target",
         [Column("pairs used", "n_used", fmt="d"), Column("accuracy [95%]", "acc", ci=("acc_low", "acc_high"),
                                                           fmt=".3g"),
