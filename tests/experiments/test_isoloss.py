@@ -449,10 +449,14 @@ def test_presets_are_checked():
     p = isoloss.PRESETS["tiny"]
     assert p.languages == {"hmm": "headroom"} and p.kl_tolerance == 3e-4 and set(p.fork_points) == {0, p.base_steps}
     q = isoloss.PRESETS["quick"]
-    # the same design, fewer seeds and every fork on each (tiny's even design, its first seeds)
-    assert dataclasses.replace(isoloss.with_even(p), seeds=q.seeds, even=False) == q
-    # quick's units are tiny's first ones exactly (its runtime is theirs): its pilot's first seeds
-    assert q.seeds == p.seeds[:len(q.seeds)] and len(q.seeds) <= p.pilot_seeds and q.pilot_seeds == 0
+    # the main job: tiny's design cut to its plan (the forks of the planned tests, their fork points)
+    assert q.plan == isoloss.QUICK_PLAN and q.pilot_seeds == 0 and q.seeds == p.seeds[:len(q.seeds)]
+    assert [f for f in p.forks if f in q.forks] == list(q.forks)
+    same = dataclasses.replace(q, forks=p.forks, fork_points=p.fork_points, seeds=p.seeds, plan=(), left=(),
+                               pilot_seeds=p.pilot_seeds, budget_minutes=p.budget_minutes, comparisons=p.comparisons,
+                               claims=p.claims)
+    assert same == p
+    assert [f"{c.name} @ {pt}" for c, pt in q.tests()] == [t for t, _ in q.plan]
     with pytest.raises(ValueError, match="fork points"):
         dataclasses.replace(p, fork_points=(p.base_steps + 1,))
     with pytest.raises(ValueError, match="final steps"):

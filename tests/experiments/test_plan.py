@@ -180,12 +180,19 @@ def test_a_gated_study_is_planned_with_its_forks():
     plan measures nothing, so it assumes the gate passes and lists every seed's forks."""
     from sameloss.experiments.recipes import isoloss
 
-    p = isoloss.PRESETS["quick"]
+    p = isoloss.PRESETS["tiny"]
     assert p.on_no_headroom == "stop" and p.headroom_margin > 0
-    plan = planner.dry_plan("isoloss", "quick", "unused")
+    plan = planner.dry_plan("isoloss", "tiny", "unused", preset=isoloss.with_even(p))
     bases = [r for r in plan.runs if r.name.endswith("-base")]
-    assert len(bases) == len(p.seeds)
+    assert len(bases) == p.even_seeds
     late = len(p.forks)  # every fork at the late point (the size fork trained on its embedded start)
     scratch = sum(1 for f in p.forks_at(0) if not f.base_recipe)
-    assert (late, scratch) == (11, 7)  # tiny's forks: no sam02, the adversary late only; 3 flatness forks
-    assert len(plan.runs) == len(p.seeds) * (1 + late + scratch)
+    # tiny's forks: no sam02, the adversary and the sharpening fork late only; 3 flatness forks
+    assert (late, scratch) == (11, 6)
+    assert len(plan.runs) == p.even_seeds * (1 + late + scratch)
+    # the main job's plan: seed i runs the forks of the tests planned more than i seeds
+    q = isoloss.PRESETS["quick"]
+    quick = planner.dry_plan("isoloss", "quick", "unused")
+    per_seed = [sum(1 for r in quick.runs if f"-s{s}-" in r.name and not r.name.endswith("-base"))
+                for s in q.seeds]
+    assert per_seed == [len({f for _, f in isoloss.forks_of(q, q.planned_tests(i))}) for i in range(len(q.seeds))]

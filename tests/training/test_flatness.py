@@ -20,7 +20,8 @@ from sameloss.models import build_model
 from sameloss.training import PretrainConfig, pretrain
 from sameloss.training.config import FlatnessConfig
 from sameloss.training.data import global_batch, mask_batch, step_generator
-from sameloss.training.flatness import FlatnessPenalty, fisher_surrogate, fisher_terms, sample_labels
+from sameloss.training.flatness import (FlatnessPenalty, fisher_surrogate, fisher_terms, sample_labels,
+                                        signed_fisher, signed_gradient)
 from sameloss.training.runio import build_language
 from training.test_pretrain import _ddp_worker, _free_port, small_config, weights, weights_at_init
 
@@ -69,14 +70,22 @@ def _analytic(model, value, direction):
     return float(sum((g * d).sum() for g, d in zip(grads, direction)))
 
 
+EXACT = {"measure": "fisher", "estimator": "per-example", "labels": 0}
+SAMPLED = {"measure": "fisher", "estimator": "per-example", "labels": 2}
+SIGNS = {"measure": "fisher", "estimator": "signs"}
+
+
 @pytest.mark.parametrize("kind, settings", [
-    ("micro", {"measure": "fisher", "labels": 0}), ("micro", {"measure": "hutchinson", "probes": 2}),
-    ("micro_lstm", {"measure": "fisher", "labels": 0}), ("micro_lstm", {"measure": "hutchinson", "probes": 2}),
+    ("micro", EXACT), ("micro", {"measure": "hutchinson", "probes": 2}),
+    ("micro_lstm", EXACT), ("micro_lstm", {"measure": "hutchinson", "probes": 2}),
     # the trace of the encoder's blocks alone, differentiated in every parameter
-    ("micro", {"measure": "fisher", "labels": 0, "params": "blocks"}),
+    ("micro", {**EXACT, "params": "blocks"}),
     ("micro", {"measure": "hutchinson", "probes": 2, "params": "blocks"}),
+    # the signs estimator: the step's signs fixed, a deterministic function of θ too
+    ("micro", SIGNS), ("micro_lstm", SIGNS), ("micro", {**SIGNS, "params": "blocks"}),
 ], ids=["transformer-fisher-exact", "transformer-hutchinson", "lstm-fisher-exact", "lstm-hutchinson",
-        "transformer-fisher-blocks", "transformer-hutchinson-blocks"])
+        "transformer-fisher-blocks", "transformer-hutchinson-blocks", "transformer-signs", "lstm-signs",
+        "transformer-signs-blocks"])
 def test_the_penalty_gradient_is_the_finite_difference_gradient_of_its_estimate(request, kind, settings):
     """Fisher with every label (the trace itself, through the label weights f_θ(y) too) and
     Hutchinson with the step's fixed probes: the estimate is a deterministic function of
@@ -109,7 +118,7 @@ def test_the_exact_fisher_penalty_is_the_measured_trace_on_the_same_contexts(mic
     language, model, _ = micro
     sample = language.sample(6, torch.Generator().manual_seed(2))
     contexts = mask_batch(language, sample.tokens, sample.lengths, None, torch.Generator().manual_seed(3))
-    _, estimate = _penalty(model, contexts, labels=0)
+    _, estimate = _penalty(model, contexts, **EXACT)
     measured = trace_fisher(model, language, contexts=contexts, n_labels=None)
     assert float(estimate) == pytest.approx(measured.estimate, rel=1e-10)
 
@@ -156,6 +165,38 @@ def test_the_sampled_fisher_gradient_is_unbiased_averaged_over_every_draw(micro,
     assert abs(biased - want) > 1e-3 * abs(want), (biased, want)
 
 
+def _hadamard(n: int) -> torch.Tensor:
+    """Sylvester's ``n × n`` Hadamard matrix (``n`` a power of 2): ±1 entries, orthogonal columns."""
+    h = torch.ones(1, 1, dtype=torch.float64)
+    while h.shape[0] < n:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    return h
+
+
+def test_the_signs_estimate_and_its_gradient_are_unbiased_averaged_over_a_hadamard_design(micro):
+    """The signs estimator (``signed_fisher``), averaged over the rows of a Hadamard matrix
+    — sign vectors whose second moment is exactly the identity, as the expectation over
+    independent signs is — equals the exact Fisher trace of the slice (every label,
+    per-example: the estimator checked against the measure and finite differences above),
+    and so does its gradient. One sign vector alone does not."""
+    _, model, batch = micro
+    n_contexts, V = int(batch.masked.sum()), model.config.vocab_size
+    design = _hadamard(1 << (n_contexts * V - 1).bit_length())[:, :n_contexts * V]  # 128 rows × 77
+    params = list(model.parameters())
+    exact, exact_estimate = _penalty(model, batch, **EXACT)  # mean over the slice's targets
+    direction = [torch.randn(p.shape, generator=torch.Generator().manual_seed(4), dtype=p.dtype) for p in params]
+    want = _analytic(model, exact, direction)
+    values, slopes = [], []
+    with FlatnessPenalty.context(model, torch.device("cpu"), composite=False):
+        for row in design:
+            value = signed_fisher(model, batch, row.reshape(n_contexts, V)) / n_contexts
+            values.append(float(value.detach()))
+            slopes.append(_analytic(model, value, direction))
+    assert sum(values) / len(values) == pytest.approx(float(exact_estimate), rel=1e-10)
+    assert sum(slopes) / len(slopes) == pytest.approx(want, rel=1e-9)
+    assert abs(values[1] - float(exact_estimate)) > 1e-3 * float(exact_estimate)  # one draw is noisy
+
+
 def test_labels_are_drawn_from_the_given_distribution():
     probs = torch.tensor([[0.5, 0.0, 0.2, 0.3, 0.0]])
     u = torch.rand(1, 40_000, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
@@ -173,7 +214,7 @@ def test_the_penalty_is_float32_under_bf16_autocast():
     torch.manual_seed(0)
     model = build_model("transformer", "micro", language.vocab_size, language.max_len)
     batch = global_batch(language, 0, 1, 16, 0.15)
-    for settings in ({"labels": 2}, {"measure": "hutchinson"}):
+    for settings in (SAMPLED, SIGNS, {"measure": "hutchinson"}):
         plain = _penalty(model, batch, **settings)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             under = _penalty(model, batch, **settings)
@@ -199,19 +240,36 @@ def test_a_penalised_run_resumes_bit_identically(tmp_path):
     assert any(not torch.equal(a[k], c[k]) for k in a)
 
 
-@pytest.mark.parametrize("settings", [{"labels": 2}, {"labels": 0}, {"measure": "hutchinson", "probes": 2}],
-                         ids=["fisher-sampled", "fisher-exact", "hutchinson"])
+class _SummedElsewhere(FlatnessPenalty):
+    """A process of a simulated group: ``reduce`` gives the sum of every process's ``G``,
+    computed beforehand from the whole slice with the same signs (what ``all_reduce`` returns)."""
+
+    total: torch.Tensor
+
+    def reduce(self, total):
+        total.copy_(self.total)
+
+
+@pytest.mark.parametrize("settings", [SAMPLED, EXACT, SIGNS, {"measure": "hutchinson", "probes": 2}],
+                         ids=["fisher-sampled", "fisher-exact", "fisher-signs", "hutchinson"])
 def test_the_processes_parts_add_up_to_the_single_process_penalty(micro, settings):
     """Under DDP each process computes its rows' part of the slice and DDP averages the
     gradients: the parts, divided by the world size, must sum to the single-process
-    penalty and gradient — with sampled labels too (the draws are the whole slice's, each
-    process keeping its rows'). The slice of 4 sentences over 3 processes: 2, 1 and 1."""
+    penalty and gradient — with sampled labels and signs too (the draws are the whole
+    slice's, each process keeping its rows'; the signs' ``G`` summed over the processes
+    before the square). The slice of 4 sentences over 3 processes: 2, 1 and 1."""
     _, model, batch = micro
     cfg = FlatnessConfig(weight=0.5, **settings)
     params = list(model.parameters())
     whole, whole_estimate = FlatnessPenalty(cfg, 11, seed=0).loss(model, batch, step=3)
     want = torch.autograd.grad(whole, params)
-    parts = [FlatnessPenalty(cfg, 11, seed=0, rank=r, world_size=3).loss(model, batch, step=3) for r in range(3)]
+    penalty = _SummedElsewhere if settings is SIGNS else FlatnessPenalty
+    if settings is SIGNS:
+        signs = torch.randint(0, 2, (*batch.inputs.shape, 11), generator=step_generator(0, 3, stream=5)) * 2.0 - 1.0
+        with FlatnessPenalty.context(model, torch.device("cpu"), composite=False):
+            grads = signed_gradient(model, batch, signs[batch.masked])
+        _SummedElsewhere.total = torch.cat([g.detach().reshape(-1) for g in grads])
+    parts = [penalty(cfg, 11, seed=0, rank=r, world_size=3).loss(model, batch, step=3) for r in range(3)]
     total = sum(p for p, _ in parts) / 3
     got = torch.autograd.grad(total, params)
     assert float(total.detach()) == pytest.approx(float(whole.detach()), rel=1e-12)

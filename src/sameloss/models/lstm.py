@@ -47,6 +47,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from sameloss.errors import UserError
+from sameloss.models.dropout import Dropout
 
 MODEL_KIND = "lstm"  # model.kind=lstm (``KIND``, at the end; read from this file by sameloss.registry)
 
@@ -102,7 +103,7 @@ class LSTMMLM(nn.Module):
             bidirectional=True,
             dropout=cfg.dropout if cfg.n_layers > 1 else 0.0,
         )
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
         self._unrolled = False
         self.proj = nn.Linear(2 * cfg.d_hidden, cfg.d_model)
         if cfg.tie_weights:

@@ -46,6 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sameloss.errors import UserError
+from sameloss.models.dropout import Dropout, dropout_mask
 
 MODEL_KIND = "transformer"  # model.kind=transformer (``KIND``, at the end; read from this file by sameloss.registry)
 
@@ -121,8 +122,21 @@ class SelfAttention(nn.Module):
         # [n, T, 3, heads, d_head] -> three [n, heads, T, d_head]
         q, k, v = self.qkv(x).view(n, T, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)
         p = self.attn_dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attend, dropout_p=p)
+        if p > 0 and x.device.type == "cpu":  # SDPA's own dropout draws its mask with bernoulli_
+            y = _attention_with_dropout(q, k, v, attend, p)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attend, dropout_p=p)
         return self.out(y.transpose(1, 2).reshape(n, T, d))
+
+
+def _attention_with_dropout(q, k, v, attend, p: float) -> torch.Tensor:
+    """SDPA's math path, ``softmax(q kᵀ/√d, keys masked) · v``, with the attention
+    probabilities dropped by ``dropout.dropout_mask`` (the CPU's cheap mask) instead of
+    ``bernoulli_``."""
+    scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+    probs = torch.softmax(scores.masked_fill(~attend, float("-inf")), dim=-1)
+    keep, scale = dropout_mask(probs.shape, p)
+    return (probs * (keep.to(probs.dtype) * scale)) @ v
 
 
 class MLP(nn.Module):
@@ -148,7 +162,7 @@ class Block(nn.Module):
         self.attn_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
         self.mlp = MLP(cfg)
         self.mlp_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, attend: torch.Tensor) -> torch.Tensor:
         if self.pre_norm:
@@ -187,7 +201,7 @@ class TransformerMLM(nn.Module):
         self.pos_emb = nn.Embedding(cfg.max_len, cfg.d_model)
         if cfg.norm == "post":
             self.emb_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         if cfg.norm == "pre":
             self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)

@@ -171,6 +171,13 @@ class FlatnessConfig:
     # mean of the others); 0: every label, weighted by its probability (exact; vocabulary-many
     # backward passes per position)
     labels: int = 2
+    # fisher: how the per-context squared gradient norms are combined. "signs" (the default):
+    # every label of every context of the slice, each gradient weighted by sqrt f(y) and a
+    # random sign, summed into ONE gradient whose squared norm is unbiased for the trace (one
+    # backward pass for the whole slice; ``labels`` is not read); "per-example": each
+    # context's own gradients (``labels`` drawn, or all), through torch.func (the estimator
+    # before issue 45: the same expected penalty, ~6x dearer per step)
+    estimator: Literal["signs", "per-example"] = "signs"
     probes: int = 1  # hutchinson: Rademacher probes per step
     # the parameters the trace is taken over: a regex searched in their names (as ``sameloss
     # measure --params``), e.g. "blocks" for the encoder layers; None: all

@@ -9,7 +9,18 @@ estimators of ``measures.curvature``, made differentiable in the weights (their
 
 ``fisher`` (the paper's estimator, App. B.1, as ``trace_fisher`` measures it)
     ``T(θ) = mean_contexts Σ_y f_θ(y) ‖∇_θ log f_θ(y)‖²``, the trace of the Fisher of the
-    slice's loss, equal to the trace of its Hessian near saturation. ``flatness.labels = 0``:
+    slice's loss, equal to the trace of its Hessian near saturation.
+    ``flatness.estimator = "signs"`` (the default): every label of every context, each
+    label's gradient weighted by ``√f_θ(y)`` and a random sign, summed into one gradient
+    ``G`` by one backward pass of the slice's logits; ``E‖G‖² = T`` and, the signs not
+    depending on θ, ``E ∇‖G‖² = ∇T`` (``signed_gradient``). No per-example gradient: the
+    penalty costs about what a forward, a backward kept for differentiation and its
+    backward of the slice cost — ~1.3× a plain step at the tiny design, against ~2.3× for
+    the per-example estimator below (``bench/bench_flatness.py``). Its estimate of ``T``
+    per step is noisier (cross terms between contexts average out over the signs); the
+    penalty's expected gradient is the same.
+    ``flatness.estimator = "per-example"``: each context's label gradients through
+    ``torch.func`` (``fisher_label_values``). ``flatness.labels = 0``:
     every label, weighted by its probability — ``T`` itself; its gradient is exact by
     double backward, through the weights ``f_θ(y)`` too.
     ``flatness.labels = K ≥ 1``: K labels drawn from the model per context and
@@ -43,13 +54,15 @@ Randomness. The draws (the labels' uniforms, the probes) are a pure function of
 ``(seed, step)`` on a stream of their own (``step_generator``, stream 5), as the data
 stream is: a resumed run draws exactly what the uninterrupted one drew, and the global RNG
 (dropout) is not touched. Under DDP every process builds the same draws for the whole
-slice and keeps its own rows' (the labels) or uses the same probes, and its part is
+slice and keeps its own rows' (the signs, the labels) or uses the same probes (the signs'
+``G`` are summed over the processes before the square: ``_fisher_signs``), and its part is
 normalised by the slice's global number of targets times the world size — as the loss is
 (``loop.mlm_loss``) — so the averaged gradient equals the single-process one.
 
-Cost: per step one forward and K backward passes per context, differentiated once more
-(Fisher), or a Hessian-vector product per probe, differentiated once more (Hutchinson):
-``bench/bench_flatness.py`` prints both against a plain step.
+Cost: per step one forward and one backward pass of the slice, differentiated once more
+(Fisher, signs); one forward and K backward passes per context, differentiated once more
+(Fisher, per-example); a Hessian-vector product per probe, differentiated once more
+(Hutchinson): ``bench/bench_flatness.py`` prints them against a plain step.
 """
 
 from __future__ import annotations
@@ -111,6 +124,41 @@ def sample_labels(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     return labels.clamp(max=probs.shape[-1] - 1)
 
 
+def signed_gradient(model: nn.Module, batch: MaskedBatch, signs: torch.Tensor, params: str | None = None
+                    ) -> list[torch.Tensor]:
+    """``G = Σ_{i,y} s_iy √f_i(y) ∇_θ log f_i(y)`` over the batch's masked
+    contexts ``i`` and every label ``y`` (``signs [contexts, V]``: ±1, on the host, in
+    ``masked.nonzero()`` order): ``E_s ‖G‖² = Σ_i Σ_y f_i(y) ‖∇ log f_i(y)‖²``, the slice's
+    Fisher trace (summed over contexts), because the signs are independent with mean 0
+    and variance 1. As ``∇ log f_i(y) = J_iᵀ(e_y − f_i)`` (``J_i``: the Jacobian of context
+    ``i``'s logits ``z_i``), ``G = Σ_i J_iᵀ u_i`` with ``u_i = c_i − f_i Σ_y c_iy``,
+    ``c_iy = s_iy √f_i(y)``: one vector-Jacobian product of the slice's logits — one
+    backward pass for every context and label, no per-example gradient. ``u`` is kept in
+    the graph (``create_graph``), so the penalty's gradient differentiates through the
+    label weights ``√f`` as well as through ``J``: the signs do not depend on θ, so
+    ``E_s ∇‖G‖² = ∇ E_s ‖G‖²`` exactly — the gradient of the trace, unbiased, with every
+    label and no score-function term. Its cost: a forward, a backward with its graph kept
+    and that graph's backward (``bench/bench_flatness.py``). ``signed_fisher`` is ``‖G‖²``;
+    under DDP the processes' ``G`` are summed before the square (``FlatnessPenalty``), so
+    the estimate is one process's exactly."""
+    logits = batch.at_masked(model(batch.inputs))  # [contexts, V]
+    log_f = torch.log_softmax(logits, dim=-1)
+    f = log_f.exp()
+    # √f as exp(log f / 2): its derivative stays finite where a probability underflows to 0
+    c = signs.to(logits.dtype) * (0.5 * log_f).exp()
+    u = c - f * c.sum(dim=-1, keepdim=True)
+    sel = select_parameters(model, params)
+    grads = torch.autograd.grad(logits, sel.tensors, grad_outputs=u, create_graph=True, allow_unused=True)
+    return [g if g is not None else torch.zeros_like(p) for g, p in zip(grads, sel.tensors)]
+
+
+def signed_fisher(model: nn.Module, batch: MaskedBatch, signs: torch.Tensor, params: str | None = None
+                  ) -> torch.Tensor:
+    """``‖G‖²`` of ``signed_gradient``: unbiased for the batch's Fisher trace summed over its
+    masked contexts, and so is its gradient for the trace's."""
+    return sum(g.square().sum() for g in signed_gradient(model, batch, signs, params))
+
+
 class FlatnessPenalty:
     """``loss(model, batch, step)`` → ``(λ × this process's part of the trace estimate,
     the estimate)``: add the first to the training loss (its gradient is the penalty's),
@@ -122,12 +170,15 @@ class FlatnessPenalty:
 
     @staticmethod
     @contextlib.contextmanager
-    def context(model: nn.Module, device: torch.device):
-        """As the measures run (``measuring``), differentiable to third order
-        (``composite_layer_norms``), and in float32 under a bf16 run's autocast."""
+    def context(model: nn.Module, device: torch.device, composite: bool = True):
+        """As the measures run (``measuring``), and in float32 under a bf16 run's autocast;
+        ``composite``: differentiable to third order through ``torch.func``
+        (``composite_layer_norms``; plain autograd, as the signs estimator uses, needs no
+        such help: its double backward through the fused kernel is checked against finite
+        differences in the tests)."""
         off = (torch.autocast(device.type, enabled=False) if torch.amp.is_autocast_available(device.type)
                else contextlib.nullcontext())
-        with off, measuring(model), composite_layer_norms(model):
+        with off, measuring(model), composite_layer_norms(model) if composite else contextlib.nullcontext():
             yield
 
     def check(self, model: nn.Module) -> None:
@@ -150,8 +201,14 @@ class FlatnessPenalty:
         # (DDP averages the gradients over processes)
         scale = self.world_size / n_global
         gen = step_generator(self.seed, step, stream=STREAM_FLATNESS)
-        with self.context(model, device):
-            if self.cfg.measure == "fisher":
+        use_signs = self.cfg.measure == "fisher" and self.cfg.estimator == "signs"
+        with self.context(model, device, composite=not use_signs):
+            if use_signs:
+                # one sign per (sentence, position, label) of the whole slice: the same draws
+                # whatever the number of processes
+                signs = torch.randint(0, 2, (*piece.inputs.shape, self.vocab_size), generator=gen) * 2.0 - 1.0
+                surrogate, estimate = self._fisher_signs(model, piece.rows(lo, hi), signs[lo:hi], device)
+            elif self.cfg.measure == "fisher":
                 # one uniform per (sentence, position, draw) of the whole slice: the same draws
                 # whatever the number of processes
                 uniforms = torch.rand(*piece.inputs.shape, max(self.cfg.labels, 1), generator=gen,
@@ -192,6 +249,36 @@ class FlatnessPenalty:
         surrogate = fisher_surrogate(squares, log_probs, exact=self.cfg.labels == 0)
         estimate = surrogate if self.cfg.labels == 0 else squares.mean(dim=1)
         return surrogate.sum(), estimate.sum()
+
+    def _fisher_signs(self, model: nn.Module, mine: MaskedBatch, signs: torch.Tensor, device: torch.device
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(surrogate, estimate)`` of this process's rows (``signs [rows, T, V]`` on the
+        host). One process: ``‖G‖²`` (``signed_gradient``) for both. Under DDP the trace is
+        ``‖Σ_r G_r‖²`` — the square of the sum over processes, one process's estimate exactly
+        — so every process sums its ``G_r`` with the others' (``all_reduce``, detached:
+        ``Ḡ``) and differentiates ``2⟨G_r, Ḡ⟩``, whose gradients summed over the processes
+        are ``∇‖Ḡ‖²``; its value (and logged estimate) is ``⟨G_r, Ḡ⟩``, which sums to
+        ``‖Ḡ‖²``. A process whose rows hold no target still takes part, with ``G_r = 0``."""
+        sel = select_parameters(model, self.cfg.params)
+        if mine.n_targets:
+            grads = signed_gradient(model, mine.to(device), signs[mine.masked].to(device), self.cfg.params)
+        else:
+            grads = [torch.zeros_like(p) for p in sel.tensors]
+        if self.world_size == 1:
+            value = sum(g.square().sum() for g in grads)
+            return value, value.detach()
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        total = flat.detach().clone()
+        self.reduce(total)
+        inner = (flat * total).sum()
+        return 2 * inner - inner.detach(), inner.detach()
+
+    @staticmethod
+    def reduce(total: torch.Tensor) -> None:
+        """Sum ``total`` over the processes in place (``torch.distributed``: DDP's group)."""
+        import torch.distributed as torch_dist
+
+        torch_dist.all_reduce(total)
 
     def _hutchinson(self, model: nn.Module, mine: MaskedBatch, probes: torch.Tensor, device: torch.device
                     ) -> torch.Tensor:

@@ -172,7 +172,7 @@ SUMMARY = ("forks of one base run at matched KL and one lr (algorithm, longer, s
 from .allocation import allocation_of, forecast  # noqa: E402
 from .analysis import language_report, report, run_seeds  # noqa: E402
 from .design import (COMPARISONS, DEFAULT_TASKS, EMBED_KL_TOLERANCE, ENDPOINTS, FLATNESS_TINY, HALF_BATCH,  # noqa: E402
-                     MEASURED, NOREG, PRESETS, TITLE, Fork, IsolossPreset, LanguageChoice, _forks, flatness_forks,
+                     MEASURED, NOREG, PRESETS, QUICK_BUDGET_MINUTES, QUICK_LEFT, QUICK_PLAN, TITLE, Fork, IsolossPreset, LanguageChoice, _forks, flatness_forks,
                      folder_suffix, forks_of, language_studies, parse_language, regression_without, stretches,
                      task_span, with_budget, with_even, with_languages)
 from .figures import forest_label  # noqa: E402
@@ -181,7 +181,7 @@ from .study import (all_seeds, base_run, fork_run, headroom_gate, large_shape, r
                     seed_study, study_seeds, units)
 
 __all__ = ["COMPARISONS", "DEFAULT_TASKS", "EMBED_KL_TOLERANCE", "ENDPOINTS", "FLATNESS_TINY", "HALF_BATCH",
-           "MEASURED", "NOREG", "PRESETS", "SUMMARY", "TITLE", "Fork", "IsolossPreset", "LanguageChoice", "all_seeds",
+           "MEASURED", "NOREG", "PRESETS", "QUICK_BUDGET_MINUTES", "QUICK_LEFT", "QUICK_PLAN", "SUMMARY", "TITLE", "Fork", "IsolossPreset", "LanguageChoice", "all_seeds",
            "allocation_of", "base_run", "finished_studies", "flatness_forks", "folder_suffix", "forecast", "forest_label", "fork_run",
            "forks_of", "headroom_gate", "language_report", "language_studies", "large_shape", "parse_language",
            "regression_without", "replication_section", "report", "run_seeds", "runs", "seed_result", "seed_study",

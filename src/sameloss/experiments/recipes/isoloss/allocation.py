@@ -123,6 +123,105 @@ def _save_allocation(setup, p: IsolossPreset, sds: dict, costs: dict, pilot_wall
                           indent=1)
 
 
+def planned_costs(p: IsolossPreset, device: str = "cpu", cpu_peak: float | None = None) -> dict[str, float]:
+    """The planner's CPU (or device) seconds per seed by ``point|fork|stage`` (``|base|train``,
+    ``|base|measure``: the base, its gate and the references): ``sameloss plan``'s cost model
+    on one seed of the study planned with every fork."""
+    from ...plan import dry_plan, estimate
+
+    one = dataclasses.replace(p, seeds=p.seeds[:2], pilot_seeds=0, budget_minutes=None, replicate=(), plan=(),
+                              left=())
+    e = estimate(dry_plan("isoloss", "tiny", preset=one), device, 1, cpu_peak, memory=False)
+    costs: dict[str, float] = {}
+    for item in (*e.runs, *e.measures):
+        key = _cost_key(item["run"], "train" if "steps" in item else "measure")
+        costs[key] = costs.get(key, 0.0) + item["seconds"] / len(one.seeds)
+    return costs
+
+
+@dataclasses.dataclass(frozen=True)
+class ChosenDesign:
+    """What ``choose_design`` chose: per test the seeds it runs on (``plan``), the tests left
+    out with what they would need (``left``), and the forecast wall seconds."""
+
+    plan: tuple[tuple[str, int], ...]
+    left: tuple[tuple[str, str], ...]
+    wall_seconds: float
+
+
+def choose_design(p: IsolossPreset, costs: dict[str, float], budget_seconds: float, workers: int,
+                  min_seeds: int = 3, exempt_seeds: int = 4, cap: int = 48) -> ChosenDesign:
+    """A design fixed before any data, for a budget: the rule of the adaptive study
+    (``allocation.needed_seeds``: the seeds whose MDE at 80 % power reaches ``mde_target`` at
+    the test's prior paired SD, ``prior_sds``, at least ``min_seeds``; an exempt test — an
+    effect of several points — ``exempt_seeds``) applied to the tests that a budget can decide.
+
+    The tests are taken in order of what they cost to decide — their seeds times the CPU of
+    the forks they add, from ``costs`` (``planned_costs``: the planner's seconds per
+    ``point|fork|stage``) — and each is kept if the design's wall time, every seed's base,
+    gate and forks shared over ``workers``, stays within ``budget_seconds``; seed i runs the
+    forks of the tests planned more than i seeds. A test whose two forks both run without
+    being planned (e.g. SAM against −dropout−WD when SAM's control runs both) is reported on
+    the seeds where both ran. Left out, with what they would need: tests with no prior SD,
+    those whose seeds exceed ``cap`` or the budget."""
+    from ...allocation import needed_seeds
+
+    prior = dict(p.prior_sds)
+    need: dict[str, int | None] = {}
+    left: dict[str, str] = {}
+    for c, pt in p.all_tests():
+        t = f"{c.name} @ {pt}"
+        sd = prior.get(t, math.nan)
+        if c.name in p.exempt:
+            need[t] = exempt_seeds
+        elif not (math.isfinite(sd) and sd > 0):
+            left[t] = "no prior paired SD to plan with (the full study's pilot measures it)"
+        else:
+            n = needed_seeds(sd, p.mde_target, start=min_seeds)
+            if n is None or n > cap:
+                left[t] = f"more than {cap} seeds (prior SD {sd:.3g})"
+            else:
+                need[t] = n
+
+    def entries_of(tests: list[str]) -> set[tuple[str, str]]:
+        forks = forks_of(p, tests)
+        return {(p.point_name(p.fork_point_of(f, k)), f.name) for k in p.fork_points for f in p.forks_at(k)
+                if (p.point_name(k), f.name) in forks} | set(forks)
+
+    def seed_cost(tests: list[str]) -> float:
+        forks = forks_of(p, tests)
+        trained = entries_of(tests)
+        return (costs.get("|base|train", 0.0) + costs.get("|base|measure", 0.0)
+                + sum(costs.get(f"{pt}|{name}|train", 0.0) for pt, name in trained)
+                + sum(costs.get(f"{pt}|{name}|measure", 0.0) for pt, name in forks))
+
+    def wall(plan: dict[str, int]) -> float:
+        seeds = max(plan.values(), default=0)
+        return sum(seed_cost([t for t, n in plan.items() if n > i]) for i in range(seeds)) / max(workers, 1)
+
+    chosen: dict[str, int] = {}
+    order = sorted(need, key=lambda t: (need[t] * (seed_cost([*chosen, t]) - seed_cost(list(chosen))), t))
+    for t in order:
+        trial = {**chosen, t: need[t]}
+        if wall(trial) <= budget_seconds:
+            chosen = trial
+        else:
+            left[t] = f"{need[t]} seeds (prior SD {prior.get(t, math.nan):.3g}): beyond the budget"
+    # the tests whose forks run anyway, on the seeds where both do
+    for c, pt in p.all_tests():
+        t = f"{c.name} @ {pt}"
+        if t in chosen:
+            continue
+        both = sum(1 for i in range(max(chosen.values(), default=0))
+                   if forks_of(p, [t]) <= forks_of(p, [x for x, n in chosen.items() if n > i]))
+        if both >= 2:
+            chosen[t] = both
+            left.pop(t, None)
+    order_all = [f"{c.name} @ {pt}" for c, pt in p.all_tests()]
+    plan = tuple((t, chosen[t]) for t in order_all if t in chosen)
+    return ChosenDesign(plan, tuple((t, left[t]) for t in order_all if t in left), wall(dict(plan)))
+
+
 def forecast(p: IsolossPreset, device: str, workers: int, cpu_peak: float | None = None) -> str:
     """What the budget buys, before anything trains: the planner's cost per fork and stage
     (``sameloss plan``'s model: one seed of the study planned with every fork), the

@@ -119,23 +119,33 @@ def prefix_files(tag: str, *sections: Section) -> None:
             t.source = renamed.get(t.source, t.source)
 
 
+def _plan_text(p: IsolossPreset) -> str:
+    return ", ".join(f"{t} on {n} seeds" for t, n in p.plan)
+
+
 def design_text(p: IsolossPreset, seeds: list[int], gate_text: str, ok: bool) -> str:
     """The design in words: what was run, how the same loss is estimated, the verdicts' rules."""
     language, size, task = p.use[0], p.languages[p.use[0]], p.task
     f = {x.name: x for x in p.forks}
     points = ", ".join(f"{p.point_name(k)} (step {k})" for k in sorted(p.fork_points, reverse=True))
-    longer = [x for x in p.forks if x.final_steps is not None and x.name != "short"]
+    own_recipe = [x for x in p.forks if x.recipe_steps is not None]
+    longer = [x for x in p.forks if x.final_steps is not None]
     return (
         f"Language {p.choice.spec} ({language}, size {size}), task {task} (its latent over positions "
-        f"{p.span[0] + 1}–{p.span[1]}); {len(seeds)} seeds; "
+        f"{p.span[0] + 1}–{p.span[1]}); {len(seeds)} seeds; forks: {', '.join(f)}"
+        + (f" (this design's: the tests it plans, {_plan_text(p)})" if p.plan else "") + "; "
         f"base run {p.base_steps} steps (AdamW, constant lr after the warm-up). Fork points: {points}. Every fork "
-        f"trains its recipe up to step {p.base_steps + p.recipe_steps} (short: {p.base_steps}, long: "
-        f"{p.base_steps + p.recipe_steps_of(f['long'])}), decays the lr linearly over {p.decay_steps} steps to "
-        f"{p.final_lr_factor:g} × lr and holds it for {p.final_steps} steps (short: {p.final_steps_of(f['short'])}"
-        + "".join(f", {x.name}: {p.final_steps_of(x)}" for x in longer) + "): its *stretch*. "
-        f"**The same loss, estimated**: KL on one shared held-out set of {p.eval_sentences} sentences every "
-        f"{p.match_every} steps of each stretch (lr factor {p.final_lr_factor:g} for all); each fork measured (trace "
-        f"and probes) at {p.probe_points} checkpoints spread over its stretch, first and last included. Per "
+        f"trains its recipe up to step {p.base_steps + p.recipe_steps}"
+        + "".join(f"{', ' if i else ' ('}{x.name}: {p.base_steps + p.recipe_steps_of(x)}"
+                  for i, x in enumerate(own_recipe)) + (")" if own_recipe else "")
+        + f", decays the lr linearly over {p.decay_steps} steps to "
+        f"{p.final_lr_factor:g} × lr and holds it for {p.final_steps} steps"
+        + "".join(f"{', ' if i else ' ('}{x.name}: {p.final_steps_of(x)}" for i, x in enumerate(longer))
+        + (")" if longer else "") + ": its *stretch*. "
+        f"**The same loss, estimated**: exact KL on one shared held-out set of {p.eval_sentences} sentences at "
+        f"each fork's measured checkpoints — {p.probe_points} spread over its stretch (lr factor "
+        f"{p.final_lr_factor:g} for all), first and last included, where its trace and probes are measured too — "
+        f"and, on the first seed only (the curves figure), every {p.match_every} steps of each stretch. Per "
         "comparison and seed one target KL, from the two forks' measured KL ranges alone (the middle of their "
         "overlap, or of the gap between them); each fork's accuracy and trace estimated at the target by the "
         "least-squares line through its own checkpoints. Each pair weighs by what its KL positions imply: its "
@@ -158,7 +168,10 @@ def design_text(p: IsolossPreset, seeds: list[int], gate_text: str, ok: bool) ->
         "mean trace for traces; else \"inconclusive\". MDE: the true difference the two-sided test detects with 80% "
         "power, from the noncentral t: MDE = λ*·sd/√n, λ* solving P(|T′(n−1, λ*)| > t(0.975, n−1)) = 0.8. "
         f"{paired.HOLM_FAMILIES} {gate_text}"
-        + "".join(f" {x.label} is forked late only (this scale's budget)." for x in p.forks if x.late_only)
+        + "".join(f" {x.label} is forked late only ("
+                  + ("from scratch a sharpening penalty runs away from every target KL"
+                     if dict(x.settings).get("flatness.weight", 0) < 0 else "this scale's budget") + ")."
+                  for x in p.forks if x.late_only)
         + ("" if ok else " **Every verdict is marked uninformative.**"))
 
 

@@ -45,13 +45,16 @@ def base_run(p: IsolossPreset, seed: int) -> RunSpec:
                                                    ("checkpoints", points)), label="base", group="base")
 
 
-def fork_run(p: IsolossPreset, seed: int, fork: Fork, k: int) -> RunSpec:
+def fork_run(p: IsolossPreset, seed: int, fork: Fork, k: int, curves: bool = False) -> RunSpec:
     """Fork ``fork`` at point ``k`` (the checkpoint it starts from is its ``Run``'s
-    ``start``: ``seed_study``). It keeps and evaluates its KL at its candidate checkpoints
-    (every ``match_every`` steps of its stretch: the curves, the measured checkpoints' KL)
-    and nowhere else."""
+    ``start``: ``seed_study``). It keeps and evaluates its exact KL where it is read and
+    nowhere else: at its measured checkpoints (``probe_steps``: the matching reads their
+    KL), and with ``curves`` — the study's first seed, whose KL curves the curves figure
+    draws — at every candidate (every ``match_every`` steps of its stretch). An evaluation
+    of the tiny design's 4,000 held-out sentences costs ~0.27 CPU-s: every candidate of every
+    fork was ~140 CPU-s a seed, for 3 read per fork (issue 45)."""
     end = p.fork_end(fork)
-    keep = set(p.candidates(fork))
+    keep = set(p.candidates(fork) if curves else p.probe_steps(fork))
     settings = [*_common_settings(p, seed), ("steps", end), ("checkpoints", tuple(sorted(s for s in keep if s > k))),
                 ("eval.every", 0), ("eval.at_checkpoints", True), ("optim.decay_steps", p.decay_steps),
                 ("optim.final_steps", p.final_steps_of(fork)), ("optim.final_lr_factor", p.final_lr_factor),
@@ -144,9 +147,11 @@ def wanted(p: IsolossPreset, only: frozenset | None) -> tuple[set, set]:
     return measured, trained
 
 
-def entries(p: IsolossPreset, seed: int, only: frozenset | None) -> dict[tuple[str, str], RunSpec]:
+def entries(p: IsolossPreset, seed: int, only: frozenset | None, curves: bool = False
+            ) -> dict[tuple[str, str], RunSpec]:
     """Every ``(point, fork)`` entry of the seed and the run it reads, in the order the
-    study runs them: the fork points from the latest, the forks in the preset's order."""
+    study runs them: the fork points from the latest, the forks in the preset's order
+    (``curves``: the seed whose KL curves are drawn, ``fork_run``)."""
     measured, trained = wanted(p, only)
     out: dict[tuple[str, str], RunSpec] = {}
     for k in sorted(p.fork_points, reverse=True):
@@ -156,16 +161,16 @@ def entries(p: IsolossPreset, seed: int, only: frozenset | None) -> dict[tuple[s
                 if (p.point_name(k), f.name) in measured:
                     out[(p.point_name(k), f.name)] = out[(p.point_name(run_k), f.name)]
             elif (p.point_name(k), f.name) in trained:
-                out[(p.point_name(k), f.name)] = fork_run(p, seed, f, k)
+                out[(p.point_name(k), f.name)] = fork_run(p, seed, f, k, curves)
     return out
 
 
-def _fork_items(p: IsolossPreset, seed: int, f: Fork, k: int) -> tuple:
+def _fork_items(p: IsolossPreset, seed: int, f: Fork, k: int, curves: bool) -> tuple:
     """A fork's run from its start: the base's checkpoint at ``k`` (none from scratch) or,
     for a size fork, that checkpoint embedded with its optimiser moments, after checking it
     computes the base's function."""
     cost = f"{p.point_name(k)}|{f.name}|train"
-    spec = fork_run(p, seed, f, k)
+    spec = fork_run(p, seed, f, k, curves)
     if k == 0:
         return (Run(spec, None, cost),)
     if not f.resized:
@@ -205,21 +210,22 @@ def one_space(p: IsolossPreset) -> dict[str, Fork]:
     return {c.reference: forks[c.recipe] for c in p.comparisons if forks[c.recipe].resized}
 
 
-def seed_study(p: IsolossPreset, seed: int, only: frozenset | None = None) -> tuple:
+def seed_study(p: IsolossPreset, seed: int, only: frozenset | None = None, curves: bool = False) -> tuple:
     """One seed's chain, the items of its unit: train the base and gate it (with no headroom
     and ``on_no_headroom="stop"`` no fork runs), then train the forks at every fork point and
     measure each fork's ``probe_steps`` (trace and probes). ``only``: the ``(point, fork)``
     pairs this seed runs (a later seed of an adaptive study: the forks of the comparisons
     still short; ``None``: all). Nothing is selected here: the estimation at each
-    comparison's target KL reads these rows (``paired.estimate_pairs``)."""
+    comparison's target KL reads these rows (``paired.estimate_pairs``). ``curves``: the
+    study's first seed, whose forks evaluate their KL at every candidate (``fork_run``)."""
     forks = {f.name: f for f in p.forks}
-    runs_of = entries(p, seed, only)
+    runs_of = entries(p, seed, only, curves)
     trained: dict[str, tuple[str, str]] = {}  # each run once, at the entry that trains it
     for (point, name), spec in runs_of.items():
         trained.setdefault(spec.name, (point, name))
     steps = {p.point_name(k): k for k in p.fork_points}
     training = [item for spec_name, (point, name) in trained.items()
-                for item in _fork_items(p, seed, forks[name], steps[point])]
+                for item in _fork_items(p, seed, forks[name], steps[point], curves)]
     measured, _ = wanted(p, only)
     measuring = [m for (point, name), spec in runs_of.items() if (point, name) in measured
                  for _, ms in probe_measures(p, seed, point, forks[name], spec) for m in ms]
@@ -246,7 +252,7 @@ def seed_result(records, p: IsolossPreset, seed: int, only: frozenset | None = N
     if not ok and p.on_no_headroom == "stop":
         return out
     forks = {f.name: f for f in p.forks}
-    runs_of = entries(p, seed, only)
+    runs_of = entries(p, seed, only, curves=seed == study_seeds(records, p)[0])
     infos = {key: records.run(spec.name, where) for key, spec in runs_of.items()}
     histories = {info.spec.name: eval_history(info) for info in infos.values()}
     measured, _ = wanted(p, only)
@@ -313,15 +319,26 @@ def units(setup, p: IsolossPreset) -> list:
     return out
 
 
-def pilot_units(setup, p: IsolossPreset) -> list:
-    """The seeds that run every fork: the pilot's (an adaptive study), else all."""
+def first_stage(setup, p: IsolossPreset) -> list[tuple[int, frozenset | None]]:
+    """The seeds of the first stage and the ``(point, fork)`` pairs each runs (``None``:
+    every fork): an adaptive study's pilot, every fork; a design with a ``plan``, seed i the
+    forks of the tests planned more than i seeds; else every seed, every fork."""
     seeds = study_seeds(setup, p)
-    return [seed_unit(seed, seed_study(p, seed), p.tag) for seed in (seeds[:p.pilot_seeds] if p.pilot_seeds else seeds)]
+    if p.plan:
+        return [(seed, forks_of(p, p.planned_tests(i))) for i, seed in enumerate(seeds) if p.planned_tests(i)]
+    return [(seed, None) for seed in (seeds[:p.pilot_seeds] if p.pilot_seeds else seeds)]
+
+
+def pilot_units(setup, p: IsolossPreset) -> list:
+    """The units of the first stage (``first_stage``)."""
+    first = study_seeds(setup, p)[0]
+    return [seed_unit(seed, seed_study(p, seed, only, curves=seed == first), p.tag)
+            for seed, only in first_stage(setup, p)]
 
 
 def pilot_results(records, p: IsolossPreset) -> list[dict]:
-    """The pilot's seeds' results (``seed_result``), in seed order."""
-    return [seed_result(records, p, seed) for seed in study_seeds(records, p)[:p.pilot_seeds or None]]
+    """The first stage's seeds' results (``seed_result``), in seed order."""
+    return [seed_result(records, p, seed, only) for seed, only in first_stage(records, p)]
 
 
 def forks_ran(p: IsolossPreset, pilot: list[dict]) -> bool:
