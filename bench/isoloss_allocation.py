@@ -2,8 +2,8 @@
 study's own estimators and decision code at the tiny pilot's measured KL gaps and paired SDs
 (issue 46 item 6; issue 35 item 3).
 
-    OMP_NUM_THREADS=1 python bench/isoloss_allocation.py                 # ~3 CPU-min
-    OMP_NUM_THREADS=1 python bench/isoloss_allocation.py --studies 400 --grid
+    OMP_NUM_THREADS=1 python bench/isoloss_allocation.py                 # ~4 CPU-min
+    OMP_NUM_THREADS=1 python bench/isoloss_allocation.py --parts 3 --grid    # + ~3 CPU-min: pilots, caps
 
 No study folder is read: the pilot (2026-11-27, 6 seeds, docs/results/tiny.md) is in the
 preset (``TINY_PRIOR_SDS``: each comparison's paired SD) and in ``PILOT_GAPS`` below (each
@@ -149,15 +149,19 @@ def check_against_estimate_pairs(rng, sc: Scenario) -> None:
                                                            - p["reference"]["lev"][0, seed]) < 1e-6 * q["leverage"]
 
 
-def calibrate(sds: dict[str, float], sc: Scenario, rng) -> dict[str, float]:
+def leverages(sc: Scenario, rng) -> dict[str, float]:
+    """Per test the old estimator's mean leverage at the pilot's gaps (its SD² = τ² + σ_e² × it)."""
+    out = {}
+    for test, gaps in PILOT_GAPS.items():
+        p = draw(rng, gaps, sc, (1, 20000), 0.0, 0.0)
+        out[test] = float((p["recipe"]["lev"] + p["reference"]["lev"]).mean())
+    return out
+
+
+def calibrate(sds: dict[str, float], sc: Scenario, lev: dict[str, float]) -> dict[str, float]:
     """Per test the τ that gives the old estimator's SD at the pilot's gaps the measured one
     (0 where σ_e alone explains it)."""
-    taus = {}
-    for test, sd in sds.items():
-        p = draw(rng, PILOT_GAPS[test], sc, (1, 20000), 0.0, 0.0)
-        v = sc.sigma ** 2 * float((p["recipe"]["lev"] + p["reference"]["lev"]).mean())
-        taus[test] = math.sqrt(max(sd ** 2 - v, 0.0))
-    return taus
+    return {test: math.sqrt(max(sd ** 2 - sc.sigma ** 2 * lev[test], 0.0)) for test, sd in sds.items()}
 
 
 def part1(rng, p, sds, taus, sc: Scenario, studies: int) -> None:
@@ -195,7 +199,7 @@ def part2(rng, p, sc: Scenario, studies: int) -> None:
           f"{'pooled':>8}")
     for label, gaps, borrow in (("ranges touch (gap 0–0.25 R)", (1e-12, 1e-4, 0.25 * sc.R), p.borrow_gap),
                                 ("gap = R (eligible by fiat)", (sc.R,), 10.0)):
-        for diff in (0.0, 0.1, 0.2, 0.5, 2.0):
+        for diff in (0.0, 0.2, 0.5, 2.0):
             for n in (6, 16):
                 s2 = dataclasses.replace(sc, slope_diff=diff * 1000, ratio=2.0)
                 q = draw(rng, gaps, s2, (studies, n), 0.0, 0.1)
@@ -350,7 +354,7 @@ def grid(rng, p, sds, taus, sc, costs, studies, workers) -> None:
     print(f"   {'pilot':>5}{'cap':>5} | " + "".join(f"{t.split(' @ ')[0][:10]:>11}" for t in claims)
           + f" | {'mean':>6}{'seeds':>7}{'hours':>7}")
     for pilot in (6, 8, 10, 12):
-        for cap in (32, 48, 64):
+        for cap in (32, 48):
             q = dataclasses.replace(p, pilot_seeds=pilot, seeds=tuple(range(cap)))
             tally = simulate(rng, q, sds, taus, sc, costs, studies, workers, designs=("after",), hypotheses=("alt",))
             counts, hours = tally[("after", "alt")]
@@ -379,10 +383,11 @@ def part4(p, sds, costs, workers) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--studies", type=int, default=1000, help="simulated studies per hypothesis (part 3)")
-    parser.add_argument("--fixed-studies", type=int, default=2000, help="studies per cell of parts 1 and 2")
+    parser.add_argument("--studies", type=int, default=800, help="simulated studies per hypothesis (part 3)")
+    parser.add_argument("--fixed-studies", type=int, default=1000, help="studies per cell of part 1 (part 2: half)")
     parser.add_argument("--range", type=float, default=1e-3, help="each fork's KL range along its stretch (nats)")
-    parser.add_argument("--checkpoint-sd", type=float, default=0.2, help="checkpoint noise about a line (points)")
+    parser.add_argument("--checkpoint-sd", type=float, default=None,
+                        help="checkpoint noise about a line, points (default: 0.9 × the largest every pilot SD allows)")
     parser.add_argument("--slope", type=float, default=-400.0, help="accuracy on KL, points per nat")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--grid", action="store_true", help="part 3's after design at other pilots and caps")
@@ -391,13 +396,16 @@ def main() -> None:
     args = parser.parse_args()
     p = isoloss.PRESETS["tiny"]
     sds = dict(TINY_PRIOR_SDS)
-    sc = Scenario(args.range, args.checkpoint_sd, args.slope)
     rng = np.random.default_rng(args.seed)
+    lev = leverages(Scenario(args.range, 0.0, args.slope), rng)
+    largest = min(sd / math.sqrt(lev[t]) for t, sd in sds.items())  # σ_e that explains some SD alone
+    sc = Scenario(args.range, 0.9 * largest if args.checkpoint_sd is None else args.checkpoint_sd, args.slope)
     check_against_estimate_pairs(rng, sc)
-    taus = calibrate(sds, sc, rng)
+    taus = calibrate(sds, sc, lev)
     start = time.process_time()
     print(f"load {os.getloadavg()[0]:.2f}; assumed: each fork's KL range R = {sc.R:g} nats, checkpoint noise σ_e = "
-          f"{sc.sigma:g} points, slope {sc.slope:g} points/nat; τ per test from the pilot's SD at its gaps (below)")
+          f"{sc.sigma:.3g} points (the pilot's SDs allow at most {largest:.3g}), slope {sc.slope:g} points/nat; τ per "
+          "test from the pilot's SD at its gaps (below)")
     if "1" in args.parts:
         part1(rng, p, sds, taus, sc, args.fixed_studies)
     if "2" in args.parts:
@@ -406,7 +414,7 @@ def main() -> None:
         costs = costs_of(p)
         part3(rng, p, sds, taus, sc, costs, args.studies, args.workers)
         if args.grid:
-            grid(rng, p, sds, taus, sc, costs, max(args.studies // 5, 100), args.workers)
+            grid(rng, p, sds, taus, sc, costs, max(args.studies // 4, 100), args.workers)
     if "4" in args.parts:
         part4(p, sds, costs_of(p), args.workers)
     print(f"({time.process_time() - start:.0f} CPU s)")

@@ -44,8 +44,11 @@ PINNED = {
     "steps": "db2e74256e0fcb55",
     "theory": "2118bf026a42371a",
 }
-# isoloss --scale smoke (checked in test_isoloss.test_isoloss_smoke_end_to_end)
-ISOLOSS = "9c3a12fed1e99abf"
+# isoloss --scale smoke (checked in test_isoloss.test_isoloss_smoke_end_to_end). Repinned in issue 46
+# (whose estimator does not touch results.csv): 9c3a12fed1e99abf was already stale at 3cc6a9d (its
+# code gives 92c76d43bf710fa5 on this machine) and main's 1ded3c9 (KL at the measured checkpoints
+# only, the CPU dropout mask, the sharpening fork late only) gives 8609fdd2d34f8ccd, as this branch does
+ISOLOSS = "8609fdd2d34f8ccd"
 
 
 def results_digest(path: Path) -> str:

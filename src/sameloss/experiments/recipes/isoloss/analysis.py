@@ -138,10 +138,9 @@ def decided(section: Section, p: IsolossPreset, diffs: list[dict]) -> list[dict]
         if r["family"] != "primary":
             continue
         decided = r["verdict"] in (DETECTED, DETECTED_AGAINST, EQUIVALENT)
-        stein = 0 < int(r["df"]) < int(r["n_used"]) - 1  # Stein's test: its spread is the pilot's
+        stein = int(r["pilot_pairs"]) or None  # Stein's test: its spread is the pilot's pairs'
         need = None if decided else needed_seeds(r["sd"], p.mde_target, start=max(int(r["n_used"]), 2),
-                                                 level=1 - paired.HOLM_LEVEL / int(r["holm_m"]),
-                                                 pilot=int(r["df"]) + 1 if stein else None)
+                                                 level=1 - paired.HOLM_LEVEL / int(r["holm_m"]), pilot=stein)
         out.append({"test": f"{r['comparison']} @ {r['point']}", "decided": decided, "verdict": r["verdict"],
                     "family": r["holm_family"], "used": r["n_used"], "mde": r["mde"], "power": r["power"],
                     "more_seeds": math.nan if decided or need is None else max(0, need - int(r["n_used"]))})
