@@ -166,7 +166,7 @@ def allocation_table(section: Section, alloc: Allocation, used: dict[str, int], 
         f"α = {1 - alloc.level:.3g}, α/m over the {len(alloc.family)} tests of the family) needs, at most "
         f"{alloc.cap}; every later seed ran only the forks of the claims still short"
         + (f"; {alloc.budget_note}" if alloc.budget_note else ""),
-        [Column("pilot paired SD", "pilot_sd", fmt=".3g"), Column("seeds needed", "needed", fmt="d"),
+        [Column("pilot effective SD", "pilot_sd", fmt=".3g"), Column("seeds needed", "needed", fmt="d"),
          Column("planned", "planned", fmt="d"), Column("used", "used", fmt="d"), Column("note", "note", text=True)],
         rows, source=source, key="test", key_header="comparison @ fork point"))
     return rows

@@ -21,7 +21,8 @@ extrapolation, and the report gives its share of the estimate's variance.
   degrees of freedom, robust to slopes that vary by seed) does not reject at
   ``slope_level``, each pair's difference of the forks' means is moved to one KL by the
   slope pooled over every fork of the comparison — ``d = Δȳ − β̂ Δx̄`` with leverage ``L₀``,
-  the pooled slope's own error added once (``σ² (Σw Δx̄/Σw)² / ΣSxx``);
+  the pooled slope's own error added once (``σ² (Σw Δx̄/Σw)² / ΣSxx``) and the degrees of
+  freedom Welch–Satterthwaite's (that error is estimated on the lines' residual df);
 * an adaptive study's final test (Stein's two-stage test, weighted): ``τ²`` and the scale
   ``Σw(d − μ̂)²/(k − 1)`` from the pilot's ``k`` pairs alone, the mean over all, t on
   ``k − 1``: the same argument as ``stats.paired_difference``'s, and exactly it with

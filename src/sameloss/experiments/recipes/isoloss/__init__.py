@@ -25,7 +25,7 @@ Runtime per scale (one thread per worker; ``--launcher local --workers N`` runs 
     tiny    the pilot (6 seeds, every fork but the flatness forks, which came after it): 141 min
             wall with 2 workers at load 4-16 on a shared 2-core CPU (2026-11-27), CPU 1,080-1,410
             s a seed; ~65 min on 2 idle cores (~100-110 with the flatness forks, by the planner).
-            The design: a pilot of 8 seeds, then at most 48 within --budget (180 min by default)
+            The design: a pilot of 10 seeds, then at most 48 within --budget (180 min by default)
     small   estimate, not measured: ~8 h on one H100 (paper HMM, t4-384, batch 4096)
     paper   estimate, not measured: days on one H100
 
