@@ -399,7 +399,7 @@ def part4(p, sds, costs, workers) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--studies", type=int, default=800, help="simulated studies per hypothesis (part 3)")
-    parser.add_argument("--fixed-studies", type=int, default=1500, help="studies per cell of parts 1 and 2")
+    parser.add_argument("--fixed-studies", type=int, default=1000, help="studies per cell of parts 1 and 2")
     parser.add_argument("--range", type=float, default=1e-3, help="each fork's KL range along its stretch (nats)")
     parser.add_argument("--checkpoint-sd", type=float, default=None,
                         help="checkpoint noise about a line, points (default: 0.9 × the largest every pilot SD allows)")
