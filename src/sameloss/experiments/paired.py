@@ -244,7 +244,7 @@ def differences(pairs: list[dict], tests: list[tuple[Comparison, str]], accuraci
         for key, what, sign, scale in quantities:
             family = "primary" if key == primary_key else "trace" if key == "trace_fisher" else "secondary"
             row = _difference(c, point, key, everyone, (sign, scale), design, n_boot, len(out))
-            row.update(what=what, family=family, holm_family=_holm_family(family, row["test"], design))
+            row.update(what=what, family=family, holm_family=_holm_family(family, f"{c.name} @ {point}", design))
             out.append(row)
     _holm_families(out)
     return out
@@ -273,7 +273,7 @@ def _difference(c: Comparison, point: str, key: str, everyone: list[dict], how: 
     else:
         margin = design.margin
     return {
-        "test": f"{c.name} @ {point}", "comparison": c.name, "point": point, "recipe": c.recipe,
+        "test": f"{c.name} @ {point}: {key}", "comparison": c.name, "point": point, "recipe": c.recipe,
         "reference": c.reference, "quantity": key, "n_pairs": len(everyone), "n_used": est.n,
         "n_beyond_limit": len(everyone) - len(used), "n_short": sum(bool(p["short"]) for p in everyone),
         "mean": est.mean, "sd": est.sd, "se": est.se, "df": est.df, "pilot_pairs": est.pilot_pairs,
