@@ -52,6 +52,7 @@ from pathlib import Path
 
 import torch
 
+from sameloss.experiments.engine import with_start
 from sameloss.experiments.paired import at_target, comparison_target, outside
 from sameloss.experiments.recipes.isoloss import PRESETS, Fork, _run_prefix, _trace_spec, fork_run
 from sameloss.measures.run import measure_checkpoint
@@ -83,7 +84,11 @@ def _adamw(study: Path, seed: int, prefix: str) -> tuple[list[float], list[float
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--study", type=Path, required=True, help="a tiny isoloss study's folder (read only)")
-    ap.add_argument("--weight", type=float, required=True, help="flatness.weight (λ; < 0 sharpens)")
+    ap.add_argument("--weight", type=float, default=None, help="flatness.weight (λ; < 0 sharpens) of a fork to train")
+    ap.add_argument("--estimator", default="signs", choices=("signs", "per-example"),
+                    help="flatness.estimator of the fork trained (the study's default: signs)")
+    ap.add_argument("--existing", default=None, metavar="FORK",
+                    help="read the study's own late fork FORK (e.g. flat) instead of training one")
     ap.add_argument("--measure", default="fisher", choices=("fisher", "hutchinson"))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--stretch", type=int, default=None, help="steps at the final lr (default: the preset's)")
@@ -95,13 +100,22 @@ def main(argv=None) -> None:
     base = args.study / "seeds" / f"seed{args.seed}" / "runs" / f"{prefix}-s{args.seed}-base"
     if not base.is_dir():
         sys.exit(f"error: no base run {base}")
-    fork = Fork(f"{args.measure}{args.weight:g}", f"flatness λ {args.weight:g}",
-                (("flatness.weight", args.weight), ("flatness.measure", args.measure)), final_steps=args.stretch)
-    spec = fork_run(p, args.seed, fork, p.base_steps, checkpoint_dir(base, p.base_steps))
-    run_dir = args.out / fork.name
-    c0 = _cpu()
-    pretrain(spec.config(), run_dir, progress=False, fresh=True)
-    train_cpu = _cpu() - c0
+    if args.existing is not None:  # the study's own fork: its run and its measured traces
+        fork = {f.name: f for f in p.forks}[args.existing]
+        run_dir = args.study / "seeds" / f"seed{args.seed}" / "runs" / f"{prefix}-s{args.seed}-late-{fork.name}"
+        args.weight = dict(fork.settings)["flatness.weight"]
+        train_cpu = float("nan")
+    else:
+        if args.weight is None:
+            sys.exit("error: give --weight (a fork to train) or --existing FORK")
+        fork = Fork(f"{args.measure}{args.weight:g}", f"flatness λ {args.weight:g}",
+                    (("flatness.weight", args.weight), ("flatness.measure", args.measure),
+                     ("flatness.estimator", args.estimator)), final_steps=args.stretch)
+        spec = with_start(fork_run(p, args.seed, fork, p.base_steps), checkpoint_dir(base, p.base_steps))
+        run_dir = args.out / fork.name
+        c0 = _cpu()
+        pretrain(spec.config(), run_dir, progress=False, fresh=True)
+        train_cpu = _cpu() - c0
     kls = _kls(run_dir)
     steps = p.probe_steps(fork)
     tspec = _trace_spec(p, args.seed)
@@ -110,7 +124,7 @@ def main(argv=None) -> None:
     ref_kl, ref_trace = _adamw(args.study, args.seed, prefix)
     target = comparison_target(fork_kl, ref_kl)
     a, b = at_target(fork_kl, traces, target), at_target(ref_kl, ref_trace, target)
-    out = {"weight": args.weight, "measure": args.measure, "seed": args.seed, "train_cpu_s": round(train_cpu, 1),
+    out = {"weight": args.weight, "measure": args.measure, "existing": args.existing, "seed": args.seed, "train_cpu_s": round(train_cpu, 1),
            "fork_kl": [min(fork_kl), max(fork_kl)], "adamw_kl": [min(ref_kl), max(ref_kl)], "target": target,
            "outside": max(outside(fork_kl, target), outside(ref_kl, target)), "trace": a, "adamw_trace": b,
            "relative_change": a / b - 1}

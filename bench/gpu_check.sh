@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# The GPU path measured in one prepared run (issue 41): the CUDA-marked tests, training
-# throughput (bench/gpu_throughput.py), the worker-count proxy (bench/gpu_workers.py) and one
-# real `reproduce isoloss --scale quick` at the best worker count. Each section has its own
-# timeout and the script goes on after a failing one; everything goes to $OUT (default
-# ./gpu_out): summary.md and one log per section. GPU_CHECK_CPU_DRY=1: every section in its
-# smoke form on the CPU (how this script is checked without a GPU).
+# The GPU path measured in one prepared run (issues 41 and 51): the CUDA-marked tests (the
+# ensemble's equality with one-model runs included), the ensemble's per-member step time
+# against S with its MFU and seeds per minute (bench/bench_ensemble.py), and `reproduce isoloss
+# --scale quick` end to end without the ensemble path (today's runs: the global RNG's dropout,
+# 2 local workers) and with it (--dropout-draws keyed --ensemble 64, in this process): wall time,
+# runs finished and seeds per minute of each. GPU_CHECK_FULL=1 adds issue 41's training
+# throughput and worker-count sections. Each section has its own timeout and the script goes on
+# after a failing one; everything goes to $OUT (default ./gpu_out): summary.md and one log per
+# section. GPU_CHECK_CPU_DRY=1: every section in its smoke form on the CPU (how this script is
+# checked without a GPU; the two reproduce runs on algorithms --scale smoke, whose results must
+# then be the same: the CPU's ensembles are the one-model runs bit for bit).
 set -u
 OUT=${OUT:-./gpu_out}
 mkdir -p "$OUT"
@@ -12,6 +17,7 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
 PY=${PYTHON:-python3}
 DRY=${GPU_CHECK_CPU_DRY:-0}
+FULL=${GPU_CHECK_FULL:-0}
 SUM="$OUT/summary.md"
 T0=$(date +%s)
 : >"$SUM"
@@ -25,33 +31,65 @@ section() {  # name, timeout seconds, command...
   say "exit $rc after $(( $(date +%s) - s ))s$([ $rc = 124 ] && echo ' (TIMED OUT)')"
   say '```'; tail -n 40 "$OUT/$name.log" | tee -a "$SUM"; say '```'
 }
+left() {  # seconds left of the script's 7.5 minutes, less $1 kept for later sections (at least 30)
+  local l=$(( 450 - $1 - ($(date +%s) - T0) )); [ $l -lt 30 ] && l=30; echo $l
+}
+# wall time, runs finished (summary.json) against runs planned, seeds per minute of a study folder
+finished() {  # folder, seconds, seeds
+  local n=$(find "$1" -name summary.json 2>/dev/null | wc -l)
+  say "$(basename "$1"): $n runs finished (summary.json) in $2 s; report: $([ -f "$1/report.md" ] && echo written || echo none)$( \
+    [ -f "$1/report.md" ] && $PY -c "print(f'; {60 * $3 / max($2, 1):.2f} seeds/min')")"
+}
 
-say "# gpu_check $(date -u +%FT%TZ) dry=$DRY"
+say "# gpu_check $(date -u +%FT%TZ) dry=$DRY full=$FULL"
 say '```'
 { nvidia-smi 2>&1 | head -20; $PY -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available() and torch.cuda.get_device_name())"; nproc; git log -1 --oneline 2>/dev/null; } 2>&1 | tee -a "$SUM"
 say '```'
 
 if [ "$DRY" = 1 ]; then
-  section tests 120 env SAMELOSS_TEST_DEVICE=cpu $PY -m pytest -m cuda tests/cuda -q -p no:cacheprovider
-  section throughput 120 $PY bench/gpu_throughput.py --smoke --json "$OUT/throughput.json"
-  section workers 180 $PY bench/gpu_workers.py --smoke --json "$OUT/workers.json"
-  SCALE=smoke; RLIMIT=240; DEV=cpu
+  section tests 180 env SAMELOSS_TEST_DEVICE=cpu $PY -m pytest -m cuda tests/cuda -q -p no:cacheprovider
+  section ensemble 120 $PY bench/bench_ensemble.py --smoke --strategy vmap --dropout 0.1 --json "$OUT/ensemble.json"
+  if [ "$FULL" = 1 ]; then
+    section throughput 120 $PY bench/gpu_throughput.py --smoke --json "$OUT/throughput.json"
+    section workers 180 $PY bench/gpu_workers.py --smoke --json "$OUT/workers.json"
+  fi
+  RECIPE=algorithms; SCALE=smoke; DEV=cpu; SEEDS=1; LIM_ONE=240; LIM_ENS=240; ONE_LAUNCH="--launcher inprocess"
+  ENS_DRAWS=global  # the CPU's (loop) ensembles take the global RNG's dropout: the same runs, compared below
 else
-  section tests 75 $PY -m pytest -m cuda tests/cuda -q -rs -p no:cacheprovider
-  section throughput 100 $PY bench/gpu_throughput.py --seconds 4 --json "$OUT/throughput.json"
-  # up to 8 processes on 16 cores: 2 threads each
-  section workers 115 env OMP_NUM_THREADS=2 $PY bench/gpu_workers.py --seconds 5 --startup 15 --json "$OUT/workers.json"
-  SCALE=quick; DEV=cuda
-  # what is left of 6.5 minutes, less 15 s to pack up
-  RLIMIT=$(( 390 - 15 - ($(date +%s) - T0) )); [ $RLIMIT -lt 30 ] && RLIMIT=30
+  section tests 100 $PY -m pytest -m cuda tests/cuda -q -rs -p no:cacheprovider
+  # per-member step time against S (tiny transformer, batch 256, keyed dropout 0.1): MFU, seeds/min
+  section ensemble 100 $PY bench/bench_ensemble.py --strategy vmap --dropout 0.1 --sizes 1,4,16,64 --rounds 3 \
+    --json "$OUT/ensemble.json"
+  if [ "$FULL" = 1 ]; then
+    section throughput 100 $PY bench/gpu_throughput.py --seconds 4 --json "$OUT/throughput.json"
+    section workers 115 env OMP_NUM_THREADS=2 $PY bench/gpu_workers.py --seconds 5 --startup 15 --json "$OUT/workers.json"
+  fi
+  RECIPE=isoloss; SCALE=quick; DEV=cuda; SEEDS=2; ONE_LAUNCH="--launcher local --workers 2"; ENS_DRAWS=keyed
+  # the ensemble's run first (at least 130 s kept for the one-model run), the one-model run what is left
+  LIM_ENS=$(left 130); LIM_ONE=0
 fi
-# the proxy's best k (2 when it gave none)
-K=$($PY -c "import json; r=json.load(open('$OUT/workers.json'))['rows']; print(max(r, key=lambda x: x['seeds_per_min'])['k'])" 2>/dev/null || echo 2)
-W=$K  # quick has two seeds: workers beyond its units at once wait idle
-say ""; say "best k from the proxy: $K; reproduce runs with --workers $W"
-rm -rf /tmp/gpu_check_isoloss
-section reproduce "$RLIMIT" $PY -m sameloss.cli reproduce isoloss --scale "$SCALE" --launcher local --workers "$W" \
-  --device "$DEV" --out /tmp/gpu_check_isoloss --no-progress
-say "reproduce: $(find /tmp/gpu_check_isoloss -name summary.json 2>/dev/null | wc -l) runs finished (summary.json)"
-ls /tmp/gpu_check_isoloss/* >"$OUT/reproduce_tree.txt" 2>&1
+rm -rf /tmp/gpu_check_one /tmp/gpu_check_ens
+s=$(date +%s)
+section reproduce_ensemble "$LIM_ENS" $PY -m sameloss.cli reproduce $RECIPE --scale $SCALE --launcher inprocess \
+  --ensemble 64 --dropout-draws $ENS_DRAWS --device $DEV --out /tmp/gpu_check_ens --no-progress
+ENS_S=$(( $(date +%s) - s ))
+N_ENS=$(grep -c "^ensemble of" "$OUT/reproduce_ensemble.log")
+MAX_ENS=$(grep -o '^ensemble of [0-9]*' "$OUT/reproduce_ensemble.log" | awk '{print $3}' | sort -n | tail -1)
+say "ensembles trained: $N_ENS (${MAX_ENS:-0} members at most)"
+[ "$LIM_ONE" = 0 ] && LIM_ONE=$(left 15)
+s=$(date +%s)
+section reproduce_one "$LIM_ONE" $PY -m sameloss.cli reproduce $RECIPE --scale $SCALE $ONE_LAUNCH \
+  --device $DEV --out /tmp/gpu_check_one --no-progress
+ONE_S=$(( $(date +%s) - s ))
+say ""; say "## reproduce $RECIPE --scale $SCALE: with and without ensembles"
+finished "$(ls -d /tmp/gpu_check_ens/$RECIPE-$SCALE* 2>/dev/null | head -1)" $ENS_S $SEEDS
+finished "$(ls -d /tmp/gpu_check_one/$RECIPE-$SCALE* 2>/dev/null | head -1)" $ONE_S $SEEDS
+if [ "$DRY" = 1 ]; then  # the CPU's ensembles are the one-model runs: the same results, bit for bit
+  say "results the same: $($PY -c "
+import sys; sys.path.insert(0, 'tests/experiments')
+from test_smoke_digests import results_digest as d
+a, b = (d(f'/tmp/gpu_check_{w}/$RECIPE-$SCALE/results.csv') for w in ('ens', 'one'))
+print(a == b, a, b)" 2>&1)"
+fi
+ls /tmp/gpu_check_ens/* /tmp/gpu_check_one/* >"$OUT/reproduce_tree.txt" 2>&1
 say ""; say "total $(( $(date +%s) - T0 ))s"

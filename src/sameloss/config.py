@@ -164,7 +164,13 @@ def to_toml(config) -> str:
 
 
 def dict_to_toml(data: dict) -> str:
-    """TOML text of a config's nested dict (``to_toml``; a tracker shows it as text)."""
+    """TOML text of a config's nested dict (``to_toml``; a tracker shows it as text).
+
+    Ours, not ``tomli-w``: a config's unset keys (``None``) are written as comment lines so
+    that ``--print-config`` and every run's ``config.toml`` list every key; ``tomli-w``
+    refuses ``None`` (TOML has no null), so using it would mean dropping those keys or
+    post-editing its text. The values written are only bools, numbers, strings and lists
+    of them (``_toml_value``), read back by ``tomllib`` in the tests."""
     lines: list[str] = []
     _emit(data, [], lines)
     return "\n".join(lines).strip() + "\n"

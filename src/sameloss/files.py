@@ -370,6 +370,11 @@ def _foreign_in_checkpoints(folder: Path) -> list[str]:
 # released by the kernel when its holder dies, so a lock file left by a killed process is
 # simply taken over — a stale holder needs no clean-up. The file holds the holder's pid,
 # host and command for the message the second process prints.
+# Ours, not the ``filelock`` package: filelock's Unix lock is the same flock(2), but it
+# leaves its lock file behind after release (issue 39: a finished run leaves none), keeps no
+# holder's pid / host / command for the refusal's message, and its re-entrancy is per lock
+# object, where ours is per folder across the nested holders of one process (an experiment,
+# then each run it trains). Wrapping it would keep all of this code and add a dependency.
 LOCK_TIMEOUT_NOTE = "wait for it to finish, or stop it"
 _HELD: dict[str, list] = {}  # lock path -> [fd, depth, parents it made]: re-entrant within one process
 

@@ -51,7 +51,7 @@ def test_every_recipe_is_planned_and_nothing_is_written(scale, tmp_path, monkeyp
     (out / "keep.txt").write_text("mine")
     monkeypatch.chdir(cwd)
     for name in registry.recipes():
-        assert main(["plan", name, "--scale", scale, "--device", "cpu", "--cpu-peak", "50",
+        assert main(["plan", name, "--scale", scale, "--hardware", "cpu", "--cpu-peak", "50",
                      "--out", str(out)]) == 0, name
         text = capsys.readouterr().out
         assert f"plan: {name} --scale {scale} on cpu" in text
@@ -66,10 +66,10 @@ def test_every_recipe_is_planned_and_nothing_is_written(scale, tmp_path, monkeyp
 def test_plan_accepts_every_scale_reproduce_accepts(capsys):
     """``quick`` (the main job's scale, isoloss's only) is planned like the others; a recipe
     without it is refused in one line, as ``reproduce`` refuses it."""
-    assert main(["plan", "isoloss", "--scale", "quick", "--device", "h100", "--out", "unused"]) == 0
+    assert main(["plan", "isoloss", "--scale", "quick", "--hardware", "h100", "--out", "unused"]) == 0
     assert "plan: isoloss --scale quick on h100" in capsys.readouterr().out
     assert not os.path.exists("unused")
-    assert main(["plan", "dyck", "--scale", "quick", "--device", "h100"]) == 2
+    assert main(["plan", "dyck", "--scale", "quick", "--hardware", "h100"]) == 2
     assert capsys.readouterr().err.strip().endswith("unknown scale 'quick'; choose from smoke, tiny, small, paper")
 
 
@@ -153,11 +153,11 @@ def _cli(*args):
     return subprocess.run([sys.executable, "-m", "sameloss.cli", *args], capture_output=True, text=True, env=env)
 
 
-@pytest.mark.parametrize("args", [("nope", "--scale", "tiny", "--device", "cpu"),
-                                  ("steps", "--scale", "huge", "--device", "cpu"),
-                                  ("steps", "--scale", "tiny", "--device", "tpu"),
-                                  ("steps", "--scale", "tiny", "--device", "cpu", "--workers", "0"),
-                                  ("steps", "--scale", "tiny", "--device", "cpu", "--cpu-peak", "-1")])
+@pytest.mark.parametrize("args", [("nope", "--scale", "tiny", "--hardware", "cpu"),
+                                  ("steps", "--scale", "huge", "--hardware", "cpu"),
+                                  ("steps", "--scale", "tiny", "--hardware", "tpu"),
+                                  ("steps", "--scale", "tiny", "--hardware", "cpu", "--workers", "0"),
+                                  ("steps", "--scale", "tiny", "--hardware", "cpu", "--cpu-peak", "-1")])
 def test_bad_input_is_one_line_and_exit_2(args):
     r = _cli("plan", *args)
     assert r.returncode == 2
@@ -171,7 +171,7 @@ def test_help_names_the_options_and_imports_no_torch():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0
     assert r.stdout.strip().endswith("NOTORCH")
-    for word in ("--scale", "--device", "--workers", "--cpu-peak", "h100", "a100", "utilisation"):
+    for word in ("--scale", "--hardware", "--workers", "--runs", "--cpu-peak", "h100", "a100", "utilisation"):
         assert word in r.stdout, word
 
 
@@ -196,3 +196,69 @@ def test_a_gated_study_is_planned_with_its_forks():
     per_seed = [sum(1 for r in quick.runs if f"-s{s}-" in r.name and not r.name.endswith("-base"))
                 for s in q.seeds]
     assert per_seed == [len({f for _, f in isoloss.forks_of(q, q.planned_tests(i))}) for i in range(len(q.seeds))]
+
+
+def test_the_summary_comes_first_and_the_runs_only_with_runs(capsys):
+    """Wall time and totals lead; the run rows come only with ``--runs`` (issue 50)."""
+    args = ["plan", "steps", "--scale", "smoke", "--hardware", "cpu", "--cpu-peak", "50"]
+    assert main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("wall time: ~") and lines[2].startswith("runs: ")
+    assert not any(line.startswith("run ") for line in lines)
+    n = int(lines[2].split()[1].rstrip(","))
+    assert lines[-1] == f"(--runs lists the {n} runs: model, steps, FLOPs, peak memory)"
+    assert main(args + ["--runs"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("run "))
+    assert len(lines) - header - 1 == n  # one row per run, at the end
+
+
+def test_bare_plan_plans_the_main_job(monkeypatch, capsys):
+    """``sameloss plan`` is ``plan isoloss --scale quick`` on the workers ``reproduce`` would use;
+    the old ``--device`` still works, with a note naming ``--hardware``."""
+    monkeypatch.setattr("sameloss.experiments.cli._plan_workers", lambda experiment, hardware: 2)
+    assert main(["plan", "--cpu-peak", "50"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("plan: isoloss --scale quick on cpu (2 workers)")
+    assert main(["plan", "isoloss", "--device", "h100"]) == 0
+    captured = capsys.readouterr()  # the note: stdout, or stderr where stdout holds data (progress.say)
+    assert "note: --device is now --hardware" in captured.out + captured.err
+    assert "plan: isoloss --scale quick on h100 (2 workers)" in captured.out
+
+
+def test_a_launch_bound_gpu_step_is_said_with_what_would_fill_the_card():
+    """On an H100 the tiny model's step takes the 8.7 ms floor: the stage's utilisation is what
+    the floor leaves (far below the assumed 25 %), and the plan says how many models per launch
+    would fill the card: the floor over one step's FLOP time (checked by hand here)."""
+    from sameloss.experiments.plan_report import format_plan
+
+    e = planner.estimate(planner.dry_plan("isoloss", "smoke", "unused"), "h100", memory=False)
+    assert all(r["launch_bound"] for r in e.runs)
+    flops = e.stages["training"]["flops"]
+    assert e.training_utilisation() == pytest.approx(flops / (e.stages["training"]["seconds"] * 989.5e12))
+    assert e.training_utilisation() < 0.01
+    rate = 989.5e12 * planner.UTILISATION["h100"]["training"]
+    per_step = sorted(r["flops"] / r["steps"] / rate for r in e.runs)
+    assert e.fill() == int(8.7e-3 / per_step[len(per_step) // 2]) > 100
+    text = format_plan(e)
+    assert f"training is launch-bound: {len(e.runs)} of {len(e.runs)} runs" in text
+    assert f"About {e.fill()} models per launch would fill it" in text
+    assert "25%" not in text.split("training is launch-bound")[0]  # the table shows what the floor leaves
+    cpu = planner.estimate(planner.dry_plan("isoloss", "smoke", "unused"), "cpu", cpu_peak=50e9, memory=False)
+    assert not any(r["launch_bound"] for r in cpu.runs) and "launch-bound" not in format_plan(cpu)
+
+
+def test_the_forecast_says_no_prior_where_a_fork_has_none():
+    """A comparison without a prior paired SD is said to have none (planned from the pilot),
+    not to need "more than 48 seeds"; a comparison with one says the seeds it needs."""
+    from sameloss.experiments.recipes import isoloss
+    from sameloss.experiments.recipes.isoloss.allocation import forecast
+
+    p = isoloss.PRESETS["tiny"]
+    tests = [f"{c.name} @ {pt}" for c, pt in p.tests()]
+    without = [t for t in tests if t not in dict(p.prior_sds) and not t.startswith("adv")]
+    assert without  # the flatness forks: added after the pilot that gave the prior SDs
+    text = forecast(p, "cpu", 2, cpu_peak=50e9)
+    for t in without:
+        assert f"{t} (no prior SD: planned from the pilot's)" in text
+    assert "more than 48" not in text

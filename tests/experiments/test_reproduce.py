@@ -240,7 +240,9 @@ def test_the_cli_lists_every_recipe_and_scale():
     assert (args.experiment, args.scale, args.out, args.seed, args.fresh) == (None, None, "runs", 0, False)
     # no experiment is the main job: the iso-loss study at its quick scale; a named one runs at tiny
     from sameloss.experiments import main_job
-    assert main_job(args.experiment, args.scale) == ("isoloss", "quick")
+    assert main_job(args.experiment, args.scale, gpu=False) == ("isoloss", "quick")
+    # where a GPU is present the main job is the whole tiny design; a scale given is kept
+    assert main_job(None, None, gpu=True) == ("isoloss", "tiny") and main_job(None, "quick", gpu=True)[1] == "quick"
     assert main_job("figure1", None) == ("figure1", "tiny") and main_job(None, "smoke") == ("isoloss", "smoke")
     assert "quick" in registry.recipe("isoloss").PRESETS
     # --preset, the old name of --scale, still works (.ci/run and earlier commands use it)

@@ -37,12 +37,12 @@ import pytest
 from sameloss.experiments import reproduce
 
 PINNED = {
-    "algorithms": "6d77d75604aa4952",
-    "dyck": "566f375622772470",
-    "figure1": "8109c32184b8777c",
-    "sizes": "c84d15a46ba73132",
-    "steps": "db2e74256e0fcb55",
-    "theory": "2118bf026a42371a",
+    "algorithms": "7a126f0e1063daf5",
+    "dyck": "767367567b18d066",
+    "figure1": "eddfaf65bc2c9c23",
+    "sizes": "c649310e5fcdbd07",
+    "steps": "ddff108488b42ba7",
+    "theory": "dfdd25c771bdc71b",
 }
 # isoloss --scale smoke (checked in test_isoloss.test_isoloss_smoke_end_to_end). Repinned in issue 46
 # (whose estimator does not touch results.csv): 9c3a12fed1e99abf was already stale at 3cc6a9d (its

@@ -394,3 +394,78 @@ def test_holm_adjusted_p_values_reject_exactly_what_holms_procedure_rejects():
     assert stats.holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])
     nan_kept = stats.holm([0.01, float("nan"), 0.03])
     assert nan_kept[0] == pytest.approx(0.02) and math.isnan(nan_kept[1]) and nan_kept[2] == pytest.approx(0.03)
+
+
+# ---- the hand-written versions scipy replaced (issue 50): kept here as the reference that
+# the library calls give the same numbers -------------------------------------------------
+def _old_rankdata(x):
+    a = np.asarray(x, dtype=float)
+    order = np.argsort(a, kind="mergesort")
+    ranks = np.empty(a.size)
+    s = a[order]
+    i = 0
+    while i < a.size:
+        j = i
+        while j + 1 < a.size and s[j + 1] == s[i]:
+            j += 1
+        ranks[order[i:j + 1]] = 0.5 * (i + j) + 1.0
+        i = j + 1
+    return ranks
+
+
+def _old_spearman(x, y):
+    a, b = _old_rankdata(x), _old_rankdata(y)
+    a, b = a - a.mean(), b - b.mean()
+    den = math.sqrt(float((a * a).sum()) * float((b * b).sum()))
+    return float("nan") if den == 0 else float((a * b).sum() / den)
+
+
+def _old_kendall(x, y):
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    n = x.size
+    if n < 2:
+        return float("nan")
+    i, j = np.triu_indices(n, k=1)
+    sx, sy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
+    n0 = n * (n - 1) / 2
+    den = math.sqrt((n0 - float((sx == 0).sum())) * (n0 - float((sy == 0).sum())))
+    return float("nan") if den == 0 else float((sx * sy).sum()) / den
+
+
+def _old_bootstrap(stat, *arrays, n_boot=2000, level=0.95, seed=0):
+    cols = [np.asarray(a, dtype=float) for a in arrays]
+    n = cols[0].size
+    rng = np.random.default_rng(seed)
+    values = np.empty(n_boot)
+    for b in range(n_boot):
+        idx = rng.integers(0, n, size=n)
+        values[b] = stat(*(c[idx] for c in cols))
+    good = values[np.isfinite(values)]
+    low, high = np.quantile(good, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return float(low), float(high), int(n_boot - good.size)
+
+
+def test_scipy_rank_statistics_equal_the_hand_written_ones():
+    rng = np.random.default_rng(5)
+    for n in (2, 3, 7, 12, 40):
+        for _ in range(10):
+            x = rng.integers(0, 4, size=n).astype(float)  # ties, sometimes all of them
+            y = x + rng.normal(0, 1, size=n).round(1)
+            assert rankdata(x).tolist() == _old_rankdata(x).tolist()
+            for new, old in ((spearman_rho, _old_spearman), (kendall_tau, _old_kendall)):
+                a, b = new(x, y), old(x, y)
+                assert (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, abs=1e-14), (new, x, y)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 16, 33])
+def test_scipy_bootstrap_gives_the_hand_written_intervals(n):
+    rng = np.random.default_rng(n)
+    d = rng.normal(0.5, 1, size=n)
+    iv = bootstrap_ci(np.mean, d, n_boot=700, seed=11)  # the vectorised path (np.mean takes axis=)
+    assert (iv.low, iv.high, iv.n_undefined) == _old_bootstrap(np.mean, d, n_boot=700, seed=11)
+    x = rng.integers(0, 3, size=n).astype(float)  # undefined resamples (all x tied) dropped and counted
+    y = x + rng.normal(0, 1, size=n)
+    iv = bootstrap_ci(kendall_tau, x, y, n_boot=300, seed=2)
+    low, high, undefined = _old_bootstrap(_old_kendall, x, y, n_boot=300, seed=2)
+    assert iv.n_undefined == undefined
+    assert (iv.low, iv.high) == pytest.approx((low, high), abs=1e-14)

@@ -45,9 +45,10 @@ from .. import registry
 from ..errors import UserError
 
 SCALE_NAMES = ("smoke", "tiny", "small", "paper")
-# ``sameloss reproduce`` with no experiment: the powered iso-loss study at the ``quick``
-# scale (its tiny design with fewer seeds; a scale of that recipe only, runtime in its
-# docstring); a named experiment without ``--scale`` runs at ``tiny``
+# ``sameloss reproduce`` with no experiment, or ``reproduce isoloss`` (the same job): the
+# powered iso-loss study at the ``quick`` scale (its tiny design with fewer seeds; a scale of
+# that recipe only, runtime in its docstring); another experiment without ``--scale`` runs at
+# ``tiny``
 DEFAULT_EXPERIMENT = "isoloss"
 MAIN_SCALE = "quick"
 DEFAULT_SCALE = "tiny"
@@ -59,31 +60,70 @@ def experiments() -> dict[str, str]:
     return {name: entry.summary for name, entry in registry.recipes().items()}
 
 
-def main_job(experiment: str | None, scale: str | None) -> tuple[str, str]:
-    """``(experiment, scale)`` as ``sameloss reproduce`` reads them: no experiment is the main
-    job (``isoloss`` at ``quick``); a named one without a scale runs at ``tiny``."""
-    if experiment is None:
-        return DEFAULT_EXPERIMENT, scale or MAIN_SCALE
-    return experiment, scale or DEFAULT_SCALE
+def main_job(experiment: str | None, scale: str | None, gpu: bool | None = None) -> tuple[str, str]:
+    """``(experiment, scale)`` as ``sameloss reproduce`` and ``plan`` read them.
+
+    Args:
+        experiment: a recipe's name, or ``None`` for the main job's (``isoloss``).
+        scale: a scale, or ``None`` for the default: for isoloss, named or not (the main
+            job), ``quick`` — the design 25 minutes on 2 CPU cores decide — or, where a GPU is
+            present, the whole ``tiny`` design; ``tiny`` for every other recipe.
+        gpu: whether a GPU is present (default: whether torch sees one).
+
+    Returns:
+        the experiment and the scale to run.
+    """
+    experiment = experiment or DEFAULT_EXPERIMENT
+    if scale is None and experiment == DEFAULT_EXPERIMENT and (gpu if gpu is not None else _cuda()):
+        return experiment, DEFAULT_SCALE
+    return experiment, scale or (MAIN_SCALE if experiment == DEFAULT_EXPERIMENT else DEFAULT_SCALE)
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def reproduce(experiment: str | None = None, scale: str | None = None, out: str | Path = "runs",
               seed: int = 0, fresh: bool = False, progress: bool = True, device: str | None = None,
               command: str | None = None, launch=None, seeds: list[int] | None = None,
               tracker: str = "none", formats: tuple[str, ...] = ("png",), languages: list[str] | None = None,
-              figure_width: str = "page", budget: float | None = None, even: bool = False) -> Path:
-    """Run one recipe at one scale (``main_job``: the defaults); returns the path of
-    ``report.md``. ``launch``: a ``launch.LaunchOptions`` (default: every unit in this
-    process); ``seeds``: run only these seeds' units and write no report (returns the
-    experiment folder); ``tracker``: ``none``, ``tensorboard`` or ``wandb`` (``training.tracking``);
-    ``formats``: of the figures (png, pdf, svg; the report embeds the first); ``languages``:
-    ``--language`` specs (a recipe with ``with_languages``: isoloss), each choice of languages
-    its own experiment folder (``<experiment>-<scale>-<tags>``); ``figure_width``: ``column``
-    or ``page`` (``plots.style``), a smoke run's figures each saying that its numbers mean
-    nothing; ``budget``: the minutes the
-    study may take (``--budget``: a recipe with ``with_budget``, isoloss), which it forecasts
-    before it trains and spends on the comparisons still short; ``even``: every seed runs
-    every fork (``--even``: ``with_even``, the design before the adaptive one)."""
+              figure_width: str = "page", budget: float | None = None, even: bool = False,
+              ensemble: int | None = None, dropout_draws: str = "global") -> Path:
+    """Run one recipe at one scale: train its runs (reusing finished ones, resuming
+    interrupted ones), measure them (cached) and write its report (``sameloss reproduce``).
+
+    Args:
+        experiment: a recipe's name (``experiments()``); ``None``: the main job's, isoloss.
+        scale: one of the recipe's scales; ``None``: ``main_job``'s default (isoloss:
+            ``quick``, every other recipe: ``tiny``).
+        out: the parent folder of the experiment's folder, ``OUT/EXPERIMENT-SCALE``.
+        seed: added to every seed of the study (another seed is its own folder).
+        fresh: delete the experiment's folder first (only what sameloss wrote).
+        progress: show progress bars.
+        device: ``auto``, ``cpu`` or ``cuda`` (default: the preset's).
+        command: the command line the report names (default: ``reproduce_command``'s).
+        launch: a ``launch.LaunchOptions`` (default: every unit in this process).
+        seeds: run only these seeds' units and write no report (a shard).
+        tracker: ``none``, ``tensorboard`` or ``wandb`` (``training.tracking``).
+        formats: of the figures: png, pdf, svg (the report embeds the first).
+        languages: ``--language`` specs (a recipe with ``with_languages``: isoloss), each
+            choice of languages its own experiment folder (``<experiment>-<scale>-<tags>``).
+        figure_width: ``column`` or ``page`` (``plots.style``).
+        budget: the minutes the study may take (a recipe with ``with_budget``: isoloss),
+            forecast before it trains and spent on the comparisons still short.
+        even: every seed runs every fork (``with_even``: the design before the adaptive one).
+        ensemble: train the runs in ensembles of at most this many members (``--ensemble N``,
+            ``ensembles.py``; ``None``: one run at a time).
+        dropout_draws: ``keyed`` trains every run with keyed dropout masks
+            (``--dropout-draws``, ``training.keyed``: batchable on a GPU; other runs, in the
+            experiment folder ``<name>-keyed``).
+
+    Returns:
+        the path of ``report.md``; with ``seeds``, the experiment folder; with a Slurm
+        ``--dry-run``, ``None`` (the job script was printed).
+    """
     from .core import experiment_dir_name
 
     experiment, scale = main_job(experiment, scale)
@@ -100,19 +140,22 @@ def reproduce(experiment: str | None = None, scale: str | None = None, out: str 
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is not a folder; pass the folder to write experiments in")
-    root = out / (experiment_dir_name(experiment, scale, seed) + getattr(recipe, "folder_suffix", lambda _: "")(p))
+    root = out / (experiment_dir_name(experiment, scale, seed) + getattr(recipe, "folder_suffix", lambda _: "")(p)
+                  + ("" if dropout_draws == "global" else f"-{dropout_draws}"))
     if launch is not None and launch.dry_run:
         return _dry_run(recipe, experiment, p, root, seed, seeds, launch)
     if seeds is not None:
         if fresh:
             raise UserError("--fresh deletes the whole experiment; with --seeds, remove the seeds' folders "
                             f"(under {root / 'seeds'}) yourself")
-        return _shard(recipe, experiment, p, root, seed, seeds, progress, device, launch, tracker)
+        return _shard(recipe, experiment, p, root, seed, seeds, progress, device, launch, tracker, ensemble,
+                      dropout_draws)
     start = time.perf_counter()
     launcher = _launcher(experiment, root, launch)  # a launcher that cannot run: one line, before any file
     # the Study holds the experiment folder's lock for the whole call (files.folder_lock);
     # its units hold their own folders' locks (core.execute_unit)
-    with _study(p, root, seed, fresh, progress, device, launcher, tracker, formats=formats) as study:
+    with _study(p, root, seed, fresh, progress, device, launcher, tracker, formats=formats, ensemble=ensemble,
+                dropout_draws=dropout_draws) as study:
         study.log(f"reproduce {experiment} --scale {scale} (seed {seed}) in {root}")
         if budget is not None and hasattr(recipe, "forecast"):  # before anything trains: what the budget buys
             study.log(recipe.forecast(p, "cpu" if (device or p.device) != "cuda" else "h100", _workers_of(launcher)))
@@ -129,14 +172,23 @@ def reproduce(experiment: str | None = None, scale: str | None = None, out: str 
         header = _header(recipe, experiment, scale, seed, study, wall, command)
         # a section marked ``lead`` (a study's verdicts) comes before the Runs table
         ordered = [*(s for s in sections if s.lead), runs_section, *(s for s in sections if not s.lead)]
-        path = write_report(root, f"{recipe.TITLE} — scale `{scale}`", header, ordered)
+        runtime = _runtime_line(wall, launcher, scale)
+        path = write_report(root, f"{recipe.TITLE} — scale `{scale}`", header, ordered, runtime)
         study.log(f"wrote {path} ({wall:.0f} s)")
         from .report import terminal_summary
 
-        answer = terminal_summary(sections)  # the study ends with its answer, on the terminal (issue 39)
+        answer = terminal_summary(sections, runtime)  # the study ends with its answer, on the terminal (issue 39)
         if answer:
             print(f"\n{answer}\n", flush=True)
     return path
+
+
+def _runtime_line(wall: float, launcher, scale: str) -> str:
+    """The answer's last line: how long the study took, where."""
+    workers = _workers_of(launcher)
+    where = "in this process" if launcher.name == "inprocess" else f"on {workers} {launcher.name} worker(s)"
+    took = f"{wall / 60:.1f} min" if wall >= 90 else f"{wall:.0f} s"
+    return f"Runtime: {took} {where} (scale {scale}; load average {os.getloadavg()[0]:.1f} at the end)."
 
 
 def smoke_caveat() -> str:
@@ -206,11 +258,12 @@ def _launcher(experiment: str, root: Path, launch):
 
 
 def _study(p, root: Path, seed: int, fresh: bool, progress: bool, device: str | None, launcher, tracker: str,
-           lock: bool = True, formats: tuple[str, ...] = ("png",)):
+           lock: bool = True, formats: tuple[str, ...] = ("png",), ensemble: int | None = None,
+           dropout_draws: str = "global"):
     from .core import Study
 
     return Study(root, seed=seed, fresh=fresh, progress=progress, device=device or p.device, tracker=tracker,
-                 launcher=launcher, lock=lock, figure_formats=formats)
+                 launcher=launcher, lock=lock, figure_formats=formats, ensemble=ensemble, dropout_draws=dropout_draws)
 
 
 def run_declaration(recipe, study, p, workers: int = 1, seeds: list[int] | None = None, check=None):
@@ -231,7 +284,8 @@ def run_declaration(recipe, study, p, workers: int = 1, seeds: list[int] | None 
 
 
 def _shard(recipe, experiment: str, p, root: Path, seed: int, seeds: list[int], progress: bool,
-           device: str | None, launch, tracker: str) -> Path:
+           device: str | None, launch, tracker: str, ensemble: int | None = None,
+           dropout_draws: str = "global") -> Path:
     """``reproduce --seeds``: only the units of ``seeds``, no report."""
     from .engine import declared_seeds
     from .launch import format_seeds
@@ -252,7 +306,8 @@ def _shard(recipe, experiment: str, p, root: Path, seed: int, seeds: list[int], 
         study.log(f"reproduce {experiment} --seeds {format_seeds(seeds)} in {root}")
 
     # no lock on the experiment: shards on other seeds run at once; each unit locks its seed's folder
-    with _study(p, root, seed, False, progress, device, launcher, tracker, lock=False) as study:
+    with _study(p, root, seed, False, progress, device, launcher, tracker, lock=False, ensemble=ensemble,
+                dropout_draws=dropout_draws) as study:
         run_declaration(recipe, study, p, _workers_of(launcher), seeds, check)
     missing = sorted(known - set(seeds))
     trained = sum(1 for r in study.runs.values() if r.status != "reused")
@@ -264,11 +319,11 @@ def _shard(recipe, experiment: str, p, root: Path, seed: int, seeds: list[int], 
 
 
 def reproduce_command(experiment: str, scale: str, seed: int = 0, languages: list[str] | None = None,
-                      budget: float | None = None, even: bool = False) -> str:
+                      budget: float | None = None, even: bool = False, dropout_draws: str = "global") -> str:
     """The command line that runs this experiment again."""
     return (f"sameloss reproduce {experiment} --scale {scale}" + (f" --seed {seed}" if seed else "")
             + "".join(f" --language {x}" for x in languages or ()) + (f" --budget {budget:g}" if budget else "")
-            + (" --even" if even else ""))
+            + (" --even" if even else "") + (f" --dropout-draws {dropout_draws}" if dropout_draws != "global" else ""))
 
 
 def _doc_section(doc: str, heading: str) -> str:

@@ -10,33 +10,33 @@ from __future__ import annotations
 
 import argparse
 
+from ..cliargs import deprecated, examples
 from ..config import int_at_least, positive_float
 from ..threads import add_threads_argument
 
 
-def _epilog() -> str:
-    from . import experiments
+def _epilog(*example_lines: str) -> str:
+    from . import DEFAULT_EXPERIMENT, MAIN_SCALE, experiments
 
     lines = ["experiments:"]
     for name, what in experiments().items():
         lines.append(f"  {name:<11} {what}")
-    lines += ["", "scales: smoke (the pipeline in seconds), tiny (a 2-core CPU in minutes), small and paper (GPU; "
-              "runtimes in each recipe's docstring: src/sameloss/experiments/recipes/<experiment>.py); quick: "
-              "isoloss only, the main job"]
+    lines += ["", "scales: smoke (the pipeline in seconds), tiny (a 2-core CPU in minutes), small and paper (GPU); "
+              f"{MAIN_SCALE}: {DEFAULT_EXPERIMENT}'s only (its tiny design on 2 seeds, the main job). Runtimes: each "
+              "recipe's docstring (src/sameloss/experiments/recipes/<experiment>.py).", "", examples(*example_lines)]
     return "\n".join(lines)
 
 
-class _DeprecatedScale(argparse.Action):
-    def __call__(self, parser, namespace, values, option_string=None):
-        from ..progress import say
-
-        say("note: --preset is now called --scale")  # a note: stderr holds only an error's line
-        setattr(namespace, self.dest, values)
+SCALE_HELP = ("how big: smoke, {main}, tiny, small, paper (default: {main} for {default}, named or not: the main job; "
+              "tiny for every other experiment); {main} is {default}'s only")
+SEED_HELP = ("added to every seed of the study: its runs, measures and probe draws, and {default}'s seeds 0, 1, ... "
+             "become N, N+1, ... (default 0; another N is its own folder, OUT/EXPERIMENT-SCALE-seedN). Not --seeds, "
+             "which picks the seeds to run")
 
 
 def add_reproduce_parser(commands) -> argparse.ArgumentParser:
     """Add ``reproduce`` to the ``sameloss`` sub-command parsers ``commands``."""
-    from . import DEFAULT_EXPERIMENT, DEFAULT_SCALE, MAIN_SCALE, SCALE_NAMES, experiments
+    from . import DEFAULT_EXPERIMENT, MAIN_SCALE, SCALE_NAMES, experiments
 
     names = list(experiments())
     scales = [SCALE_NAMES[0], MAIN_SCALE, *SCALE_NAMES[1:]]
@@ -47,23 +47,22 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
                     "(exact loss, trace of Hessian, probe accuracy; cached), and write "
                     "OUT/EXPERIMENT-SCALE/: report.md (tables with error bars, figures, and whether each claim "
                     "of the paper holds in this run), results.csv, figures and every run's folder, then print the "
-                    "study's answer (isoloss: its verdict table). Without an experiment: the main job, "
-                    f"{DEFAULT_EXPERIMENT} --scale {MAIN_SCALE} (the powered iso-loss study with a few seeds; its "
-                    "runtime per scale, measured or estimated, is in the recipe's docstring and docs/tour.md).",
-        epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
+                    "study's answer (isoloss: its verdict table). The main job is "
+                    f"{DEFAULT_EXPERIMENT} --scale {MAIN_SCALE} on local workers, whether {DEFAULT_EXPERIMENT} is "
+                    "named or not (the powered iso-loss study on 2 seeds; its runtime per scale, measured or "
+                    "estimated, is in the recipe's docstring and docs/tour.md).",
+        epilog=_epilog("sameloss reproduce                      # the main job: isoloss --scale quick",
+                       "sameloss reproduce steps --scale smoke  # another experiment, its pipeline in seconds"))
     reproduce.add_argument("experiment", nargs="?", default=None, choices=names, metavar="EXPERIMENT",
-                           help=f"one of {', '.join(names)} (default: the main job, {DEFAULT_EXPERIMENT} at "
-                                f"--scale {MAIN_SCALE})")
+                           help=f"one of {', '.join(names)} (default {DEFAULT_EXPERIMENT}, the main job)")
     reproduce.add_argument("--scale", default=None, choices=scales,
-                           help=f"how big: {', '.join(scales)} (default {DEFAULT_SCALE} for a named experiment; "
-                                f"{MAIN_SCALE}: {DEFAULT_EXPERIMENT}'s tiny design with a few seeds, that recipe "
-                                "only)")
+                           help=SCALE_HELP.format(main=MAIN_SCALE, default=DEFAULT_EXPERIMENT))
     # the old name of --scale, kept so that earlier commands still work
-    reproduce.add_argument("--preset", dest="scale", choices=scales, action=_DeprecatedScale,
+    reproduce.add_argument("--preset", dest="scale", choices=scales, action=deprecated("--scale"),
                            help=argparse.SUPPRESS)
     reproduce.add_argument("--out", default="runs", metavar="DIR", help="parent folder (default runs)")
-    reproduce.add_argument("--seed", type=int, default=0,
-                           help="seed of every run and measure (default 0; other seeds get their own folder)")
+    reproduce.add_argument("--seed", type=int, default=0, metavar="N",
+                           help=SEED_HELP.format(default=DEFAULT_EXPERIMENT))
     reproduce.add_argument("--language", dest="languages", action="append", default=None, metavar="SPEC",
                            help="isoloss: the language to study, NAME[:SIZE][:key=value,...] — e.g. hmm:headroom, "
                                 "pcfg:headroom, hmm:headroom:seed=7 (another draw of that size), "
@@ -136,6 +135,15 @@ def _seeds(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _ensemble(text: str) -> int | None:
+    from .ensembles import parse_ensemble
+
+    try:
+        return parse_ensemble(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _mem(text: str) -> str:
     from .launch import SLURM_MEM
 
@@ -160,16 +168,18 @@ def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
         "launchers", "where the study's units run (a unit is one run, or a seed's chain: base run, then its forks); "
                      "every launcher gives the same results. docs/how-to/cluster.md has the commands.")
     group.add_argument("--launcher", choices=LAUNCHERS, default=None,
-                       help="inprocess: one unit after another in this process (the default for a named "
-                            "experiment; the main job, with no experiment, runs on local workers when submitit is "
-                            "installed and the machine has cores for more than one); local: --workers processes "
+                       help="inprocess: one unit after another in this process (the default, but isoloss, the main "
+                            "job, named or not and at any scale, runs its seeds on local workers when submitit is "
+                            "installed and the machine has cores for more than one; a --seeds shard in this process); "
+                            "local: --workers processes "
                             "on this machine, a GPU each when it has GPUs; slurm: a Slurm job array (submitit), "
                             "preempted tasks requeued and resumed")
     group.add_argument("--workers", type=_positive, default=None, metavar="N",
                        help="local: processes at once (default: one per GPU, else one per --threads cores); "
                             "slurm: array tasks running at once (default: all)")
     group.add_argument("--seeds", type=_seeds, default=None, metavar="LIST",
-                       help="run only these seeds' units (e.g. 0-7 or 0,3,5; isoloss) and write no report: shards "
+                       help="run only these of the study's seeds (e.g. 0-7 or 0,3,5, as --seed numbers them; "
+                            "isoloss) and write no report: shards "
                             "of one study may run at once; the same command without --seeds reuses what they "
                             "finished, runs what is missing and writes the report")
     group.add_argument("--slurm-partition", default=None, metavar="P", help="Slurm partition (default: the cluster's)")
@@ -193,6 +203,14 @@ def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--dry-run", action="store_true",
                        help="slurm: print the job script submitit would submit (sbatch options, the array, the "
                             "command) and exit; nothing is submitted or written")
+    group.add_argument("--dropout-draws", choices=["global", "keyed"], default="global",
+                       help="global: every run's dropout drawn from torch's global RNG (the recipes' runs); keyed: "
+                            "masks a pure function of seed, step and position, which a GPU ensemble can draw "
+                            "batched — other runs (other numbers), in the experiment folder <name>-keyed")
+    group.add_argument("--ensemble", type=_ensemble, default=None, metavar="N|off",
+                       help="train runs that share a model shape as ensembles of at most N members, one batched "
+                            "computation (on a GPU; on the CPU member by member, the same numbers bit for bit and "
+                            "no faster): each worker walks its units together (default off)")
 
 
 def _launch_options(args, argv_given: set[str]):
@@ -200,7 +218,10 @@ def _launch_options(args, argv_given: set[str]):
 
     launcher = args.launcher
     if launcher is None:
-        launcher = _main_job_launcher(args) if args.experiment is None and args.seeds is None else "inprocess"
+        from . import DEFAULT_EXPERIMENT
+
+        main = args.experiment in (None, DEFAULT_EXPERIMENT) and args.seeds is None
+        launcher = _main_job_launcher(args) if main else "inprocess"
     options = LaunchOptions(launcher, args.workers, args.slurm_partition, args.slurm_time,
                             args.slurm_gpus_per_task, args.slurm_mem, slurm_account=args.slurm_account,
                             slurm_qos=args.slurm_qos, slurm_constraint=args.slurm_constraint,
@@ -225,10 +246,10 @@ def _main_job_launcher(args) -> str:
     from ..progress import say
 
     if options.launcher == "local":  # a note, beside the headings (stdout unless a terminal): stderr is for errors
-        say(f"note: the main job runs its seeds on {options.workers} local workers at once (--launcher inprocess: "
+        say(f"note: isoloss runs its seeds on {options.workers} local workers at once (--launcher inprocess: "
             "one after another in this process)")
     elif not have:
-        say("note: the main job runs its seeds one after another (pip install submitit to run them on this "
+        say("note: isoloss runs its seeds one after another (pip install submitit to run them on this "
             "machine's cores at once)")
     return options.launcher
 
@@ -252,60 +273,101 @@ def _given(args) -> set[str]:
 
 def add_plan_parser(commands) -> argparse.ArgumentParser:
     """Add ``plan`` (``experiments.plan``) to the ``sameloss`` sub-command parsers."""
-    from . import MAIN_SCALE, SCALE_NAMES, experiments
+    from . import DEFAULT_EXPERIMENT, MAIN_SCALE, SCALE_NAMES, experiments
 
     names = list(experiments())
     scales = [SCALE_NAMES[0], MAIN_SCALE, *SCALE_NAMES[1:]]  # every scale reproduce accepts
     plan = commands.add_parser(
-        "plan", help="what a study costs before it runs: runs, steps, FLOPs, peak memory, time per stage",
+        "plan", help="what a study costs before it runs: wall time, the budget's forecast, runs, FLOPs, memory",
         description="Print, without training or writing anything, what `sameloss reproduce EXPERIMENT --scale "
-                    "SCALE` would do: its runs and training steps, training FLOPs, peak memory per run and per "
-                    "measure, and the estimated time per stage (training, exact-KL evaluation, trace, probes) "
-                    "from the device's peak FLOP/s and a stated utilisation per stage. cpu: this machine's "
-                    "float32 matmul peak, measured when the command runs; h100 / a100: NVIDIA's published peaks "
-                    "(src/sameloss/experiments/plan.py says what is counted and where each number comes from).",
-        epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    plan.add_argument("experiment", choices=names, metavar="EXPERIMENT", help=f"one of {', '.join(names)}")
-    plan.add_argument("--scale", required=True, choices=scales,
-                      help=f"one of {', '.join(scales)} ({MAIN_SCALE}: isoloss's, the main job's)")
-    plan.add_argument("--device", required=True, choices=["cpu", "h100", "a100"],
-                      help="cpu (this machine), h100 or a100")
-    plan.add_argument("--workers", type=_positive, default=1, metavar="N",
-                      help="devices (or worker processes) the units are shared out to (default 1)")
+                    "SCALE` would do, summary first: the wall time on --workers, the totals (runs, training steps, "
+                    "FLOPs), what the budget buys (isoloss at an adaptive scale: the comparisons expected to reach "
+                    "their MDE target, and those with no prior SD, planned after the pilot), the time per stage "
+                    "(training, exact-KL evaluation, trace, probes) from the hardware's peak FLOP/s and a stated "
+                    "utilisation per stage, and the peak memory per measure; --runs adds one row per run. cpu: this "
+                    "machine's float32 matmul peak, measured when the command runs; h100 / a100: NVIDIA's published "
+                    "peaks, with the least time a training step takes there (src/sameloss/experiments/plan.py says "
+                    "what is counted and where each number comes from). The defaults plan the main job as "
+                    "`sameloss reproduce` runs it here.",
+        epilog=_epilog("sameloss plan                                  # the main job, on this machine's workers",
+                       "sameloss plan isoloss --scale tiny --hardware h100 --workers 8"))
+    plan.add_argument("experiment", nargs="?", default=None, choices=names, metavar="EXPERIMENT",
+                      help=f"one of {', '.join(names)} (default {DEFAULT_EXPERIMENT}, the main job)")
+    plan.add_argument("--scale", default=None, choices=scales,
+                      help=SCALE_HELP.format(main=MAIN_SCALE, default=DEFAULT_EXPERIMENT))
+    plan.add_argument("--hardware", default="cpu", choices=["cpu", "h100", "a100"],
+                      help="what it would run on: cpu (this machine; the default), h100 or a100 (one GPU per worker)")
+    # its old name: plan's --device named hardware, reproduce's --device is auto/cpu/cuda
+    plan.add_argument("--device", dest="hardware", choices=["cpu", "h100", "a100"], action=deprecated("--hardware"),
+                      help=argparse.SUPPRESS)
+    plan.add_argument("--workers", type=_positive, default=None, metavar="N",
+                      help="processes (cpu) or GPUs the units are shared out to (default: what reproduce would "
+                           "use, the main job's local workers on this machine for isoloss on cpu, else 1)")
     plan.add_argument("--cpu-peak", type=positive_float, default=None, metavar="GFLOPS",
                       help="cpu: use this float32 peak (GFLOP/s) instead of measuring it")
+    plan.add_argument("--runs", action="store_true", help="also list every run: model, steps, FLOPs, peak memory")
     plan.add_argument("--out", default="runs", metavar="DIR",
                       help="the --out reproduce would use (only names the folders; nothing is written)")
-    plan.add_argument("--seed", type=int, default=0, help="the --seed reproduce would use (default 0)")
+    plan.add_argument("--seed", type=int, default=0, metavar="N",
+                      help="the --seed reproduce would use: " + SEED_HELP.format(default=DEFAULT_EXPERIMENT))
     plan.add_argument("--language", dest="languages", action="append", default=None, metavar="SPEC",
                       help="the --language reproduce would use (isoloss; repeat for several)")
     plan.add_argument("--budget", type=positive_float, default=None, metavar="MINUTES",
-                      help="isoloss at an adaptive scale: the wall minutes reproduce --budget would be given; adds "
-                           "what it buys (seeds after the pilot, and the comparisons expected to reach their MDE "
-                           "target with the preset's prior paired SDs)")
+                      help="isoloss at an adaptive scale: the wall minutes reproduce --budget would be given "
+                           "(default: the scale's own budget, tiny's 180); the forecast says what they buy (seeds "
+                           "after the pilot, and the comparisons expected to reach their MDE target with the "
+                           "preset's prior paired SDs)")
+    plan.add_argument("--ensemble", type=_ensemble, default=None, metavar="N|off",
+                      help="the --ensemble reproduce would use: runs trained as ensembles of at most N (default off)")
+    plan.add_argument("--dropout-draws", choices=["global", "keyed"], default="global",
+                      help="the --dropout-draws reproduce would use (keyed: runs with dropout batch on a GPU)")
     add_threads_argument(plan)
     plan.set_defaults(run=_plan)
     return plan
 
 
 def _plan(args) -> None:
+    from . import main_job
     from .plan_report import plan_text
 
-    print(plan_text(args.experiment, args.scale, args.device, args.workers,
+    experiment, scale = main_job(args.experiment, args.scale)
+    workers = args.workers or _plan_workers(experiment, args.hardware)
+    print(plan_text(experiment, scale, args.hardware, workers,
                     None if args.cpu_peak is None else args.cpu_peak * 1e9, args.out, args.seed, args.languages,
-                    args.budget))
+                    args.budget, args.ensemble, args.dropout_draws, runs=args.runs))
+
+
+def _plan_workers(experiment: str, hardware: str) -> int:
+    """The workers ``reproduce`` would use: isoloss on this CPU runs on local workers
+    (``launch.main_job_options``); anything else in one process, or on one GPU."""
+    from . import DEFAULT_EXPERIMENT
+
+    if experiment != DEFAULT_EXPERIMENT or hardware != "cpu":
+        return 1
+    import importlib.util
+    import os
+
+    import torch
+
+    from .launch import main_job_options
+
+    options = main_job_options(None, torch.get_num_threads(), 0, os.cpu_count(),
+                               importlib.util.find_spec("submitit") is not None)
+    return options.workers if options.launcher == "local" else 1
 
 
 def _reproduce(args) -> None:
     from . import main_job, reproduce, reproduce_command
 
     experiment, scale = main_job(args.experiment, args.scale)
-    command = reproduce_command(experiment, scale, args.seed, args.languages, args.budget, args.even)
+    command = reproduce_command(experiment, scale, args.seed, args.languages, args.budget, args.even,
+                                args.dropout_draws)
     launch = _launch_options(args, _given(args))
     path = reproduce(experiment, scale, out=args.out, seed=args.seed, fresh=args.fresh,
                      progress=not args.no_progress, device=args.device, command=command, launch=launch,
                      seeds=args.seeds, tracker=args.tracker, formats=args.formats, languages=args.languages,
-                     figure_width=args.figure_width, budget=args.budget, even=args.even)
+                     figure_width=args.figure_width, budget=args.budget, even=args.even, ensemble=args.ensemble,
+                     dropout_draws=args.dropout_draws)
     if path is not None:  # (--dry-run printed the job script and wrote nothing)
         print(path)
 
@@ -321,7 +383,9 @@ def add_replicate_parser(commands) -> argparse.ArgumentParser:
                     "agrees in direction and at least one detects, and the inverse-variance pooled estimate "
                     "(fixed and random effects) with Cochran's Q and I². Studies run apart (other sessions, "
                     "machines or clusters) are combined without rerunning anything; nothing is written but "
-                    "--csv.")
+                    "--csv.",
+        epilog=examples("sameloss replicate runs/isoloss-tiny-hmm runs/isoloss-tiny-pcfg",
+                        "sameloss replicate hmm=runs/isoloss-tiny pcfg=runs/isoloss-tiny-pcfg --csv replication.csv"))
     replicate.add_argument("studies", nargs="+", metavar="[LABEL=]FOLDER",
                            help="a study folder, OUT/isoloss-SCALE[-languages]; LABEL= names a one-language study "
                                 "(default: the language its results.csv names, else the folder's name)")
@@ -386,7 +450,8 @@ def add_plot_parser(commands) -> argparse.ArgumentParser:
                     "cross-entropy) and the learning rate, against step; one line per run, labelled by its folder's "
                     "name. Writes the figure and FILE.data.csv (the plotted numbers) beside it; an existing file is "
                     "replaced only when sameloss wrote it (its sha256 listed in .sameloss-outputs beside it, or a figure "
-                    "tagged by sameloss), or with --force; a symbolic link never.")
+                    "tagged by sameloss), or with --force; a symbolic link never.",
+        epilog=examples("sameloss plot runs/hmm-micro runs/hmm-sam --out curves.pdf"))
     plot.add_argument("runs", nargs="+", metavar="RUN", help="run folders (runs/NAME, as sameloss pretrain writes them)")
     plot.add_argument("--out", default=None, metavar="FILE",
                       help=f"the figure (default {DEFAULT_OUT}.png in the current folder); FILE.pdf / FILE.svg "

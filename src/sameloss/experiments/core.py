@@ -156,8 +156,14 @@ class Study:
 
     def __init__(self, root: str | Path, *, seed: int = 0, fresh: bool = False, progress: bool = True,
                  device: str = "auto", log=None, tracker: str = "none", launcher=None, lock: bool = True,
-                 figure_formats: tuple[str, ...] = ("png",), shared: str | Path | None = None):
+                 figure_formats: tuple[str, ...] = ("png",), shared: str | Path | None = None,
+                 ensemble: int | None = None, dropout_draws: str = "global"):
         self._bar = None
+        self.ensemble = ensemble  # ``--ensemble N``: units walked together, runs trained N at once (ensembles.py)
+        # ``--dropout-draws keyed``: every run's dropout masks keyed (training.keyed), what lets
+        # runs with dropout train batched on a GPU: set on the runs of the units it runs
+        # (``run_units``); other runs, in another experiment folder
+        self.dropout_draws = dropout_draws
         # a unit's study: the experiment's folder, whose measurements.json holds the
         # references that do not depend on the seed, measured once for all its units
         self.shared = None if shared is None else Path(shared)
@@ -274,9 +280,7 @@ class Study:
                 raise RuntimeError(f"two recipes define run {spec.name!r} differently:\n{known.spec.overrides}\n"
                                    f"{spec.overrides}")
             return known
-        cfg = spec.config()
-        if self.device != "auto" and cfg.device != self.device:
-            cfg = dataclasses.replace(cfg, device=self.device)
+        cfg = self.run_config(spec)
         run_dir = self.runs_dir / spec.name
         start = time.perf_counter()
         # runfolder.plan decides (reuse, extend, resume, train or refuse) under the run's lock,
@@ -295,6 +299,13 @@ class Study:
         info = RunInfo(spec, cfg, run_dir, status, seconds, summary)
         self.runs[spec.name] = info
         return info
+
+    def run_config(self, spec: RunSpec) -> PretrainConfig:
+        """``spec``'s config as this study trains it (its ``--device``)."""
+        cfg = spec.config()
+        if self.device != "auto" and cfg.device != self.device:
+            cfg = dataclasses.replace(cfg, device=self.device)
+        return cfg
 
     def _mirror(self, cfg, run_dir: Path) -> None:
         """A reused run and ``--tracker``: its ``metrics.jsonl`` and config go to the tracker
@@ -422,6 +433,10 @@ class Study:
         once the others are done."""
         from .launch import StudyProgress, WorkerJob
 
+        if self.dropout_draws != "global":
+            from .ensembles import with_setting
+
+            units = with_setting(units, "dropout_draws", self.dropout_draws)
         todo = [u for u in units if u.name not in self.done]
         if todo:
             if self.launcher.name != "inprocess":
@@ -429,16 +444,27 @@ class Study:
                          + (f" ({self.launcher.workers} at once)" if self.launcher.workers else ""))
             root = self.root.absolute()
             mine = self if self.launcher.name == "inprocess" else None
-            jobs = [WorkerJob(functools.partial(execute_unit, u, root, self.seed, self.progress, self.device,
-                                                self.tracker, mine), threads=_threads(), name=u.name) for u in todo]
+            if self.ensemble:  # shares of the units, each walked together (ensembles.py)
+                from .ensembles import chunks, execute_units, unit_outcomes
+
+                shares = chunks(todo, self.launcher.workers or 1)
+                settings = {"seed": self.seed, "progress": self.progress, "device": self.device, "tracker": self.tracker}
+                jobs = [WorkerJob(functools.partial(execute_units, share, root, settings, self.ensemble, mine),
+                                  threads=_threads(), name=f"{len(share)} units together") for share in shares]
+            else:
+                jobs = [WorkerJob(functools.partial(execute_unit, u, root, self.seed, self.progress, self.device,
+                                                    self.tracker, mine), threads=_threads(), name=u.name) for u in todo]
             # study-level progress with the time left: a bar on a terminal, else words on each unit's line
-            study = StudyProgress(len(todo), terminal=self.progress and sys.stderr.isatty())
+            study = StudyProgress(len(jobs), terminal=self.progress and sys.stderr.isatty())
             self._units_bar = study.bar
             try:
                 outcomes = self.launcher.run(jobs, self.log, study.finished)
             finally:
                 study.close()
                 self._units_bar = None
+            if self.ensemble:
+                per_unit = unit_outcomes(shares, outcomes)
+                outcomes = [per_unit[u.name] for u in todo]
             failed = []
             for unit, outcome in zip(todo, outcomes):
                 if outcome.error is not None:

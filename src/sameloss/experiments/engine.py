@@ -73,45 +73,78 @@ def cpu_time() -> float:
 
 # ---- the walk -----------------------------------------------------------------------------
 def walk(unit: Unit, actor) -> UnitRecord:
-    """The items of ``unit`` through ``actor`` (module docstring)."""
+    """The items of ``unit`` through ``actor`` (module docstring), its runs trained one after
+    another (``actor.train``)."""
     record = UnitRecord(unit.name, unit.study)
     start, cpu = time.perf_counter(), cpu_time()
-    _walk(unit.items, actor, record)
+
+    def one_by_one(runs: list[Run]) -> list[tuple[Any, float]]:
+        out = []
+        for run in runs:
+            spent = cpu_time()
+            out.append((actor.train(run, record), cpu_time() - spent))
+        return out
+
+    drive(steps(unit.items, actor, record), one_by_one, record)
     record.seconds, record.cpu_seconds = time.perf_counter() - start, cpu_time() - cpu
     return record
 
 
-def _walk(items, actor, record: UnitRecord) -> None:
+def drive(walking, train: Callable[[list[Run]], list], record: UnitRecord) -> None:
+    """Run a walk (``steps``) to its end: each list of runs it asks for trained by ``train``,
+    which returns ``(info, CPU seconds)`` per run (runs trained together,
+    ``experiments.ensembles``: each its share), counted to the run's ``cost``."""
+    try:
+        runs = next(walking)
+        while True:
+            done = train(runs)
+            for run, (_, cpu) in zip(runs, done):
+                if run.cost:
+                    record.cpu[run.cost] = record.cpu.get(run.cost, 0.0) + cpu
+            runs = walking.send([info for info, _ in done])
+    except StopIteration:
+        pass
+
+
+def steps(items, actor, record: UnitRecord):
+    """The walk of ``items`` as a generator: it measures and gates through ``actor`` and
+    yields each group of consecutive runs to train (a list of ``Run``), taking back their
+    infos (``send``) — so that a driver may train several units' runs together (``drive``,
+    ``experiments.ensembles``)."""
     for group in _groups(items):
         if isinstance(group, Gate):
             rows = [record.rows[measure_key(m)] for m in group.reads]
             ok, text = actor.gate(group, rows)
             record.gates[group.name] = (ok, text)
             if ok or group.on_fail == "mark":
-                _walk(group.then, actor, record)
+                yield from steps(group.then, actor, record)
+            continue
+        if isinstance(group[0], Run):
+            infos = yield group
+            record.runs.update((run.name, info) for run, info in zip(group, infos))
             continue
         for item in actor.bar(group, record):
             spent = cpu_time()
-            if isinstance(item, Run):
-                record.runs[item.name] = actor.train(item, record)
-            else:
-                try:
-                    record.rows[measure_key(item)] = actor.measure(item, record)
-                except UserError as exc:
-                    if not item.optional:
-                        raise
-                    record.skipped[measure_key(item)] = str(exc)
+            try:
+                record.rows[measure_key(item)] = actor.measure(item, record)
+            except UserError as exc:
+                if not item.optional:
+                    raise
+                record.skipped[measure_key(item)] = str(exc)
             if item.cost:
                 record.cpu[item.cost] = record.cpu.get(item.cost, 0.0) + cpu_time() - spent
 
 
 def _groups(items) -> list:
     """The items as gates and lists: consecutive measures of one run's checkpoints together
-    (a progress bar counts them), every other item alone."""
+    (a progress bar counts them), consecutive runs together (they may train as one ensemble),
+    every other item alone."""
     out: list = []
     for item in items:
         run = _run_of(item)
         if run is not None and out and isinstance(out[-1], list) and _run_of(out[-1][-1]) == run:
+            out[-1].append(item)
+        elif isinstance(item, Run) and out and isinstance(out[-1], list) and isinstance(out[-1][-1], Run):
             out[-1].append(item)
         else:
             out.append(item if isinstance(item, Gate) else [item])

@@ -51,6 +51,8 @@ SUBMITIT_DIR = "submitit"
 # a local worker has no time limit of its own (submitit's LocalExecutor default is 2 minutes)
 LOCAL_TIMEOUT_MIN = 60 * 24 * 365
 POLL_SECONDS = 0.5  # how often the local launcher looks for a finished worker
+# how often, at most, the main log says what each running worker is doing (its log's last line)
+STAGE_SECONDS = 30.0
 SLURM_MEM = re.compile(r"^\d+(\.\d+)?[KMGT]?B?$", re.IGNORECASE)
 SLURM_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9-]*$")
 # what the array's script sets itself: --slurm-extra may not set these again
@@ -308,8 +310,11 @@ class Local:
         waiting = list(range(len(jobs)))
         running: dict[int, tuple[int, Any, float]] = {}  # slot -> (job index, submitit job, start)
         out: list[Outcome | None] = [None] * len(jobs)
+        stages = WorkerStages(log)
         try:
             while waiting or running:
+                stages.report({jobs[i].name: job for i, job, _ in running.values()},
+                              len(jobs) - len(waiting) - len(running), len(jobs))
                 for slot in range(slots):
                     if slot not in running and waiting:
                         i = waiting.pop(0)
@@ -473,6 +478,43 @@ class Slurm:
             log(f"[{k}/{len(jobs)}] {job.name}: {'failed' if out[-1].error else 'done'} "
                 f"({out[-1].worker.get('host', '')}, {_describe(out[-1].worker)})" + (f"; {eta}" if eta else ""))
         return out
+
+
+class WorkerStages:
+    """What the running local workers are doing, in the main log: every ``STAGE_SECONDS`` at
+    most, each worker whose stage changed gets a line — its unit's name and the last line
+    its own log holds (``run …: training N steps``, ``measure …``) — with the units done, so
+    a study that runs for half an hour in workers is not silent where the user looks."""
+
+    def __init__(self, log: Callable[[str], None], every: float | None = None):
+        self.log, self.every = log, STAGE_SECONDS if every is None else every
+        self.last = time.monotonic()
+        self.shown: dict[str, str] = {}
+
+    def report(self, running: dict[str, Any], done: int, total: int) -> None:
+        if time.monotonic() - self.last < self.every:
+            return
+        self.last = time.monotonic()
+        for name, job in running.items():
+            line = last_line(getattr(getattr(job, "paths", None), "stdout", None))
+            if line and self.shown.get(name) != line:
+                self.shown[name] = line
+                self.log(f"[{done}/{total} done] {name}: {line}")
+
+
+def last_line(path) -> str:
+    """The last non-empty line of a worker's log (``""``: none yet), read from its end."""
+    if path is None:
+        return ""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4096))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [x.strip() for x in tail.replace("\r", "\n").splitlines() if x.strip()]
+    return lines[-1][:160] if lines else ""
 
 
 class StudyProgress:

@@ -100,7 +100,15 @@ class Design:
 def comparison_target(kl_a, kl_b) -> float:
     """One target KL for a pair of forks, from their measured KL ranges alone: the middle of
     the ranges' overlap, or where they do not overlap, the middle of the gap between them
-    (both forks then extrapolate by half the gap, the least either can)."""
+    (both forks then extrapolate by half the gap, the least either can).
+
+    Args:
+        kl_a: the KLs of one fork's measured checkpoints.
+        kl_b: the other fork's.
+
+    Returns:
+        the target KL (nats).
+    """
     low = max(min(kl_a), min(kl_b))
     high = min(max(kl_a), max(kl_b))
     return (low + high) / 2
@@ -115,7 +123,16 @@ def at_target(kls, values, target: float) -> float:
     """The least-squares line of ``values`` on ``kls`` (one fork's checkpoints on its stretch)
     evaluated at ``target``; the mean of ``values`` when the KLs do not vary (nothing to fit).
     A line, not an interpolation between the two nearest checkpoints: it reads every
-    checkpoint, so its estimate inside the range is less noisy than any one checkpoint's."""
+    checkpoint, so its estimate inside the range is less noisy than any one checkpoint's.
+
+    Args:
+        kls: the exact KLs of one fork's measured checkpoints.
+        values: the quantity at each (an accuracy, a trace).
+        target: the KL to estimate it at.
+
+    Returns:
+        the estimate (``nan`` without checkpoints).
+    """
     if len(kls) == 0:
         return math.nan
     return line(kls, values).at(target)

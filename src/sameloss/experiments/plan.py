@@ -101,6 +101,15 @@ UTILISATION_SOURCE = {"cpu": "measured on this project's CPU, one thread (bench/
 # on a GPU). a100: the h100's, assumed. On the CPU a small step's overhead is in the
 # measured utilisation.
 STEP_FLOOR_S = {"cpu": 0.0, "h100": 8.7e-3, "a100": 8.7e-3}
+# ``--ensemble N`` (experiments/ensembles.py): S runs of one ``ensemble_key`` that the engine
+# asks for together (the plan's proxy: one key and one first step, e.g. one fork of every
+# seed) train as one computation. On a GPU (the ``vmap`` strategy) a step of S members costs
+# max(S × a member's FLOPs / rate, STEP_FLOOR_S): the floor is one model's, measured; an
+# ensemble step's own floor is assumed equal to it until bench/bench_ensemble.py measures it on
+# a GPU (issue 51). On the CPU (the ``loop`` strategy) a member costs what one model does.
+ENSEMBLE_SOURCE = ("a step of S members costs max(S × a member's FLOPs / rate, the launch floor of one model's step), "
+                   "the floor measured for one tiny model on an H100 (bench/gpu_workers.py) and assumed for an "
+                   "ensemble's step too, not yet measured (bench/bench_ensemble.py on a GPU: issue 51)")
 
 
 
@@ -207,7 +216,8 @@ class Record:
 
 
 def dry_plan(experiment: str, scale: str, out: str | Path = "runs", seed: int = 0,
-             languages: list[str] | None = None, preset=None, budget: float | None = None) -> Plan:
+             languages: list[str] | None = None, preset=None, budget: float | None = None,
+             dropout_draws: str = "global") -> Plan:
     """The runs and measures of ``experiment`` at ``scale`` (module docstring; ``languages``:
     ``--language`` specs; ``preset``: plan this preset instead of the scale's; ``budget``:
     ``--budget`` minutes), nothing written: the engine walks the recipe's declaration with
@@ -224,11 +234,18 @@ def dry_plan(experiment: str, scale: str, out: str | Path = "runs", seed: int = 
     p = on_budget(recipe, experiment, on_languages(recipe, experiment, preset or recipe.PRESETS[scale], languages),
                   budget)
     suffix = getattr(recipe, "folder_suffix", lambda _: "")(p)
+    suffix += "" if dropout_draws == "global" else f"-{dropout_draws}"
     plan = Plan(experiment, scale, Path(out) / (experiment_dir_name(experiment, scale, seed) + suffix))
     setup = Setup(plan.root, seed, lambda msg: None, planning=True)
     plan.language_shapes = setup.language_shapes
-    run_stages(recipe.units(setup, p), lambda units: [walk(u, Record(plan, u.study)) for u in units],
-               lambda later, records: later.plan(setup, *later.args), log=setup.log)
+    def record(units):
+        if dropout_draws != "global":  # as the study's run_units sets it (``--dropout-draws``)
+            from .ensembles import with_setting
+
+            units = with_setting(units, "dropout_draws", dropout_draws)
+        return [walk(u, Record(plan, u.study)) for u in units]
+
+    run_stages(recipe.units(setup, p), record, lambda later, records: later.plan(setup, *later.args), log=setup.log)
     return plan
 
 
@@ -430,10 +447,29 @@ class Estimate:
     measures: list[dict]
     stages: dict[str, dict[str, float]]  # stage -> {flops, seconds}
     unit_seconds: list[float]
+    ensemble: int | None = None  # --ensemble N (each run's ``members``: its ensemble's size)
 
     @property
     def seconds(self) -> float:
         return sum(s["seconds"] for s in self.stages.values())
+
+    def training_utilisation(self) -> float:
+        """The share of the training peak the planned training reaches: the stage's
+        utilisation, or much less where the step floor (``STEP_FLOOR_S``) sets the time."""
+        seconds = self.stages["training"]["seconds"]
+        return self.stages["training"]["flops"] / (seconds * self.peak["bf16"]) if seconds > 0 else 0.0
+
+    def fill(self) -> int:
+        """Models per launch that would fill the card (``UTILISATION``'s training share): the
+        FLOP time of one step of a launch-bound run against its step floor — the members of
+        an ensemble trained as one computation, or about as many processes if they scaled
+        (they do not: ``STEP_FLOOR_S``'s measurement). 1 where no run is launch-bound."""
+        bound = [r for r in self.runs if r["launch_bound"]]
+        if not bound:
+            return 1
+        rate = self.peak["bf16"] * UTILISATION[self.device]["training"]
+        per_step = sorted(r["flops"] / r["steps"] / rate for r in bound if r["steps"])
+        return max(1, int(STEP_FLOOR_S[self.device] / per_step[len(per_step) // 2]))
 
     @property
     def wall(self) -> float:
@@ -444,8 +480,32 @@ class Estimate:
         return max(loads)
 
 
+def ensemble_sizes(runs: list[PlannedRun], device: str, cap: int | None) -> list[int]:
+    """Per planned run, the members of the ensemble the engine would train it in under
+    ``--ensemble cap`` (1: alone): runs of one ``ensemble_key`` and first step, ``cap`` at a
+    time, those the device's strategy can batch (a GPU's: no global-RNG dropout)."""
+    if not cap or cap < 2:
+        return [1] * len(runs)
+    from ..training.ensemble import batchable, ensemble_key
+
+    strategy = "loop" if device == "cpu" else "vmap"
+    groups: dict[tuple, list[int]] = {}
+    for i, r in enumerate(runs):
+        if batchable(r.config, strategy) is None:
+            groups.setdefault((ensemble_key(r.config), r.start_step), []).append(i)
+    sizes = [1] * len(runs)
+    for members in groups.values():
+        for k in range(0, len(members), cap):
+            share = members[k:k + cap]
+            for i in share:
+                sizes[i] = len(share)
+    return sizes
+
+
 def estimate(plan: Plan, device: str, workers: int = 1, cpu_peak: float | None = None,
-             memory: bool = True) -> Estimate:
+             memory: bool = True, ensemble: int | None = None) -> Estimate:
+    """The plan's FLOPs, memory and time on ``device`` (module docstring); ``ensemble``: the
+    engine's ``--ensemble`` cap (``ENSEMBLE_SOURCE`` says how an ensemble step is priced)."""
     peak = peaks(device, cpu_peak)
     util = UTILISATION[device]
     rates = {"training": peak["bf16"] * util["training"],
@@ -469,19 +529,25 @@ def estimate(plan: Plan, device: str, workers: int = 1, cpu_peak: float | None =
         per_study[study] = per_study.get(study, 0.0) + seconds
         return seconds
 
-    for r in plan.runs:
+    sizes = ensemble_sizes(plan.runs, device, ensemble)
+    for r, members in zip(plan.runs, sizes):
         m = shape(r.config)
         steps, flops = training_flops(r.config, m, r.start_step)
         evals = training_evaluations(r.config, r.start_step)
         eval_flops = evals * r.config.eval.n_sentences * forward_flops_per_token(m) * m.max_len
-        seconds = add("training", flops, r.study or r.name, steps * STEP_FLOOR_S[device])
+        # a member's share of its ensemble's steps: the floor is paid once per ensemble step
+        floor = steps * STEP_FLOOR_S[device] / members
+        seconds = add("training", flops, r.study or r.name, floor)
+        train_seconds = seconds
         seconds += add("exact-KL evaluation", eval_flops, r.study or r.name)
         key = ("train", repr(r.config.model), r.config.batch_size, m.vocab, m.max_len)
         if memory and key not in mem_cache:
             mem_cache[key] = training_peak_bytes(r.config, m)
         runs.append({"run": r.name, "study": r.study, "model": _model_name(r.config, m), "parameters": m.n_params,
                      "steps": steps, "batch": r.config.batch_size, "flops": flops, "evaluations": evals,
-                     "peak_bytes": mem_cache.get(key), "seconds": seconds})
+                     "peak_bytes": mem_cache.get(key), "seconds": seconds,
+                     "launch_bound": floor > flops / rates["training"], "train_seconds": train_seconds,
+                     "members": members})
     for ms in plan.measures:
         m = shape(ms.config)
         flops = measure_flops(ms.spec, m)
@@ -493,7 +559,7 @@ def estimate(plan: Plan, device: str, workers: int = 1, cpu_peak: float | None =
         measures.append({"run": ms.run, "model": ms.embedded_into or _model_name(ms.config, m), "flops": flops,
                          "peaks": mem_cache.get(key, {}), "seconds": seconds})
     # the units of a study: its seeds' chains (one each), else its runs
-    return Estimate(plan, device, workers, peak, runs, measures, stages, list(per_study.values()))
+    return Estimate(plan, device, workers, peak, runs, measures, stages, list(per_study.values()), ensemble)
 
 
 def _model_name(cfg, m: ModelShape) -> str:

@@ -200,20 +200,25 @@ class Section:
     runs: list = field(default_factory=list)  # core.RunInfo of the runs used
     # before the Runs table: what a reader needs first (a study's verdicts, issue 23)
     lead: bool = False
+    # the answer in at most four lines (a lead section's: what was decided and which way, what
+    # is open and what it would take), opening report.md and the terminal before anything else
+    answer: list[str] = field(default_factory=list)
+    figures_first: bool = False  # its figures before its tables (a study's forest plot above its verdicts)
 
     def markdown(self, level: int = 2, numbers=None) -> str:
         """The section; ``numbers`` (an iterator of integers) numbers its figures."""
         h = "#" * level
         parts = [f"{h} {self.title}"]
         parts += self.text
-        for t in self.tables:
-            parts.append(t.markdown())
+        tables = [t.markdown() for t in self.tables]
+        figures = []
         for figure in self.figures:
             if isinstance(figure, Figure):
-                parts.append(figure.markdown(next(numbers) if numbers is not None else None))
+                figures.append(figure.markdown(next(numbers) if numbers is not None else None))
             else:
                 name, caption = figure
-                parts.append(f"![{caption}]({name})  \n*{caption}*")
+                figures.append(f"![{caption}]({name})  \n*{caption}*")
+        parts += figures + tables if self.figures_first else tables + figures
         if self.claims:
             parts.append(f"{h}# Claims of the paper, checked\n\n" + "\n".join(c.markdown() for c in self.claims))
         if self.notes:
@@ -226,21 +231,29 @@ def _plain(text: str) -> str:
     return text.replace("**", "").replace("`", "")
 
 
-def terminal_summary(sections: list[Section]) -> str:
-    """What ``reproduce`` prints when it ends, the study's answer: each lead section (a
-    study's verdicts) — its tables as plain text (their ``terminal`` columns), or, a lead
-    without a table, its text ("No verdict: no headroom ...") —; a report without a lead
-    section gives its claims, each with this run's direction."""
-    parts = []
+def answer_lines(sections: list[Section], runtime: str = "") -> list[str]:
+    """The lines that open a report and the terminal: the lead sections' ``answer`` lines,
+    then ``runtime`` (at most five lines for one study)."""
+    return [line for s in sections if s.lead for line in s.answer] + ([runtime] if runtime else [])
+
+
+def terminal_summary(sections: list[Section], runtime: str = "") -> str:
+    """What ``reproduce`` prints when it ends, the study's answer: its answer lines
+    (``answer_lines``), then each lead section (a study's verdicts) — its tables as plain
+    text (their ``terminal`` columns), or, a lead without a table, its text ("No verdict:
+    no headroom ...") —; a report without a lead section gives its claims, each with this
+    run's direction."""
+    answer = answer_lines(sections, runtime)
+    parts = ["\n".join(_plain(x) for x in answer)] if answer else []
     for s in (s for s in sections if s.lead):
         parts.append(f"== {_plain(s.title)} ==")
         parts += [t.plain() for t in s.tables] if s.tables else [_plain(x) for x in s.text]
-    if not parts:
+    if len(parts) <= (1 if answer else 0):
         for s in sections:
             for c in s.claims:
                 parts.append(_plain(f"- {c.paper}\n  this run: {c.measured} Direction: {c.verdict}."))
         if parts:
-            parts.insert(0, "== Claims of the paper, checked ==")
+            parts.insert(1 if answer else 0, "== Claims of the paper, checked ==")
     return "\n\n".join(parts)
 
 
@@ -306,16 +319,19 @@ def _csv_value(v):
     return v
 
 
-def write_report(root: Path, title: str, header: list[str], sections: list[Section]) -> Path:
+def write_report(root: Path, title: str, header: list[str], sections: list[Section], runtime: str = "") -> Path:
     """``results.csv`` (the model rows of every section, merged by model), the other CSV
-    files, and ``report.md``."""
+    files, and ``report.md``: its title, the answer (``answer_lines``, with ``runtime``),
+    the header, the sections."""
     rows = merge_rows([r for s in sections for r in s.rows])
     write_csv(rows, root / "results.csv")
     for s in sections:
         for name, file_rows in s.files.items():
             write_csv(file_rows, root / name)
     numbers = itertools.count(1)  # figures numbered through the report
-    text = "\n\n".join([f"# {title}", *header, *(s.markdown(numbers=numbers) for s in sections)]) + "\n"
+    answer = answer_lines(sections, runtime)
+    opening = ["  \n".join(answer)] if answer else []
+    text = "\n\n".join([f"# {title}", *opening, *header, *(s.markdown(numbers=numbers) for s in sections)]) + "\n"
     path = root / "report.md"
     with _output(path):
         atomic_write_text(path, text)

@@ -1,14 +1,14 @@
 """Rank correlations, bootstrap intervals and the verdict of a claim (numpy; Student's t
 from ``scipy.stats``).
 
-* ``rankdata(x)``: ranks 1..n, ties get the average of the ranks they span;
-* ``spearman_rho(x, y)``: Pearson correlation of the (average) ranks;
+* ``rankdata(x)``: ranks 1..n, ties get the average of the ranks they span (scipy's);
+* ``spearman_rho(x, y)``: Pearson correlation of the (average) ranks (scipy's ``spearmanr``);
 * ``kendall_tau(x, y)``: Kendall's tau-b ``(C - D) / sqrt((n0 - n1)(n0 - n2))`` with
   ``n0 = n(n-1)/2`` pairs, ``n1``/``n2`` the pairs tied in x / in y (pairs tied in both
-  count in neither C nor D); equals tau-a when there are no ties;
+  count in neither C nor D); equals tau-a when there are no ties (ours: exact ±1, see there);
 * ``bootstrap_ci(stat, *arrays)``: percentile interval of a statistic of paired samples,
-  rows resampled with replacement (resamples where the statistic is undefined, e.g. all
-  x tied, are dropped and counted);
+  rows resampled with replacement (``scipy.stats.bootstrap``'s resamples; those where the
+  statistic is undefined, e.g. all x tied, are dropped and counted);
 * ``diff_interval``: a difference of two means with its normal 95% interval;
 * ``verdict``: does a measured effect agree in direction with a claim, and does its
   interval exclude zero.
@@ -42,40 +42,48 @@ Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
 
 def rankdata(x: Sequence[float]) -> np.ndarray:
-    """Ranks starting at 1; tied values share the mean of their ranks."""
-    a = np.asarray(x, dtype=float)
-    n = a.size
-    order = np.argsort(a, kind="mergesort")
-    ranks = np.empty(n, dtype=float)
-    sorted_a = a[order]
-    i = 0
-    while i < n:
-        j = i
-        while j + 1 < n and sorted_a[j + 1] == sorted_a[i]:
-            j += 1
-        ranks[order[i:j + 1]] = 0.5 * (i + j) + 1.0
-        i = j + 1
-    return ranks
+    """Ranks starting at 1; tied values share the mean of their ranks (``scipy.stats.rankdata``).
 
+    Args:
+        x: the values, a 1-d sequence.
 
-def _pearson(a: np.ndarray, b: np.ndarray) -> float:
-    a = a - a.mean()
-    b = b - b.mean()
-    den = math.sqrt(float((a * a).sum()) * float((b * b).sum()))
-    if den == 0.0:
-        return float("nan")
-    return float((a * b).sum() / den)
+    Returns:
+        float ranks, one per value.
+    """
+    return stats.rankdata(np.asarray(x, dtype=float), method="average").astype(float)
 
 
 def spearman_rho(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rank correlation (``scipy.stats.spearmanr``: Pearson's of the average ranks).
+
+    Args:
+        x: the first sample, 1-d.
+        y: the second, paired with ``x`` (the same length).
+
+    Returns:
+        rho, or ``nan`` for fewer than 2 points or a constant sample.
+    """
     x, y = _pair(x, y)
-    if x.size < 2:
+    if x.size < 2 or _constant(x) or _constant(y):  # scipy would warn and return nan
         return float("nan")
-    return _pearson(rankdata(x), rankdata(y))
+    return float(stats.spearmanr(x, y).statistic)
 
 
 def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float:
-    """Kendall's tau-b (O(n²); the experiments compare tens of models)."""
+    """Kendall's tau-b, vectorised over the pairs (O(n²); the experiments compare tens of models).
+
+    Ours, not ``scipy.stats.kendalltau``: scipy divides by the two square roots one after the
+    other, so a perfect ordering comes out as ``-0.9999999999999999`` where this one is ``-1``
+    exactly; the smoke results are pinned bit for bit (``test_smoke_digests.py``) and a trend
+    claim reads an exact ±1. The two agree to 1e-12 otherwise (``test_stats.py``).
+
+    Args:
+        x: the first sample, 1-d.
+        y: the second, paired with ``x`` (the same length).
+
+    Returns:
+        tau-b, or ``nan`` for fewer than 2 points or a constant sample.
+    """
     x, y = _pair(x, y)
     n = x.size
     if n < 2:
@@ -91,6 +99,10 @@ def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float:
     if den == 0.0:
         return float("nan")
     return s / den
+
+
+def _constant(a: np.ndarray) -> bool:
+    return bool(np.all(a == a[0]))
 
 
 def _pair(x, y) -> tuple[np.ndarray, np.ndarray]:
@@ -123,20 +135,41 @@ class Interval:
 def bootstrap_ci(stat: Callable[..., float], *arrays: Sequence[float], n_boot: int = 2000, level: float = 0.95,
                  seed: int = 0) -> Interval:
     """Percentile bootstrap interval of ``stat(*arrays)``; the arrays are paired (rows are
-    resampled together). Resamples whose statistic is ``nan`` are dropped; if all are,
-    the interval is ``(nan, nan)``."""
+    resampled together).
+
+    The resamples are ``scipy.stats.bootstrap``'s (``paired=True``; its ``n_boot × n`` index
+    draw from ``default_rng(seed)`` is the one a loop of ``n_boot`` draws of ``n`` makes, so
+    the intervals equal the ones this function computed by hand before). The percentiles are
+    taken here, from its ``bootstrap_distribution``: scipy's own interval is ``nan`` once one
+    resample is undefined (e.g. Kendall's tau of a resample whose x are all tied), where the
+    undefined resamples are dropped here and counted (``Interval.n_undefined``).
+
+    Args:
+        stat: the statistic, ``stat(*columns) -> float``; one taking ``axis=`` (e.g.
+            ``np.mean``) is evaluated on all resamples at once.
+        *arrays: paired 1-d samples of one length.
+        n_boot: resamples.
+        level: the interval's coverage.
+        seed: of the resampling.
+
+    Returns:
+        the estimate on the data with the interval; ``(nan, nan)`` with fewer than 2 rows or
+        when every resample is undefined.
+    """
+    import warnings
+
     cols = [np.asarray(a, dtype=float) for a in arrays]
     n = cols[0].size
     if any(c.shape != (n,) for c in cols):
         raise ValueError("bootstrap_ci: the arrays must be 1-d of the same length")
     estimate = float(stat(*cols)) if n else float("nan")
-    if n < 2:
-        return Interval(estimate, float("nan"), float("nan"), level, n, 0, n_boot)
-    rng = np.random.default_rng(seed)
-    values = np.empty(n_boot)
-    for b in range(n_boot):
-        idx = rng.integers(0, n, size=n)
-        values[b] = stat(*(c[idx] for c in cols))
+    if n < 2 or n_boot == 0:
+        return Interval(estimate, float("nan"), float("nan"), level, n, 0 if n < 2 else n_boot, n_boot)
+    with warnings.catch_warnings():  # scipy's warning that its own (unused) interval is nan
+        warnings.simplefilter("ignore")
+        values = stats.bootstrap(cols, stat, n_resamples=n_boot, paired=True, method="percentile",
+                                 confidence_level=level, rng=np.random.default_rng(seed)).bootstrap_distribution
+    values = np.asarray(values, dtype=float)
     good = values[np.isfinite(values)]
     if good.size == 0:
         return Interval(estimate, float("nan"), float("nan"), level, n, n_boot, n_boot)

@@ -190,9 +190,18 @@ def corpus_word_ids(tokenizer, language, folder: str | Path) -> list[int]:
 
 
 def load_hf_folder(folder: str | Path, language, device: str = "cpu") -> HFMaskedLM:
-    """The ``HFMaskedLM`` of a local Hugging Face masked-LM folder on ``language``, in
-    float32 and eval mode (``UserError`` for a folder that is not one, or whose
-    tokenizer cannot express the language)."""
+    """Load a local Hugging Face masked-LM folder to be measured on a sameloss language.
+
+    Args:
+        folder: the Hugging Face folder (``AutoModelForMaskedLM`` and its tokenizer).
+        language: the sameloss language (or prepared corpus) it is measured on.
+        device: where the model goes.
+
+    Returns:
+        a module mapping sameloss token ids to logits over the language's vocabulary, in
+        float32 and eval mode, which every measure accepts. ``UserError`` for a folder that
+        is not one, or whose tokenizer cannot express the language.
+    """
     folder = Path(folder)
     try:
         import transformers

@@ -47,6 +47,13 @@ def to_hf_bert(model: TransformerMLM, attn_implementation: str = "sdpa"):
     """A ``BertForMaskedLM`` computing the same function as ``model`` (weights copied).
 
     Call it as ``hf(input_ids=tokens, attention_mask=(tokens != pad_id).long())``.
+
+    Args:
+        model: a post-LN sameloss transformer.
+        attn_implementation: transformers' attention (``sdpa`` or ``eager``).
+
+    Returns:
+        the ``BertForMaskedLM``.
     """
     from transformers import BertForMaskedLM
 

@@ -58,10 +58,18 @@ def _load(path: Path):
 
 
 def export_checkpoint(path: str | Path, out: str | Path, measures: str | Path | None = None) -> Path:
-    """Write the Hugging Face folder of checkpoint ``path`` (or of a run's newest
-    checkpoint) to ``out``, which must not exist; returns ``out``. ``measures``: a
-    ``sameloss measure --out`` file to take the trace from (default: any such file
-    inside the run folder that has a row of this checkpoint)."""
+    """Write a checkpoint as a Hugging Face folder (``BertForMaskedLM``, word-level tokenizer,
+    ``sameloss.toml``, model card) that transformers loads without sameloss.
+
+    Args:
+        path: a checkpoint folder, or a run folder (its newest checkpoint).
+        out: the new folder; it must not exist.
+        measures: a ``sameloss measure --out`` file to take the trace from (default: any
+            such file inside the run folder that has a row of this checkpoint).
+
+    Returns:
+        ``out``.
+    """
     out = Path(out)
     if out.exists() or out.is_symlink():
         raise UserError(f"{out} already exists; export writes a new folder (choose another --out)")

@@ -24,12 +24,35 @@ def make_language(name: str, preset: str = "tiny", seed: int | None = None, gram
                   params: str | None = None,
                   generator: str | None = None, k: int | None = None, length: int | None = None,
                   device: str = "cpu", data: str | None = None, pool: str | None = None) -> Language:
-    """Build the registered language ``name`` from ``language.*`` settings (``preset``: its
-    size; ``seed``: another random language of that size's shape; ``params``: constructor
-    settings over the size's own, ``"key=value[,key=value...]"``; ``grammar``: a PCFG
-    grammar file; ``generator``, ``k``, ``length``, ``pool``: the causal language; ``data``:
-    a prepared corpus; ``device``: where a generator runs). A setting the language does not
-    take is refused (one line naming the languages that take it); an unknown name too."""
+    """Build the registered language ``name`` from its ``language.*`` settings.
+
+    A setting the language does not take is refused (a ``UserError`` naming the languages
+    that take it); an unknown name too.
+
+    Args:
+        name: a registered language: ``hmm``, ``pcfg``, ``dyck``, ``causal``, ``corpus`` or a
+            plugin's (``sameloss.registry.languages()``).
+        preset: its named size (``micro``, ``headroom``, ``tiny``, ``paper``; the isoloss study
+            uses ``headroom``).
+        seed: another random language of that size's shape (``None``: the size's own).
+        grammar: a PCFG grammar file (pcfg; overrides ``preset``).
+        params: constructor settings over the size's own, ``"key=value[,key=value...]"``
+            (hmm, pcfg; e.g. ``"n_states=6,emission_concentration=0.5"``).
+        generator: a local Hugging Face causal LM folder (causal).
+        k: the causal language's allowed tokens.
+        length: the causal language's sentence length.
+        device: where a causal generator runs.
+        data: a prepared corpus folder (corpus; ``sameloss corpus prepare``).
+        pool: a token pool of the causal language (``sameloss causal-lm sample``).
+
+    Returns:
+        the language (``languages.base.Language``).
+
+    Example:
+        >>> hmm = make_language("hmm", preset="micro")
+        >>> hmm.n_words, sorted(hmm.tasks)[0]
+        (8, 'task-3')
+    """
     entry = registry.language(name)
     given = {"size": preset, "seed": seed, "params": params, "grammar": grammar, "generator": generator, "k": k, "length": length,
              "pool": pool, "data": data, "device": device}

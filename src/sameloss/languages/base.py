@@ -170,7 +170,14 @@ class Language(ABC):
         return self.n_words + 2
 
     def decode(self, tokens: torch.Tensor) -> str:
-        """One sentence of ids as text (pad dropped, mask shown as ``[MASK]``)."""
+        """One sentence of ids as text (pad dropped, mask shown as ``[MASK]``).
+
+        Args:
+            tokens: ``[T]`` ids.
+
+        Returns:
+            the words, space-separated.
+        """
         out = []
         for t in tokens.tolist():
             if t == self.pad_id:
@@ -184,20 +191,34 @@ class Language(ABC):
     # ---- the protocol ---------------------------------------------------------------
     @abstractmethod
     def sample(self, n: int, generator: torch.Generator | None = None) -> Batch:
-        """Draw ``n`` sentences."""
+        """Draw ``n`` sentences.
+
+        Args:
+            n: sentences.
+            generator: the random stream (``None``: torch's global one).
+
+        Returns:
+            the sentences, their lengths and their latent structure (if any).
+        """
 
     @abstractmethod
     def conditionals(
         self, tokens: torch.Tensor, masked: torch.Tensor, query: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """Exact conditionals, float64 ``[Q, n_words]``.
+        """Exact masked-token conditionals, every query position in one batched pass.
 
-        ``tokens``: ``[n, T]`` ids (the value at a masked position is ignored).
-        ``masked``: ``[n, T]`` bool, positions whose word is hidden (marginalised).
-        ``query``: ``[n, T]`` bool, positions to return ``P(x_t | tokens at unmasked
-        positions other than t)`` for; defaults to ``masked``. Rows follow
-        ``query.nonzero()`` (row-major). Query positions need not be masked: the
-        conditional of a position never depends on its own word.
+        Query positions need not be masked: the conditional of a position never depends on
+        its own word.
+
+        Args:
+            tokens: ``[n, T]`` ids (the value at a masked position is ignored).
+            masked: ``[n, T]`` bool, positions whose word is hidden (marginalised).
+            query: ``[n, T]`` bool, the positions to return ``P(x_t | tokens at unmasked
+                positions other than t)`` for (default: ``masked``).
+
+        Returns:
+            float64 ``[Q, n_words]``, one row per query position in ``query.nonzero()``
+            (row-major) order.
         """
 
     @property
@@ -212,12 +233,20 @@ class Language(ABC):
         mask_rate: float | None = None,
         batch_size: int = 2048,
     ) -> Estimate:
-        """Optimal MLM loss (nats per masked token) with its standard error.
+        """The optimal MLM loss (nats per masked token) with its standard error: the mean
+        entropy of the true conditionals.
 
-        ``mask_rate=None``: one masked position per sentence, averaged over every token
-        of every sentence (token-weighted: all single-mask conditionals come from one
-        pass). Otherwise: random masks at that rate (at least one per sentence), averaged
-        over the masked tokens — the optimal loss of MLM training at that rate.
+        Args:
+            n_sentences: sentences sampled.
+            generator: the random stream of the sentences and masks.
+            mask_rate: ``None``: one masked position per sentence, averaged over every token
+                of every sentence (token-weighted: all single-mask conditionals come from one
+                pass); else random masks at that rate (at least one per sentence), averaged
+                over the masked tokens — the optimal loss of MLM training at that rate.
+            batch_size: sentences per pass.
+
+        Returns:
+            the estimate (``mean``, ``stderr``).
         """
         sums, counts = [], []
         for start in range(0, n_sentences, batch_size):
@@ -239,11 +268,21 @@ class Language(ABC):
 
     def describe(self, n_sentences: int = 4096, seed: int = 0, n_examples: int = 5,
                  mask_rate: float = 0.15) -> dict:
-        """Summary used by ``sameloss language describe``.
+        """The summary ``sameloss language describe`` prints.
 
         Reports the optimal loss both with one masked position per sentence and at the
         training masking rate: for some languages (Dyck) a single masked token is
         determined by the rest and only the masked-rate figure is informative.
+
+        Args:
+            n_sentences: sentences sampled for the statistics.
+            seed: of the samples.
+            n_examples: example sentences shown.
+            mask_rate: the training masking rate of the second entropy.
+
+        Returns:
+            a JSON-ready dict: vocabulary, lengths, both entropies, each task's class count,
+            majority rate and kept fraction, examples.
         """
         gen = torch.Generator().manual_seed(seed)
         batch = self.sample(n_sentences, gen)

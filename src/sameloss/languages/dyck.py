@@ -79,9 +79,16 @@ def _check_length(length) -> int:
 
 
 class Dyck(Language):
-    """Fixed-length bracket strings with equal counts (the paper) or properly nested.
+    """Fixed-length bracket strings with equal counts (the paper's Theorem 5.1 setting) or
+    properly nested.
 
-    ``Dyck(length=T, nested=False)``; ``Dyck.preset("tiny" | "paper")``.
+    Args:
+        length: the sentence length T (even).
+        nested: properly nested strings instead of equal counts only.
+
+    Example:
+        >>> Dyck(length=8).sample(1).tokens.shape
+        torch.Size([1, 8])
     """
 
     name = "dyck"

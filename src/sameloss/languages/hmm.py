@@ -162,6 +162,23 @@ class HMM(Language):
 
         Drawn with numpy's ``default_rng(seed)`` (PCG64), so a seed fixes the language
         (numpy does not promise identical Dirichlet streams across major versions).
+
+        Args:
+            n_states: hidden states.
+            n_words: the vocabulary (words; special tokens are added after them).
+            length: words per sentence (every sentence has exactly this many).
+            seed: fixes the language.
+            concentration: Dirichlet concentration of each transition row.
+            emission_concentration: Dirichlet concentration of each emission row.
+            smoothing: the share of uniform mixed into every row, in [0, 1).
+
+        Returns:
+            the HMM, its tasks the hidden states at ``default_task_positions``.
+
+        Example:
+            >>> hmm = HMM.random(n_states=4, n_words=8, length=8, seed=0)
+            >>> hmm.sample(2).tokens.shape
+            torch.Size([2, 8])
         """
         for label, v in (("n_states", n_states), ("n_words", n_words), ("length", length)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:

@@ -115,14 +115,34 @@ class PCFG(Language):
     # ---- construction ---------------------------------------------------------------
     @classmethod
     def from_file(cls, path: str | Path, max_len: int | None = None) -> PCFG:
-        """Read a grammar file; ``max_len`` defaults to the longest sentence the grammar
-        can yield, capped at 32 (the paper's limit) for recursive grammars."""
+        """Read a grammar file: the released ``rule_deep_mlm.txt`` format, or sameloss's own
+        (``sameloss language describe pcfg --save-grammar``).
+
+        Args:
+            path: the grammar file (a malformed one is a ``UserError`` naming its line).
+            max_len: the longest sentence (default: the longest the grammar can yield,
+                capped at 32, the paper's limit, for recursive grammars).
+
+        Returns:
+            the PCFG, with its exact inside–outside parser.
+        """
         grammar = Grammar.from_file(path)
         return cls(grammar, max_len or _longest_yield(grammar, cap=32), source=str(path))
 
     @classmethod
     def random(cls, seed: int = 0, max_len: int | None = None, **kwargs) -> PCFG:
-        """A layered random grammar (see ``pcfg_random.random_layered`` for the knobs)."""
+        """A layered random grammar, as the paper's.
+
+        Args:
+            seed: fixes the grammar.
+            max_len: the longest sentence (default: the longest the grammar can yield,
+                capped at 32).
+            **kwargs: ``pcfg_random.random_layered``'s shape: words, levels, symbols per
+                level, rules per symbol, emission probability.
+
+        Returns:
+            the PCFG.
+        """
         grammar = random_layered(seed=seed, **kwargs)
         return cls(grammar, max_len if max_len is not None else _longest_yield(grammar, cap=32))
 

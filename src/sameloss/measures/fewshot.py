@@ -15,17 +15,20 @@ to the subset. ``subset_indices(pool, n, k, seed)`` draws them; ``fewshot_probes
 every (view, method) endpoint of a design on one representation.
 
 ``fewshot_accuracies(features_pool, labels_pool, features_test, labels_test, ...)`` trains
-one linear head per subset — all ``k`` of one size at once, as one batched problem — and
-returns the test accuracy of each. The heads are independent: the batched objective is the
-*sum* of the subsets' objectives, so its gradient is block-separable, AdamW's update is
-element-wise, and the convex objective's optimum is each subset's own optimum.
+one linear head per subset and returns the test accuracy of each; ``fewshot_probes`` fits
+every size's subsets of an endpoint together, and ``fewshot_probes_many`` every
+representation's too (a fork's probed checkpoints) — one batched problem per endpoint
+(``batched_heads``). The heads are independent: the batched problem is the *sum* of the
+subsets' objectives, each head keeps its own optimum (Newton) or its own schedule (AdamW).
 
 * ``method="adamw"`` — the paper's probe with a fixed budget: standardise on the subset,
   ``W ~ U(±1/√D)``, minibatch AdamW (lr 1e-3, weight decay on ``W``) for ``epochs`` epochs,
   the last iterate (no validation split in a few-shot design, so no early selection);
-* ``method="lbfgs"`` — the converged convex probe: ``mean CE + l2/2 ‖W‖²`` from zero by
-  full-batch L-BFGS (strong Wolfe) until the largest gradient entry is below ``tol``; the
-  largest per-subset gradient norm left is returned too.
+* ``method="lbfgs"`` — the converged convex probe: the optimum of ``mean CE + l2/2 ‖W‖²``
+  (the name is the column's: the heads were fitted by L-BFGS until issue 45; now Newton's
+  method to a gradient norm of 1e-10, L-BFGS only for probes wider than
+  ``batched_heads.NEWTON_MAX_PARAMS``); the largest per-subset gradient norm left is
+  returned too.
 
 Standardisation is folded into the head (``W/σ``, ``b − (μ/σ)·W``), so a test set is never
 copied per subset.
@@ -43,7 +46,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .heads import METHODS, HeadTraining, fit_linear_heads
+from .batched_heads import NEWTON_MAX_PARAMS, HeadGroup, adamw_heads, newton_heads
+from .heads import METHODS, FittedHeads, HeadTraining, fit_linear_heads
 
 POOLINGS = ("concat", "mean")
 
@@ -116,21 +120,31 @@ def fewshot_probes(pool_h: torch.Tensor, test_h: torch.Tensor, pool_y: torch.Ten
     """Every endpoint of ``design`` on one representation (``pool_h`` ``[pool, T, d]``,
     ``test_h`` ``[test, T, d]``, labels ``pool_y``, ``test_y``): per size, the mean test
     accuracy over the subsets, its std, the subsets' accuracies (and for lbfgs the largest
-    gradient norm left)."""
-    out: dict = {}
-    views = {name: (view(pool_h), view(test_h)) for name, view in design.views}
+    gradient norm left). ``fewshot_probes_many`` of one representation."""
+    return fewshot_probes_many([(pool_h, test_h)], pool_y, test_y, n_classes, design)[0]
+
+
+def fewshot_probes_many(representations: list[tuple[torch.Tensor, torch.Tensor]], pool_y: torch.Tensor,
+                        test_y: torch.Tensor, n_classes: int, design: FewShot) -> list[dict]:
+    """``fewshot_probes`` of several representations of the same pool and test sentences
+    (e.g. a fork's probed checkpoints), one result per representation, equal to one call
+    each: per endpoint, the heads of every representation, size and subset are fitted as
+    one batched problem (``batched_heads``)."""
+    out: list[dict] = [{} for _ in representations]
+    views = [{name: (view(p), view(t)) for name, view in design.views} for p, t in representations]
+    subsets = {n: subset_indices(design.pool, n, k, design.seed) for n, k in zip(design.sizes, design.subsets)}
     for view, method in design.endpoints:
-        xp, xt = views[view]
-        for n, k in zip(design.sizes, design.subsets):
-            subsets = subset_indices(design.pool, n, k, design.seed)
-            kw = {"l2": design.l2} if method == "lbfgs" else {"epochs": design.epochs}
-            acc, grad = fewshot_accuracies(xp, pool_y, xt, test_y, n_classes, subsets, method, **kw)
+        cells = [(r, n) for r in range(len(representations)) for n in design.sizes]
+        kw = {"l2": design.l2} if method == "lbfgs" else {"epochs": design.epochs}
+        accs = fewshot_accuracies_many([(views[r][view][0], subsets[n]) for r, n in cells], pool_y,
+                                       [views[r][view][1] for r, _ in cells], test_y, n_classes, method, **kw)
+        for (r, n), (acc, grad) in zip(cells, accs):
             key = f"{view}_{method}_n{n}"
-            out[key] = float(np.mean(acc))
-            out[f"{key}_std"] = float(np.std(acc, ddof=1)) if len(acc) > 1 else 0.0
-            out[f"{key}_subsets"] = acc
+            out[r][key] = float(np.mean(acc))
+            out[r][f"{key}_std"] = float(np.std(acc, ddof=1)) if len(acc) > 1 else 0.0
+            out[r][f"{key}_subsets"] = acc
             if method == "lbfgs":
-                out[f"{key}_grad"] = grad
+                out[r][f"{key}_grad"] = grad
     return out
 
 
@@ -150,28 +164,73 @@ def _standardised(x: torch.Tensor, eps: float = 1e-6) -> tuple[torch.Tensor, tor
     return (x - mu) / sd, mu, sd
 
 
-def train_heads(x: torch.Tensor, y: torch.Tensor, n_classes: int, method: str = "adamw", epochs: int = 100,
-                lr: float = 1e-3, batch_size: int = 128, weight_decay: float = 0.01, l2: float = 1e-3,
-                max_iter: int = 500, tol: float = 1e-6, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """Heads ``(W [k, C, D], b [k, C])`` on standardised ``x [k, n, D]`` with labels ``y [k, n]``,
-    and the largest per-subset gradient norm of the convex objective left (``nan`` for adamw):
-    ``heads.fit_linear_heads`` on a batch of heads."""
+def _training(method: str, tol: float = 1e-6, **settings) -> HeadTraining:
+    """The few-shot heads' training settings (``HeadTraining``'s fields; ``tol``: the
+    gradient tolerance), with this module's defaults: 100 epochs, l2 1e-3."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}")
-    how = HeadTraining(method, epochs=epochs, lr=lr, batch_size=batch_size, weight_decay=weight_decay, l2=l2,
-                       max_iter=max_iter, tolerance_grad=tol, tolerance_change=1e-14)
-    fit = fit_linear_heads(x, y, n_classes, how, seed=seed)
+    return HeadTraining(method, **{"epochs": 100, "l2": 1e-3, **settings}, tolerance_grad=tol, tolerance_change=1e-14)
+
+
+def train_heads(x: torch.Tensor, y: torch.Tensor, n_classes: int, method: str = "adamw", seed: int = 0,
+                **settings) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """Heads ``(W [k, C, D], b [k, C])`` on standardised ``x [k, n, D]`` with labels ``y [k, n]``,
+    and the largest per-subset gradient norm of the convex objective left (``nan`` for adamw):
+    ``_fit`` of one group (``settings``: ``_training``'s)."""
+    fit = _fit([HeadGroup(x, y, seed)], n_classes, _training(method, **settings))[0]
     grad = float(fit.grad_norm.max()) if fit.grad_norm is not None else float("nan")
     return fit.W, fit.b, grad
 
 
+ADAMW_PACK_BYTES = 48 * 2**20
+
+
+def _packs(groups: list[HeadGroup], budget: int) -> list[list[HeadGroup]]:
+    """Consecutive groups packed while their features take at most ``budget`` bytes (at
+    least one group a pack)."""
+    packs: list[list[HeadGroup]] = []
+    used = budget + 1
+    for g in groups:
+        size = g.x.numel() * g.x.element_size()
+        if used + size > budget:
+            packs.append([])
+            used = 0
+        packs[-1].append(g)
+        used += size
+    return packs
+
+
+def _fit(groups: list[HeadGroup], n_classes: int, how: HeadTraining) -> list[FittedHeads]:
+    """The heads of every group, fitted together: ``batched_heads.adamw_heads`` or
+    ``newton_heads``; a convex probe wider than ``NEWTON_MAX_PARAMS`` keeps L-BFGS
+    (``heads.fit_linear_heads``, group by group). Newton converges to ``min(tol, 1e-10)``
+    in the gradient norm (L-BFGS's ``tol`` bounds the largest gradient entry)."""
+    if how.method == "adamw":
+        # packs of groups whose examples take at most ADAMW_PACK_BYTES: the minibatch steps are
+        # bound by memory traffic, and one pack much larger than the caches (a fork's three
+        # checkpoints of a wide view) measured 1.5x slower than its parts one after another
+        out: list[FittedHeads] = []
+        for pack in _packs(groups, ADAMW_PACK_BYTES):
+            out += adamw_heads(pack, n_classes, how)
+        return out
+    if n_classes * (groups[0].x.shape[2] + 1) > NEWTON_MAX_PARAMS:
+        return [fit_linear_heads(g.x, g.y, n_classes, how, seed=g.seed) for g in groups]
+    return newton_heads(groups, n_classes, how.l2, tol=min(how.tolerance_grad, 1e-10), max_iter=how.max_iter)
+
+
 @torch.no_grad()
 def _accuracies(W: torch.Tensor, b: torch.Tensor, mu: torch.Tensor, sd: torch.Tensor, x_test: torch.Tensor,
-                y_test: torch.Tensor) -> torch.Tensor:
+                y_test: torch.Tensor, rows: int = 8192) -> torch.Tensor:
+    """``[k]``: each head's test accuracy, the standardisation folded into the heads; the
+    test set in chunks of ``rows``, all heads in one matrix product per chunk."""
     Wf = W / sd  # [k, C, D] / [k, 1, D]: the head on raw features
     bf = b - (W * (mu / sd)).sum(dim=2)
-    logits = torch.einsum("md,kcd->kmc", x_test, Wf) + bf[:, None, :]
-    return (logits.argmax(dim=2) == y_test[None]).double().mean(dim=1)
+    k, C, D = Wf.shape
+    correct = torch.zeros(k, dtype=torch.float64, device=W.device)
+    for start in range(0, x_test.shape[0], rows):
+        logits = (x_test[start:start + rows] @ Wf.reshape(k * C, D).T).view(-1, k, C) + bf
+        correct += (logits.argmax(dim=2) == y_test[start:start + rows, None]).sum(dim=0)
+    return correct / x_test.shape[0]
 
 
 def fewshot_accuracies(pool_x: torch.Tensor, pool_y: torch.Tensor, test_x: torch.Tensor, test_y: torch.Tensor,
@@ -180,11 +239,29 @@ def fewshot_accuracies(pool_x: torch.Tensor, pool_y: torch.Tensor, test_x: torch
     """Test accuracy of a head trained on each row of ``subsets`` (indices into the pool),
     and the largest gradient norm left (lbfgs; ``nan`` for adamw). Features are used in
     float64 for lbfgs (a converged optimum) and float32 for adamw."""
+    return fewshot_accuracies_many([(pool_x, subsets)], pool_y, [test_x], test_y, n_classes, method, **kwargs)[0]
+
+
+def fewshot_accuracies_many(cells: list[tuple[torch.Tensor, torch.Tensor]], pool_y: torch.Tensor,
+                            tests: list[torch.Tensor], test_y: torch.Tensor, n_classes: int, method: str = "adamw",
+                            **kwargs) -> list[tuple[list[float], float]]:
+    """``fewshot_accuracies`` of several cells ``(pool features, subsets)`` — each with its
+    own test features ``tests[i]`` —, their heads fitted together (``_fit``; ``kwargs``:
+    ``seed`` and ``_training``'s settings)."""
     dtype = torch.float64 if method == "lbfgs" else torch.float32
-    x, mu, sd = _standardised(pool_x.to(dtype)[subsets])
-    W, b, grad = train_heads(x, pool_y[subsets], n_classes, method=method, **kwargs)
-    acc = _accuracies(W, b, mu, sd, test_x.to(dtype), test_y)
-    return acc.tolist(), grad
+    seed = kwargs.pop("seed", 0)
+    how = _training(method, **kwargs)
+    groups, scales = [], []
+    for pool_x, subsets in cells:
+        x, mu, sd = _standardised(pool_x.to(dtype)[subsets])
+        groups.append(HeadGroup(x, pool_y[subsets], seed))
+        scales.append((mu, sd))
+    out = []
+    for fit, (mu, sd), test_x in zip(_fit(groups, n_classes, how), scales, tests):
+        acc = _accuracies(fit.W, fit.b, mu, sd, test_x.to(dtype), test_y)
+        grad = float(fit.grad_norm.max()) if fit.grad_norm is not None else float("nan")
+        out.append((acc.tolist(), grad))
+    return out
 
 
 @dataclass(frozen=True)

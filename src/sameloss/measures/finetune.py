@@ -199,9 +199,29 @@ def finetune(model: nn.Module, data: TaskData, pooling: str = "mean", seeds: Seq
              weight_decay: float = 0.01, schedule: str = "linear", select: str = "best",
              pad_id: int | None = None, progress: bool = False) -> DownstreamResult:
     """Fine-tune a fresh copy of ``model`` (encoder + linear head on a pooled
-    representation) once per seed; test accuracy mean ± std. The paper's settings are
-    the defaults (AdamW lr 1e-4, 200 warm-up steps, 10 epochs, 5 seeds); see the module
-    docstring for the pooling and the schedule."""
+    representation) once per seed. The paper's settings are the defaults (AdamW lr 1e-4,
+    200 warm-up steps, 10 epochs, 5 seeds); the module docstring has the pooling and the
+    schedule.
+
+    Args:
+        model: the encoder (left unchanged: each seed fine-tunes a copy).
+        data: the task's splits (``make_task_data``).
+        pooling: how the head reads the sentence: ``mean`` over positions, ``concat`` (all
+            positions concatenated) or ``cls``.
+        seeds: one fine-tuning per seed.
+        epochs: epochs per seed.
+        lr: AdamW learning rate.
+        warmup_steps: linear warm-up.
+        batch_size: examples per step.
+        weight_decay: AdamW weight decay.
+        schedule: the lr after the warm-up: ``linear`` decay or ``constant``.
+        select: ``best`` (the epoch with the best validation accuracy) or ``last``.
+        pad_id: the padding id (default ``model.config.pad_id``).
+        progress: show a progress bar.
+
+    Returns:
+        the test accuracy, mean ± std over the seeds, with each seed's record.
+    """
     _check_arguments(pooling, schedule, select, epochs, batch_size, lr, warmup_steps)
     if not seeds:
         raise UserError("finetune needs at least one seed")

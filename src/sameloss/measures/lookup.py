@@ -66,8 +66,27 @@ def lookup_table_probe(language: Language, data: TaskData, method: str = "adamw"
                        batch_size: int = 128, weight_decay: float = 0.01, l2: float = 1e-4, max_iter: int = 500,
                        projection_dim: int | None = None, device: str | torch.device = "cpu",
                        progress: bool = False) -> DownstreamResult:
-    """Linear probe (``probe.probe_features``, head trained on ``device``) on the true
-    conditionals of ``data``."""
+    """The look-up-table baseline: a linear probe (``probe.probe_features``) on the true
+    conditionals of the task's sentences — what the pre-training target itself carries.
+
+    Args:
+        language: the language (its exact conditionals are the features).
+        data: the task's splits, of this language.
+        method: ``adamw`` (the paper's) or ``lbfgs`` (the exact convex solve).
+        seeds: one probe per seed.
+        epochs: AdamW epochs.
+        lr: AdamW learning rate.
+        batch_size: AdamW batch.
+        weight_decay: AdamW weight decay.
+        l2: L-BFGS's L2 penalty.
+        max_iter: L-BFGS's iterations.
+        projection_dim: a fixed random projection of the features to this size first.
+        device: where the head is trained.
+        progress: show a progress bar.
+
+    Returns:
+        the test accuracy, mean ± std over the seeds.
+    """
     if language.name != data.language:
         raise ValueError(f"task data of language {data.language!r} given with language {language.name!r}")
     features, nans = {}, 0

@@ -329,10 +329,30 @@ def linear_probe(model: torch.nn.Module, data: TaskData, method: str = "adamw",
                  batch_size: int = 128, weight_decay: float = 0.01, l2: float = 1e-4, max_iter: int = 500,
                  projection_dim: int | None = None, feature_batch_size: int = 512,
                  pad_id: int | None = None, progress: bool = False) -> DownstreamResult:
-    """Linear probe of a frozen ``model`` (anything with ``features(tokens) -> [n, T, d]``)
-    on ``data``: features of all positions concatenated (pads zeroed), computed once;
-    then ``probe_features`` (the head is trained on the model's device). ``pad_id``
-    defaults to ``model.config.pad_id``."""
+    """Linear probe of a frozen ``model`` on a task: features of all positions concatenated
+    (pads zeroed), computed once; then ``probe_features`` (the head is trained on the
+    model's device).
+
+    Args:
+        model: anything with ``features(tokens) -> [n, T, d]``.
+        data: the task's train / validation / test splits (``make_task_data``).
+        method: ``adamw`` (the paper's: ``epochs`` at ``lr``) or ``lbfgs`` (the exact convex
+            solve with ``l2``, at most ``max_iter`` iterations).
+        seeds: one probe per seed; the result is their mean ± std.
+        epochs: AdamW epochs.
+        lr: AdamW learning rate.
+        batch_size: AdamW batch.
+        weight_decay: AdamW weight decay.
+        l2: L-BFGS's L2 penalty.
+        max_iter: L-BFGS's iterations.
+        projection_dim: a fixed random projection of the features to this size first.
+        feature_batch_size: sentences per feature pass.
+        pad_id: the padding id (default ``model.config.pad_id``).
+        progress: show a progress bar.
+
+    Returns:
+        the test accuracy (mean and std over the seeds) with the settings used.
+    """
     pad_id = model_pad_id(model) if pad_id is None else pad_id
     features = {s: extract_features(model, getattr(data, s).tokens, pad_id, feature_batch_size, progress)
                 for s in SPLITS}

@@ -64,6 +64,16 @@ def checkpoints_of(path: str | Path) -> list[Path]:
 
 
 def measure_checkpoint(path: Path, spec: MeasureSpec, cache: dict | None = None) -> dict:
+    """Measure one checkpoint on the language it was trained on.
+
+    Args:
+        path: the checkpoint folder.
+        spec: what to measure.
+        cache: shared across calls (the held-out evaluator, task data: built once per language).
+
+    Returns:
+        the row: ``checkpoint``, ``run``, ``step`` and the measured columns.
+    """
     model, language, cfg, meta = load_checkpoint(path, spec.device)
     row: dict = {"checkpoint": str(path), "run": cfg.name, "step": meta["step"]}
     return measure_model(model, language, cfg, spec, cache, row)
@@ -164,12 +174,23 @@ def _std(values: list[float]) -> float:
 def measure_path(path: str | Path, spec: MeasureSpec, progress: bool = True,
                  skipped: list[str] | None = None, language_config: str | Path | None = None,
                  overrides: tuple[str, ...] = ()) -> list[dict]:
-    """Rows of a checkpoint, of every checkpoint of a run, or of a Hugging Face
-    masked-LM folder (``language_config`` / ``overrides``: what to measure it on; they
-    apply to such a folder only — a checkpoint's language is in its config). With
-    ``skipped`` (a list), a damaged checkpoint of a run is left out and its problem
-    appended there; without it, or when no checkpoint can be read,
-    ``CorruptCheckpoint``/``UserError`` is raised (one line per damaged checkpoint)."""
+    """Measure a checkpoint, every checkpoint of a run, or a Hugging Face masked-LM folder.
+
+    Args:
+        path: a checkpoint folder, a run folder or a Hugging Face folder.
+        spec: what to measure and at which sizes.
+        progress: show progress bars.
+        skipped: a list: a damaged checkpoint of a run is left out and its problem appended
+            here; without it, or when no checkpoint can be read, ``CorruptCheckpoint`` /
+            ``UserError`` is raised (one line per damaged checkpoint).
+        language_config: a Hugging Face folder only: a pretrain config TOML whose
+            ``[language]`` says what to measure it on (a checkpoint's language is in its config).
+        overrides: a Hugging Face folder only: ``language.*`` ``key=value`` settings.
+
+    Returns:
+        one row (a dict of the measured columns, ``step`` and ``checkpoint`` first) per
+        checkpoint, in step order.
+    """
     from ..hf.adapter import is_hf_folder
 
     if is_hf_folder(path):

@@ -43,6 +43,32 @@ MEASURE_STAGES = (EVALUATION, TRACE, PROBES)
 
 @dataclass(frozen=True)
 class MeasureSpec:
+    """What ``measure_path`` measures and at which sizes (``sameloss measure``'s flags); the
+    defaults suit a CPU, the paper's sizes are in the comments of the source.
+
+    Attributes:
+        loss: the exact held-out loss = entropy + KL.
+        traces: trace estimators: ``fisher`` (the paper's), ``hutchinson``, ``hutchpp``.
+        trace_by: ``block``: each trace also per block (embedding, layers, head).
+        top_eig: the largest Hessian eigenvalue (Lanczos).
+        sharpness: SAM sharpness in a ball of radius ``rho``.
+        probe: tasks to linear-probe.
+        finetune: tasks to fine-tune on.
+        lookup: tasks of the look-up-table baseline (a probe on the true conditionals).
+        loss_sentences: held-out sentences of the exact loss.
+        n_contexts: contexts of the Fisher trace.
+        n_labels: labels drawn per context.
+        repeats: independent sets of the Fisher trace.
+        n_probes: Hessian-vector products of Hutchinson / Hutch++.
+        task_train: training examples per task (validation and test: ``task_validation``,
+            ``task_test``).
+        probe_method: ``lbfgs`` (the exact convex solve) or ``adamw`` (the paper's).
+        seeds: probe / fine-tune repeats.
+        seed: of the measures' own draws.
+        device: where to measure.
+        extra: settings of measures without a field here, by measure name.
+    """
+
     loss: bool = False
     traces: tuple[str, ...] = ()  # "fisher", "hutchinson", "hutchpp"
     trace_by: str | None = None  # "block": each trace also per block (embedding, layer<i>, head)

@@ -142,7 +142,20 @@ def draw_split(language: Language, task: Task, n: int, generator: torch.Generato
 
 def make_task_data(language: Language, task: str, n_train: int = 2000, n_validation: int = 500,
                    n_test: int = 1000, seed: int = 0, progress: bool = False) -> TaskData:
-    """Train / validation / test splits of ``task``, a pure function of the arguments."""
+    """Train / validation / test splits of a language's task, a pure function of the arguments.
+
+    Args:
+        language: the language whose task it is.
+        task: the task's name (``language.tasks``; e.g. ``task-5``, ``span-1``, ``B``).
+        n_train: training examples.
+        n_validation: validation examples.
+        n_test: test examples.
+        seed: of the sentences drawn.
+        progress: show a progress bar.
+
+    Returns:
+        the splits (token ids and labels each).
+    """
     t = get_task(language, task)
     sizes = {"train": n_train, "validation": n_validation, "test": n_test}
     for name, size in sizes.items():

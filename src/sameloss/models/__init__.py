@@ -33,7 +33,18 @@ __all__ = [
 
 
 def build_model(kind: str, size: Any, vocab_size: int, max_len: int, **overrides: Any) -> nn.Module:
-    """A freshly initialised MLM of a registered kind (``"transformer"``, ``"lstm"``) and a
-    named size (or a table of shape fields); ``overrides`` set config fields (dropout,
-    norm, …). ``UserError`` for an unknown kind, size or field."""
+    """A freshly initialised MLM of a registered kind and a named size.
+
+    Args:
+        kind: ``"transformer"``, ``"lstm"`` or a plugin's (``sameloss.registry.MODELS``).
+        size: a named size (``micro``, ``tiny``, ``t4-384``, ...; ``size_names(kind)``) or a
+            table of shape fields.
+        vocab_size: the language's vocabulary, special tokens included.
+        max_len: the longest sentence.
+        **overrides: config fields over the size's own (``dropout``, ``norm``, ...).
+
+    Returns:
+        the model (``forward``: ids ``[n, T]`` to logits ``[n, T, vocab_size]``; ``features``:
+        final hidden states). ``UserError`` for an unknown kind, size or field.
+    """
     return model_kind(kind).build(size, vocab_size, max_len, **overrides)

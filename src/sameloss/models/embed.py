@@ -196,11 +196,20 @@ def embed(
     n_heads: int | None = None,
     d_inter: int | None = None,
 ) -> TransformerMLM:
-    """A ``TransformerMLM`` with ``width_factor``× the width and heads (``d_inter`` MLP
-    units, default ``width_factor × d_inter``) and ``extra_layers`` more blocks that
-    computes the same logits as ``small`` (module docstring: exact for both LayerNorm
-    placements, post-LN depth up to LayerNorm's ε). Same dtype and device as ``small``,
-    same train/eval mode."""
+    """A larger ``TransformerMLM`` that computes the same logits as ``small`` (the paper's
+    App. B.4; module docstring: exact for both LayerNorm placements, post-LN depth up to
+    LayerNorm's ε).
+
+    Args:
+        small: the model to embed.
+        width_factor: the larger model's width and heads, × ``small``'s.
+        extra_layers: blocks added after the last one (acting as the identity).
+        n_heads: the larger model's heads (default ``width_factor`` × ``small``'s).
+        d_inter: its MLP units (default ``width_factor`` × ``small``'s).
+
+    Returns:
+        the larger model: same dtype and device as ``small``, same train/eval mode.
+    """
     cfg = check_embeddable(small)
     plan = plan_embedding(cfg, width_factor, extra_layers, n_heads, d_inter)
     k, L = plan.width_factor, cfg.n_layers

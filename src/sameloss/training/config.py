@@ -201,6 +201,38 @@ class FlatnessConfig:
 
 @dataclass(frozen=True)
 class PretrainConfig:
+    """Every setting of a pre-training run, with the paper's defaults; ``sameloss pretrain
+    KEY=VALUE ...`` and ``config.load(PretrainConfig, file, overrides)`` set them by dotted
+    name (``optim.lr=3e-4``), and ``--print-config`` lists them all.
+
+    Attributes:
+        name: the run's folder under ``--out`` (one plain folder name).
+        seed: initial weights and data stream (the same seed, the same of both).
+        steps: optimiser steps.
+        batch_size: global batch (split across processes under DDP).
+        masking: ``rate`` (``mask_rate`` of the positions) or ``single`` (one per sentence).
+        mask_rate: the share of positions masked.
+        mask_replace: ``mask`` (the mask token; the exact conditionals apply) or ``bert``
+            (80/10/10; training batches only).
+        update_half: update on the second half of each batch only (SAM's batch control).
+        checkpoints: steps to keep a checkpoint at, besides the last.
+        checkpoints_log: this many more, log-spaced between 1 and ``steps``.
+        save_every: steps between the rolling checkpoint ``--resume`` continues from.
+        log_every: steps between logged training losses.
+        device: ``auto`` (CUDA when present), ``cpu`` or ``cuda``.
+        precision: ``auto`` (bf16 autocast on CUDA, fp32 on the CPU), ``bf16`` or ``fp32``.
+        init_from: a checkpoint to fork from (``training.fork``).
+        init_optimizer: a fork also takes the checkpoint's optimiser moments and RNG state.
+        init_step: ``continue`` the checkpoint's step count, or ``restart`` from 0.
+        language: the language (``LanguageConfig``: ``language.name``, ``language.size``, ...).
+        model: the model (``ModelConfig``: kind, size, dropout, shape overrides).
+        optim: the optimiser (``OptimConfig``: AdamW or SGD, lr, schedule, weight decay).
+        eval: the exact held-out evaluation (``EvalConfig``).
+        sam: SAM (``sam.rho > 0`` turns it on).
+        adversarial: the adversarial meta-learning objective (``adversarial.weight > 0``).
+        flatness: the flatness penalty (``flatness.weight``: λ × the trace; λ < 0 sharpens).
+    """
+
     name: str = "pretrain"
     seed: int = 0
     steps: int = 2000
@@ -224,6 +256,12 @@ class PretrainConfig:
     # float32), "fp32" without it, "auto" bf16 on CUDA and fp32 on the CPU. Evaluation,
     # curvature and probes always run outside autocast (float32/float64).
     precision: Literal["auto", "bf16", "fp32"] = "auto"
+    # where dropout masks come from: "global" (torch's global RNG, seeded with ``seed``: every
+    # run before this key existed) or "keyed" (a pure function of seed, step and position,
+    # ``training.keyed``: what lets S runs train as one batched ensemble, ``training.ensemble``,
+    # with each member's numbers those of its run alone). Another run's trajectory, not a
+    # setting to resume across.
+    dropout_draws: Literal["global", "keyed"] = "global"
     # a fork (``training.fork``): start from this checkpoint's weights and step (and, with
     # init_optimizer, its optimiser moments and RNG state) instead of a fresh model;
     # init_step = "restart": count steps from 0 instead (steps 1..steps of this run's own

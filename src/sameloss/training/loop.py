@@ -40,7 +40,7 @@ from ..errors import UserError
 from ..progress import progress_bar
 from . import checkpoint as ckpt
 from . import distributed as dist
-from . import runfolder, runio
+from . import keyed, runfolder, runio
 from .adversarial import AdversarialObjective
 from .config import PretrainConfig
 from .data import global_batch
@@ -70,10 +70,23 @@ def _warn(message: str) -> None:
 def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, progress: bool = True,
              stop_after: int | None = None, fresh: bool = False, plan: runfolder.Plan | None = None,
              tracker: str = "none") -> dict:
-    """Train; returns the final exact evaluation. ``stop_after`` ends the call early
-    (as if killed right after that step's checkpoint) — used to test resuming.
-    ``tracker``: ``none``, ``tensorboard`` or ``wandb`` (``tracking``; not part of the
-    config: it never changes the trajectory).
+    """Pre-train the MLM of ``cfg`` into the run folder ``run_dir``.
+
+    Args:
+        cfg: every setting of the run (``config.load(PretrainConfig, file, overrides)``).
+        run_dir: the run's folder (``runs/NAME``): config.toml, metrics.jsonl, checkpoints.
+        resume: continue from the newest checkpoint that loads.
+        progress: show a progress bar.
+        stop_after: end the call early, as if killed right after that step's checkpoint
+            (used to test resuming).
+        fresh: replace an earlier run in ``run_dir`` (only a folder sameloss made as a run).
+        plan: what to do with the folder, if the caller decided it under the run's lock.
+        tracker: ``none``, ``tensorboard`` or ``wandb`` (``tracking``; not part of the
+            config: it never changes the trajectory).
+
+    Returns:
+        the final exact evaluation: ``loss``, ``entropy``, ``kl`` (with ``kl_std``) and
+        ``n_tokens`` on a synthetic language; held-out and training cross-entropy on a corpus.
 
     What to do with the folder is ``runfolder.plan``'s decision — ``plan`` if the caller
     made it under this run's lock, else made here from ``resume`` / ``fresh``: ``resume``
@@ -142,6 +155,10 @@ def _pretrain(cfg: PretrainConfig, run_dir: Path, resume: bool, progress: bool, 
             runio.truncate_metrics(run_dir / "metrics.jsonl", state["step"])
     elif cfg.init_from:  # a fork (training.fork): the checkpoint's weights, moments and step
         start = init_from_checkpoint(cfg, model, optimizer, schedule)
+    if cfg.dropout_draws == "keyed":  # keyed masks (training.keyed): the model's dropout sites swapped
+        if world_size > 1:
+            raise UserError("dropout_draws = keyed does not support DDP yet; run it in one process")
+        keyed.install(model, cfg.model.dropout)
     if not resume and rank == 0:
         created = _create_run_dir(cfg, run_dir, fresh)
     run = Run(cfg, run_dir, language, model, dist.wrap(model, device) if world_size > 1 else model, optimizer,
@@ -272,13 +289,14 @@ def _step(run: Run, step: int, grad_norm: bool = False) -> StepResult:
     keep the update's gradient norm (a tensor: read at the log step, so no step waits on the
     device for it)."""
     cfg, optimizer = run.cfg, run.optimizer
+    draws = _draws(run, step)
     full = global_batch(run.language, cfg.seed, step, cfg.batch_size, run.rate, cfg.mask_replace)
     n_targets, used = full.n_targets, full  # used: the global batch the update uses
     optimizer.zero_grad(set_to_none=True)
     if isinstance(optimizer, SAM):
         ascent, update = full.halves()
         # ascent: this process's own half-batch gradient, not averaged across processes
-        with dist.no_sync(run.train_model), run.autocast:
+        with dist.no_sync(run.train_model), run.autocast, draws(keyed.PASS_ASCENT):
             ascent_loss, _ = mlm_loss(run.train_model, ascent.shard(run.rank, run.world_size).to(run.device),
                                       ascent.n_targets, run.world_size)
         ascent_loss.backward()
@@ -292,9 +310,11 @@ def _step(run: Run, step: int, grad_norm: bool = False) -> StepResult:
         batch = full.shard(run.rank, run.world_size).to(run.device)
     downstream = None
     with run.autocast:
-        loss, summed = mlm_loss(run.train_model, batch, n_targets, run.world_size)
+        with draws(keyed.PASS_UPDATE):
+            loss, summed = mlm_loss(run.train_model, batch, n_targets, run.world_size)
         if run.adversary is not None:
-            adv_loss, downstream = run.adversary.loss(run.model, step, run.device)
+            with draws(keyed.PASS_ADVERSARIAL):
+                adv_loss, downstream = run.adversary.loss(run.model, step, run.device)
             loss = loss + adv_loss
     flatness = None
     if run.flatness is not None:  # outside autocast: the penalty computes in float32
@@ -312,6 +332,16 @@ def _step(run: Run, step: int, grad_norm: bool = False) -> StepResult:
     run.schedule.step()
     return StepResult(summed, n_targets, (batch.inputs != run.language.pad_id).sum(), downstream,
                       norm if grad_norm else None, flatness)
+
+
+def _draws(run: Run, step: int):
+    """``draws(pass)``: the context of a forward pass's dropout masks (``training.keyed``;
+    nothing to open under ``dropout_draws = global``)."""
+    cfg = run.cfg
+    if cfg.dropout_draws != "keyed":
+        return lambda pass_: contextlib.nullcontext()
+    sites = run.model.keyed_sites
+    return lambda pass_: keyed.draws(keyed.one_model(cfg.seed, step, pass_, cfg.model.dropout, sites, run.device))
 
 
 # ----------------------------------------------------------------------------- log window

@@ -108,8 +108,18 @@ def checkpoint_config(path: Path, meta: dict) -> PretrainConfig:
 
 
 def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> LoadedCheckpoint:
-    """``(model, language, config, meta)`` of a checkpoint folder, the model in eval mode.
-    No global side effect: the throw-away initialisation runs inside ``fork_rng``."""
+    """Load a checkpoint folder with the language and config it was trained on.
+
+    No global side effect: the throw-away initialisation runs inside ``fork_rng``.
+
+    Args:
+        path: a checkpoint folder (``runs/NAME/checkpoints/step_N``).
+        device: where the model goes.
+
+    Returns:
+        ``(model, language, config, meta)``: the model in eval mode, its language, its
+        ``PretrainConfig`` and the checkpoint's ``meta.json`` (step, ...).
+    """
     path = Path(path)
     if not path.is_dir():
         raise UserError(f"no such checkpoint: {path}")

@@ -13,7 +13,7 @@ from . import layout
 from .axes import _number, interval_text
 from .panel import Fit, Ref, _ends, _Panel, _Points
 from .quantities import _error, _value
-from .style import MARKERS, styled
+from .style import MARKERS, PALETTE, styled
 
 PANEL_HEIGHT = 2.2  # inches
 
@@ -50,20 +50,23 @@ def scatter_plot(rows: list[dict], panels: Sequence[XY], title: str, *, colour_b
                  colour_label: Callable[[float], str] | None = None, marker_by: Callable[[dict], str] | None = None,
                  hollow: Callable[[dict], bool] | None = None, hollow_label: str = "",
                  join_by: Callable[[dict], str] | None = None, errors: dict[str, str] | None = None,
-                 caveat: str | None = None):
+                 caveat: str | None = None, colour_markers: bool = False):
     """Panels of ``y`` against ``x``, one marker per row: colour by ``row[colour_by]`` (model
     size; one legend entry per size), marker by ``marker_by(row)`` (the recipe), hollow where
     ``hollow(row)`` (``hollow_label`` says what hollow means); rows with the same
     ``join_by(row)`` (checkpoints of one run) are joined in step order, an arrow at the last.
-    ``caveat``: printed under the title."""
+    ``caveat``: printed under the title. ``colour_markers`` (without ``colour_by``): each
+    ``marker_by`` group its own colour too (``style.PALETTE``), so recipes differ in both."""
     fig, axes = layout.new_figure(len(panels), title, panel_height=PANEL_HEIGHT, caveat=caveat)
     sizes = [_value(r, colour_by) for r in rows] if colour_by else []
     colours = _size_colours([s for s in sizes if math.isfinite(s)]) if colour_by else {}
     recipes = list(dict.fromkeys(marker_by(r) for r in rows)) if marker_by else []
     markers = {name: MARKERS[i % len(MARKERS)] for i, name in enumerate(recipes)}
 
+    own = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(recipes)} if colour_markers else {}
+
     def style(r):
-        c = colours.get(_value(r, colour_by), "C0") if colour_by else "C0"
+        c = colours.get(_value(r, colour_by), "C0") if colour_by else own.get(marker_by(r), "C0") if own else "C0"
         return c, markers.get(marker_by(r), "o") if marker_by else "o", not (hollow and hollow(r))
 
     built, used_hollow = [], False
@@ -97,7 +100,7 @@ def scatter_plot(rows: list[dict], panels: Sequence[XY], title: str, *, colour_b
     for pnl, letter in zip(built, letters):
         pnl.finish(fig._sameloss, letter)
     size_entries = [(layout.entry_marker(c, "o"), _size_text(v, colour_label)) for v, c in colours.items()]
-    recipe_entries = [(layout.entry_marker("0.4" if colour_by else "C0", markers[n]), n) for n in recipes]
+    recipe_entries = [(layout.entry_marker("0.4" if colour_by else own.get(n, "C0"), markers[n]), n) for n in recipes]
     keys = []
     if used_hollow and hollow_label:
         keys.append((layout.entry_marker("0.4", "o", filled=False), f"hollow: {hollow_label}"))

@@ -12,7 +12,7 @@ from typing import Sequence
 from . import layout
 from .panel import Band, Ref, _ends, _Panel, _Points
 from .quantities import _error, _value
-from .style import LINESTYLES, MARKERS, styled
+from .style import LINESTYLES, MARKERS, PALETTE, styled
 
 PANEL_HEIGHT = 2.1  # inches
 
@@ -35,7 +35,7 @@ class Panel:
 
 def series_style(i: int, name: str, styles: dict[str, dict]) -> dict:
     """The n-th series' colour, marker and dash pattern (``styles[name]`` overrides)."""
-    return {"color": f"C{i % 10}", "marker": MARKERS[i % len(MARKERS)], "filled": True,
+    return {"color": PALETTE[i % len(PALETTE)], "marker": MARKERS[i % len(MARKERS)], "filled": True,
             "style": LINESTYLES[i % len(LINESTYLES)], **styles.get(name, {})}
 
 

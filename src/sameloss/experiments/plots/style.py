@@ -27,6 +27,12 @@ from ..report import FIGURE_WIDTHS as WIDTHS  # inches: one column / the text wi
 DPI = 200  # PNG; PDF and SVG are vector
 TAG = "sameloss-figure"  # in every written image's metadata: ``is_sameloss_figure``
 MARKERS = "osDPXph*d"  # no triangles: they mark a cut error bar
+# series colours: matplotlib's tab10, then the dark shade of each of tab20b's five hues and the
+# middle shade of each — 20 colours that stay apart, so a figure of up to 20 series never gives
+# two the same colour (tab10's C0..C9 wrap after ten: the base and a fork shared one)
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+           "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#6b6ecf", "#b5cf6b", "#e7ba52",
+           "#d6616b", "#ce6dbd")
 LINESTYLES = ("-", "--", ":", "-.")  # lines that coincide stay distinguishable
 TRACE_FISHER = "tr(H), Fisher estimator (App. B.1)"  # the paper's estimator, named on its axis
 TRACE_HUTCHINSON = "tr(H), Hutchinson (true tokens)"

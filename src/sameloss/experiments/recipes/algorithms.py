@@ -1,14 +1,16 @@
 """Pre-training algorithms at the same loss (paper Tables 1 and 2; App. A.5).
 
 Command
+
     sameloss reproduce algorithms --scale tiny      [--out runs] [--seed N] [--fresh]
 
 Runtime per scale
+
     smoke   ~10 s on a CPU (micro model, 24 steps; the numbers mean nothing)
     tiny    ~9 min on a 2-core CPU (PCFG micro language, the "tiny" transformer, 2500 steps
             per algorithm; the adversarial objective costs ~1.6 AdamW steps per step)
     small   ~70 min on one H100 (planner estimate, ``sameloss plan algorithms --scale small
-            --device h100``: assumed GPU utilisation; paper PCFG, t4-384, batch 4096, 20k
+            --hardware h100``: assumed GPU utilisation; paper PCFG, t4-384, batch 4096, 20k
             steps each)
     paper   ~54 h on one H100 (planner estimate, as small: t3-1024, the shape of the paper's
             235M model, 100k steps each; at batch 4096 a step needs ~138 GiB in float32:

@@ -2,15 +2,17 @@
 flattest one learn the downstream mismatch count from the fewest examples? (§5, App. G)
 
 Command
+
     sameloss reproduce dyck --scale tiny            [--out runs] [--seed N] [--fresh]
 
 Runtime per scale
+
     smoke   ~15 s on a CPU (two micro models, 30 steps; the numbers mean nothing)
     tiny    ~14 min measured on a 2-core CPU shared with other jobs (load ≈ 9; almost
             all of it training), sentences of length 8; six one-layer transformers
             (width m = 16, 32, 64; AdamW, −dropout−WD, SAM, adversarial at m = 32) and
             the tiny two-layer transformer (AdamW), 1500 steps each)
-    small   ~5 min on one H100 (planner estimate, ``sameloss plan dyck --scale small --device
+    small   ~5 min on one H100 (planner estimate, ``sameloss plan dyck --scale small --hardware
             h100``: assumed GPU utilisation and 3 ms per step of kernel launches; length 16,
             widths 16–128 and the t4-128 transformer, 10k steps each)
     paper   ~14 min on one H100 (planner estimate, as small: 30k steps and the paper's

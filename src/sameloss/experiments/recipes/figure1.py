@@ -1,16 +1,17 @@
 """Loss, flatness and downstream accuracy of every model (paper Fig. 1; §4).
 
 Command
-    sameloss reproduce                               (= figure1 --scale tiny)
+
     sameloss reproduce figure1 --scale tiny         [--out runs] [--seed N] [--fresh]
 
 Runtime per scale (it runs the PCFG parts of ``steps``, ``sizes`` and ``algorithms`` in one folder;
 runs they share — the AdamW reference run — are trained once)
+
     smoke   ~10 s on a CPU (the whole pipeline; the numbers mean nothing)
     tiny    ~14 min on a 2-core CPU: measured 847 s (train 723 s, measure 121 s) with one
             torch thread on an otherwise idle machine; 7 pre-training runs of 2500 steps on
             the micro PCFG, 23 measured checkpoints
-    small   ~3.3 h on one H100 (planner estimate, ``sameloss plan figure1 --scale small --device
+    small   ~3.3 h on one H100 (planner estimate, ``sameloss plan figure1 --scale small --hardware
             h100``: assumed GPU utilisation; 7 runs of 20k steps, ~30 checkpoints)
     paper   ~5.5 days on one H100 (planner estimate, as small: 10 runs of 100k steps; at
             batch 4096 the t3-1024 runs need more memory than one H100 holds)

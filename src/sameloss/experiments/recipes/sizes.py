@@ -1,9 +1,11 @@
 """Larger models at the same loss (paper Fig. 3 and Fig. 5; App. B.3–B.4).
 
 Command
+
     sameloss reproduce sizes --scale tiny           [--out runs] [--seed N] [--fresh]
 
 Runtime per scale
+
     smoke   ~15 s on a CPU (two micro transformers and two micro LSTMs, 24 steps; the
             numbers mean nothing)
     tiny    ~8 min on a 2-core CPU for the transformers (PCFG and HMM micro languages;

@@ -1,9 +1,11 @@
 """Training past convergence (paper Fig. 2 and Fig. 4; App. B.2).
 
 Command
+
     sameloss reproduce steps --scale tiny           [--out runs] [--seed N] [--fresh]
 
 Runtime per scale (one pre-training run per optimiser and language, checkpoints measured)
+
     smoke   ~10 s on a CPU (micro model, 24 steps; the numbers mean nothing)
     tiny    ~11 min on a 2-core CPU (PCFG and HMM micro languages, the "tiny" 0.1M-parameter
             transformer, 2500 AdamW steps and 2500 SGD steps each, 7 checkpoints per run;

@@ -1,9 +1,11 @@
 """Real text: pre-training algorithms at the same loss (paper Tables 1–2, BookCorpus rows).
 
 Command
+
     sameloss reproduce text --scale tiny      [--out runs] [--seed N] [--fresh]
 
 Runtime per scale
+
     smoke   ~10 s on a CPU (a generated toy corpus and toy GLUE TSVs the recipe writes itself;
             the numbers mean nothing)
     tiny    14 min on a shared 2-core CPU (measured; table in docs/results/text.md): the offline books (KJV + Jane
@@ -12,7 +14,7 @@ Runtime per scale
             epochs, lr 3e-4, 30 warm-up steps, 3 seeds) on the Rotten Tomatoes SST-2 stand-in
             and the WordNet word–definition pair task (an RTE/QNLI stand-in), 1000 training
             examples each
-    small   ~3 h on one H100 (planner estimate, ``sameloss plan text --scale small --device
+    small   ~3 h on one H100 (planner estimate, ``sameloss plan text --scale small --hardware
             h100``: assumed GPU utilisation): BookCorpus from the Hugging Face hub
             (needs ``datasets`` and the hub), WordPiece 30522, length 128, t4-384, batch 512,
             20k steps each; GLUE SST-2 / QNLI / RTE from the hub

@@ -2,15 +2,17 @@
 (SGD noise lowers the trace at the minimum, at rate ∝ η/B).
 
 Command
+
     sameloss reproduce theory --scale tiny          [--out runs] [--seed N] [--fresh]
 
 Runtime per scale
+
     smoke   ~15 s on a CPU (micro model, 30 steps; the numbers mean nothing)
     tiny    ~20 min measured on a 2-core CPU shared with other jobs (load ≈ 9; training
             6 min, measuring 8 min, SGD continuations the rest); micro PCFG, the tiny
             transformer, 2500 AdamW steps with one masked position per sentence, 8
             checkpoints measured; three SGD continuations of 1000 steps
-    small   ~5 min on one H100 (planner estimate, ``sameloss plan theory --scale small --device
+    small   ~5 min on one H100 (planner estimate, ``sameloss plan theory --scale small --hardware
             h100``: assumed GPU utilisation and 3 ms per step of kernel launches; paper PCFG,
             t4-128, 20k steps; continuations of 10k steps)
     paper   ~4.3 h on one H100 (planner estimate, as small: t4-384, 50k steps;

@@ -16,6 +16,7 @@ from torch.func import vjp, vmap
 
 from ...errors import UserError
 from ...languages.base import Language
+from ...models import gradnorms
 from ...training.data import MaskedBatch, step_generator
 from .base import (STREAM_DRAWS, Blocks, CurvatureResult, SelectedParameters, block_table, grads_or_zeros,
                    map_in_chunks, measuring, parameter_blocks, resolve_engine, sample_contexts, select_parameters)
@@ -217,34 +218,124 @@ def _fisher_values_autograd(model: nn.Module, sel: SelectedParameters, tokens: t
     return out
 
 
+class _VmapBlock:
+    """One block of contexts' values ``[n, n_blocks]`` (float64) and its number of
+    gradients, by ``fisher_label_values`` (``torch.func``; ghost norms of the linear
+    layers) or the autograd loop: a no-grad forward for the label draws, then the
+    per-sample gradient norms in chunks of about ``max_bytes``."""
+
+    def __init__(self, model, sel: SelectedParameters, blocks: Blocks, one: torch.Tensor, engine: str,
+                 ghost_norms: bool, max_bytes: int):
+        self.model, self.sel, self.blocks, self.max_bytes = model, sel, blocks, max_bytes
+        self.fn = _fisher_values_func if engine == "func" else _fisher_values_autograd
+        self.linears = _ghost_linears(model, sel, one) if engine == "func" and ghost_norms else {}
+        # entries held per (context, label) in the batched backward: the gradients of
+        # the directly differentiated parameters, and (roughly) the activation
+        # gradients of every layer
+        ghosted = sum(sel.values[x].numel() for n in self.linears for x in (f"{n}.weight", f"{n}.bias")
+                      if x in sel.values)
+        widths = sum(m.in_features + m.out_features for m in model.modules() if isinstance(m, nn.Linear))
+        self.per_label = sel.n_params - ghosted + 2 * one.shape[1] * widths
+
+    def __call__(self, chunk: MaskedBatch, positions: torch.Tensor, n_labels: int | None, gen: torch.Generator
+                 ) -> tuple[torch.Tensor, int]:
+        with torch.no_grad():
+            # the labels are drawn on the host, from the seeded CPU generator, so a seed
+            # draws the same labels on every device: the one read-back per block of
+            # contexts (its number of distinct labels shapes what follows)
+            probs = torch.softmax(chunk.at_masked(self.model(chunk.inputs)).double(), dim=-1).cpu()
+        labels, weights = _draw_labels(probs, n_labels, gen)
+        row_bytes = labels.shape[1] * self.per_label * self.sel.dtype.itemsize
+        values = map_in_chunks(partial(self.fn, self.model, self.sel, linears=self.linears, blocks=self.blocks),
+                               chunk.inputs, positions, labels.to(self.sel.device), weights.to(self.sel.device),
+                               row_bytes=row_bytes, max_bytes=self.max_bytes).double()
+        return values, int((weights > 0).sum())
+
+
+class _HookedBlock:
+    """The same as ``_VmapBlock`` by ``models.gradnorms``: a hooked forward pass (its
+    logits also give the label draws when the whole block fits in ``max_bytes``; else a
+    no-grad forward does, and the hooked passes run in chunks), one backward pass per
+    label slot, the squared norms assembled from activations and output gradients."""
+
+    def __init__(self, model, sel: SelectedParameters, blocks: Blocks, one: torch.Tensor, max_bytes: int):
+        self.model, self.sel, self.blocks, self.max_bytes = model, sel, blocks, max_bytes
+        widths = sum(m.in_features + m.out_features for m in model.modules() if isinstance(m, nn.Linear))
+        widths += sum(2 * m.normalized_shape[0] for m in model.modules() if isinstance(m, nn.LayerNorm))
+        vocab = model.output_weight.shape[0]
+        # per context: what the forward keeps for the backward (about three tensors per
+        # layer width) and the logits, and the output gradients of one label slot
+        self.row_bytes = 4 * one.shape[1] * (widths + vocab) * sel.dtype.itemsize
+
+    def _values(self, forward: gradnorms.RecordedForward, positions, labels, weights) -> torch.Tensor:
+        squares, _ = forward.squares(positions, labels, self.blocks.of, len(self.blocks.names))
+        return (weights.to(squares.dtype)[:, :, None] * squares).sum(dim=1).detach().double()
+
+    def __call__(self, chunk: MaskedBatch, positions: torch.Tensor, n_labels: int | None, gen: torch.Generator
+                 ) -> tuple[torch.Tensor, int]:
+        n = chunk.inputs.shape[0]
+        rows = max(1, self.max_bytes // self.row_bytes)
+        with torch.enable_grad():
+            whole = gradnorms.RecordedForward(self.model, chunk.inputs, self.sel.names) if rows >= n else None
+            logits = whole.logits.detach() if whole is not None else None
+            if logits is None:
+                with torch.no_grad():
+                    logits = self.model(chunk.inputs)
+            # drawn on the host from the seeded CPU generator, as ``_VmapBlock`` does
+            probs = torch.softmax(chunk.at_masked(logits).double(), dim=-1).cpu()
+            labels, weights = _draw_labels(probs, n_labels, gen)
+            labels, weights = labels.to(self.sel.device), weights.to(self.sel.device)
+            if whole is not None:
+                return self._values(whole, positions, labels, weights), int((weights > 0).sum())
+            values = [self._values(gradnorms.RecordedForward(self.model, chunk.inputs[i:i + rows], self.sel.names),
+                                   positions[i:i + rows], labels[i:i + rows], weights[i:i + rows])
+                      for i in range(0, n, rows)]
+        return torch.cat(values), int((weights > 0).sum())
+
+
 def trace_fisher(model: nn.Module, language: Language, *, n_contexts: int = 10_000,
                  n_labels: int | None = 50, params: str | None = None, seed: int = 0,
                  repeats: int = 1, contexts: MaskedBatch | None = None, block_size: int = 256,
                  max_chunk_bytes: int = 2**27, ghost_norms: bool = True,
-                 engine: str = "auto", by_block: bool = False) -> CurvatureResult:
+                 engine: str = "auto", by_block: bool = False, hooks: bool = True) -> CurvatureResult:
     """The paper's estimate of the trace of the Hessian (App. B.1), which is exactly the
     trace of the Fisher ``E_{t,x₋ₜ} E_{y∼f} ‖∇_θ log f_θ(x₋ₜ)_y‖²``.
 
-    ``n_contexts`` sentences from the language (``sample_contexts``), one uniformly
-    placed mask each; for each, ``n_labels`` labels drawn from the model's own predictive
-    distribution at the mask (``None``: the exact expectation over the vocabulary, no
-    label noise). Paper: 10⁴ contexts × 50 labels, std over 5 repeats.
-
     Each context's label average is one i.i.d. sample: ``estimate`` is their mean and
-    ``stderr`` their std / √(number of contexts). ``repeats > 1`` draws that many
-    independent sets (fresh contexts and labels; with ``contexts=`` given, fresh labels
-    only) and also reports each set's estimate and their std (``extra``), as the paper
-    does; ``estimate`` and ``stderr`` then pool all sets.
+    ``stderr`` their std / √(number of contexts). Paper: 10⁴ contexts × 50 labels, std over
+    5 repeats.
 
-    ``contexts``: a ``MaskedBatch`` with exactly one masked position per row, used
-    instead of sampling. ``block_size`` contexts share one forward pass for the label
-    draws; they are then processed in chunks whose per-sample gradients take about
-    ``max_chunk_bytes`` at most. ``ghost_norms``: take the squared gradient norms of
-    linear layers from their activations instead of materialising per-sample gradients
-    (same value, faster; see ``_fisher_values_func``). ``by_block``: also the trace of
-    each diagonal block — embedding, each layer, head (``base.parameter_blocks``) — in
-    ``extra["blocks"]``: a squared gradient norm is a sum over parameters, so the blocks
-    sum to the total, context by context.
+    Args:
+        model: the MLM (in eval mode for the measure).
+        language: where the contexts come from (``sample_contexts``: one uniformly placed
+            mask per sentence).
+        n_contexts: contexts (sentences).
+        n_labels: labels drawn per context from the model's own predictive distribution
+            at the mask (``None``: the exact expectation over the vocabulary, no label noise).
+        params: a regex: only the parameters whose name matches (default: all).
+        seed: of the contexts and labels.
+        repeats: independent sets (fresh contexts and labels; with ``contexts`` given,
+            fresh labels only), each set's estimate and their std reported in ``extra`` as
+            the paper does; ``estimate`` and ``stderr`` then pool all sets.
+        contexts: a ``MaskedBatch`` with exactly one masked position per row, used instead
+            of sampling.
+        block_size: contexts sharing one forward pass for the label draws.
+        max_chunk_bytes: the per-sample gradients of a chunk take about this much at most.
+        ghost_norms: take the squared gradient norms of linear layers from their
+            activations instead of materialising per-sample gradients (same value, faster;
+            ``_fisher_values_func``).
+        engine: ``auto``, ``func`` (torch.func) or ``autograd``.
+        by_block: also the trace of each diagonal block — embedding, each layer, head
+            (``base.parameter_blocks``) — in ``extra["blocks"]``; they sum to the total,
+            context by context.
+        hooks: with ``ghost_norms``, the ``func`` engine and a model ``models.gradnorms``
+            covers (the transformer MLM, any selection), the squared norms from one batched
+            forward and one batched backward per label slot (``_HookedBlock``), no per-example
+            autograd; the same quantity to rounding (the labels drawn are the same). Any
+            other model (the LSTM, Hugging Face models) takes the ``vmap`` path (``_VmapBlock``).
+
+    Returns:
+        the estimate with its standard error, the settings and the seconds taken.
     """
     if n_labels is not None and n_labels < 1:
         raise UserError(f"n_labels must be >= 1 or None (exact), got {n_labels}")
@@ -253,7 +344,6 @@ def trace_fisher(model: nn.Module, language: Language, *, n_contexts: int = 10_0
     start = time.perf_counter()
     engine = resolve_engine(model, engine)
     sel = select_parameters(model, params)
-    values_fn = _fisher_values_func if engine == "func" else _fisher_values_autograd
     if contexts is not None:
         per_row = contexts.masked.sum(dim=1)
         if not bool((per_row == 1).all()):
@@ -261,34 +351,21 @@ def trace_fisher(model: nn.Module, language: Language, *, n_contexts: int = 10_0
     blocks = parameter_blocks(sel) if by_block else Blocks.whole(sel.sizes)
     per_repeat: list[torch.Tensor] = []  # [contexts, blocks] per repeat, on the device
     n_grads = 0
+    use_hooks = engine == "func" and ghost_norms and hooks and gradnorms.covers(model, sel.names)
     with measuring(model):
         for r in range(repeats):
             ctx = contexts if contexts is not None else sample_contexts(language, n_contexts, seed, r)
             gen = step_generator(seed, r, stream=STREAM_DRAWS)
-            values = []
             one = ctx.inputs[:1].to(sel.device)
-            linears = _ghost_linears(model, sel, one) if engine == "func" and ghost_norms else {}
-            # entries held per (context, label) in the batched backward: the gradients of
-            # the directly differentiated parameters, and (roughly) the activation
-            # gradients of every layer
-            ghosted = sum(sel.values[x].numel() for n in linears for x in (f"{n}.weight", f"{n}.bias")
-                          if x in sel.values)
-            widths = sum(m.in_features + m.out_features for m in model.modules() if isinstance(m, nn.Linear))
-            per_label = sel.n_params - ghosted + 2 * one.shape[1] * widths
+            step = _HookedBlock(model, sel, blocks, one, max_chunk_bytes) if use_hooks else \
+                _VmapBlock(model, sel, blocks, one, engine, ghost_norms, max_chunk_bytes)
+            values = []
             for b0 in range(0, ctx.inputs.shape[0], block_size):
                 chunk = ctx.rows(b0, b0 + block_size).to(sel.device)
                 positions = ctx.masked[b0:b0 + block_size].long().argmax(dim=1).to(sel.device)
-                with torch.no_grad():
-                    # the labels are drawn on the host, from the seeded CPU generator, so a
-                    # seed draws the same labels on every device: the one read-back per
-                    # block of contexts (its number of distinct labels shapes what follows)
-                    probs = torch.softmax(chunk.at_masked(model(chunk.inputs)).double(), dim=-1).cpu()
-                labels, weights = _draw_labels(probs, n_labels, gen)
-                n_grads += int((weights > 0).sum())
-                row_bytes = labels.shape[1] * per_label * sel.dtype.itemsize
-                values.append(map_in_chunks(partial(values_fn, model, sel, linears=linears, blocks=blocks),
-                                            chunk.inputs, positions, labels.to(sel.device), weights.to(sel.device),
-                                            row_bytes=row_bytes, max_bytes=max_chunk_bytes).double())
+                block_values, grads = step(chunk, positions, n_labels, gen)
+                values.append(block_values)
+                n_grads += grads
             per_repeat.append(torch.cat(values))
     everything = torch.cat(per_repeat)  # [all contexts, blocks]
     (estimate, stderr), *per_block = _mean_and_stderr_table(torch.cat([everything.sum(dim=1, keepdim=True),
@@ -300,7 +377,7 @@ def trace_fisher(model: nn.Module, language: Language, *, n_contexts: int = 10_0
         reps = torch.stack([v.sum(dim=1).mean() for v in per_repeat]).cpu()
         extra.update(repeat_estimates=reps.tolist(), repeat_std=float(reps.std()))
     settings = {"n_contexts": int(per_repeat[0].shape[0]), "n_labels": n_labels, "repeats": repeats,
-                "seed": seed, "engine": engine, "ghost_norms": ghost_norms and engine == "func",
+                "seed": seed, "engine": engine, "ghost_norms": ghost_norms and engine == "func", "hooks": use_hooks,
                 "contexts_given": contexts is not None}
     return CurvatureResult("trace_fisher", estimate, stderr, sel.n_params, params, int(everything.shape[0]),
                            time.perf_counter() - start, settings, extra)

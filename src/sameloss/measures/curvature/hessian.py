@@ -28,25 +28,38 @@ def trace_hutchinson(model: nn.Module, language: Language, *, n_probes: int = 10
                      engine: str = "auto", estimator: str = "hutchinson", by_block: bool = False,
                      micro_batch: int | None = None) -> CurvatureResult:
     """Hutchinson's estimate ``mean_v vᵀ∇²L v`` of the trace of the Hessian of the
-    fixed-batch loss (true tokens; ``loss_batch(language, n_sentences, mask_rate, seed)``
-    unless ``batch`` is given), as in the authors' released script:
+    fixed-batch loss with the true tokens, as in the authors' released script:
     ``hutchinson_trace(LossHessian(model, batch, ...), n_probes, ...)``.
 
     Unbiased for that batch's Hessian at any θ (also away from saturation, where it
     differs from ``trace_fisher``). ``stderr`` is over probes only: it does not include
-    the variation of the trace from batch to batch. ``distribution``: ``"rademacher"``
-    (variance ``2 Σ_{i≠j} H_ij²``, the smaller) or ``"gaussian"`` (``2‖H‖_F²``).
-    ``probe_chunk`` products are vectorised together.
+    the variation of the trace from batch to batch.
 
-    ``estimator="hutchpp"``: Hutch++ with the same ``n_probes`` Hessian-vector products
-    (``hutchpp_trace``; measure ``"trace_hutchpp"``): a third sketch the top of the
-    spectrum, which is then taken exactly — a smaller error for the same products where
-    the spectrum decays, at the memory of ``2 n_probes / 3`` kept vectors.
-    ``by_block``: also the trace of each diagonal block of the Hessian — embedding, each
-    layer, head (``base.parameter_blocks``) — from the same products, in
-    ``extra["blocks"]`` (they sum to the total). ``micro_batch``: the Hessian's graph
-    is held for at most this many sentences at a time (``LossHessian``): less memory,
-    one more forward and backward per micro-batch and product chunk.
+    Args:
+        model: the MLM.
+        language: where the batch comes from.
+        n_probes: Hessian-vector products.
+        distribution: of the probe vectors: ``rademacher`` (variance ``2 Σ_{i≠j} H_ij²``,
+            the smaller) or ``gaussian`` (``2‖H‖_F²``).
+        params: a regex: only the parameters whose name matches (default: all).
+        batch: the fixed batch (default: ``loss_batch(language, n_sentences, mask_rate, seed)``).
+        n_sentences: the batch's sentences when it is drawn here.
+        mask_rate: its masking rate (``None``: one masked position per sentence).
+        seed: of the batch and the probes.
+        probe_chunk: products vectorised together.
+        engine: ``auto``, ``func`` (torch.func) or ``autograd``.
+        estimator: ``hutchinson``, or ``hutchpp``: Hutch++ with the same ``n_probes``
+            products (``hutchpp_trace``; measure ``trace_hutchpp``): a third sketch the top of
+            the spectrum, which is then taken exactly — a smaller error for the same products
+            where the spectrum decays, at the memory of ``2 n_probes / 3`` kept vectors.
+        by_block: also the trace of each diagonal block of the Hessian — embedding, each
+            layer, head — from the same products, in ``extra["blocks"]`` (they sum to the total).
+        micro_batch: hold the Hessian's graph for at most this many sentences at a time
+            (``LossHessian``): less memory, one more forward and backward per micro-batch and
+            product chunk.
+
+    Returns:
+        the estimate with its standard error, the settings and the seconds taken.
     """
     if estimator not in TRACE_ESTIMATORS:
         raise UserError(f"unknown trace estimator {estimator!r}; choose from {', '.join(TRACE_ESTIMATORS)}")

@@ -3,7 +3,9 @@ matched exact KL and one learning rate — the algorithm, training longer and mo
 each acting from step 0 and late — few-shot probes, paired statistics with stated power.
 
 Command
-    sameloss reproduce                              (the main job: scale ``quick``)
+
+    sameloss reproduce                              (the main job: scale ``quick``; the same as
+                                                     ``sameloss reproduce isoloss``)
     sameloss reproduce isoloss --scale tiny         [--out runs] [--seed N] [--fresh]
         [--launcher inprocess|local|slurm] [--workers N] [--seeds 0-7]
         [--language NAME[:SIZE][:key=value,...] ...]
@@ -14,20 +16,23 @@ Command
     on a cluster".)
 
 Runtime per scale (one thread per worker; ``--launcher local --workers N`` runs N seeds at once)
+
     The design changed (three measured checkpoints per fork, longer stretches for the forks
     on a higher KL floor): the figures below are measured on this design.
     smoke   ~2 min on a 2-core CPU (3 seeds, micro model, tens of steps; the numbers mean
             nothing)
-    quick   not measured end to end on this design (the main job: tiny's first two seeds, every
-            fork): a tiny seed without the flatness forks cost 1,080-1,410 CPU s (mean 1,300;
-            the pilot below), so ~25 min on 2 idle cores; the flatness forks add ~49 % of a
-            seed's training FLOPs (the planner)
+    quick   to be re-measured (the main job, being redesigned: issue 52; tiny's first two seeds,
+            every fork): a tiny seed without the flatness forks cost 1,080-1,410 CPU s (mean
+            1,300; the pilot below), so ~25 min on 2 idle cores; the flatness forks add ~49 % of
+            a seed's training FLOPs (the planner). ``sameloss plan`` (2026-11-27, this 2-core
+            CPU's measured peak 156 GFLOP/s): ~21 min on 2 workers, 41 min of work
     tiny    the pilot (6 seeds, every fork but the flatness forks, which came after it): 141 min
             wall with 2 workers at load 4-16 on a shared 2-core CPU (2026-11-27), CPU 1,080-1,410
             s a seed; ~65 min on 2 idle cores (~100-110 with the flatness forks, by the planner).
             The design: a pilot of 10 seeds, then at most 48 within --budget (180 min by default)
-    small   estimate, not measured: ~8 h on one H100 (paper HMM, t4-384, batch 4096)
-    paper   estimate, not measured: days on one H100
+    small   estimate, not measured: ~16 h on one H100 (``sameloss plan isoloss --scale small
+            --hardware h100``, 2026-11-27: 16.3 h; paper HMM, t4-384, batch 4096)
+    paper   estimate, not measured: ~35 days on one H100 (the planner, the same day)
 
 Languages
     ``--language SPEC`` studies another language: ``NAME[:SIZE][:key=value,...]`` with
@@ -87,8 +92,10 @@ What it runs
     FLOPs by ``sameloss plan``): ``small``/``paper``/``smoke`` run every fork above with
     ``large`` 2× wider and one more block; ``quick``/``tiny`` drop ``sam02``, fork ``adv``
     late only (``Fork.late_only``; its comparison is exempt from the MDE target) and make
-    ``large`` two more blocks at the same width (2 → 4 blocks, 106 k → 206 k parameters):
-    ``sameloss plan isoloss --scale tiny --device cpu`` 6.6 h → 3.3 h on one thread.
+    ``large`` two more blocks at the same width (2 → 4 blocks, 106 k → 206 k parameters).
+    ``sameloss plan isoloss --scale tiny`` (2026-11-27, this 2-core CPU, 2 workers): the
+    180-min budget buys 43 seeds; the ceiling of 48 seeds is 399 runs, 6.6 h of work, ~3.3 h
+    wall.
     The flatness forks run at ``quick``/``tiny`` (their λ's scale) and, ``sharp`` only, at
     ``smoke`` (the plumbing: the penalty's steps are dear, and ``sharp`` and ``flat`` together
     made the smoke study half as long again); ``small``/``paper`` leave them out until
@@ -154,7 +161,8 @@ Deviations
     here ends with the same decay and stretch at the final lr (the candidates' lr), so
     "same loss" is matched at one learning rate. The AdamW probe has no validation split in
     a few-shot design: it keeps its last epoch. No few-shot fine-tuning (the probes are the
-    endpoints). The size contrast is one step (2× wider, one more block) of a 0.1M model.
+    endpoints). The size contrast is one step of a 0.1M model: two more blocks at the same
+    width at ``quick``/``tiny``, 2× wider and one more block at ``smoke``/``small``/``paper``.
 
 The package, one room each: ``design.py`` (the preset, forks, comparisons, the language
 choice), ``study.py`` (the runs, the seed unit with its gate, the declaration),

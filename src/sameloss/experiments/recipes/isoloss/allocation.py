@@ -222,6 +222,15 @@ def choose_design(p: IsolossPreset, costs: dict[str, float], budget_seconds: flo
     return ChosenDesign(plan, tuple((t, left[t]) for t in order_all if t in left), wall(dict(plan)))
 
 
+def _short(test: str, cut, prior: dict) -> str:
+    """A comparison the forecast does not expect to decide, and why: no prior SD to plan it
+    with (it is planned once the pilot has measured its spread), or the seeds it needs."""
+    if not (math.isfinite(prior.get(test, math.nan)) and prior[test] > 0):
+        return f"{test} (no prior SD: planned from the pilot's)"
+    needed = cut.needed[test] or f"more than {cut.cap}"
+    return f"{test} (needs {needed} seeds, gets {cut.planned[test]})"
+
+
 def forecast(p: IsolossPreset, device: str, workers: int, cpu_peak: float | None = None) -> str:
     """What the budget buys, before anything trains: the planner's cost per fork and stage
     (``sameloss plan``'s model: one seed of the study planned with every fork), the
@@ -254,8 +263,8 @@ def forecast(p: IsolossPreset, device: str, workers: int, cpu_peak: float | None
     pilot_wall = p.pilot_seeds * per_seed / workers
     cut = afford(alloc, seed_cost, pilot_wall, 60 * p.budget_minutes, workers) if p.budget_minutes else alloc
     expect = [t for t in tests if cut.needed[t] is not None and cut.planned[t] >= cut.needed[t]]
-    short = [f"{t} (needs {cut.needed[t] or f'more than {cut.cap}'} seeds, gets {cut.planned[t]})" for t in tests
-             if t not in expect and t in cut.family and not t.startswith(tuple(f"{x} @" for x in p.exempt))]
+    exempt = tuple(f"{x} @" for x in p.exempt)
+    short = [_short(t, cut, prior) for t in tests if t not in expect and t in cut.family and not t.startswith(exempt)]
     return (f"Budget forecast ({device}, {workers} worker(s), the planner's cost model: ~{_minutes(per_seed)} per seed "
             f"with every fork): the pilot of {p.pilot_seeds} seeds ~{_minutes(pilot_wall)}; "
             + (cut.budget_note + "; " if cut.budget_note else "")

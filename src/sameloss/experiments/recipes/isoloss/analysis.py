@@ -54,7 +54,7 @@ def language_report(records, p: IsolossPreset) -> tuple[Section, Section, dict]:
     """One language's verdicts and study, and what the replication table reads of it."""
     where = f" — {p.choice.spec}" if p.tag else ""
     section = Section(TITLE + where)
-    lead = Section("Verdicts" + where, lead=True)
+    lead = Section("Verdicts" + where, lead=True, figures_first=True)
     # every seed's unit gated its forks on its own base; headroom.csv shows the first seed's
     results, alloc = run_seeds(records, p)
     seeds = [res["gate"]["seed"] for res in results]
@@ -94,7 +94,7 @@ def language_report(records, p: IsolossPreset) -> tuple[Section, Section, dict]:
     half = paired.differences(paired.estimate_pairs(rows, half_tests, [p.primary_key, "trace_fisher"], design),
                               half_tests, [(p.primary_key, "primary probe")], p.primary_key, design)
     verdict_table(lead, p, diffs, seeds, ok)
-    decided(lead, p, diffs)
+    decided(lead, p, diffs, pairs)
     if alloc is not None:
         from ...allocation import allocation_table
 
@@ -119,13 +119,13 @@ def language_report(records, p: IsolossPreset) -> tuple[Section, Section, dict]:
         reg += paired.regression(section, rows, p.primary_key, pt, regression_without(p), design)
     regression_table(section, reg)
     section.notes.append(paired.HOLM_FAMILIES)
-    figures(records, section, p, rows, diffs, results, seeds)
+    figures(records, section, p, rows, diffs, results, seeds, lead)
     runtime_notes(section, records.launcher, results, seeds)
     return lead, section, {"language": p.choice.spec, "tag": p.tag, "ok": ok, "diffs": diffs,
                            "tests": [f"{c.name} @ {pt}" for c, pt in tests]}
 
 
-def decided(section: Section, p: IsolossPreset, diffs: list[dict]) -> list[dict]:
+def decided(section: Section, p: IsolossPreset, diffs: list[dict], pairs: list[dict] = ()) -> list[dict]:
     """The study's answer: per comparison and fork point whether the primary test decided
     (detected, or no effect beyond ±δ), the power of its claim as made (against δ after Holm
     within its family) and, where undecided, how many more seeds its MDE target needs at
@@ -144,16 +144,52 @@ def decided(section: Section, p: IsolossPreset, diffs: list[dict]) -> list[dict]
         out.append({"test": f"{r['comparison']} @ {r['point']}", "decided": decided, "verdict": r["verdict"],
                     "family": r["holm_family"], "used": r["n_used"], "mde": r["mde"], "power": r["power"],
                     "more_seeds": math.nan if decided or need is None else max(0, need - int(r["n_used"]))})
-    done = [f"{x['test']} ({x['verdict']})" for x in out if x["decided"]]
-    open_ = [f"{x['test']} ({_more(x)})" for x in out if not x["decided"]]
     section.files["decided.csv"] = out
-    claims = [f"{x['test']} {fmt(x['power'], '.2f')}" for x in out if x["family"] == "claims"]
-    section.text.append(f"**Decided ({len(done)} of {len(out)}):** " + ("; ".join(done) or "none") + ". "
-                        "**Undecided:** " + ("; ".join(open_) or "none") + f" (seeds for an MDE of {p.mde_target:g} "
-                        "points after Holm within the comparison's family, at its effective SD)."
-                        + (f" **Power of each claim as made** (against δ = {p.equivalence_margin:g} points after "
-                           f"Holm over the {len(claims)} claims): " + "; ".join(claims) + "." if claims else ""))
+    section.answer += answer(p, diffs, out, pairs)
     return out
+
+
+def answer(p: IsolossPreset, diffs: list[dict], decided_rows: list[dict], pairs: list[dict] = ()) -> list[str]:
+    """The study's answer in at most three lines (``Section.answer``): what was decided and
+    which way (primary accuracy, with the interval and whether it survives Holm), what is
+    open and what it would take, and what a planned design left to the full study."""
+    from ...stats import DETECTED, EQUIVALENT
+
+    rows = {f"{r['comparison']} @ {r['point']}": r for r in diffs if r["family"] == "primary"}
+    done, open_ = [], []
+    for x in decided_rows:
+        r = rows[x["test"]]
+        interval = f"{fmt(r['mean'])} [{fmt(r['t_low'])}, {fmt(r['t_high'])}] points, n = {r['n_used']}"
+        if x["decided"]:
+            word = (f"no effect beyond ±{p.equivalence_margin:g}" if x["verdict"] == EQUIVALENT
+                    else "detected, paper's direction" if x["verdict"] == DETECTED else "detected against the paper")
+            holm = f"; Holm: {r['after_holm']}" if r.get("after_holm") else ""
+            done.append(f"{x['test']} {word} ({interval}{holm})")
+        else:
+            why = [q["reason"] for q in pairs if f"{q['comparison']} @ {q['point']}" == x["test"] and not q["used"]]
+            open_.append(f"{x['test']} ({_more(x) if r['n_used'] >= 2 else _why_no_pairs(r, why)})")
+    if any(str(x["verdict"]).startswith("uninformative") for x in decided_rows):
+        return [f"**No verdict: the headroom gate failed** (every verdict of the {len(decided_rows)} comparisons is "
+                "uninformative; the headroom table says by how much)."]
+    lines = [f"**Decided {len(done)} of {len(decided_rows)}** (primary probe accuracy at one KL): "
+             + ("; ".join(done) or "none") + "."]
+    if open_:
+        lines.append(f"**Open** (seeds for an MDE of {p.mde_target:g} points after Holm within its family, at the "
+                     "measured effective spread): "
+                     + "; ".join(open_) + ".")
+    if p.left:
+        lines.append("**Left to the full study** (`sameloss reproduce isoloss --scale tiny`): "
+                     + "; ".join(f"{t} ({why})" for t, why in p.left) + ".")
+    return lines
+
+
+def _why_no_pairs(r: dict, reasons: list[str]) -> str:
+    """Why a comparison has fewer than two usable pairs: its unused pairs' own reasons (the
+    first, and how many more), or that its forks did not run on two seeds."""
+    if not r.get("n_pairs"):
+        return "no pair: its forks did not run on two seeds"
+    first = f": {reasons[0]}" + (f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else "") if reasons else ""
+    return f"{r['n_used']} of {r['n_pairs']} pairs usable{first}"
 
 
 def _more(x: dict) -> str:

@@ -18,8 +18,7 @@ from ...common import COMMON, Preset
 from ...core import Setting
 from ...paired import Comparison, Design
 
-TITLE = ("Iso-loss forks: does flatness decide transfer at the same loss? (Fig. 1, 3, 5, Tables 1–2: the "
-         "algorithm, training longer and model size, with power)")
+TITLE = "Iso-loss forks: does flatness decide transfer at the same loss?"
 NOREG = (("model.dropout", 0.0), ("optim.weight_decay", 0.0))
 # (view, method) pairs probed: the task's position by both probes; all positions by the
 # paper's AdamW probe only (the convex probe on 8 × 64 features costs most of the time)

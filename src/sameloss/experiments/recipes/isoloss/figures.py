@@ -16,16 +16,17 @@ from .design import IsolossPreset, regression_without
 
 
 def figures(records, section: Section, p: IsolossPreset, rows: list[dict], diffs: list[dict],
-            results: list[dict], seeds: list[int]) -> None:
+            results: list[dict], seeds: list[int], lead: Section | None = None) -> None:
     """The figures (module docstring: three, and the dose-response with flatness forks), a
-    language's named by its tag in a study of several."""
+    language's named by its tag in a study of several; the forest plot in ``lead`` (the
+    verdicts' section: it opens the report), the others in ``section``."""
     from ...plots import drawing
 
     stem = f"{p.tag}-" if p.tag else ""
     ok = all(res["gate"]["ok"] for res in results)
     with drawing(caveat=None if ok else "no headroom (a seed's base failed the gate): every verdict is "
                                         "uninformative"):
-        _forest(records, section, p, diffs, seeds, stem)
+        _forest(records, lead if lead is not None else section, p, diffs, seeds, stem)
         _scatter(records, section, p, rows, seeds, stem)
         _curves(records, section, p, results, seeds, stem)
         _dose(records, section, p, seeds, stem)
@@ -109,7 +110,7 @@ def _scatter(records, section: Section, p: IsolossPreset, rows: list[dict], seed
                          "primary accuracy − seed mean (points)", fit=fit))
     labels = _labels(p)
     fig = scatter_plot(scatter, panels, "Fig. 1 within seeds", colour_by=None,
-                       marker_by=lambda r: labels.get(r["fork"], r["fork"]))
+                       marker_by=lambda r: labels.get(r["fork"], r["fork"]), colour_markers=True)
     section.figures.append(records.figure(
         fig, stem + "scatter",
         shows="Fig. 1 within seeds: every fork's primary probe accuracy (points) against its trace of Hessian "
@@ -124,7 +125,7 @@ def _scatter(records, section: Section, p: IsolossPreset, rows: list[dict], seed
 
 def _curves(records, section: Section, p: IsolossPreset, results: list[dict], seeds: list[int], stem: str) -> None:
     """The first seed's KL curves, each fork's stretch and its measured KL range."""
-    from ...plots import Band, Panel, Ref, series_plot
+    from ...plots import Panel, Ref, series_plot
 
     points = _points(p)
     labels = _labels(p)
@@ -145,25 +146,19 @@ def _curves(records, section: Section, p: IsolossPreset, results: list[dict], se
     curve_panels = []
     for k in sorted(p.fork_points, reverse=True):
         pt = p.point_name(k)
-        drawn = {name.split("-", 1)[1] for name in first["curves"] if name.startswith(f"{pt}-")}
-        windows = tuple(Band(p.stretch_start(f), p.fork_end(f), f"strip: each fork's stretch at {p.final_lr_factor:g} "
-                                                                "× lr (where its checkpoints are measured)",
-                             series=f.label)
-                        for f in p.forks if f.name in drawn)
         target = tuple(Ref(v, f"seed {seeds[0]}'s measured KL range: {what}", color="0.3", style=":")
                        for v, what in ((min(probed[pt]), "lowest"), (max(probed[pt]), "highest"))) \
             if pt in probed else ()
-        curve_panels.append(Panel(f"kl_{pt}", f"exact KL, fork point {pt} (nats)", log=True, refs=target,
-                                  bands=windows))
+        curve_panels.append(Panel(f"kl_{pt}", f"exact KL, fork point {pt} (nats)", log=True, refs=target))
     fig = series_plot(series, "step", curve_panels, f"Seed {seeds[0]}: exact KL of the base and its forks")
     section.figures.append(records.figure(
         fig, stem + "curves",
         shows=f"Training curves of seed {seeds[0]}: the exact KL to the true conditionals (log axis; held-out set of "
               f"{p.eval_sentences} sentences) against step, for the base and every fork, one panel per fork point; "
-              "KL is evaluated only where it is read (every fork's candidates on its stretch, the base's "
-              "evaluations); strips along the bottom: each fork's own stretch at "
-              f"{p.final_lr_factor:g} × lr, in its colour; dotted: the lowest and highest KL of the seed's measured "
-              "checkpoints (every comparison's target lies between them)",
+              "KL is evaluated only where it is read (the base's evaluations; each fork's stretch at "
+              f"{p.final_lr_factor:g} × lr, every {p.match_every} steps on this seed: a fork's line is its stretch); "
+              "dotted: the lowest and highest KL of the seed's measured checkpoints (every comparison's target "
+              "lies between them)",
         sample=f"1 seed ({seeds[0]}) of {len(seeds)}: {len(first['curves'])} runs",
         claim="none directly: it shows that the matched checkpoints lie where the KL moves smoothly at one "
               "learning rate (the design of the iso-loss comparison)"))
@@ -192,7 +187,7 @@ def _dose(records, section: Section, p: IsolossPreset, seeds: list[int], stem: s
                          refs=(Ref(0.0, "no difference", color="0.6", style="-"),)))
     labels = _labels(p)
     fig = scatter_plot(rows, panels, "Dose-response: flatness as the treatment", colour_by=None,
-                       marker_by=lambda r: labels.get(r["fork"], r["fork"]))
+                       marker_by=lambda r: labels.get(r["fork"], r["fork"]), colour_markers=True)
     section.figures.append(records.figure(
         fig, stem + "dose",
         shows="Dose-response of the flatness forks (a trace penalty λ × the Fisher trace in training; λ < 0 "

@@ -178,7 +178,7 @@ def design_text(p: IsolossPreset, seeds: list[int], gate_text: str, ok: bool) ->
 def verdict_table(section: Section, p: IsolossPreset, diffs: list[dict], seeds: list[int], ok: bool) -> None:
     """The verdicts first: the primary accuracy and the trace of every comparison at every
     fork point, with their MDE and Holm-adjusted p, and the exclusion sensitivity beside."""
-    section.text.append(
+    section.notes.append(
         f"{len(seeds)} seeds; per comparison and fork point the precision-weighted paired difference (recipe − "
         "reference) at the target KL, every pair used unless a fork's target lies beyond the extrapolation limit "
         f"({p.extrapolation_limit:g} × its measured KL range outside it), its 95% HKSJ interval and its minimum "

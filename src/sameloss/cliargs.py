@@ -1,0 +1,79 @@
+"""argparse pieces every ``sameloss`` command shares (``cli.py``, ``cli_text.py`` and
+``experiments/cli.py``): the parser (a usage error in one line), the help formatter, the
+examples a command's help ends with, and deprecated spellings.
+
+One grammar for the whole CLI (issue 50): every flag has a help line, every command's help
+ends with one or two examples, one flag name means one thing across commands, and an old
+spelling keeps working for a while with a one-line note naming the new one.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, but an indented line (an example, a list item) is kept as it is
+    written; prose paragraphs are wrapped to the terminal as usual."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        out: list[str] = []
+        paragraph: list[str] = []
+
+        def flush() -> None:
+            if paragraph:
+                out.append(super(HelpFormatter, self)._fill_text(" ".join(paragraph), width, indent))
+                paragraph.clear()
+
+        for line in text.splitlines():
+            if line.strip() and not line.startswith(" "):
+                paragraph.append(line.strip())
+                continue
+            flush()
+            out.append(indent + line if line.strip() else "")
+        flush()
+        return "\n".join(out)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (the house rule for bad input), and the help
+    keeps its examples' lines as written (``HelpFormatter``)."""
+
+    def __init__(self, *args, formatter_class=HelpFormatter, **kwargs):
+        super().__init__(*args, formatter_class=formatter_class, **kwargs)
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def examples(*commands: str) -> str:
+    """The ``examples:`` block a command's help ends with (its epilog, or the end of it).
+
+    Args:
+        *commands: one or two command lines, each shown on its own indented line.
+
+    Returns:
+        the text, for ``add_parser(..., epilog=...)``.
+    """
+    return "examples:\n" + "\n".join(f"  {command}" for command in commands)
+
+
+def deprecated(new: str) -> type[argparse.Action]:
+    """An argparse action for an old spelling of an option: stores the value as the new
+    option does and says, in one note line, what the option is called now.
+
+    Args:
+        new: the option's current spelling, e.g. ``--hardware``.
+
+    Returns:
+        the action class, for ``add_argument(old, dest=..., action=deprecated(new), help=argparse.SUPPRESS)``.
+    """
+
+    class Deprecated(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            from .progress import say  # a note, not an error: stderr holds only an error's line
+
+            say(f"note: {option_string} is now {new}")
+            setattr(namespace, self.dest, values)
+
+    return Deprecated
