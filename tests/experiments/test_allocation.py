@@ -36,21 +36,26 @@ def test_needed_seeds_is_the_fewest_that_reach_the_target(sd, start):
 
 def test_the_plan_from_the_pilot():
     sds = {"a @ late": 0.3, "b @ late": 0.8, "adv @ late": 2.0, "c @ late": 0.0, "d @ late": math.nan,
-           "e @ scratch": 5.0}
-    alloc = allocate(sds, pilot=6, cap=40, target=0.35, exempt=("adv",))
-    assert alloc.planned["a @ late"] == needed_seeds(0.3, 0.35, 6, pilot=6) == 9
-    assert alloc.planned["b @ late"] == 40 and alloc.needed["b @ late"] == 64  # capped at the study's seeds
+           "e @ scratch": 5.0, "f @ late": 0.3}
+    family = ("a @ late", "b @ late", "adv @ late", "c @ late", "d @ late", "e @ scratch")
+    alloc = allocate(sds, pilot=6, cap=40, target=0.35, exempt=("adv",), family=family)
+    # planned for the power after Holm: Stein's test at α/m, m = the family's 6 tests (adv counted)
+    assert alloc.level == pytest.approx(1 - 0.05 / 6)
+    assert alloc.planned["a @ late"] == needed_seeds(0.3, 0.35, 6, level=1 - 0.05 / 6, pilot=6) == 20
+    assert needed_seeds(0.3, 0.35, 6, pilot=6) == 9  # at α = 0.05 it would have planned 9
+    assert alloc.planned["f @ late"] == 6 and alloc.needed["f @ late"] is None  # not a claim: the pilot's seeds
+    assert alloc.planned["b @ late"] == 40 and alloc.needed["b @ late"] > 40  # capped at the study's seeds
     assert alloc.planned["adv @ late"] == 6 and alloc.needed["adv @ late"] is None  # exempt: the pilot only
     assert alloc.planned["c @ late"] == 6 and alloc.planned["d @ late"] == 6  # no spread / no pairs: nothing to plan
     assert alloc.planned["e @ scratch"] == 40
     # seed i (0-based) runs the tests planned beyond it
     assert set(alloc.active(6)) == {"a @ late", "b @ late", "e @ scratch"}
-    assert set(alloc.active(9)) == {"b @ late", "e @ scratch"} and alloc.active(40) == []
+    assert set(alloc.active(20)) == {"b @ late", "e @ scratch"} and alloc.active(40) == []
     assert alloc.seeds == 40
 
 
 def test_a_budget_cuts_the_later_seeds():
-    alloc = allocate({"a @ late": 0.3, "b @ late": 0.8}, pilot=4, cap=40, target=0.35)
+    alloc = allocate({"a @ late": 0.3, "b @ late": 0.8}, pilot=4, cap=40, target=0.35, alpha=0.1)
     cost = {"a @ late": 10.0, "b @ late": 30.0}
 
     def seed_cost(tests):
@@ -70,9 +75,10 @@ def test_a_budget_cuts_the_later_seeds():
 
 def _adaptive(p):
     """smoke with three seeds, a pilot of two, and every comparison exempt but −dropout−WD
-    (whose target of 0.01 points it cannot reach: it gets every seed)."""
+    (whose target of 0.01 points it cannot reach: it gets every seed), the claims its two tests."""
     return dataclasses.replace(p, seeds=(0, 1, 2), pilot_seeds=2, mde_target=0.01,
-                               exempt=tuple(c.name for c in p.comparisons if c.name != "noreg"))
+                               exempt=tuple(c.name for c in p.comparisons if c.name != "noreg"),
+                               claims=("noreg @ late", "noreg @ scratch"))
 
 
 def test_an_adaptive_study_runs_its_pilot_then_only_the_forks_still_short(tmp_path, monkeypatch):
@@ -99,6 +105,37 @@ def test_an_adaptive_study_runs_its_pilot_then_only_the_forks_still_short(tmp_pa
         want = 3 if test.startswith("noreg @") else 2
         assert int(row["planned"]) == want == int(row["used"]) == int(diffs[test]["n_used"]), test
     assert {int(r["seed"]) for r in read(root / "gate.csv")} == {0, 1, 2}
+
+
+def test_the_claims_a_budget_decides_against_brute_force():
+    """``plan_claims``: the largest family whose plan fits, each claim's seeds the fewest that
+    reach the target after Holm over it, and leaving out a claim lowers the others' seeds."""
+    import itertools
+
+    from sameloss.experiments.allocation import fork_seed_cost, plan_claims, plan_cost
+    from sameloss.experiments.stats import t_test_power
+
+    sds = {"a": 0.3, "b": 0.5, "c": 0.9, "d": math.nan}
+    forks = {"a": ("x", "r"), "b": ("y", "r"), "c": ("z", "r"), "d": ("w", "r")}
+    cost = fork_seed_cost({"x": 10.0, "y": 10.0, "z": 20.0, "w": 5.0, "r": 5.0}, forks, base=3.0)
+    assert cost(["a", "b"]) == 3.0 + 10 + 10 + 5  # the shared reference paid once
+    for budget in (200.0, 800.0, 3000.0, 1e6):
+        plan = plan_claims(sds, cost, budget, 0.35, cap=200)
+        m = len(plan.family)
+        for t, n in plan.seeds.items():  # the fewest seeds reaching 80 % at α/m
+            assert n == next(k for k in range(2, 201) if minimum_detectable_effect(
+                sds[t], k, level=1 - 0.05 / m) <= 0.35)
+            assert plan.power[t] == pytest.approx(t_test_power(0.35 * math.sqrt(n) / sds[t], n - 1, 1 - 0.05 / m))
+        assert plan.cost == pytest.approx(plan_cost(plan.seeds, cost)) and (plan.cost <= budget or not plan.family)
+        assert "d" in plan.left_out and plan.left_out["d"] is None  # no prior spread: nothing to plan
+        # no larger family would have fitted (brute force over the subsets)
+        for size in range(m + 1, 4):
+            for sub in itertools.combinations("abc", size):
+                need = {t: next((k for k in range(2, 201) if minimum_detectable_effect(
+                    sds[t], k, level=1 - 0.05 / size) <= 0.35), None) for t in sub}
+                assert None in need.values() or plan_cost(need, cost) > budget, (budget, sub)
+    big, small = plan_claims(sds, cost, 1e6, 0.35, cap=200), plan_claims(sds, cost, 800.0, 0.35, cap=200)
+    assert len(small.family) < len(big.family) and all(small.seeds[t] <= big.seeds[t] for t in small.family)
 
 
 def test_budget_and_even_are_isolosss_and_checked(tmp_path, capsys):

@@ -145,12 +145,20 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
                 y = np.array([float(r[col]) for r in of[f]])
                 want = np.polyval(np.polyfit(kl[f], y, 1), target) if np.ptp(kl[f]) > 0 else y.mean()
                 assert float(pr[f"{side}_{q}"]) == pytest.approx(want, rel=1e-9, abs=1e-12), (pr["test"], side, q)
-        assert pr["used"] == "True"  # smoke's limit (10 nats) uses every pair
-    # each difference is the mean over the used pairs of the estimates' differences
+        assert pr["used"] == "True"  # smoke's limit (1e6 ranges) uses every pair
+        lev = sum(1 / len(kl[f]) + (target - kl[f].mean()) ** 2 / ((kl[f] - kl[f].mean()) ** 2).sum() for f in kl)
+        assert float(pr["leverage"]) == pytest.approx(lev, rel=1e-9)
+    # each difference is the weighted estimate over the used pairs (from pairs.csv alone)
+    from sameloss.experiments.weighted import estimate, fits_of
+    design = p.design()
     for r in primary:
-        mine = [pr for pr in pairs if pr["comparison"] == r["comparison"] and pr["point"] == r["point"]]
+        mine = [dict(pr, seed=int(pr["seed"])) for pr in pairs
+                if pr["comparison"] == r["comparison"] and pr["point"] == r["point"]]
         assert int(r["n_used"]) == len(mine) == len(p.seeds)
-        assert float(r["mean"]) == pytest.approx(np.mean([100 * float(pr[f"d_{p.primary_key}"]) for pr in mine]))
+        want = estimate(fits_of(mine, p.primary_key, 100.0), design.slope_level)
+        assert (float(r["mean"]), float(r["t_low"]), float(r["t_high"])) == pytest.approx(
+            (want.mean, want.t_low, want.t_high), nan_ok=True)
+        assert r["estimator"] == want.model and r["holm_family"] in ("claims", "other comparisons")
     # the trace of the size contrast is compared in one parameter space
     size = {r["test"]: r for r in read(root / "size.csv")}
     late_size = next(r for r in primary if r["comparison"] == "size" and r["point"] == "late")
@@ -222,22 +230,21 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
         assert (root / name).stat().st_size > 10_000
         assert not (root / name.replace(".png", ".csv")).exists()  # the figure's data file is its one CSV
     assert {r["comparison"] for r in read(root / "dose.csv")} == {c.name for c in p.comparisons} - {"longer"}
-    # the flatness forks' dose-response: per fork point the mean over seeds of each seed's slope
-    # through 0 of the primary difference on the relative trace change, from the pairs' estimates
+    # the flatness forks' dose-response: per fork point the slope through 0 of the primary difference
+    # on the relative trace change pooled over every seed's forks, from the pairs' estimates
     response = {r["point"]: r for r in read(root / "dose_response.csv")}
     assert set(response) == {"late", "scratch"} and "**Dose-response" in report and "![Dose-response" in report
     for point, r in response.items():
-        slopes = []
-        for seed in p.seeds:
-            mine = [pr for pr in pairs if pr["comparison"] in isoloss.flatness_forks(p) and pr["point"] == point
-                    and int(pr["seed"]) == seed]
-            x = np.array([float(pr["recipe_trace_fisher"]) / float(pr["reference_trace_fisher"]) - 1 for pr in mine])
-            y = np.array([100 * float(pr[f"d_{p.primary_key}"]) for pr in mine])
-            slopes.append(float((x * y).sum() / (x * x).sum()))
-        assert int(r["n_seeds"]) == len(p.seeds) and float(r["slope"]) == pytest.approx(np.mean(slopes))
+        mine = [pr for pr in pairs if pr["comparison"] in isoloss.flatness_forks(p) and pr["point"] == point]
+        x = np.array([float(pr["recipe_trace_fisher"]) / float(pr["reference_trace_fisher"]) - 1 for pr in mine])
+        y = np.array([100 * float(pr[f"d_{p.primary_key}"]) for pr in mine])
+        keep = np.abs(x) >= p.dose_floor
+        assert int(r["n_left_out"]) == int((~keep).sum()) and int(r["n_pairs"]) == int(keep.sum())
+        if keep.any():
+            assert float(r["slope"]) == pytest.approx(float((x * y)[keep].sum() / (x * x)[keep].sum()))
     dose_fig = read_data(root / "dose.data.csv")
     assert isoloss.flatness_forks(p) == ("sharp",)  # smoke: one fork, the plumbing
-    assert len([r for r in dose_fig if r["kind"] == "point"]) == 2 * len(p.seeds)  # per fork point
+    assert len([r for r in dose_fig if r["kind"] == "point"]) == sum(int(r["n_pairs"]) for r in response.values())
     sam = {r["test"] for r in read(root / "sam_controls.csv")}
     assert {"sam05 @ late: pos_lbfgs_n16", "sam05-half @ late: pos_lbfgs_n16", "half-batch @ late: pos_lbfgs_n16"} <= sam
     gate = read(root / "gate.csv")  # every seed's gate (what `sameloss replicate` reads)
@@ -361,7 +368,7 @@ def _rows(effects, gaps, point="late", n=3):
     return rows
 
 
-DESIGN = Design(margin=0.35, trace_margin=0.05, limit=1e-3, tolerance=3e-4)
+DESIGN = Design(margin=0.35, trace_margin=0.05, limit=0.5, tolerance=3e-4)  # limit: half a fork's own range
 
 
 def test_every_pair_is_estimated_at_its_target_and_used():
@@ -375,14 +382,15 @@ def test_every_pair_is_estimated_at_its_target_and_used():
     assert [p["seed"] for p in pairs] == [0, 1, 2, 3, 4]
     for p, e in zip(pairs, effects):
         assert 100 * p["d_acc"] == pytest.approx(e, abs=1e-9)
-    # seed 3: ranges 0.5e-3 apart, each fork 0.25e-3 outside; seed 4: 0.75e-3 each, within the 1e-3 limit
+    # seed 3: ranges 0.5e-3 apart, each fork 0.25e-3 outside; seed 4: 0.75e-3 each, within half its 2e-3 range
     assert pairs[3]["recipe_outside"] == pytest.approx(2.5e-4) and pairs[3]["reference_outside"] == pytest.approx(2.5e-4)
     assert [p["used"] for p in pairs] == [True] * 5
     assert [p["within_tolerance"] for p in pairs] == [True, True, True, False, False]
     out = paired.differences(pairs, [(c, "late")], [("acc", "acc")], "acc", DESIGN)
     acc = out[0]
     assert (acc["n_pairs"], acc["n_used"], acc["n_beyond_limit"]) == (5, 5, 0)
-    assert acc["mean"] == pytest.approx(np.mean(effects)) and acc["verdict"] == DETECTED
+    # noise-free lines: no checkpoint noise to weigh (σ² = 0), every pair weighs the same
+    assert acc["mean"] == pytest.approx(np.mean(effects)) and acc["verdict"] == DETECTED and acc["sigma2"] < 1e-20
     # the sensitivity: only the pairs within the tolerance
     assert acc["tol_n"] == 3 and acc["tol_mean"] == pytest.approx(np.mean(effects[:3]))
     # the trace's margin is 5 % of the reference's mean trace at the targets
@@ -396,7 +404,8 @@ def test_a_pair_beyond_the_limit_is_named_not_silently_dropped():
     pairs = paired.estimate_pairs(_rows([1.0, 1.2, 0.8], [0.0, 0.0, 5e-3]), [(c, "late")], ["acc", "trace_fisher"],
                                   DESIGN)
     far = pairs[2]
-    assert not far["used"] and "1.50e-03 nats outside its measured KL range (limit 0.001)" in far["reason"]
+    assert not far["used"] and "1.50e-03 nats outside its measured KL range (2.00e-03 wide; limit 0.5 × its range)" \
+        in far["reason"]
     out = paired.differences(pairs, [(c, "late")], [("acc", "acc")], "acc", DESIGN)
     assert (out[0]["n_used"], out[0]["n_beyond_limit"]) == (2, 1)
     section = Section("")
@@ -444,7 +453,8 @@ def test_presets_are_checked():
     assert q.plan == isoloss.QUICK_PLAN and q.pilot_seeds == 0 and q.seeds == p.seeds[:len(q.seeds)]
     assert [f for f in p.forks if f in q.forks] == list(q.forks)
     same = dataclasses.replace(q, forks=p.forks, fork_points=p.fork_points, seeds=p.seeds, plan=(), left=(),
-                               pilot_seeds=p.pilot_seeds, budget_minutes=p.budget_minutes, comparisons=p.comparisons)
+                               pilot_seeds=p.pilot_seeds, budget_minutes=p.budget_minutes, comparisons=p.comparisons,
+                               claims=p.claims)
     assert same == p
     assert [f"{c.name} @ {pt}" for c, pt in q.tests()] == [t for t, _ in q.plan]
     with pytest.raises(ValueError, match="fork points"):

@@ -18,16 +18,8 @@ import torch
 from sameloss.cli import main
 from sameloss.errors import UserError
 from sameloss.experiments import paired, reproduce
-from sameloss.experiments.paired import (
-    CONTRADICTED,
-    NOT_REPLICATED,
-    REPLICATED,
-    REPLICATED_AGAINST,
-    REPLICATION_UNINFORMATIVE,
-    UNINFORMATIVE,
-    replication,
-    replication_verdict,
-)
+from sameloss.experiments.paired import UNINFORMATIVE
+from sameloss.experiments.replication import REPLICATION_UNINFORMATIVE, agreement, replication, replication_verdict
 from sameloss.experiments.recipes import isoloss
 from sameloss.experiments.report import Section
 from sameloss.experiments.stats import (
@@ -214,16 +206,22 @@ def test_the_pooled_verdict_and_the_planned_pooled_mde():
     assert hits / 2000 == pytest.approx(0.80, abs=0.035)
 
 
-def test_the_replication_verdict_says_which_way():
-    assert replication_verdict([DETECTED, DETECTED]) == REPLICATED
-    assert replication_verdict([DETECTED_AGAINST, DETECTED_AGAINST]) == REPLICATED_AGAINST
-    assert replication_verdict([DETECTED, INCONCLUSIVE]) == NOT_REPLICATED  # one language does not detect it
-    assert replication_verdict([DETECTED, DEGENERATE]) == NOT_REPLICATED  # a degenerate row detects nothing
-    assert replication_verdict([DETECTED, DETECTED_AGAINST, DETECTED]) == CONTRADICTED
-    assert replication_verdict([EQUIVALENT, INCONCLUSIVE]) == NOT_REPLICATED
-    # languages without headroom (None) are left out: one informative language replicates nothing
-    assert replication_verdict([DETECTED, None]) == REPLICATION_UNINFORMATIVE
-    assert replication_verdict([DETECTED, None, DETECTED]) == REPLICATED
+def test_the_replication_verdict_gives_the_pooled_verdict_then_each_languages_agreement():
+    both = "2 of 2 languages detect it in the paper's direction"
+    assert agreement([DETECTED, DETECTED]) == both
+    assert agreement([DETECTED_AGAINST, DETECTED_AGAINST]) == "2 of 2 languages detect it against the paper"
+    # a rule asking every language to detect has power 0.8^k: the agreement is said, not a verdict
+    assert agreement([DETECTED, INCONCLUSIVE, DETECTED]) == \
+        "2 of 3 languages detect it in the paper's direction, 1 inconclusive"
+    assert replication_verdict(DETECTED, [DETECTED, INCONCLUSIVE, DETECTED]) == \
+        f"pooled: {DETECTED} — 2 of 3 languages detect it in the paper's direction, 1 inconclusive"
+    # a degenerate language is called degenerate, one without headroom so, one with a pair too few so
+    assert agreement([DETECTED, DEGENERATE]) == \
+        "1 of 2 languages detect it in the paper's direction, 1 degenerate (the differences have no spread)"
+    assert agreement([DETECTED, UNINFORMATIVE, "no interval: 1 pair(s)"]) == \
+        "1 of 3 languages detect it in the paper's direction, 1 no interval (n ≤ 1 pairs), 1 without headroom"
+    assert agreement([DETECTED, DETECTED_AGAINST, DETECTED]).endswith("(contradicted: detections in both directions)")
+    assert agreement([EQUIVALENT, INCONCLUSIVE]) == "1 of 2 languages show no effect beyond ±δ, 1 inconclusive"
 
 
 def _diff(comparison, point, mean, sd, n, verdict):
@@ -241,7 +239,9 @@ def test_the_replication_table_pools_the_languages_with_headroom():
     section = Section("")
     out = {r["test"]: r for r in replication(section, [a, b])}
     size = out["size @ late"]
-    assert size["replication"] == REPLICATED and size["pooled_languages"] == 2
+    assert size["replication"] == replication_verdict(size["pooled_verdict"], [DETECTED, DETECTED])
+    assert size["replication"].endswith("2 of 2 languages detect it in the paper's direction")
+    assert size["pooled_languages"] == 2
     # each language's standard error is sd/√n of its used pairs (not backed out of its t interval)
     ref = pool_inverse_variance([1.0, 0.6], [0.8 / 4, 1.2 / 3])
     assert size["pooled"] == pytest.approx(ref.fixed) and size["i2"] == pytest.approx(ref.i2)
@@ -250,16 +250,21 @@ def test_the_replication_table_pools_the_languages_with_headroom():
     # the verdict about languages comes from the HKSJ interval (two languages: t on 1 df, wide)
     assert size["pooled_verdict"] == pooled_verdict(ref, 1, 0.35)[0] == INCONCLUSIVE
     assert section.tables[0].columns[0].key == "pooled_verdict"  # the table leads with it
-    assert out["noreg @ late"]["replication"] == NOT_REPLICATED
+    assert out["noreg @ late"]["replication"].endswith("1 of 2 languages show no effect beyond ±δ, 1 inconclusive")
     assert section.files["replication.csv"] and section.tables[0].source == "replication.csv"
     # a language without headroom is listed as uninformative and not pooled: one language left replicates nothing
     out = {r["test"]: r for r in replication(Section(""), [a, c])}
     assert out["size @ late"]["micro_verdict"] == UNINFORMATIVE and out["size @ late"]["pooled_languages"] == 1
-    assert out["size @ late"]["replication"] == REPLICATION_UNINFORMATIVE
+    assert out["size @ late"]["replication"] == (f"pooled: {REPLICATION_UNINFORMATIVE} — 1 of 2 languages detect it "
+                                                 "in the paper's direction, 1 without headroom")
     assert math.isnan(out["size @ late"]["pooled"])  # one language with headroom: nothing to pool
-    # both languages detect against the paper: replicated, and said so
+    # both languages detect against the paper: said so
     against = [dict(s, diffs=[_diff("size", "late", -1.0, 0.8, 16, DETECTED_AGAINST)]) for s in (a, b)]
-    assert replication(Section(""), against)[0]["replication"] == REPLICATED_AGAINST
+    assert replication(Section(""), against)[0]["replication"].endswith("2 of 2 languages detect it against the paper")
+    # a language whose differences have no spread is degenerate, not "without headroom", and not pooled
+    flat = dict(b, diffs=[_diff("size", "late", 0.5, 0.0, 9, DEGENERATE)])
+    row = replication(Section(""), [a, flat, dict(b, tag="pcfg2")])[0]
+    assert row["pooled_languages"] == 2 and "1 degenerate (the differences have no spread)" in row["replication"]
 
 
 # ---- end to end ---------------------------------------------------------------------------------------
@@ -319,7 +324,8 @@ def test_a_held_out_language_without_headroom_says_so(tmp_path, monkeypatch):
     report = (root / "report.md").read_text()
     assert report.count("**No verdict: no headroom**") == 2
     rep = read(root / "replication.csv")
-    assert rep and {r["replication"] for r in rep} == {REPLICATION_UNINFORMATIVE}
+    assert rep and {r["replication"] for r in rep} == {f"pooled: {REPLICATION_UNINFORMATIVE} — 2 of 2 languages "
+                                                      "without headroom"}
     assert {r["hmm-micro-seed11-task-3_verdict"] for r in rep} == {UNINFORMATIVE}
     assert all(r["pooled"] == "" or math.isnan(float(r["pooled"])) for r in rep)
     # each language's seeds trained their base and nothing else
@@ -384,14 +390,16 @@ def test_replicate_combines_studies_run_apart(tmp_path, capsys):
          "diffs": read(a / "differences.csv")},
         {"language": "pcfg", "tag": "pcfg", "ok": True, "diffs": read(b / "differences.csv")}])}
     assert rows.keys() == want.keys() == {"size @ late", "noreg @ late"}
-    assert rows["size @ late"]["replication"] == REPLICATED
+    assert rows["size @ late"]["replication"] == want["size @ late"]["replication"]
+    assert rows["size @ late"]["replication"].endswith("2 of 2 languages detect it in the paper's direction")
     assert float(rows["size @ late"]["pooled"]) == pytest.approx(want["size @ late"]["pooled"])
     assert float(rows["noreg @ late"]["pcfg_mean"]) == -0.3
     # a study the gate stopped (headroom table only) is there, uninformative, never pooled
     c = _study(tmp_path / "c", None)
     assert main(["replicate", str(a), f"held-out={c}", "--csv", str(tmp_path / "rep2.csv")]) == 0
     size = {r["test"]: r for r in read(tmp_path / "rep2.csv")}["size @ late"]
-    assert size["held-out_verdict"] == UNINFORMATIVE and size["replication"] == REPLICATION_UNINFORMATIVE
+    assert size["held-out_verdict"] == UNINFORMATIVE
+    assert size["replication"].startswith(f"pooled: {REPLICATION_UNINFORMATIVE} — ")
     assert size["pooled_languages"] == "1" and math.isnan(float(size["pooled"]))
     # its own --csv is replaced; a user's file only with --force
     assert main(["replicate", str(a), f"pcfg={b}", "--csv", str(tmp_path / "rep2.csv")]) == 0

@@ -7,25 +7,29 @@ initial weights) — compared at one exact KL, differences paired across seeds.
   (one lr factor for all); per comparison and seed one target KL, chosen from the two
   forks' measured KL ranges alone (the middle of their overlap, or of the gap between
   them); each fork's accuracy and trace are estimated *at* that target by the
-  least-squares line of the quantity on KL through its own checkpoints. Every pair is
-  used unless a fork's estimate lies more than a stated limit outside its measured KL
-  range — such a pair is named with its reason, never dropped silently. (Selecting the
-  pairs whose forks happened to land near each other would condition on a
-  post-treatment variable: a SAM fork's KL floor sits above the others'.)
-* the report: ``differences`` (per comparison, fork point and quantity: the paired
-  differences over the used pairs, t and bootstrap intervals, the noncentral-t MDE, raw
-  and Holm p values per family, equivalence by TOST against a margin fixed in the preset;
-  beside it the sensitivity row that excludes the pairs whose KL ranges lie more than the
-  tolerance apart), ``dose`` (the effect at one fork point minus at another, paired by
-  seed), ``regression`` (accuracy on trace and KL within seeds, cluster bootstrap),
-  ``replication`` (one comparison on several languages: which way it replicates, and the
-  random-effects pooled estimate with the Hartung–Knapp–Sidik–Jonkman interval) and
-  ``dose_response`` (flatness as the treatment: the paired accuracy difference per unit of
-  relative trace change over forks trained with a trace penalty, within seeds).
+  least-squares line of the quantity on KL through its own checkpoints, with the line's
+  leverage there (what the KL positions alone say of the estimate's variance). Every pair
+  is used unless a fork's target lies more than ``Design.limit`` × its own measured KL range
+  outside that range, or a fork has fewer than two distinct KLs — such a pair is named
+  with its reason, never dropped silently; a fork with fewer than ``Design.points``
+  checkpoints is named. (Selecting the pairs whose forks happened to land near each other
+  would condition on a post-treatment variable: a SAM fork's KL floor sits above the
+  others'.)
+* the report: ``differences`` (per comparison, fork point and quantity: the
+  precision-weighted estimate over the used pairs — ``weighted.estimate``: weights from
+  the KL positions, random effects with the HKSJ interval, a common KL slope where the
+  ranges touch and the slopes test equal — its MDE, the power of the claim after Holm, the
+  share of its variance that is extrapolation, raw and Holm p values per family with the
+  primary family the preset's claims, equivalence by TOST against a margin fixed in the
+  preset; beside it the sensitivity row that keeps only the pairs whose KL ranges lie
+  within the tolerance, a plain paired t test), ``dose`` (the effect at one fork point minus
+  at another, paired by seed) and ``regression`` (accuracy on trace and KL within seeds,
+  cluster bootstrap). The dose-response of the flatness forks is ``dose_response.py``'s, the
+  replication across languages ``replication.py``'s.
 
-A model's row (one probed checkpoint) has ``seed``, ``point`` (its fork point's name),
-``fork``, ``kl`` (its exact KL on the shared held-out set), ``trace_fisher`` and the
-accuracy columns (fractions; shown in points).
+A model's row (one probed checkpoint) has ``run``, ``step``, ``seed``, ``point`` (its fork
+point's name), ``fork``, ``kl`` (its exact KL on the shared held-out set), ``trace_fisher``
+and the accuracy columns (fractions; shown in points).
 """
 
 from __future__ import annotations
@@ -35,10 +39,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import UserError
 from .claims import fmt
 from .report import Claim, Column, Section, Table
-from .stats import (DEGENERATE, DETECTED, DETECTED_AGAINST, EQUIVALENT, INCONCLUSIVE,
-                    cluster_bootstrap_ols, holm, interval_power, paired_difference, power_verdict)
+from .stats import (DEGENERATE, DETECTED, DETECTED_AGAINST, EQUIVALENT, INCONCLUSIVE, cluster_bootstrap_ols, holm,
+                    interval_power, noncentral_mde, paired_difference, power_verdict)
+from .weighted import Line, estimate, fits_of, line
 
 UNINFORMATIVE = "uninformative: no headroom"
 HOLM_LEVEL = 0.05
@@ -63,11 +69,11 @@ class Comparison:
 class Design:
     """What the verdicts of one study share, all fixed in the preset before any data: the
     equivalence margins (``margin``: points of accuracy; ``trace_margin``: a fraction of the
-    reference fork's mean trace), how far outside its measured KL range a fork's estimate
-    may lie (``limit``, nats; a pair beyond it is named and not used), the tolerance of the
-    exclusion sensitivity row (``tolerance``, nats: only the pairs whose forks' KL ranges lie
-    at most this far apart) and whether the task has headroom (without it every verdict is
-    ``uninformative``)."""
+    reference fork's mean trace), how far outside its measured KL range a fork's target may
+    lie (``limit``: a multiple of that fork's own range; a pair beyond it is named and not
+    used), the tolerance of the exclusion sensitivity row (``tolerance``, nats: only the
+    pairs whose forks' KL ranges lie at most this far apart) and whether the task has
+    headroom (without it every verdict is ``uninformative``)."""
 
     margin: float
     trace_margin: float
@@ -75,8 +81,19 @@ class Design:
     tolerance: float
     headroom: bool = True
     # an adaptive study's pilot seeds (``allocation``): a test over more seeds than these is
-    # Stein's two-stage test, its spread from them alone (``stats.paired_difference``)
+    # Stein's two-stage test, its spread from them alone (``weighted.estimate``)
     pilot: tuple[int, ...] = ()
+    points: int = 3  # the checkpoints each fork should have (``probe_points``): a fork with fewer is named
+    # the primary family, fixed before the data ("comparison @ point"): Holm over these claims
+    # alone; the other comparisons' primary accuracies are a family of their own. Empty: all
+    claims: tuple[str, ...] = ()
+    # the fork × KL model (a KL slope common to both forks): only where every pair's forks'
+    # ranges lie at most ``borrow_gap`` × the smaller range apart, and a test of equal slopes
+    # does not reject at ``slope_level``
+    borrow_gap: float = 0.25
+    slope_level: float = 0.2
+    # the dose-response: pairs whose relative trace change is under this are named and left out
+    dose_floor: float = 0.05
 
 
 # ---- estimation at the target KL ----------------------------------------------------------
@@ -116,128 +133,194 @@ def at_target(kls, values, target: float) -> float:
     Returns:
         the estimate (``nan`` without checkpoints).
     """
-    x = np.asarray(kls, dtype=float)
-    y = np.asarray(values, dtype=float)
-    if x.size == 0:
+    if len(kls) == 0:
         return math.nan
-    if x.size < 2 or np.ptp(x) == 0:
-        return float(y.mean())
-    xm = x.mean()
-    slope = float(((x - xm) * (y - y.mean())).sum() / ((x - xm) ** 2).sum())
-    return float(y.mean() + slope * (target - xm))
+    return line(kls, values).at(target)
 
 
 def column(row: dict, key: str) -> float:
-    """A measured number of a model's row; a column the row lacks is an error naming it
-    (never a silent NaN that drops out of a test)."""
+    """A measured number of a model's row; a column the row lacks is an error naming it, and
+    a NaN one an error naming the run, the checkpoint and the column (never a silent NaN that
+    turns a comparison's mean into NaN and drops its test from Holm's count)."""
     if key not in row or row[key] is None or row[key] == "":
         raise ValueError(f"model {row.get('model', '?')} has no measured column {key!r}: the study measured "
                          "something else (a stale cache or another measure spec); rerun it")
-    return float(row[key])
+    value = float(row[key])
+    if math.isnan(value):
+        raise UserError(f"run {row.get('run', row.get('model', '?'))}, checkpoint step {row.get('step', '?')}: "
+                        f"{key} is NaN (the measure failed there); remove that checkpoint's measurement and rerun")
+    return value
+
+
+def _forks(rows: list[dict], c: Comparison, point: str) -> dict[tuple[int, str], list[dict]]:
+    by: dict[tuple[int, str], list[dict]] = {}
+    for r in rows:
+        if r["point"] == point and r["fork"] in (c.recipe, c.reference):
+            by.setdefault((int(r["seed"]), r["fork"]), []).append(r)
+    return by
 
 
 def estimate_pairs(rows: list[dict], tests: list[tuple[Comparison, str]], quantities: list[str],
                    design: Design) -> list[dict]:
-    """Per comparison, fork point (``tests``) and seed where both forks were measured: the
-    target KL (``comparison_target``), each fork's measured KL range and how far its
-    estimate lies outside it, and each fork's estimate at the target of every quantity (the
-    reference's trace from ``reference_trace``: one parameter space for a size contrast)
-    with the paired difference ``d_<quantity>``; ``used`` is False, with the ``reason``,
-    where a fork's estimate lies beyond ``design.limit``; ``within_tolerance`` marks the
-    pairs of the exclusion sensitivity row."""
+    """Per comparison, fork point (``tests``) and seed where both forks were measured, one
+    pair (``_pair``): the target KL, each fork's measured KL range, line and leverage, and
+    its estimate at the target of every quantity with the paired difference ``d_<quantity>``
+    (the reference's trace from ``reference_trace``: one parameter space for a size
+    contrast); ``used`` False with the ``reason`` beyond the limit."""
     out = []
     for c, point in tests:
-        by: dict[tuple[int, str], list[dict]] = {}
-        for r in rows:
-            if r["point"] == point and r["fork"] in (c.recipe, c.reference):
-                by.setdefault((int(r["seed"]), r["fork"]), []).append(r)
+        by = _forks(rows, c, point)
         seeds = sorted({s for s, f in by if (s, c.recipe) in by and (s, c.reference) in by})
-        for seed in seeds:
-            rec, ref = by[(seed, c.recipe)], by[(seed, c.reference)]
-            kl_rec = [column(r, "kl") for r in rec]
-            kl_ref = [column(r, "kl") for r in ref]
-            target = comparison_target(kl_rec, kl_ref)
-            far = {c.recipe: outside(kl_rec, target), c.reference: outside(kl_ref, target)}
-            worst = max(far, key=far.get)
-            used = far[worst] <= design.limit
-            pair = {"pair": f"{c.name} @ {point}, seed {seed}", "test": f"{c.name} @ {point}", "comparison": c.name,
-                    "point": point, "seed": seed,
-                    "recipe": c.recipe, "reference": c.reference, "target": target,
-                    "recipe_kl_low": min(kl_rec), "recipe_kl_high": max(kl_rec), "recipe_checkpoints": len(rec),
-                    "reference_kl_low": min(kl_ref), "reference_kl_high": max(kl_ref),
-                    "reference_checkpoints": len(ref), "recipe_outside": far[c.recipe],
-                    "reference_outside": far[c.reference],
-                    "gap": max(0.0, max(min(kl_rec), min(kl_ref)) - min(max(kl_rec), max(kl_ref))),
-                    "used": used,
-                    "reason": "" if used else (f"{worst} estimated {far[worst]:.2e} nats outside its measured KL "
-                                               f"range (limit {design.limit:g})")}
-            pair["within_tolerance"] = pair["gap"] <= design.tolerance
-            for key in quantities:
-                ref_key = c.reference_trace if key == "trace_fisher" else key
-                a = at_target(kl_rec, [column(r, key) for r in rec], target)
-                b = at_target(kl_ref, [column(r, ref_key) for r in ref], target)
-                pair[f"recipe_{key}"], pair[f"reference_{key}"], pair[f"d_{key}"] = a, b, a - b
-            out.append(pair)
+        out += [_pair(c, point, seed, by[(seed, c.recipe)], by[(seed, c.reference)], quantities, design)
+                for seed in seeds]
     return out
 
 
-def _used(pairs: list[dict], c: Comparison, point: str) -> list[dict]:
+def _beyond(fork: str, kls: list[float], target: float, design: Design) -> str:
+    """Why a fork's line cannot be read at ``target`` ('' when it can)."""
+    if len(set(kls)) < 2:
+        return f"{fork} has {len(set(kls))} distinct measured KL(s): no line to read at the target"
+    far, width = outside(kls, target), max(kls) - min(kls)
+    if far > design.limit * width:
+        return (f"{fork} estimated {far:.2e} nats outside its measured KL range ({width:.2e} wide; limit "
+                f"{design.limit:g} × its range)")
+    return ""
+
+
+def _pair(c: Comparison, point: str, seed: int, rec: list[dict], ref: list[dict], quantities: list[str],
+          design: Design) -> dict:
+    """One pair of ``estimate_pairs`` (its fields are ``pairs.csv``'s columns)."""
+    kl_rec, kl_ref = [column(r, "kl") for r in rec], [column(r, "kl") for r in ref]
+    target = comparison_target(kl_rec, kl_ref)
+    why = [w for w in (_beyond(c.recipe, kl_rec, target, design), _beyond(c.reference, kl_ref, target, design)) if w]
+    short = [f"{f} has {len(k)} of {design.points} checkpoints" for f, k in ((c.recipe, kl_rec), (c.reference, kl_ref))
+             if len(k) < design.points]
+    g_rec, g_ref = line(kl_rec, kl_rec), line(kl_ref, kl_ref)  # the KL geometry alone
+    gap = max(0.0, max(min(kl_rec), min(kl_ref)) - min(max(kl_rec), max(kl_ref)))
+    narrow = min(max(kl_rec) - min(kl_rec), max(kl_ref) - min(kl_ref))
+    pair = {"pair": f"{c.name} @ {point}, seed {seed}", "test": f"{c.name} @ {point}", "comparison": c.name,
+            "point": point, "seed": seed, "recipe": c.recipe, "reference": c.reference, "target": target,
+            "recipe_kl_low": min(kl_rec), "recipe_kl_high": max(kl_rec), "recipe_checkpoints": len(rec),
+            "reference_kl_low": min(kl_ref), "reference_kl_high": max(kl_ref), "reference_checkpoints": len(ref),
+            "recipe_outside": outside(kl_rec, target), "reference_outside": outside(kl_ref, target), "gap": gap,
+            "used": not why, "reason": "; ".join(why), "short": "; ".join(short),
+            "recipe_kl_mean": g_rec.kl_mean, "reference_kl_mean": g_ref.kl_mean, "recipe_sxx": g_rec.sxx,
+            "reference_sxx": g_ref.sxx, "leverage": g_rec.leverage(target) + g_ref.leverage(target),
+            "leverage_mean": 1 / len(rec) + 1 / len(ref), "rss_df": max(len(rec) - 2, 0) + max(len(ref) - 2, 0),
+            "touching": gap <= design.borrow_gap * narrow}
+    pair["within_tolerance"] = gap <= design.tolerance
+    for key in quantities:
+        ref_key = c.reference_trace if key == "trace_fisher" else key
+        a: Line = line(kl_rec, [column(r, key) for r in rec])
+        b: Line = line(kl_ref, [column(r, ref_key) for r in ref])
+        pair[f"recipe_{key}"], pair[f"reference_{key}"] = a.at(target), b.at(target)
+        pair[f"d_{key}"] = pair[f"recipe_{key}"] - pair[f"reference_{key}"]
+        pair[f"recipe_slope_{key}"], pair[f"reference_slope_{key}"] = a.slope, b.slope
+        pair[f"rss_{key}"] = a.rss + b.rss
+    return pair
+
+
+def used_pairs(pairs: list[dict], c: Comparison, point: str) -> list[dict]:
     return [p for p in pairs if p["comparison"] == c.name and p["point"] == point and p["used"]]
 
 
 # ---- the paired differences ------------------------------------------------------------------
 def _verdict(pd, sign: int, margin: float, design: Design) -> str:
-    return power_verdict(pd, sign, margin) if design.headroom else UNINFORMATIVE
+    if not design.headroom:
+        return UNINFORMATIVE
+    if pd.n < 2:
+        return f"no interval: {pd.n} pair(s)"
+    return power_verdict(pd, sign, margin)
+
+
+def holm_counted(pvalues: list[float]) -> list[float]:
+    """Holm's adjusted p values over a family fixed before the data: a test without a p value
+    (n ≤ 1, no spread) counts in the family's size as p = 1 — it cannot relax the correction
+    for the others — and keeps nan."""
+    adjusted = holm([p if math.isfinite(p) else 1.0 for p in pvalues])
+    return [q if math.isfinite(p) else math.nan for p, q in zip(pvalues, adjusted)]
 
 
 def differences(pairs: list[dict], tests: list[tuple[Comparison, str]], accuracies: list[tuple[str, str]],
                 primary_key: str, design: Design, n_boot: int = 2000) -> list[dict]:
-    """Per comparison and fork point (``tests``), the paired differences at the target
-    (``estimate_pairs``' rows) over the used pairs of every accuracy column (``(key,
-    what)``, points, the paper's sign; δ = ``design.margin``) and of the trace (the opposite
-    sign; δ = ``design.trace_margin`` × the reference's mean trace at the target), with the
-    exclusion sensitivity beside each (only the pairs within the tolerance: ``tol_*``);
-    Holm-adjusted p values — of the detection tests and, apart, of the equivalence tests
-    (TOST) — within each family: the primary accuracies, the traces, the secondary
-    accuracies. Returns the rows (``differences.csv``); ``n_boot``: the bootstrap intervals'
-    resamples (shown beside the t intervals, never read by a verdict: 0 leaves them out)."""
+    """Per comparison and fork point (``tests``), the estimate at the target over the used
+    pairs (``estimate_pairs``' rows; ``weighted.estimate``) of every accuracy column
+    (``(key, what)``, points, the paper's sign; δ = ``design.margin``) and of the trace (the
+    opposite sign; δ = ``design.trace_margin`` × the reference's mean trace at the target),
+    with the exclusion sensitivity beside each (only the pairs within the tolerance, a plain
+    paired t test: ``tol_*``); Holm-adjusted p values — of the detection tests and, apart, of
+    the equivalence tests (TOST) — within each family (``_holm_families``), and the power of
+    each claim as made. Returns the rows (``differences.csv``); ``n_boot``: the bootstrap
+    intervals' resamples (beside the intervals, never read by a verdict: 0 leaves them out)."""
     out = []
     for c, point in tests:
         everyone = [p for p in pairs if p["comparison"] == c.name and p["point"] == point]
-        used = [p for p in everyone if p["used"]]
-        within = [p for p in used if p["within_tolerance"]]
         quantities = [(key, what, c.sign, 100.0) for key, what in accuracies]
         one_space = "" if c.reference_trace == "trace_fisher" else f" ({c.reference} embedded: one parameter space)"
         quantities.append(("trace_fisher", f"trace of Hessian (Fisher){one_space}", -c.sign, 1.0))
         for key, what, sign, scale in quantities:
-            d = [scale * p[f"d_{key}"] for p in used]
-            pd = paired_difference(d, seed=len(out), n_boot=n_boot, pilot=_pilot_part(used, key, scale, design))
-            tol = paired_difference([scale * p[f"d_{key}"] for p in within], seed=len(out), n_boot=n_boot,
-                                    pilot=_pilot_part(within, key, scale, design))
-            if key == "trace_fisher":
-                reference_mean = float(np.mean([p[f"reference_{key}"] for p in used])) if used else math.nan
-                margin = design.trace_margin * abs(reference_mean)
-            else:
-                margin = design.margin
             family = "primary" if key == primary_key else "trace" if key == "trace_fisher" else "secondary"
-            out.append({
-                "test": f"{c.name} @ {point}: {key}", "comparison": c.name, "point": point, "recipe": c.recipe,
-                "reference": c.reference, "quantity": key, "what": what, "family": family, "n_pairs": len(everyone),
-                "n_used": pd.n, "n_beyond_limit": len(everyone) - len(used), "mean": pd.mean, "sd": pd.sd,
-                "df": pd.df,
-                "t_low": pd.t_low, "t_high": pd.t_high, "eq_low": pd.eq_low, "eq_high": pd.eq_high,
-                "boot_low": pd.boot_low, "boot_high": pd.boot_high, "p_value": pd.p_value,
-                "tost_p": pd.tost_p(margin), "mde": pd.mde, "margin": margin, "expected_sign": sign,
-                "verdict": _verdict(pd, sign, margin, design),
-                "max_outside": max((max(p["recipe_outside"], p["reference_outside"]) for p in used), default=math.nan),
-                "tol_n": tol.n, "tol_mean": tol.mean, "tol_low": tol.t_low, "tol_high": tol.t_high, "tol_mde": tol.mde,
-                "tol_verdict": _verdict(tol, sign, margin, design) if tol.n >= 2 else f"{tol.n} pair(s): no interval"})
-    for family in ("primary", "trace", "secondary"):
-        members = [r for r in out if r["family"] == family]
-        for r, q, qe in zip(members, holm([r["p_value"] for r in members]), holm([r["tost_p"] for r in members])):
-            r["holm_p"], r["tost_holm_p"] = q, qe
-            r["after_holm"] = _after_holm(r["verdict"], q, qe)
+            row = _difference(c, point, key, everyone, (sign, scale), design, n_boot, len(out))
+            row.update(what=what, family=family, holm_family=_holm_family(family, f"{c.name} @ {point}", design))
+            out.append(row)
+    _holm_families(out)
     return out
+
+
+def _holm_family(family: str, test: str, design: Design) -> str:
+    if family != "primary":
+        return family
+    return "primary" if not design.claims else "claims" if test in design.claims else "other comparisons"
+
+
+def _difference(c: Comparison, point: str, key: str, everyone: list[dict], how: tuple[int, float], design: Design,
+                n_boot: int, seed: int) -> dict:
+    """One row of ``differences``: the estimate of ``key`` (``how``: the paper's sign and the
+    scale to points) over the used pairs and the sensitivity over those within the tolerance."""
+    sign, scale = how
+    used = [p for p in everyone if p["used"]]
+    within = [p for p in used if p["within_tolerance"]]
+    est = estimate(fits_of(used, key, scale, design.pilot), design.slope_level, stein=bool(design.pilot),
+                   n_boot=n_boot, seed=seed)
+    tol = paired_difference([scale * p[f"d_{key}"] for p in within], seed=seed, n_boot=0,
+                            pilot=_pilot_part(within, key, scale, design))
+    if key == "trace_fisher":
+        reference_mean = float(np.mean([p[f"reference_{key}"] for p in used])) if used else math.nan
+        margin = design.trace_margin * abs(reference_mean)
+    else:
+        margin = design.margin
+    return {
+        "test": f"{c.name} @ {point}: {key}", "comparison": c.name, "point": point, "recipe": c.recipe,
+        "reference": c.reference, "quantity": key, "n_pairs": len(everyone), "n_used": est.n,
+        "n_beyond_limit": len(everyone) - len(used), "n_short": sum(bool(p["short"]) for p in everyone),
+        "mean": est.mean, "sd": est.sd, "se": est.se, "df": est.df, "pilot_pairs": est.pilot_pairs,
+        "t_low": est.t_low, "t_high": est.t_high,
+        "eq_low": est.eq_low, "eq_high": est.eq_high, "boot_low": est.boot_low, "boot_high": est.boot_high,
+        "p_value": est.p_value, "tost_p": est.tost_p(margin), "mde": est.mde, "margin": margin,
+        "expected_sign": sign, "verdict": _verdict(est, sign, margin, design), "estimator": est.model,
+        "slope_p": est.slope_p, "extrapolation": est.extrapolation, "tau2": est.tau2, "sigma2": est.sigma2,
+        "max_outside": max((max(p["recipe_outside"], p["reference_outside"]) for p in used), default=math.nan),
+        "tol_n": tol.n, "tol_mean": tol.mean, "tol_low": tol.t_low, "tol_high": tol.t_high, "tol_mde": tol.mde,
+        "tol_verdict": _verdict(tol, sign, margin, design)}
+
+
+def _holm_families(out: list[dict]) -> None:
+    """Holm within each family (``holm_family``; its size m counts every test of it, those
+    without a p value too), and per row the power of the claim as made: the two-sided test's
+    power against δ at Holm's first step α/m (a lower bound of Holm's power) and the MDE there."""
+    from .stats import t_test_power
+
+    for family in dict.fromkeys(r["holm_family"] for r in out):
+        members = [r for r in out if r["holm_family"] == family]
+        m = len(members)
+        alpha = HOLM_LEVEL / m
+        holms = zip(holm_counted([r["p_value"] for r in members]), holm_counted([r["tost_p"] for r in members]))
+        for r, (q, qe) in zip(members, holms):
+            r["holm_p"], r["tost_holm_p"], r["holm_m"] = q, qe, m
+            r["after_holm"] = after_holm(r["verdict"], q, qe)
+            ok = r["n_used"] >= 2 and r["se"] > 0 and math.isfinite(r["margin"])
+            r["power"] = t_test_power(r["margin"] / r["se"], r["df"], 1 - alpha) if ok else math.nan
+            r["holm_mde"] = noncentral_mde(r["se"], r["df"], 1 - alpha) if ok else math.nan
 
 
 def _pilot_part(pairs: list[dict], key: str, scale: float, design: Design) -> list[float] | None:
@@ -247,7 +330,7 @@ def _pilot_part(pairs: list[dict], key: str, scale: float, design: Design) -> li
     return [scale * p[f"d_{key}"] for p in pairs if p["seed"] in design.pilot]
 
 
-def _after_holm(verdict: str, holm_p: float, tost_holm_p: float) -> str:
+def after_holm(verdict: str, holm_p: float, tost_holm_p: float) -> str:
     """Whether a detection (its two-sided test) or an equivalence (its TOST) survives Holm's
     correction within its family."""
     if verdict in (DETECTED, DETECTED_AGAINST):
@@ -257,10 +340,14 @@ def _after_holm(verdict: str, holm_p: float, tost_holm_p: float) -> str:
     return ""
 
 
-HOLM_FAMILIES = ("Holm's correction is applied within each family separately — the primary accuracies (every "
-                 "comparison and fork point), the traces, the secondary accuracies — once to the detection tests' p "
-                 "values and once to the equivalence tests' (TOST) p values; the dose tests are a family of their "
-                 "own, and so are the flatness forks' dose-response slopes (over the fork points); the Fig. 1 regression and the sensitivity rows are not corrected.")
+HOLM_FAMILIES = ("Holm's correction is applied within each family separately — the primary family (the claims "
+                 "fixed in the preset before the data; the other comparisons' primary accuracies are a family of their "
+                 "own), the traces, the secondary accuracies — once to the detection tests' p values and once to the "
+                 "equivalence tests' (TOST) p values; a family's size counts every test in it, those without a p "
+                 "value (n ≤ 1) too; the dose tests are a family of their own, and so are the flatness forks' "
+                 "dose-response slopes (over the fork points); the Fig. 1 regression and the sensitivity rows are "
+                 "not corrected. The power of a claim as made is its test's power against δ at Holm's first step "
+                 "(α/m: a lower bound of Holm's).")
 
 
 def difference_tables(section: Section, out: list[dict], comparisons: dict[str, Comparison]) -> None:
@@ -270,44 +357,62 @@ def difference_tables(section: Section, out: list[dict], comparisons: dict[str, 
     shown = [r for r in out if r["family"] in ("primary", "trace")]
     section.tables.append(Table(
         "Paired differences (recipe − reference) at the target KL across seeds, every pair used unless a fork's "
-        "estimate lies beyond the limit: primary probe (points) and trace; 95% t and bootstrap intervals, the 90% "
-        "interval of the equivalence test (TOST), p raw and Holm-adjusted within each family; beside it the "
-        "exclusion sensitivity (only the pairs whose KL ranges lie within the tolerance)", [
+        "target lies beyond the limit: primary probe (points) and trace; the precision-weighted estimate (weights "
+        "from the pairs' KL positions, random effects) with its 95% HKSJ interval and a bootstrap interval beside it, "
+        "the 90% interval of the equivalence test (TOST), p raw and Holm-adjusted within each family, the power "
+        "against δ after Holm, the share of the estimate's variance that is extrapolation, and the model (a line "
+        "per fork, or a common KL slope where the ranges touch and the slopes test equal: its test's p); beside it "
+        "the exclusion sensitivity (only the pairs whose KL ranges lie within the tolerance, a plain paired t test)", [
             Column("used", "n_used", fmt="d"), Column("beyond limit", "n_beyond_limit", fmt="d"),
-            Column("mean [t 95%]", "mean", ci=("t_low", "t_high"), fmt=".3g"),
+            Column("estimate [HKSJ 95%]", "mean", ci=("t_low", "t_high"), fmt=".3g"),
             Column("bootstrap 95%", "boot_low", fmt=".3g"), Column("to", "boot_high", fmt=".3g"),
             Column("90% (TOST)", "eq_low", fmt=".3g"), Column("to ", "eq_high", fmt=".3g"),
-            Column("paired SD", "sd", fmt=".3g"), Column("MDE 80%", "mde", fmt=".3g"),
+            Column("effective SD", "sd", fmt=".3g"), Column("MDE 80%", "mde", fmt=".3g"),
             Column("δ", "margin", fmt=".3g"), Column("p", "p_value", fmt=".3g"),
-            Column("p Holm", "holm_p", fmt=".3g"), Column("TOST p Holm", "tost_holm_p", fmt=".3g"),
+            Column("Holm family", "holm_family", text=True), Column("p Holm", "holm_p", fmt=".3g"),
+            Column("TOST p Holm", "tost_holm_p", fmt=".3g"), Column("power at δ after Holm", "power", fmt=".2f"),
+            Column("extrapolation share", "extrapolation", fmt=".2f"), Column("model", "estimator", text=True),
+            Column("equal slopes p", "slope_p", fmt=".2g"),
             Column("max outside (nats)", "max_outside", fmt=".2e"), Column("verdict", "verdict", text=True),
             Column("after Holm", "after_holm", text=True), Column("within tolerance", "tol_n", fmt="d"),
             Column("their mean [t 95%]", "tol_mean", ci=("tol_low", "tol_high"), fmt=".3g"),
             Column("their verdict", "tol_verdict", text=True)],
         shown, source="differences.csv", key="test", key_header="comparison @ fork point"))
     for r in shown:
-        c = comparisons[r["comparison"]]
-        unit = " pts" if r["family"] == "primary" else ""
-        holm_note = f", Holm p {fmt(r['holm_p'])}" + (f" ({r['after_holm']})" if r["after_holm"] else "")
-        section.claims.append(Claim(
-            c.paper,
-            f"{c.recipe} − {c.reference} forked at {r['point']}, {r['what']}, at the target KL, paired over "
-            f"{r['n_used']} seeds ({r['n_beyond_limit']} beyond the extrapolation limit): {fmt(r['mean'])}{unit}, "
-            f"95% t interval [{fmt(r['t_low'])}, {fmt(r['t_high'])}], paired SD {fmt(r['sd'])}, MDE (80% power) "
-            f"{fmt(r['mde'])}{unit}, δ {fmt(r['margin'])}{unit}, p {fmt(r['p_value'])}{holm_note}; estimates at "
-            f"most {fmt(r['max_outside'])} nats outside a fork's measured KL range. Only the {r['tol_n']} pairs "
-            f"within the KL tolerance: {fmt(r['tol_mean'])}{unit} [{fmt(r['tol_low'])}, {fmt(r['tol_high'])}].",
-            r["verdict"]))
+        section.claims.append(Claim(comparisons[r["comparison"]].paper, _claim_text(r, comparisons), r["verdict"]))
+    _secondary(section, out)
+
+
+def _claim_text(r: dict, comparisons: dict[str, Comparison]) -> str:
+    c = comparisons[r["comparison"]]
+    unit = " pts" if r["family"] == "primary" else ""
+    holm_note = f", Holm p {fmt(r['holm_p'])}" + (f" ({r['after_holm']})" if r["after_holm"] else "")
+    return (f"{c.recipe} − {c.reference} forked at {r['point']}, {r['what']}, at the target KL, over {r['n_used']} "
+            f"seeds ({r['n_beyond_limit']} beyond the extrapolation limit; {r['estimator']}): {fmt(r['mean'])}{unit}, "
+            f"95% HKSJ interval [{fmt(r['t_low'])}, {fmt(r['t_high'])}], MDE (80% power) {fmt(r['mde'])}{unit}, "
+            f"δ {fmt(r['margin'])}{unit}, p {fmt(r['p_value'])}{holm_note}; in the {r['holm_family']} family of "
+            f"{r['holm_m']} its power against δ after Holm is {fmt(r['power'], '.2f')}; "
+            f"{_share(r['extrapolation'])} of its variance is extrapolation (estimates at most "
+            f"{fmt(r['max_outside'])} nats outside a fork's measured KL range). Only the {r['tol_n']} pairs within "
+            f"the KL tolerance: {fmt(r['tol_mean'])}{unit} [{fmt(r['tol_low'])}, {fmt(r['tol_high'])}].")
+
+
+def _share(x: float) -> str:
+    return f"{x:.0%}" if math.isfinite(x) else "an unknown share (no checkpoint noise measured)"
+
+
+def _secondary(section: Section, out: list[dict]) -> None:
     secondary = [r for r in out if r["family"] == "secondary"]
     section.tables.append(Table(
         "Secondary endpoints (other probe sizes, the AdamW probe, the all-positions probe): paired differences in "
-        "points at the target KL over the used pairs; Holm within the secondary family",
-        [Column("mean [t 95%]", "mean", ci=("t_low", "t_high"), fmt=".3g"), Column("MDE", "mde", fmt=".3g"),
+        "points at the target KL over the used pairs (the weighted estimate); Holm within the secondary family",
+        [Column("estimate [HKSJ 95%]", "mean", ci=("t_low", "t_high"), fmt=".3g"), Column("MDE", "mde", fmt=".3g"),
          Column("p Holm", "holm_p", fmt=".3g"), Column("verdict", "verdict", text=True),
          Column("after Holm", "after_holm", text=True)],
         secondary, source="differences.csv", key="test", key_header="comparison @ fork point"))
     counts = {v: sum(r["verdict"] == v for r in secondary) for v in (DETECTED, DETECTED_AGAINST, EQUIVALENT,
                                                                       INCONCLUSIVE, DEGENERATE, UNINFORMATIVE)}
+    counts["no interval"] = sum(r["verdict"].startswith("no interval") for r in secondary)
     survive = sum(r["after_holm"] == "survives" for r in secondary)
     section.notes.append(f"Secondary endpoints ({len(secondary)} tests): "
                          + ", ".join(f"{k}: {v}" for k, v in counts.items() if v)
@@ -316,18 +421,21 @@ def difference_tables(section: Section, out: list[dict], comparisons: dict[str, 
 
 def pairs_table(section: Section, pairs: list[dict], primary_key: str) -> None:
     """The estimation table: per pair its target, each fork's measured KL range and how far
-    outside it its estimate lies, the estimates and whether the pair is used (the reason
-    when not)."""
+    outside it its estimate lies, the lines' leverage at the target, the estimates and
+    whether the pair is used (the reason when not); the notes name the pairs not used and the
+    forks with fewer checkpoints than planned."""
     section.files["pairs.csv"] = pairs
     section.tables.append(Table(
         "Estimation at the target KL, per pair (comparison, fork point, seed): the target (from the two forks' "
         "measured KL ranges alone), each fork's measured range, how far (nats) each fork's estimate lies outside "
-        "it, the primary accuracy (points) and trace estimated at the target, and whether the pair is used",
+        "it, the leverage of the forks' lines at the target (the difference's variance in units of the checkpoint "
+        "noise: Σ 1/m + (t − x̄)²/Sxx, from the KLs alone), the primary accuracy (points) and trace estimated at "
+        "the target, and whether the pair is used",
         [Column("target KL", "target", fmt=".5f"),
          Column("recipe KL from", "recipe_kl_low", fmt=".5f"), Column("to", "recipe_kl_high", fmt=".5f"),
          Column("reference KL from", "reference_kl_low", fmt=".5f"), Column("to ", "reference_kl_high", fmt=".5f"),
          Column("recipe outside", "recipe_outside", fmt=".2e"),
-         Column("reference outside", "reference_outside", fmt=".2e"),
+         Column("reference outside", "reference_outside", fmt=".2e"), Column("leverage", "leverage", fmt=".3g"),
          Column("recipe acc (%)", f"recipe_{primary_key}", scale=100, fmt=".2f"),
          Column("reference acc (%)", f"reference_{primary_key}", scale=100, fmt=".2f"),
          Column("recipe tr(H)", "recipe_trace_fisher", fmt=".4g"),
@@ -336,11 +444,14 @@ def pairs_table(section: Section, pairs: list[dict], primary_key: str) -> None:
          Column("why not", "reason", text=True)],
         pairs, source="pairs.csv", key="pair", key_header="pair"))
     beyond = [p for p in pairs if not p["used"]]
+    short = [p for p in pairs if p["short"]]
     section.notes.append(
         f"Estimation at the target: {len(pairs) - len(beyond)} of {len(pairs)} pairs used; "
         + ("none lies beyond the extrapolation limit." if not beyond else
            "not used (beyond the extrapolation limit): " + "; ".join(f"{p['test']}, seed {p['seed']}: {p['reason']}"
-                                                                     for p in beyond) + "."))
+                                                                     for p in beyond) + ".")
+        + ("" if not short else " Forks with fewer checkpoints than planned: "
+           + "; ".join(f"{p['test']}, seed {p['seed']}: {p['short']}" for p in short) + "."))
 
 
 def dose(section: Section, pairs: list[dict], comparisons: list[Comparison], points: tuple[str, str], key: str,
@@ -350,7 +461,7 @@ def dose(section: Section, pairs: list[dict], comparisons: list[Comparison], poi
     whose pairs are used at both), with its interval; Holm over the comparisons."""
     out = []
     for c in comparisons:
-        per_point = [{p["seed"]: 100.0 * p[f"d_{key}"] for p in _used(pairs, c, point)} for point in points]
+        per_point = [{p["seed"]: 100.0 * p[f"d_{key}"] for p in used_pairs(pairs, c, point)} for point in points]
         common = sorted(set(per_point[0]) & set(per_point[1]))
         pilot = [per_point[1][s] - per_point[0][s] for s in common if s in design.pilot] if design.pilot else None
         pd = paired_difference([per_point[1][s] - per_point[0][s] for s in common], seed=len(out), pilot=pilot)
@@ -360,9 +471,9 @@ def dose(section: Section, pairs: list[dict], comparisons: list[Comparison], poi
                     "mean": pd.mean, "t_low": pd.t_low, "t_high": pd.t_high, "sd": pd.sd, "mde": pd.mde,
                     "p_value": pd.p_value, "tost_p": pd.tost_p(design.margin),
                     "verdict": _verdict(pd, c.sign, design.margin, design)})
-    for r, q, qe in zip(out, holm([r["p_value"] for r in out]), holm([r["tost_p"] for r in out])):
+    for r, q, qe in zip(out, holm_counted([r["p_value"] for r in out]), holm_counted([r["tost_p"] for r in out])):
         r["holm_p"], r["tost_holm_p"] = q, qe
-        r["after_holm"] = _after_holm(r["verdict"], q, qe)
+        r["after_holm"] = after_holm(r["verdict"], q, qe)
     section.files["dose.csv"] = out
     section.tables.append(Table(
         f"Dose: the primary difference at the target KL (points) with the recipe acting from {points[1]} minus "
@@ -374,101 +485,6 @@ def dose(section: Section, pairs: list[dict], comparisons: list[Comparison], poi
          Column("p Holm", "holm_p", fmt=".3g"), Column("verdict", "verdict", text=True),
          Column("after Holm", "after_holm", text=True)],
         out, source="dose.csv", key="test", key_header="comparison"))
-    return out
-
-
-# ---- dose-response: flatness as the treatment ------------------------------------------------
-def dose_points(pairs: list[dict], comparisons: list[Comparison], point: str, key: str) -> list[dict]:
-    """One row per used pair of the flatness comparisons (``comparisons``: each a λ fork
-    against the same reference) at fork point ``point``: its seed, fork, relative trace
-    change at the target (``x``: recipe ÷ reference − 1, both at the pair's target KL) and
-    paired primary difference (``y``, points)."""
-    out = []
-    for c in comparisons:
-        for p in _used(pairs, c, point):
-            ref = p["reference_trace_fisher"]
-            out.append({"seed": int(p["seed"]), "fork": c.recipe, "comparison": c.name, "point": point,
-                        "x": p["recipe_trace_fisher"] / ref - 1 if ref else math.nan, "y": 100.0 * p[f"d_{key}"]})
-    return [r for r in out if math.isfinite(r["x"]) and math.isfinite(r["y"])]
-
-
-def within_seed_slopes(points: list[dict]) -> dict[int, float]:
-    """Per seed, the least-squares slope of ``y`` on ``x`` through the origin over its forks
-    (``Σxy / Σx²``): the reference is the origin of every pair of its seed (no trace change,
-    no difference), so the line has no intercept; a seed whose forks did not move the trace
-    has no slope."""
-    by: dict[int, list[dict]] = {}
-    for r in points:
-        by.setdefault(r["seed"], []).append(r)
-    out = {}
-    for seed, rs in sorted(by.items()):
-        x = np.array([r["x"] for r in rs])
-        y = np.array([r["y"] for r in rs])
-        if float((x * x).sum()) > 0:
-            out[seed] = float((x * y).sum() / (x * x).sum())
-    return out
-
-
-# the dose-response slope's equivalence margin: the accuracy margin δ over this relative
-# trace change (the smallest change the flatness forks are calibrated to make)
-DOSE_TRACE_CHANGE = 0.2
-
-
-def dose_response(section: Section | None, pairs: list[dict], comparisons: list[Comparison],
-                  points: list[str], key: str, design: Design, n_boot: int = 2000) -> list[dict]:
-    """The causal counterpart of Fig. 1's slope: at each fork point, the paired primary
-    difference (points) per unit of relative trace change, within seeds — each seed's slope
-    through the origin over its flatness forks (``within_seed_slopes``), then their mean
-    over the seeds with its t interval, MDE and p (``stats.paired_difference``; an adaptive
-    study's pilot seeds give Stein's spread), Holm over the fork points. The paper's
-    direction is negative (a smaller trace, a higher accuracy); the equivalence margin is
-    ``design.margin / DOSE_TRACE_CHANGE`` (δ points over a 20 % change), fixed before the
-    data. Adds the table (``dose_response.csv``) and the per-pair points
-    (``dose_points.csv``, the figure's) to ``section`` when given; ``n_boot``: the
-    bootstrap interval's resamples (in the CSV beside the t interval; 0 leaves it out)."""
-    out, every = [], []
-    margin = design.margin / DOSE_TRACE_CHANGE
-    for point in points:
-        pts = dose_points(pairs, comparisons, point, key)
-        every += pts
-        slopes = within_seed_slopes(pts)
-        seeds = sorted(slopes)
-        pilot = [slopes[s] for s in seeds if s in design.pilot] if design.pilot else None
-        pd = paired_difference([slopes[s] for s in seeds], seed=len(out), n_boot=n_boot, pilot=pilot)
-        out.append({"test": f"dose-response @ {point}", "point": point, "n_seeds": pd.n, "n_pairs": len(pts),
-                    "forks": ", ".join(dict.fromkeys(r["fork"] for r in pts)),
-                    "min_change": min((r["x"] for r in pts), default=math.nan),
-                    "max_change": max((r["x"] for r in pts), default=math.nan),
-                    "slope": pd.mean, "t_low": pd.t_low, "t_high": pd.t_high, "boot_low": pd.boot_low,
-                    "boot_high": pd.boot_high, "sd": pd.sd, "mde": pd.mde,
-                    "p_value": pd.p_value, "tost_p": pd.tost_p(margin), "margin": margin,
-                    "verdict": _verdict(pd, -1, margin, design)})
-    for r, q, qe in zip(out, holm([r["p_value"] for r in out]), holm([r["tost_p"] for r in out])):
-        r["holm_p"], r["tost_holm_p"] = q, qe
-        r["after_holm"] = _after_holm(r["verdict"], q, qe)
-    if section is not None and out:
-        section.files["dose_response.csv"] = out
-        section.files["dose_points.csv"] = every
-        section.tables.append(Table(
-            "Dose-response: the paired primary difference at the target KL (points) per unit of relative trace "
-            "change (fork ÷ reference − 1, both at the pair's target), each seed's slope through the origin over "
-            "its flatness forks, mean over the seeds; the paper's direction is negative; equivalence margin "
-            f"±{fmt(margin)} (δ over a {DOSE_TRACE_CHANGE:.0%} change); Holm over the fork points",
-            [Column("seeds", "n_seeds", fmt="d"), Column("pairs", "n_pairs", fmt="d"),
-             Column("trace change from", "min_change", fmt=".2f"), Column("to", "max_change", fmt=".2f"),
-             Column("slope [t 95%]", "slope", ci=("t_low", "t_high"), fmt=".3g"), Column("MDE", "mde", fmt=".3g"),
-             Column("p Holm", "holm_p", fmt=".3g"), Column("verdict", "verdict", text=True),
-             Column("after Holm", "after_holm", text=True)],
-            out, source="dose_response.csv", key="test", key_header="fork point"))
-        for r in out:
-            section.claims.append(Claim(
-                "at the same loss, flatter transfers better — tested as a treatment (a trace penalty), not in the "
-                "paper: a negative slope of accuracy on the relative trace change.",
-                f"at fork point {r['point']}, over {r['n_seeds']} seeds ({r['n_pairs']} pairs of {r['forks']} against "
-                f"the reference; trace changes {r['min_change']:+.0%} to {r['max_change']:+.0%}): {fmt(r['slope'])} "
-                f"points per unit of relative trace change, 95% t interval [{fmt(r['t_low'])}, {fmt(r['t_high'])}] "
-                f"(MDE {fmt(r['mde'])}, Holm p {fmt(r['holm_p'])}).",
-                r["verdict"] + (f" ({r['after_holm']} Holm)" if r["after_holm"] else "")))
     return out
 
 
@@ -516,115 +532,3 @@ def regression(section: Section, rows: list[dict], key: str, point: str, without
         f"trace, 95% cluster-bootstrap interval [{fmt(tr['low'])}, {fmt(tr['high'])}] over {tr['n_seeds']} seeds "
         f"(MDE {fmt(tr['mde'])}).", tr["verdict"]))
     return out
-
-
-# ---- replication across languages ------------------------------------------------------------
-REPLICATED = "replicated (paper's direction)"
-REPLICATED_AGAINST = "replicated (against the paper)"
-CONTRADICTED = "contradicted: detected in opposite directions"
-NOT_REPLICATED = "not replicated"
-REPLICATION_UNINFORMATIVE = "uninformative: fewer than two languages with headroom and an estimate"
-REPLICATION_VERDICTS = (REPLICATED, REPLICATED_AGAINST, CONTRADICTED, NOT_REPLICATED, REPLICATION_UNINFORMATIVE)
-
-
-def replication_verdict(verdicts: list[str | None]) -> str:
-    """One comparison across languages, from each language's own verdict (``None``: a
-    language without headroom or without an estimate — left out): with fewer than two
-    informative languages, uninformative; "contradicted" when detections point both ways;
-    "replicated" — saying which way — only when every informative language detects the
-    effect in that one direction; else "not replicated" (one detects and another does not,
-    or none detects)."""
-    informative = [v for v in verdicts if v is not None]
-    if len(informative) < 2:
-        return REPLICATION_UNINFORMATIVE
-    if DETECTED in informative and DETECTED_AGAINST in informative:
-        return CONTRADICTED
-    if all(v == DETECTED for v in informative):
-        return REPLICATED
-    if all(v == DETECTED_AGAINST for v in informative):
-        return REPLICATED_AGAINST
-    return NOT_REPLICATED
-
-
-def replication(section: Section, studies: list[dict], family: str = "primary") -> list[dict]:
-    """The replication table: per comparison and fork point of ``family``, each language's
-    mean [t 95 %] and verdict, the replication verdict (``replication_verdict``) and the
-    random-effects pooled estimate over the informative languages (each language's standard
-    error sd/√n of its own used pairs) with the Hartung–Knapp–Sidik–Jonkman interval, the
-    fixed-effect estimate and the heterogeneity (Cochran's Q, I², τ²). ``studies``: per
-    language ``{"language": spec, "tag": str, "ok": headroom passed, "diffs": its
-    differences rows, "tests": the names of its comparisons, "comparison @ point"}``."""
-    from .stats import pool_inverse_variance, pooled_verdict
-
-    tests: dict[str, dict] = {}
-    for s in studies:
-        for name in s.get("tests", ()):  # a language without headroom tested nothing: listed all the same
-            tests.setdefault(name, {})
-        for r in s["diffs"]:
-            if r["family"] == family:
-                tests.setdefault(f"{r['comparison']} @ {r['point']}", {})[s["tag"]] = r
-    out = []
-    for test, by in tests.items():
-        row: dict = {"test": test}
-        verdicts, pool_m, pool_se = [], [], []
-        for s in studies:
-            r = by.get(s["tag"])
-            n = 0 if r is None else int(r["n_used"])
-            mean, low, high, sd = ((float(r[k]) for k in ("mean", "t_low", "t_high", "sd")) if n >= 2
-                                   else (math.nan,) * 4)
-            se = sd / math.sqrt(n) if n >= 2 else math.nan
-            informative = s["ok"] and math.isfinite(se) and se > 0
-            verdict = (UNINFORMATIVE if not s["ok"] else r["verdict"] if n >= 2 else f"{n} pair(s) used: no interval")
-            row.update({f"{s['tag']}_mean": mean, f"{s['tag']}_low": low, f"{s['tag']}_high": high,
-                        f"{s['tag']}_verdict": verdict, f"{s['tag']}_used": n})
-            verdicts.append(verdict if informative else None)
-            if informative:
-                pool_m.append(mean)
-                pool_se.append(se)
-        row["replication"] = replication_verdict(verdicts)
-        row["pooled_languages"] = len(pool_m)
-        row.update(dict.fromkeys(("pooled", "pooled_low", "pooled_high", "random", "random_low", "random_high",
-                                  "random_p", "random_mde", "q", "q_p", "i2", "tau2"), math.nan))
-        row["pooled_verdict"] = REPLICATION_UNINFORMATIVE
-        if len(pool_m) >= 2:  # one language is nothing to pool
-            pooled = pool_inverse_variance(pool_m, pool_se)
-            # the comparison's direction and δ, as every language's study fixed them (a study of an
-            # earlier version did not write them: its pooled estimate stands without a verdict)
-            first = next(iter(by.values()))
-            if first.get("expected_sign") not in (None, "") and first.get("margin") not in (None, ""):
-                row["pooled_verdict"], row["random_mde"] = pooled_verdict(
-                    pooled, int(float(first["expected_sign"])), float(first["margin"]))
-            else:
-                row["pooled_verdict"] = "no verdict: the studies did not record the direction and δ (rerun them)"
-            row.update(pooled=pooled.fixed, pooled_low=pooled.fixed_low, pooled_high=pooled.fixed_high,
-                       random=pooled.random, random_low=pooled.random_low, random_high=pooled.random_high,
-                       random_p=pooled.random_p, q=pooled.q, q_p=pooled.q_p, i2=pooled.i2, tau2=pooled.tau2)
-        out.append(row)
-    name = "replication.csv" if family == "primary" else f"replication_{family}.csv"
-    section.files[name] = out
-    columns = [Column("pooled verdict (random effects, HKSJ)", "pooled_verdict", text=True),
-               Column("pooled, random (HKSJ) [95%]", "random", ci=("random_low", "random_high"), fmt=".2f"),
-               Column("pooled MDE", "random_mde", fmt=".2f"), Column("languages pooled", "pooled_languages", fmt="d")]
-    for s in studies:
-        columns += [Column(f"{s['tag']} [95%]", f"{s['tag']}_mean", ci=(f"{s['tag']}_low", f"{s['tag']}_high"),
-                           fmt=".2f"),
-                    Column(f"{s['tag']} verdict", f"{s['tag']}_verdict", text=True)]
-    columns += [Column("replication", "replication", text=True),
-                Column("pooled, fixed [95%]", "pooled", ci=("pooled_low", "pooled_high"), fmt=".2f"),
-                Column("Q", "q", fmt=".2f"), Column("p(Q)", "q_p", fmt=".2g"), Column("I²", "i2", fmt=".2f"),
-                Column("τ²", "tau2", fmt=".3g")]
-    what = "primary accuracy (points)" if family == "primary" else family
-    section.tables.append(Table(
-        f"Replication across languages: per comparison and fork point, first the verdict about languages — the "
-        "random-effects pooled estimate over the languages with headroom, when there are at least two (each "
-        "language's standard error sd/√n of its used pairs; DerSimonian–Laird τ²), with the "
-        "Hartung–Knapp–Sidik–Jonkman t interval on k − 1 degrees of freedom: detected where its 95 % interval "
-        "excludes 0, no effect beyond ±δ where its 90 % interval lies inside the study's δ, and its MDE at 80 % "
-        f"power — then the {what} difference on each language, whether it replicates (every language with "
-        "headroom detects it, in one direction — which is said), the fixed effect and the heterogeneity "
-        "(Cochran's Q, I², τ²)", columns, out, source=name, key="test",
-        key_header="comparison @ fork point"))
-    return out
-
-
-

@@ -29,7 +29,7 @@ Runtime per scale (one thread per worker; ``--launcher local --workers N`` runs 
     tiny    the pilot (6 seeds, every fork but the flatness forks, which came after it): 141 min
             wall with 2 workers at load 4-16 on a shared 2-core CPU (2026-11-27), CPU 1,080-1,410
             s a seed; ~65 min on 2 idle cores (~100-110 with the flatness forks, by the planner).
-            Then at most 48 seeds within --budget (180 min by default)
+            The design: a pilot of 10 seeds, then at most 48 within --budget (180 min by default)
     small   estimate, not measured: ~16 h on one H100 (``sameloss plan isoloss --scale small
             --hardware h100``, 2026-11-27: 16.3 h; paper HMM, t4-384, batch 4096)
     paper   estimate, not measured: ~35 days on one H100 (the planner, the same day)
@@ -43,10 +43,10 @@ Languages
     when the option is read, so a bad name, setting or task is one line before any file.
     Given several times, each language is a study of its own (its seeds in
     ``seeds/<tag>/``, its files and figures ``<tag>-*``) and the report leads with the
-    replication table (``paired.replication``: per comparison each language's verdict,
-    "replicated (paper's direction)" / "(against the paper)" only where every language with
-    headroom detects it in that direction; the random-effects pooled estimate with the
-    Hartung–Knapp–Sidik–Jonkman interval, the fixed effect, Cochran's Q, I² and τ²). A language without headroom is stopped by the gate (or marked)
+    replication table (``replication.replication``: per comparison the random-effects
+    pooled verdict with the Hartung–Knapp–Sidik–Jonkman interval first, then each
+    language's verdict and how they agree — "2 of 3 languages detect it in the paper's
+    direction, 1 inconclusive" — the fixed effect, Cochran's Q, I² and τ²). A language without headroom is stopped by the gate (or marked)
     and counted as uninformative, never pooled. Each choice of languages is its own
     folder (``<out>/isoloss-<scale>-<tags>``; the HMM alone: ``isoloss-<scale>``).
     Every scale studies the HMM by default. The PCFG ``headroom`` size joins the default
@@ -84,8 +84,9 @@ What it runs
     ``sharp`` / ``flat`` / ``flatter`` (AdamW + λ × the Fisher trace of each step's batch
     slice, ``training.flatness``, λ −1e-4 / 2e-4 / 3e-4: ``FLATNESS_TINY``, calibrated at
     tiny to move the trace at the target KL by +27 / −26 / −32 % against ``adamw``), each
-    compared with ``adamw`` and together giving the dose-response (``paired.dose_response``:
-    the paired accuracy difference per unit of relative trace change, within seeds).
+    compared with ``adamw`` and together giving the dose-response (``dose_response.dose_response``:
+    the paired accuracy difference per unit of relative trace change, one line through the
+    origin pooled over every seed's forks, jackknife over seeds).
     Forks per scale (the budget's choice at ``quick``/``tiny``: a 2×
     wider model costs 4× per step, and the size forks were 45 % of a seed's training
     FLOPs by ``sameloss plan``): ``small``/``paper``/``smoke`` run every fork above with
@@ -115,11 +116,13 @@ What it runs
     ranges alone (``paired.comparison_target``: the middle of their overlap, or of the gap
     between them); each fork's accuracy and trace estimated *at* the target by the
     least-squares line of the quantity on KL through its own checkpoints
-    (``paired.at_target``) — a line per seed and fork, not a model pooled across seeds, so
-    the seeds stay independent and the t interval across seeds covers the fit's own error;
-    linear because along one stretch at one lr KL moves by about 1e-3 nats and the
-    quantities move smoothly with it. Every pair is used unless a fork's estimate lies more
-    than ``extrapolation_limit`` nats outside its measured range (named in the report with
+    (``paired.at_target``) — a line per seed and fork; linear because along one stretch at
+    one lr KL moves by about 1e-3 nats and the quantities move smoothly with it. Each pair
+    weighs by the variance its KL positions imply (the lines' leverage at the target:
+    ``weighted``), the comparison's estimate the weighted mean with a random-effects (HKSJ)
+    interval; a KL slope common to both forks only where the ranges touch and the slopes
+    test equal. Every pair is used unless a fork's target lies more than
+    ``extrapolation_limit`` × its own measured KL range outside it (named in the report with
     its reason); the earlier rule — keep a pair only where the forks landed within
     ``kl_tolerance`` of each other — survives only as the sensitivity row beside each result
     (selecting on where a fork's KL landed conditions on a post-treatment variable). Why
@@ -132,9 +135,11 @@ What it runs
     ``probe_sizes`` examples drawn per seed (the same for the seed's forks: pairs stay
     paired; another draw per seed: the intervals cover the draw) and tested on one test set:
     a converged convex probe (L-BFGS, the primary) and the paper's fixed-budget AdamW probe.
-    Statistics (``paired``): per comparison and fork point the paired difference at the
-    target across seeds (t and bootstrap 95 % intervals; the MDE at 80 % power from the
-    noncentral t; p raw and Holm-adjusted within each family); verdicts "detected" (in the
+    Statistics (``paired``): per comparison and fork point the precision-weighted paired
+    difference at the target across seeds (HKSJ and bootstrap 95 % intervals; the MDE at
+    80 % power from the noncentral t; p raw and Holm-adjusted within each family — the
+    primary family the preset's ``claims``, fixed before the data, the seeds planned for
+    their power after Holm; the power of each claim as made); verdicts "detected" (in the
     paper's direction / against it: the 95 % interval excludes 0), "no effect beyond ±δ"
     (TOST at α = 0.05 per side: the 90 % interval inside ±δ; δ fixed here:
     ``equivalence_margin`` points for accuracies, ``trace_margin`` × the reference's mean

@@ -34,7 +34,7 @@ def allocation_of(setup, p: IsolossPreset, pilot: list[dict]) -> Allocation:
     else:
         sds, costs, pilot_wall = _pilot_sds(p, pilot), _pilot_costs(pilot), _pilot_wall(setup, pilot)
     sds = {t: float(sds.get(t, math.nan)) for t in tests}
-    alloc = allocate(sds, p.pilot_seeds, len(p.seeds), p.mde_target, p.exempt)
+    alloc = allocate(sds, p.pilot_seeds, len(p.seeds), p.mde_target, p.exempt, family=p.claims or None)
     if p.budget_minutes is not None and costs:
         def seed_cost(active: list[str]) -> float:
             forks = forks_of(p, active)
@@ -50,15 +50,19 @@ def allocation_of(setup, p: IsolossPreset, pilot: list[dict]) -> Allocation:
 
 
 def _pilot_sds(p: IsolossPreset, pilot: list[dict]) -> dict[str, float]:
-    """Each test's paired SD of the primary accuracy (points) over the pilot's used pairs."""
+    """Each test's effective SD of the primary accuracy (points) over the pilot's used pairs:
+    the weighted estimate's standard error × √n (``weighted.estimate``; the plain paired SD
+    where every pair weighs the same), what the final test's standard error is planned from."""
+    from ...weighted import estimate, fits_of
+
     rows = [r for res in pilot for r in res["rows"]]
     tests = p.tests()
-    pairs = paired.estimate_pairs(rows, tests, [p.primary_key], p.design())
+    design = p.design()
+    pairs = paired.estimate_pairs(rows, tests, [p.primary_key], design)
     out = {}
     for c, pt in tests:
-        d = [100 * q[f"d_{p.primary_key}"] for q in pairs if q["comparison"] == c.name and q["point"] == pt
-             and q["used"]]
-        out[f"{c.name} @ {pt}"] = float(np.std(d, ddof=1)) if len(d) >= 2 else math.nan
+        est = estimate(fits_of(paired.used_pairs(pairs, c, pt), p.primary_key, 100.0), design.slope_level)
+        out[f"{c.name} @ {pt}"] = est.sd if est.n >= 2 else math.nan
     return out
 
 
@@ -248,7 +252,8 @@ def forecast(p: IsolossPreset, device: str, workers: int, cpu_peak: float | None
         return (f"Budget forecast: the pilot ({p.pilot_seeds} seeds, every fork) costs ~{pilot} "
                 f"on {workers} worker(s) by the planner; no prior paired SDs in the preset, so the later seeds are "
                 "planned only once the pilot has run.")
-    alloc = allocate({t: prior.get(t, math.nan) for t in tests}, p.pilot_seeds, len(p.seeds), p.mde_target, p.exempt)
+    alloc = allocate({t: prior.get(t, math.nan) for t in tests}, p.pilot_seeds, len(p.seeds), p.mde_target, p.exempt,
+                     family=p.claims or None)
 
     def seed_cost(active: list[str]) -> float:
         forks = forks_of(p, active)
@@ -259,12 +264,13 @@ def forecast(p: IsolossPreset, device: str, workers: int, cpu_peak: float | None
     cut = afford(alloc, seed_cost, pilot_wall, 60 * p.budget_minutes, workers) if p.budget_minutes else alloc
     expect = [t for t in tests if cut.needed[t] is not None and cut.planned[t] >= cut.needed[t]]
     exempt = tuple(f"{x} @" for x in p.exempt)
-    short = [_short(t, cut, prior) for t in tests if t not in expect and not t.startswith(exempt)]
+    short = [_short(t, cut, prior) for t in tests if t not in expect and t in cut.family and not t.startswith(exempt)]
     return (f"Budget forecast ({device}, {workers} worker(s), the planner's cost model: ~{_minutes(per_seed)} per seed "
             f"with every fork): the pilot of {p.pilot_seeds} seeds ~{_minutes(pilot_wall)}; "
             + (cut.budget_note + "; " if cut.budget_note else "")
-            + f"with the prior paired SDs ({_prior_source(p)}) the MDE target {p.mde_target:g} points is expected "
-            f"for: {', '.join(expect) or 'none'}; not for: {'; '.join(short) or 'none'}"
+            + f"with the prior paired SDs ({_prior_source(p)}) the MDE target {p.mde_target:g} points after Holm "
+            f"over the {len(cut.family)} claims is expected for: {', '.join(expect) or 'none'}; not for: "
+            f"{'; '.join(short) or 'none'}"
             + (f"; exempt (tested on the pilot): {', '.join(p.exempt)}" if p.exempt else "") + ".")
 
 

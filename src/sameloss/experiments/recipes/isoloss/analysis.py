@@ -103,15 +103,17 @@ def language_report(records, p: IsolossPreset) -> tuple[Section, Section, dict]:
     paired.pairs_table(section, pairs, p.primary_key)
     paired.difference_tables(section, diffs, comparisons)
     sam_controls(section, diffs, half)
-    size_table(section, p, rows, pairs, results)
+    size_table(section, p, rows, pairs, results, design)
     points = point_names(p)
     if len(points) >= 2:
         dose_comparisons = [c for c in p.comparisons if all((c, pt) in tests for pt in points[:2])]
         paired.dose(section, pairs, dose_comparisons, (points[0], points[1]), p.primary_key, design)
     flat = [c for c in p.comparisons if c.recipe in flatness_forks(p) and c.reference == "adamw"]
     if flat:  # flatness as the treatment: accuracy per unit of relative trace change, within seeds
-        paired.dose_response(section, pairs, flat, [pt for pt in points if all((c, pt) in tests for c in flat)],
-                             p.primary_key, design)
+        from ...dose_response import dose_response
+
+        dose_response(section, pairs, flat, [pt for pt in points if all((c, pt) in tests for c in flat)],
+                      p.primary_key, design)
     reg = []
     for pt in points:
         reg += paired.regression(section, rows, p.primary_key, pt, regression_without(p), design)
@@ -125,8 +127,9 @@ def language_report(records, p: IsolossPreset) -> tuple[Section, Section, dict]:
 
 def decided(section: Section, p: IsolossPreset, diffs: list[dict], pairs: list[dict] = ()) -> list[dict]:
     """The study's answer: per comparison and fork point whether the primary test decided
-    (detected, or no effect beyond ±δ) and, where not, how many more seeds its MDE target
-    needs at its measured paired SD (``allocation.needed_seeds``)."""
+    (detected, or no effect beyond ±δ), the power of its claim as made (against δ after Holm
+    within its family) and, where undecided, how many more seeds its MDE target needs at
+    Holm's first step of its family (``allocation.needed_seeds``) at its effective SD."""
     from ...allocation import needed_seeds
     from ...stats import DETECTED, DETECTED_AGAINST, EQUIVALENT
 
@@ -135,11 +138,11 @@ def decided(section: Section, p: IsolossPreset, diffs: list[dict], pairs: list[d
         if r["family"] != "primary":
             continue
         decided = r["verdict"] in (DETECTED, DETECTED_AGAINST, EQUIVALENT)
-        stein = 0 < int(r["df"]) < int(r["n_used"]) - 1  # Stein's test: its spread is the pilot's
+        stein = int(r["pilot_pairs"]) or None  # Stein's test: its spread is the pilot's pairs'
         need = None if decided else needed_seeds(r["sd"], p.mde_target, start=max(int(r["n_used"]), 2),
-                                                 pilot=int(r["df"]) + 1 if stein else None)
+                                                 level=1 - paired.HOLM_LEVEL / int(r["holm_m"]), pilot=stein)
         out.append({"test": f"{r['comparison']} @ {r['point']}", "decided": decided, "verdict": r["verdict"],
-                    "used": r["n_used"], "mde": r["mde"],
+                    "family": r["holm_family"], "used": r["n_used"], "mde": r["mde"], "power": r["power"],
                     "more_seeds": math.nan if decided or need is None else max(0, need - int(r["n_used"]))})
     section.files["decided.csv"] = out
     section.answer += answer(p, diffs, out, pairs)
@@ -171,7 +174,8 @@ def answer(p: IsolossPreset, diffs: list[dict], decided_rows: list[dict], pairs:
     lines = [f"**Decided {len(done)} of {len(decided_rows)}** (primary probe accuracy at one KL): "
              + ("; ".join(done) or "none") + "."]
     if open_:
-        lines.append(f"**Open** (seeds for an MDE of {p.mde_target:g} points at the measured spread): "
+        lines.append(f"**Open** (seeds for an MDE of {p.mde_target:g} points after Holm within its family, at the "
+                     "measured effective spread): "
                      + "; ".join(open_) + ".")
     if p.left:
         lines.append("**Left to the full study** (`sameloss reproduce isoloss --scale tiny`): "

@@ -166,7 +166,7 @@ def _curves(records, section: Section, p: IsolossPreset, results: list[dict], se
 
 def _dose(records, section: Section, p: IsolossPreset, seeds: list[int], stem: str) -> None:
     """The dose-response of the flatness forks: each pair's primary difference against its
-    relative trace change, the mean within-seed slope through the origin per fork point."""
+    relative trace change, the pooled slope through the origin per fork point."""
     from ...plots import XY, Fit, Ref, interval_text, scatter_plot
 
     slopes = {r["point"]: r for r in section.files.get("dose_response.csv", [])}
@@ -180,7 +180,8 @@ def _dose(records, section: Section, p: IsolossPreset, seeds: list[int], stem: s
         b = slopes[pt]
         fit = None if not math.isfinite(b["slope"]) else Fit(
             b["slope"] / 100, 0.0, f"{pt}: {interval_text(b['slope'], b['t_low'], b['t_high'])} points per "
-                                   "unit of relative trace change (mean of the seeds' slopes through 0, 95 % t)")
+                                   "unit of relative trace change (one line through 0 pooled over the seeds' forks, "
+                                   "95 % jackknife t)")
         panels.append(XY(f"x_{pt}", f"trace change at the target KL, fork point {pt} (%)", f"y_{pt}",
                          "primary accuracy difference (points)", fit=fit,
                          refs=(Ref(0.0, "no difference", color="0.6", style="-"),)))
@@ -192,8 +193,8 @@ def _dose(records, section: Section, p: IsolossPreset, seeds: list[int], stem: s
         shows="Dose-response of the flatness forks (a trace penalty λ × the Fisher trace in training; λ < 0 "
               "sharpens): per seed and fork, the paired primary probe accuracy difference (fork − AdamW, points) "
               "against the relative trace change (fork ÷ AdamW − 1, %), both at the pair's target KL; one panel "
-              "per fork point; marker = fork; line = the mean over seeds of each seed's slope through 0 "
-              "(dose_response.csv)",
+              "per fork point; marker = fork; line = the slope through 0 pooled over every seed's forks "
+              "(Σxy/Σx², dose_response.csv)",
         sample=f"{len(seeds)} seeds × {len({r['fork'] for r in pts})} flatness forks per fork point (the used pairs)",
         claim="the thesis as a treatment: at the same loss, flatter (a negative trace change) transfers better "
               "(a negative slope)"))

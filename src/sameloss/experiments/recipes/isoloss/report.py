@@ -25,16 +25,18 @@ def replication_section(outcomes: list[dict]) -> Section:
     rep.text.append(
         f"{len(outcomes)} languages: " + "; ".join(
             f"{o['language']} ({'headroom gate passed' if o['ok'] else 'NO HEADROOM: its verdicts are uninformative'})"
-            for o in outcomes) + ". Per comparison the verdict on each language and whether it replicates: "
-        "\"replicated (paper's direction)\" or \"replicated (against the paper)\" only where every language with "
-        "headroom detects the effect in that one direction, \"contradicted\" where detections point both ways, "
-        "\"not replicated\" otherwise, \"uninformative\" with fewer than two languages with headroom and an "
-        "estimate. The pooled estimate is over the languages with headroom, each with its standard error sd/√n of "
+            for o in outcomes) + ". Per comparison the replication verdict gives the pooled verdict first (the claim "
+        "about languages), then how each language agrees (\"2 of 3 languages detect it in the paper's direction, 1 "
+        "inconclusive\"; a language without headroom, or whose differences have no spread, is said so), "
+        "\"contradicted\" where detections point both ways; \"uninformative\" with fewer than two languages with "
+        "headroom and an estimate. The pooled estimate is over the languages with headroom, each with its standard error sd/√n of "
         "its used pairs: random effects (DerSimonian–Laird τ²) with the Hartung–Knapp–Sidik–Jonkman t interval on "
         "k − 1 degrees of freedom (a normal interval is anti-conservative with few languages), beside the "
         "fixed-effect estimate; I² is the share of the spread between languages beyond chance. With fewer than two "
         "languages with headroom nothing is pooled.")
-    paired.replication(rep, outcomes)
+    from ...replication import replication
+
+    replication(rep, outcomes)
     return rep
 
 
@@ -146,10 +148,15 @@ def design_text(p: IsolossPreset, seeds: list[int], gate_text: str, ok: bool) ->
         f"and, on the first seed only (the curves figure), every {p.match_every} steps of each stretch. Per "
         "comparison and seed one target KL, from the two forks' measured KL ranges alone (the middle of their "
         "overlap, or of the gap between them); each fork's accuracy and trace estimated at the target by the "
-        "least-squares line through its own checkpoints (each seed's estimate from its own checkpoints only, so "
-        "the seeds stay independent and the t interval across seeds covers the fit's error). Every pair is used "
-        f"unless a fork's estimate lies more than {p.extrapolation_limit:g} nats outside its measured range (such a "
-        "pair is named with its reason); the sensitivity row beside each result uses only the pairs whose ranges lie "
+        "least-squares line through its own checkpoints. Each pair weighs by what its KL positions imply: its "
+        "difference's variance is τ² + σ²·L, L the lines' leverage at the target (from the KLs alone), σ² the "
+        "checkpoint noise about the lines (their residuals), τ² the spread over seeds (DerSimonian–Laird); the "
+        "comparison's estimate is the weighted mean with the Hartung–Knapp–Sidik–Jonkman t interval on n − 1 "
+        "degrees of freedom (equal leverages: the paired t test); where every pair's ranges touch (a gap at most "
+        f"{p.borrow_gap:g} × the smaller range) and a test of equal KL slopes does not reject at {p.slope_level:g}, "
+        "the KL slope common to both forks is pooled over the comparison's forks. Every pair is used "
+        f"unless a fork's target lies more than {p.extrapolation_limit:g} × its own measured KL range outside that "
+        "range (such a pair is named with its reason); the sensitivity row beside each result uses only the pairs whose ranges lie "
         f"within {p.kl_tolerance:g} nats of each other (the earlier exclusion rule). Probes: the same "
         f"{p.probe_pool}-example pool and {p.probe_test}-example test set for every model, the training subsets drawn "
         "per seed (the same for the seed's forks). **Primary endpoint**: probe at the task's position, converged "
@@ -172,13 +179,15 @@ def verdict_table(section: Section, p: IsolossPreset, diffs: list[dict], seeds: 
     """The verdicts first: the primary accuracy and the trace of every comparison at every
     fork point, with their MDE and Holm-adjusted p, and the exclusion sensitivity beside."""
     section.notes.append(
-        f"{len(seeds)} seeds; per comparison and fork point the mean paired difference (recipe − reference) at the "
-        "target KL, every pair used unless a fork's estimate lies beyond the extrapolation limit "
-        f"({p.extrapolation_limit:g} nats outside its measured KL range), its 95% t interval and its minimum "
+        f"{len(seeds)} seeds; per comparison and fork point the precision-weighted paired difference (recipe − "
+        "reference) at the target KL, every pair used unless a fork's target lies beyond the extrapolation limit "
+        f"({p.extrapolation_limit:g} × its measured KL range outside it), its 95% HKSJ interval and its minimum "
         "detectable effect (MDE, 80% power, noncentral t): \"detected\" when the interval excludes 0, \"no effect "
         "beyond ±δ (TOST, 90% interval)\" when the 90% interval lies inside ±δ (δ fixed in the preset: "
         f"{p.equivalence_margin:g} points for accuracies, {100 * p.trace_margin:g} % of the reference's trace for "
-        "traces), else \"inconclusive\"; Holm within the primary family (and within the traces). Beside it the "
+        "traces), else \"inconclusive\"; Holm within the primary family — the claims fixed before the data: "
+        f"{', '.join(p.claims) or 'every comparison'} — and within the other comparisons (and the traces), with "
+        "each claim's power against δ after Holm. Beside it the "
         f"sensitivity: only the pairs whose forks' KL ranges lie within {p.kl_tolerance:g} nats of each other. The "
         "design, the headroom gate and every table follow the Runs table."
         + ("" if ok else " **The headroom gate failed: every verdict is marked uninformative.**"))
@@ -192,26 +201,31 @@ def verdict_table(section: Section, p: IsolossPreset, diffs: list[dict], seeds: 
                     "t_high": r["t_high"], "mde": r["mde"], "holm_p": r["holm_p"], "verdict": r["verdict"],
                     "after_holm": r["after_holm"], "used": r["n_used"], "of": r["n_pairs"],
                     "trace": t["mean"], "trace_low": t["t_low"], "trace_high": t["t_high"],
-                    "trace_margin": t["margin"], "trace_verdict": t["verdict"], "tol_n": r["tol_n"],
+                    "trace_margin": t["margin"], "trace_verdict": t["verdict"], "family": r["holm_family"],
+                    "power": r["power"], "extrapolation": r["extrapolation"], "tol_n": r["tol_n"],
                     "tol_mean": r["tol_mean"], "tol_low": r["tol_low"], "tol_high": r["tol_high"],
                     "tol_verdict": r["tol_verdict"]})
     section.files["verdicts.csv"] = out
     section.tables.append(Table(
         "Verdicts: primary accuracy difference at the target KL (points; paper's sign of the accuracy effect) and "
-        "trace difference per comparison and fork point, with the MDE at 80% power and Holm-adjusted p (primary "
-        "family); the sensitivity beside: only the pairs within the KL tolerance",
+        "trace difference per comparison and fork point, with the MDE at 80% power, the Holm family (the claims "
+        "fixed before the data, or the other comparisons), the Holm-adjusted p, the power against δ after Holm and "
+        "the share of the estimate's variance that is extrapolation; the sensitivity beside: only the pairs within "
+        "the KL tolerance",
         [Column("recipe − reference", "claim", text=True), Column("paper", "sign", text=True),
          Column("pairs used", "used", fmt="d"), Column("of", "of", fmt="d"),
          Column("accuracy [95%]", "mean", ci=("t_low", "t_high"), fmt=".2f"), Column("MDE", "mde", fmt=".2f"),
-         Column("p Holm", "holm_p", fmt=".2g"), Column("verdict", "verdict", text=True),
-         Column("after Holm", "after_holm", text=True),
+         Column("family", "family", text=True), Column("p Holm", "holm_p", fmt=".2g"),
+         Column("power after Holm", "power", fmt=".2f"), Column("extrapolation", "extrapolation", fmt=".2f"),
+         Column("verdict", "verdict", text=True), Column("after Holm", "after_holm", text=True),
          Column("trace [95%]", "trace", ci=("trace_low", "trace_high"), fmt=".3g"),
          Column("trace δ", "trace_margin", fmt=".3g"), Column("trace verdict", "trace_verdict", text=True),
          Column("within tolerance", "tol_n", fmt="d"),
          Column("their accuracy [95%]", "tol_mean", ci=("tol_low", "tol_high"), fmt=".2f"),
          Column("their verdict", "tol_verdict", text=True)],
         out, source="verdicts.csv", key="test", key_header="comparison @ fork point",
-        terminal=("pairs used", "accuracy [95%]", "MDE", "verdict", "after Holm", "trace verdict")))
+        terminal=("pairs used", "accuracy [95%]", "MDE", "family", "power after Holm", "verdict", "after Holm",
+                  "trace verdict")))
 
 
 def headroom_table(section: Section, p: IsolossPreset, gate: dict) -> list[dict]:
@@ -273,26 +287,30 @@ def sam_controls(section: Section, diffs: list[dict], half: list[dict]) -> None:
         keep, source="sam_controls.csv", key="test", key_header="comparison @ fork point: quantity"))
 
 
-def size_table(section: Section, p: IsolossPreset, rows: list[dict], pairs: list[dict], results: list[dict]
-               ) -> None:
+def size_table(section: Section, p: IsolossPreset, rows: list[dict], pairs: list[dict], results: list[dict],
+               design: paired.Design) -> None:
     """The size contrast at the target KL: accuracy, both traces in the large model's
-    parameter space, and each model's trace in its own."""
-    from ...stats import paired_difference
+    parameter space, and each model's trace in its own (each the weighted estimate of
+    ``paired.differences``, ``design``'s: the verdict table's numbers)."""
+    from ...weighted import estimate, fits_of
+
+    def weighted(ps: list[dict], key: str, scale: float):
+        return estimate(fits_of(ps, key, scale, design.pilot), design.slope_level, stein=bool(design.pilot))
 
     size = [c for c in p.comparisons if {f.name: f for f in p.forks}[c.recipe].resized]
     points = [p.point_name(k) for k in sorted(p.fork_points, reverse=True)]
     tests = [(c, pt) for c in size for pt in points if (c, pt) in p.tests()]
     # each model's own space: the reference's own trace, estimated at the same targets
     own_tests = [(dataclasses.replace(c, reference_trace="trace_fisher"), pt) for c, pt in tests]
-    own = paired.estimate_pairs(rows, own_tests, ["trace_fisher"], p.design())
+    own = paired.estimate_pairs(rows, own_tests, ["trace_fisher"], design)
     out = []
     for c, pt in tests:
         used = [q for q in pairs if q["comparison"] == c.name and q["point"] == pt and q["used"]]
         used_own = {q["seed"] for q in used}
         mine = [q for q in own if q["comparison"] == c.name and q["point"] == pt and q["seed"] in used_own]
-        a = paired_difference([100 * q[f"d_{p.primary_key}"] for q in used], seed=1)
-        t1 = paired_difference([q["d_trace_fisher"] for q in used], seed=2)
-        t0 = paired_difference([q["d_trace_fisher"] for q in mine], seed=3)
+        a = weighted(used, p.primary_key, 100.0)
+        t1 = weighted(used, "trace_fisher", 1.0)
+        t0 = weighted(mine, "trace_fisher", 1.0)
         out.append({"test": f"{c.name} @ {pt}", "n_used": a.n, "acc": a.mean, "acc_low": a.t_low,
                     "acc_high": a.t_high, "acc_mde": a.mde, "trace_one_space": t1.mean,
                     "trace_one_space_low": t1.t_low, "trace_one_space_high": t1.t_high,
@@ -303,8 +321,8 @@ def size_table(section: Section, p: IsolossPreset, rows: list[dict], pairs: list
     checks = [e for res in results for e in res["embedded_kl"]]
     section.files["size.csv"] = out
     section.tables.append(Table(
-        "Size contrast (large − small at the target KL, every pair used unless beyond the limit): primary accuracy "
-        "(points), the trace in one parameter space (the small model embedded into the large shape, App. B.4) and "
+        "Size contrast (large − small at the target KL, every pair used unless beyond the limit; the weighted "
+        "estimates with their HKSJ 95% intervals): primary accuracy (points), the trace in one parameter space (the small model embedded into the large shape, App. B.4) and "
         "in each model's own; the mean traces at the target",
         [Column("pairs used", "n_used", fmt="d"), Column("accuracy [95%]", "acc", ci=("acc_low", "acc_high"),
                                                           fmt=".3g"),
