@@ -193,6 +193,9 @@ def estimate(f: Fits, slope_level: float = 0.2, stein: bool = False, level: floa
     lever = float((w * f.dkl).sum() / w.sum())
     shared = extra * lever ** 2  # the pooled slope's error, common to every pair (0: a line per fork)
     se, df = _satterthwaite(scale / float(w.sum()), k - 1, shared, float(f.rdf.sum()))
+    if not se > 0:  # the spread the test reads (Stein's: the pilot's pairs alone) is none: nothing to test
+        return Estimate(n, mean, 0.0, df, nan, nan, nan, nan, nan, nan, True, sigma2=sigma2,
+                        model=COMMON if common else SEPARATE, slope_p=slope_p)
     half, eq_half = _quantile(0.5 + level / 2, df) * se, _quantile(1 - EQUIVALENCE_ALPHA, df) * se
     p = 2.0 * _sf(abs(mean) / se, df)
     mde = ((_quantile(0.5 + level / 2, df) + _quantile(power, df)) * se if k < n  # Stein's bound
