@@ -60,7 +60,7 @@ from . import folder as experiment_folder
 from ..training.checkpoint import checkpoint_dir
 from ..training.config import PretrainConfig
 from .declare import Embedded, Unit
-from .runspec import RunSpec, Setting  # noqa: F401 (recipes import them from here)
+from .runspec import RunInfo, RunSpec, Setting  # noqa: F401 (recipes import them from here)
 from .runspec import _fingerprint, spec_fingerprint  # noqa: F401 (one home: runspec.py)
 from ..training import runfolder
 from ..training.loop import pretrain
@@ -70,14 +70,6 @@ from ..training.tracking import check_tracker, log_measured, mirror_run
 MEASUREMENTS = experiment_folder.MEASUREMENTS
 
 
-@dataclass
-class RunInfo:
-    spec: RunSpec
-    config: PretrainConfig
-    path: Path
-    status: str  # trained | resumed | extended | reused
-    seconds: float
-    summary: dict = field(default_factory=dict)
 
 
 def recipe(name: str):
@@ -134,6 +126,45 @@ def execute_unit(unit: Unit, root: Path, seed: int, progress: bool, device: str,
 # references that do not depend on the run's seed (the language's look-up table, its true
 # conditionals and posteriors): a unit's study measures them once per experiment (``shared``)
 SEED_FREE_REFERENCES = frozenset({"lookup-table", "lookup", "oracle"})
+
+
+def execute_units(units: list, root: Path, settings: dict, cap: int, study=None) -> list:
+    """Walk ``units`` of the experiment in ``root`` together (a launcher's worker calls this),
+    holding each unit's folder lock; per unit a ``UnitResult`` or the one line of the
+    ``UserError`` that stopped it. ``settings``: the studies' ``seed``, ``progress``,
+    ``device`` and ``tracker``; ``cap``: the ensembles' members at most; ``study``: the
+    in-process launcher's own, for the experiment's units (as ``execute_unit``)."""
+    from .engine import Execute, keep_first_cost
+    from .ensembles import train_together, walk_together
+
+    root = Path(root)
+    with contextlib.ExitStack() as held:
+        subs, actors = [], []
+        for u in units:
+            held.enter_context(files.folder_lock(root / u.folder, "unit"))
+            if study is not None and not u.study:
+                subs.append(None)
+                actors.append(Execute(study))
+                continue
+            seed = settings["seed"] if u.seed is None else u.seed
+            sub = held.enter_context(Study(root / u.study, seed=seed, progress=settings["progress"],
+                                           device=settings["device"], tracker=settings["tracker"], lock=False,
+                                           shared=root))
+            subs.append(sub)
+            actors.append(Execute(sub))
+        log = (study or subs[0]).log
+        records = walk_together(units, actors, lambda requests: train_together(requests, cap, log))
+        out = []
+        for u, sub, record in zip(units, subs, records):
+            if isinstance(record, UserError):
+                out.append(str(record).splitlines()[0] if str(record) else type(record).__name__)
+            elif sub is None:
+                out.append(UnitResult(record))
+            else:
+                if u.study:
+                    record = keep_first_cost(sub.root, record, sub.log)
+                out.append(UnitResult(record, sub.runs, sub.timings, sub.counts))
+        return out
 
 
 def _read_rows(path: Path) -> dict:
@@ -434,7 +465,7 @@ class Study:
         from .launch import StudyProgress, WorkerJob
 
         if self.dropout_draws != "global":
-            from .ensembles import with_setting
+            from .declare import with_setting
 
             units = with_setting(units, "dropout_draws", self.dropout_draws)
         todo = [u for u in units if u.name not in self.done]
@@ -445,7 +476,7 @@ class Study:
             root = self.root.absolute()
             mine = self if self.launcher.name == "inprocess" else None
             if self.ensemble:  # shares of the units, each walked together (ensembles.py)
-                from .ensembles import chunks, execute_units, unit_outcomes
+                from .ensembles import chunks, unit_outcomes
 
                 shares = chunks(todo, self.launcher.workers or 1)
                 settings = {"seed": self.seed, "progress": self.progress, "device": self.device, "tracker": self.tracker}

@@ -240,7 +240,7 @@ def dry_plan(experiment: str, scale: str, out: str | Path = "runs", seed: int = 
     plan.language_shapes = setup.language_shapes
     def record(units):
         if dropout_draws != "global":  # as the study's run_units sets it (``--dropout-draws``)
-            from .ensembles import with_setting
+            from .declare import with_setting
 
             units = with_setting(units, "dropout_draws", dropout_draws)
         return [walk(u, Record(plan, u.study)) for u in units]
