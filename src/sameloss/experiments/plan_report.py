@@ -98,8 +98,8 @@ def _percent(x: float) -> str:
 
 def _hardware(e: Estimate) -> list[str]:
     if e.device == "cpu":
-        return [f"hardware: this CPU, float32 matmul peak {_si(e.peak['fp32'], 'FLOP/s')} (measured now with the "
-                "threads torch uses; --cpu-peak overrides)"]
+        return [f"hardware: this CPU, float32 matmul peak {_si(e.peak['fp32'], 'FLOP/s')} per worker (measured now "
+                "with the threads each worker runs; --cpu-peak overrides)"]
     return [f"hardware: {e.device}, published dense peaks bf16 {_si(e.peak['bf16'], 'FLOP/s')} (training), fp32 "
             f"{_si(e.peak['fp32'], 'FLOP/s')} (evaluation, traces, probes); memory "
             f"{_bytes(int(DEVICES[e.device]['memory']))}"]
@@ -191,6 +191,9 @@ def plan_text(experiment: str, scale: str, device: str, workers: int = 1, cpu_pe
 
     p = on_budget(recipe, experiment, on_languages(recipe, experiment, recipe.PRESETS[scale], languages), budget)
     extra, ceiling = [], ""
+    measured = getattr(recipe, "MEASURED_RUNTIMES", {}).get(scale)  # a recipe's measured runs, where it has any
+    if measured and device == "cpu" and not languages and budget is None:
+        extra.append(measured)
     if forecast is not None and getattr(p, "budget_minutes", None) is not None:  # --budget, or the scale's own
         extra.append(forecast(p, device, workers, cpu_peak))
         ceiling = (f"the ceiling (every seed the prior SDs plan, up to the study's {len(p.seeds)}, as if the "

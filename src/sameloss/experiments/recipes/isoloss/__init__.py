@@ -21,14 +21,15 @@ Runtime per scale (one thread per worker; ``--launcher local --workers N`` runs 
     on a higher KL floor): the figures below are measured on this design.
     smoke   ~2 min on a 2-core CPU (3 seeds, micro model, tens of steps; the numbers mean
             nothing)
-    quick   to be re-measured (the main job, being redesigned: issue 52; tiny's first two seeds,
-            every fork): a tiny seed without the flatness forks cost 1,080-1,410 CPU s (mean
-            1,300; the pilot below), so ~25 min on 2 idle cores; the flatness forks add ~49 % of
-            a seed's training FLOPs (the planner). ``sameloss plan`` (2026-11-27, this 2-core
-            CPU's measured peak 156 GFLOP/s): ~21 min on 2 workers, 41 min of work
+    quick   ~15 min on 2 idle cores, measured: 14.9 min (2026-11-28, 2 local workers, load 0.6
+            before, 1,536 CPU s; ``sameloss plan`` forecast 16 min). Its design
+            (``design.QUICK_PLAN``: 4 late comparisons on 4-5 seeds) is what ``choose_design``
+            buys for 25 minutes with the planner's costs; it decided 3 of 4 (the previous
+            10-seed design with ``size @ late`` took 31.0 min and decided 4 of 5)
     tiny    the pilot (6 seeds, every fork but the flatness forks, which came after it): 141 min
             wall with 2 workers at load 4-16 on a shared 2-core CPU (2026-11-27), CPU 1,080-1,410
-            s a seed; ~65 min on 2 idle cores (~100-110 with the flatness forks, by the planner).
+            s a seed; the planner (2026-11-28, calibrated on the main job): ~27 CPU-min a seed with every
+            fork, the 10-seed pilot ~136 min on 2 workers.
             The design: a pilot of 10 seeds, then at most 48 within --budget (180 min by default)
     small   estimate, not measured: ~16 h on one H100 (``sameloss plan isoloss --scale small
             --hardware h100``, 2026-11-27: 16.3 h; paper HMM, t4-384, batch 4096)
@@ -180,7 +181,7 @@ SUMMARY = ("forks of one base run at matched KL and one lr (algorithm, longer, s
 from .allocation import allocation_of, forecast  # noqa: E402
 from .analysis import language_report, report, run_seeds  # noqa: E402
 from .design import (COMPARISONS, DEFAULT_TASKS, EMBED_KL_TOLERANCE, ENDPOINTS, FLATNESS_TINY, HALF_BATCH,  # noqa: E402
-                     MEASURED, NOREG, PRESETS, QUICK_BUDGET_MINUTES, QUICK_LEFT, QUICK_PLAN, TITLE, Fork, IsolossPreset, LanguageChoice, _forks, flatness_forks,
+                     MEASURED, MEASURED_RUNTIMES, NOREG, PRESETS, QUICK_BUDGET_MINUTES, QUICK_LEFT, QUICK_PLAN, TITLE, Fork, IsolossPreset, LanguageChoice, _forks, flatness_forks,
                      folder_suffix, forks_of, language_studies, parse_language, regression_without, stretches,
                      task_span, with_budget, with_even, with_languages)
 from .figures import forest_label  # noqa: E402
@@ -189,7 +190,7 @@ from .study import (all_seeds, base_run, fork_run, headroom_gate, large_shape, r
                     seed_study, study_seeds, units)
 
 __all__ = ["COMPARISONS", "DEFAULT_TASKS", "EMBED_KL_TOLERANCE", "ENDPOINTS", "FLATNESS_TINY", "HALF_BATCH",
-           "MEASURED", "NOREG", "PRESETS", "QUICK_BUDGET_MINUTES", "QUICK_LEFT", "QUICK_PLAN", "SUMMARY", "TITLE", "Fork", "IsolossPreset", "LanguageChoice", "all_seeds",
+           "MEASURED", "MEASURED_RUNTIMES", "NOREG", "PRESETS", "QUICK_BUDGET_MINUTES", "QUICK_LEFT", "QUICK_PLAN", "SUMMARY", "TITLE", "Fork", "IsolossPreset", "LanguageChoice", "all_seeds",
            "allocation_of", "base_run", "finished_studies", "flatness_forks", "folder_suffix", "forecast", "forest_label", "fork_run",
            "forks_of", "headroom_gate", "language_report", "language_studies", "large_shape", "parse_language",
            "regression_without", "replication_section", "report", "run_seeds", "runs", "seed_result", "seed_study",

@@ -159,9 +159,9 @@ def choose_design(p: IsolossPreset, costs: dict[str, float], budget_seconds: flo
     The tests are taken in order of what they cost to decide — their seeds times the CPU of
     the forks they add, from ``costs`` (``planned_costs``: the planner's seconds per
     ``point|fork|stage``) — and each is kept if the design's wall time, every seed's base,
-    gate and forks shared over ``workers``, stays within ``budget_seconds``; seed i runs the
-    forks of the tests planned more than i seeds. A test whose two forks both run without
-    being planned (e.g. SAM against −dropout−WD when SAM's control runs both) is reported on
+    gate and forks, its units shared out longest first over ``workers``, stays within
+    ``budget_seconds``; seed i runs the forks of the tests planned more than i seeds. A test
+    whose two forks both run without being planned (e.g. SAM against −dropout−WD when SAM's control runs both) is reported on
     the seeds where both ran. Left out, with what they would need: tests with no prior SD,
     those whose seeds exceed ``cap`` or the budget."""
     from ...allocation import needed_seeds
@@ -196,8 +196,14 @@ def choose_design(p: IsolossPreset, costs: dict[str, float], budget_seconds: flo
                 + sum(costs.get(f"{pt}|{name}|measure", 0.0) for pt, name in forks))
 
     def wall(plan: dict[str, int]) -> float:
+        # a seed is one unit: the units shared out longest first over the workers, as the
+        # planner's ``Estimate.wall`` (five equal seeds on 2 workers take 3 seeds' time, not 2.5)
         seeds = max(plan.values(), default=0)
-        return sum(seed_cost([t for t, n in plan.items() if n > i]) for i in range(seeds)) / max(workers, 1)
+        units = sorted((seed_cost([t for t, n in plan.items() if n > i]) for i in range(seeds)), reverse=True)
+        loads = [0.0] * max(workers, 1)
+        for u in units:
+            loads[loads.index(min(loads))] += u
+        return max(loads)
 
     chosen: dict[str, int] = {}
     order = sorted(need, key=lambda t: (need[t] * (seed_cost([*chosen, t]) - seed_cost(list(chosen))), t))
