@@ -54,7 +54,8 @@ import torch
 
 from sameloss.experiments.engine import with_start
 from sameloss.experiments.paired import at_target, comparison_target, outside
-from sameloss.experiments.recipes.isoloss import PRESETS, Fork, _run_prefix, _trace_spec, fork_run
+from sameloss.experiments.recipes.isoloss import PRESETS, Fork, fork_run
+from sameloss.experiments.recipes.isoloss.study import _run_prefix, _trace_spec
 from sameloss.measures.run import measure_checkpoint
 from sameloss.training import pretrain
 from sameloss.training.checkpoint import checkpoint_dir
@@ -71,12 +72,20 @@ def _kls(run: Path) -> dict[int, float]:
 
 
 def _adamw(study: Path, seed: int, prefix: str) -> tuple[list[float], list[float]]:
-    """The AdamW fork's KLs and traces at its measured checkpoints (the study's own measurements)."""
+    """The AdamW fork's KLs and traces at its measured checkpoints (the study's own measurements,
+    or measured here with the study's settings where the study has not measured them yet)."""
+    p = PRESETS["tiny"]
     run = f"runs/{prefix}-s{seed}-late-adamw/checkpoints/step_"
-    measured = json.loads((study / "seeds" / f"seed{seed}" / "measurements.json").read_text())
+    path = study / "seeds" / f"seed{seed}" / "measurements.json"
+    measured = json.loads(path.read_text()) if path.exists() else {}
     traces = {int(k.split("step_")[1].split("|")[0]): v["trace_fisher"] for k, v in measured.items()
               if run in k and isinstance(v, dict) and "trace_fisher" in v}
-    kls = _kls(study / "seeds" / f"seed{seed}" / "runs" / f"{prefix}-s{seed}-late-adamw")
+    run_dir = study / "seeds" / f"seed{seed}" / "runs" / f"{prefix}-s{seed}-late-adamw"
+    if not traces:
+        tspec = _trace_spec(p, seed)
+        traces = {s: measure_checkpoint(checkpoint_dir(run_dir, s), tspec)["trace_fisher"]
+                  for s in p.probe_steps(p.forks[0])}
+    kls = _kls(run_dir)
     steps = sorted(traces)
     return [kls[s] for s in steps], [traces[s] for s in steps]
 

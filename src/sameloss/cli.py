@@ -524,9 +524,11 @@ def _main(argv: list[str] | None) -> int:
         check_env_before_torch(getattr(args, "threads", None))
         if "threads" in vars(args):  # every compute command has --threads
             configure_threads(args.threads)
-        from .progress import data_on_stdout
+        from .progress import data_on_stdout, say
 
         data_on_stdout(bool(getattr(args, "json", False)))  # notes and progress then stay off the JSON
+        for note in getattr(args, "deprecation_notes", None) or []:
+            say(note)
         args.run(args)
     except UserError as exc:
         for line in str(exc).splitlines() or [type(exc).__name__]:

@@ -71,9 +71,10 @@ def deprecated(new: str) -> type[argparse.Action]:
 
     class Deprecated(argparse.Action):
         def __call__(self, parser, namespace, values, option_string=None):
-            from .progress import say  # a note, not an error: stderr holds only an error's line
-
-            say(f"note: {option_string} is now {new}")
+            # the note waits on the namespace (``deprecation_notes``): it is said once the command
+            # knows whether stdout carries ``--json`` data, which the note must stay out of
+            notes = getattr(namespace, "deprecation_notes", None) or []
+            setattr(namespace, "deprecation_notes", [*notes, f"note: {option_string} is now {new}"])
             setattr(namespace, self.dest, values)
 
     return Deprecated

@@ -87,7 +87,7 @@ def test_finetune_from_cls_learns_sst2(setup):
 def test_cli_measure_glue_and_errors(setup, tmp_path, capsys):
     root, toy = setup
     run = str(root / "run")
-    args = ["measure", run, "--no-progress", "--device", "cpu", "--json", "--seeds", "2", "--finetune-epochs", "2"]
+    args = ["measure", run, "--no-progress", "--device", "cpu", "--json", "--probe-seeds", "2", "--finetune-epochs", "2"]
     assert main(args + ["--finetune", f"glue:sst2={toy['sst2']}", "--probe", f"glue:rte={toy['rte']}",
                         "--probe-epochs", "3"]) == 0
     row = json.loads(capsys.readouterr().out)[0]
@@ -202,5 +202,5 @@ def test_task_size_is_honoured_for_glue(setup, monkeypatch, capsys):
 
     monkeypatch.setattr(glue_module, "glue_task_data", spy)
     assert main(["measure", str(root / "run"), "--probe", f"glue:sst2={toy['sst2']}", "--task-size", "40",
-                 "--seeds", "1", "--no-progress", "--device", "cpu", "--json"]) == 0
+                 "--probe-seeds", "1", "--no-progress", "--device", "cpu", "--json"]) == 0
     assert sizes == [(40, 10)]

@@ -116,7 +116,7 @@ def test_cli_measure_probe_finetune_lookup_on_a_causal_run(generator, allowed, t
     task = f"glue:sst2={_tsv(tmp_path / 'sst2', rows)}"
     capsys.readouterr()
     assert main(["measure", str(tmp_path / "r"), "--probe", task, "--finetune", task, "--lookup-table", task,
-                 "--seeds", "1", "--finetune-epochs", "1", "--json", "--no-progress", "--device", "cpu"]) == 0
+                 "--probe-seeds", "1", "--finetune-epochs", "1", "--json", "--no-progress", "--device", "cpu"]) == 0
     out = json.loads(capsys.readouterr().out)
     for key in ("probe_sst2", "finetune_sst2", "lookup_sst2"):
         assert 0.0 <= out[-1][key] <= 1.0, key

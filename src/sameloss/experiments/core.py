@@ -58,7 +58,7 @@ from . import layout
 from ..training.checkpoint import checkpoint_dir
 from ..training.config import PretrainConfig
 from .declare import Embedded, Unit
-from .runspec import RunSpec, Setting  # noqa: F401 (recipes import them from here)
+from .runspec import RunInfo, RunSpec, Setting  # noqa: F401 (recipes import them from here)
 from .runspec import _fingerprint, spec_fingerprint  # noqa: F401 (one home: runspec.py)
 from ..training import runfolder
 from ..training.loop import pretrain
@@ -66,16 +66,6 @@ from ..training.runio import read_metrics, read_summary
 from ..training.tracking import check_tracker, log_measured, mirror_run
 
 MEASUREMENTS = experiment_folder.MEASUREMENTS
-
-
-@dataclass
-class RunInfo:
-    spec: RunSpec
-    config: PretrainConfig
-    path: Path
-    status: str  # trained | resumed | extended | reused
-    seconds: float
-    summary: dict = field(default_factory=dict)
 
 
 def recipe(name: str):

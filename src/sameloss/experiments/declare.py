@@ -22,6 +22,7 @@ what the walk produced (``engine.Records``), keyed by these same objects.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Union
 
@@ -184,3 +185,18 @@ def merge_units(units: list[Unit]) -> list[Unit]:
         out.append(first if len(group) == 1 else
                    Unit(first.name, first.folder, tuple(i for u in group for i in u.items), first.seed, first.study))
     return out
+
+
+def with_setting(units: list, key: str, value) -> list:
+    """``units`` with the config setting ``key = value`` on every run they train (inside
+    gates too): how ``--dropout-draws keyed`` reaches every run of a study, its forks and
+    its later stages included."""
+
+    def item(x):
+        if isinstance(x, Run):
+            return dataclasses.replace(x, spec=dataclasses.replace(x.spec, settings=(*x.spec.settings, (key, value))))
+        if isinstance(x, Gate):
+            return dataclasses.replace(x, then=tuple(item(y) for y in x.then))
+        return x
+
+    return [dataclasses.replace(u, items=tuple(item(x) for x in u.items)) for u in units]

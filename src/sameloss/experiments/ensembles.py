@@ -26,13 +26,11 @@ trained in (the ensemble's CPU split evenly among its members).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import files
 from ..errors import UserError
 from . import layout
 
@@ -119,7 +117,7 @@ def _alone(study, spec) -> tuple[Any, float, float]:
 
 def _train_group(items, cfgs, group: list[int], strategy: str, out: list, log) -> None:
     """Runs ``group`` of ``items`` as one ensemble, each ``RunInfo`` recorded in its study."""
-    from .core import RunInfo
+    from .runspec import RunInfo
     from .engine import cpu_time
     from ..training.runio import read_summary
 
@@ -200,62 +198,7 @@ def walk_together(units: list, actors: list, train: Callable[[list], list]) -> l
     return outcome
 
 
-def execute_units(units: list, root: Path, settings: dict, cap: int, study=None) -> list:
-    """Walk ``units`` of the experiment in ``root`` together (a launcher's worker calls this),
-    holding each unit's folder lock; per unit a ``core.UnitResult`` or the one line of the
-    ``UserError`` that stopped it. ``settings``: the studies' ``seed``, ``progress``,
-    ``device`` and ``tracker``; ``cap``: the ensembles' members at most; ``study``: the
-    in-process launcher's own, for the experiment's units (as ``core.execute_unit``)."""
-    from .core import Study, UnitResult
-    from .engine import Execute, keep_first_cost
-
-    root = Path(root)
-    with contextlib.ExitStack() as held:
-        subs, actors = [], []
-        for u in units:
-            held.enter_context(files.folder_lock(root / u.folder, "unit"))
-            if study is not None and not u.study:
-                subs.append(None)
-                actors.append(Execute(study))
-                continue
-            seed = settings["seed"] if u.seed is None else u.seed
-            sub = held.enter_context(Study(root / u.study, seed=seed, progress=settings["progress"],
-                                           device=settings["device"], tracker=settings["tracker"], lock=False,
-                                           shared=root))
-            subs.append(sub)
-            actors.append(Execute(sub))
-        log = (study or subs[0]).log
-        records = walk_together(units, actors, lambda requests: train_together(requests, cap, log))
-        out = []
-        for u, sub, record in zip(units, subs, records):
-            if isinstance(record, UserError):
-                out.append(str(record).splitlines()[0] if str(record) else type(record).__name__)
-            elif sub is None:
-                out.append(UnitResult(record))
-            else:
-                if u.study:
-                    record = keep_first_cost(sub.root, record, sub.log)
-                out.append(UnitResult(record, sub.runs, sub.timings, sub.counts))
-        return out
-
-
 # ---- a study-wide setting ---------------------------------------------------------------------
-def with_setting(units: list, key: str, value) -> list:
-    """``units`` with the config setting ``key = value`` on every run they train (inside
-    gates too): how ``--dropout-draws keyed`` reaches every run of a study, its forks and
-    its later stages included."""
-    import dataclasses
-
-    from .declare import Gate, Run
-
-    def item(x):
-        if isinstance(x, Run):
-            return dataclasses.replace(x, spec=dataclasses.replace(x.spec, settings=(*x.spec.settings, (key, value))))
-        if isinstance(x, Gate):
-            return dataclasses.replace(x, then=tuple(item(y) for y in x.then))
-        return x
-
-    return [dataclasses.replace(u, items=tuple(item(x) for x in u.items)) for u in units]
 
 
 # ---- the launchers' jobs --------------------------------------------------------------------

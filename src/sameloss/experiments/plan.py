@@ -176,7 +176,7 @@ class Record:
         return checkpoint_dir(layout.run_dir(self.root, at.run), self._step(at))
 
     def train(self, run, record):
-        from .core import RunInfo
+        from .runspec import RunInfo
         from .engine import with_start
 
         key = (self.study, run.name)
@@ -234,8 +234,8 @@ def dry_plan(experiment: str, scale: str, out: str | Path = "runs", seed: int = 
     plan.language_shapes = setup.language_shapes
 
     def record(units):
-        if dropout_draws != "global":  # as the study's run_units sets it (``--dropout-draws``)
-            from .ensembles import with_setting
+        if dropout_draws != "global":  # as dispatch.run_units sets it (``--dropout-draws``)
+            from .declare import with_setting
 
             units = with_setting(units, "dropout_draws", dropout_draws)
         return [walk(u, Record(plan, u.study)) for u in units]
@@ -327,22 +327,33 @@ def _language_shape(cfg, language_shapes: dict) -> tuple[int, int]:
 # sentences of a 256-sentence batch): Fisher with 2 labels 2.31× a plain step and with every
 # one of the 11 labels 8.19× (both 15.7 sentence-forwards per sentence and label),
 # Hutchinson with one probe 10.8× (234 per sentence and probe).
+# The signs estimator (``flatness.estimator = "signs"``, the default): one forward, one backward
+# kept for differentiation and its backward, of the slice — every label at once, so per
+# sentence of the slice only (FLATNESS_SIGNS_FORWARDS, measured: see there).
 FLATNESS_FORWARDS = {"fisher": 15.7, "hutchinson": 234.5}
+FLATNESS_SIGNS_FORWARDS = 7.0
 
 
 def flatness_flops(cfg, m: ModelShape) -> float:
-    """FLOPs per step of the flatness penalty (0 without one): ``FLATNESS_FORWARDS``."""
+    """FLOPs per step of the flatness penalty (0 without one): ``FLATNESS_FORWARDS``, or
+    ``FLATNESS_SIGNS_FORWARDS`` for the signs estimator."""
     f = cfg.flatness
     if f.weight == 0:
         return 0.0
+    slice_flops = min(f.sentences, cfg.batch_size) * m.sentence_flops
+    if f.measure == "fisher" and getattr(f, "estimator", "per-example") == "signs":
+        return FLATNESS_SIGNS_FORWARDS * slice_flops
     per = f.probes if f.measure == "hutchinson" else (f.labels or m.vocab)
-    return FLATNESS_FORWARDS[f.measure] * per * min(f.sentences, cfg.batch_size) * m.sentence_flops
+    return FLATNESS_FORWARDS[f.measure] * per * slice_flops
 
 
 def training_flops(cfg, m: ModelShape, start_step: int = 0) -> tuple[int, float]:
     """(steps trained, FLOPs) of one run."""
     steps = max(0, cfg.steps - start_step)
-    per_step = 3 * forward_flops_per_token(m) * cfg.batch_size * m.max_len
+    # ``update_half``: the update on one half of the batch (SAM's control); SAM itself runs both
+    # halves (ascent and update), the whole batch
+    batch = cfg.batch_size // 2 if getattr(cfg, "update_half", False) else cfg.batch_size
+    per_step = 3 * forward_flops_per_token(m) * batch * m.max_len
     if cfg.adversarial.weight > 0:
         per_step += 3 * forward_flops_per_token(m) * cfg.adversarial.batch_size * m.max_len
     per_step += flatness_flops(cfg, m)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .. import config as configlib
@@ -76,3 +77,16 @@ def spec_fingerprint(spec) -> str:
     d = dataclasses.asdict(spec)
     d.pop("device", None)
     return _fingerprint(d)
+
+
+@dataclass
+class RunInfo:
+    """A run a study trained or reused: its spec, config, folder, what was done to it
+    (``trained | resumed | extended | reused``, ``planned`` in a plan), its wall seconds and
+    its summary."""
+    spec: RunSpec
+    config: PretrainConfig
+    path: Path
+    status: str  # trained | resumed | extended | reused
+    seconds: float
+    summary: dict = field(default_factory=dict)
