@@ -9,6 +9,10 @@ no initialisation) and refuses with one line naming the estimate and the limit.
 The estimates are lower bounds (what the named tensors alone take, not a profile), so
 a refusal is certain to be right, and work that fits is never refused; the limit leaves
 room for everything else (``MEMORY_SHARE``).
+
+This module holds the arithmetic and the limit only; the checks live in the layers they
+check: a run's (``training.runio.check_pretrain``), a measure's
+(``measures.run.check_measure``), sampled sentences' (``check_sentences``, here).
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """The machinery under the engine: ``RunSpec`` (a run, turned into a ``PretrainConfig``
 here and only here) and ``Study`` (one experiment folder: train a run or reuse / resume it,
 measure a checkpoint or a reference representation (look-up table, random-init encoder,
-oracle) or reuse the cached row, embed a checkpoint, run units through a launcher —
-``launch.py``: in this process, in local worker processes or on Slurm — each unit walked
-by ``engine.walk`` in its worker: ``execute_unit``).
+oracle) or reuse the cached row, embed a checkpoint), and ``execute_unit``: one unit walked
+by ``engine.walk`` on a ``Study`` in its worker. Handing a study's units to a launcher —
+``launch.py``: in this process, in local worker processes or on Slurm — is
+``dispatch.run_units`` (which imports this module, never the other way round).
 A recipe never trains or measures by hand, nor calls a ``Study``: it declares its runs,
 forks and measures (``declare.py``) and the engine does them on a ``Study``.
 

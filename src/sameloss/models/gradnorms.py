@@ -238,7 +238,7 @@ def fisher_squares(model: nn.Module, tokens: torch.Tensor, positions: torch.Tens
     ``models.label_gradients.fisher_label_values`` without per-example autograd.
     ``create_graph=True``: differentiable again in every parameter (double backward).
     ``NotCovered`` for a model this module has no rules for. Run the model as it is
-    measured (dropout off: ``measures.curvature.measuring``)."""
+    measured (dropout off: ``models.derivatives.measuring``)."""
     names = parameter_names(model, params)
     with torch.enable_grad():
         forward = RecordedForward(model, tokens, names)
