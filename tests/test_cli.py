@@ -164,8 +164,9 @@ def test_reproduce_isoloss_is_the_main_job_and_the_old_spellings_still_work(caps
     assert main_job(args.experiment, args.scale) == ("steps", "tiny")
     assert launcher(["reproduce", "steps"]) == "inprocess"
     args = parser.parse_args(["measure", "runs/x", "--seeds", "3"])
-    notes = capsys.readouterr()  # a note goes to stdout, or to stderr where stdout holds data (progress.say)
-    assert args.probe_seeds == 3 and "note: --seeds is now --probe-seeds" in notes.out + notes.err
+    # the note waits until the command knows whether stdout holds --json data (then it goes to
+    # stderr: tests/text/test_glue.py parses such a command's stdout)
+    assert args.probe_seeds == 3 and args.deprecation_notes == ["note: --seeds is now --probe-seeds"]
 
 
 def test_describe_defaults_to_the_size_the_study_uses(capsys):
