@@ -51,7 +51,7 @@ from typing import Any
 
 from .. import resources
 from . import layout
-from .declare import Checkpoint, Embedded, Reference
+from .declare import Checkpoint, Embedded, Reference, with_setting
 
 STAGES = ("training", "exact-KL evaluation", "trace", "probes")
 
@@ -235,8 +235,6 @@ def dry_plan(experiment: str, scale: str, out: str | Path = "runs", seed: int = 
 
     def record(units):
         if dropout_draws != "global":  # as dispatch.run_units sets it (``--dropout-draws``)
-            from .declare import with_setting
-
             units = with_setting(units, "dropout_draws", dropout_draws)
         return [walk(u, Record(plan, u.study)) for u in units]
 
