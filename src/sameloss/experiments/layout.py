@@ -1,7 +1,7 @@
 """Where everything of an experiment lives, in one place: the experiment folder's name and
 the folders inside it. ``core.Study`` (which writes them), ``plan.Record`` (which names
 them without writing), ``declare`` (a unit's folder), ``folder.py`` (what sameloss owns
-there) and ``reproduce`` all ask here.
+there) and ``orchestrate.Job`` (``reproduce``, ``plan``) all ask here.
 
 ``<out>/<experiment>-<scale>[-seed<N>][<recipe's suffix>][-<dropout draws>]/``::
 
@@ -48,6 +48,7 @@ def embedded_name(run: str, step: int, shape: str, optimizer: str = "fresh") -> 
 
 
 def embedded_dir(root: str | Path, name: str) -> Path:
+    """The folder of the embedded checkpoint ``name`` (``embedded_name``) in the study folder ``root``."""
     return Path(root) / EMBEDDED / name
 
 
