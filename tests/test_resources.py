@@ -9,7 +9,7 @@ import torch
 from sameloss import config as configlib
 from sameloss.cli import main
 from sameloss.languages import make_language
-from sameloss.training import PretrainConfig
+from sameloss.training import PretrainConfig, runio
 
 TINY = ["model.size=micro", "language.name=hmm", "language.size=micro", "device=cpu", "--no-progress"]
 
@@ -64,18 +64,16 @@ def test_the_limit_can_be_stated_and_work_that_fits_runs(tmp_path, capsys, monke
 
 
 def test_the_training_estimate_counts_the_weights_optimiser_and_activations_without_allocating():
-    from sameloss import resources
-
     cfg = configlib.load(PretrainConfig, None, ["model.size=micro", "language.name=hmm", "language.size=micro",
                                                 "batch_size=4"])
     language = make_language("hmm", preset="micro")
     state = torch.get_rng_state()
-    model = resources.meta_model(cfg, language)
+    model = runio.meta_model(cfg, language)
     assert torch.equal(torch.get_rng_state(), state)  # no draw from the run's RNG stream
     assert all(p.device.type == "meta" for p in model.parameters())
     n = sum(p.numel() for p in model.parameters())
-    estimate = resources.training_bytes(cfg, language, model)
+    estimate = runio.training_bytes(cfg, language, model)
     assert estimate >= 4 * 4 * n  # weights, gradients, AdamW's two moments in float32
     sam = configlib.load(PretrainConfig, None, ["model.size=micro", "language.name=hmm", "language.size=micro",
                                                 "batch_size=4", "sam.rho=0.05", "model.dropout=0"])
-    assert resources.training_bytes(sam, language, model) == estimate + 4 * n  # SAM's ascent copy
+    assert runio.training_bytes(sam, language, model) == estimate + 4 * n  # SAM's ascent copy

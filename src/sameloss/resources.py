@@ -9,6 +9,10 @@ no initialisation) and refuses with one line naming the estimate and the limit.
 The estimates are lower bounds (what the named tensors alone take, not a profile), so
 a refusal is certain to be right, and work that fits is never refused; the limit leaves
 room for everything else (``MEMORY_SHARE``).
+
+This module holds the arithmetic and the limit only; the checks live in the layers they
+check: a run's (``training.runio.check_pretrain``), a measure's
+(``measures.run.check_measure``), sampled sentences' (``check_sentences``, here).
 """
 
 from __future__ import annotations
@@ -108,60 +112,12 @@ def masked_rows(n: int, language, rate: float | None) -> int:
     return n if rate is None else int(n * language.max_len * rate)
 
 
-def training_bytes(cfg, language, model) -> int:
-    """A lower bound of one training step: the weights, their gradients, AdamW's two
-    moments (SAM: one more copy for the ascent) in float32, and the activations the
-    backward pass keeps (``model`` on the meta device gives the shapes)."""
-    n_params = sum(p.numel() for p in model.parameters())
-    copies = 4 + (1 if cfg.sam.rho > 0 else 0)
-    from .models import kind_of_config
-
-    kind = kind_of_config(model.config)  # its activations per token: the kind says (a lower bound)
-    per_token = kind.activations_per_token(model.config, language.max_len) if kind is not None else 0
-    tokens = cfg.batch_size * language.max_len
-    logits = tokens * language.vocab_size * 2  # the logits and their gradient
-    return (n_params * copies + tokens * per_token + logits) * FLOAT32
-
-
-def meta_model(cfg, language):
-    """The config's model built on the meta device: shapes only, no memory, no RNG draw."""
-    import torch
-
-    from .training.runio import init_model
-
-    with torch.random.fork_rng(devices=[]), torch.device("meta"):
-        return init_model(cfg, language, torch.device("meta"))
-
-
 def evaluation_bytes(n: int, language, rate: float | None) -> int:
     """The fixed held-out set of an evaluator: exact conditionals on a synthetic
     language; on a corpus a held-out and a training set of sequences."""
     if not getattr(language, "exact", True):
         return 2 * sentences_bytes(n, language)
     return sentences_bytes(n, language) + conditionals_bytes(masked_rows(n, language, rate), language)
-
-
-def check_pretrain(cfg, language, device) -> None:
-    """Refuse a pre-training run whose model or held-out evaluation cannot fit."""
-    model = meta_model(cfg, language)
-    n_params = sum(p.numel() for p in model.parameters())
-    check(training_bytes(cfg, language, model),
-          f"training {cfg.name!r} ({n_params:.3g} parameters, batch {cfg.batch_size} of {language.max_len} tokens)",
-          "choose a smaller model (model.size, model.d_model, model.n_layers, ...) or batch_size", device)
-    rate = None if cfg.masking == "single" else cfg.mask_rate
-    check(evaluation_bytes(cfg.eval.n_sentences, language, rate),
-          f"the held-out evaluation of eval.n_sentences={cfg.eval.n_sentences}", "lower eval.n_sentences")
-
-
-def check_measure(spec, cfg, language, model, cache: dict | None = None) -> None:
-    """Refuse a ``measure`` whose sampled sentences, task data or features cannot fit: the
-    memory check of every measure ``spec`` asks for (``Measure.check``; the measures'
-    registry, ``measures.spec``), before any of them allocates."""
-    from .measures.spec import Job, measures_of
-
-    job = Job(model, language, cfg, spec, {} if cache is None else cache, {})
-    for measure in measures_of(spec):
-        measure.check(job)
 
 
 def check_sentences(n: int, language, what: str, hint: str) -> None:

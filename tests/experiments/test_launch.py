@@ -26,6 +26,7 @@ from sameloss.errors import UserError
 from sameloss.experiments import reproduce
 from sameloss.experiments.core import RunSpec, Study, execute_unit
 from sameloss.experiments.declare import run_unit
+from sameloss.experiments.dispatch import run_units
 from sameloss.experiments.launch import (LaunchOptions, Local, Slurm, WorkerJob, default_workers, format_seeds,
                                          parse_seeds, worker_devices)
 from sameloss.experiments.recipes import isoloss
@@ -99,7 +100,7 @@ def test_a_refused_unit_stops_the_study_with_its_name_and_line(tmp_path):
     study = Study(tmp_path, progress=False, launcher=launcher)
     bad = run_unit(RunSpec("bad", (("language.name", "causal"),)), MeasureSpec(loss=True))
     with pytest.raises(UserError) as err:
-        study.run_units([bad])
+        run_units(study, [bad])
     assert str(err.value) == "run bad: the causal language needs masking=single: its exact conditionals take one " \
         "masked position per sentence (m masked positions cost K^m forward passes)"
     assert not (tmp_path / "runs" / "bad").exists()

@@ -13,7 +13,7 @@ from torch import nn
 from sameloss.languages import make_language
 from sameloss.measures.curvature import sample_contexts, trace_fisher
 from sameloss.measures.curvature.base import composite_layer_norms, measuring, select_parameters
-from sameloss.measures.curvature.fisher import _ghost_linears, fisher_label_values
+from sameloss.models.label_gradients import fisher_label_values, ghost_linears
 from sameloss.models import LSTMConfig, LSTMMLM, TransformerConfig, TransformerMLM, gradnorms
 
 
@@ -145,7 +145,7 @@ def test_the_hook_norms_differentiate_as_the_vmap_ones(language):
     with measuring(model), composite_layer_norms(model):
         sel = select_parameters(model, "blocks|head", live=True)
         sq, lp = fisher_label_values(model, sel, ctx.inputs, positions, labels,
-                                     _ghost_linears(model, sel, ctx.inputs[:1]), _whole(sel))
+                                     ghost_linears(model, sel, ctx.inputs[:1]), _whole(sel))
         old = torch.autograd.grad((weights * sq[..., 0]).sum() + lp.sum(), params)
         sq2, lp2 = gradnorms.fisher_squares(model, ctx.inputs, positions, labels, "blocks|head", create_graph=True)
         new = torch.autograd.grad((weights * sq2).sum() + lp2.sum(), params)

@@ -17,6 +17,7 @@ from sameloss.languages import make_language
 from sameloss.models import LSTMConfig, LSTMMLM, build_model, kind_of_config
 from sameloss.models.kind import ModelKind
 from sameloss.training.config import PretrainConfig
+from sameloss.training import runio
 from sameloss.training.runio import init_model
 
 
@@ -46,10 +47,10 @@ def test_a_kind_registered_in_a_test_is_configured_built_planned_and_checked():
         assert type(build_model("wide", "one", 10, 6)) is WideMLM
         shape = planner.model_shape(cfg, {})
         assert shape.kind == "wide" and planner.forward_flops_per_token(shape) == 1000.0
-        meta = resources.meta_model(cfg, language)
+        meta = runio.meta_model(cfg, language)
         n = sum(p.numel() for p in meta.parameters())
         tokens = cfg.batch_size * language.max_len
-        assert resources.training_bytes(cfg, language, meta) == \
+        assert runio.training_bytes(cfg, language, meta) == \
             (4 * n + tokens * 7 + tokens * language.vocab_size * 2) * resources.FLOAT32
         with pytest.raises(UserError, match="unknown wide size 'two'; valid sizes: one"):
             build_model("wide", "two", 10, 6)

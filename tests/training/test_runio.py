@@ -1,4 +1,4 @@
-"""Run I/O: one loader with no global side effects, and imports that flow one way."""
+"""Run I/O: one loader with no global side effects; no two modules import each other."""
 
 from __future__ import annotations
 
@@ -13,12 +13,7 @@ from sameloss.training import checkpoint as ckpt
 from sameloss.training import runio
 
 PACKAGE = Path(sameloss.__file__).parent
-# a layer may import from the layers before it, never from those after it
-LAYERS = ["data", "languages", "models", "training", "hf", "measures", "experiments"]
-# the one upward import allowed: the flatness penalty differentiates the curvature measure's
-# own Fisher / Hutchinson arithmetic (one home for it); moving that arithmetic below training
-# is the fix, not yet made
-UPWARD = {("training/flatness.py", "measures")}
+# (the layers' order is checked in tests/experiments/test_layering.py)
 
 
 def test_load_checkpoint_returns_everything_once_and_leaves_the_global_rng_alone(checkpoint, monkeypatch):
@@ -39,43 +34,6 @@ def test_load_checkpoint_returns_everything_once_and_leaves_the_global_rng_alone
     name, weight = next(iter(model.state_dict().items()))
     assert torch.equal(weight, again.state_dict()[name])
     assert not torch.equal(weight, fresh.state_dict()[name])
-
-
-def _imported_layers(path: Path) -> set[str]:
-    """The sameloss sub-packages a module imports (absolute or relative imports)."""
-    module = path.relative_to(PACKAGE.parent).with_suffix("").parts  # ("sameloss", "training", "loop")
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = list(module[:-node.level])
-                name = ".".join(base + ([node.module] if node.module else []))
-            else:
-                name = node.module or ""
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.startswith("sameloss."):
-                    found.add(alias.name.split(".")[1])
-            continue
-        else:
-            continue
-        parts = name.split(".")
-        if parts[0] == "sameloss" and len(parts) > 1:
-            found.add(parts[1])
-            if len(parts) == 2 and isinstance(node, ast.ImportFrom):  # from sameloss import training
-                found.update(a.name for a in node.names)
-    return found
-
-
-def test_imports_flow_one_way_through_the_layers():
-    wrong = []
-    for i, layer in enumerate(LAYERS):
-        later = set(LAYERS[i + 1:])
-        for path in sorted((PACKAGE / layer).rglob("*.py")):
-            for imported in _imported_layers(path) & later:
-                if (path.relative_to(PACKAGE).as_posix(), imported) not in UPWARD:
-                    wrong.append(f"{path.relative_to(PACKAGE)} imports {imported}")
-    assert wrong == []
 
 
 def test_metrics_are_read_through_runio(tmp_path):

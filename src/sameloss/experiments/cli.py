@@ -16,7 +16,7 @@ from ..threads import add_threads_argument
 
 
 def _epilog(*example_lines: str) -> str:
-    from . import DEFAULT_EXPERIMENT, MAIN_SCALE, experiments
+    from .orchestrate import DEFAULT_EXPERIMENT, MAIN_SCALE, experiments
 
     lines = ["experiments:"]
     for name, what in experiments().items():
@@ -36,7 +36,8 @@ SEED_HELP = ("added to every seed of the study: its runs, measures and probe dra
 
 def add_reproduce_parser(commands) -> argparse.ArgumentParser:
     """Add ``reproduce`` to the ``sameloss`` sub-command parsers ``commands``."""
-    from . import DEFAULT_EXPERIMENT, MAIN_SCALE, SCALE_NAMES, experiments
+    from .orchestrate import DEFAULT_EXPERIMENT, MAIN_SCALE, experiments
+    from .recipe import SCALE_NAMES
 
     names = list(experiments())
     scales = [SCALE_NAMES[0], MAIN_SCALE, *SCALE_NAMES[1:]]
@@ -218,7 +219,7 @@ def _launch_options(args, argv_given: set[str]):
 
     launcher = args.launcher
     if launcher is None:
-        from . import DEFAULT_EXPERIMENT
+        from .orchestrate import DEFAULT_EXPERIMENT
 
         main = args.experiment in (None, DEFAULT_EXPERIMENT) and args.seeds is None
         launcher = _main_job_launcher(args) if main else "inprocess"
@@ -273,7 +274,8 @@ def _given(args) -> set[str]:
 
 def add_plan_parser(commands) -> argparse.ArgumentParser:
     """Add ``plan`` (``experiments.plan``) to the ``sameloss`` sub-command parsers."""
-    from . import DEFAULT_EXPERIMENT, MAIN_SCALE, SCALE_NAMES, experiments
+    from .orchestrate import DEFAULT_EXPERIMENT, MAIN_SCALE, experiments
+    from .recipe import SCALE_NAMES
 
     names = list(experiments())
     scales = [SCALE_NAMES[0], MAIN_SCALE, *SCALE_NAMES[1:]]  # every scale reproduce accepts
@@ -327,20 +329,21 @@ def add_plan_parser(commands) -> argparse.ArgumentParser:
 
 
 def _plan(args) -> None:
-    from . import main_job
+    from .orchestrate import Job, main_job
     from .plan_report import plan_text
 
     experiment, scale = main_job(args.experiment, args.scale)
     workers = args.workers or _plan_workers(experiment, args.hardware)
-    print(plan_text(experiment, scale, args.hardware, workers,
-                    None if args.cpu_peak is None else args.cpu_peak * 1e9, args.out, args.seed, args.languages,
-                    args.budget, args.ensemble, args.dropout_draws, runs=args.runs))
+    job = Job(experiment, scale, args.out, args.seed, tuple(args.languages or ()), args.budget,
+              dropout_draws=args.dropout_draws)
+    print(plan_text(job, args.hardware, workers, None if args.cpu_peak is None else args.cpu_peak * 1e9,
+                    args.ensemble, runs=args.runs))
 
 
 def _plan_workers(experiment: str, hardware: str) -> int:
     """The workers ``reproduce`` would use: isoloss on this CPU runs on local workers
     (``launch.main_job_options``); anything else in one process, or on one GPU."""
-    from . import DEFAULT_EXPERIMENT
+    from .orchestrate import DEFAULT_EXPERIMENT
 
     if experiment != DEFAULT_EXPERIMENT or hardware != "cpu":
         return 1
@@ -357,7 +360,7 @@ def _plan_workers(experiment: str, hardware: str) -> int:
 
 
 def _reproduce(args) -> None:
-    from . import main_job, reproduce, reproduce_command
+    from .orchestrate import main_job, reproduce, reproduce_command
 
     experiment, scale = main_job(args.experiment, args.scale)
     command = reproduce_command(experiment, scale, args.seed, args.languages, args.budget, args.even,

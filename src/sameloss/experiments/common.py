@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from .. import registry
 from ..measures.run import MeasureSpec
 from ..models.sizes import TRANSFORMER_SIZES
-from . import SCALE_NAMES
+from .recipe import SCALE_NAMES
 from ..measures.rows import error_column
 from .causal import CausalScale
 from .core import RunSpec, Setting, model_row

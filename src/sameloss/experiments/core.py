@@ -1,9 +1,10 @@
 """The machinery under the engine: ``RunSpec`` (a run, turned into a ``PretrainConfig``
 here and only here) and ``Study`` (one experiment folder: train a run or reuse / resume it,
 measure a checkpoint or a reference representation (look-up table, random-init encoder,
-oracle) or reuse the cached row, embed a checkpoint, run units through a launcher —
-``launch.py``: in this process, in local worker processes or on Slurm — each unit walked
-by ``engine.walk`` in its worker: ``execute_unit``).
+oracle) or reuse the cached row, embed a checkpoint), and ``execute_unit``: one unit walked
+by ``engine.walk`` on a ``Study`` in its worker. Handing a study's units to a launcher —
+``launch.py``: in this process, in local worker processes or on Slurm — is
+``dispatch.run_units`` (which imports this module, never the other way round).
 A recipe never trains or measures by hand, nor calls a ``Study``: it declares its runs,
 forks and measures (``declare.py``) and the engine does them on a ``Study``.
 
@@ -40,11 +41,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
-import hashlib
 import json
 import shutil
-import sys
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -57,6 +55,7 @@ from ..errors import UserError
 from ..files import atomic_write_json
 from ..progress import say, stream
 from . import folder as experiment_folder
+from . import layout
 from ..training.checkpoint import checkpoint_dir
 from ..training.config import PretrainConfig
 from .declare import Embedded, Unit
@@ -70,18 +69,12 @@ from ..training.tracking import check_tracker, log_measured, mirror_run
 MEASUREMENTS = experiment_folder.MEASUREMENTS
 
 
-
-
 def recipe(name: str):
     """The module of recipe ``name`` (``sameloss.registry``): how one recipe composes others
     (``figure1``) without importing them."""
     from .. import registry
 
     return registry.recipe(name)
-
-
-def experiment_dir_name(experiment: str, scale: str, seed: int) -> str:
-    return f"{experiment}-{scale}" + (f"-seed{seed}" if seed else "")
 
 
 def model_row(row: dict, experiment: str, language: str, spec: RunSpec) -> dict:
@@ -128,45 +121,6 @@ def execute_unit(unit: Unit, root: Path, seed: int, progress: bool, device: str,
 SEED_FREE_REFERENCES = frozenset({"lookup-table", "lookup", "oracle"})
 
 
-def execute_units(units: list, root: Path, settings: dict, cap: int, study=None) -> list:
-    """Walk ``units`` of the experiment in ``root`` together (a launcher's worker calls this),
-    holding each unit's folder lock; per unit a ``UnitResult`` or the one line of the
-    ``UserError`` that stopped it. ``settings``: the studies' ``seed``, ``progress``,
-    ``device`` and ``tracker``; ``cap``: the ensembles' members at most; ``study``: the
-    in-process launcher's own, for the experiment's units (as ``execute_unit``)."""
-    from .engine import Execute, keep_first_cost
-    from .ensembles import train_together, walk_together
-
-    root = Path(root)
-    with contextlib.ExitStack() as held:
-        subs, actors = [], []
-        for u in units:
-            held.enter_context(files.folder_lock(root / u.folder, "unit"))
-            if study is not None and not u.study:
-                subs.append(None)
-                actors.append(Execute(study))
-                continue
-            seed = settings["seed"] if u.seed is None else u.seed
-            sub = held.enter_context(Study(root / u.study, seed=seed, progress=settings["progress"],
-                                           device=settings["device"], tracker=settings["tracker"], lock=False,
-                                           shared=root))
-            subs.append(sub)
-            actors.append(Execute(sub))
-        log = (study or subs[0]).log
-        records = walk_together(units, actors, lambda requests: train_together(requests, cap, log))
-        out = []
-        for u, sub, record in zip(units, subs, records):
-            if isinstance(record, UserError):
-                out.append(str(record).splitlines()[0] if str(record) else type(record).__name__)
-            elif sub is None:
-                out.append(UnitResult(record))
-            else:
-                if u.study:
-                    record = keep_first_cost(sub.root, record, sub.log)
-                out.append(UnitResult(record, sub.runs, sub.timings, sub.counts))
-        return out
-
-
 def _read_rows(path: Path) -> dict:
     """The rows of a ``measurements.json`` ({} when absent or unreadable)."""
     if not path.exists():
@@ -193,7 +147,7 @@ class Study:
         self.ensemble = ensemble  # ``--ensemble N``: units walked together, runs trained N at once (ensembles.py)
         # ``--dropout-draws keyed``: every run's dropout masks keyed (training.keyed), what lets
         # runs with dropout train batched on a GPU: set on the runs of the units it runs
-        # (``run_units``); other runs, in another experiment folder
+        # (``dispatch.run_units``); other runs, in another experiment folder
         self.dropout_draws = dropout_draws
         # a unit's study: the experiment's folder, whose measurements.json holds the
         # references that do not depend on the seed, measured once for all its units
@@ -223,7 +177,7 @@ class Study:
         except BaseException:
             self.close()
             raise
-        self.runs_dir = self.root / "runs"
+        self.runs_dir = self.root / layout.RUNS
         self.progress = progress
         self.device = device
         check_tracker(tracker)
@@ -312,7 +266,7 @@ class Study:
                                    f"{spec.overrides}")
             return known
         cfg = self.run_config(spec)
-        run_dir = self.runs_dir / spec.name
+        run_dir = layout.run_dir(self.root, spec.name)
         start = time.perf_counter()
         # runfolder.plan decides (reuse, extend, resume, train or refuse) under the run's lock,
         # and pretrain carries that decision out under the same lock
@@ -455,66 +409,6 @@ class Study:
             return measure_reference(kind, language, cfg, measured, self._state(spec))
         return self._memo(kind, cfg.language.name, spec, _fingerprint(what), compute)
 
-    # ---- units ------------------------------------------------------------------------
-    def run_units(self, units: list[Unit]) -> list:
-        """Run ``units`` through the study's launcher (those already run by this call: not
-        again) and return what each returned, in order. The runs, timings and counts of
-        the studies they ran in are added to this one, and the rows they measured to its
-        cache. A unit refused for a reason a user can fix stops the study with its line,
-        once the others are done."""
-        from .launch import StudyProgress, WorkerJob
-
-        if self.dropout_draws != "global":
-            from .declare import with_setting
-
-            units = with_setting(units, "dropout_draws", self.dropout_draws)
-        todo = [u for u in units if u.name not in self.done]
-        if todo:
-            if self.launcher.name != "inprocess":
-                self.log(f"{len(todo)} units through the {self.launcher.name} launcher"
-                         + (f" ({self.launcher.workers} at once)" if self.launcher.workers else ""))
-            root = self.root.absolute()
-            mine = self if self.launcher.name == "inprocess" else None
-            if self.ensemble:  # shares of the units, each walked together (ensembles.py)
-                from .ensembles import chunks, unit_outcomes
-
-                shares = chunks(todo, self.launcher.workers or 1)
-                settings = {"seed": self.seed, "progress": self.progress, "device": self.device, "tracker": self.tracker}
-                jobs = [WorkerJob(functools.partial(execute_units, share, root, settings, self.ensemble, mine),
-                                  threads=_threads(), name=f"{len(share)} units together") for share in shares]
-            else:
-                jobs = [WorkerJob(functools.partial(execute_unit, u, root, self.seed, self.progress, self.device,
-                                                    self.tracker, mine), threads=_threads(), name=u.name) for u in todo]
-            # study-level progress with the time left: a bar on a terminal, else words on each unit's line
-            study = StudyProgress(len(jobs), terminal=self.progress and sys.stderr.isatty())
-            self._units_bar = study.bar
-            try:
-                outcomes = self.launcher.run(jobs, self.log, study.finished)
-            finally:
-                study.close()
-                self._units_bar = None
-            if self.ensemble:
-                per_unit = unit_outcomes(shares, outcomes)
-                outcomes = [per_unit[u.name] for u in todo]
-            failed = []
-            for unit, outcome in zip(todo, outcomes):
-                if outcome.error is not None:
-                    failed.append(f"{unit.name}: {outcome.error}")
-                    continue
-                self._absorb(outcome.value)
-                self.done[unit.name] = outcome.value.value
-            self.cache.update(self._read_cache())  # the rows the workers measured
-            if failed:
-                raise UserError("\n".join(failed))
-        return [self.done[u.name] for u in units]
-
-    def _absorb(self, result: UnitResult) -> None:
-        self.runs.update(result.runs)
-        for k, v in result.timings.items():
-            self.timings[k] += v
-        for k, v in result.counts.items():
-            self.counts[k] += v
-
     def embed(self, checkpoint: Path, target: Embedded) -> Path:
         """The checkpoint embedded function-preservingly as ``target`` says (``models.embed``,
         App. B.4; with its optimiser moments mapped for a fork to continue, or fresh), in
@@ -525,7 +419,7 @@ class Study:
 
         checkpoint = Path(checkpoint)
         step = read_meta(checkpoint)["step"]
-        out = self.root / "embedded" / target.folder(checkpoint.parent.parent.name, step)
+        out = layout.embedded_dir(self.root, target.folder(checkpoint.parent.parent.name, step))
         done = checkpoint_dir(out, step)
         if (done / "meta.json").exists() and \
                 (done / "meta.json").stat().st_mtime >= (checkpoint / "meta.json").stat().st_mtime:
@@ -546,12 +440,6 @@ class Study:
     def _device_name(self) -> str:
         from ..training.runio import resolve_device
         return str(resolve_device(self.device))
-
-
-def _threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
 
 
 def _json_default(obj):

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Callable, Union
 
 from ..measures.run import MeasureSpec
+from .layout import embedded_name, run_folder, seed_folder
 from .runspec import RunSpec
 
 
@@ -59,7 +60,7 @@ class Embedded:
     def folder(self, run: str, step: int) -> str:
         """The folder (under the study's ``embedded/``) of run ``run``'s checkpoint at ``step``
         embedded so: the same name for the engine and the planner."""
-        return f"{run}-step{step}-into-{self.shape}" + ("-optimizer" if self.optimizer != "fresh" else "")
+        return embedded_name(run, step, self.shape, self.optimizer)
 
 
 @dataclass(frozen=True)
@@ -162,13 +163,13 @@ def measured(spec: RunSpec, mspec: MeasureSpec) -> list[Measure]:
 def run_unit(spec: RunSpec, mspec: MeasureSpec, *extra: Item) -> Unit:
     """The unit of one run: trained (or reused, resumed), then its ``measure_steps``
     checkpoints measured with ``mspec``, then ``extra``."""
-    return Unit(f"run {spec.name}", f"runs/{spec.name}", (Run(spec), *measured(spec, mspec), *extra))
+    return Unit(f"run {spec.name}", run_folder(spec.name), (Run(spec), *measured(spec, mspec), *extra))
 
 
 def seed_unit(seed: int, items: tuple, group: str = "") -> Unit:
     """A seed's unit: ``items`` in the seed's own study folder ``seeds/seed<N>/`` (``group``:
     ``seeds/<group>/seed<N>/``, one of several studies in one experiment), which it locks."""
-    where = f"seeds/{group}/seed{seed}" if group else f"seeds/seed{seed}"
+    where = seed_folder(seed, group)
     return Unit(f"{group} seed {seed}" if group else f"seed {seed}", where, items, seed=seed, study=where)
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import UserError
+from . import layout
 
 # (the engine, and through it torch, is imported where used: ``parse_ensemble`` runs while the
 # command line is parsed, before the threads policy is applied)
@@ -80,7 +81,7 @@ def train_together(requests: list, cap: int, log: Callable[[str], None]) -> list
         members = [fresh[k] for k in group]
         unique = []
         for i in members:  # one folder asked for twice (a run two recipes share): trained once
-            where = (items[i][0].runs_dir / items[i][1].name).resolve()
+            where = layout.run_dir(items[i][0].root, items[i][1].name).resolve()
             if where in folders:
                 known[i] = True
             else:
@@ -123,7 +124,7 @@ def _train_group(items, cfgs, group: list[int], strategy: str, out: list, log) -
     ens = _training()
     studies = [items[i][0] for i in group]
     specs = [items[i][1] for i in group]
-    dirs = [s.runs_dir / spec.name for s, spec in zip(studies, specs)]
+    dirs = [layout.run_dir(s.root, spec.name) for s, spec in zip(studies, specs)]
     status: dict[int, str] = {}
 
     def planned(k: int, plan) -> None:

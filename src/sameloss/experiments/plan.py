@@ -50,8 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import resources
-from ..errors import UserError
-from .declare import Checkpoint, Embedded, Reference
+from . import layout
+from .declare import Checkpoint, Embedded, Reference, with_setting
 
 STAGES = ("training", "exact-KL evaluation", "trace", "probes")
 
@@ -183,11 +183,11 @@ class Record:
         from ..training.checkpoint import checkpoint_dir
 
         if isinstance(at, Embedded):
-            return checkpoint_dir(self.root / "embedded" / at.folder(at.of.run, self._step(at)), self._step(at))
-        return checkpoint_dir(self.root / "runs" / at.run, self._step(at))
+            return checkpoint_dir(layout.embedded_dir(self.root, at.folder(at.of.run, self._step(at))), self._step(at))
+        return checkpoint_dir(layout.run_dir(self.root, at.run), self._step(at))
 
     def train(self, run, record):
-        from .core import RunInfo
+        from .runspec import RunInfo
         from .engine import with_start
 
         key = (self.study, run.name)
@@ -196,7 +196,7 @@ class Record:
             cfg = spec.config()
             start = self._step(run.start) if run.start is not None and cfg.init_step == "continue" else 0
             self.plan.runs.append(PlannedRun(run.name, self.study, cfg, start))
-            self.plan.trained[key] = RunInfo(spec, cfg, self.root / "runs" / run.name, "planned", 0.0, {})
+            self.plan.trained[key] = RunInfo(spec, cfg, layout.run_dir(self.root, run.name), "planned", 0.0, {})
         return self.plan.trained[key]
 
     def measure(self, m, record) -> dict:
@@ -234,25 +234,18 @@ def dry_plan(experiment: str, scale: str, out: str | Path = "runs", seed: int = 
     ``--budget`` minutes), nothing written: the engine walks the recipe's declaration with
     the ``Record`` actor, and a later stage is declared from what the recipe offers for
     planning (``declare.Later.plan``)."""
-    from . import SCALE_NAMES, on_budget, on_languages
-    from .. import registry
-    from .core import experiment_dir_name
     from .engine import Setup, run_stages, walk
+    from .recipe import load_recipe
 
-    recipe = registry.recipe(experiment)
-    if scale not in recipe.PRESETS:
-        raise UserError(f"unknown scale {scale!r}; choose from {', '.join(recipe.PRESETS) or ', '.join(SCALE_NAMES)}")
-    p = on_budget(recipe, experiment, on_languages(recipe, experiment, preset or recipe.PRESETS[scale], languages),
-                  budget)
-    suffix = getattr(recipe, "folder_suffix", lambda _: "")(p)
-    suffix += "" if dropout_draws == "global" else f"-{dropout_draws}"
-    plan = Plan(experiment, scale, Path(out) / (experiment_dir_name(experiment, scale, seed) + suffix))
+    recipe = load_recipe(experiment)
+    p = recipe.preset(scale, languages, budget, base=preset)
+    plan = Plan(experiment, scale, layout.experiment_dir(out, experiment, scale, seed, recipe.folder_suffix(p),
+                                                         dropout_draws))
     setup = Setup(plan.root, seed, lambda msg: None, planning=True)
     plan.language_shapes = setup.language_shapes
-    def record(units):
-        if dropout_draws != "global":  # as the study's run_units sets it (``--dropout-draws``)
-            from .declare import with_setting
 
+    def record(units):
+        if dropout_draws != "global":  # as dispatch.run_units sets it (``--dropout-draws``)
             units = with_setting(units, "dropout_draws", dropout_draws)
         return [walk(u, Record(plan, u.study)) for u in units]
 

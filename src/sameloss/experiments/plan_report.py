@@ -4,9 +4,6 @@ from."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from .. import registry
 from ..errors import UserError
 from .plan import DEVICES, ENSEMBLE_SOURCE, STAGES, STEP_FLOOR_S, UTILISATION, UTILISATION_SOURCE, Estimate, \
     device_memory, dry_plan, estimate
@@ -157,25 +154,19 @@ def _ensemble_line(e: Estimate) -> str:
     return head + f"; {ENSEMBLE_SOURCE}."
 
 
-def plan_text(experiment: str, scale: str, device: str, workers: int = 1, cpu_peak: float | None = None,
-              out: str | Path = "runs", seed: int = 0, languages: list[str] | None = None,
-              budget: float | None = None, ensemble: int | None = None, dropout_draws: str = "global",
+def plan_text(job, device: str, workers: int = 1, cpu_peak: float | None = None, ensemble: int | None = None,
               runs: bool = False) -> str:
     """What ``sameloss plan`` prints for ``reproduce EXPERIMENT --scale SCALE``.
 
     Args:
-        experiment: the recipe.
-        scale: one of the recipe's scales.
+        job: what ``reproduce`` would run (``orchestrate.Job``: the recipe at its scale, and the
+            ``--out``, ``--seed``, ``--language``, ``--budget`` — ``None``: the scale's own —
+            and ``--dropout-draws`` it would get).
         device: the hardware: ``cpu`` (this machine), ``h100`` or ``a100``.
         workers: processes or GPUs the study's units are shared out to.
         cpu_peak: the CPU's float32 peak in FLOP/s (``None``: measured now).
-        out: the ``--out`` reproduce would get (it only names folders).
-        seed: the ``--seed`` reproduce would get.
-        languages: the ``--language`` specs reproduce would get (isoloss).
-        budget: the wall minutes of an adaptive study (``None``: the scale's own budget).
         ensemble: the ``--ensemble`` reproduce would get (runs trained as ensembles of at most
             this many members; ``None``: one at a time).
-        dropout_draws: the ``--dropout-draws`` reproduce would get (``global`` or ``keyed``).
         runs: list every run.
 
     Returns:
@@ -183,26 +174,11 @@ def plan_text(experiment: str, scale: str, device: str, workers: int = 1, cpu_pe
     """
     if device not in UTILISATION:
         raise UserError(f"unknown device {device!r}; choose from {', '.join(UTILISATION)}")
-    e = estimate(dry_plan(experiment, scale, out, seed, languages, budget=budget, dropout_draws=dropout_draws),
-                 device, workers, cpu_peak, ensemble=ensemble)
-    recipe = registry.recipe(experiment)
-    forecast = getattr(recipe, "forecast", None)
-    from . import on_budget, on_languages
-
-    p = on_budget(recipe, experiment, on_languages(recipe, experiment, recipe.PRESETS[scale], languages), budget)
-    extra, ceiling = [], ""
-    measured = getattr(recipe, "MEASURED_RUNTIMES", {}).get(scale)  # a recipe's measured runs, where it has any
-    if measured and device == "cpu" and not languages and budget is None:
-        extra.append(measured)
-    if forecast is not None and getattr(p, "budget_minutes", None) is not None:  # --budget, or the scale's own
-        extra.append(forecast(p, device, workers, cpu_peak))
-        ceiling = (f"the ceiling (every seed the prior SDs plan, up to the study's {len(p.seeds)}, as if the "
-                   f"{p.budget_minutes:g} min budget did not stop it)")
-    if len(getattr(p, "replicate", ())) > 1 and hasattr(p, "tests"):  # a study across languages: its pooled MDEs
-        from .allocation import pooled_forecast
-
-        extra.append(pooled_forecast([f"{c.name} @ {pt}" for c, pt in p.tests()], dict(p.prior_sds),
-                                     len(p.replicate), len(p.seeds), p.mde_target,
-                                     getattr(recipe, "PRIOR_SOURCE", "the preset's") if p.prior_sds else "none",
-                                     p.exempt))
+    languages = list(job.languages) or None
+    e = estimate(dry_plan(job.experiment, job.scale, job.out, job.seed, languages, budget=job.budget,
+                          dropout_draws=job.dropout_draws), device, workers, cpu_peak, ensemble=ensemble)
+    recipe = job.recipe
+    notes = recipe.hook("plan_notes")  # what the recipe adds: isoloss's budget forecast, pooled MDEs
+    extra, ceiling = ([], "") if notes is None else notes(recipe.preset(job.scale, languages, job.budget), device,
+                                                          workers, cpu_peak)
     return format_plan(e, runs, "\n\n".join(extra), ceiling)

@@ -336,3 +336,84 @@ def write_report(root: Path, title: str, header: list[str], sections: list[Secti
     with _output(path):
         atomic_write_text(path, text)
     return path
+
+
+# ---- what every report begins with ---------------------------------------------------------
+def _doc_section(doc: str, heading: str) -> str:
+    """The indented paragraph under ``heading`` in a recipe's docstring."""
+    lines = (doc or "").splitlines()
+    out, inside = [], False
+    for line in lines:
+        if line.startswith(heading):
+            inside = True
+            continue
+        if inside:
+            if line and not line.startswith(" "):
+                break
+            out.append(line.strip())
+    return " ".join(x for x in out if x)
+
+
+def report_header(doc: str, command: str, scale: str, study, wall: float) -> list[str]:
+    """The report's opening lines: the command, the machine, the wall time and what it went
+    to (``study``: the ``core.Study`` that ran it), what the paper reports (the recipe's
+    docstring ``doc``, its "Expected result"), and how to read the claims."""
+    import os
+    import platform
+    from datetime import datetime, timezone
+
+    import torch
+
+    reused = sum(1 for r in study.runs.values() if r.status == "reused")
+    machine = (f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__} "
+               f"({torch.get_num_threads()} threads)")
+    if torch.cuda.is_available():
+        machine += f", GPU {torch.cuda.get_device_name(0)}"
+    workers = "" if study.launcher.name == "inprocess" else \
+        f", summed over the units' workers (launcher {study.launcher.name})"
+    lines = [
+        f"Command: `{command}` — written {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} on {machine}.",
+        f"Wall time of this call: {wall:.0f} s (training {study.timings['train']:.0f} s, measuring "
+        f"{study.timings['measure']:.0f} s{workers}); {len(study.runs)} runs ({reused} reused from an earlier call), "
+        f"{study.counts['measured']} rows measured, {study.counts['earlier']} taken from an earlier call's "
+        "`measurements.json`." + (" Reused work is not in the wall time." if reused or study.counts["earlier"] else ""),
+    ]
+    expected = _doc_section(doc, "Expected result")
+    if expected:
+        lines.append(f"What the paper reports: {expected}")
+    lines.append("Every claim sentence below is computed from `results.csv` by the recipe; intervals are 95%. "
+                 "\"Agrees\" means the interval excludes 0 on the paper's side, \"agrees in direction\" that only "
+                 "the point estimate does.")
+    if scale == "smoke":
+        lines.append("**Scale `smoke` checks the pipeline only: models of a few dozen steps, measures of a few "
+                     "dozen samples. Its numbers mean nothing.**")
+    return lines
+
+
+def runs_section(study, sections: list[Section]) -> Section:
+    """The Runs table (``runs.csv``, written here): every run the sections name, once."""
+    rows, seen = [], set()
+    for s in sections:
+        for info in s.runs:
+            if info.spec.name in seen:
+                continue
+            seen.add(info.spec.name)
+            ev = info.summary.get("eval", {}) or {}
+            rows.append({"run": info.spec.name, "label": info.spec.label, "status": info.status,
+                         "steps": info.config.steps, "parameters": info.summary.get("parameters"),
+                         "final_kl": ev.get("kl"), "seconds": info.seconds,
+                         "folder": study.rel(info.path), "overrides": " ".join(info.spec.overrides)})
+    write_csv(rows, study.root / "runs.csv")
+    section = Section("Runs")
+    section.text.append("Pre-training runs (each in the folder `runs.csv` names, relative to this report — "
+                        "`runs/<run>/`, or a seed's `seeds/seed<N>/runs/<run>/` —, with `config.toml`, "
+                        "`metrics.jsonl`, `checkpoints/`, `summary.json`); status says whether this call trained, "
+                        "resumed or reused it; seconds are this call's. Final KL is the run's own held-out "
+                        "evaluation; the tables below use the larger measure set.")
+    section.tables.append(Table("Runs", [Column("status", "status", text=True), Column("steps", "steps", fmt="d"),
+                                         Column("parameters", "parameters", fmt="d"),
+                                         Column("final KL", "final_kl", fmt=".3g"),
+                                         Column("seconds", "seconds", fmt=".0f")],
+                                rows, source="runs.csv", key="run", key_header="run"))
+    return section
+

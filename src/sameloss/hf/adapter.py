@@ -108,7 +108,7 @@ class HFMaskedLM(nn.Module):
                         out = self.hf(**self._inputs(tokens)).logits[real]
                         if not (torch.isfinite(out).all() and torch.allclose(out, ref, rtol=1e-4, atol=1e-4)):
                             continue
-                        # the math kernel, as the measures run it (curvature.base.measuring): the
+                        # the math kernel, as the measures run it (models.derivatives.measuring): the
                         # CPU flash-attention kernel has no vmap batching rule (a torch warning)
                         with sdpa_kernel(SDPBackend.MATH):
                             vmap(lambda t: functional_call(self, params, (t[None],))[0])(tokens)

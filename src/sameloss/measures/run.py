@@ -31,7 +31,7 @@ import math
 import os
 from pathlib import Path
 
-from .. import files, resources
+from .. import files
 from ..errors import UserError
 from ..progress import progress_bar
 from ..training.checkpoint import CorruptCheckpoint, step_dirs
@@ -119,7 +119,7 @@ def measure_model(model, language, cfg, spec: MeasureSpec, cache: dict | None = 
     to logits, with ``features`` for probes), added to ``row``: every measure's memory
     check first (nothing is allocated before all pass), then each measure in row order."""
     cache = {} if cache is None else cache
-    resources.check_measure(spec, cfg, language, model, cache)  # before any measure allocates
+    check_measure(spec, cfg, language, model, cache)  # before any measure allocates
     job = Job(model, language, cfg, spec, cache, {**(row or {}), "parameters": sum(p.numel() for p in model.parameters())})
     for measure in measures_of(spec):
         job.row.update(measure.compute(job))
@@ -254,3 +254,13 @@ def write_rows(rows: list[dict], out: str | Path, force: bool = False) -> bool:
     except OSError as exc:
         raise files.write_error(out, exc) from None
     return files.write_output(out, text, force)
+
+
+def check_measure(spec, cfg, language, model, cache: dict | None = None) -> None:
+    """Refuse a ``measure`` whose sampled sentences, task data or features cannot fit: the
+    memory check of every measure ``spec`` asks for (``Measure.check``; the measures'
+    registry, ``measures.spec``), before any of them allocates."""
+    job = Job(model, language, cfg, spec, {} if cache is None else cache, {})
+    for measure in measures_of(spec):
+        measure.check(job)
+

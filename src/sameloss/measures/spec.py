@@ -7,7 +7,7 @@ on a loaded model (``compute``: the row's new columns), the columns it writes
 (``columns``), its FLOPs per planner stage (``flops``) and peak device memory
 (``peaks``) for ``sameloss plan``, and the memory check made before anything is
 allocated (``check``). ``measures.run.measure_model``, ``experiments.plan`` and
-``resources.check_measure`` all loop over ``measures_of(spec)``; none knows a measure by
+``run.check_measure`` all loop over ``measures_of(spec)``; none knows a measure by
 name.
 
 Adding a measure is one file: a module in ``measures/builtin/`` (found there, in the

@@ -235,10 +235,10 @@ def fisher_squares(model: nn.Module, tokens: torch.Tensor, positions: torch.Tens
     """``(squares [n, k], log_probs [n, k])``: ``‖∇_θ log f_θ(x)_y‖²`` over the parameters
     matching ``params`` (``None``: all) and ``log f_θ(x)_y`` for each context
     ``(tokens[i], positions[i])`` and label ``labels[i, j]`` — the quantity of
-    ``measures.curvature.fisher.fisher_label_values`` without per-example autograd.
+    ``models.label_gradients.fisher_label_values`` without per-example autograd.
     ``create_graph=True``: differentiable again in every parameter (double backward).
     ``NotCovered`` for a model this module has no rules for. Run the model as it is
-    measured (dropout off: ``measures.curvature.measuring``)."""
+    measured (dropout off: ``models.derivatives.measuring``)."""
     names = parameter_names(model, params)
     with torch.enable_grad():
         forward = RecordedForward(model, tokens, names)

@@ -7,7 +7,7 @@ torch: config validation and ``--help`` stay fast).
 ``model`` config section its config takes, and the two numbers the planner and the
 memory checks need from the shape alone: the forward FLOPs per token and the activations
 a training step keeps per token. ``build_model``, ``training.runio.init_model``,
-``experiments.plan``, ``resources.training_bytes`` and ``measures.curvature.memory`` ask
+``experiments.plan``, ``training.runio.training_bytes`` and ``measures.curvature.memory`` ask
 the kind; none of them names one. A new architecture is one module in ``models/`` with
 its config, its model (``forward`` to logits, ``features`` to hidden states), its sizes
 and its ``KIND``.

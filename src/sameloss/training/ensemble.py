@@ -65,7 +65,7 @@ from pathlib import Path
 import torch
 
 from .. import config as configlib
-from .. import files, resources
+from .. import files
 from ..errors import UserError
 from ..progress import progress_bar
 from . import checkpoint as ckpt
@@ -168,7 +168,7 @@ def _prepare(index: int, cfg: PretrainConfig, run_dir: Path, plan: runfolder.Pla
     """What ``loop._pretrain`` builds for one run, in its order (the RNG states then match):
     a ``Member``, or the final evaluation of a run that had finished but for its summary."""
     language, device = shared.language, shared.device
-    resources.check_pretrain(cfg, language, device)
+    runio.check_pretrain(cfg, language, device)
     torch.manual_seed(cfg.seed)
     model = runio.init_model(cfg, language, device)
     optimizer, schedule = build_optimizer(cfg, model)

@@ -5,7 +5,9 @@ Every step the estimate is taken on a slice of the step's batch — its first
 ``flatness.sentences`` sentences (of the update half, where the step updates on one), every
 masked position of them a context, the same targets the loss trains on — with the
 estimators of ``measures.curvature``, made differentiable in the weights (their
-``live=True`` selection; ``composite_layer_norms``: see why there):
+``live=True`` selection; ``composite_layer_norms``: see why there) — their arithmetic
+lives in ``models`` (``derivatives``, ``label_gradients``, ``hessian_products``), which
+this module and the measures both import:
 
 ``fisher`` (the paper's estimator, App. B.1, as ``trace_fisher`` measures it)
     ``T(θ) = mean_contexts Σ_y f_θ(y) ‖∇_θ log f_θ(y)‖²``, the trace of the Fisher of the
@@ -73,11 +75,9 @@ import torch
 from torch import nn
 
 from ..errors import UserError
-from ..measures.curvature.base import (Blocks, composite_layer_norms, measuring, resolve_engine,
-                                       select_parameters)
-from ..measures.curvature.estimators import probe_vectors
-from ..measures.curvature.fisher import _ghost_linears, fisher_label_values
-from ..measures.curvature.operators import LossHessian
+from ..models.derivatives import Blocks, composite_layer_norms, measuring, resolve_engine, select_parameters
+from ..models.hessian_products import LossHessian, probe_vectors
+from ..models.label_gradients import fisher_label_values, ghost_linears
 from .config import FlatnessConfig
 from .data import MaskedBatch, shard_bounds, step_generator
 
@@ -91,10 +91,10 @@ def fisher_terms(model: nn.Module, tokens: torch.Tensor, positions: torch.Tensor
     matching ``params`` (``None``: all) and ``log f_θ(x)_y`` for each context
     ``(tokens[i], positions[i])`` and label ``labels[i, j]`` (``fisher_label_values``,
     differentiable in every parameter; call it inside ``FlatnessPenalty.context``).
-    ``linears``: the ghost-norm layers (``fisher._ghost_linears``; ``None``: found here)."""
+    ``linears``: the ghost-norm layers (``models.label_gradients.ghost_linears``; ``None``: found here)."""
     sel = select_parameters(model, params, live=True)
     if linears is None:
-        linears = _ghost_linears(model, sel, tokens[:1])
+        linears = ghost_linears(model, sel, tokens[:1])
     squares, log_probs = fisher_label_values(model, sel, tokens, positions, labels, linears, Blocks.whole(sel.sizes))
     return squares[..., 0], log_probs
 
@@ -244,7 +244,7 @@ class FlatnessPenalty:
                 probs = torch.softmax(on.at_masked(model(on.inputs)).float(), dim=-1)
             labels = sample_labels(probs, uniforms.to(device))
         if id(model) not in self._linears:  # found once per model
-            self._linears[id(model)] = _ghost_linears(model, select_parameters(model, self.cfg.params), tokens[:1])
+            self._linears[id(model)] = ghost_linears(model, select_parameters(model, self.cfg.params), tokens[:1])
         squares, log_probs = fisher_terms(model, tokens, positions, labels, self._linears[id(model)], self.cfg.params)
         surrogate = fisher_surrogate(squares, log_probs, exact=self.cfg.labels == 0)
         estimate = surrogate if self.cfg.labels == 0 else squares.mean(dim=1)

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import config as configlib
-from .. import files, resources
+from .. import files
 from ..errors import UserError
 from ..progress import progress_bar
 from . import checkpoint as ckpt
@@ -117,7 +117,7 @@ def _pretrain(cfg: PretrainConfig, run_dir: Path, resume: bool, progress: bool, 
     rank, world_size = dist.setup()
     device = dist.process_device(runio.resolve_device(cfg.device), world_size)
     language = runio.build_language(cfg)
-    resources.check_pretrain(cfg, language, device)  # a model or held-out set that cannot fit: one line, now
+    runio.check_pretrain(cfg, language, device)  # a model or held-out set that cannot fit: one line, now
     torch.manual_seed(cfg.seed)  # the run's RNG stream: the initial weights, then dropout
     model = runio.init_model(cfg, language, device)
     optimizer, schedule = build_optimizer(cfg, model)

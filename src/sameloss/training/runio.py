@@ -27,7 +27,7 @@ from typing import NamedTuple
 import torch
 
 from .. import config as configlib
-from .. import files
+from .. import files, resources
 from ..errors import UserError, first_line
 from ..jsonl import read_jsonl
 from ..languages import make_language
@@ -245,3 +245,39 @@ def check_only_ours(folder: Path, what: str) -> None:
         more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
         raise UserError(f"{what} deletes only what sameloss wrote, and {folder} also holds {foreign[0]}{more}; "
                         "move it away (or delete the folder yourself) and run again")
+
+
+# ---- what a run needs, checked before it allocates (``resources``) -----------------------
+def training_bytes(cfg, language, model) -> int:
+    """A lower bound of one training step: the weights, their gradients, AdamW's two
+    moments (SAM: one more copy for the ascent) in float32, and the activations the
+    backward pass keeps (``model`` on the meta device gives the shapes)."""
+    n_params = sum(p.numel() for p in model.parameters())
+    copies = 4 + (1 if cfg.sam.rho > 0 else 0)
+    from ..models import kind_of_config
+
+    kind = kind_of_config(model.config)  # its activations per token: the kind says (a lower bound)
+    per_token = kind.activations_per_token(model.config, language.max_len) if kind is not None else 0
+    tokens = cfg.batch_size * language.max_len
+    logits = tokens * language.vocab_size * 2  # the logits and their gradient
+    return (n_params * copies + tokens * per_token + logits) * resources.FLOAT32
+
+
+def meta_model(cfg, language):
+    """The config's model built on the meta device: shapes only, no memory, no RNG draw."""
+    with torch.random.fork_rng(devices=[]), torch.device("meta"):
+        return init_model(cfg, language, torch.device("meta"))
+
+
+def check_pretrain(cfg, language, device) -> None:
+    """Refuse a pre-training run whose model or held-out evaluation cannot fit."""
+    model = meta_model(cfg, language)
+    n_params = sum(p.numel() for p in model.parameters())
+    resources.check(training_bytes(cfg, language, model),
+                    f"training {cfg.name!r} ({n_params:.3g} parameters, batch {cfg.batch_size} of "
+                    f"{language.max_len} tokens)",
+                    "choose a smaller model (model.size, model.d_model, model.n_layers, ...) or batch_size", device)
+    rate = None if cfg.masking == "single" else cfg.mask_rate
+    resources.check(resources.evaluation_bytes(cfg.eval.n_sentences, language, rate),
+                    f"the held-out evaluation of eval.n_sentences={cfg.eval.n_sentences}", "lower eval.n_sentences")
+

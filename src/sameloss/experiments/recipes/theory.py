@@ -59,6 +59,7 @@ from ..common import COMMON, Preset, Shape, base_settings, run_name
 from ..common import measured_rows
 from ..core import RunSpec
 from ..declare import Checkpoint, Measure, Run, Unit, measured
+from ..layout import run_folder
 from ..plots import TRACE_FISHER, Panel, error_labels, series_plot
 from ..report import Claim, Column, Section, Table
 from ..stats import AGREES, DISAGREES, Interval, combined_t_test, diff_interval, ols_slope, verdict
@@ -219,7 +220,7 @@ def chain(p: TheoryPreset, lang: str, seed: int) -> tuple:
 
 def units(setup, p: TheoryPreset, languages: tuple[str, ...] | None = None) -> list:
     """One unit per language: its chain (the continuations start from the Lemma run)."""
-    return [Unit(f"chain {lang}", f"runs/{runs(p, lang, setup.seed)[0].name}", chain(p, lang, setup.seed))
+    return [Unit(f"chain {lang}", run_folder(runs(p, lang, setup.seed)[0].name), chain(p, lang, setup.seed))
             for lang in languages or p.use]
 
 

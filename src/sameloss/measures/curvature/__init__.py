@@ -44,7 +44,7 @@ Engines. With ``engine="func"`` (the default for the transformer) per-sample gra
 and Hessian-vector products are vectorised with ``torch.func`` (``functional_call`` +
 ``vmap`` of ``vjp``); the Fisher estimator also merges repeated label draws and takes the
 squared gradient norms of linear layers from their activations ("ghost norms", see
-``fisher._fisher_values_func``). ``nn.LSTM`` with packed sequences supports none of vmap,
+``models.label_gradients.fisher_label_values``). ``nn.LSTM`` with packed sequences supports none of vmap,
 forward-AD or batched double backward; the LSTM MLM therefore runs *unrolled* while
 measured (``LSTMMLM.unrolled``: the same parameters in plain tensor operations, a loop
 over time steps batched over sentences), and ``auto`` gives it the ``func`` engine too.
@@ -79,9 +79,12 @@ estimator reaches a 2% relative standard error 4–5× faster than Hutchinson wi
 paper's 50 labels per context, and about 10× faster with 2: its variance is mostly the
 spread between contexts, so labels beyond a few per context buy little.
 
-Layout: ``base`` (results, parameter selection, batches, measuring mode), ``operators``,
-``estimators``, ``fisher`` (the paper's estimator), ``hessian`` (the fixed-batch
-measures: Hutchinson, top eigenvalue, SAM sharpness).
+Layout: ``base`` (results, parameter blocks, batches), ``operators``, ``estimators``,
+``fisher`` (the paper's estimator), ``hessian`` (the fixed-batch measures: Hutchinson, top
+eigenvalue, SAM sharpness). The arithmetic the training-time flatness penalty shares with
+them lives below, in ``models``: ``derivatives`` (parameter selection, measuring mode,
+engines), ``label_gradients`` (``fisher_label_values``) and ``hessian_products``
+(``LossHessian``, the probes).
 """
 
 from .base import (

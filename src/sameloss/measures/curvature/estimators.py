@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ...errors import UserError
+from ...models.hessian_products import probe_vectors
 from .base import Blocks
 from .operators import LinearOperator
 
@@ -74,22 +75,6 @@ def check_probes(num_matvecs: int, distribution: str, least: int = 1) -> None:
         raise UserError(f"probe distribution must be 'rademacher' or 'gaussian', got {distribution!r}")
     if num_matvecs < least:
         raise UserError(f"the number of probes must be >= {least}, got {num_matvecs}")
-
-
-def probe_vectors(n: int, dim: int, distribution: str, generator: torch.Generator | None,
-                  dtype: torch.dtype, device: torch.device | str | None = None) -> torch.Tensor:
-    """``[n, dim]`` i.i.d. probes with ``E vvᵀ = I``: ±1 entries, or standard normal ones
-    (drawn in float64 whatever ``dtype``), on ``device``. They are drawn on the
-    generator's device (the CPU for ``None`` and for the seeded ``step_generator``s the
-    measures use, so a seed gives the same probes on every device) and moved."""
-    where = generator.device if generator is not None else torch.device("cpu")
-    if distribution == "rademacher":
-        # drawn straight in ``dtype`` (the same stream as int64 draws, without an int64
-        # temporary 2–4× the size of the probes)
-        v = torch.randint(0, 2, (n, dim), generator=generator, device=where, dtype=dtype).mul_(2).sub_(1)
-    else:
-        v = torch.randn(n, dim, generator=generator, dtype=torch.float64, device=where).to(dtype)
-    return v if device is None else v.to(device)
 
 
 # ---- Hutchinson ------------------------------------------------------------------------------

@@ -178,7 +178,7 @@ from __future__ import annotations
 SUMMARY = ("forks of one base run at matched KL and one lr (algorithm, longer, size; from scratch and late), "
            "few-shot probes, paired differences with power (Fig. 1)")
 
-from .allocation import allocation_of, forecast  # noqa: E402
+from .allocation import allocation_of, forecast, plan_notes  # noqa: E402
 from .analysis import language_report, report, run_seeds  # noqa: E402
 from .design import (COMPARISONS, DEFAULT_TASKS, EMBED_KL_TOLERANCE, ENDPOINTS, FLATNESS_TINY, HALF_BATCH,  # noqa: E402
                      MEASURED, MEASURED_RUNTIMES, NOREG, PRESETS, QUICK_BUDGET_MINUTES, QUICK_LEFT, QUICK_PLAN, TITLE, Fork, IsolossPreset, LanguageChoice, _forks, flatness_forks,
@@ -192,6 +192,6 @@ from .study import (all_seeds, base_run, fork_run, headroom_gate, large_shape, r
 __all__ = ["COMPARISONS", "DEFAULT_TASKS", "EMBED_KL_TOLERANCE", "ENDPOINTS", "FLATNESS_TINY", "HALF_BATCH",
            "MEASURED", "MEASURED_RUNTIMES", "NOREG", "PRESETS", "QUICK_BUDGET_MINUTES", "QUICK_LEFT", "QUICK_PLAN", "SUMMARY", "TITLE", "Fork", "IsolossPreset", "LanguageChoice", "all_seeds",
            "allocation_of", "base_run", "finished_studies", "flatness_forks", "folder_suffix", "forecast", "forest_label", "fork_run",
-           "forks_of", "headroom_gate", "language_report", "language_studies", "large_shape", "parse_language",
+           "forks_of", "headroom_gate", "language_report", "language_studies", "large_shape", "parse_language", "plan_notes",
            "regression_without", "replication_section", "report", "run_seeds", "runs", "seed_result", "seed_study",
            "stretches", "study_seeds", "task_span", "units", "with_budget", "with_even", "with_languages"]

@@ -297,3 +297,25 @@ def _minutes(seconds: float) -> str:
 def _prior_source(p: IsolossPreset) -> str:
     return PRIOR_SOURCE if p.prior_sds else "none"
 
+
+def plan_notes(p: IsolossPreset, device: str, workers: int, cpu_peak: float | None) -> tuple[list[str], str]:
+    """What ``sameloss plan`` adds for this preset (the recipe's ``plan_notes`` hook): the
+    budget's forecast (``forecast``) with the ceiling the plan's wall time then shows, and for a
+    study across languages its pooled MDEs (``allocation.pooled_forecast``)."""
+    from .design import MEASURED_RUNTIMES, PRESETS
+
+    extra, ceiling = [], ""
+    # a scale's measured end-to-end run, quoted where the plan is of that very preset on a CPU
+    extra += [line for scale, line in MEASURED_RUNTIMES.items() if device == "cpu" and p == PRESETS[scale]]
+    if p.budget_minutes is not None:  # --budget, or the scale's own
+        extra.append(forecast(p, device, workers, cpu_peak))
+        ceiling = (f"the ceiling (every seed the prior SDs plan, up to the study's {len(p.seeds)}, as if the "
+                   f"{p.budget_minutes:g} min budget did not stop it)")
+    if len(p.replicate) > 1:  # a study across languages: its pooled MDEs
+        from ...allocation import pooled_forecast
+
+        extra.append(pooled_forecast([f"{c.name} @ {pt}" for c, pt in p.tests()], dict(p.prior_sds),
+                                     len(p.replicate), len(p.seeds), p.mde_target,
+                                     PRIOR_SOURCE if p.prior_sds else "none", p.exempt))
+    return extra, ceiling
+
