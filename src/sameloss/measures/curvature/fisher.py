@@ -109,6 +109,10 @@ class _VmapBlock:
         return values, int((weights > 0).sum())
 
 
+# label slots the hooked path traces on the meta device (None: all; ``memory.peak_bytes``)
+META_LABEL_SLOTS: list[int | None] = [None]
+
+
 class _HookedBlock:
     """The same as ``_VmapBlock`` by ``models.gradnorms``: a hooked forward pass (its
     logits also give the label draws when the whole block fits in ``max_bytes``; else a
@@ -125,10 +129,11 @@ class _HookedBlock:
         self.row_bytes = 4 * one.shape[1] * (widths + vocab) * sel.dtype.itemsize
 
     def _values(self, forward: gradnorms.RecordedForward, positions, labels, weights) -> torch.Tensor:
-        if labels.device.type == "meta":
-            # the planner's memory trace: each label slot's backward frees its gradients before
-            # the next, so two slots reach the peak (every slot of a paper-size draw took minutes)
-            labels, weights = labels[:, :2], weights[:, :2]
+        if labels.device.type == "meta" and META_LABEL_SLOTS[0] is not None:
+            # the planner's memory trace (``memory.peak_bytes``) traces a few label slots and
+            # extrapolates: each slot adds the same bytes (tracing every slot of a paper-size
+            # draw on the meta device took minutes)
+            labels, weights = labels[:, :META_LABEL_SLOTS[0]], weights[:, :META_LABEL_SLOTS[0]]
         squares, _ = forward.squares(positions, labels, self.blocks.of, len(self.blocks.names))
         return (weights.to(squares.dtype)[:, :, None] * squares).sum(dim=1).detach().double()
 
