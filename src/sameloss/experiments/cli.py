@@ -50,7 +50,7 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
                     "of the paper holds in this run), results.csv, figures and every run's folder, then print the "
                     "study's answer (isoloss: its verdict table). The main job is "
                     f"{DEFAULT_EXPERIMENT} --scale {MAIN_SCALE} on local workers, whether {DEFAULT_EXPERIMENT} is "
-                    "named or not (the powered iso-loss study on 2 seeds; its runtime per scale, measured or "
+                    "named or not (the powered iso-loss study, a design chosen for 25 minutes on 2 cores; its runtime per scale, measured or "
                     "estimated, is in the recipe's docstring and docs/tour.md).",
         epilog=_epilog("sameloss reproduce                      # the main job: isoloss --scale quick",
                        "sameloss reproduce steps --scale smoke  # another experiment, its pipeline in seconds"))
@@ -287,7 +287,7 @@ def add_plan_parser(commands) -> argparse.ArgumentParser:
                     "their MDE target, and those with no prior SD, planned after the pilot), the time per stage "
                     "(training, exact-KL evaluation, trace, probes) from the hardware's peak FLOP/s and a stated "
                     "utilisation per stage, and the peak memory per measure; --runs adds one row per run. cpu: this "
-                    "machine's float32 matmul peak, measured when the command runs; h100 / a100: NVIDIA's published "
+                    "machine's float32 matmul peak per worker, measured when the command runs; h100 / a100: NVIDIA's published "
                     "peaks, with the least time a training step takes there (src/sameloss/experiments/plan.py says "
                     "what is counted and where each number comes from). The defaults plan the main job as "
                     "`sameloss reproduce` runs it here.",

@@ -67,6 +67,13 @@ DEVICES: dict[str, dict[str, float]] = {
     "a100": {"bf16": 312e12, "fp32": 19.5e12, "memory": 80 * 2**30},
 }
 
+# This project's CPU as the README's runtimes were measured on it: the one-thread float32
+# matmul peak ``measure_cpu_peak`` reads on the 2-core machine, otherwise idle (158-160
+# GFLOP/s, 2026-11-28). The main job's pinned design (isoloss ``QUICK_PLAN``) and the tests
+# that hold the README's runtime to the planner price work at this peak, not at one measured
+# while the tests run (the load moves a measurement by a third).
+REFERENCE_CPU_PEAK = 160e9
+
 # Fraction of the peak each stage reaches. cpu, per worker thread: calibrated on the main
 # job (``sameloss reproduce``, isoloss quick, 10 seeds, 2 workers of one thread on this
 # project's 2-core CPU, otherwise idle, 2026-11-28): its cost.json gave 2,722 CPU-s training
@@ -85,13 +92,6 @@ DEVICES: dict[str, dict[str, float]] = {
 # the float32 stages' shares below stay assumed (their own calls were not timed on the card;
 # see STEP_FLOOR_S for the tiny sizes, where overheads, not FLOP/s, set the time).
 # a100: assumed, not measured: the h100's stage shares.
-# This project's CPU as the README's runtimes were measured on it: the one-thread float32
-# matmul peak ``measure_cpu_peak`` reads on the 2-core machine, otherwise idle (158-160
-# GFLOP/s, 2026-11-28). The main job's pinned design (isoloss ``QUICK_PLAN``) and the tests
-# that hold the README's runtime to the planner price work at this peak, not at one measured
-# while the tests run (the load moves a measurement by a third).
-REFERENCE_CPU_PEAK = 160e9
-
 UTILISATION: dict[str, dict[str, float]] = {
     "cpu": {"training": 0.163, "exact-KL evaluation": 0.184, "trace": 0.214, "probes": 0.079},
     "h100": {"training": 0.25, "exact-KL evaluation": 0.30, "trace": 0.20, "probes": 0.20},
@@ -504,10 +504,17 @@ class Estimate:
     @property
     def wall(self) -> float:
         """The study's wall time on ``workers`` devices: its units shared out longest first."""
-        loads = [0.0] * self.workers
-        for t in sorted(self.unit_seconds, reverse=True):
-            loads[loads.index(min(loads))] += t
-        return max(loads)
+        return longest_first(self.unit_seconds, self.workers)
+
+
+def longest_first(unit_seconds, workers: int) -> float:
+    """The wall time of units taking ``unit_seconds`` shared out longest first over
+    ``workers`` (each to the least loaded), as a launcher's workers take them: five equal
+    units on 2 workers take 3 units' time, not 2.5."""
+    loads = [0.0] * max(workers, 1)
+    for t in sorted(unit_seconds, reverse=True):
+        loads[loads.index(min(loads))] += t
+    return max(loads)
 
 
 def ensemble_sizes(runs: list[PlannedRun], device: str, cap: int | None) -> list[int]:

@@ -123,12 +123,16 @@ def _save_allocation(setup, p: IsolossPreset, sds: dict, costs: dict, pilot_wall
                           indent=1)
 
 
-def planned_costs(p: IsolossPreset, device: str = "cpu", cpu_peak: float | None = None) -> dict[str, float]:
+def planned_costs(p: IsolossPreset, device: str = "cpu", cpu_peak: float | None = None,
+                  workers: int = 1) -> dict[str, float]:
     """The planner's CPU (or device) seconds per seed by ``point|fork|stage`` (``|base|train``,
     ``|base|measure``: the base, its gate and the references): ``sameloss plan``'s cost model
-    on one seed of the study planned with every fork."""
-    from ...plan import dry_plan, estimate
+    on one seed of the study planned with every fork, each seed run by one of ``workers``
+    workers (on the CPU, a peak not given is measured with the threads each worker runs)."""
+    from ...plan import dry_plan, estimate, measure_cpu_peak
 
+    if device == "cpu" and cpu_peak is None:
+        cpu_peak = measure_cpu_peak(workers=workers)
     one = dataclasses.replace(p, seeds=p.seeds[:2], pilot_seeds=0, budget_minutes=None, replicate=(), plan=(),
                               left=())
     e = estimate(dry_plan("isoloss", "tiny", preset=one), device, 1, cpu_peak, memory=False)
@@ -165,6 +169,7 @@ def choose_design(p: IsolossPreset, costs: dict[str, float], budget_seconds: flo
     the seeds where both ran. Left out, with what they would need: tests with no prior SD,
     those whose seeds exceed ``cap`` or the budget."""
     from ...allocation import needed_seeds
+    from ...plan import longest_first
 
     prior = dict(p.prior_sds)
     need: dict[str, int | None] = {}
@@ -199,11 +204,7 @@ def choose_design(p: IsolossPreset, costs: dict[str, float], budget_seconds: flo
         # a seed is one unit: the units shared out longest first over the workers, as the
         # planner's ``Estimate.wall`` (five equal seeds on 2 workers take 3 seeds' time, not 2.5)
         seeds = max(plan.values(), default=0)
-        units = sorted((seed_cost([t for t, n in plan.items() if n > i]) for i in range(seeds)), reverse=True)
-        loads = [0.0] * max(workers, 1)
-        for u in units:
-            loads[loads.index(min(loads))] += u
-        return max(loads)
+        return longest_first([seed_cost([t for t, n in plan.items() if n > i]) for i in range(seeds)], workers)
 
     chosen: dict[str, int] = {}
     order = sorted(need, key=lambda t: (need[t] * (seed_cost([*chosen, t]) - seed_cost(list(chosen))), t))
@@ -242,14 +243,7 @@ def forecast(p: IsolossPreset, device: str, workers: int, cpu_peak: float | None
     (``sameloss plan``'s model: one seed of the study planned with every fork), the
     allocation the ``prior_sds`` would give (the pilot's own SDs plan the seeds once it has
     run) cut to the budget; the comparisons it expects to decide and those it does not."""
-    from ...plan import dry_plan, estimate
-
-    one = dataclasses.replace(p, seeds=p.seeds[:2], pilot_seeds=0, budget_minutes=None, replicate=())
-    e = estimate(dry_plan("isoloss", "tiny", preset=one), device, 1, cpu_peak, memory=False)
-    costs: dict[str, float] = {}
-    for item in (*e.runs, *e.measures):
-        key = _cost_key(item["run"], "train" if "steps" in item else "measure")
-        costs[key] = costs.get(key, 0.0) + item["seconds"] / len(one.seeds)
+    costs = planned_costs(p, device, cpu_peak, workers)
     per_seed = sum(costs.values())
     tests = [f"{c.name} @ {pt}" for c, pt in p.tests()]
     prior = dict(p.prior_sds)
