@@ -31,14 +31,15 @@ section() {  # name, timeout seconds, command...
   say "exit $rc after $(( $(date +%s) - s ))s$([ $rc = 124 ] && echo ' (TIMED OUT)')"
   say '```'; tail -n 40 "$OUT/$name.log" | tee -a "$SUM"; say '```'
 }
-left() {  # seconds left of the script's 7.5 minutes, less $1 kept for later sections (at least 30)
-  local l=$(( 450 - $1 - ($(date +%s) - T0) )); [ $l -lt 30 ] && l=30; echo $l
+left() {  # seconds left of the script's 8 minutes, less $1 kept for later sections (at least 30)
+  local l=$(( 480 - $1 - ($(date +%s) - T0) )); [ $l -lt 30 ] && l=30; echo $l
 }
 # wall time, runs finished (summary.json) against runs planned, seeds per minute of a study folder
-finished() {  # folder, seconds, seeds
+finished() {  # folder, seconds, seeds, log
   local n=$(find "$1" -name summary.json 2>/dev/null | wc -l)
   say "$(basename "$1"): $n runs finished (summary.json) in $2 s; report: $([ -f "$1/report.md" ] && echo written || echo none)$( \
-    [ -f "$1/report.md" ] && $PY -c "print(f'; {60 * $3 / max($2, 1):.2f} seeds/min')")"
+    [ -f "$1/report.md" ] && $PY -c "print(f'; {60 * $3 / max($2, 1):.2f} seeds/min')"); last progress: $( \
+    grep -o '\[[0-9]*/[0-9]*\] [^;]*; study [0-9]*/[0-9]* units' "$4" 2>/dev/null | tail -1)"
 }
 
 say "# gpu_check $(date -u +%FT%TZ) dry=$DRY full=$FULL"
@@ -64,7 +65,11 @@ else
     section throughput 100 $PY bench/gpu_throughput.py --seconds 4 --json "$OUT/throughput.json"
     section workers 115 env OMP_NUM_THREADS=2 $PY bench/gpu_workers.py --seconds 5 --startup 15 --json "$OUT/workers.json"
   fi
-  RECIPE=isoloss; SCALE=quick; DEV=cuda; SEEDS=2; ONE_LAUNCH="--launcher local --workers 2"; ENS_DRAWS=keyed
+  # quick's seeds: the most any of its tests has (design.QUICK_PLAN); without ensembles one local worker
+  # per seed (each its own process on the card, 3 of the 16 host cores each)
+  SEEDS=$($PY -c "from sameloss.experiments.recipes.isoloss.design import QUICK_PLAN as p; print(max(n for _, n in p))")
+  RECIPE=isoloss; SCALE=quick; DEV=cuda; ONE_LAUNCH="--launcher local --workers $SEEDS"; ENS_DRAWS=keyed
+  export OMP_NUM_THREADS=3
   # the ensemble's run first (at least 130 s kept for the one-model run), the one-model run what is left
   LIM_ENS=$(left 130); LIM_ONE=0
 fi
@@ -82,8 +87,21 @@ section reproduce_one "$LIM_ONE" $PY -m sameloss.cli reproduce $RECIPE --scale $
   --device $DEV --out /tmp/gpu_check_one --no-progress
 ONE_S=$(( $(date +%s) - s ))
 say ""; say "## reproduce $RECIPE --scale $SCALE: with and without ensembles"
-finished "$(ls -d /tmp/gpu_check_ens/$RECIPE-$SCALE* 2>/dev/null | head -1)" $ENS_S $SEEDS
-finished "$(ls -d /tmp/gpu_check_one/$RECIPE-$SCALE* 2>/dev/null | head -1)" $ONE_S $SEEDS
+finished "$(ls -d /tmp/gpu_check_ens/$RECIPE-$SCALE* 2>/dev/null | head -1)" $ENS_S $SEEDS "$OUT/reproduce_ensemble.log"
+finished "$(ls -d /tmp/gpu_check_one/$RECIPE-$SCALE* 2>/dev/null | head -1)" $ONE_S $SEEDS "$OUT/reproduce_one.log"
+# the study folders without their checkpoints (cost.json per finished seed: where its time went),
+# checkpoints, in one file (the device tool brings back at most 8)
+tar czf "$OUT/runs.tgz" --exclude=checkpoints --exclude='*.safetensors' --exclude='*.pt' \
+  -C /tmp gpu_check_ens gpu_check_one 2>/dev/null
+say "CPU seconds per stage, from each finished seed's cost.json (on the card: the host waiting on it too): $($PY -c "
+import collections, glob, json
+for w in ('ens', 'one'):
+    t = collections.Counter()
+    for f in glob.glob(f'/tmp/gpu_check_{w}/**/cost.json', recursive=True):
+        for key, v in json.load(open(f))['parts'].items():
+            t[key.split('|')[-1]] += float(v)
+    print(w, {k: round(v) for k, v in sorted(t.items())}, end='; ')
+" 2>&1)"
 if [ "$DRY" = 1 ]; then  # the CPU's ensembles are the one-model runs: the same results, bit for bit
   say "results the same: $($PY -c "
 import sys; sys.path.insert(0, 'tests/experiments')
