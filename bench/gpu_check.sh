@@ -9,7 +9,9 @@
 # after a failing one; everything goes to $OUT (default ./gpu_out): summary.md and one log per
 # section. GPU_CHECK_CPU_DRY=1: every section in its smoke form on the CPU (how this script is
 # checked without a GPU; the two reproduce runs on algorithms --scale smoke, whose results must
-# then be the same: the CPU's ensembles are the one-model runs bit for bit).
+# then be the same: the CPU's ensembles are the one-model runs bit for bit). A rerun on what time a
+# device has left: GPU_CHECK_SKIP="tests ensemble" leaves those sections out, GPU_CHECK_SECONDS
+# (default 480) is the whole script's time.
 set -u
 OUT=${OUT:-./gpu_out}
 mkdir -p "$OUT"
@@ -24,6 +26,7 @@ T0=$(date +%s)
 say() { echo "$*" | tee -a "$SUM"; }
 section() {  # name, timeout seconds, command...
   local name=$1 limit=$2; shift 2
+  case " ${GPU_CHECK_SKIP:-} " in *" $name "*) say ""; say "## $name: skipped (GPU_CHECK_SKIP)"; return;; esac
   say ""; say "## $name (limit ${limit}s, started at +$(( $(date +%s) - T0 ))s)"
   local s=$(date +%s)
   timeout -k 10 "$limit" "$@" >"$OUT/$name.log" 2>&1
@@ -31,8 +34,8 @@ section() {  # name, timeout seconds, command...
   say "exit $rc after $(( $(date +%s) - s ))s$([ $rc = 124 ] && echo ' (TIMED OUT)')"
   say '```'; tail -n 40 "$OUT/$name.log" | tee -a "$SUM"; say '```'
 }
-left() {  # seconds left of the script's 8 minutes, less $1 kept for later sections (at least 30)
-  local l=$(( 480 - $1 - ($(date +%s) - T0) )); [ $l -lt 30 ] && l=30; echo $l
+left() {  # seconds left of the script's $GPU_CHECK_SECONDS (8 minutes), less $1 kept for later sections (at least 30)
+  local l=$(( ${GPU_CHECK_SECONDS:-480} - $1 - ($(date +%s) - T0) )); [ $l -lt 30 ] && l=30; echo $l
 }
 # wall time, runs finished (summary.json) against runs planned, seeds per minute of a study folder
 finished() {  # folder, seconds, seeds, log

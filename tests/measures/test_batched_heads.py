@@ -198,3 +198,24 @@ def test_a_probe_wider_than_newtons_limit_keeps_the_old_lbfgs(monkeypatch):
     old = old_fewshot_accuracies(x[:600], y[:600], x[600:], y[600:], 4, subsets, "lbfgs", l2=1e-2)
     assert acc == (old.argmax(dim=2) == y[600:]).double().mean(dim=1).tolist()
     assert 1e-10 < grad < 1e-4  # L-BFGS's stopping point, not Newton's 1e-10
+
+
+def test_heads_wider_than_a_hundred_parameters_fit_under_several_torch_threads():
+    """MKL's threaded batched LU gave lu_solve invalid pivots from n ≈ 100 with 2+ threads
+    (pytorch#142815: "Pivots given to lu_solve must all be ≥ 1"; the study's probes under 3
+    threads a worker on a GPU host): the solve runs on one thread, the fit equals the
+    one-thread fit and the caller's thread count is restored."""
+    x, y = data(n=600, D=40, seed=4)  # 4 classes × 41 = 164 parameters a head, batched heads
+    groups, _ = groups_of(x, y, sizes=((60, 4), (300, 3)))
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = newton_heads(groups, 4, l2=1e-2)
+        torch.set_num_threads(2)
+        two = newton_heads(groups, 4, l2=1e-2)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(one, two):
+        assert float(b.grad_norm.max()) <= 1e-10
+        assert torch.equal(a.W, b.W) and torch.equal(a.b, b.b)

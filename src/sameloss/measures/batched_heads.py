@@ -49,6 +49,7 @@ steps: weights within ~1e-5 relative, and test predictions equal except on near 
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -174,17 +175,38 @@ class _Newton:
         batched Cholesky at these sizes); in float64 for heads whose float32 solve failed or
         is not a descent direction."""
         k = len(g)
-        step, info = torch.linalg.solve_ex(self.hessian(p, torch.float32), g.reshape(k, -1, 1).float())
-        step = step[..., 0].double()
-        bad = ((info != 0) | ~((step * g.reshape(k, -1)).sum(dim=1) > 0) | ~step.isfinite().all(dim=1))
-        if bool(bad.any()):
-            rows = bad.nonzero()[:, 0]
-            H, rhs = self.hessian(p[rows], torch.float64, rows), g[rows].reshape(len(rows), -1, 1)
-            exact, info = torch.linalg.solve_ex(H, rhs)
-            if bool((info != 0).any()):  # singular (l2 = 0 on separable data): the least-squares step
-                exact = torch.linalg.lstsq(H, rhs, driver="gelsd").solution
-            step[rows] = exact[..., 0]
+        with _lapack_threads(g.device):
+            step, info = torch.linalg.solve_ex(self.hessian(p, torch.float32), g.reshape(k, -1, 1).float())
+            step = step[..., 0].double()
+            bad = ((info != 0) | ~((step * g.reshape(k, -1)).sum(dim=1) > 0) | ~step.isfinite().all(dim=1))
+            if bool(bad.any()):
+                rows = bad.nonzero()[:, 0]
+                H, rhs = self.hessian(p[rows], torch.float64, rows), g[rows].reshape(len(rows), -1, 1)
+                exact, info = torch.linalg.solve_ex(H, rhs)
+                if bool((info != 0).any()):  # singular (l2 = 0 on separable data): the least-squares step
+                    # gelsd is the CPU's driver alone (CUDA's lstsq has only gels, full rank)
+                    exact = torch.linalg.lstsq(H.cpu(), rhs.cpu(), driver="gelsd").solution.to(H.device)
+                step[rows] = exact[..., 0]
         return step.reshape(g.shape)
+
+
+@contextlib.contextmanager
+def _lapack_threads(device: torch.device):
+    """One torch thread around a batched LU solve on the CPU: MKL's threaded batched getrf
+    hands ``lu_solve`` invalid pivots ("Parameter 6 was incorrect on entry to SLASWP", then
+    "Pivots given to lu_solve must all be ≥ 1" or a hang) once n ≳ 100 with 2 or more threads
+    (pytorch/pytorch#142815; seen with torch 2.11 and 2.13, the study's probes under 3 threads a
+    worker on a GPU host). One thread is the path every CPU study has taken (its workers run
+    one), so the numbers are those."""
+    n = torch.get_num_threads()
+    if device.type != "cpu" or n == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
 
 
 def newton_heads(groups: list[HeadGroup], n_classes: int, l2: float, tol: float = 1e-10, max_iter: int = 100
