@@ -114,7 +114,7 @@ def test_a_recipe_with_ensembles_gives_the_same_results(tmp_path, capsys):
 
 
 def test_the_planner_prices_an_ensemble_step_against_the_launch_floor():
-    from sameloss.experiments.plan import DEVICES, STEP_FLOOR_S, UTILISATION, dry_plan, estimate
+    from sameloss.experiments.plan import DEVICES, ENSEMBLE_STEP_S, STEP_FLOOR_S, UTILISATION, dry_plan, estimate
     from sameloss.experiments.plan_report import format_plan
 
     plan = dry_plan("isoloss", "smoke", dropout_draws="keyed")
@@ -124,9 +124,12 @@ def test_the_planner_prices_an_ensemble_step_against_the_launch_floor():
     members = [r["members"] for r in together.runs]
     assert max(members) == 3 * 4  # a late fork of the base's recipe (adamw, short, long, noreg) of every seed
     rate = DEVICES["h100"]["bf16"] * UTILISATION["h100"]["training"]
-    expected = sum(max(r["flops"] / rate, r["steps"] * STEP_FLOOR_S["h100"] / m) for r, m in zip(alone.runs, members))
+    a, b = ENSEMBLE_STEP_S["h100"]  # the measured a + b × S of an S-member step; one model alone: its floor
+    expected = sum(max(r["flops"] / rate, r["steps"] * (a / m + b if m > 1 else STEP_FLOOR_S["h100"]))
+                   for r, m in zip(alone.runs, members))
     assert together.stages["training"]["seconds"] == pytest.approx(expected)
-    assert together.stages["training"]["seconds"] < alone.stages["training"]["seconds"] / 3
+    # measured: 12 members step at 3.6 ms each against one model's 8.7 ms floor; smaller groups gain less
+    assert together.stages["training"]["seconds"] < alone.stages["training"]["seconds"] / 1.2
     assert "ensembles (--ensemble 64)" in format_plan(together) and "launch floor" in format_plan(together)
     # on the CPU members train one by one: one model's cost each
     cpu = [estimate(plan, "cpu", cpu_peak=1e10, memory=False, ensemble=e).stages["training"]["seconds"]

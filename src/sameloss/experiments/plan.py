@@ -115,12 +115,18 @@ STEP_FLOOR_S = {"cpu": 0.0, "h100": 8.7e-3, "a100": 8.7e-3}
 # ``--ensemble N`` (experiments/ensembles.py): S runs of one ``ensemble_key`` that the engine
 # asks for together (the plan's proxy: one key and one first step, e.g. one fork of every
 # seed) train as one computation. On a GPU (the ``vmap`` strategy) a step of S members costs
-# max(S × a member's FLOPs / rate, STEP_FLOOR_S): the floor is one model's, measured; an
-# ensemble step's own floor is assumed equal to it until bench/bench_ensemble.py measures it on
-# a GPU (issue 51). On the CPU (the ``loop`` strategy) a member costs what one model does.
-ENSEMBLE_SOURCE = ("a step of S members costs max(S × a member's FLOPs / rate, the launch floor of one model's step), "
-                   "the floor measured for one tiny model on an H100 (bench/gpu_workers.py) and assumed for an "
-                   "ensemble's step too, not yet measured (bench/bench_ensemble.py on a GPU: issue 51)")
+# max(S × a member's FLOPs / rate, a + b × S): measured on an NVIDIA H200 (the H100's chip with
+# more memory; torch 2.11+cu130, driver 580.159.04, 16 host cores; bench/bench_ensemble.py in
+# bench/gpu_check.sh, 2026-11-28), the isoloss tiny model at batch 256 with keyed dropout 0.1
+# stepped S = 1, 4, 16, 64 members in 26.0, 30.5, 49.5 and 120.6 ms: a = 24.8 ms, b = 1.50 ms
+# (least squares, each point within 4 %). At S = 64 a member's step is 1.9 ms, 0.12× one model's
+# 15.4 ms beside it (8×; 0.7 TFLOP/s, 0.07 % of the bf16 peak): b is the host's work per
+# member (its batch; 5 ms of a host core to draw one), not the card's. Used for the h100 too
+# (the same chip), assumed for the a100. On the CPU (the ``loop`` strategy) a member costs what
+# one model does.
+ENSEMBLE_STEP_S = {"h100": (24.8e-3, 1.50e-3), "a100": (24.8e-3, 1.50e-3)}
+ENSEMBLE_SOURCE = ("a step of S members costs max(S × a member's FLOPs / rate, its launch floor 24.8 ms + 1.50 ms × S), measured for "
+                   "the tiny model on an NVIDIA H200 (torch 2.11; S = 1-64: 26-121 ms a step; bench/bench_ensemble.py)")
 
 
 
@@ -539,6 +545,15 @@ def ensemble_sizes(runs: list[PlannedRun], device: str, cap: int | None) -> list
     return sizes
 
 
+def ensemble_floor(device: str, members: int) -> float:
+    """A member's share of the least time an ensemble step of ``members`` takes on ``device``
+    (``ENSEMBLE_STEP_S``; 0 on the CPU, where members train one by one)."""
+    if device not in ENSEMBLE_STEP_S:
+        return STEP_FLOOR_S[device]
+    fixed, per_member = ENSEMBLE_STEP_S[device]
+    return fixed / members + per_member
+
+
 def estimate(plan: Plan, device: str, workers: int = 1, cpu_peak: float | None = None,
              memory: bool = True, ensemble: int | None = None) -> Estimate:
     """The plan's FLOPs, memory and time on ``device`` (module docstring); ``ensemble``: the
@@ -572,8 +587,8 @@ def estimate(plan: Plan, device: str, workers: int = 1, cpu_peak: float | None =
         steps, flops = training_flops(r.config, m, r.start_step)
         evals = training_evaluations(r.config, r.start_step)
         eval_flops = evals * r.config.eval.n_sentences * forward_flops_per_token(m) * m.max_len
-        # a member's share of its ensemble's steps: the floor is paid once per ensemble step
-        floor = steps * STEP_FLOOR_S[device] / members
+        # a member's share of its ensemble's steps: the fixed part is paid once per ensemble step
+        floor = steps * (ensemble_floor(device, members) if members > 1 else STEP_FLOOR_S[device])
         seconds = add("training", flops, r.study or r.name, floor)
         train_seconds = seconds
         seconds += add("exact-KL evaluation", eval_flops, r.study or r.name)
