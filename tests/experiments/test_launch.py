@@ -58,7 +58,10 @@ def test_each_worker_gets_its_own_gpu_on_a_mocked_device_count():
     assert worker_devices(3, {"CUDA_VISIBLE_DEVICES": "2,5"}, device_count=2) == ["2", "5", "2"]
     assert worker_devices(2, {"CUDA_VISIBLE_DEVICES": "GPU-a1,GPU-b2"}, device_count=2) == ["GPU-a1", "GPU-b2"]
     assert worker_devices(3, {}, device_count=0) == [None, None, None]  # no GPU: nothing is restricted
-    assert default_workers(threads=1, device_count=4, cpu_count=64) == 4  # one per GPU
+    assert default_workers(threads=1, device_count=4, cpu_count=64) == 32  # 8 a GPU (WORKERS_PER_GPU)
+    assert default_workers(threads=1, device_count=1, cpu_count=16) == 8  # a small model shares the card
+    assert default_workers(threads=4, device_count=1, cpu_count=16) == 4  # as the host's cores allow
+    assert default_workers(threads=8, device_count=4, cpu_count=16) == 4  # but one a GPU at least
     assert default_workers(threads=2, device_count=0, cpu_count=8) == 4  # one per --threads cores
     assert default_workers(threads=4, device_count=0, cpu_count=2) == 1
 
@@ -534,7 +537,8 @@ def test_the_main_job_runs_its_seeds_on_the_cores_it_has():
     assert main_job_options(None, 1, 0, 1, True) == LaunchOptions()  # one core: in process
     assert main_job_options(None, 2, 0, 2, True) == LaunchOptions()  # --threads 2 on 2 cores: one worker
     assert main_job_options(None, 1, 0, 16, False) == LaunchOptions()  # no submitit
-    assert main_job_options(None, 1, 2, 1, True) == LaunchOptions("local", 2)  # one worker per GPU
+    assert main_job_options(None, 1, 2, 1, True) == LaunchOptions("local", 2)  # one worker a GPU at least
+    assert main_job_options(None, 1, 1, 16, True) == LaunchOptions("local", 8)  # 8 share one GPU
     assert main_job_options(3, 1, 0, 1, True) == LaunchOptions("local", 3)  # --workers alone asks for local
 
 

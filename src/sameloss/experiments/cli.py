@@ -173,10 +173,10 @@ def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
                             "job, named or not and at any scale, runs its seeds on local workers when submitit is "
                             "installed and the machine has cores for more than one; a --seeds shard in this process); "
                             "local: --workers processes "
-                            "on this machine, a GPU each when it has GPUs; slurm: a Slurm job array (submitit), "
+                            "on this machine, sharing its GPUs round robin; slurm: a Slurm job array (submitit), "
                             "preempted tasks requeued and resumed")
     group.add_argument("--workers", type=_positive, default=None, metavar="N",
-                       help="local: processes at once (default: one per GPU, else one per --threads cores); "
+                       help="local: processes at once (default: up to 8 a GPU as the cores allow, else one per --threads cores); "
                             "slurm: array tasks running at once (default: all)")
     group.add_argument("--seeds", type=_seeds, default=None, metavar="LIST",
                        help="run only these of the study's seeds (e.g. 0-7 or 0,3,5, as --seed numbers them; "

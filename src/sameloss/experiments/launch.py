@@ -13,7 +13,8 @@ returns what each one returned, in order:
   ``die_with``). On a
   machine with GPUs, worker k sees only GPU k (``CUDA_VISIBLE_DEVICES``, set by the job
   before anything touches CUDA; round robin when there are more workers than GPUs;
-  ``worker_devices``). Default N: one per GPU, else one per ``--threads`` CPU cores.
+  ``worker_devices``). Default N: up to 8 a GPU as the host's cores allow
+  (``WORKERS_PER_GPU``), else one per ``--threads`` CPU cores.
 * ``slurm``: one Slurm job array through submitit's ``AutoExecutor`` — a task per unit
   with ``--slurm-gpus-per-task`` GPUs (Slurm sets ``CUDA_VISIBLE_DEVICES``), at most
   ``--workers`` tasks running at once (default: all). A task that is preempted or runs
@@ -140,12 +141,22 @@ def worker_devices(workers: int, environ=None, device_count: int | None = None) 
     return [ids[k % len(ids)] for k in range(workers)]
 
 
+# Worker processes a GPU takes by default. A small model leaves a card idle between kernel
+# launches, so processes sharing it add up: the isoloss tiny model trained 115 steps/s in one
+# process and 637 in 8 on an H100 (5.5×; bench/gpu_workers.py, 2026-11-27); on an H200 5
+# workers each stepped at 75/s against one process's 88 (4.3×, the study's bases,
+# 2026-11-28). More than 8 was not measured.
+WORKERS_PER_GPU = 8
+
+
 def default_workers(threads: int, device_count: int, cpu_count: int | None) -> int:
-    """Local workers when ``--workers`` is not given: one per GPU, else one per
-    ``threads`` CPU cores."""
+    """Local workers when ``--workers`` is not given: on a machine with GPUs up to
+    ``WORKERS_PER_GPU`` a GPU, as many as the host's cores allow at ``threads`` each (at
+    least one a GPU); else one per ``threads`` CPU cores."""
+    by_cores = max(1, (cpu_count or 1) // max(threads, 1))
     if device_count > 0:
-        return device_count
-    return max(1, (cpu_count or 1) // max(threads, 1))
+        return max(device_count, min(WORKERS_PER_GPU * device_count, by_cores))
+    return by_cores
 
 
 def main_job_options(workers: int | None, threads: int, device_count: int, cpu_count: int | None,
