@@ -25,7 +25,7 @@ Declarations, the engine and launchers: a recipe's ``units(setup, preset)`` decl
 study (``declare.py``: the parts that can run apart — one run, or a seed's chain —, each a
 list of runs, forks, embeddings, measures and gates, and the stages declared from earlier
 results); the engine (``engine.py``) runs them through a launcher (``launch.py``: in this
-process — the default —, in local worker processes a GPU each, or as a Slurm job array),
+process — the default —, in local worker processes sharing the GPUs, or as a Slurm job array),
 and the recipe's ``report(records, preset)`` is written from what they trained and
 measured (``engine.Records``: it trains and measures nothing). ``sameloss plan`` walks the
 same declaration (``plan.py``). ``seeds=[...]`` runs only those seeds' units of a study

@@ -302,7 +302,7 @@ class InProcess:
 
 
 class Local:
-    """``workers`` processes through submitit's ``LocalExecutor``, a GPU each."""
+    """``workers`` processes through submitit's ``LocalExecutor``, the GPUs shared round robin."""
 
     name = "local"
 
