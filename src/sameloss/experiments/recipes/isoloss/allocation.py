@@ -129,7 +129,8 @@ def planned_costs(p: IsolossPreset, device: str = "cpu", cpu_peak: float | None 
     ``|base|measure``: the base, its gate and the references): ``sameloss plan``'s cost model
     on one seed of the study planned with every fork, each seed run by one of ``workers``
     workers (on the CPU, a peak not given is measured with the threads each worker runs)."""
-    from ...plan import dry_plan, estimate, measure_cpu_peak
+    from ...hardware import measure_cpu_peak
+    from ...plan import dry_plan, estimate
 
     if device == "cpu" and cpu_peak is None:
         cpu_peak = measure_cpu_peak(workers=workers)
