@@ -180,11 +180,12 @@ SUMMARY = ("forks of one base run at matched KL and one lr (algorithm, longer, s
 
 from .allocation import allocation_of, forecast, plan_notes  # noqa: E402
 from .analysis import language_report, report, run_seeds  # noqa: E402
-from .design import (COMPARISONS, DEFAULT_TASKS, EMBED_KL_TOLERANCE, ENDPOINTS, FLATNESS_TINY, HALF_BATCH,  # noqa: E402
-                     MEASURED, MEASURED_RUNTIMES, NOREG, PRESETS, QUICK_BUDGET_MINUTES, QUICK_LEFT, QUICK_PLAN, TITLE, Fork, IsolossPreset, LanguageChoice, _forks, flatness_forks,
-                     folder_suffix, forks_of, language_studies, parse_language, regression_without, stretches,
-                     task_span, with_budget, with_even, with_languages)
+from .design import (COMPARISONS, EMBED_KL_TOLERANCE, ENDPOINTS, FLATNESS_TINY, HALF_BATCH,  # noqa: E402
+                     MEASURED, MEASURED_RUNTIMES, NOREG, PRESETS, QUICK_BUDGET_MINUTES, QUICK_LEFT, QUICK_PLAN, TITLE, Fork, IsolossPreset, _forks, flatness_forks,
+                     folder_suffix, forks_of, language_studies, regression_without, stretches,
+                     with_budget, with_even, with_languages)
 from .figures import forest_label  # noqa: E402
+from .language import DEFAULT_TASKS, LanguageChoice, parse_language, task_span  # noqa: E402
 from .report import finished_studies, replication_section  # noqa: E402
 from .study import (all_seeds, base_run, fork_run, headroom_gate, large_shape, runs, seed_result,  # noqa: E402
                     seed_study, study_seeds, units)
