@@ -546,7 +546,7 @@ def _main(argv: list[str] | None) -> int:
     except Exception as exc:
         # the last net for a full disk or a read-only folder that no writer turned into a
         # UserError naming its folder (libraries raise it as their own exception types)
-        from .files import storage_reason
+        from .storage import storage_reason
         reason = storage_reason(exc)
         if reason is None:
             raise

@@ -405,7 +405,7 @@ def add_replicate_parser(commands) -> argparse.ArgumentParser:
 def _replicate(args) -> None:
     from pathlib import Path
 
-    from .. import files
+    from .. import files, storage
     from ..errors import UserError
     from .recipes.isoloss import finished_studies, replication_section
     from .report import csv_text
@@ -437,7 +437,7 @@ def _replicate(args) -> None:
         try:
             files.write_output(csv_path, csv_text(section.files["replication.csv"]), args.force, "--csv")
         except OSError as exc:  # a folder it may not write in (a full disk: write_output's own line)
-            raise files.write_error(csv_path, exc) from None
+            raise storage.write_error(csv_path, exc) from None
         print(f"\n{csv_path}")
 
 

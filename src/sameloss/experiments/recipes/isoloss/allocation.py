@@ -115,7 +115,8 @@ def _saved_allocation(setup, p: IsolossPreset) -> dict | None:
 
 
 def _save_allocation(setup, p: IsolossPreset, sds: dict, costs: dict, pilot_wall: float) -> None:
-    from ....files import atomic_write_json, storage_errors
+    from ....files import atomic_write_json
+    from ....storage import storage_errors
 
     path = _allocation_path(setup, p)
     with storage_errors(path):
