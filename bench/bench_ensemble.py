@@ -17,7 +17,7 @@ keyed masks (``dropout_draws = keyed``, what a batched pass needs), and the one-
 the global RNG's dropout (what every recipe's runs use now) is timed beside them; under
 ``loop`` both draw from the global RNG. On CUDA the device is synchronised around each timing,
 and the table adds the ensemble's TFLOP/s by the planner's FLOP count (3 × the forward pass
-per token of a full-length sentence) and its MFU against ``plan.DEVICES``' bf16 peak, and
+per token of a full-length sentence) and its MFU against ``hardware.DEVICES``' bf16 peak, and
 seeds per minute (the planner's training steps of one isoloss tiny seed, every fork: training
 only, no measures). Measure time against S is not here: batching the measures is another
 issue's (``measures/``).
@@ -173,7 +173,7 @@ def main(argv=None) -> int:
 
 
 def _rows(a, one, glob, per, flops) -> list[dict]:
-    from sameloss.experiments import plan
+    from sameloss.experiments import hardware
 
     peak = None
     if a.device.startswith("cuda"):
@@ -181,7 +181,7 @@ def _rows(a, one, glob, per, flops) -> list[dict]:
         from gpu_throughput import card
 
         key = card(a.device)[1]
-        peak = plan.DEVICES[key]["bf16"] if key else None
+        peak = hardware.DEVICES[key]["bf16"] if key else None
     per_seed = _steps_per_seed() if not a.smoke else None
     base = statistics.median(one)  # every round's and size's one-model timing
     rows = [{"S": "one", "per_member_s": base, "ratio": 1.0, "ratio_of_medians": 1.0}]

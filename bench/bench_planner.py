@@ -19,7 +19,7 @@ checkpoints, the report).
 The peak is measured before and after the run and the larger one used (one reading can be
 low on a shared machine). Prints, per stage: planned FLOPs, estimated seconds, measured CPU seconds, their ratio,
 and the utilisation the measurement implies (FLOPs / (CPU s × peak)) — the number that
-``UTILISATION["cpu"]`` in ``experiments/plan.py`` states. Quote ``uptime`` with it. Not part
+``UTILISATION["cpu"]`` in ``experiments/hardware.py`` states. Quote ``uptime`` with it. Not part
 of the test suite.
 """
 
@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 
+from sameloss.experiments import hardware
 from sameloss.experiments import plan as planner
 from sameloss.threads import configure_threads
 
@@ -95,7 +96,7 @@ def main() -> None:
     parser.add_argument("--scale", default="tiny")
     args = parser.parse_args()
     configure_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    peak = planner.measure_cpu_peak()
+    peak = hardware.measure_cpu_peak()
     plan = planner.dry_plan(args.experiment, args.scale, "unused")
     est = planner.estimate(plan, "cpu", cpu_peak=peak, memory=False)
     print(f"load before: {os.getloadavg()[0]:.1f}; cpu float32 matmul peak {peak / 1e9:.1f} GFLOP/s (1 thread)",
@@ -114,7 +115,7 @@ def main() -> None:
     total_cpu, wall = time.process_time() - start_cpu, time.perf_counter() - start_wall
     # the peak again: a busy sibling core or a clock change makes one reading low (seen: 54
     # against 100 GFLOP/s minutes apart); the core's rate is the larger of the two
-    after = planner.measure_cpu_peak()
+    after = hardware.measure_cpu_peak()
     print(f"cpu peak before {peak / 1e9:.1f}, after {after / 1e9:.1f} GFLOP/s: using the larger")
     peak = max(peak, after)
     est = planner.estimate(plan, "cpu", cpu_peak=peak, memory=False)
@@ -122,7 +123,7 @@ def main() -> None:
           f"({wall:.0f} s wall)")
     print(f"{'stage':<28} {'FLOPs':>10} {'estimate s':>10} {'measured CPU s':>14} {'est/meas':>9} "
           f"{'stated util':>11} {'implied util':>12}")
-    util = planner.UTILISATION["cpu"]
+    util = hardware.UTILISATION["cpu"]
     for stage in planner.STAGES:
         flops, seconds = est.stages[stage]["flops"], est.stages[stage]["seconds"]
         measured = clock.seconds.get(stage, 0.0)

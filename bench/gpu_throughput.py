@@ -4,9 +4,9 @@ For the ``small`` and ``paper`` scales' transformer shapes (``experiments.common
 t4-384 and t3-1024 on the paper-size HMM, batch 4096) in bf16 and fp32: tokens/s, the
 achieved TFLOP/s by the planner's own FLOP count (``plan.forward_flops_per_token`` × 3 per
 training token of a full-length padded sentence), the MFU against the card's published
-dense peak (``plan.DEVICES``), and the peak memory (``torch.cuda.max_memory_allocated``)
+dense peak (``hardware.DEVICES``), and the peak memory (``torch.cuda.max_memory_allocated``)
 against ``sameloss plan``'s estimate (``memory.training_step_bytes``), next to the
-planner's assumed utilisation (``plan.UTILISATION``). A batch that does not fit is halved
+planner's assumed utilisation (``hardware.UTILISATION``). A batch that does not fit is halved
 until it does (the row says so). The step is the training loop's (``mlm_loss`` under the
 run's autocast, AdamW, the schedule) on batches drawn beforehand; the host's time to draw
 one batch is reported beside it. Each config runs ``--seconds`` after its warm-up steps.
@@ -26,7 +26,7 @@ import time
 import torch
 
 from sameloss import config as configlib
-from sameloss.experiments import plan
+from sameloss.experiments import hardware, plan
 from sameloss.measures.curvature import memory
 from sameloss.training import PretrainConfig
 from sameloss.training import runio
@@ -40,7 +40,7 @@ SMOKE = {"smoke": ("micro", "micro", 8)}
 
 
 def card(device: str) -> tuple[str, str | None]:
-    """The card's name and its row in ``plan.DEVICES`` (None: no published peak known)."""
+    """The card's name and its row in ``hardware.DEVICES`` (None: no published peak known)."""
     if not device.startswith("cuda"):
         return "cpu", None
     name = torch.cuda.get_device_name()
@@ -123,13 +123,13 @@ def measure(scale: str, size: str, lang_size: str, batch: int, precision: str, d
     tokens_per_step = batch * shape.max_len
     flops_per_step = 3 * plan.forward_flops_per_token(shape) * tokens_per_step
     achieved = flops_per_step * steps / elapsed
-    peak = plan.DEVICES[row]["bf16" if precision == "bf16" else "fp32"] if row else None
+    peak = hardware.DEVICES[row]["bf16" if precision == "bf16" else "fp32"] if row else None
     out = {"scale": scale, "size": size, "precision": precision, "batch": batch, "device": name,
            "params": shape.n_params, "max_len": shape.max_len, "steps": steps, "seconds": round(elapsed, 3),
            "step_ms": 1000 * elapsed / steps, "tokens_per_s": tokens_per_step * steps / elapsed,
            "tflops": achieved / 1e12, "mfu": achieved / peak if peak else None,
-           "assumed_training_util": plan.UTILISATION[row]["training"] if row else None,
-           "planner_step_floor_ms": 1000 * plan.STEP_FLOOR_S[row] if row else None,
+           "assumed_training_util": hardware.UTILISATION[row]["training"] if row else None,
+           "planner_step_floor_ms": 1000 * hardware.STEP_FLOOR_S[row] if row else None,
            "host_draw_ms": 1000 * draw_s,
            "plan_memory_gib": memory.training_step_bytes(model.config, batch) / 2**30}
     if device.startswith("cuda"):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sameloss import files
+from sameloss import files, storage
 from sameloss.errors import UserError
 
 HOLDER = textwrap.dedent("""
@@ -169,7 +169,7 @@ def test_a_full_disk_reported_without_an_errno_is_one_line_too(exc, reason, tmp_
     assert str(err.value).startswith(f"cannot write {target}: {reason}")
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(UserError, match=reason):
-        with files.storage_errors(target):
+        with storage.storage_errors(target):
             raise exc
     with pytest.raises(Exception, match="os error 2"):  # not a storage error: not ours to word
         with files.building(target):
@@ -224,7 +224,7 @@ def test_a_storage_error_hidden_in_a_library_error_is_recognised(tmp_path):
     """safetensors and tokenizers (Rust) put "(os error N)" in their own exception types;
     torch's writer raises a RuntimeError whose context is the OSError."""
     rust = Exception("Error while serializing: I/O error: No space left on device (os error 28)")
-    assert files.storage_reason(rust) == "No space left on device"
+    assert storage.storage_reason(rust) == "No space left on device"
     try:
         try:
             raise OSError(errno.EFBIG, "File too large")
@@ -232,11 +232,11 @@ def test_a_storage_error_hidden_in_a_library_error_is_recognised(tmp_path):
             raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
     except RuntimeError as exc:
         torch_like = exc
-    assert files.storage_reason(torch_like) == "File too large"
-    assert files.storage_reason(RuntimeError("shape mismatch (os error 2)")) is None  # ENOENT: not storage
-    assert files.storage_reason(ValueError("bad")) is None
+    assert storage.storage_reason(torch_like) == "File too large"
+    assert storage.storage_reason(RuntimeError("shape mismatch (os error 2)")) is None  # ENOENT: not storage
+    assert storage.storage_reason(ValueError("bad")) is None
     with pytest.raises(UserError) as err:
-        with files.storage_errors(tmp_path / "x"):
+        with storage.storage_errors(tmp_path / "x"):
             raise rust
     assert str(err.value) == f"cannot write {tmp_path / 'x'}: No space left on device"
     with pytest.raises(UserError, match="File too large"):

@@ -246,17 +246,8 @@ def add_embed_parser(commands) -> None:
     embed.set_defaults(run=_embed)
 
 
-def add_measure_parser(commands) -> None:
-    """``sameloss measure``."""
-    measure = commands.add_parser(
-        "measure", help="loss, flatness and downstream accuracy of a checkpoint or of every checkpoint of a run",
-        description="Measure one checkpoint (runs/NAME/checkpoints/step_N), every checkpoint of a run "
-                    "(runs/NAME) or a Hugging Face masked-LM folder on a sameloss language (KEY=VALUE "
-                    "language.* settings or --language-config): one row per checkpoint, printed as a table (or --json) and written to --out "
-                    "(.csv or .json). Defaults are sized for a CPU; the paper's sizes are given in each "
-                    "option's help.",
-        epilog=examples("sameloss measure runs/hmm-micro --loss --trace fisher --probe task-5 --out m.csv",
-                        "sameloss measure HF_FOLDER language.name=hmm language.size=micro --loss --probe task-5"))
+def _add_measure_inputs(measure) -> None:
+    """What ``sameloss measure`` measures: a run, a checkpoint, or a Hugging Face folder on a language."""
     measure.add_argument("path", metavar="RUN_OR_CHECKPOINT_OR_HF_FOLDER",
                          help="a run folder (every checkpoint), one checkpoint folder, or a Hugging Face masked-LM "
                               "folder")
@@ -267,6 +258,10 @@ def add_measure_parser(commands) -> None:
                          help="Hugging Face folder only: a pretrain config TOML whose [language] (and masking, "
                               "eval) say what to measure on (default: the folder's sameloss.toml, as export "
                               "writes it)")
+
+
+def _add_measure_choices(measure) -> None:
+    """Which measures ``sameloss measure`` takes (each flag a column or a group of columns)."""
     measure.add_argument("--loss", action="store_true", help="exact held-out loss = entropy + KL (and log-KL)")
     measure.add_argument("--trace", action="append", default=[], choices=["fisher", "hutchinson", "hutchpp"],
                          help="trace of Hessian: 'fisher' = the paper's estimator (labels sampled from the "
@@ -294,6 +289,10 @@ def add_measure_parser(commands) -> None:
                          help="fine-tune on TASK (a corpus model: glue:NAME=DIR, read from its CLS token)")
     measure.add_argument("--lookup-table", action="append", default=[], metavar="TASK",
                          help="look-up-table baseline (probe on the true conditionals) on TASK")
+
+
+def _add_measure_settings(measure) -> None:
+    """The settings of ``sameloss measure``'s measures (their sizes, seeds and methods)."""
     measure.add_argument("--params", metavar="REGEX", help="only parameters whose name matches (default: all)")
     measure.add_argument("--contexts", type=_positive_int, default=1000,
                          help="contexts for the Fisher trace (default 1000; paper 10000)")
@@ -314,6 +313,22 @@ def add_measure_parser(commands) -> None:
                          help="lbfgs: exact convex solve (default); adamw: the paper's (lr 1e-3, --probe-epochs)")
     measure.add_argument("--probe-epochs", type=_positive_int, default=50, help="AdamW probe epochs (paper 100)")
     measure.add_argument("--finetune-epochs", type=_positive_int, default=10, help="fine-tuning epochs (paper 10)")
+
+
+def add_measure_parser(commands) -> None:
+    """``sameloss measure``."""
+    measure = commands.add_parser(
+        "measure", help="loss, flatness and downstream accuracy of a checkpoint or of every checkpoint of a run",
+        description="Measure one checkpoint (runs/NAME/checkpoints/step_N), every checkpoint of a run "
+                    "(runs/NAME) or a Hugging Face masked-LM folder on a sameloss language (KEY=VALUE "
+                    "language.* settings or --language-config): one row per checkpoint, printed as a table (or --json) and written to --out "
+                    "(.csv or .json). Defaults are sized for a CPU; the paper's sizes are given in each "
+                    "option's help.",
+        epilog=examples("sameloss measure runs/hmm-micro --loss --trace fisher --probe task-5 --out m.csv",
+                        "sameloss measure HF_FOLDER language.name=hmm language.size=micro --loss --probe task-5"))
+    _add_measure_inputs(measure)
+    _add_measure_choices(measure)
+    _add_measure_settings(measure)
     measure.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                          help="where to measure (default auto: CUDA when present)")
     measure.add_argument("--seed", type=int, default=0,
@@ -546,7 +561,7 @@ def _main(argv: list[str] | None) -> int:
     except Exception as exc:
         # the last net for a full disk or a read-only folder that no writer turned into a
         # UserError naming its folder (libraries raise it as their own exception types)
-        from .files import storage_reason
+        from .storage import storage_reason
         reason = storage_reason(exc)
         if reason is None:
             raise

@@ -28,12 +28,14 @@
   ``wandb/``) and the files its ``.sameloss-outputs`` lists; ``foreign_in_run`` names
   anything else, which a command that deletes the folder (``--fresh``, ``embed --force``)
   refuses to delete.
+
+A write that fails for want of storage (a full disk, a read-only folder) ends in one line
+naming the file: ``storage.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
 import os
@@ -46,6 +48,7 @@ import time
 from pathlib import Path
 
 from .errors import UserError
+from .storage import storage_errors, storage_reason, write_error
 
 RUN_MARKER = ".sameloss-run"
 EMBEDDED_MARKER = ".sameloss-embedded"
@@ -76,55 +79,6 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same folder."""
     with atomic_writer(path, binary=True) as f:
         f.write(data)
-
-
-def write_error(path: str | Path, exc: BaseException) -> UserError:
-    """A one-line ``UserError`` for a failed write (full disk, read-only folder, ...);
-    ``exc`` may be a library's error that carries the storage error (``storage_reason``)."""
-    reason = storage_reason(exc)
-    if reason is None:
-        reason = (exc.strerror if isinstance(exc, OSError) else None) or " ".join(str(exc).split()) \
-            or type(exc).__name__
-    return UserError(f"cannot write {path}: {reason}")
-
-
-# EFBIG: a file-size limit (RLIMIT_FSIZE), which the tests use to play a full disk
-STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG}
-# Writers that report a full disk without an OSError errno: the Rust libraries
-# (safetensors' SafetensorError, tokenizers' Exception) put io::Error's "(os error N)" in
-# their message; numpy's tofile (np.save to a path) raises OSError("N requested and M
-# written") with no errno after a short write.
-_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
-_SHORT_WRITE = re.compile(r"^(\d+) requested and (\d+) written$")
-
-
-def storage_reason(exc: BaseException | None) -> str | None:
-    """Why a write failed when ``exc`` is a full disk, a file-size limit or a read-only
-    folder (``STORAGE_ERRNOS``), in whichever form the writer reported it; else None.
-    The exception chain is followed: torch's writer raises a ``RuntimeError`` whose
-    ``__context__`` is the ``OSError`` (when it writes to a Python file object)."""
-    seen = set()
-    while exc is not None and id(exc) not in seen and not isinstance(exc, UserError):  # ours: already one line
-        seen.add(id(exc))
-        reason = _storage_reason(exc)
-        if reason is not None:
-            return reason
-        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
-    return None
-
-
-def _storage_reason(exc: BaseException) -> str | None:
-    if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS:
-        return exc.strerror or str(exc) or type(exc).__name__
-    text = str(exc).strip()
-    rust = _RUST_OS_ERROR.search(text)
-    if rust and int(rust.group(1)) in STORAGE_ERRNOS:
-        return os.strerror(int(rust.group(1)))
-    short = _SHORT_WRITE.match(text) if isinstance(exc, OSError) and exc.errno is None else None
-    if short:
-        return (f"only {short.group(2)} of {short.group(1)} bytes were written (the disk is full, or a file-size "
-                "limit was reached)")
-    return None
 
 
 def _first_line(path: Path) -> str:
@@ -614,20 +568,3 @@ def building(target: str | Path, replace: bool = False, what: str = "folder"):
             if isinstance(exc, UserError) and str(tmp) in str(exc):  # the temporary folder is gone:
                 raise UserError(str(exc).replace(str(tmp), str(target))) from None  # name the target
             raise
-
-
-def storage_errors(where: str | Path):
-    """A context manager turning a full disk / read-only folder (``STORAGE_ERRNOS``) inside
-    the block into one ``UserError`` line naming ``where``."""
-    return _StorageErrors(Path(where))
-
-
-class _StorageErrors(contextlib.AbstractContextManager):
-    def __init__(self, where: Path):
-        self.where = where
-
-    def __exit__(self, kind, exc, tb):
-        reason = storage_reason(exc) if exc is not None else None
-        if reason is not None:
-            raise UserError(f"cannot write {self.where}: {reason}") from None
-        return False

@@ -16,7 +16,8 @@ from sameloss.errors import UserError
 from sameloss.experiments import reproduce
 from sameloss.experiments.allocation import afford, allocate, needed_seeds, pooled_forecast
 from sameloss.experiments.recipes import isoloss
-from sameloss.experiments.stats import minimum_detectable_effect, pooled_mde, stein_mde
+from sameloss.experiments.pooling import pooled_mde
+from sameloss.experiments.stats import minimum_detectable_effect, stein_mde
 
 from .test_isoloss import read
 

@@ -114,7 +114,8 @@ def test_a_recipe_with_ensembles_gives_the_same_results(tmp_path, capsys):
 
 
 def test_the_planner_prices_an_ensemble_step_against_the_launch_floor():
-    from sameloss.experiments.plan import DEVICES, ENSEMBLE_STEP_S, STEP_FLOOR_S, UTILISATION, dry_plan, estimate
+    from sameloss.experiments.hardware import DEVICES, ENSEMBLE_STEP_S, STEP_FLOOR_S, UTILISATION
+    from sameloss.experiments.plan import dry_plan, estimate
     from sameloss.experiments.plan_report import format_plan
 
     plan = dry_plan("isoloss", "smoke", dropout_draws="keyed")

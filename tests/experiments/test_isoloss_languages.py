@@ -28,11 +28,9 @@ from sameloss.experiments.stats import (
     DETECTED_AGAINST,
     EQUIVALENT,
     INCONCLUSIVE,
-    pool_inverse_variance,
     minimum_detectable_effect,
-    pooled_mde,
-    pooled_verdict,
 )
+from sameloss.experiments.pooling import pool_inverse_variance, pooled_mde, pooled_verdict
 from sameloss.languages import PCFG, make_language
 from sameloss.measures.representations import reference_representation
 

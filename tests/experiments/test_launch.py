@@ -29,6 +29,7 @@ from sameloss.experiments.declare import run_unit
 from sameloss.experiments.dispatch import run_units
 from sameloss.experiments.launch import (LaunchOptions, Local, Slurm, WorkerJob, default_workers, format_seeds,
                                          parse_seeds, worker_devices)
+from sameloss.experiments import study_log
 from sameloss.experiments.recipes import isoloss
 from sameloss.measures.run import MeasureSpec
 from sameloss.training import load_checkpoint, pretrain
@@ -484,7 +485,7 @@ def test_study_progress_says_the_units_done_and_the_time_left(monkeypatch):
 
     ticks = itertools.count(0.0, 60.0)  # each reading of the clock: a unit's 60 s later
     monkeypatch.setattr(launch.time, "monotonic", lambda: next(ticks))
-    progress = launch.StudyProgress(3, terminal=False)
+    progress = study_log.StudyProgress(3, terminal=False)
     lines: list[str] = []
     jobs = [WorkerJob(functools.partial(int, str(i)), threads=1, name=f"seed {i}") for i in range(3)]
     assert [o.value for o in launch.InProcess().run(jobs, lines.append, progress.finished)] == [0, 1, 2]
@@ -492,7 +493,7 @@ def test_study_progress_says_the_units_done_and_the_time_left(monkeypatch):
         "[1/3] seed 0: done in N s; study 1/3 units, 60 s elapsed, about 2 min left",
         "[2/3] seed 1: done in N s; study 2/3 units, 2 min elapsed, about 60 s left",
         "[3/3] seed 2: done in N s; study 3/3 units, 3 min elapsed"]
-    bar = launch.StudyProgress(2, terminal=True)
+    bar = study_log.StudyProgress(2, terminal=True)
     assert bar.finished() == "" and bar.bar.n == 1  # the bar shows it instead (tqdm: elapsed, time left)
     bar.close()
 

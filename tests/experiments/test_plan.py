@@ -14,6 +14,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from sameloss import registry
 from sameloss.cli import main
+from sameloss.experiments import hardware
 from sameloss.experiments import plan as planner
 from sameloss.models import build_model
 
@@ -243,7 +244,7 @@ def test_a_launch_bound_gpu_step_is_said_with_what_would_fill_the_card():
     flops = e.stages["training"]["flops"]
     assert e.training_utilisation() == pytest.approx(flops / (e.stages["training"]["seconds"] * 989.5e12))
     assert e.training_utilisation() < 0.01
-    rate = 989.5e12 * planner.UTILISATION["h100"]["training"]
+    rate = 989.5e12 * hardware.UTILISATION["h100"]["training"]
     per_step = sorted(r["flops"] / r["steps"] / rate for r in e.runs)
     assert e.fill() == int(8.7e-3 / per_step[len(per_step) // 2]) > 100
     text = format_plan(e)

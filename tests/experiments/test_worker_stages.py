@@ -1,10 +1,10 @@
-"""The main log says what running local workers do (``launch.WorkerStages``)."""
+"""The main log says what running local workers do (``study_log.WorkerStages``)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from sameloss.experiments.launch import WorkerStages, last_line
+from sameloss.experiments.study_log import WorkerStages, last_line
 
 
 def test_a_worker_stage_is_logged_once_when_it_changes(tmp_path):

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import files
+from .. import files, storage
 from ..errors import UserError
 from ..files import sha256_of as _sha256
 from .sets import DATASETS, DataSet
@@ -172,7 +172,7 @@ def _download_folder(downloads: Path, key: str):
     one left by a killed fetch is removed by the next); the caller holds ``key``'s lock."""
     target = downloads / key
     files.remove_stale_partials(target)
-    with files.storage_errors(downloads):
+    with storage.storage_errors(downloads):
         tmp = Path(tempfile.mkdtemp(dir=downloads, prefix=f".{key}.partial-"))
         (tmp / files.PARTIAL_MARKER).write_text(f"sameloss is downloading {key} here (pid {os.getpid()})\n")
     try:
@@ -187,7 +187,7 @@ def _keep(got: Path, downloads: Path) -> Path:
     if problem:
         raise UserError(f"the downloaded {got.name} {problem}: the registry serves another revision than this "
                         "converter knows; nothing was kept")
-    with files.storage_errors(downloads):
+    with storage.storage_errors(downloads):
         os.replace(got, downloads / got.name)
     return downloads / got.name
 
@@ -391,7 +391,7 @@ def fetch(name: str, cache: str | Path | None = None, log: Log | None = None) ->
         downloads = cache / "downloads"
         if downloads.is_symlink() and not downloads.is_dir() or downloads.exists() and not downloads.is_dir():
             raise UserError(f"{downloads} is not a folder (the fetcher keeps its downloads there)")
-        with files.storage_errors(downloads):
+        with storage.storage_errors(downloads):
             downloads.mkdir(parents=True, exist_ok=True)
         with files.building(out, replace=replace, what="data set") as tmp:
             data_set.convert(_Sources(data_set, downloads, log), tmp)

@@ -255,17 +255,17 @@ TAUS = (0.0, 0.1, 0.2)  # between-language spreads of the true effects the forec
 def pooled_forecast(tests: list[str], sds: dict[str, float], languages: int, seeds: int, target: float,
                     source: str, exempt: tuple[str, ...] = (), taus: tuple[float, ...] = TAUS) -> str:
     """What a study of ``languages`` languages × ``seeds`` seeds each plans for its pooled
-    verdicts (``stats.pooled_mde``: the HKSJ test of the language estimates): per test the prior
+    verdicts (``pooling.pooled_mde``: the HKSJ test of the language estimates): per test the prior
     paired SD (``sds``, measured on one language: ``source``) and the pooled MDE at each
     between-language spread τ of ``taus``; then, for the test with the largest SD, the fewest seeds
     per language that reach ``target`` for each number of languages — the trade the study's
     scale was chosen from (languages buy more than seeds: the t quantile on L − 1 degrees of
     freedom, and τ², which no number of seeds shrinks)."""
-    from .stats import pooled_mde
+    from .pooling import pooled_mde
 
     if not any(math.isfinite(sds.get(t, math.nan)) for t in tests):
         return (f"Pooled verdicts across languages ({languages} languages × {seeds} seeds each): no prior paired SDs "
-                "of the primary accuracy, so no pooled MDE to plan with (stats.pooled_mde plans it from one "
+                "of the primary accuracy, so no pooled MDE to plan with (pooling.pooled_mde plans it from one "
                 "language's measured SDs and the spread τ of the true effects between languages)")
     lines = [f"Pooled verdicts across languages ({languages} languages × {seeds} seeds each; prior paired SDs of the "
              f"primary accuracy: {source}; the pooled MDE at 80 % power of the random-effects (HKSJ) test, for a "

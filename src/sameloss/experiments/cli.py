@@ -288,8 +288,8 @@ def add_plan_parser(commands) -> argparse.ArgumentParser:
                     "(training, exact-KL evaluation, trace, probes) from the hardware's peak FLOP/s and a stated "
                     "utilisation per stage, and the peak memory per measure; --runs adds one row per run. cpu: this "
                     "machine's float32 matmul peak per worker, measured when the command runs; h100 / a100: NVIDIA's published "
-                    "peaks, with the least time a training step takes there (src/sameloss/experiments/plan.py says "
-                    "what is counted and where each number comes from). The defaults plan the main job as "
+                    "peaks, with the least time a training step takes there (src/sameloss/experiments/plan.py and "
+                    "hardware.py say what is counted and where each number comes from). The defaults plan the main job as "
                     "`sameloss reproduce` runs it here.",
         epilog=_epilog("sameloss plan                                  # the main job, on this machine's workers",
                        "sameloss plan isoloss --scale tiny --hardware h100 --workers 8"))
@@ -405,7 +405,7 @@ def add_replicate_parser(commands) -> argparse.ArgumentParser:
 def _replicate(args) -> None:
     from pathlib import Path
 
-    from .. import files
+    from .. import files, storage
     from ..errors import UserError
     from .recipes.isoloss import finished_studies, replication_section
     from .report import csv_text
@@ -437,7 +437,7 @@ def _replicate(args) -> None:
         try:
             files.write_output(csv_path, csv_text(section.files["replication.csv"]), args.force, "--csv")
         except OSError as exc:  # a folder it may not write in (a full disk: write_output's own line)
-            raise files.write_error(csv_path, exc) from None
+            raise storage.write_error(csv_path, exc) from None
         print(f"\n{csv_path}")
 
 

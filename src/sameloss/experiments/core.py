@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import config as configlib
-from .. import files
+from .. import files, storage
 from ..errors import UserError
 from ..files import atomic_write_json
 from ..progress import say, stream
@@ -164,7 +164,7 @@ class Study:
         weakref.finalize(self, self._held.close)
         try:
             legacy = experiment_folder.check_usable(self.root, fresh)
-            with files.storage_errors(self.root):
+            with storage.storage_errors(self.root):
                 if fresh and self.root.exists():
                     with contextlib.ExitStack() as units:  # none of them is being written by another process
                         for folder, what in experiment_folder.unit_folders(self.root):
@@ -330,7 +330,7 @@ class Study:
         self.cache[key] = row
         # other workers of the experiment may have added rows since this one read the file:
         # merged under the file's update lock, then written atomically
-        with files.storage_errors(self.cache_path), files.update_lock(self.cache_path):
+        with storage.storage_errors(self.cache_path), files.update_lock(self.cache_path):
             self.cache = {**self._read_cache(), **self.cache}
             atomic_write_json(self.cache_path, self.cache, indent=1, default=_json_default)
         return dict(row)
@@ -340,7 +340,7 @@ class Study:
         (``shared``): the first unit to ask measures it while the others wait on the
         references' lock (not the file's own, which the write takes), then read it."""
         path = self.shared / MEASUREMENTS
-        with files.storage_errors(path), files.update_lock(path.with_name(f"{MEASUREMENTS}.references")):
+        with storage.storage_errors(path), files.update_lock(path.with_name(f"{MEASUREMENTS}.references")):
             cache = _read_rows(path)
             if key in cache:
                 self.counts["cached"] += 1

@@ -92,7 +92,7 @@ def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None, format
     and write them; returns the files written (the images, then the data file). Every target
     is checked before anything is drawn or written; ``force`` replaces files sameloss did not
     write (never a link)."""
-    from .. import files
+    from .. import files, storage
     from .folder import record_output
     from .plots import curves_plot, drawing, figure_bytes, figure_data, is_sameloss_data, is_sameloss_figure
 
@@ -111,7 +111,7 @@ def plot_runs(paths: Sequence[str | Path], out: str | Path | None = None, format
             import matplotlib.pyplot as plt
             plt.close(fig)
         for path, blob in blobs:
-            with files.storage_errors(path):
+            with storage.storage_errors(path):
                 record_output(path)  # in an experiment folder also listed in its marker: --fresh may delete it
             files.write_output(path, blob, force, ours=ours[path])
             log(f"{'replaced' if replaced[path] else 'wrote'} {path}")

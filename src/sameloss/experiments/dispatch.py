@@ -19,7 +19,8 @@ from ..errors import UserError
 from .core import Study, UnitResult, execute_unit
 from .declare import Unit, with_setting
 from .ensembles import chunks, train_together, unit_outcomes, walk_together
-from .launch import StudyProgress, WorkerJob
+from .launch import WorkerJob
+from .study_log import StudyProgress
 
 
 def run_units(study: Study, units: list[Unit]) -> list:

@@ -204,7 +204,8 @@ def with_start(spec, path: Path):
 def keep_first_cost(root: Path, record: UnitRecord, log: Callable[[str], None]) -> UnitRecord:
     """A seed unit's CPU as the call that computed it measured it: kept in its folder
     (``cost.json``) the first time, read back by every later call."""
-    from ..files import atomic_write_json, storage_errors
+    from ..files import atomic_write_json
+    from ..storage import storage_errors
 
     path = Path(root) / COST_FILE
     try:

@@ -5,8 +5,8 @@ from."""
 from __future__ import annotations
 
 from ..errors import UserError
-from .plan import DEVICES, ENSEMBLE_SOURCE, STAGES, STEP_FLOOR_S, UTILISATION, UTILISATION_SOURCE, Estimate, \
-    device_memory, dry_plan, estimate
+from .hardware import DEVICES, ENSEMBLE_SOURCE, STAGES, STEP_FLOOR_S, UTILISATION, UTILISATION_SOURCE, device_memory
+from .plan import Estimate, dry_plan, estimate
 
 
 def _si(x: float, unit: str = "") -> str:

@@ -12,8 +12,8 @@ from collections import Counter
 
 from .paired import UNINFORMATIVE
 from .report import Column, Section, Table
-from .stats import (DEGENERATE, DETECTED, DETECTED_AGAINST, EQUIVALENT, INCONCLUSIVE, pool_inverse_variance,
-                    pooled_verdict)
+from .pooling import pool_inverse_variance, pooled_verdict
+from .stats import DEGENERATE, DETECTED, DETECTED_AGAINST, EQUIVALENT, INCONCLUSIVE
 
 REPLICATION_UNINFORMATIVE = "uninformative: fewer than two languages with headroom and an estimate"
 # how a language's verdict reads in the agreement, in the order counted

@@ -279,10 +279,10 @@ def write_csv(rows: list[dict], path: Path, experiment: bool = True) -> None:
     """``rows`` as a CSV file, written atomically (a full disk: one ``UserError`` line,
     the old file intact) and noted in the experiment folder's marker (``folder.py``;
     ``experiment=False``: a file of the user's choosing, outside any experiment folder)."""
-    from .. import files
+    from .. import storage
 
     path = Path(path)
-    with (_output(path) if experiment else files.storage_errors(path)), atomic_writer(path, newline="") as f:
+    with (_output(path) if experiment else storage.storage_errors(path)), atomic_writer(path, newline="") as f:
         f.write(csv_text(rows))
 
 
@@ -301,10 +301,10 @@ def csv_text(rows: list[dict]) -> str:
 def _output(path: Path):
     """A file of the experiment folder being written: noted in its marker first (a file
     sameloss wrote is never taken for a user's, ``folder.py``); a full disk is one line."""
-    from .. import files
+    from .. import storage
     from .folder import record_output
 
-    with files.storage_errors(path):
+    with storage.storage_errors(path):
         record_output(path)
         yield
 

@@ -86,7 +86,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import files
+from .. import files, storage
 from ..errors import UserError
 
 SEARCH_FILE = "search.json"  # the folder's search settings: what makes it a search folder
@@ -328,7 +328,7 @@ def _open(out: Path, design: SearchDesign, progress: bool, device: str, log):
                 raise UserError(f"--out {out} holds a search at scale {got!r}, not {design.scale!r}: its runs follow "
                                 "another schedule; give a new --out")
         else:
-            with files.storage_errors(marker):
+            with storage.storage_errors(marker):
                 files.atomic_write_json(marker, {"what": "sameloss language search", "scale": design.scale})
             record_output(marker)
     except BaseException:
@@ -435,7 +435,7 @@ class Costs:
 
         if key not in self.seen:
             self.seen[key] = row["cpu_s"]
-            with files.storage_errors(self.path):
+            with storage.storage_errors(self.path):
                 record_output(self.path)
                 files.atomic_write_json(self.path, self.seen, indent=1)
         return {**row, "cpu_s": self.seen[key]}
@@ -449,7 +449,7 @@ def _write(study, result: dict) -> None:
     path = study.root / "search.md"
     from .folder import record_output
 
-    with files.storage_errors(path):
+    with storage.storage_errors(path):
         record_output(path)
         files.atomic_write_text(path, result["text"] + "\n")
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 from .. import config as configlib
 from .. import files
@@ -226,78 +227,109 @@ def _trace_text(trace: dict | None) -> str:
             f"(from `{trace['file']}`; measured on the sameloss checkpoint)")
 
 
+class _CardParts(NamedTuple):
+    """What a model card says differently for a corpus and for a synthetic language."""
+
+    what: str  # what the model was pre-trained on
+    tags: str
+    data_lines: list[str]  # the data's section
+    loss_line: str
+    example: str  # the tokenizer call of the usage example
+    output: str  # what the logits are over
+    use_note: str
+
+
+def _corpus_parts(language, cfg, evaluation: dict) -> _CardParts:
+    """A corpus's card: the held-out cross-entropy and the train/held-out gap; no entropy, no KL."""
+    from .vocab import SPECIAL_TOKENS
+
+    lc = cfg.language
+    sep = language.words[language.sep_id]
+    data_lines = [
+        "## Corpus",
+        "",
+        f"- `{lc.data}`: {language.n_words} tokens of its tokenizer ({language.meta.get('tokenizer', '?')}) + "
+        f"sameloss's {', '.join(SPECIAL_TOKENS)}; sequences of {language.max_len} tokens, each starting with "
+        f"[CLS], documents separated by `{sep}`.",
+        "- Rebuild the run: `sameloss.toml` here is its resolved config (`language.data` names the corpus "
+        "folder; `sameloss pretrain --config sameloss.toml`).",
+        "- No entropy and no KL: real text has no known true conditionals, so the loss does not split into "
+        "entropy + KL; the held-out cross-entropy and the train/held-out gap are reported instead.",
+    ]
+    gap = evaluation.get("gap")
+    loss_line = (f"- Held-out cross-entropy {_number(evaluation.get('loss'))}"
+                 + (f" ± {_number(evaluation.get('loss_std'), 2)}" if evaluation.get("loss_std") is not None
+                    else "")
+                 + f" nats/token over {evaluation.get('n_tokens')} masked tokens"
+                 + (f"; on a subset of the training sequences {_number(evaluation.get('train_loss'))} (gap "
+                    f"{_number(gap, 3)})" if gap is not None else "")
+                 + f" ({evaluation.get('source')}).")
+    return _CardParts(
+        what=(f"a real-text corpus (`{lc.data}`, prepared by `sameloss corpus prepare`), where no exact "
+              "masked-token conditionals exist"),
+        tags="[sameloss, real-text, masked-lm]",
+        data_lines=data_lines,
+        loss_line=loss_line,
+        example="tok([\"a text [MASK] as the corpus has it\"], return_tensors=\"pt\", padding=True)",
+        output=f"over the tokenizer's {language.n_words} tokens, then [PAD] [MASK] [CLS]",
+        use_note=(f"The tokenizer is the corpus's own: it splits a text as training did and writes it as "
+                  f"`[CLS] text {sep}` (a pair: `[CLS] a {sep} b {sep}`), padding on the right with an attention "
+                  "mask. The token-type embedding is zero (sameloss models have none). `sameloss measure FOLDER` "
+                  "measures this folder on its corpus again (read from `sameloss.toml`)."))
+
+
+def _language_parts(language, cfg, evaluation: dict, masking: str) -> _CardParts:
+    """A synthetic language's card: its entropy and the model's exact KL."""
+    from .vocab import SPECIAL_TOKENS, UNK_TOKEN, word_tokens
+
+    lc = cfg.language
+    std = evaluation.get("kl_std")
+    source = f"grammar file {lc.grammar}" if lc.grammar else f"size {lc.size}" + (
+        f", seed {lc.seed}" if lc.seed is not None else "") + (f", params {lc.params}" if lc.params else "")
+    words = word_tokens(language)
+    shown = " ".join(words[:12]) + (" …" if len(words) > 12 else "")
+    data_lines = [
+        "## Language",
+        "",
+        f"- `{language.name}` ({source}): {language.n_words} words + {len(SPECIAL_TOKENS)} special tokens "
+        f"({', '.join(SPECIAL_TOKENS)}), sentences up to {language.max_len} tokens.",
+        f"- Words: {shown}",
+        "- Rebuild it: `sameloss.toml` here is the run's resolved config; its `[language]` table is the "
+        "language (`sameloss language describe` with those settings, or "
+        "`sameloss pretrain --config sameloss.toml` for the whole recipe).",
+        f"- Entropy of the true conditionals (the optimal loss, {masking}): "
+        f"{_number(evaluation.get('entropy'))} nats/token.",
+    ]
+    loss_line = (f"- Exact held-out loss {_number(evaluation.get('loss'))} = entropy + KL, "
+                 f"KL(p ‖ model) = {_number(evaluation.get('kl'))}"
+                 + (f" ± {_number(std, 2)}" if std is not None else "")
+                 + f" nats/token over {evaluation.get('n_tokens')} masked tokens ({evaluation.get('source')}).")
+    return _CardParts(
+        what="a synthetic language whose masked-token conditionals are known exactly",
+        tags="[sameloss, synthetic-language, masked-lm]",
+        data_lines=data_lines,
+        loss_line=loss_line,
+        example=f"tok([\"{' '.join(words[:3])} [MASK]\"], return_tensors=\"pt\", padding=True)",
+        output=f"over the words, then [PAD] [MASK] [CLS] (and {UNK_TOKEN}, never predicted)",
+        use_note=("Sentences are whitespace-separated words; a word outside the language becomes "
+                  f"{UNK_TOKEN}. The tokenizer adds no [CLS]/[SEP] (the model was trained on bare sentences) "
+                  "and pads on the right with an attention mask. The token-type embedding is zero (sameloss "
+                  "models have none). `sameloss measure FOLDER` measures this folder on its language again "
+                  "(read from `sameloss.toml`)."))
+
+
 def model_card(model, language, cfg, meta: dict, ckpt: Path, evaluation: dict, trace: dict | None) -> str:
     """The ``README.md`` of an exported folder: for a synthetic language its entropy and
     the model's exact KL; for a corpus (no exact conditionals) the held-out cross-entropy
     and the train/held-out gap, and no entropy or KL at all."""
-    from .vocab import SPECIAL_TOKENS, UNK_TOKEN, word_tokens
-
-    lc = cfg.language
     mc = model.config
     step = meta.get("step")
-    corpus = not getattr(language, "exact", True)
     masking = "one masked position per sentence" if cfg.masking == "single" else f"{cfg.mask_rate:.0%} masking"
-    std = evaluation.get("kl_std")
-    if corpus:
-        what = (f"a real-text corpus (`{lc.data}`, prepared by `sameloss corpus prepare`), where no exact "
-                "masked-token conditionals exist")
-        tags = "[sameloss, real-text, masked-lm]"
-        sep = language.words[language.sep_id]
-        data_lines = [
-            "## Corpus",
-            "",
-            f"- `{lc.data}`: {language.n_words} tokens of its tokenizer ({language.meta.get('tokenizer', '?')}) + "
-            f"sameloss's {', '.join(SPECIAL_TOKENS)}; sequences of {language.max_len} tokens, each starting with "
-            f"[CLS], documents separated by `{sep}`.",
-            "- Rebuild the run: `sameloss.toml` here is its resolved config (`language.data` names the corpus "
-            "folder; `sameloss pretrain --config sameloss.toml`).",
-            "- No entropy and no KL: real text has no known true conditionals, so the loss does not split into "
-            "entropy + KL; the held-out cross-entropy and the train/held-out gap are reported instead.",
-        ]
-        gap = evaluation.get("gap")
-        loss_line = (f"- Held-out cross-entropy {_number(evaluation.get('loss'))}"
-                     + (f" ± {_number(evaluation.get('loss_std'), 2)}" if evaluation.get("loss_std") is not None
-                        else "")
-                     + f" nats/token over {evaluation.get('n_tokens')} masked tokens"
-                     + (f"; on a subset of the training sequences {_number(evaluation.get('train_loss'))} (gap "
-                        f"{_number(gap, 3)})" if gap is not None else "")
-                     + f" ({evaluation.get('source')}).")
-        example = "tok([\"a text [MASK] as the corpus has it\"], return_tensors=\"pt\", padding=True)"
-        output = f"over the tokenizer's {language.n_words} tokens, then [PAD] [MASK] [CLS]"
-        use_note = (f"The tokenizer is the corpus's own: it splits a text as training did and writes it as "
-                    f"`[CLS] text {sep}` (a pair: `[CLS] a {sep} b {sep}`), padding on the right with an attention "
-                    "mask. The token-type embedding is zero (sameloss models have none). `sameloss measure FOLDER` "
-                    "measures this folder on its corpus again (read from `sameloss.toml`).")
+    if not getattr(language, "exact", True):
+        what, tags, data_lines, loss_line, example, output, use_note = _corpus_parts(language, cfg, evaluation)
     else:
-        source = f"grammar file {lc.grammar}" if lc.grammar else f"size {lc.size}" + (
-            f", seed {lc.seed}" if lc.seed is not None else "") + (f", params {lc.params}" if lc.params else "")
-        what = "a synthetic language whose masked-token conditionals are known exactly"
-        tags = "[sameloss, synthetic-language, masked-lm]"
-        words = word_tokens(language)
-        shown = " ".join(words[:12]) + (" …" if len(words) > 12 else "")
-        data_lines = [
-            "## Language",
-            "",
-            f"- `{language.name}` ({source}): {language.n_words} words + {len(SPECIAL_TOKENS)} special tokens "
-            f"({', '.join(SPECIAL_TOKENS)}), sentences up to {language.max_len} tokens.",
-            f"- Words: {shown}",
-            "- Rebuild it: `sameloss.toml` here is the run's resolved config; its `[language]` table is the "
-            "language (`sameloss language describe` with those settings, or "
-            "`sameloss pretrain --config sameloss.toml` for the whole recipe).",
-            f"- Entropy of the true conditionals (the optimal loss, {masking}): "
-            f"{_number(evaluation.get('entropy'))} nats/token.",
-        ]
-        loss_line = (f"- Exact held-out loss {_number(evaluation.get('loss'))} = entropy + KL, "
-                     f"KL(p ‖ model) = {_number(evaluation.get('kl'))}"
-                     + (f" ± {_number(std, 2)}" if std is not None else "")
-                     + f" nats/token over {evaluation.get('n_tokens')} masked tokens ({evaluation.get('source')}).")
-        example = f"tok([\"{' '.join(words[:3])} [MASK]\"], return_tensors=\"pt\", padding=True)"
-        output = f"over the words, then [PAD] [MASK] [CLS] (and {UNK_TOKEN}, never predicted)"
-        use_note = ("Sentences are whitespace-separated words; a word outside the language becomes "
-                    f"{UNK_TOKEN}. The tokenizer adds no [CLS]/[SEP] (the model was trained on bare sentences) "
-                    "and pads on the right with an attention mask. The token-type embedding is zero (sameloss "
-                    "models have none). `sameloss measure FOLDER` measures this folder on its language again "
-                    "(read from `sameloss.toml`).")
+        what, tags, data_lines, loss_line, example, output, use_note = _language_parts(language, cfg, evaluation,
+                                                                                         masking)
     lines = [
         "---",
         "library_name: transformers",

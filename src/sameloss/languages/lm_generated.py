@@ -39,7 +39,8 @@ evaluation, measures) stays ancestral. Text goes through the generator's own tok
 (``encode_generator``, ``generator_to_language``) for GLUE-format tasks
 (``measures/glue.py``).
 
-``transformers`` is an optional dependency (``pip install 'sameloss[hf]'``).
+``transformers`` is an optional dependency (``pip install 'sameloss[hf]'``); loading it, reading a generator
+folder and its KV cache across transformers releases are ``lm_generator.py``'s.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ from sameloss.errors import first_line as _one_line
 from sameloss.files import sha256_of
 from sameloss.libraries import quiet_transformers
 from sameloss.languages.base import Batch, Language, Task
+from sameloss.languages.lm_generator import (cache_keyword, check_causal, kv_pairs, make_cache, parse_device,
+                                             parse_dtype, require_transformers, returned_cache)
 from sameloss.languages.lm_tokens import (TOKENIZER_FILES, frequent_tokens, load_tokens, save_tokens,  # noqa: F401
                                           tokenizer_words, tokens_filename)  # (tokens_filename: re-exported)
 
@@ -68,106 +71,6 @@ SAMPLE_BLOCK = 1024  # sentences per sampling block
 POOL_META = "meta.json"  # a token pool (``sameloss causal-lm sample``, ``lm_train.write_pool``)
 POOL_TOKENS = "tokens.npy"
 LOGIT_CHECK_TOL = {torch.float64: 1e-9, torch.float32: 1e-4}  # restricted head vs the model's logits
-
-
-def _transformers():
-    try:
-        import transformers
-    except ImportError:
-        raise UserError("the causal language needs the transformers package: pip install 'sameloss[hf]'") from None
-    return transformers
-
-
-def _dtype(value) -> torch.dtype:
-    if isinstance(value, torch.dtype):
-        return value
-    names = {"float64": torch.float64, "double": torch.float64, "float32": torch.float32, "float": torch.float32,
-             "bfloat16": torch.bfloat16, "float16": torch.float16, "half": torch.float16}
-    if value not in names:
-        raise UserError(f"unknown dtype {value!r}; choose from {', '.join(names)}")
-    return names[value]
-
-
-def _device(value) -> torch.device:
-    if value == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(value)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError("device 'cuda' requested for the generator but no CUDA device is available")
-    return device
-
-
-def generator_shape(path) -> dict:
-    """``positions``, ``layers``, ``hidden`` and ``vocab`` of a generator folder, read from
-    its config alone (before any weights are loaded), for checks that must come first."""
-    transformers = _transformers()
-    folder = Path(path)
-    if not folder.is_dir():
-        raise UserError(f"generator folder not found: {folder}")
-    try:
-        with quiet_transformers(transformers):
-            config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
-    except Exception as exc:  # transformers raises OSError, ValueError, KeyError, ... for bad folders
-        raise UserError(f"cannot load a causal LM from {folder}: {_one_line(exc)}") from None
-    check_causal(config, folder)
-    shape = {"positions": getattr(config, "max_position_embeddings", None),
-             "layers": getattr(config, "num_hidden_layers", None), "hidden": getattr(config, "hidden_size", None),
-             "vocab": getattr(config, "vocab_size", None)}
-    missing = [k for k, v in shape.items() if isinstance(v, bool) or not isinstance(v, int) or v <= 0]
-    if missing:
-        raise UserError(f"the generator config in {folder} has no usable {', '.join(missing)}")
-    return shape
-
-
-def check_causal(config, folder: Path) -> None:
-    """``UserError`` when the folder's config names a model that is not a causal LM (a
-    BERT exported by ``sameloss export`` is a ``BertForMaskedLM``, which transformers
-    would load as a causal one, with a warning, and sample nonsense from)."""
-    architectures = [a for a in (getattr(config, "architectures", None) or []) if isinstance(a, str)]
-    if architectures and not any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures):
-        raise UserError(f"{folder} holds a {architectures[0]}, not a causal language model (a *ForCausalLM or "
-                        "*LMHeadModel, e.g. one written by sameloss causal-lm train)")
-
-
-# ---- KV caches across transformers versions (5.0 onwards: pyproject.toml) --------------------
-def cache_keyword(model) -> str:
-    """The keyword a model's ``forward`` takes its KV cache by: ``cache`` since transformers
-    renamed it in 5.x (``past_key_values`` still works there but warns), else
-    ``past_key_values`` (5.0 and the releases before the rename)."""
-    import inspect
-
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return "past_key_values"
-    return "cache" if "cache" in params else "past_key_values"
-
-
-def _returned_cache(out):
-    """The KV cache a model returned (``use_cache=True``), under its name of either era
-    (``keys()``: asking an output of a newer release for the old name warns)."""
-    keys = out.keys()
-    return out["cache"] if "cache" in keys else out["past_key_values"]
-
-
-def _kv_pairs(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Per-layer ``(keys, values)``, each ``[batch, heads, positions, head_dim]``."""
-    if not hasattr(cache, "layers"):
-        raise UserError(f"unsupported KV cache type {type(cache).__name__} from the generator")
-    return [(layer.keys, layer.values) for layer in cache.layers]
-
-
-def _make_cache(pairs, like, config):
-    """A fresh cache holding ``pairs``, of the kind the model returned (``like``), filled
-    layer by layer through ``Cache.update`` (the constructor's ``ddp_cache_data`` put the
-    layers after empty ones in some releases, 4.54 and 4.55: silently wrong results)."""
-    try:
-        cache = type(like)()
-    except TypeError:
-        cache = type(like)(config=config)
-    for layer, (keys, values) in enumerate(pairs):
-        cache.update(keys, values, layer)
-    return cache
 
 
 class CausalLM(Language):
@@ -243,14 +146,14 @@ class CausalLM(Language):
         ``pool``: a folder of ``sameloss causal-lm sample`` that ``sample_train`` draws
         from (``sameloss.languages.lm_train``).
         """
-        transformers = _transformers()
+        transformers = require_transformers()
         for label, v in (("k", k), ("length", length)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise UserError(f"causal language {label} must be a positive integer, got {v!r}")
         folder = Path(path)
         if not folder.is_dir():
             raise UserError(f"generator folder not found: {folder}")
-        device, dtype = _device(device), _dtype(dtype)
+        device, dtype = parse_device(device), parse_dtype(dtype)
         try:
             with quiet_transformers(transformers):  # a weight-loading bar per language build is noise
                 check_causal(transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True), folder)
@@ -296,7 +199,7 @@ class CausalLM(Language):
     def _forward(self, ids: torch.Tensor, past=None):
         """Base-model pass: (last hidden state ``[n, L, d]``, KV cache)."""
         out = self.base(input_ids=ids, use_cache=True, **{self._cache_keyword: past})
-        return out[0], _returned_cache(out)
+        return out[0], returned_cache(out)
 
     def _restricted_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits of the K allowed tokens only (K rows of the head), ``[..., K]``."""
@@ -426,7 +329,7 @@ class CausalLM(Language):
         words_n = words[needed]
         hidden_states, past = self._forward(self._inputs(words_n))
         prefix = torch.log_softmax(self._restricted_logits(hidden_states).double(), dim=-1)  # [n, T, K]
-        kv = _kv_pairs(past)
+        kv = kv_pairs(past)
         gen_words = self._generator_ids(words_n)  # [n, T]
         words_n = words_n.to(self.device)
         cand = self._ids  # [K]: the candidate at the position, in generator ids
@@ -460,7 +363,7 @@ class CausalLM(Language):
             r = torch.arange(lo, min(lo + rows_per_chunk, b * K), device=self.device)
             s, w = r // K, r % K  # sentence (within the b) and candidate of each row
             ids = torch.cat([cand[w][:, None], suffix[s]], dim=1)
-            cache = _make_cache([(k_[s], v_[s]) for k_, v_ in prefix_kv], past, self.model.config)
+            cache = make_cache([(k_[s], v_[s]) for k_, v_ in prefix_kv], past, self.model.config)
             h, _ = self._forward(ids, cache)
             logq = torch.log_softmax(self._restricted_logits(h).double(), dim=-1)  # [rows, length, K]
             picked = logq.gather(2, targets[s][..., None]).squeeze(2)
@@ -487,7 +390,7 @@ class CausalLM(Language):
     def tokenizer(self):
         """The generator folder's own tokenizer (``UserError`` when it has none)."""
         if self._tokenizer is None:
-            transformers = _transformers()
+            transformers = require_transformers()
             folder = Path(self.source) if self.source else None
             try:
                 if folder is None:
@@ -544,7 +447,7 @@ def _ancestral(lm_or_model, u: torch.Tensor, restricted: bool, bos: int | None =
     keyword = cache_keyword(base)
     for s in range(T):
         o = base(input_ids=ids, use_cache=True, **{keyword: past})
-        past = _returned_cache(o)
+        past = returned_cache(o)
         p = torch.softmax(head(o[0][:, -1]).double(), dim=-1)
         if accumulate is not None:
             accumulate += p.sum(dim=0).cpu()

@@ -36,7 +36,8 @@ from ..errors import UserError
 from ..files import building, is_empty_dir
 from ..files import sha256_of as _sha256
 from ..libraries import quiet_transformers
-from .lm_generated import POOL_META, POOL_TOKENS, SAMPLE_BLOCK, CausalLM, _transformers, generator_shape
+from .lm_generated import POOL_META, POOL_TOKENS, SAMPLE_BLOCK, CausalLM
+from .lm_generator import generator_shape, require_transformers
 from .text import _gib
 
 EOS = "<|endoftext|>"
@@ -87,8 +88,8 @@ def generator_config(size: str, vocab: int, positions: int, eos_id: int):
     if size not in GENERATOR_SIZES:
         raise UserError(f"unknown generator size {size!r}; choose from {', '.join(GENERATOR_SIZES)}")
     d, layers, heads = GENERATOR_SIZES[size]
-    return _transformers().GPT2Config(vocab_size=vocab, n_positions=positions, n_embd=d, n_layer=layers, n_head=heads,
-                                      bos_token_id=eos_id, eos_token_id=eos_id)
+    return require_transformers().GPT2Config(vocab_size=vocab, n_positions=positions, n_embd=d, n_layer=layers,
+                                             n_head=heads, bos_token_id=eos_id, eos_token_id=eos_id)
 
 
 def train_bpe(documents: Sequence[str], vocab: int):
@@ -129,7 +130,7 @@ def train_generator(files: Sequence[str], out, vocab: int = 1000, size: str = "t
         raise UserError(f"a training step with --context {context}, --batch-size {batch_size}, --size {size} and "
                         f"--vocab {vocab} needs about {_gib(need)} (attention scores grow as context^2); the limit "
                         f"is {_gib(MAX_TRAIN_BYTES)}: use a shorter --context or a smaller --batch-size")
-    transformers = _transformers()
+    transformers = require_transformers()
     documents = [d for f in files for d in read_documents(f, doc_per)]
     if not documents:
         raise UserError("the corpus has no text")

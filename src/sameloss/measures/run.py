@@ -31,7 +31,7 @@ import math
 import os
 from pathlib import Path
 
-from .. import files
+from .. import files, storage
 from ..errors import UserError
 from ..progress import progress_bar
 from ..training.checkpoint import CorruptCheckpoint, step_dirs
@@ -252,7 +252,7 @@ def write_rows(rows: list[dict], out: str | Path, force: bool = False) -> bool:
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise files.write_error(out, exc) from None
+        raise storage.write_error(out, exc) from None
     return files.write_output(out, text, force)
 
 

@@ -188,6 +188,26 @@ def _hidden_square(w: torch.Tensor, k: int) -> torch.Tensor:
     return w.repeat(k, k) / k
 
 
+def _identity_blocks(large: TransformerMLM, L: int, move_last_norm: bool) -> None:
+    """The blocks of ``large`` after its first ``L`` made the identity (zero sub-layers,
+    LayerNorms (1, 0)); ``move_last_norm`` (post-LN with added blocks): the last original
+    LayerNorm's affine part moved past them (module docstring)."""
+    for blk in large.blocks[L:]:
+        for module in blk.modules():
+            if isinstance(module, nn.Linear):
+                module.weight.zero_()
+                module.bias.zero_()
+            elif isinstance(module, nn.LayerNorm):
+                module.weight.fill_(1.0)
+                module.bias.zero_()
+    if move_last_norm:
+        last, new_last = large.blocks[L - 1].mlp_norm, large.blocks[-1].mlp_norm
+        new_last.weight.copy_(last.weight)
+        new_last.bias.copy_(last.bias)
+        last.weight.fill_(1.0)
+        last.bias.zero_()
+
+
 @torch.no_grad()
 def embed(
     small: TransformerMLM,
@@ -251,21 +271,7 @@ def embed(
         ln(blk.attn_norm, f"{p}.attn_norm")
         ln(blk.mlp_norm, f"{p}.mlp_norm")
 
-    for blk in large.blocks[L:]:  # identity blocks: zero sub-layers, LayerNorms (1, 0)
-        for module in blk.modules():
-            if isinstance(module, nn.Linear):
-                module.weight.zero_()
-                module.bias.zero_()
-            elif isinstance(module, nn.LayerNorm):
-                module.weight.fill_(1.0)
-                module.bias.zero_()
-    if cfg.norm == "post" and plan.extra_layers:
-        # move the last LayerNorm's affine part past the added blocks (module docstring)
-        last, new_last = large.blocks[L - 1].mlp_norm, large.blocks[-1].mlp_norm
-        new_last.weight.copy_(last.weight)
-        new_last.bias.copy_(last.bias)
-        last.weight.fill_(1.0)
-        last.bias.zero_()
+    _identity_blocks(large, L, move_last_norm=cfg.norm == "post" and bool(plan.extra_layers))
 
     # the tied decoder sees k copies: the LayerNorm feeding it outputs R(g)/k
     if cfg.mlm_head_transform:

@@ -77,6 +77,15 @@ def _shift_outputs(linears: dict[str, nn.Linear], shifts: dict[str, torch.Tensor
             h.remove()
 
 
+def _squared_norm(live: bool):
+    """Each row's squared norm: differentiated again (``live``), a sum of squares (the norm's
+    derivative is 0/0 at a zero gradient); else the measure's own arithmetic (its numbers are
+    pinned bit for bit)."""
+    if live:
+        return lambda x: x.square().sum(dim=1)
+    return lambda x: torch.linalg.vector_norm(x, dim=1).square()
+
+
 def fisher_label_values(model: nn.Module, sel: SelectedParameters, tokens: torch.Tensor,
                         positions: torch.Tensor, labels: torch.Tensor, linears: dict[str, nn.Linear],
                         blocks: Blocks) -> tuple[torch.Tensor, torch.Tensor]:
@@ -112,12 +121,7 @@ def fisher_label_values(model: nn.Module, sel: SelectedParameters, tokens: torch
     memory no longer grows with the number of parameters.
     """
     seq_len = tokens.shape[1]
-    if sel.live:  # differentiated again: a sum of squares (the norm's derivative is 0/0 at a zero gradient)
-        def squared_norm(x):
-            return x.square().sum(dim=1)
-    else:  # the measure's own arithmetic (its numbers are pinned bit for bit)
-        def squared_norm(x):
-            return torch.linalg.vector_norm(x, dim=1).square()
+    squared_norm = _squared_norm(sel.live)
     block_of = dict(zip(sel.names, blocks.of))
     n_blocks = len(blocks.names)
     ghosted = {f"{n}.{k}" for n in linears for k in ("weight", "bias")}

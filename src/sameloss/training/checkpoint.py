@@ -26,7 +26,8 @@ import torch
 from safetensors.torch import load_file, save_model
 
 from ..errors import UserError
-from ..files import honour_umask, storage_reason, write_error
+from ..files import honour_umask
+from ..storage import storage_reason, write_error
 
 PREFIX = "step_"
 

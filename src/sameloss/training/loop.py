@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import config as configlib
-from .. import files
+from .. import files, storage
 from ..errors import UserError
 from ..progress import progress_bar
 from . import checkpoint as ckpt
@@ -190,7 +190,7 @@ def _create_run_dir(cfg: PretrainConfig, run_dir: Path, fresh: bool) -> bool:
     except OSError as exc:
         if created:
             shutil.rmtree(run_dir, ignore_errors=True)
-        raise files.write_error(run_dir, exc) from None
+        raise storage.write_error(run_dir, exc) from None
     return created
 
 

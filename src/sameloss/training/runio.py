@@ -27,7 +27,7 @@ from typing import NamedTuple
 import torch
 
 from .. import config as configlib
-from .. import files, resources
+from .. import files, resources, storage
 from ..errors import UserError, first_line
 from ..jsonl import read_jsonl
 from ..languages import make_language
@@ -173,7 +173,7 @@ def write_summary(run_dir: Path, step: int, last_eval: dict, model: torch.nn.Mod
     try:
         files.atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
     except OSError as exc:
-        raise files.write_error(run_dir / "summary.json", exc) from None
+        raise storage.write_error(run_dir / "summary.json", exc) from None
 
 
 METRICS = "metrics.jsonl"
@@ -186,7 +186,7 @@ def append_metrics(run_dir: Path, record: dict) -> None:
         with path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
     except OSError as exc:
-        raise files.write_error(path, exc) from None
+        raise storage.write_error(path, exc) from None
 
 
 def _metric_lines(path: Path, hint: str = "") -> list[tuple[str, dict]]:
@@ -223,7 +223,7 @@ def truncate_metrics(path: Path, step: int) -> None:
     try:
         files.atomic_write_text(path, "".join(ln + "\n" for ln in kept))
     except OSError as exc:
-        raise files.write_error(path, exc) from None
+        raise storage.write_error(path, exc) from None
 
 
 def remove_run(run_dir: Path) -> None:

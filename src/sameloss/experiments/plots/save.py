@@ -113,14 +113,14 @@ def remove_stale(folder: str | Path, stem: str, formats: Sequence[str]) -> tuple
     wrote it (its tag; a file of a user's, a link or a folder stays), and drop it from the
     experiment folder's marker; returns the names removed."""
     from .. import folder as experiment_folder
-    from ... import files
+    from ... import storage
 
     removed = []
     for fmt in FORMATS:
         path = Path(folder) / f"{stem}.{fmt}"
         if fmt in formats or path.is_symlink() or not path.is_file() or not is_sameloss_figure(path):
             continue
-        with files.storage_errors(path):
+        with storage.storage_errors(path):
             experiment_folder.forget_output(path)
             path.unlink()
         removed.append(path.name)
@@ -132,11 +132,11 @@ def write_file(path: Path, data: bytes) -> None:
     ``UserError`` line naming ``path``; in an experiment folder, noted in its marker first
     (``folder.record_output``: ``--fresh`` then knows the file is sameloss's, also when a
     kill comes between the two)."""
-    from ... import files
+    from ... import files, storage
     from ..folder import record_output
 
     path = Path(path)
-    with files.storage_errors(path):
+    with storage.storage_errors(path):
         record_output(path)
         files.atomic_write_bytes(path, data)
 

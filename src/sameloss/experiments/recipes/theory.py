@@ -307,7 +307,9 @@ def _wellspecified_claim(lang: str, rows: list[dict], n_batches: int) -> Claim:
 
 
 # ---- (b) Theorem 3.3 ----------------------------------------------------------------------
-def _theorem(records, section: Section, p: TheoryPreset, lang: str) -> None:
+def _sgd_continuations(records, section: Section, p: TheoryPreset, lang: str) -> dict[str, list[dict]]:
+    """The plain-SGD continuations from the converged checkpoint: their rows (table and file) and
+    figure in ``section``; returns each continuation's rows by label, its start first."""
     s = p.sgd
     mspec = _sgd_spec(p, records.seed)
     lemma, *continuations = runs(p, lang, records.seed)
@@ -342,8 +344,13 @@ def _theorem(records, section: Section, p: TheoryPreset, lang: str) -> None:
                f"{records.seed})",
         claim="Theorem 3.3: near the minimum SGD lowers the trace at a rate ∝ η/B while the KL stays, so the trace "
               "curves fall and collapse against η·steps/B"))
+    return series
+
+
+def _slope_rows(p: TheoryPreset, series: dict[str, list[dict]]) -> list[dict]:
+    """Per continuation, the least-squares slope of the trace against η·steps/B and its change."""
     slope_rows = []
-    for c in s.runs:
+    for c in p.sgd.runs:
         pts = series[c.label]
         iv = ols_slope([r["x"] for r in pts], [float(r["trace_fisher"]) for r in pts])
         kl0, kl1 = pts[0], pts[-1]
@@ -355,15 +362,12 @@ def _theorem(records, section: Section, p: TheoryPreset, lang: str) -> None:
                            "trace_change_se": math.hypot(float(kl1["trace_fisher_se"]),
                                                          float(kl0["trace_fisher_se"])),
                            "kl_start": kl0["kl"], "kl_end": kl1["kl"], "x_end": kl1["x"]})
-    section.files["slopes.csv"] = slope_rows
-    section.tables.append(Table(f"{lang}: slope of the trace against η·steps/B (least squares over the kept steps, "
-                                "95% t interval from the residuals)",
-                                [Column("d tr / d(η·steps/B)", "trace_slope", ci=("trace_slope_low", "trace_slope_high"),
-                                        fmt=".3g"),
-                                 Column("η·steps/B at the end", "x_end", fmt=".3g"),
-                                 Column("trace change", "trace_change", "trace_change_se", fmt=".3g"),
-                                 Column("KL start", "kl_start", fmt=".3g"), Column("KL end", "kl_end", fmt=".3g")],
-                                slope_rows, source="slopes.csv", key="run", key_header="continuation"))
+    return slope_rows
+
+
+def _theorem_claims(section: Section, p: TheoryPreset, lang: str, slope_rows: list[dict]) -> None:
+    """Theorem 3.3's claims from the slopes (each negative, equal, and the large batch's smaller change), with
+    a note per continuation on whether it stayed at the minimum."""
     small = slope_rows[:-1]
     large = slope_rows[-1]
     for r in small:
@@ -384,7 +388,7 @@ def _theorem(records, section: Section, p: TheoryPreset, lang: str) -> None:
     ref = small[-1]
     section.claims.append(difference_claim(
         "Theorem 3.3: with the same steps, a much larger batch (≈ gradient flow) lowers the trace less than a small "
-        "batch at the same η.", f"{lang}, trace change over {s.steps} steps", "trace_change", large, ref,
+        "batch at the same η.", f"{lang}, trace change over {p.sgd.steps} steps", "trace_change", large, ref,
         large["run"], ref["run"], -1))
     for r in slope_rows:
         left = float(r["kl_end"]) - float(r["kl_start"]) > p.kl_tolerance
@@ -393,6 +397,21 @@ def _theorem(records, section: Section, p: TheoryPreset, lang: str) -> None:
                                                f"{p.kl_tolerance:g} nats), so the theorem's assumption fails for this "
                                                "run and its slope is not the theorem's rate." if left else
                                                " (the theorem assumes the loss stays at its minimum)."))
+
+
+def _theorem(records, section: Section, p: TheoryPreset, lang: str) -> None:
+    series = _sgd_continuations(records, section, p, lang)
+    slope_rows = _slope_rows(p, series)
+    section.files["slopes.csv"] = slope_rows
+    section.tables.append(Table(f"{lang}: slope of the trace against η·steps/B (least squares over the kept steps, "
+                                "95% t interval from the residuals)",
+                                [Column("d tr / d(η·steps/B)", "trace_slope", ci=("trace_slope_low", "trace_slope_high"),
+                                        fmt=".3g"),
+                                 Column("η·steps/B at the end", "x_end", fmt=".3g"),
+                                 Column("trace change", "trace_change", "trace_change_se", fmt=".3g"),
+                                 Column("KL start", "kl_start", fmt=".3g"), Column("KL end", "kl_end", fmt=".3g")],
+                                slope_rows, source="slopes.csv", key="run", key_header="continuation"))
+    _theorem_claims(section, p, lang, slope_rows)
 
 
 def report(records, p: TheoryPreset, languages: tuple[str, ...] | None = None) -> Section:

@@ -186,6 +186,17 @@ class LanczosResult:
 RESTART_CHUNK_BYTES = 1 << 26
 
 
+def _reorthogonalised(basis: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``w`` orthogonalised against the rows of ``basis`` by classical Gram–Schmidt, twice
+    ("twice is enough"): the vector, its coefficients on the basis (both passes summed) and
+    its norm."""
+    h = basis @ w
+    w = w - basis.T @ h
+    h2 = basis @ w
+    w = w - basis.T @ h2
+    return w, h + h2, w.norm()
+
+
 def lanczos_top_eigenvalue(A: LinearOperator, *, max_iter: int = 100, tol: float = 1e-6,
                            generator: torch.Generator | None = None, basis_size: int = 20,
                            keep: int | None = None, basis_dtype: torch.dtype | None = None,
@@ -231,13 +242,8 @@ def lanczos_top_eigenvalue(A: LinearOperator, *, max_iter: int = 100, tol: float
     while True:
         for j in range(k, m):
             w = A.matvec(Q[j].to(A.device, A.dtype)).to(where, dtype)
-            basis = Q[: j + 1]
-            h = basis @ w
-            w = w - basis.T @ h
-            h2 = basis @ w
-            w = w - basis.T @ h2
-            beta = w.norm()
-            *coefficients, b = torch.cat([(h + h2).double(), beta.double()[None]]).tolist()  # one read
+            w, h, beta = _reorthogonalised(Q[: j + 1], w)
+            *coefficients, b = torch.cat([h.double(), beta.double()[None]]).tolist()  # one read
             products += 1
             T[: j + 1, j] = T[j, : j + 1] = torch.tensor(coefficients, dtype=torch.float64)
             theta, S = torch.linalg.eigh(T[: j + 1, : j + 1])

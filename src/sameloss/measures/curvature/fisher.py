@@ -167,6 +167,32 @@ class _HookedBlock:
         return torch.cat(values), int((weights > 0).sum())
 
 
+def _context_values(step, ctx: MaskedBatch, sel, block_size: int, n_labels: int | None,
+                    gen: torch.Generator) -> tuple[torch.Tensor, int]:
+    """One repeat's per-context values ``[contexts, blocks]`` (``step``: ``_HookedBlock`` or
+    ``_VmapBlock``), ``block_size`` contexts at a time, and the gradients it took."""
+    values, n_grads = [], 0
+    for b0 in range(0, ctx.inputs.shape[0], block_size):
+        chunk = ctx.rows(b0, b0 + block_size).to(sel.device)
+        positions = ctx.masked[b0:b0 + block_size].long().argmax(dim=1).to(sel.device)
+        block_values, grads = step(chunk, positions, n_labels, gen)
+        values.append(block_values)
+        n_grads += grads
+    return torch.cat(values), n_grads
+
+
+def _extra(n_grads: int, blocks: Blocks | None, per_block: list, per_repeat: list[torch.Tensor]) -> dict:
+    """``trace_fisher``'s ``extra``: the gradients taken, each block's trace (``blocks``:
+    ``by_block``) and, over several repeats, each repeat's estimate and their std."""
+    extra: dict = {"n_gradients": n_grads}
+    if blocks is not None:
+        extra["blocks"] = block_table(blocks, dict(zip(blocks.names, per_block)))
+    if len(per_repeat) > 1:
+        reps = torch.stack([v.sum(dim=1).mean() for v in per_repeat]).cpu()
+        extra.update(repeat_estimates=reps.tolist(), repeat_std=float(reps.std()))
+    return extra
+
+
 def trace_fisher(model: nn.Module, language: Language, *, n_contexts: int = 10_000,
                  n_labels: int | None = 50, params: str | None = None, seed: int = 0,
                  repeats: int = 1, contexts: MaskedBatch | None = None, block_size: int = 256,
@@ -233,23 +259,13 @@ def trace_fisher(model: nn.Module, language: Language, *, n_contexts: int = 10_0
             one = ctx.inputs[:1].to(sel.device)
             step = _HookedBlock(model, sel, blocks, one, max_chunk_bytes) if use_hooks else \
                 _VmapBlock(model, sel, blocks, one, engine, ghost_norms, max_chunk_bytes)
-            values = []
-            for b0 in range(0, ctx.inputs.shape[0], block_size):
-                chunk = ctx.rows(b0, b0 + block_size).to(sel.device)
-                positions = ctx.masked[b0:b0 + block_size].long().argmax(dim=1).to(sel.device)
-                block_values, grads = step(chunk, positions, n_labels, gen)
-                values.append(block_values)
-                n_grads += grads
-            per_repeat.append(torch.cat(values))
+            values, grads = _context_values(step, ctx, sel, block_size, n_labels, gen)
+            per_repeat.append(values)
+            n_grads += grads
     everything = torch.cat(per_repeat)  # [all contexts, blocks]
     (estimate, stderr), *per_block = _mean_and_stderr_table(torch.cat([everything.sum(dim=1, keepdim=True),
                                                                        everything], dim=1))
-    extra: dict = {"n_gradients": n_grads}
-    if by_block:
-        extra["blocks"] = block_table(blocks, dict(zip(blocks.names, per_block)))
-    if repeats > 1:
-        reps = torch.stack([v.sum(dim=1).mean() for v in per_repeat]).cpu()
-        extra.update(repeat_estimates=reps.tolist(), repeat_std=float(reps.std()))
+    extra = _extra(n_grads, blocks if by_block else None, per_block, per_repeat)
     settings = {"n_contexts": int(per_repeat[0].shape[0]), "n_labels": n_labels, "repeats": repeats,
                 "seed": seed, "engine": engine, "ghost_norms": ghost_norms and engine == "func", "hooks": use_hooks,
                 "contexts_given": contexts is not None}

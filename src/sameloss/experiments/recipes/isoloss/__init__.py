@@ -17,23 +17,17 @@ Command
 
 Runtime per scale (one thread per worker; ``--launcher local --workers N`` runs N seeds at once)
 
-    The design changed (three measured checkpoints per fork, longer stretches for the forks
-    on a higher KL floor): the figures below are measured on this design.
     smoke   ~2 min on a 2-core CPU (3 seeds, micro model, tens of steps; the numbers mean
             nothing)
-    quick   ~15 min on 2 idle cores, measured: 14.9 min (2026-11-28, 2 local workers, load 0.6
-            before, 1,536 CPU s; ``sameloss plan`` forecast 16 min). Its design
-            (``design.QUICK_PLAN``: 4 late comparisons on 4-5 seeds) is what ``choose_design``
-            buys for 25 minutes with the planner's costs; it decided 3 of 4 (the previous
-            10-seed design with ``size @ late`` took 31.0 min and decided 4 of 5)
-    tiny    the pilot (6 seeds, every fork but the flatness forks, which came after it): 141 min
-            wall with 2 workers at load 4-16 on a shared 2-core CPU (2026-11-27), CPU 1,080-1,410
-            s a seed; the planner (2026-11-28, calibrated on the main job): ~27 CPU-min a seed with every
-            fork, the 10-seed pilot ~136 min on 2 workers.
-            The design: a pilot of 10 seeds, then at most 48 within --budget (180 min by default)
-    small   estimate, not measured: ~16 h on one H100 (``sameloss plan isoloss --scale small
-            --hardware h100``, 2026-11-27: 16.3 h; paper HMM, t4-384, batch 4096)
-    paper   estimate, not measured: ~35 days on one H100 (the planner, the same day)
+    quick   ~15 min on 2 idle cores (``sameloss plan`` forecasts it); its design
+            (``design.QUICK_PLAN``) is what ``choose_design`` buys for 25 minutes with the
+            planner's costs
+    tiny    a pilot of 10 seeds, then at most 48 within --budget (180 min by default)
+    small   hours on one H100, paper weeks: estimates only (``sameloss plan isoloss --scale
+            small --hardware h100``)
+
+    The measured runs, with their dates, machines and loads, and the planner's forecasts:
+    ``docs/results/isoloss.md``.
 
 Languages
     ``--language SPEC`` studies another language: ``NAME[:SIZE][:key=value,...]`` with
@@ -51,9 +45,7 @@ Languages
     and counted as uninformative, never pooled. Each choice of languages is its own
     folder (``<out>/isoloss-<scale>-<tags>``; the HMM alone: ``isoloss-<scale>``).
     Every scale studies the HMM by default. The PCFG ``headroom`` size joins the default
-    when it passes the gate at ``tiny``: measured 2026-11-24, 14 of its 16 bases passed
-    (seeds 7 and 10: 4.3 and 4.7 points below the oracle), so its ``tiny`` study gives no
-    verdict (70 min 55 s on 2 workers). Studies run apart (other sessions, machines) are
+    when it passes the gate at ``tiny`` (it has not yet: ``docs/results/pcfg.md``). Studies run apart (other sessions, machines) are
     combined by ``sameloss replicate FOLDER FOLDER`` (``finished_studies``: the same table,
     read from their files).
 
@@ -94,9 +86,6 @@ What it runs
     ``large`` 2× wider and one more block; ``quick``/``tiny`` drop ``sam02``, fork ``adv``
     late only (``Fork.late_only``; its comparison is exempt from the MDE target) and make
     ``large`` two more blocks at the same width (2 → 4 blocks, 106 k → 206 k parameters).
-    ``sameloss plan isoloss --scale tiny`` (2026-11-27, this 2-core CPU, 2 workers): the
-    180-min budget buys 43 seeds; the ceiling of 48 seeds is 399 runs, 6.6 h of work, ~3.3 h
-    wall.
     The flatness forks run at ``quick``/``tiny`` (their λ's scale) and, ``sharp`` only, at
     ``smoke`` (the plumbing: the penalty's steps are dear, and ``sharp`` and ``flat`` together
     made the smoke study half as long again); ``small``/``paper`` leave them out until
@@ -180,11 +169,12 @@ SUMMARY = ("forks of one base run at matched KL and one lr (algorithm, longer, s
 
 from .allocation import allocation_of, forecast, plan_notes  # noqa: E402
 from .analysis import language_report, report, run_seeds  # noqa: E402
-from .design import (COMPARISONS, DEFAULT_TASKS, EMBED_KL_TOLERANCE, ENDPOINTS, FLATNESS_TINY, HALF_BATCH,  # noqa: E402
-                     MEASURED, MEASURED_RUNTIMES, NOREG, PRESETS, QUICK_BUDGET_MINUTES, QUICK_LEFT, QUICK_PLAN, TITLE, Fork, IsolossPreset, LanguageChoice, _forks, flatness_forks,
-                     folder_suffix, forks_of, language_studies, parse_language, regression_without, stretches,
-                     task_span, with_budget, with_even, with_languages)
+from .design import (COMPARISONS, EMBED_KL_TOLERANCE, ENDPOINTS, FLATNESS_TINY, HALF_BATCH,  # noqa: E402
+                     MEASURED, MEASURED_RUNTIMES, NOREG, PRESETS, QUICK_BUDGET_MINUTES, QUICK_LEFT, QUICK_PLAN, TITLE, Fork, IsolossPreset, _forks, flatness_forks,
+                     folder_suffix, forks_of, language_studies, regression_without, stretches,
+                     with_budget, with_even, with_languages)
 from .figures import forest_label  # noqa: E402
+from .language import DEFAULT_TASKS, LanguageChoice, parse_language, task_span  # noqa: E402
 from .report import finished_studies, replication_section  # noqa: E402
 from .study import (all_seeds, base_run, fork_run, headroom_gate, large_shape, runs, seed_result,  # noqa: E402
                     seed_study, study_seeds, units)

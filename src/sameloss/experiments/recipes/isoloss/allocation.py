@@ -115,7 +115,8 @@ def _saved_allocation(setup, p: IsolossPreset) -> dict | None:
 
 
 def _save_allocation(setup, p: IsolossPreset, sds: dict, costs: dict, pilot_wall: float) -> None:
-    from ....files import atomic_write_json, storage_errors
+    from ....files import atomic_write_json
+    from ....storage import storage_errors
 
     path = _allocation_path(setup, p)
     with storage_errors(path):
@@ -129,7 +130,8 @@ def planned_costs(p: IsolossPreset, device: str = "cpu", cpu_peak: float | None 
     ``|base|measure``: the base, its gate and the references): ``sameloss plan``'s cost model
     on one seed of the study planned with every fork, each seed run by one of ``workers``
     workers (on the CPU, a peak not given is measured with the threads each worker runs)."""
-    from ...plan import dry_plan, estimate, measure_cpu_peak
+    from ...hardware import measure_cpu_peak
+    from ...plan import dry_plan, estimate
 
     if device == "cpu" and cpu_peak is None:
         cpu_peak = measure_cpu_peak(workers=workers)

@@ -16,7 +16,8 @@ from ....errors import UserError
 from ... import paired
 from ...claims import fmt
 from ...report import Column, Section, Table
-from .design import EMBED_KL_TOLERANCE, IsolossPreset, parse_language
+from .design import EMBED_KL_TOLERANCE, IsolossPreset
+from .language import parse_language
 
 def replication_section(outcomes: list[dict]) -> Section:
     """The replication table of the languages' ``outcomes`` (``_language_report``'s, or
