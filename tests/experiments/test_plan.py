@@ -16,6 +16,7 @@ from sameloss import registry
 from sameloss.cli import main
 from sameloss.experiments import hardware
 from sameloss.experiments import plan as planner
+from sameloss.training.config import FLATNESS_SIGNS_FORWARDS
 from sameloss.models import build_model
 
 
@@ -131,7 +132,7 @@ def test_a_flatness_penalty_adds_its_measured_cost_per_step():
 
     # the signs estimator (the default): FLATNESS_SIGNS_FORWARDS forwards per sentence of the
     # slice, whatever the label count (every label rides on one backward)
-    signs = 1 + planner.FLATNESS_SIGNS_FORWARDS * 32 / (3 * 256)
+    signs = 1 + FLATNESS_SIGNS_FORWARDS * 32 / (3 * 256)
     assert ratio() == pytest.approx(signs, rel=1e-9)
     assert ratio(labels=0) == pytest.approx(signs, rel=1e-9)
     # the Fisher estimator, bench/bench_flatness.py's ratios on this design (batch 256, 32

@@ -17,7 +17,8 @@ FLOPs: a forward pass per token of a full-length padded sentence is the model ki
 transformer's in ``models/transformer.py``; element-wise work is not counted). A training
 step is 3× its forward (the backward is 2×); SAM splits the batch into its ascent and
 update halves (the same total); the adversarial objective adds a forward and backward over
-its own batch; a flatness penalty its measured cost (``FLATNESS_FORWARDS``). Stages: ``training`` (the steps each run trains; a fork that continues a
+its own batch; a flatness penalty its measured cost: each treatment's ``step_forwards``
+(``training.config``). Stages: ``training`` (the steps each run trains; a fork that continues a
 checkpoint only the steps after it) and ``exact-KL evaluation`` (the held-out forward
 passes during training: every ``eval.every`` steps, at the end and — with
 ``eval.at_checkpoints`` — at every kept checkpoint); each measure of a checkpoint adds its
@@ -256,34 +257,6 @@ def _language_shape(cfg, language_shapes: dict) -> tuple[int, int]:
     return _LANGUAGES[key]
 
 
-# The flatness penalty's cost per step (``training.flatness``) in forward passes of one sentence,
-# per sentence of its slice and per label it differentiates (Fisher: ``flatness.labels``
-# drawn, or every label — the vocabulary — for 0) or per probe (Hutchinson): per-context
-# gradients differentiated once more have no clean matmul count, so these are measured
-# time ratios — bench/bench_flatness.py on the tiny isoloss design (CPU, one thread, 32
-# sentences of a 256-sentence batch): Fisher with 2 labels 2.31× a plain step and with every
-# one of the 11 labels 8.19× (both 15.7 sentence-forwards per sentence and label),
-# Hutchinson with one probe 10.8× (234 per sentence and probe).
-# The signs estimator (``flatness.estimator = "signs"``, the default): one forward, one backward
-# kept for differentiation and its backward, of the slice — every label at once, so per
-# sentence of the slice only (FLATNESS_SIGNS_FORWARDS, measured: see there).
-FLATNESS_FORWARDS = {"fisher": 15.7, "hutchinson": 234.5}
-FLATNESS_SIGNS_FORWARDS = 7.0
-
-
-def flatness_flops(cfg, m: ModelShape) -> float:
-    """FLOPs per step of the flatness penalty (0 without one): ``FLATNESS_FORWARDS``, or
-    ``FLATNESS_SIGNS_FORWARDS`` for the signs estimator."""
-    f = cfg.flatness
-    if f.weight == 0:
-        return 0.0
-    slice_flops = min(f.sentences, cfg.batch_size) * m.sentence_flops
-    if f.measure == "fisher" and getattr(f, "estimator", "per-example") == "signs":
-        return FLATNESS_SIGNS_FORWARDS * slice_flops
-    per = f.probes if f.measure == "hutchinson" else (f.labels or m.vocab)
-    return FLATNESS_FORWARDS[f.measure] * per * slice_flops
-
-
 def training_flops(cfg, m: ModelShape, start_step: int = 0) -> tuple[int, float]:
     """(steps trained, FLOPs) of one run."""
     steps = max(0, cfg.steps - start_step)
@@ -291,10 +264,9 @@ def training_flops(cfg, m: ModelShape, start_step: int = 0) -> tuple[int, float]
     # halves (ascent and update), the whole batch
     batch = cfg.batch_size // 2 if getattr(cfg, "update_half", False) else cfg.batch_size
     per_step = 3 * forward_flops_per_token(m) * batch * m.max_len
-    if cfg.adversarial.weight > 0:
-        per_step += 3 * forward_flops_per_token(m) * cfg.adversarial.batch_size * m.max_len
-    per_step += flatness_flops(cfg, m)
-    return steps, steps * per_step
+    # each treatment declares what it adds to a step (``step_forwards``: sentence forwards)
+    extra = sum(t.step_forwards(cfg.batch_size, m.vocab) for t in (cfg.sam, cfg.adversarial, cfg.flatness))
+    return steps, steps * (per_step + extra * m.sentence_flops)
 
 
 def training_evaluations(cfg, start_step: int = 0) -> int:

@@ -138,6 +138,12 @@ class SAMConfig:
         if self.rho < 0:
             raise ValueError(f"sam.rho must be >= 0, got {self.rho}")
 
+    def step_forwards(self, batch_size: int, vocab: int) -> float:
+        """What SAM adds to a training step, in full-length sentence forwards (the planner's
+        unit): nothing — its ascent and its update each run on one half of the batch, so
+        the step passes the batch once forward and back, as a plain one does."""
+        return 0.0
+
 
 @dataclass(frozen=True)
 class AdversarialConfig:
@@ -154,6 +160,26 @@ class AdversarialConfig:
             raise ValueError(f"adversarial.weight must be >= 0, got {self.weight}")
         if self.weight > 0 and not self.task:
             raise ValueError("adversarial.task must name a downstream task when adversarial.weight > 0")
+
+    def step_forwards(self, batch_size: int, vocab: int) -> float:
+        """What the objective adds to a training step, in full-length sentence forwards: a
+        forward and a backward (3 forwards' FLOPs) of its own labelled batch; 0 when off."""
+        return 3.0 * self.batch_size if self.weight > 0 else 0.0
+
+
+# The flatness penalty's cost per step (``training.flatness``) in forward passes of one sentence,
+# per sentence of its slice and per label it differentiates (Fisher: ``flatness.labels``
+# drawn, or every label — the vocabulary — for 0) or per probe (Hutchinson): per-context
+# gradients differentiated once more have no clean matmul count, so these are measured
+# time ratios — bench/bench_flatness.py on the tiny isoloss design (CPU, one thread, 32
+# sentences of a 256-sentence batch): Fisher with 2 labels 2.31× a plain step and with every
+# one of the 11 labels 8.19× (both 15.7 sentence-forwards per sentence and label),
+# Hutchinson with one probe 10.8× (234 per sentence and probe).
+# The signs estimator (``flatness.estimator = "signs"``, the default): one forward, one backward
+# kept for differentiation and its backward, of the slice — every label at once, so per
+# sentence of the slice only (measured with bench/bench_flatness.py: 7 forwards a sentence).
+FLATNESS_FORWARDS = {"fisher": 15.7, "hutchinson": 234.5}
+FLATNESS_SIGNS_FORWARDS = 7.0
 
 
 @dataclass(frozen=True)
@@ -197,6 +223,17 @@ class FlatnessConfig:
             raise ValueError(f"flatness.labels must be >= 0 (0: every label, exactly), got {self.labels}")
         if self.probes < 1:
             raise ValueError(f"flatness.probes must be >= 1, got {self.probes}")
+
+    def step_forwards(self, batch_size: int, vocab: int) -> float:
+        """What the penalty adds to a training step of ``batch_size`` sentences, in full-length
+        sentence forwards (``FLATNESS_FORWARDS``, ``FLATNESS_SIGNS_FORWARDS``); 0 when off."""
+        if self.weight == 0:
+            return 0.0
+        sentences = min(self.sentences, batch_size)
+        if self.measure == "fisher" and self.estimator == "signs":
+            return FLATNESS_SIGNS_FORWARDS * sentences
+        per = self.probes if self.measure == "hutchinson" else (self.labels or vocab)
+        return FLATNESS_FORWARDS[self.measure] * per * sentences
 
 
 @dataclass(frozen=True)
