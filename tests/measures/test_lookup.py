@@ -10,6 +10,7 @@ import torch
 
 from sameloss.languages import HMM, PCFG, Dyck
 from sameloss.measures.lookup import lookup_features, lookup_table_probe
+from sameloss.measures.probe import ProbeSettings
 from sameloss.measures.tasks import make_task_data
 
 
@@ -40,13 +41,13 @@ def test_features_are_the_true_single_mask_conditionals(language):
 def test_lookup_table_recovers_the_hidden_state():
     hmm = HMM.preset("tiny")
     data = make_task_data(hmm, "task-5", n_train=500, n_validation=200, n_test=500, seed=0)
-    r = lookup_table_probe(hmm, data, method="lbfgs", seeds=(0,))
+    r = lookup_table_probe(hmm, data, ProbeSettings.of("lbfgs", seeds=(0,)))
     # the conditionals at the neighbouring positions carry the state: ≈ 0.89 vs ≈ 0.20
     assert r.mean > r.majority_rate + 0.4, r
     assert r.measure == "lookup_table" and r.settings["feature_dim"] == hmm.max_len * hmm.n_words
     assert r.settings["nan_positions"] == 0
     json.loads(r.to_json())
-    fast = lookup_table_probe(hmm, data, method="adamw", seeds=(0, 1), epochs=10, lr=1e-2)
+    fast = lookup_table_probe(hmm, data, ProbeSettings.of("adamw", seeds=(0, 1), epochs=10, lr=1e-2))
     assert len(fast.accuracies) == 2 and fast.mean > fast.majority_rate + 0.3, fast
 
 
@@ -56,7 +57,7 @@ def test_undefined_conditionals_are_zeroed_and_counted():
     data = make_task_data(dyck, "mismatch", n_train=100, n_validation=20, n_test=50, seed=0)
     f, nans = lookup_features(dyck, data.train.tokens, return_nan_count=True)
     assert nans > 0 and torch.isfinite(f).all()
-    r = lookup_table_probe(dyck, data, method="lbfgs", seeds=(0,))
+    r = lookup_table_probe(dyck, data, ProbeSettings.of("lbfgs", seeds=(0,)))
     assert r.settings["nan_positions"] >= nans
 
 

@@ -10,7 +10,9 @@ import torch
 
 from sameloss.errors import UserError
 from sameloss.languages import HMM, PCFG, Batch
+from sameloss.measures.heads import HeadTraining
 from sameloss.measures.probe import (
+    ProbeSettings,
     extract_features,
     gaussian_projection,
     linear_probe,
@@ -86,7 +88,7 @@ def synthetic(n_classes=4, dim=20, sizes=(600, 200, 600), linear=True, seed=0) -
 @pytest.mark.parametrize("method", ["adamw", "lbfgs"])
 def test_linear_labels_are_learned(method):
     feats, data = synthetic()
-    r = probe_features(feats, data, method=method, seeds=(0, 1), epochs=40, lr=1e-2, batch_size=64)
+    r = probe_features(feats, data, ProbeSettings.of(method, seeds=(0, 1), epochs=40, lr=1e-2, batch_size=64))
     assert r.mean > 0.95, r
     assert len(r.accuracies) == 2 and r.n_train == 600 and r.n_test == 600
     if method == "adamw":
@@ -98,16 +100,16 @@ def test_linear_labels_are_learned(method):
 @pytest.mark.parametrize("method", ["adamw", "lbfgs"])
 def test_random_labels_stay_at_chance(method):
     feats, data = synthetic(linear=False, sizes=(400, 200, 1000))
-    r = probe_features(feats, data, method=method, seeds=(0,), epochs=20, lr=1e-2)
+    r = probe_features(feats, data, ProbeSettings.of(method, seeds=(0,), epochs=20, lr=1e-2))
     assert abs(r.mean - 0.25) < 0.08, r
 
 
 def test_lbfgs_and_adamw_agree_on_an_easy_problem():
     feats, data = synthetic(n_classes=3, dim=10, seed=1)
     x_tr, x_va, x_te = standardize(feats["train"], feats["validation"], feats["test"])
-    a = train_head(x_tr, data.train.labels, x_va, data.validation.labels, 3, method="adamw", epochs=60, lr=1e-2,
-                   batch_size=64)
-    b = train_head(x_tr, data.train.labels, x_va, data.validation.labels, 3, method="lbfgs", l2=1e-3)
+    a = train_head((x_tr, data.train.labels), (x_va, data.validation.labels), 3,
+                   HeadTraining("adamw", epochs=60, lr=1e-2, batch_size=64))
+    b = train_head((x_tr, data.train.labels), (x_va, data.validation.labels), 3, HeadTraining("lbfgs", l2=1e-3))
     pa, pb = a.logits(x_te).argmax(1), b.logits(x_te).argmax(1)
     assert (pa == pb).double().mean() > 0.95
     assert abs(a.accuracy(x_te, data.test.labels) - b.accuracy(x_te, data.test.labels)) < 0.03
@@ -121,7 +123,7 @@ def test_projection_dims_and_seeds():
     assert not torch.equal(R, gaussian_projection(768, 512, seed=1))
     assert abs(float(R.pow(2).sum(0).mean()) - 1.0) < 0.05  # columns of unit norm on average
     feats, data = synthetic()
-    r = probe_features(feats, data, method="lbfgs", seeds=(0, 1), projection_dim=64)
+    r = probe_features(feats, data, ProbeSettings.of("lbfgs", seeds=(0, 1), projection_dim=64))
     assert r.settings["projection_dim"] == 64 and r.settings["feature_dim"] == 20
     assert r.mean > 0.95  # a projection to more dimensions than D loses nothing
     # the projection depends on the seed, so the heads differ
@@ -130,14 +132,14 @@ def test_projection_dims_and_seeds():
 
 def test_result_serialises_and_rejects_bad_settings():
     feats, data = synthetic(sizes=(100, 50, 100))
-    r = probe_features(feats, data, method="lbfgs", seeds=(0,))
+    r = probe_features(feats, data, ProbeSettings.of("lbfgs", seeds=(0,)))
     back = json.loads(r.to_json())
     assert back["measure"] == "linear_probe" and back["accuracies"] == r.accuracies
     assert 0 <= back["majority_rate"] <= 1 and back["std"] == 0.0
     with pytest.raises(UserError, match="method"):
-        probe_features(feats, data, method="sgd")
+        ProbeSettings.of("sgd")
     with pytest.raises(UserError, match="projection_dim"):
-        probe_features(feats, data, projection_dim=0)
+        ProbeSettings.of(projection_dim=0)
 
 
 # ---- features of real models --------------------------------------------------------------------
@@ -167,8 +169,8 @@ def test_probe_of_a_tiny_checkpoint(checkpoint):
     model, language, _, _ = load_checkpoint(checkpoint)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     data = make_task_data(language, "task-5", n_train=300, n_validation=100, n_test=300, seed=0)
-    results = [linear_probe(model, data, method="lbfgs", seeds=(0,)),
-               linear_probe(model, data, method="adamw", seeds=(0, 1), epochs=5, projection_dim=512)]
+    results = [linear_probe(model, data, ProbeSettings.of("lbfgs", seeds=(0,))),
+               linear_probe(model, data, ProbeSettings.of("adamw", seeds=(0, 1), epochs=5, projection_dim=512))]
     for r in results:
         assert r.measure == "linear_probe" and r.task == "task-5" and r.language == "hmm"
         assert all(0.0 <= a <= 1.0 for a in r.accuracies)

@@ -15,11 +15,11 @@
 from .curvature import CurvatureResult, sam_sharpness, top_eigenvalue, trace_fisher, trace_hutchinson
 from .finetune import finetune
 from .lookup import lookup_features, lookup_table_probe
-from .probe import DownstreamResult, linear_probe, probe_features
+from .probe import DownstreamResult, ProbeSettings, linear_probe, probe_features
 from .run import MeasureSpec, measure_checkpoint, measure_path, write_rows
 from .spec import MEASURES, Measure
 from .tasks import TaskData, make_task_data
 
 __all__ = ["CurvatureResult", "DownstreamResult", "MEASURES", "Measure", "MeasureSpec", "TaskData", "finetune", "linear_probe",
            "lookup_features", "lookup_table_probe", "make_task_data", "measure_checkpoint", "measure_path",
-           "probe_features", "sam_sharpness", "top_eigenvalue", "trace_fisher", "trace_hutchinson", "write_rows"]
+           "ProbeSettings", "probe_features", "sam_sharpness", "top_eigenvalue", "trace_fisher", "trace_hutchinson", "write_rows"]

@@ -32,7 +32,7 @@ import torch
 from tqdm import tqdm
 
 from sameloss.languages.base import Language
-from sameloss.measures.probe import DEFAULT_EPOCHS, DEFAULT_SEEDS, DownstreamResult, probe_features
+from sameloss.measures.probe import DownstreamResult, ProbeSettings, probe_features
 from sameloss.measures.tasks import SPLITS, TaskData
 
 
@@ -61,26 +61,15 @@ def lookup_features(language: Language, tokens: torch.Tensor, batch_size: int = 
     return (out, nan_positions) if return_nan_count else out
 
 
-def lookup_table_probe(language: Language, data: TaskData, method: str = "adamw",
-                       seeds: Sequence[int] = DEFAULT_SEEDS, epochs: int = DEFAULT_EPOCHS, lr: float = 1e-3,
-                       batch_size: int = 128, weight_decay: float = 0.01, l2: float = 1e-4, max_iter: int = 500,
-                       projection_dim: int | None = None, device: str | torch.device = "cpu",
-                       progress: bool = False) -> DownstreamResult:
+def lookup_table_probe(language: Language, data: TaskData, settings: ProbeSettings = ProbeSettings(),
+                       device: str | torch.device = "cpu", progress: bool = False) -> DownstreamResult:
     """The look-up-table baseline: a linear probe (``probe.probe_features``) on the true
     conditionals of the task's sentences — what the pre-training target itself carries.
 
     Args:
         language: the language (its exact conditionals are the features).
         data: the task's splits, of this language.
-        method: ``adamw`` (the paper's) or ``lbfgs`` (the exact convex solve).
-        seeds: one probe per seed.
-        epochs: AdamW epochs.
-        lr: AdamW learning rate.
-        batch_size: AdamW batch.
-        weight_decay: AdamW weight decay.
-        l2: L-BFGS's L2 penalty.
-        max_iter: L-BFGS's iterations.
-        projection_dim: a fixed random projection of the features to this size first.
+        settings: the head's training, the seeds and the projection (``probe.ProbeSettings``).
         device: where the head is trained.
         progress: show a progress bar.
 
@@ -96,7 +85,5 @@ def lookup_table_probe(language: Language, data: TaskData, method: str = "adamw"
         nans += k
     extra = {"representation": "true single-mask conditionals of all positions concatenated, pad positions zero",
              "n_words": language.n_words, "nan_positions": nans}
-    return probe_features(features, data, measure="lookup_table", method=method, seeds=seeds, epochs=epochs,
-                          lr=lr, batch_size=batch_size, weight_decay=weight_decay, l2=l2, max_iter=max_iter,
-                          projection_dim=projection_dim, progress=progress, extra_settings=extra,
-                          device=device)
+    return probe_features(features, data, settings, measure="lookup_table", extra_settings=extra, device=device,
+                          progress=progress)

@@ -63,6 +63,37 @@ DEFAULT_SEEDS = (0, 1, 2, 3, 4)
 DEFAULT_EPOCHS = 50
 
 
+@dataclass(frozen=True)
+class ProbeSettings:
+    """How a probe is run: the head's training (``heads.HeadTraining``: ``adamw``, the
+    paper's, ``epochs`` at ``lr``; or ``lbfgs``, the exact convex solve with ``l2``, at most
+    ``max_iter`` iterations), one probe per seed of ``seeds`` (the result is their mean ±
+    std), and ``projection_dim``: a fixed random projection of the features to this size
+    first (``None``: none)."""
+
+    head: HeadTraining = field(default_factory=lambda: HeadTraining(epochs=DEFAULT_EPOCHS))
+    seeds: Sequence[int] = DEFAULT_SEEDS
+    projection_dim: int | None = None
+
+    def __post_init__(self):
+        if not self.seeds:
+            raise UserError("the probe needs at least one seed")
+        if self.projection_dim is not None and self.projection_dim < 1:
+            raise UserError(f"projection_dim must be a positive integer, got {self.projection_dim}")
+        if self.head.epochs < 1 and self.head.method == "adamw":
+            raise UserError(f"epochs must be >= 1, got {self.head.epochs}")
+
+    @classmethod
+    def of(cls, method: str = "adamw", seeds: Sequence[int] = DEFAULT_SEEDS, projection_dim: int | None = None,
+           **head) -> "ProbeSettings":
+        """Settings from keywords: ``method`` and ``HeadTraining``'s fields (``epochs``, ``lr``,
+        ``batch_size``, ``weight_decay``, ``l2``, ``max_iter``), ``seeds``, ``projection_dim``.
+        An unknown method is a ``UserError``."""
+        if method not in METHODS:
+            raise UserError(f"unknown probe method {method!r}; choose from {', '.join(METHODS)}")
+        return cls(HeadTraining(method, **{"epochs": DEFAULT_EPOCHS, **head}), tuple(seeds), projection_dim)
+
+
 # ---- results ----------------------------------------------------------------------------
 @dataclass
 class DownstreamResult:
@@ -229,11 +260,11 @@ def _check_inputs(x: torch.Tensor, y: torch.Tensor, n_classes: int, name: str) -
         raise ValueError(f"{name}: labels must lie in 0..{n_classes - 1}")
 
 
-def train_head(x_train: torch.Tensor, y_train: torch.Tensor, x_val: torch.Tensor, y_val: torch.Tensor,
-               n_classes: int, method: str = "adamw", seed: int = 0, epochs: int = DEFAULT_EPOCHS, lr: float = 1e-3,
-               batch_size: int = 128, weight_decay: float = 0.01, l2: float = 1e-4, max_iter: int = 500,
+def train_head(train: tuple[torch.Tensor, torch.Tensor], validation: tuple[torch.Tensor, torch.Tensor],
+               n_classes: int, head: HeadTraining = HeadTraining(epochs=DEFAULT_EPOCHS), seed: int = 0,
                device: str | torch.device = "cpu", progress: bool = False) -> Head:
-    """Train a linear head on precomputed (already projected / standardised) features.
+    """Train a linear head on precomputed (already projected / standardised) features
+    ``train = (x, y)``, selected on ``validation = (x, y)``.
 
     ``adamw``: minibatch AdamW for ``epochs`` epochs, keeping the head of the epoch with
     the best validation accuracy (earliest among ties; the last epoch if there is no
@@ -242,46 +273,34 @@ def train_head(x_train: torch.Tensor, y_train: torch.Tensor, x_val: torch.Tensor
     probes share). The caller's global RNG is not touched. The head is trained on
     ``device`` (the features are moved there); it is returned on the CPU.
     """
-    if method not in METHODS:
-        raise UserError(f"unknown probe method {method!r}; choose from {', '.join(METHODS)}")
+    (x_train, y_train), (x_val, y_val) = train, validation
     _check_inputs(x_train, y_train, n_classes, "train")
     _check_inputs(x_val, y_val, n_classes, "validation")
     device = torch.device(device)
     x_train, y_train = x_train.float().to(device), y_train.to(device)
     x_val, y_val = x_val.float().to(device), y_val.to(device)
-    how = HeadTraining(method, epochs=epochs, lr=lr, batch_size=batch_size, weight_decay=weight_decay, l2=l2,
-                       max_iter=max_iter, tolerance_grad=1e-7, tolerance_change=1e-12)
-    fit = fit_linear_heads(x_train, y_train, n_classes, how, seed=seed, validation=(x_val, y_val), progress=progress)
-    if method == "lbfgs":
-        head = Head(fit.W.clone(), fit.b.clone(), iterations=fit.iterations, final_loss=fit.objective)
+    fit = fit_linear_heads(x_train, y_train, n_classes, head, seed=seed, validation=(x_val, y_val), progress=progress)
+    if head.method == "lbfgs":
+        fitted = Head(fit.W.clone(), fit.b.clone(), iterations=fit.iterations, final_loss=fit.objective)
     else:
         with torch.no_grad():
             final = float(F.cross_entropy(F.linear(x_train, fit.W, fit.b), y_train)) if len(y_train) else float("nan")
-        head = Head(fit.W, fit.b, best_epoch=fit.best_epoch, final_loss=final)
+        fitted = Head(fit.W, fit.b, best_epoch=fit.best_epoch, final_loss=final)
     with torch.no_grad():
-        head.validation_accuracy = head.accuracy(x_val, y_val)
-        head.train_accuracy = head.accuracy(x_train, y_train)
-    head.weight, head.bias = head.weight.cpu(), head.bias.cpu()
-    return head
+        fitted.validation_accuracy = fitted.accuracy(x_val, y_val)
+        fitted.train_accuracy = fitted.accuracy(x_train, y_train)
+    fitted.weight, fitted.bias = fitted.weight.cpu(), fitted.bias.cpu()
+    return fitted
 
 
 # ---- the probe ----------------------------------------------------------------------------
-def probe_features(features: dict[str, torch.Tensor], data: TaskData, measure: str = "linear_probe",
-                   method: str = "adamw", seeds: Sequence[int] = DEFAULT_SEEDS, epochs: int = DEFAULT_EPOCHS,
-                   lr: float = 1e-3, batch_size: int = 128, weight_decay: float = 0.01, l2: float = 1e-4,
-                   max_iter: int = 500, projection_dim: int | None = None, progress: bool = False,
-                   extra_settings: dict | None = None, device: str | torch.device = "cpu") -> DownstreamResult:
+def probe_features(features: dict[str, torch.Tensor], data: TaskData, settings: ProbeSettings = ProbeSettings(),
+                   measure: str = "linear_probe", extra_settings: dict | None = None,
+                   device: str | torch.device = "cpu", progress: bool = False) -> DownstreamResult:
     """Linear probe on precomputed representations ``features[split]`` (``[n, D]``, rows
     aligned with ``data``'s splits): per seed, project (optional), standardise on train,
     train a head (``train_head``, on ``device``) and test it. See the module docstring."""
-    if method not in METHODS:
-        raise UserError(f"unknown probe method {method!r}; choose from {', '.join(METHODS)}")
-    if not seeds:
-        raise UserError("the probe needs at least one seed")
-    if projection_dim is not None and projection_dim < 1:
-        raise UserError(f"projection_dim must be a positive integer, got {projection_dim}")
-    if epochs < 1 and method == "adamw":
-        raise UserError(f"epochs must be >= 1, got {epochs}")
+    how, projection_dim, seeds = settings.head, settings.projection_dim, settings.seeds
     labels = {s: getattr(data, s).labels for s in SPLITS}
     for s in SPLITS:
         if features[s].shape[0] != labels[s].shape[0]:
@@ -290,7 +309,7 @@ def probe_features(features: dict[str, torch.Tensor], data: TaskData, measure: s
     if projection_dim is None:  # standardisation does not depend on the seed: do it once
         fixed = standardize(*(features[s].float() for s in SPLITS))
     # L-BFGS from zero without a projection involves no randomness: solve it once
-    seed_independent = method == "lbfgs" and projection_dim is None
+    seed_independent = how.method == "lbfgs" and projection_dim is None
     per_seed = []
     for seed in tqdm(list(seeds), desc=measure, unit="seed", disable=not progress, leave=False):
         if seed_independent and per_seed:
@@ -301,9 +320,8 @@ def probe_features(features: dict[str, torch.Tensor], data: TaskData, measure: s
         else:
             R = gaussian_projection(D, projection_dim, seed)
             x_tr, x_va, x_te = standardize(*(features[s].float() @ R for s in SPLITS))
-        head = train_head(x_tr, labels["train"], x_va, labels["validation"], data.n_classes, method=method,
-                          seed=seed, epochs=epochs, lr=lr, batch_size=batch_size, weight_decay=weight_decay,
-                          l2=l2, max_iter=max_iter, device=device, progress=progress)
+        head = train_head((x_tr, labels["train"]), (x_va, labels["validation"]), data.n_classes, how, seed=seed,
+                          device=device, progress=progress)
         per_seed.append({
             "seed": int(seed),
             "test_accuracy": head.accuracy(x_te, labels["test"]),
@@ -313,22 +331,19 @@ def probe_features(features: dict[str, torch.Tensor], data: TaskData, measure: s
             "best_epoch": head.best_epoch,
             "iterations": head.iterations,
         })
-    settings = {"method": method, "feature_dim": int(D), "projection_dim": projection_dim,
-                "standardize": True, "data_seed": data.seed, "seed_independent": seed_independent}
-    if method == "adamw":
-        settings.update(epochs=epochs, lr=lr, batch_size=batch_size, weight_decay=weight_decay,
-                        selection="best validation accuracy")
+    record = {"method": how.method, "feature_dim": int(D), "projection_dim": projection_dim,
+              "standardize": True, "data_seed": data.seed, "seed_independent": seed_independent}
+    if how.method == "adamw":
+        record.update(epochs=how.epochs, lr=how.lr, batch_size=how.batch_size, weight_decay=how.weight_decay,
+                      selection="best validation accuracy")
     else:
-        settings.update(l2=l2, max_iter=max_iter)
-    settings.update(extra_settings or {})
-    return make_result(measure, data, per_seed, seeds, settings)
+        record.update(l2=how.l2, max_iter=how.max_iter)
+    record.update(extra_settings or {})
+    return make_result(measure, data, per_seed, seeds, record)
 
 
-def linear_probe(model: torch.nn.Module, data: TaskData, method: str = "adamw",
-                 seeds: Sequence[int] = DEFAULT_SEEDS, epochs: int = DEFAULT_EPOCHS, lr: float = 1e-3,
-                 batch_size: int = 128, weight_decay: float = 0.01, l2: float = 1e-4, max_iter: int = 500,
-                 projection_dim: int | None = None, feature_batch_size: int = 512,
-                 pad_id: int | None = None, progress: bool = False) -> DownstreamResult:
+def linear_probe(model: torch.nn.Module, data: TaskData, settings: ProbeSettings = ProbeSettings(),
+                 feature_batch_size: int = 512, pad_id: int | None = None, progress: bool = False) -> DownstreamResult:
     """Linear probe of a frozen ``model`` on a task: features of all positions concatenated
     (pads zeroed), computed once; then ``probe_features`` (the head is trained on the
     model's device).
@@ -336,16 +351,8 @@ def linear_probe(model: torch.nn.Module, data: TaskData, method: str = "adamw",
     Args:
         model: anything with ``features(tokens) -> [n, T, d]``.
         data: the task's train / validation / test splits (``make_task_data``).
-        method: ``adamw`` (the paper's: ``epochs`` at ``lr``) or ``lbfgs`` (the exact convex
-            solve with ``l2``, at most ``max_iter`` iterations).
-        seeds: one probe per seed; the result is their mean ± std.
-        epochs: AdamW epochs.
-        lr: AdamW learning rate.
-        batch_size: AdamW batch.
-        weight_decay: AdamW weight decay.
-        l2: L-BFGS's L2 penalty.
-        max_iter: L-BFGS's iterations.
-        projection_dim: a fixed random projection of the features to this size first.
+        settings: the head's training, the seeds and the projection (``ProbeSettings``;
+            e.g. ``ProbeSettings.of("lbfgs", seeds=(0,))``).
         feature_batch_size: sentences per feature pass.
         pad_id: the padding id (default ``model.config.pad_id``).
         progress: show a progress bar.
@@ -358,7 +365,5 @@ def linear_probe(model: torch.nn.Module, data: TaskData, method: str = "adamw",
                 for s in SPLITS}
     extra = {"representation": "concatenated final hidden states of all positions, pad positions zeroed",
              "d_features": features["train"].shape[1] // data.train.tokens.shape[1]}
-    return probe_features(features, data, measure="linear_probe", method=method, seeds=seeds, epochs=epochs,
-                          lr=lr, batch_size=batch_size, weight_decay=weight_decay, l2=l2, max_iter=max_iter,
-                          projection_dim=projection_dim, progress=progress, extra_settings=extra,
-                          device=_device_of(model))
+    return probe_features(features, data, settings, measure="linear_probe", extra_settings=extra,
+                          device=_device_of(model), progress=progress)

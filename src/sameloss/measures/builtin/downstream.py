@@ -31,6 +31,13 @@ def task_data(cache: dict, language, cfg, task: str, spec: MeasureSpec):
     return cache[key]
 
 
+def _settings(spec: MeasureSpec):
+    """The probe settings a measure spec asks for (its method, seeds and AdamW epochs)."""
+    from ..probe import ProbeSettings
+
+    return ProbeSettings.of(spec.probe_method, seeds=spec.seeds, epochs=spec.probe_epochs)
+
+
 def lookup_probe(cache: dict, language, cfg, task: str, spec: MeasureSpec):
     """The look-up table's probe of ``task`` (once per call and language)."""
     from ..lookup import lookup_table_probe
@@ -40,8 +47,7 @@ def lookup_probe(cache: dict, language, cfg, task: str, spec: MeasureSpec):
     key = ("lookup", cfg.language, task)
     if key not in cache:
         data = task_data(cache, language, cfg, task, spec)
-        cache[key] = lookup_table_probe(language, data, method=spec.probe_method, seeds=spec.seeds,
-                                        epochs=spec.probe_epochs, device=spec.device)
+        cache[key] = lookup_table_probe(language, data, _settings(spec), device=spec.device)
     return cache[key]
 
 
@@ -125,7 +131,7 @@ class Probe(Downstream):
 
         spec = job.spec
         data = task_data(job.cache, job.language, job.cfg, task, spec)
-        return linear_probe(job.model, data, method=spec.probe_method, seeds=spec.seeds, epochs=spec.probe_epochs)
+        return linear_probe(job.model, data, _settings(spec))
 
     def flops(self, spec, shape):
         return len(spec.probe) * probe_flops(spec, shape)
