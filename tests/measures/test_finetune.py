@@ -10,7 +10,7 @@ import torch
 
 from sameloss.errors import UserError
 from sameloss.languages import PCFG
-from sameloss.measures.finetune import Classifier, finetune, lr_factor
+from sameloss.measures.finetune import Classifier, FinetuneSettings, finetune, lr_factor
 from sameloss.measures.tasks import make_task_data
 from sameloss.models import build_model
 from sameloss.training import load_checkpoint
@@ -30,7 +30,7 @@ def loaded(checkpoint):
 def test_short_finetune_beats_the_majority_and_leaves_the_model_alone(loaded):
     model, language, data = loaded
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    r = finetune(model, data, pooling="concat", seeds=(0, 1), epochs=3, lr=1e-3, warmup_steps=10)
+    r = finetune(model, data, FinetuneSettings(pooling="concat", epochs=3, lr=1e-3, warmup_steps=10), seeds=(0, 1))
     # ≈ 0.45 after 3 epochs (the probe of the same model: ≈ 0.9; majority ≈ 0.2)
     assert r.mean > r.majority_rate + 0.1, r
     assert r.measure == "finetune" and len(r.accuracies) == 2 and r.std >= 0
@@ -47,9 +47,9 @@ def test_finetune_is_reproducible_and_leaves_the_global_rng(loaded):
     model, language, _ = loaded
     small = make_task_data(language, "task-5", n_train=64, n_validation=32, n_test=64, seed=1)
     state = torch.get_rng_state()
-    a = finetune(model, small, seeds=(3,), epochs=1, warmup_steps=5, select="last")
+    a = finetune(model, small, FinetuneSettings(epochs=1, warmup_steps=5, select="last"), seeds=(3,))
     assert torch.equal(state, torch.get_rng_state())
-    b = finetune(model, small, seeds=(3,), epochs=1, warmup_steps=5, select="last")
+    b = finetune(model, small, FinetuneSettings(epochs=1, warmup_steps=5, select="last"), seeds=(3,))
     assert a.per_seed[0]["history"] == b.per_seed[0]["history"] and a.accuracies == b.accuracies
 
 
@@ -81,6 +81,6 @@ def test_schedule_and_arguments():
     data = make_task_data(pcfg, "A", n_train=8, n_validation=4, n_test=4)
     model = build_model("transformer", "micro", pcfg.vocab_size, pcfg.max_len)
     with pytest.raises(UserError, match="pooling"):
-        finetune(model, data, pooling="max")
+        FinetuneSettings(pooling="max")
     with pytest.raises(UserError, match="schedule"):
-        finetune(model, data, schedule="cosine")
+        FinetuneSettings(schedule="cosine")

@@ -11,7 +11,7 @@ from sameloss import config as configlib
 from sameloss.cli import main
 from sameloss.errors import UserError
 from sameloss.languages.text import Corpus, prepare_corpus
-from sameloss.measures.finetune import finetune
+from sameloss.measures.finetune import FinetuneSettings, finetune
 from sameloss.measures.glue import glue_task_data, read_glue_tsv
 from sameloss.data.toy import toy_text
 from sameloss.training import PretrainConfig, pretrain
@@ -78,7 +78,8 @@ def test_finetune_from_cls_learns_sst2(setup):
     from sameloss.training.checkpoint import complete_checkpoints
     model, lang, _, _ = load_checkpoint(complete_checkpoints(root / "run")[-1])
     data = glue_task_data(lang, f"glue:sst2={toy['sst2']}")
-    r = finetune(model, data, pooling="cls", seeds=(0, 1), epochs=8, lr=1e-3, warmup_steps=5, batch_size=16)
+    r = finetune(model, data, FinetuneSettings(pooling="cls", epochs=8, lr=1e-3, warmup_steps=5, batch_size=16),
+                 seeds=(0, 1))
     assert r.settings["pooling"] == "cls" and len(r.accuracies) == 2
     # the label is the sentiment word class: learnable from 216 examples, well above chance
     assert r.mean > 0.75, r.accuracies

@@ -38,8 +38,10 @@ final ones.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -115,36 +117,51 @@ def lr_factor(step: int, warmup_steps: int, total_steps: int, schedule: str) -> 
     return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
 
 
-def _check_arguments(pooling: str, schedule: str, select: str, epochs: int, batch_size: int, lr: float,
-                     warmup_steps: int) -> None:
-    if pooling not in POOLINGS:
-        raise UserError(f"unknown pooling {pooling!r}; choose from {', '.join(POOLINGS)}")
-    if schedule not in SCHEDULES:
-        raise UserError(f"unknown schedule {schedule!r}; choose from {', '.join(SCHEDULES)}")
-    if select not in SELECTIONS:
-        raise UserError(f"unknown selection {select!r}; choose from {', '.join(SELECTIONS)}")
-    if epochs < 1 or batch_size < 1 or lr <= 0 or warmup_steps < 0:
-        raise UserError("finetune needs epochs >= 1, batch_size >= 1, lr > 0 and warmup_steps >= 0")
+@dataclass(frozen=True)
+class FinetuneSettings:
+    """How each seed fine-tunes (the paper's settings are the defaults: AdamW lr 1e-4, 200
+    warm-up steps, 10 epochs): ``pooling``, how the head reads the sentence (``mean`` over
+    positions, ``concat``, or ``cls``); ``epochs``; AdamW's ``lr`` and ``weight_decay``;
+    ``warmup_steps`` of linear warm-up; ``batch_size`` examples a step; ``schedule``, the lr
+    after the warm-up (``linear`` decay or ``constant``); ``select``, ``best`` (the epoch of
+    the best validation accuracy) or ``last``. A bad setting is a ``UserError``."""
+
+    pooling: str = "mean"
+    epochs: int = 10
+    lr: float = 1e-4
+    warmup_steps: int = 200
+    batch_size: int = 32
+    weight_decay: float = 0.01
+    schedule: str = "linear"
+    select: str = "best"
+
+    def __post_init__(self):
+        if self.pooling not in POOLINGS:
+            raise UserError(f"unknown pooling {self.pooling!r}; choose from {', '.join(POOLINGS)}")
+        if self.schedule not in SCHEDULES:
+            raise UserError(f"unknown schedule {self.schedule!r}; choose from {', '.join(SCHEDULES)}")
+        if self.select not in SELECTIONS:
+            raise UserError(f"unknown selection {self.select!r}; choose from {', '.join(SELECTIONS)}")
+        if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0 or self.warmup_steps < 0:
+            raise UserError("finetune needs epochs >= 1, batch_size >= 1, lr > 0 and warmup_steps >= 0")
 
 
-def finetune_one(model: nn.Module, data: TaskData, seed: int, pooling: str = "mean", epochs: int = 10,
-                 lr: float = 1e-4, warmup_steps: int = 200, batch_size: int = 32, weight_decay: float = 0.01,
-                 schedule: str = "linear", select: str = "best", pad_id: int | None = None,
-                 progress: bool = False) -> dict:
+def finetune_one(model: nn.Module, data: TaskData, seed: int, settings: FinetuneSettings = FinetuneSettings(),
+                 pad_id: int | None = None, progress: bool = False) -> dict:
     """Fine-tune a copy of ``model`` with one seed; that seed's record (see ``finetune``)."""
-    _check_arguments(pooling, schedule, select, epochs, batch_size, lr, warmup_steps)
     pad_id = model_pad_id(model) if pad_id is None else pad_id
     device = next(model.parameters()).device
     devices = [device.index if device.index is not None else torch.cuda.current_device()] \
         if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):  # dropout masks (and nn.Linear's init) from the seed
         torch.manual_seed(int(seed))
-        return _finetune_one(model, data, seed, device, pad_id, pooling, epochs, lr, warmup_steps, batch_size,
-                             weight_decay, schedule, select, progress)
+        return _finetune_one(model, data, seed, device, pad_id, settings, progress)
 
 
-def _finetune_one(model, data, seed, device, pad_id, pooling, epochs, lr, warmup_steps, batch_size, weight_decay,
-                  schedule, select, progress) -> dict:
+def _finetune_one(model, data, seed, device, pad_id, settings: FinetuneSettings, progress) -> dict:
+    pooling, epochs, lr, warmup_steps = settings.pooling, settings.epochs, settings.lr, settings.warmup_steps
+    batch_size, weight_decay, schedule, select = (settings.batch_size, settings.weight_decay, settings.schedule,
+                                                  settings.select)
     gen = torch.Generator().manual_seed(int(seed))
     encoder = copy.deepcopy(model)
     encoder.requires_grad_(True)
@@ -194,10 +211,8 @@ def _finetune_one(model, data, seed, device, pad_id, pooling, epochs, lr, warmup
     }
 
 
-def finetune(model: nn.Module, data: TaskData, pooling: str = "mean", seeds: Sequence[int] = DEFAULT_SEEDS,
-             epochs: int = 10, lr: float = 1e-4, warmup_steps: int = 200, batch_size: int = 32,
-             weight_decay: float = 0.01, schedule: str = "linear", select: str = "best",
-             pad_id: int | None = None, progress: bool = False) -> DownstreamResult:
+def finetune(model: nn.Module, data: TaskData, settings: FinetuneSettings = FinetuneSettings(),
+             seeds: Sequence[int] = DEFAULT_SEEDS, pad_id: int | None = None, progress: bool = False) -> DownstreamResult:
     """Fine-tune a fresh copy of ``model`` (encoder + linear head on a pooled
     representation) once per seed. The paper's settings are the defaults (AdamW lr 1e-4,
     200 warm-up steps, 10 epochs, 5 seeds); the module docstring has the pooling and the
@@ -206,31 +221,19 @@ def finetune(model: nn.Module, data: TaskData, pooling: str = "mean", seeds: Seq
     Args:
         model: the encoder (left unchanged: each seed fine-tunes a copy).
         data: the task's splits (``make_task_data``).
-        pooling: how the head reads the sentence: ``mean`` over positions, ``concat`` (all
-            positions concatenated) or ``cls``.
+        settings: pooling, epochs, optimiser, schedule and selection (``FinetuneSettings``;
+            e.g. ``FinetuneSettings(pooling="cls", epochs=3)``).
         seeds: one fine-tuning per seed.
-        epochs: epochs per seed.
-        lr: AdamW learning rate.
-        warmup_steps: linear warm-up.
-        batch_size: examples per step.
-        weight_decay: AdamW weight decay.
-        schedule: the lr after the warm-up: ``linear`` decay or ``constant``.
-        select: ``best`` (the epoch with the best validation accuracy) or ``last``.
         pad_id: the padding id (default ``model.config.pad_id``).
         progress: show a progress bar.
 
     Returns:
         the test accuracy, mean ± std over the seeds, with each seed's record.
     """
-    _check_arguments(pooling, schedule, select, epochs, batch_size, lr, warmup_steps)
     if not seeds:
         raise UserError("finetune needs at least one seed")
-    per_seed = [finetune_one(model, data, seed, pooling=pooling, epochs=epochs, lr=lr, warmup_steps=warmup_steps,
-                             batch_size=batch_size, weight_decay=weight_decay, schedule=schedule, select=select,
-                             pad_id=pad_id, progress=progress)
+    per_seed = [finetune_one(model, data, seed, settings, pad_id=pad_id, progress=progress)
                 for seed in tqdm(list(seeds), desc="finetune", unit="seed", disable=not progress, leave=False)]
-    settings = {"pooling": pooling, "epochs": epochs, "lr": lr, "warmup_steps": warmup_steps,
-                "batch_size": batch_size, "weight_decay": weight_decay, "schedule": schedule, "select": select,
-                "optimizer": "AdamW(betas=(0.9, 0.999), eps=1e-6)", "data_seed": data.seed,
-                "dropout": getattr(getattr(model, "config", None), "dropout", None)}
-    return make_result("finetune", data, per_seed, seeds, settings)
+    record = {**dataclasses.asdict(settings), "optimizer": "AdamW(betas=(0.9, 0.999), eps=1e-6)",
+              "data_seed": data.seed, "dropout": getattr(getattr(model, "config", None), "dropout", None)}
+    return make_result("finetune", data, per_seed, seeds, record)

@@ -142,14 +142,15 @@ class Finetune(Downstream):
     bytes_per_feature = resources.FINETUNE_BYTES_PER_FEATURE
 
     def result(self, job: Job, task: str):
-        from ..finetune import finetune
+        from ..finetune import FinetuneSettings, finetune
 
         spec = job.spec
         # the paper's fine-tuning reads the CLS token of models pre-trained with one (a corpus)
         pooling = "cls" if getattr(job.language, "uses_cls", False) else "mean"
         data = task_data(job.cache, job.language, job.cfg, task, spec)
-        return finetune(job.model, data, seeds=spec.seeds, epochs=spec.finetune_epochs, pooling=pooling,
-                        lr=spec.finetune_lr, warmup_steps=spec.finetune_warmup)
+        settings = FinetuneSettings(pooling=pooling, epochs=spec.finetune_epochs, lr=spec.finetune_lr,
+                                    warmup_steps=spec.finetune_warmup)
+        return finetune(job.model, data, settings, seeds=spec.seeds)
 
     def flops(self, spec, shape):
         # the task sentences' features, then the epochs of training steps per seed
