@@ -144,3 +144,23 @@ def test_the_languages_scale_runs_end_to_end_at_smoke(tmp_path, monkeypatch, cap
         assert rep[0][key] != "", key
     for tag in ("hmm-test-a", "hmm-test-b"):
         assert sorted(d.name for d in (root / "seeds" / tag).iterdir()) == ["seed0", "seed1"]
+
+
+def test_the_planner_prices_the_languages_scale_with_its_pooled_forecast(tmp_path, monkeypatch, capsys):
+    reg = tmp_path / "registered"
+    for name, seed in (("hmm:test-a", 11), ("hmm:test-b", 12), ("hmm:test-c", 13)):
+        found.write(_record(name, f"hmm:micro:seed={seed},task=task-3"), reg)
+    plan = (("noreg @ late", 2), ("sam05 @ late", 3))
+    p = across.languages_preset(across.registered_choices(reg), plan=plan, scale="smoke",
+                                settings={**design.SMOKE_DESIGN, "prior_sds": (("noreg @ late", 0.2),)})
+    monkeypatch.setitem(isoloss.PRESETS, "languages", p)
+    code, out, err = _cli(capsys, "plan", "isoloss", "--scale", "languages", "--cpu-peak", "100")
+    assert code == 0 and err == ""
+    assert "plan: isoloss --scale languages" in out
+    from sameloss.experiments.stats import pooled_mde
+
+    assert "Pooled forecast of the design fixed before the data (3 languages: hmm:test-a, hmm:test-b, hmm:test-c" in out
+    line = next(x for x in out.splitlines() if x.startswith("noreg @ late"))
+    assert "2 × 3" in line  # its seeds per language × the languages
+    assert f"{pooled_mde(0.2, 0.0, 3, 2):.2f}" in line and f"{pooled_mde(0.2, 0.2, 3, 2):.2f}" in line
+    assert "no prior" in next(x for x in out.splitlines() if x.startswith("sam05 @ late"))
