@@ -50,7 +50,9 @@ def test_the_search_registers_its_first_passing_draw(capsys, tmp_path, monkeypat
     # the name is the spec wherever --language takes one, labelled: its folders are the name's
     choice = isoloss.parse_language("hmm:test-1")
     assert dataclasses.replace(choice, label="") == isoloss.parse_language(record.spec)
-    assert choice.tag == "hmm-test-1" and across.registered_choices() == (choice,)
+    assert choice.tag == "hmm-test-1"
+    passed = tuple(r["seed"] for r in record.gate if r["ok"])
+    assert across.registered_choices() == (dataclasses.replace(choice, seeds=passed),)
     # describe prints the record (gate per seed, the command), then the language's summary
     code, out, err = _cli(capsys, "language", "describe", "hmm:test-1", "--n-sentences", "64")
     assert code == 0 and f"registered  hmm:test-1 = {record.spec}" in out and record.command in out
@@ -80,9 +82,10 @@ def test_a_bad_registration_is_one_line_before_anything_runs(capsys, tmp_path, m
     assert not (tmp_path / "s").exists() and not (tmp_path / "registered").exists()
 
 
-def _record(name: str, spec: str) -> found.Found:
+def _record(name: str, spec: str, failed: tuple[int, ...] = (), seeds: int = 2) -> found.Found:
     gate = tuple({"seed": s, "trained": 80.0, "lookup": 60.0, "random_init": 70.0, "oracle": 95.0,
-                  "above_lookup": 20.0, "above_random_init": 10.0, "below_oracle": 15.0, "ok": True} for s in range(2))
+                  "above_lookup": 20.0, "above_random_init": 10.0, "below_oracle": 15.0, "ok": s not in failed}
+                 for s in range(seeds))
     return found.Found(name, spec, f"sameloss language search ... --register {name}", "smoke", 0.5, 0.0, gate)
 
 
@@ -127,7 +130,8 @@ def test_the_languages_scale_runs_end_to_end_at_smoke(tmp_path, monkeypatch, cap
     study, its verdicts, then the pooled table — on smoke's settings with one planned test."""
     reg = tmp_path / "registered"
     found.write(_record("hmm:test-a", "hmm:micro:seed=11,task=task-3"), reg)
-    found.write(_record("hmm:test-b", "hmm:micro:seed=12,task=task-3"), reg)
+    # its recorded gate failed on seed 0: its study runs the seeds that passed, the first 2
+    found.write(_record("hmm:test-b", "hmm:micro:seed=12,task=task-3", failed=(0,), seeds=4), reg)
     p = across.languages_preset(across.registered_choices(reg), plan=(("noreg @ late", 2),), scale="smoke",
                                 settings=design.SMOKE_DESIGN)
     assert {f.name for f in p.forks} == {"adamw", "noreg"} and p.seeds == (0, 1) and p.fork_points == (30,)
@@ -142,8 +146,8 @@ def test_the_languages_scale_runs_end_to_end_at_smoke(tmp_path, monkeypatch, cap
     for key in ("random", "random_low", "random_high", "random_mde", "tau2", "i2", "hmm-test-a_verdict",
                 "hmm-test-b_verdict", "replication"):
         assert rep[0][key] != "", key
-    for tag in ("hmm-test-a", "hmm-test-b"):
-        assert sorted(d.name for d in (root / "seeds" / tag).iterdir()) == ["seed0", "seed1"]
+    for tag, seeds in (("hmm-test-a", ["seed0", "seed1"]), ("hmm-test-b", ["seed1", "seed2"])):
+        assert sorted(d.name for d in (root / "seeds" / tag).iterdir()) == seeds
 
 
 def test_the_planner_prices_the_languages_scale_with_its_pooled_forecast(tmp_path, monkeypatch, capsys):

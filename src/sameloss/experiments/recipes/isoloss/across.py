@@ -45,7 +45,9 @@ LANGUAGES_LEFT = (
 
 def registered_choices(folder=None) -> tuple[LanguageChoice, ...]:
     """The registered languages as the study names them (each labelled with its name: its folders
-    and files are ``hmm-search-1``'s), read from their records without building them."""
+    and files are ``hmm-search-1``'s; its seeds those whose base passed its recorded gate: a study
+    stops a language any of whose seeds fails the gate, and the gate's seeds are the study's),
+    read from their records without building them."""
     from ....languages.found import registered, settings_of
 
     out = []
@@ -53,7 +55,8 @@ def registered_choices(folder=None) -> tuple[LanguageChoice, ...]:
         name, size, seed, params = settings_of(found.spec)
         task = next((i.partition("=")[2] for i in found.spec.split(":")[-1].split(",") if i.startswith("task=")),
                     DEFAULT_TASKS.get(name))
-        out.append(LanguageChoice(name, size, task, seed, params, found.name))
+        passed = tuple(int(r["seed"]) for r in found.gate if r["ok"])
+        out.append(LanguageChoice(name, size, task, seed, params, found.name, passed))
     return tuple(out)
 
 

@@ -268,7 +268,10 @@ class IsolossPreset(Preset):
     def on(self, choice: LanguageChoice, tag: str = "") -> IsolossPreset:
         """This preset on another language (its study of one language: ``tag`` names it in a
         study of several)."""
-        return dataclasses.replace(self, use=(choice.name,), languages={choice.name: choice.size},
+        # a registered language in the languages scale runs the seeds whose base passed its recorded
+        # gate (``LanguageChoice.seeds``), the first as many as the study has
+        seeds = choice.seeds[:len(self.seeds)] if choice.seeds else self.seeds
+        return dataclasses.replace(self, seeds=seeds, use=(choice.name,), languages={choice.name: choice.size},
                                    tasks={choice.name: (choice.task,)}, task=choice.task,
                                    language_settings=choice.settings(), replicate=(), tag=tag)
 
@@ -322,6 +325,10 @@ class LanguageChoice:
     params: str | None = None
     # a registered language's name (``languages.found``: ``hmm:search-1``), which names its folders
     label: str = ""
+    # the seeds a study of it runs (the languages scale: those whose base passed the language's
+    # recorded gate, known before the study; the gate is on the base, before any fork, so this
+    # selects on nothing a fork does); empty: the preset's
+    seeds: tuple[int, ...] = ()
 
     @property
     def spec(self) -> str:
