@@ -78,7 +78,7 @@ def add_language_parser(commands) -> None:
                     "class count and majority-class rate, and a few sample sentences.",
         epilog=examples("sameloss language describe pcfg                 # the size the isoloss study uses",
                         "sameloss language describe pcfg --size paper --seed 3 --save-grammar g.txt"))
-    from .languages.found import registered
+    from .found import registered
     from .registry import languages  # read from the language files (and plugins): no torch import
     describe.add_argument("name", choices=[*(n for n, e in languages().items() if e.describe), *registered()],
                           help="which language: a family, or a registered language (FAMILY:LABEL, found by "
@@ -477,7 +477,7 @@ def _language_describe(args) -> None:
         check_output(args.save_grammar, args.force, "--save-grammar")
         if not os.path.isdir(os.path.dirname(args.save_grammar) or "."):
             raise UserError(f"--save-grammar {args.save_grammar}: no folder {os.path.dirname(args.save_grammar)}")
-    from .languages.found import describe_args
+    from .found import describe_args
 
     found = describe_args(args)
     if args.size is None:  # the study's size where the language has it (dyck has none)
@@ -508,7 +508,7 @@ def _language_describe(args) -> None:
         print(json.dumps(summary, indent=2))
     else:
         if found is not None:
-            from .languages.found import describe_text
+            from .found import describe_text
 
             print(describe_text(found))
         print(format_summary(summary))

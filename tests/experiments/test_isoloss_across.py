@@ -15,7 +15,7 @@ from sameloss.cli import main
 from sameloss.experiments import reproduce
 from sameloss.experiments.recipes import isoloss
 from sameloss.experiments.recipes.isoloss import across, design
-from sameloss.languages import found
+from sameloss import found
 
 
 def _cli(capsys, *args) -> tuple[int, str, str]:

@@ -343,7 +343,7 @@ def run_search(family: str, texts: list[str], *, task: str | None = None, size: 
                command: str = "", registered: Path | None = None) -> dict:
     """The whole search (module docstring); returns its tables (``"screen"``, ``"train"``,
     ``"gate"`` rows), the specs that pass and the text printed. ``register``: the name under
-    which the first passing draw is registered (``languages.found``; in ``registered``, default
+    which the first passing draw is registered (``found``; in ``registered``, default
     the package's folder), with ``command`` the command line that found it."""
     from .recipes.isoloss import DEFAULT_TASKS, PRESETS
 
@@ -424,7 +424,7 @@ def _check_register(name: str, family: str, design: SearchDesign) -> None:
     """``--register NAME`` before anything runs: a name of the family, and a gate on several seeds
     (a registered language is one a study keeps on its seeds, not on seed 0 alone)."""
     from .. import registry
-    from ..languages.found import check_name
+    from ..found import check_name
 
     check_name(name, family, registry.languages()[family].sizes)
     if design.gate_seeds < 2:
@@ -434,7 +434,7 @@ def _check_register(name: str, family: str, design: SearchDesign) -> None:
 def _register(result: dict, name: str, command: str, design: SearchDesign, folder: Path | None, log) -> str | None:
     """Register the first draw that passed, in drawing order (``result["passed"]`` keeps it),
     with its gate per seed; ``None`` (and a line saying so) when none passed."""
-    from ..languages.found import Found, write
+    from ..found import Found, write
     from .recipes.isoloss import PRESETS
 
     if not result["passed"]:

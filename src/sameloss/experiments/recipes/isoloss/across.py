@@ -1,5 +1,5 @@
 """The study across languages (issue 48): ``sameloss reproduce isoloss --scale languages`` runs
-the primary comparisons on every registered language (``languages.found``: the languages
+the primary comparisons on every registered language (``found``: the languages
 ``sameloss language search --register`` found, one file each in ``languages/registered/``) and
 pools them (``replication``: per comparison the HKSJ random-effects estimate, its interval, MDE,
 τ², I² and each language's agreement).
@@ -48,7 +48,7 @@ def registered_choices(folder=None) -> tuple[LanguageChoice, ...]:
     and files are ``hmm-search-1``'s; its seeds those whose base passed its recorded gate: a study
     stops a language any of whose seeds fails the gate, and the gate's seeds are the study's),
     read from their records without building them."""
-    from ....languages.found import registered, settings_of
+    from ....found import registered, settings_of
 
     out = []
     for found in registered(folder).values():

@@ -323,7 +323,7 @@ class LanguageChoice:
     task: str
     seed: int | None = None
     params: str | None = None
-    # a registered language's name (``languages.found``: ``hmm:search-1``), which names its folders
+    # a registered language's name (``found``: ``hmm:search-1``), which names its folders
     label: str = ""
     # the seeds a study of it runs (the languages scale: those whose base passed the language's
     # recorded gate, known before the study; the gate is on the base, before any fork, so this
@@ -360,9 +360,9 @@ def parse_language(text: str) -> LanguageChoice:
     shape), anything else a constructor setting of the language (``language.params``). The
     size defaults to ``headroom``; the language is built here, so a bad setting or a task
     without a span and posterior is refused before anything runs. A registered name
-    (``languages.found``: ``hmm:search-1``) is its record's spec, labelled with the name."""
+    (``found``: ``hmm:search-1``) is its record's spec, labelled with the name."""
     from .... import registry
-    from ....languages.found import lookup
+    from ....found import lookup
     from ....registry import parse_params
 
     found = lookup(text)

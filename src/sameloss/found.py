@@ -1,5 +1,7 @@
 """Languages found by ``sameloss language search`` and registered by name (issue 48): one small
 TOML file per language in ``languages/registered/`` — a new language is one file in one folder.
+(A module of the base layer, beside ``registry``: ``language describe --help`` lists the names
+without importing the languages, hence torch.)
 
     sameloss language search hmm n_states=4..8 ... --gate-seeds 16 --register hmm:search-1
     sameloss language describe hmm:search-1          # the record: gate per seed, the command
@@ -11,7 +13,7 @@ record itself, nothing is picked by hand), the exact command that found it, the 
 whose gate it passed and that gate per seed (the trained base, the look-up table, the
 random-init encoder and the oracle at the primary probe, in points, and the three margins).
 The name resolves to the spec wherever ``--language`` takes one (``isoloss.parse_language``).
-Reads TOML only: no torch, no experiments.
+Reads TOML only: no torch, no languages, no experiments.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import UserError
+from .errors import UserError
 
-REGISTERED = Path(__file__).parent / "registered"  # the folder: one ``<family>-<label>.toml`` per language
+REGISTERED = Path(__file__).parent / "languages" / "registered"  # the folder: one ``<family>-<label>.toml`` per language
 # the per-seed gate columns a record keeps (``experiments.search.gate``'s row), points
 GATE_COLUMNS = ("seed", "trained", "lookup", "random_init", "oracle", "above_lookup", "above_random_init",
                 "below_oracle", "ok")
@@ -105,7 +107,7 @@ def _toml(value) -> str:
 
 def record_text(found: Found) -> str:
     """The record as TOML (``_read`` reads it back)."""
-    head = ["# a language found by `sameloss language search` (src/sameloss/languages/found.py); written by "
+    head = ["# a language found by `sameloss language search` (src/sameloss/found.py); written by "
             "its --register", *(f"{k} = {_toml(getattr(found, k))}" for k in
                                 ("name", "spec", "command", "scale", "gate_pass", "margin"))]
     rows = ["", *("\n".join(["[[gate]]", *(f"{k} = {_toml(r[k])}" for k in GATE_COLUMNS)]) + "\n" for r in found.gate)]
@@ -115,7 +117,7 @@ def record_text(found: Found) -> str:
 def write(found: Found, folder: Path | None = None) -> Path:
     """Write the record (``UserError`` if the name is registered with another spec: a name
     means one language for good; the same spec is rewritten, e.g. by a rerun of its search)."""
-    from ..files import atomic_write_text, storage_errors
+    from .files import atomic_write_text, storage_errors
 
     folder = REGISTERED if folder is None else Path(folder)
     known = registered(folder).get(found.name)
