@@ -31,6 +31,11 @@ Runtime per scale (one thread per worker; ``--launcher local --workers N`` runs 
             s a seed; the planner (2026-11-28, calibrated on the main job): ~27 CPU-min a seed with every
             fork, the 10-seed pilot ~136 min on 2 workers.
             The design: a pilot of 10 seeds, then at most 48 within --budget (180 min by default)
+    languages  not run: estimate only. ``sameloss plan isoloss --scale languages`` (2026-11-28, 3
+            registered languages, 228 runs): ~2.1 h on 2 workers at the reference peak of 160
+            GFLOP/s (idle cores), ~3.1 h at the 111 GFLOP/s measured under load 3; ~44 min on
+            one H100 (launch-bound). ``choose_design`` chose it for 180 min, pricing every
+            language as the tiny HMM (159.5 min).
     small   estimate, not measured: ~16 h on one H100 (``sameloss plan isoloss --scale small
             --hardware h100``, 2026-11-27: 16.3 h; paper HMM, t4-384, batch 4096)
     paper   estimate, not measured: ~35 days on one H100 (the planner, the same day)
