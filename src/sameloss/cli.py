@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import signal
 import sys
 
@@ -77,8 +78,11 @@ def add_language_parser(commands) -> None:
                     "class count and majority-class rate, and a few sample sentences.",
         epilog=examples("sameloss language describe pcfg                 # the size the isoloss study uses",
                         "sameloss language describe pcfg --size paper --seed 3 --save-grammar g.txt"))
+    from .found import registered
     from .registry import languages  # read from the language files (and plugins): no torch import
-    describe.add_argument("name", choices=[n for n, e in languages().items() if e.describe], help="which language")
+    describe.add_argument("name", choices=[*(n for n, e in languages().items() if e.describe), *registered()],
+                          help="which language: a family, or a registered language (FAMILY:LABEL, found by "
+                               "language search: its gate per seed and the command that found it, then the language)")
     describe.add_argument("--grammar", metavar="FILE",
                           help="PCFG grammar file (the released rule_deep_mlm.txt format or ours); "
                                "overrides --size")
@@ -161,6 +165,10 @@ def add_search_parser(language_commands) -> None:
     search.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                         help="where to train and measure (default auto: CUDA when present)")
     search.add_argument("--no-progress", action="store_true", help="no progress bars")
+    search.add_argument("--register", metavar="FAMILY:LABEL", default=None,
+                        help="with --gate-seeds: register the first draw that passes, in drawing order, under this "
+                             "name (e.g. hmm:search-1: a file in src/sameloss/languages/registered/ with its gate per "
+                             "seed and this command), so that --language NAME and language describe NAME know it")
     add_threads_argument(search)
     search.set_defaults(run=_language_search)
 
@@ -185,7 +193,8 @@ def _language_search(args) -> None:
                           gate_pass=args.gate_pass, screen_only=args.screen_only)
     result = run_search(args.family, list(args.overrides), task=args.task, size=args.size, n=args.draws,
                         seed=args.seed, design=design, out=args.out, progress=not args.no_progress,
-                        device=args.device, log=lambda line: print(line, flush=True))
+                        device=args.device, log=lambda line: print(line, flush=True), register=args.register,
+                        command=" ".join(["sameloss", *map(shlex.quote, args.argv)]))
     print()
     print(result["text"])
 
@@ -483,6 +492,9 @@ def _language_describe(args) -> None:
         check_output(args.save_grammar, args.force, "--save-grammar")
         if not os.path.isdir(os.path.dirname(args.save_grammar) or "."):
             raise UserError(f"--save-grammar {args.save_grammar}: no folder {os.path.dirname(args.save_grammar)}")
+    from .found import describe_args
+
+    found = describe_args(args)
     if args.size is None:  # the study's size where the language has it (dyck has none)
         from .registry import language
 
@@ -504,8 +516,16 @@ def _language_describe(args) -> None:
         summary["nonterminals"] = grammar.n_nonterminals
         summary["notes"] = grammar_notes(grammar)
     if args.json:
+        if found is not None:
+            from dataclasses import asdict
+
+            summary["registered"] = asdict(found)
         print(json.dumps(summary, indent=2))
     else:
+        if found is not None:
+            from .found import describe_text
+
+            print(describe_text(found))
         print(format_summary(summary))
     if args.save_grammar is not None and not args.json:
         print(f"wrote the grammar to {args.save_grammar}; read it back with --grammar {args.save_grammar}")
@@ -527,6 +547,7 @@ def _main(argv: list[str] | None) -> int:
     # KEY=VALUE overrides may come after options (``--out runs steps=10``), which plain
     # argparse positionals do not allow: collect the leftovers that look like overrides
     args, extra = parser.parse_known_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command as given (a registered language keeps it)
     bad = [a for a in extra if a.startswith("-") or "=" not in a or not hasattr(args, "overrides")]
     if bad:
         parser.error(f"unrecognized arguments: {' '.join(bad)}")

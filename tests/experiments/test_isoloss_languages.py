@@ -272,9 +272,9 @@ def test_the_study_on_two_languages_end_to_end(tmp_path):
     root = tmp_path / "isoloss-smoke-hmm-headroom+pcfg-headroom"
     p = isoloss.PRESETS["smoke"]
     report = (root / "report.md").read_text()
-    # the replication table first, then each language's verdicts, all before the Runs table
-    assert report.index("## Replication across languages") < report.index("## Verdicts — hmm:headroom") \
-        < report.index("## Verdicts — pcfg:headroom") < report.index("## Runs")
+    # each language's verdicts, then the replication table that pools them, all before the Runs table
+    assert report.index("## Verdicts — hmm:headroom") < report.index("## Verdicts — pcfg:headroom") \
+        < report.index("## Replication across languages") < report.index("## Runs")
     assert "--language hmm:headroom --language pcfg:headroom" in report
     assert check_tables(root) > 300  # every printed number against its file
     for tag in ("hmm-headroom", "pcfg-headroom"):

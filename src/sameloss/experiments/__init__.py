@@ -41,9 +41,9 @@ on the same seed cannot.
 
 from __future__ import annotations
 
-from .orchestrate import (DEFAULT_EXPERIMENT, DEFAULT_SCALE, MAIN_SCALE, experiments, main_job, reproduce,
+from .orchestrate import (ACROSS_SCALE, DEFAULT_EXPERIMENT, DEFAULT_SCALE, MAIN_SCALE, experiments, main_job, reproduce,
                           reproduce_command)
 from .recipe import SCALE_NAMES
 
-__all__ = ["DEFAULT_EXPERIMENT", "DEFAULT_SCALE", "MAIN_SCALE", "SCALE_NAMES", "experiments", "main_job", "reproduce",
+__all__ = ["ACROSS_SCALE", "DEFAULT_EXPERIMENT", "DEFAULT_SCALE", "MAIN_SCALE", "SCALE_NAMES", "experiments", "main_job", "reproduce",
            "reproduce_command"]

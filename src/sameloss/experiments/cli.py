@@ -22,13 +22,15 @@ def _epilog(*example_lines: str) -> str:
     for name, what in experiments().items():
         lines.append(f"  {name:<11} {what}")
     lines += ["", "scales: smoke (the pipeline in seconds), tiny (a 2-core CPU in minutes), small and paper (GPU); "
-              f"{MAIN_SCALE}: {DEFAULT_EXPERIMENT}'s only (its tiny design on 2 seeds, the main job). Runtimes: each "
+              f"{MAIN_SCALE}: {DEFAULT_EXPERIMENT}'s only (its tiny design on 2 seeds, the main job); languages: "
+              f"{DEFAULT_EXPERIMENT}'s only (its primary comparisons on every registered language, pooled). Runtimes: each "
               "recipe's docstring (src/sameloss/experiments/recipes/<experiment>.py).", "", examples(*example_lines)]
     return "\n".join(lines)
 
 
-SCALE_HELP = ("how big: smoke, {main}, tiny, small, paper (default: {main} for {default}, named or not: the main job; "
-              "tiny for every other experiment); {main} is {default}'s only")
+SCALE_HELP = ("how big: smoke, {main}, tiny, small, paper, languages (default: {main} for {default}, named or not: the "
+              "main job; tiny for every other experiment); {main} and languages (the study across the registered "
+              "languages) are {default}'s only")
 SEED_HELP = ("added to every seed of the study: its runs, measures and probe draws, and {default}'s seeds 0, 1, ... "
              "become N, N+1, ... (default 0; another N is its own folder, OUT/EXPERIMENT-SCALE-seedN). Not --seeds, "
              "which picks the seeds to run")
@@ -36,11 +38,11 @@ SEED_HELP = ("added to every seed of the study: its runs, measures and probe dra
 
 def add_reproduce_parser(commands) -> argparse.ArgumentParser:
     """Add ``reproduce`` to the ``sameloss`` sub-command parsers ``commands``."""
-    from .orchestrate import DEFAULT_EXPERIMENT, MAIN_SCALE, experiments
+    from .orchestrate import ACROSS_SCALE, DEFAULT_EXPERIMENT, MAIN_SCALE, experiments
     from .recipe import SCALE_NAMES
 
     names = list(experiments())
-    scales = [SCALE_NAMES[0], MAIN_SCALE, *SCALE_NAMES[1:]]
+    scales = [SCALE_NAMES[0], MAIN_SCALE, *SCALE_NAMES[1:], ACROSS_SCALE]
 
     reproduce = commands.add_parser(
         "reproduce", help="reproduce a result of the paper end to end: train, measure, report",
@@ -274,11 +276,11 @@ def _given(args) -> set[str]:
 
 def add_plan_parser(commands) -> argparse.ArgumentParser:
     """Add ``plan`` (``experiments.plan``) to the ``sameloss`` sub-command parsers."""
-    from .orchestrate import DEFAULT_EXPERIMENT, MAIN_SCALE, experiments
+    from .orchestrate import ACROSS_SCALE, DEFAULT_EXPERIMENT, MAIN_SCALE, experiments
     from .recipe import SCALE_NAMES
 
     names = list(experiments())
-    scales = [SCALE_NAMES[0], MAIN_SCALE, *SCALE_NAMES[1:]]  # every scale reproduce accepts
+    scales = [SCALE_NAMES[0], MAIN_SCALE, *SCALE_NAMES[1:], ACROSS_SCALE]  # every scale reproduce accepts
     plan = commands.add_parser(
         "plan", help="what a study costs before it runs: wall time, the budget's forecast, runs, FLOPs, memory",
         description="Print, without training or writing anything, what `sameloss reproduce EXPERIMENT --scale "

@@ -28,6 +28,8 @@ from .recipe import Recipe, load_recipe
 # that recipe only); another experiment without ``--scale`` runs at ``tiny``
 DEFAULT_EXPERIMENT = "isoloss"
 MAIN_SCALE = "quick"
+# isoloss's other scale of its own: the study across the registered languages (``recipes/isoloss/across.py``)
+ACROSS_SCALE = "languages"
 DEFAULT_SCALE = "tiny"
 
 

@@ -339,9 +339,12 @@ def _open(out: Path, design: SearchDesign, progress: bool, device: str, log):
 
 def run_search(family: str, texts: list[str], *, task: str | None = None, size: str = "headroom", n: int = 20,
                seed: int = 0, design: SearchDesign = SearchDesign(), out: str | Path = "runs/language-search",
-               progress: bool = True, device: str = "auto", log=print) -> dict:
+               progress: bool = True, device: str = "auto", log=print, register: str | None = None,
+               command: str = "", registered: Path | None = None) -> dict:
     """The whole search (module docstring); returns its tables (``"screen"``, ``"train"``,
-    ``"gate"`` rows), the specs that pass and the text printed."""
+    ``"gate"`` rows), the specs that pass and the text printed. ``register``: the name under
+    which the first passing draw is registered (``found``; in ``registered``, default
+    the package's folder), with ``command`` the command line that found it."""
     from .recipes.isoloss import DEFAULT_TASKS, PRESETS
 
     if design.scale not in PRESETS:
@@ -358,6 +361,8 @@ def run_search(family: str, texts: list[str], *, task: str | None = None, size: 
                         f"{', '.join(registry.languages()[family].sizes)}")
     if design.gate_seeds and design.screen_only:
         raise UserError("--gate-seeds trains bases: it cannot go with --screen-only")
+    if register is not None:
+        _check_register(register, family, design)
     candidates = draws(family, size, task, settings, n, seed)
     refused = {c.spec: why for c in candidates if (why := build(c)) is not None}
     if len(refused) == len(candidates):
@@ -410,7 +415,39 @@ def run_search(family: str, texts: list[str], *, task: str | None = None, size: 
             result["passed"] = [c.spec for c in winners]
         result["text"] = tables(result, family, task, design)
         _write(study, result)
+    if register is not None:
+        result["registered"] = _register(result, register, command, design, registered, log)
     return result
+
+
+def _check_register(name: str, family: str, design: SearchDesign) -> None:
+    """``--register NAME`` before anything runs: a name of the family, and a gate on several seeds
+    (a registered language is one a study keeps on its seeds, not on seed 0 alone)."""
+    from .. import registry
+    from ..found import check_name
+
+    check_name(name, family, registry.languages()[family].sizes)
+    if design.gate_seeds < 2:
+        raise UserError("--register needs --gate-seeds N (e.g. 16): a language is registered with its gate on N seeds")
+
+
+def _register(result: dict, name: str, command: str, design: SearchDesign, folder: Path | None, log) -> str | None:
+    """Register the first draw that passed, in drawing order (``result["passed"]`` keeps it),
+    with its gate per seed; ``None`` (and a line saying so) when none passed."""
+    from ..found import Found, write
+    from .recipes.isoloss import PRESETS
+
+    if not result["passed"]:
+        log(f"--register {name}: no draw passed, nothing registered")
+        return None
+    spec = result["passed"][0]
+    rows = tuple({k: (bool(r[k]) if k == "ok" else int(r[k]) if k == "seed" else float(r[k])) for k in
+                  ("seed", "trained", "lookup", "random_init", "oracle", "above_lookup", "above_random_init",
+                   "below_oracle", "ok")} for r in result["gate"] if r["spec"] == spec)
+    found = Found(name, spec, command, design.scale, design.gate_pass, PRESETS[design.scale].headroom_margin, rows)
+    path = write(found, folder)
+    log(f"registered {name} = {spec} ({path})")
+    return name
 
 
 class Costs:

@@ -23,6 +23,8 @@ Runtime per scale (one thread per worker; ``--launcher local --workers N`` runs 
             (``design.QUICK_PLAN``) is what ``choose_design`` buys for 25 minutes with the
             planner's costs
     tiny    a pilot of 10 seeds, then at most 48 within --budget (180 min by default)
+    languages  the study across the registered languages: estimate only (``sameloss plan
+            isoloss --scale languages``; about 2 h on 2 idle cores by the planner)
     small   hours on one H100, paper weeks: estimates only (``sameloss plan isoloss --scale
             small --hardware h100``)
 
@@ -37,15 +39,19 @@ Languages
     keywords over the size's own); the size defaults to ``headroom``. The language is built
     when the option is read, so a bad name, setting or task is one line before any file.
     Given several times, each language is a study of its own (its seeds in
-    ``seeds/<tag>/``, its files and figures ``<tag>-*``) and the report leads with the
-    replication table (``replication.replication``: per comparison the random-effects
+    ``seeds/<tag>/``, its files and figures ``<tag>-*``) and the report gives each language's
+    verdicts, then the replication table (``replication.replication``: per comparison the random-effects
     pooled verdict with the Hartung–Knapp–Sidik–Jonkman interval first, then each
     language's verdict and how they agree — "2 of 3 languages detect it in the paper's
     direction, 1 inconclusive" — the fixed effect, Cochran's Q, I² and τ²). A language without headroom is stopped by the gate (or marked)
     and counted as uninformative, never pooled. Each choice of languages is its own
     folder (``<out>/isoloss-<scale>-<tags>``; the HMM alone: ``isoloss-<scale>``).
     Every scale studies the HMM by default. The PCFG ``headroom`` size joins the default
-    when it passes the gate at ``tiny`` (it has not yet: ``docs/results/pcfg.md``). Studies run apart (other sessions, machines) are
+    when it passes the gate at ``tiny`` (it has not yet: ``docs/results/pcfg.md``). ``--scale languages`` (``across.py``) is the study
+    across the registered languages (``sameloss language search --register``: one file each in
+    ``languages/registered/``, named e.g. ``hmm:search-1``, which ``--language`` also takes): their
+    primary comparisons in the design ``choose_design`` fixed before the data for 180 minutes on
+    2 cores from the pooled MDE (``across.LANGUAGES_PLAN``). Studies run apart (other sessions, machines) are
     combined by ``sameloss replicate FOLDER FOLDER`` (``finished_studies``: the same table,
     read from their files).
 
@@ -173,15 +179,20 @@ from .design import (COMPARISONS, EMBED_KL_TOLERANCE, ENDPOINTS, FLATNESS_TINY, 
                      MEASURED, MEASURED_RUNTIMES, NOREG, PRESETS, QUICK_BUDGET_MINUTES, QUICK_LEFT, QUICK_PLAN, TITLE, Fork, IsolossPreset, _forks, flatness_forks,
                      folder_suffix, forks_of, language_studies, regression_without, stretches,
                      with_budget, with_even, with_languages)
+from .across import LANGUAGES_PLAN, languages_preset, registered_choices  # noqa: E402
 from .figures import forest_label  # noqa: E402
 from .language import DEFAULT_TASKS, LanguageChoice, parse_language, task_span  # noqa: E402
 from .report import finished_studies, replication_section  # noqa: E402
 from .study import (all_seeds, base_run, fork_run, headroom_gate, large_shape, runs, seed_result,  # noqa: E402
                     seed_study, study_seeds, units)
 
-__all__ = ["COMPARISONS", "DEFAULT_TASKS", "EMBED_KL_TOLERANCE", "ENDPOINTS", "FLATNESS_TINY", "HALF_BATCH",
+# the study across the registered languages (``across``): its design pinned there, its languages
+# read from ``languages/registered/`` when the recipe is imported
+PRESETS["languages"] = languages_preset()
+
+__all__ = ["COMPARISONS", "LANGUAGES_PLAN", "DEFAULT_TASKS", "EMBED_KL_TOLERANCE", "ENDPOINTS", "FLATNESS_TINY", "HALF_BATCH",
            "MEASURED", "MEASURED_RUNTIMES", "NOREG", "PRESETS", "QUICK_BUDGET_MINUTES", "QUICK_LEFT", "QUICK_PLAN", "SUMMARY", "TITLE", "Fork", "IsolossPreset", "LanguageChoice", "all_seeds",
            "allocation_of", "base_run", "finished_studies", "flatness_forks", "folder_suffix", "forecast", "forest_label", "fork_run",
-           "forks_of", "headroom_gate", "language_report", "language_studies", "large_shape", "parse_language", "plan_notes",
-           "regression_without", "replication_section", "report", "run_seeds", "runs", "seed_result", "seed_study",
+           "forks_of", "headroom_gate", "language_report", "language_studies", "languages_preset", "large_shape", "parse_language", "plan_notes",
+           "registered_choices", "regression_without", "replication_section", "report", "run_seeds", "runs", "seed_result", "seed_study",
            "stretches", "study_seeds", "task_span", "units", "with_budget", "with_even", "with_languages"]

@@ -156,7 +156,8 @@ class ChosenDesign:
 
 
 def choose_design(p: IsolossPreset, costs: dict[str, float], budget_seconds: float, workers: int,
-                  min_seeds: int = 3, exempt_seeds: int = 4, cap: int = 48) -> ChosenDesign:
+                  min_seeds: int = 3, exempt_seeds: int = 4, cap: int = 48, languages: int = 1,
+                  tau: float = 0.0) -> ChosenDesign:
     """A design fixed before any data, for a budget: the rule of the adaptive study
     (``allocation.needed_seeds``: the seeds whose MDE at 80 % power reaches ``mde_target`` at
     the test's prior paired SD, ``prior_sds``, at least ``min_seeds``; an exempt test — an
@@ -169,9 +170,24 @@ def choose_design(p: IsolossPreset, costs: dict[str, float], budget_seconds: flo
     ``budget_seconds``; seed i runs the forks of the tests planned more than i seeds. A test
     whose two forks both run without being planned (e.g. SAM against −dropout−WD when SAM's control runs both) is reported on
     the seeds where both ran. Left out, with what they would need: tests with no prior SD,
-    those whose seeds exceed ``cap`` or the budget."""
+    those whose seeds exceed ``cap`` or the budget.
+
+    Across ``languages`` > 1 languages (the languages scale): a test's seeds are per language,
+    the fewest whose pooled MDE (``stats.pooled_mde``: the HKSJ test of the languages'
+    estimates, a spread ``tau`` of the true effects between them) reaches the target, and
+    every language runs them: the wall time shares all languages' seeds over the workers,
+    each language's seed priced as ``costs`` (one language's)."""
     from ...allocation import needed_seeds
     from ...plan import longest_first
+    from ...stats import pooled_mde
+
+    def seeds_for(sd: float) -> int | None:
+        if languages < 2:
+            return needed_seeds(sd, p.mde_target, start=min_seeds)
+        return next((m for m in range(min_seeds, cap + 1) if pooled_mde(sd, tau, languages, m) <= p.mde_target),
+                    None)
+
+    each = f" a language × {languages} languages" if languages > 1 else ""
 
     prior = dict(p.prior_sds)
     need: dict[str, int | None] = {}
@@ -184,9 +200,9 @@ def choose_design(p: IsolossPreset, costs: dict[str, float], budget_seconds: flo
         elif not (math.isfinite(sd) and sd > 0):
             left[t] = "no prior paired SD to plan with (the full study's pilot measures it)"
         else:
-            n = needed_seeds(sd, p.mde_target, start=min_seeds)
+            n = seeds_for(sd)
             if n is None or n > cap:
-                left[t] = f"more than {cap} seeds (prior SD {sd:.3g})"
+                left[t] = f"more than {cap} seeds{each} (prior SD {sd:.3g})"
             else:
                 need[t] = n
 
@@ -206,7 +222,8 @@ def choose_design(p: IsolossPreset, costs: dict[str, float], budget_seconds: flo
         # a seed is one unit: the units shared out longest first over the workers, as the
         # planner's ``Estimate.wall`` (five equal seeds on 2 workers take 3 seeds' time, not 2.5)
         seeds = max(plan.values(), default=0)
-        return longest_first([seed_cost([t for t, n in plan.items() if n > i]) for i in range(seeds)], workers)
+        return longest_first([seed_cost([t for t, n in plan.items() if n > i]) for i in range(seeds)] * languages,
+                             workers)
 
     chosen: dict[str, int] = {}
     order = sorted(need, key=lambda t: (need[t] * (seed_cost([*chosen, t]) - seed_cost(list(chosen))), t))
@@ -215,7 +232,7 @@ def choose_design(p: IsolossPreset, costs: dict[str, float], budget_seconds: flo
         if wall(trial) <= budget_seconds:
             chosen = trial
         else:
-            left[t] = f"{need[t]} seeds (prior SD {prior.get(t, math.nan):.3g}): beyond the budget"
+            left[t] = f"{need[t]} seeds{each} (prior SD {prior.get(t, math.nan):.3g}): beyond the budget"
     # the tests whose forks run anyway, on the seeds where both do
     for c, pt in p.all_tests():
         t = f"{c.name} @ {pt}"
@@ -307,7 +324,9 @@ def plan_notes(p: IsolossPreset, device: str, workers: int, cpu_peak: float | No
         extra.append(forecast(p, device, workers, cpu_peak))
         ceiling = (f"the ceiling (every seed the prior SDs plan, up to the study's {len(p.seeds)}, as if the "
                    f"{p.budget_minutes:g} min budget did not stop it)")
-    if len(p.replicate) > 1:  # a study across languages: its pooled MDEs
+    if len(p.replicate) > 1 and p.plan:  # a design fixed before the data across languages: its own seeds
+        extra.append(planned_pooled(p))
+    elif len(p.replicate) > 1:  # a study across languages: its pooled MDEs
         from ...allocation import pooled_forecast
 
         extra.append(pooled_forecast([f"{c.name} @ {pt}" for c, pt in p.tests()], dict(p.prior_sds),
@@ -315,3 +334,25 @@ def plan_notes(p: IsolossPreset, device: str, workers: int, cpu_peak: float | No
                                      PRIOR_SOURCE if p.prior_sds else "none", p.exempt))
     return extra, ceiling
 
+
+
+def planned_pooled(p: IsolossPreset) -> str:
+    """The pooled forecast of a design fixed before the data across languages (the languages
+    scale): per planned test its seeds per language and the pooled MDE (``stats.pooled_mde``)
+    at each spread τ between languages (``allocation.TAUS``), and the tests it leaves out."""
+    from ...allocation import TAUS
+    from ...stats import pooled_mde
+
+    prior, n_lang = dict(p.prior_sds), len(p.replicate)
+    lines = [f"Pooled forecast of the design fixed before the data ({n_lang} languages: "
+             f"{', '.join(c.label or c.spec for c in p.replicate)}; prior paired SDs: {_prior_source(p)}; the pooled "
+             f"MDE at 80 % power of the HKSJ test on {n_lang - 1} degrees of freedom, target {p.mde_target:g} "
+             "points):",
+             f"{'comparison @ point':<24} {'seeds':>11} {'prior SD':>9} " + " ".join(f"{f'MDE τ={t:g}':>10}" for t in TAUS)]
+    for test, n in p.plan:
+        sd = prior.get(test, math.nan)
+        cells = " ".join(f"{pooled_mde(sd, t, n_lang, n):>10.2f}" if math.isfinite(sd) else f"{'no prior':>10}"
+                         for t in TAUS)
+        lines.append(f"{test:<24} {f'{n} × {n_lang}':>11} {sd:>9.3g} {cells}")
+    lines += [f"left out: {t} ({why})" for t, why in p.left]
+    return "\n".join(lines)

@@ -22,9 +22,9 @@ from .study import forks_ran, later_seeds, pilot_results, seed_result, study_see
 
 def report(records, p: IsolossPreset) -> list[Section]:
     """Two sections: the verdicts with their MDE (``lead``: before the Runs table) and the
-    study (design, headroom, selection, every table and figure). On several languages: the
-    replication table first, then each language's verdicts and study, their files and
-    figures named by the language's tag."""
+    study (design, headroom, selection, every table and figure). On several languages: each
+    language's verdicts, then the replication table that pools them, then each language's
+    study, their files and figures named by the language's tag."""
     if not p.replicate:
         lead, section, _ = language_report(records, p)
         return [lead, section]
@@ -36,8 +36,9 @@ def report(records, p: IsolossPreset) -> list[Section]:
         sections.append(section)
         outcomes.append(outcome)
     rep = replication_section(outcomes)
-    rep.text[-1] += " Each language's verdicts, design and tables follow, under its name."
-    return [rep, *leads, *sections]
+    rep.text[-1] += (" Each language's verdicts are above it; each language's design and tables follow, under "
+                     "its name.")
+    return [*leads, rep, *sections]
 
 
 def run_seeds(records, p: IsolossPreset) -> tuple[list[dict], Allocation | None]:

@@ -268,7 +268,10 @@ class IsolossPreset(Preset):
     def on(self, choice: LanguageChoice, tag: str = "") -> IsolossPreset:
         """This preset on another language (its study of one language: ``tag`` names it in a
         study of several)."""
-        return dataclasses.replace(self, use=(choice.name,), languages={choice.name: choice.size},
+        # a registered language in the languages scale runs the seeds whose base passed its recorded
+        # gate (``LanguageChoice.seeds``), the first as many as the study has
+        seeds = choice.seeds[:len(self.seeds)] if choice.seeds else self.seeds
+        return dataclasses.replace(self, seeds=seeds, use=(choice.name,), languages={choice.name: choice.size},
                                    tasks={choice.name: (choice.task,)}, task=choice.task,
                                    language_settings=choice.settings(), replicate=(), tag=tag)
 
@@ -467,16 +470,21 @@ MEASURED_RUNTIMES = {
 EXEMPT_SEEDS = 4
 
 
+def planned(scale: str, settings: dict, plan: tuple, left: tuple = (), **extra) -> IsolossPreset:
+    """The scale's design (``settings``: its preset's keywords) cut to ``plan``: the forks of the
+    planned tests only, their fork points, seeds as the plan says (quick; the languages scale)."""
+    full = _preset(scale, **{**settings, **extra})
+    keep = {name for t, _ in plan for c, _pt in [full_test(full, t)] for name in (c.recipe, c.reference)}
+    forks = tuple(f for f in full.forks if f.name in keep)
+    points = {t.split(" @ ")[1] for t, _ in plan}
+    return _preset(scale, **{**settings, **extra, "seeds": tuple(range(max(n for _, n in plan))), "plan": plan,
+                             "left": left, "forks": forks,
+                             "fork_points": tuple(k for k in settings["fork_points"] if full.point_name(k) in points)})
+
+
 def _quick() -> IsolossPreset:
     """tiny's design with ``QUICK_PLAN``: its forks only, seeds as the plan says."""
-    full = _preset("tiny", seeds=tuple(range(48)), exempt=("adv",), prior_sds=TINY_PRIOR_SDS, **_TINY)
-    keep = {name for t, _ in QUICK_PLAN for c, _pt in [full_test(full, t)] for name in (c.recipe, c.reference)}
-    forks = tuple(f for f in full.forks if f.name in keep)
-    points = {t.split(" @ ")[1] for t, _ in QUICK_PLAN}
-    return _preset("tiny", seeds=tuple(range(max(n for _, n in QUICK_PLAN))), exempt=("adv",),
-                   prior_sds=TINY_PRIOR_SDS, plan=QUICK_PLAN, left=QUICK_LEFT,
-                   **{**_TINY, "forks": forks,
-                      "fork_points": tuple(k for k in _TINY["fork_points"] if full.point_name(k) in points)})
+    return planned("tiny", TINY_DESIGN, QUICK_PLAN, QUICK_LEFT)
 
 
 def full_test(p: IsolossPreset, test: str):
@@ -484,16 +492,21 @@ def full_test(p: IsolossPreset, test: str):
     return {f"{c.name} @ {pt}": (c, pt) for c, pt in p.all_tests()}[test]
 
 
+# the smoke scale's keywords (``planned`` cuts them to a plan: the languages scale's pipeline in seconds)
+SMOKE_DESIGN = dict(
+    seeds=(0, 1, 2), base_steps=30, fork_points=(30, 0), recipe_steps=10, decay_steps=10,
+    final_lr_factor=0.05, final_steps=15, match_every=5, eval_sentences=64,
+    # one flatness fork (the plumbing, its λ at this scale's trace): the penalty's steps are
+    # dear, sharp and flat together made the smoke study 50 % longer (+18 % with sharp alone)
+    forks=_forks(20, flatness={"sharp": -1e-3}), probe_sizes=(8, 16),
+    probe_subsets=(3, 3), probe_pool=40, probe_test=64, probe_epochs=3, probe_l2=0.1, primary_size=16,
+    kl_tolerance=10.0, extrapolation_limit=1e6, headroom_margin=0.0, on_no_headroom="mark",
+    adversarial_batch=32, adversarial_pool=256)
+# tiny's keywords with its priors (the designs ``choose_design`` fixes are cut from it)
+TINY_DESIGN = dict(_TINY, seeds=tuple(range(48)), exempt=("adv",), prior_sds=TINY_PRIOR_SDS)
+
 PRESETS: dict[str, IsolossPreset] = {
-    "smoke": _preset(
-        "smoke", seeds=(0, 1, 2), base_steps=30, fork_points=(30, 0), recipe_steps=10, decay_steps=10,
-        final_lr_factor=0.05, final_steps=15, match_every=5, eval_sentences=64,
-        # one flatness fork (the plumbing, its λ at this scale's trace): the penalty's steps are
-        # dear, sharp and flat together made the smoke study 50 % longer (+18 % with sharp alone)
-        forks=_forks(20, flatness={"sharp": -1e-3}), probe_sizes=(8, 16),
-        probe_subsets=(3, 3), probe_pool=40, probe_test=64, probe_epochs=3, probe_l2=0.1, primary_size=16,
-        kl_tolerance=10.0, extrapolation_limit=1e6, headroom_margin=0.0, on_no_headroom="mark",
-        adversarial_batch=32, adversarial_pool=256),
+    "smoke": _preset("smoke", **SMOKE_DESIGN),
     # the main job: tiny's design cut to what 25 minutes on 2 cores can decide (``QUICK_PLAN``)
     "quick": _quick(),
     # a pilot of 10 seeds with every fork, then at most 48 seeds, each with the forks of the claims
@@ -503,8 +516,7 @@ PRESETS: dict[str, IsolossPreset] = {
     # seed): the budget binds (every design ~5.9 CPU-hours, ~20 seeds a claim); pilot 6 / 8 / 10 / 12
     # with at most 48 seeds 0.46 / 0.49 / 0.55 / 0.52, with at most 32 0.45 / 0.53 / 0.54 / 0.55
     # (± 0.02): a pilot of 6 is too few for Stein's t on k − 1 at α/5, the cap does not bind
-    "tiny": _preset("tiny", seeds=tuple(range(48)), pilot_seeds=10, exempt=("adv",), budget_minutes=180.0,
-                    prior_sds=TINY_PRIOR_SDS, **_TINY),
+    "tiny": _preset("tiny", pilot_seeds=10, budget_minutes=180.0, **TINY_DESIGN),
     "small": _preset(
         "small", seeds=tuple(range(8)), base_steps=20_000, fork_points=(20_000, 0), recipe_steps=2000,
         decay_steps=2000, final_lr_factor=0.05, final_steps=3000, match_every=200, eval_sentences=20_000,

@@ -5,6 +5,7 @@ runs) and ``task_span`` (the fixed span of positions the study probes)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -27,6 +28,12 @@ class LanguageChoice:
     task: str
     seed: int | None = None
     params: str | None = None
+    # a registered language's name (``found``: ``hmm:search-1``), which names its folders
+    label: str = ""
+    # the seeds a study of it runs (the languages scale: those whose base passed the language's
+    # recorded gate, known before the study; the gate is on the base, before any fork, so this
+    # selects on nothing a fork does); empty: the preset's
+    seeds: tuple[int, ...] = ()
 
     @property
     def spec(self) -> str:
@@ -37,7 +44,10 @@ class LanguageChoice:
 
     @property
     def tag(self) -> str:
-        """A folder-safe name: ``hmm-headroom``, ``hmm-headroom-seed7-n_states6-task-5``."""
+        """A folder-safe name: ``hmm-headroom``, ``hmm-headroom-seed7-n_states6-task-5``; a
+        registered language's its name's (``hmm-search-1``)."""
+        if self.label:
+            return self.label.replace(":", "-")
         parts = [self.name, self.size, *([f"seed{self.seed}"] if self.seed is not None else []),
                  *(x.replace("=", "") for x in (self.params or "").split(",") if x)]
         if self.task != DEFAULT_TASKS.get(self.name):
@@ -54,9 +64,15 @@ def parse_language(text: str) -> LanguageChoice:
     wrong). Keys: ``task`` (default ``DEFAULT_TASKS``), ``seed`` (another draw of the size's
     shape), anything else a constructor setting of the language (``language.params``). The
     size defaults to ``headroom``; the language is built here, so a bad setting or a task
-    without a span and posterior is refused before anything runs."""
+    without a span and posterior is refused before anything runs. A registered name
+    (``found``: ``hmm:search-1``) is its record's spec, labelled with the name."""
     from .... import registry
+    from ....found import lookup
     from ....registry import parse_params
+
+    found = lookup(text)
+    if found is not None:
+        return dataclasses.replace(parse_language(found.spec), label=found.name)
 
     parts = text.strip().split(":")
     if not parts[0] or len(parts) > 3:

@@ -1,0 +1,171 @@
+"""Registered languages and the study across them (issue 48): ``language search --register``
+writes one record a language (the first passing draw, its gate per seed, the command),
+``--language NAME`` and ``language describe NAME`` read it, and ``reproduce isoloss --scale
+languages`` runs the design ``choose_design`` fixes for them — its pipeline checked here at the
+smoke scale's settings on two registered languages."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+
+import pytest
+
+from sameloss.cli import main
+from sameloss.experiments import reproduce
+from sameloss.experiments.recipes import isoloss
+from sameloss.experiments.recipes.isoloss import across, design
+from sameloss import found
+
+
+def _cli(capsys, *args) -> tuple[int, str, str]:
+    try:
+        code = main(list(args))
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+SEARCH = ["language", "search", "hmm", "n_states=3..5", "concentration=0.1..0.5", "--draws", "2", "--scale", "smoke",
+          "--no-progress", "--min-gap", "-100", "--train-top", "1", "--gate-seeds", "2", "--gate-pass", "1/2"]
+
+
+def test_the_search_registers_its_first_passing_draw(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(found, "REGISTERED", tmp_path / "registered")
+    code, out, err = _cli(capsys, *SEARCH, "--out", str(tmp_path / "s"), "--register", "hmm:test-1")
+    assert code == 0 and err == ""
+    passed = [line.split("--language ")[1] for line in out.splitlines() if line.startswith("    --language ")]
+    assert passed and f"registered hmm:test-1 = {passed[0]}" in out
+    record = found.lookup("hmm:test-1")
+    assert record.spec == passed[0] and record.scale == "smoke" and record.gate_pass == 0.5
+    assert record.command.startswith("sameloss language search hmm") and "--register hmm:test-1" in record.command
+    # its gate is the search's own rows, to the digit
+    rows = [r for r in csv.DictReader((tmp_path / "s" / "search.csv").open()) if r["stage"] == "gate"
+            and r["spec"] == record.spec]
+    assert [r["seed"] for r in record.gate] == [int(r["seed"]) for r in rows] == [0, 1]
+    assert [r["below_oracle"] for r in record.gate] == [float(r["below_oracle"]) for r in rows]
+    assert record.passed == sum(r["ok"] == "True" for r in rows)
+    assert (tmp_path / "registered" / "hmm-test-1.toml").is_file()
+    # the name is the spec wherever --language takes one, labelled: its folders are the name's
+    choice = isoloss.parse_language("hmm:test-1")
+    assert dataclasses.replace(choice, label="") == isoloss.parse_language(record.spec)
+    assert choice.tag == "hmm-test-1"
+    passed = tuple(r["seed"] for r in record.gate if r["ok"])
+    assert across.registered_choices() == (dataclasses.replace(choice, seeds=passed),)
+    # describe prints the record (gate per seed, the command), then the language's summary
+    code, out, err = _cli(capsys, "language", "describe", "hmm:test-1", "--n-sentences", "64")
+    assert code == 0 and f"registered  hmm:test-1 = {record.spec}" in out and record.command in out
+    assert f"passed on {record.passed} of 2 seeds" in out and "tasks" in out
+    seed = record.spec.split("seed=")[1].split(",")[0]
+    assert f"seed {seed}, params " in out  # the language described is the record's draw
+    code, _, err = _cli(capsys, "language", "describe", "hmm:test-1", "--seed", "3")
+    assert code == 2 and "is a registered language" in err
+    # a rerun registers the same draw again; another spec under the name is refused
+    code, out, _ = _cli(capsys, *SEARCH, "--out", str(tmp_path / "s"), "--register", "hmm:test-1")
+    assert code == 0 and found.lookup("hmm:test-1") == record
+    other = dataclasses.replace(record, spec="hmm:headroom:seed=1,task=task-5")
+    (tmp_path / "registered" / "hmm-test-1.toml").write_text(found.record_text(other))
+    code, _, err = _cli(capsys, *SEARCH, "--out", str(tmp_path / "s"), "--register", "hmm:test-1")
+    assert code == 2 and "already registered as hmm:headroom:seed=1" in err and found.lookup("hmm:test-1") == other
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--register", "hmm:test-1"], "--register needs --gate-seeds"),
+    (["--gate-seeds", "2", "--register", "pcfg:x"], "give hmm:LABEL"),
+    (["--gate-seeds", "2", "--register", "hmm:headroom"], "is a size of hmm"),
+])
+def test_a_bad_registration_is_one_line_before_anything_runs(capsys, tmp_path, monkeypatch, args, words):
+    monkeypatch.setattr(found, "REGISTERED", tmp_path / "registered")
+    code, _, err = _cli(capsys, "language", "search", "hmm", "--scale", "smoke", "--out", str(tmp_path / "s"), *args)
+    assert code == 2 and words in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "s").exists() and not (tmp_path / "registered").exists()
+
+
+def _record(name: str, spec: str, failed: tuple[int, ...] = (), seeds: int = 2) -> found.Found:
+    gate = tuple({"seed": s, "trained": 80.0, "lookup": 60.0, "random_init": 70.0, "oracle": 95.0,
+                  "above_lookup": 20.0, "above_random_init": 10.0, "below_oracle": 15.0, "ok": s not in failed}
+                 for s in range(seeds))
+    return found.Found(name, spec, f"sameloss language search ... --register {name}", "smoke", 0.5, 0.0, gate)
+
+
+def test_a_record_reads_back_as_written(tmp_path):
+    rec = _record("pcfg:test-2", "pcfg:headroom:seed=3,emit_prob=0.25,task=span-1-sampled")
+    found.write(rec, tmp_path)
+    assert found.registered(tmp_path) == {"pcfg:test-2": rec}
+    assert found.settings_of(rec.spec) == ("pcfg", "headroom", 3, "emit_prob=0.25")
+    (c,) = across.registered_choices(tmp_path)
+    assert (c.name, c.size, c.task, c.seed, c.params, c.tag) == ("pcfg", "headroom", "span-1-sampled", 3,
+                                                                 "emit_prob=0.25", "pcfg-test-2")
+    (tmp_path / "pcfg-test-2.toml").write_text("name = 'pcfg:test-2'\n")
+    with pytest.raises(found.UserError, match="not a registered language record"):
+        found.registered(tmp_path)
+
+
+def test_the_languages_scale_is_the_design_the_rule_chooses():
+    """The languages scale is tiny cut to the plan ``choose_design`` picks before any data for the
+    registered languages — tiny's prior SDs, the planner's costs at this project's CPU, 180 minutes
+    on 2 workers, seeds per language from the pooled MDE — on every registered language."""
+    from sameloss.experiments import plan as planner
+    from sameloss.experiments.recipes.isoloss.allocation import choose_design, planned_costs
+
+    p = isoloss.PRESETS["languages"]
+    choices = across.registered_choices()
+    assert len(choices) >= 3 and p.replicate == choices  # every registered language, by name
+    assert len({c.name for c in choices}) >= 2  # two families
+    tiny = isoloss.PRESETS["tiny"]
+    costs = planned_costs(tiny, cpu_peak=planner.REFERENCE_CPU_PEAK)
+    chosen = choose_design(tiny, costs, 60 * across.LANGUAGES_BUDGET_MINUTES, across.LANGUAGES_WORKERS,
+                           exempt_seeds=design.EXEMPT_SEEDS, languages=len(choices), tau=across.LANGUAGES_TAU)
+    assert chosen.plan == across.LANGUAGES_PLAN and chosen.left == across.LANGUAGES_LEFT
+    assert chosen.wall_seconds <= 60 * across.LANGUAGES_BUDGET_MINUTES
+    assert p.plan == across.LANGUAGES_PLAN and [f"{c.name} @ {pt}" for c, pt in p.tests()] == [t for t, _ in p.plan]
+    # the seeds are per language, from the pooled MDE: on 2 degrees of freedom (3 languages) the HKSJ
+    # test needs more seeds a language than one language's own t test does for the same SD
+    one = dict(choose_design(tiny, costs, 1e9, 2, exempt_seeds=design.EXEMPT_SEEDS).plan)
+    assert dict(chosen.plan)["sam05-half @ scratch"] > one["sam05-half @ scratch"]
+
+
+def test_the_languages_scale_runs_end_to_end_at_smoke(tmp_path, monkeypatch, capsys):
+    """The languages scale's pipeline — registered languages read from their records, each one's
+    study, its verdicts, then the pooled table — on smoke's settings with one planned test."""
+    reg = tmp_path / "registered"
+    found.write(_record("hmm:test-a", "hmm:micro:seed=11,task=task-3"), reg)
+    # its recorded gate failed on seed 0: its study runs the seeds that passed, the first 2
+    found.write(_record("hmm:test-b", "hmm:micro:seed=12,task=task-3", failed=(0,), seeds=4), reg)
+    p = across.languages_preset(across.registered_choices(reg), plan=(("noreg @ late", 2),), scale="smoke",
+                                settings=design.SMOKE_DESIGN)
+    assert {f.name for f in p.forks} == {"adamw", "noreg"} and p.seeds == (0, 1) and p.fork_points == (30,)
+    monkeypatch.setitem(isoloss.PRESETS, "languages", p)
+    reproduce("isoloss", "languages", out=tmp_path / "runs", progress=False)
+    root = tmp_path / "runs" / "isoloss-languages-hmm-test-a+hmm-test-b"
+    report = (root / "report.md").read_text()
+    assert report.index("## Verdicts — hmm:micro:seed=11") < report.index("## Verdicts — hmm:micro:seed=12") \
+        < report.index("## Replication across languages") < report.index("## Runs")
+    rep = list(csv.DictReader((root / "replication.csv").open()))
+    assert [r["test"] for r in rep] == ["noreg @ late"]
+    for key in ("random", "random_low", "random_high", "random_mde", "tau2", "i2", "hmm-test-a_verdict",
+                "hmm-test-b_verdict", "replication"):
+        assert rep[0][key] != "", key
+    for tag, seeds in (("hmm-test-a", ["seed0", "seed1"]), ("hmm-test-b", ["seed1", "seed2"])):
+        assert sorted(d.name for d in (root / "seeds" / tag).iterdir()) == seeds
+
+
+def test_the_planner_prices_the_languages_scale_with_its_pooled_forecast(tmp_path, monkeypatch, capsys):
+    reg = tmp_path / "registered"
+    for name, seed in (("hmm:test-a", 11), ("hmm:test-b", 12), ("hmm:test-c", 13)):
+        found.write(_record(name, f"hmm:micro:seed={seed},task=task-3"), reg)
+    plan = (("noreg @ late", 2), ("sam05 @ late", 3))
+    p = across.languages_preset(across.registered_choices(reg), plan=plan, scale="smoke",
+                                settings={**design.SMOKE_DESIGN, "prior_sds": (("noreg @ late", 0.2),)})
+    monkeypatch.setitem(isoloss.PRESETS, "languages", p)
+    code, out, err = _cli(capsys, "plan", "isoloss", "--scale", "languages", "--cpu-peak", "100")
+    assert code == 0 and err == ""
+    assert "plan: isoloss --scale languages" in out
+    from sameloss.experiments.stats import pooled_mde
+
+    assert "Pooled forecast of the design fixed before the data (3 languages: hmm:test-a, hmm:test-b, hmm:test-c" in out
+    line = next(x for x in out.splitlines() if x.startswith("noreg @ late"))
+    assert "2 × 3" in line  # its seeds per language × the languages
+    assert f"{pooled_mde(0.2, 0.0, 3, 2):.2f}" in line and f"{pooled_mde(0.2, 0.2, 3, 2):.2f}" in line
+    assert "no prior" in next(x for x in out.splitlines() if x.startswith("sam05 @ late"))
