@@ -106,7 +106,7 @@ def test_the_languages_scale_is_the_design_the_rule_chooses():
     """The languages scale is tiny cut to the plan ``choose_design`` picks before any data for the
     registered languages — tiny's prior SDs, the planner's costs at this project's CPU, 180 minutes
     on 2 workers, seeds per language from the pooled MDE — on every registered language."""
-    from sameloss.experiments import plan as planner
+    from sameloss.experiments.hardware import REFERENCE_CPU_PEAK
     from sameloss.experiments.recipes.isoloss.allocation import choose_design, planned_costs
 
     p = isoloss.PRESETS["languages"]
@@ -114,7 +114,7 @@ def test_the_languages_scale_is_the_design_the_rule_chooses():
     assert len(choices) >= 3 and p.replicate == choices  # every registered language, by name
     assert len({c.name for c in choices}) >= 2  # two families
     tiny = isoloss.PRESETS["tiny"]
-    costs = planned_costs(tiny, cpu_peak=planner.REFERENCE_CPU_PEAK)
+    costs = planned_costs(tiny, cpu_peak=REFERENCE_CPU_PEAK)
     chosen = choose_design(tiny, costs, 60 * across.LANGUAGES_BUDGET_MINUTES, across.LANGUAGES_WORKERS,
                            exempt_seeds=design.EXEMPT_SEEDS, languages=len(choices), tau=across.LANGUAGES_TAU)
     assert chosen.plan == across.LANGUAGES_PLAN and chosen.left == across.LANGUAGES_LEFT
@@ -162,7 +162,7 @@ def test_the_planner_prices_the_languages_scale_with_its_pooled_forecast(tmp_pat
     code, out, err = _cli(capsys, "plan", "isoloss", "--scale", "languages", "--cpu-peak", "100")
     assert code == 0 and err == ""
     assert "plan: isoloss --scale languages" in out
-    from sameloss.experiments.stats import pooled_mde
+    from sameloss.experiments.pooling import pooled_mde
 
     assert "Pooled forecast of the design fixed before the data (3 languages: hmm:test-a, hmm:test-b, hmm:test-c" in out
     line = next(x for x in out.splitlines() if x.startswith("noreg @ late"))

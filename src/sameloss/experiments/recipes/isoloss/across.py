@@ -8,7 +8,7 @@ Its design was fixed before any data, as quick's was: ``allocation.choose_design
 prior paired SDs (``TINY_PRIOR_SDS``), the planner's cost of a seed (``planned_costs``, the tiny
 HMM's: every registered language trains the same model on the same schedule), a budget of
 ``LANGUAGES_BUDGET_MINUTES`` on 2 workers, and for each test the fewest seeds per language whose
-pooled MDE (``stats.pooled_mde``, spread ``LANGUAGES_TAU`` between languages) reaches the MDE
+pooled MDE (``pooling.pooled_mde``, spread ``LANGUAGES_TAU`` between languages) reaches the MDE
 target; a test checks that the rule still chooses ``LANGUAGES_PLAN`` for the registered
 languages (registering another re-pins it). ``sameloss plan isoloss --scale languages`` prices it.
 """

@@ -173,13 +173,13 @@ def choose_design(p: IsolossPreset, costs: dict[str, float], budget_seconds: flo
     those whose seeds exceed ``cap`` or the budget.
 
     Across ``languages`` > 1 languages (the languages scale): a test's seeds are per language,
-    the fewest whose pooled MDE (``stats.pooled_mde``: the HKSJ test of the languages'
+    the fewest whose pooled MDE (``pooling.pooled_mde``: the HKSJ test of the languages'
     estimates, a spread ``tau`` of the true effects between them) reaches the target, and
     every language runs them: the wall time shares all languages' seeds over the workers,
     each language's seed priced as ``costs`` (one language's)."""
     from ...allocation import needed_seeds
     from ...plan import longest_first
-    from ...stats import pooled_mde
+    from ...pooling import pooled_mde
 
     def seeds_for(sd: float) -> int | None:
         if languages < 2:
@@ -338,10 +338,10 @@ def plan_notes(p: IsolossPreset, device: str, workers: int, cpu_peak: float | No
 
 def planned_pooled(p: IsolossPreset) -> str:
     """The pooled forecast of a design fixed before the data across languages (the languages
-    scale): per planned test its seeds per language and the pooled MDE (``stats.pooled_mde``)
+    scale): per planned test its seeds per language and the pooled MDE (``pooling.pooled_mde``)
     at each spread τ between languages (``allocation.TAUS``), and the tests it leaves out."""
     from ...allocation import TAUS
-    from ...stats import pooled_mde
+    from ...pooling import pooled_mde
 
     prior, n_lang = dict(p.prior_sds), len(p.replicate)
     lines = [f"Pooled forecast of the design fixed before the data ({n_lang} languages: "
