@@ -101,8 +101,8 @@ import collections, glob, json
 for w in ('ens', 'one'):
     t = collections.Counter()
     for f in glob.glob(f'/tmp/gpu_check_{w}/**/cost.json', recursive=True):
-        for key, v in json.load(open(f))['parts'].items():
-            t[key.split('|')[-1]] += float(v)
+        for r in json.load(open(f))['rows']:  # tidy rows: point, fork, stage, cpu_seconds
+            t[r['stage']] += float(r['cpu_seconds'])
     print(w, {k: round(v) for k, v in sorted(t.items())}, end='; ')
 " 2>&1)"
 if [ "$DRY" = 1 ]; then  # the CPU's ensembles are the one-model runs: the same results, bit for bit

@@ -50,6 +50,7 @@ import numpy as np
 
 from sameloss.experiments import paired
 from sameloss.experiments.allocation import afford, allocate
+from sameloss.experiments.declare import CostPart
 from sameloss.experiments.recipes import isoloss
 from sameloss.experiments.recipes.isoloss.design import TINY_PRIOR_SDS
 from sameloss.experiments.stats import DETECTED, DETECTED_AGAINST, EQUIVALENT, paired_difference, power_verdict
@@ -252,8 +253,8 @@ def seed_cost_of(p, costs: dict[str, float]):
         forks = isoloss.forks_of(p, tests)
         runs = {(p.point_name(p.fork_point_of(f, k)), f.name) for k in p.fork_points for f in p.forks_at(k)
                 if (p.point_name(k), f.name) in forks}
-        return costs.get("|base|train", 0.0) + costs.get("|base|measure", 0.0) + sum(
-            costs.get(f"{pt}|{f}|{stage}", 0.0) for pt, f in runs for stage in ("train", "measure"))
+        return costs.get(CostPart("", "base", "train"), 0.0) + costs.get(CostPart("", "base", "measure"), 0.0) + sum(
+            costs.get(CostPart(pt, f, stage), 0.0) for pt, f in runs for stage in ("train", "measure"))
     return seed_cost
 
 

@@ -117,7 +117,7 @@ def test_the_search_gate_is_the_study_gate_to_the_digit(tmp_path):
     walked by the engine on the same study."""
     from sameloss.experiments.declare import Run, seed_unit
     from sameloss.experiments.engine import Execute, walk
-    from sameloss.experiments.recipes.isoloss.study import gate_measures, headroom_gate
+    from sameloss.experiments.recipes.isoloss.study import BASE_COST, gate_measures, headroom_gate
 
     choice = isoloss.parse_language("hmm:headroom:seed=5,n_states=4")
     design = search.SearchDesign(scale="smoke")
@@ -125,7 +125,7 @@ def test_the_search_gate_is_the_study_gate_to_the_digit(tmp_path):
     with Study(tmp_path / "study", progress=False) as study:
         row = search.gate(study, choice, design, 1)
         reads = gate_measures(p, 1)
-        record = walk(seed_unit(1, (Run(isoloss.base_run(p, 1), None, "|base|train+gate"), *reads)), Execute(study))
+        record = walk(seed_unit(1, (Run(isoloss.base_run(p, 1), None, BASE_COST), *reads)), Execute(study))
     trained, random_init, lookup, oracle = (record.row(m) for m in reads)
     ok, _ = headroom_gate(p, 1, trained, random_init, lookup, oracle)
     key = p.primary_key

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable, Union
+from typing import Callable, NamedTuple, Union
 
 from ..measures.run import MeasureSpec
 from .layout import embedded_name, run_folder, seed_folder
@@ -76,6 +76,20 @@ class Reference:
 Target = Union[Checkpoint, Embedded, Reference]
 
 
+class CostPart(NamedTuple):
+    """The part of a unit's CPU time a run or measure counts to, as a row's tags: the fork
+    point (``""`` for the base), the fork (``base`` for the base, its gate and references)
+    and the stage (``train``, ``measure``, ``train+gate``)."""
+
+    point: str
+    fork: str
+    stage: str
+
+    def row(self, cpu_seconds: float) -> dict:
+        """A tidy cost row: the tags and the seconds."""
+        return {**self._asdict(), "cpu_seconds": cpu_seconds}
+
+
 @dataclass(frozen=True)
 class Run:
     """A run to train or reuse; ``start``: the checkpoint it is forked from (its
@@ -84,7 +98,7 @@ class Run:
 
     spec: RunSpec
     start: Checkpoint | Embedded | None = None
-    cost: str = ""
+    cost: CostPart | None = None
 
     @property
     def name(self) -> str:
@@ -99,7 +113,7 @@ class Measure:
 
     of: Target
     spec: MeasureSpec
-    cost: str = ""
+    cost: CostPart | None = None
     optional: bool = False
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import UserError
-from .declare import Checkpoint, Embedded, Gate, Later, Measure, Reference, Run, Unit, merge_units
+from .declare import Checkpoint, CostPart, Embedded, Gate, Later, Measure, Reference, Run, Unit, merge_units
 
 # a seed unit's CPU as the call that computed it measured it (a later call reuses its runs and
 # rows for ~0 s; a budget planned from the pilot must not take that for the seed's cost)
@@ -57,7 +57,7 @@ class UnitRecord:
     runs: dict = field(default_factory=dict)
     gates: dict = field(default_factory=dict)
     skipped: dict = field(default_factory=dict)  # optional measures not made: why
-    cpu: dict = field(default_factory=dict)
+    cpu: dict = field(default_factory=dict)  # CostPart → CPU seconds
     cpu_seconds: float = 0.0
     seconds: float = 0.0
 
@@ -210,16 +210,18 @@ def keep_first_cost(root: Path, record: UnitRecord, log: Callable[[str], None]) 
     path = Path(root) / COST_FILE
     try:
         saved = json.loads(path.read_text())
-        parts = saved["parts"] if "parts" in saved else {  # the layout of earlier versions
-            f"{r['point']}|{r['fork']}|{r['stage']}": r["cpu_seconds"] for r in saved["rows"]}
-        return dataclasses.replace(record, cpu={k: float(v) for k, v in parts.items()},
-                                   cpu_seconds=float(saved["cpu_seconds"]))
+        if "rows" in saved:  # tidy rows: the tags of each part and its seconds
+            cpu = {CostPart(r["point"], r["fork"], r["stage"]): float(r["cpu_seconds"]) for r in saved["rows"]}
+        else:  # the layout of 2026-11 versions: "point|fork|stage" keys
+            cpu = {CostPart(*k.split("|")): float(v) for k, v in saved["parts"].items()}
+        return dataclasses.replace(record, cpu=cpu, cpu_seconds=float(saved["cpu_seconds"]))
     except FileNotFoundError:
         pass
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         log(f"note: {path} is unreadable; this call's CPU is kept instead")
     with storage_errors(path):
-        atomic_write_json(path, {"parts": record.cpu, "cpu_seconds": record.cpu_seconds}, indent=1)
+        atomic_write_json(path, {"rows": [part.row(v) for part, v in record.cpu.items()],
+                                 "cpu_seconds": record.cpu_seconds}, indent=1)
     return record
 
 

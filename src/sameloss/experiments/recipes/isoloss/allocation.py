@@ -16,6 +16,7 @@ import numpy as np
 from ....errors import UserError
 from ... import paired
 from ...allocation import Allocation, afford, allocate
+from ...declare import CostPart
 from .design import PRIOR_SOURCE, IsolossPreset, forks_of
 
 def allocation_of(setup, p: IsolossPreset, pilot: list[dict]) -> Allocation:
@@ -40,9 +41,9 @@ def allocation_of(setup, p: IsolossPreset, pilot: list[dict]) -> Allocation:
             forks = forks_of(p, active)
             runs = {(p.point_name(p.fork_point_of(f, k)), f.name) for k in p.fork_points for f in p.forks_at(k)
                     if (p.point_name(k), f.name) in forks}
-            return costs.get("|base|train+gate", 0.0) + sum(
-                costs.get(f"{pt}|{name}|train", 0.0) for pt, name in runs) + sum(
-                costs.get(f"{pt}|{name}|measure", 0.0) for pt, name in forks)
+            return costs.get(CostPart("", "base", "train+gate"), 0.0) + sum(
+                costs.get(CostPart(pt, name, "train"), 0.0) for pt, name in runs) + sum(
+                costs.get(CostPart(pt, name, "measure"), 0.0) for pt, name in forks)
         alloc = afford(alloc, seed_cost, pilot_wall, 60 * p.budget_minutes, _workers(setup))
     if saved is None and _writes(setup):
         _save_allocation(setup, p, sds, costs, pilot_wall)
@@ -66,13 +67,12 @@ def _pilot_sds(p: IsolossPreset, pilot: list[dict]) -> dict[str, float]:
     return out
 
 
-def _pilot_costs(pilot: list[dict]) -> dict[str, float]:
-    """The pilot's mean CPU seconds per fork point, fork and stage (``cost`` rows), keyed
-    ``point|fork|stage``."""
-    sums: dict[str, list[float]] = {}
+def _pilot_costs(pilot: list[dict]) -> dict[CostPart, float]:
+    """The pilot's mean CPU seconds per fork point, fork and stage (``cost`` rows)."""
+    sums: dict[CostPart, list[float]] = {}
     for res in pilot:
         for r in res.get("cost", []):
-            sums.setdefault(f"{r['point']}|{r['fork']}|{r['stage']}", []).append(r["cpu_seconds"])
+            sums.setdefault(CostPart(r["point"], r["fork"], r["stage"]), []).append(r["cpu_seconds"])
     return {k: float(np.mean(v)) for k, v in sums.items()}
 
 
@@ -111,7 +111,15 @@ def _saved_allocation(setup, p: IsolossPreset) -> dict | None:
     except (OSError, ValueError) as exc:
         raise UserError(f"{path}: cannot be read ({exc}); it records the pilot's spread and cost — remove it to "
                         "measure the pilot again") from None
-    return saved if isinstance(saved, dict) and saved.get("key") == _allocation_key(p) else None
+    if not (isinstance(saved, dict) and saved.get("key") == _allocation_key(p)):
+        return None
+    try:  # tidy rows; the 2026-11 layout keyed "point|fork|stage"
+        rows = saved["costs"]
+        saved["costs"] = ({CostPart(r["point"], r["fork"], r["stage"]): float(r["cpu_seconds"]) for r in rows}
+                          if isinstance(rows, list) else {CostPart(*k.split("|")): float(v) for k, v in rows.items()})
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise UserError(f"{path}: its costs cannot be read ({exc}); remove it to measure the pilot again") from None
+    return saved
 
 
 def _save_allocation(setup, p: IsolossPreset, sds: dict, costs: dict, pilot_wall: float) -> None:
@@ -120,14 +128,15 @@ def _save_allocation(setup, p: IsolossPreset, sds: dict, costs: dict, pilot_wall
 
     path = _allocation_path(setup, p)
     with storage_errors(path):
-        atomic_write_json(path, {"key": _allocation_key(p), "sds": sds, "costs": costs, "pilot_wall": pilot_wall},
+        atomic_write_json(path, {"key": _allocation_key(p), "sds": sds,
+                                 "costs": [part.row(v) for part, v in costs.items()], "pilot_wall": pilot_wall},
                           indent=1)
 
 
 def planned_costs(p: IsolossPreset, device: str = "cpu", cpu_peak: float | None = None,
-                  workers: int = 1) -> dict[str, float]:
-    """The planner's CPU (or device) seconds per seed by ``point|fork|stage`` (``|base|train``,
-    ``|base|measure``: the base, its gate and the references): ``sameloss plan``'s cost model
+                  workers: int = 1) -> dict[CostPart, float]:
+    """The planner's CPU (or device) seconds per seed by fork point, fork and stage
+    (``CostPart``; fork ``base``, stages ``train`` and ``measure``: the base, its gate and the references): ``sameloss plan``'s cost model
     on one seed of the study planned with every fork, each seed run by one of ``workers``
     workers (on the CPU, a peak not given is measured with the threads each worker runs)."""
     from ...hardware import measure_cpu_peak
@@ -138,7 +147,7 @@ def planned_costs(p: IsolossPreset, device: str = "cpu", cpu_peak: float | None 
     one = dataclasses.replace(p, seeds=p.seeds[:2], pilot_seeds=0, budget_minutes=None, replicate=(), plan=(),
                               left=())
     e = estimate(dry_plan("isoloss", "tiny", preset=one), device, 1, cpu_peak, memory=False)
-    costs: dict[str, float] = {}
+    costs: dict[CostPart, float] = {}
     for item in (*e.runs, *e.measures):
         key = _cost_key(item["run"], "train" if "steps" in item else "measure")
         costs[key] = costs.get(key, 0.0) + item["seconds"] / len(one.seeds)
@@ -155,7 +164,7 @@ class ChosenDesign:
     wall_seconds: float
 
 
-def choose_design(p: IsolossPreset, costs: dict[str, float], budget_seconds: float, workers: int,
+def choose_design(p: IsolossPreset, costs: dict[CostPart, float], budget_seconds: float, workers: int,
                   min_seeds: int = 3, exempt_seeds: int = 4, cap: int = 48, languages: int = 1,
                   tau: float = 0.0) -> ChosenDesign:
     """A design fixed before any data, for a budget: the rule of the adaptive study
@@ -165,7 +174,7 @@ def choose_design(p: IsolossPreset, costs: dict[str, float], budget_seconds: flo
 
     The tests are taken in order of what they cost to decide — their seeds times the CPU of
     the forks they add, from ``costs`` (``planned_costs``: the planner's seconds per
-    ``point|fork|stage``) — and each is kept if the design's wall time, every seed's base,
+    ``CostPart``) — and each is kept if the design's wall time, every seed's base,
     gate and forks, its units shared out longest first over ``workers``, stays within
     ``budget_seconds``; seed i runs the forks of the tests planned more than i seeds. A test
     whose two forks both run without being planned (e.g. SAM against −dropout−WD when SAM's control runs both) is reported on
@@ -214,9 +223,9 @@ def choose_design(p: IsolossPreset, costs: dict[str, float], budget_seconds: flo
     def seed_cost(tests: list[str]) -> float:
         forks = forks_of(p, tests)
         trained = entries_of(tests)
-        return (costs.get("|base|train", 0.0) + costs.get("|base|measure", 0.0)
-                + sum(costs.get(f"{pt}|{name}|train", 0.0) for pt, name in trained)
-                + sum(costs.get(f"{pt}|{name}|measure", 0.0) for pt, name in forks))
+        return (costs.get(CostPart("", "base", "train"), 0.0) + costs.get(CostPart("", "base", "measure"), 0.0)
+                + sum(costs.get(CostPart(pt, name, "train"), 0.0) for pt, name in trained)
+                + sum(costs.get(CostPart(pt, name, "measure"), 0.0) for pt, name in forks))
 
     def wall(plan: dict[str, int]) -> float:
         # a seed is one unit: the units shared out longest first over the workers, as the
@@ -276,8 +285,8 @@ def forecast(p: IsolossPreset, device: str, workers: int, cpu_peak: float | None
 
     def seed_cost(active: list[str]) -> float:
         forks = forks_of(p, active)
-        return costs.get("|base|train", 0.0) + costs.get("|base|measure", 0.0) + sum(
-            v for k, v in costs.items() if tuple(k.split("|")[:2]) in forks)
+        return costs.get(CostPart("", "base", "train"), 0.0) + costs.get(CostPart("", "base", "measure"), 0.0) + sum(
+            v for k, v in costs.items() if (k.point, k.fork) in forks)
 
     pilot_wall = p.pilot_seeds * per_seed / workers
     cut = afford(alloc, seed_cost, pilot_wall, 60 * p.budget_minutes, workers) if p.budget_minutes else alloc
@@ -293,14 +302,14 @@ def forecast(p: IsolossPreset, device: str, workers: int, cpu_peak: float | None
             + (f"; exempt (tested on the pilot): {', '.join(p.exempt)}" if p.exempt else "") + ".")
 
 
-def _cost_key(run: str, stage: str) -> str:
-    """``point|fork|stage`` of a planned run or measure (its run's name ``…-s<seed>-<point>-<fork>``
+def _cost_key(run: str, stage: str) -> CostPart:
+    """The cost part of a planned run or measure (its run's name ``…-s<seed>-<point>-<fork>``
     or ``…-base``; a reference's measure belongs to the base)."""
     found = re.search(r"-s\d+-(?P<rest>.+)$", run)
     if found is None or found["rest"] == "base":
-        return f"|base|{stage}"
+        return CostPart("", "base", stage)
     point, _, fork = found["rest"].partition("-")
-    return f"{point}|{fork}|{stage}"
+    return CostPart(point, fork, stage)
 
 
 def _minutes(seconds: float) -> str:

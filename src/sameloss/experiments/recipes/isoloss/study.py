@@ -12,7 +12,7 @@ from ....measures.run import MeasureSpec
 from ....models.sizes import TRANSFORMER_SIZES
 from ...common import base_settings, measure_spec
 from ...core import RunSpec, Setting
-from ...declare import Checkpoint, Embedded, Gate, Later, Measure, Reference, Run, seed_unit
+from ...declare import Checkpoint, CostPart, Embedded, Gate, Later, Measure, Reference, Run, seed_unit
 from ...engine import eval_history
 from .design import EMBED_KL_TOLERANCE, MEASURED, Fork, IsolossPreset, forks_of, language_studies
 
@@ -98,12 +98,16 @@ def _kl_spec(p: IsolossPreset) -> MeasureSpec:
 REFERENCES = ("random-init", "lookup", "oracle")
 
 
+# the base's training, its gate and the references (a seed's cost before any fork)
+BASE_COST = CostPart("", "base", "train+gate")
+
+
 def gate_measures(p: IsolossPreset, seed: int) -> tuple[Measure, ...]:
     """What the gate reads: the seed's trained base probed beside its random-init encoder,
     the look-up table and the oracle, all with the seed's probe subsets (the look-up and
     oracle representations do not depend on the seed: measured once per experiment)."""
     base = base_run(p, seed).name
-    cost = "|base|train+gate"
+    cost = BASE_COST
     return (Measure(Checkpoint(base, p.base_steps), _fewshot_spec(p, seed), cost),
             *(Measure(Reference(kind, base), MeasureSpec(fewshot=p.fewshot(seed)), cost) for kind in REFERENCES))
 
@@ -169,7 +173,7 @@ def _fork_items(p: IsolossPreset, seed: int, f: Fork, k: int, curves: bool) -> t
     """A fork's run from its start: the base's checkpoint at ``k`` (none from scratch) or,
     for a size fork, that checkpoint embedded with its optimiser moments, after checking it
     computes the base's function."""
-    cost = f"{p.point_name(k)}|{f.name}|train"
+    cost = CostPart(p.point_name(k), f.name, "train")
     spec = fork_run(p, seed, f, k, curves)
     if k == 0:
         return (Run(spec, None, cost),)
@@ -185,7 +189,7 @@ def embedding_check(p: IsolossPreset, seed: int, f: Fork, k: int) -> tuple[Measu
     fork's shape (with the optimiser moments: the fork's start)."""
     small = Checkpoint(base_run(p, seed).name, k)
     large = Embedded(small, width_factor=f.width_factor, extra_layers=f.extra_layers, optimizer="embedded")
-    cost = f"{p.point_name(k)}|{f.name}|train"
+    cost = CostPart(p.point_name(k), f.name, "train")
     return Measure(small, _kl_spec(p), cost), Measure(large, _kl_spec(p), cost)
 
 
@@ -193,7 +197,7 @@ def probe_measures(p: IsolossPreset, seed: int, point: str, fork: Fork, spec: Ru
     """Per measured checkpoint of an entry, its step and measures: trace and probes, and for
     the reference of a size contrast its trace in the large model's space (embedded)."""
     big = one_space(p).get(fork.name)
-    cost = f"{point}|{fork.name}|measure"
+    cost = CostPart(point, fork.name, "measure")
     out = []
     for step in p.probe_steps(fork):
         ck = Checkpoint(spec.name, step)
@@ -230,7 +234,7 @@ def seed_study(p: IsolossPreset, seed: int, only: frozenset | None = None, curve
     measuring = [m for (point, name), spec in runs_of.items() if (point, name) in measured
                  for _, ms in probe_measures(p, seed, point, forks[name], spec) for m in ms]
     reads = gate_measures(p, seed)
-    return (Run(base_run(p, seed), None, "|base|train+gate"), *reads,
+    return (Run(base_run(p, seed), None, BASE_COST), *reads,
             Gate("headroom", _headroom_check, reads, (*training, *measuring), (p, seed), p.on_no_headroom))
 
 
@@ -247,8 +251,7 @@ def seed_result(records, p: IsolossPreset, seed: int, only: frozenset | None = N
                     "lookup": lookup, "oracle": oracle},
            "rows": [], "runs": [base], "embedded_kl": [], "curves": {}, "seconds": unit.seconds,
            "cpu_seconds": unit.cpu_seconds,
-           "cost": [dict(zip(("point", "fork", "stage"), key.split("|")), cpu_seconds=v)
-                    for key, v in unit.cpu.items()]}
+           "cost": [part.row(v) for part, v in unit.cpu.items()]}
     if not ok and p.on_no_headroom == "stop":
         return out
     forks = {f.name: f for f in p.forks}

@@ -1,0 +1,68 @@
+"""A unit's CPU per part as tidy rows (issue 49, item 1): ``declare.CostPart`` tags each part
+(fork point, fork, stage); ``cost.json`` and ``allocation.json`` keep rows of those tags and
+the seconds, and the layout of earlier versions (``"point|fork|stage"`` keys) still reads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sameloss.errors import UserError
+from sameloss.experiments.declare import CostPart
+from sameloss.experiments.engine import COST_FILE, UnitRecord, keep_first_cost
+
+PARTS = {CostPart("", "base", "train+gate"): 12.5, CostPart("late", "noreg", "train"): 3.25,
+         CostPart("late", "noreg", "measure"): 1.0}
+
+
+def test_the_first_call_keeps_its_cost_as_rows_and_later_calls_read_it_back(tmp_path):
+    notes = []
+    first = keep_first_cost(tmp_path, UnitRecord("u", cpu=dict(PARTS), cpu_seconds=16.75), notes.append)
+    saved = json.loads((tmp_path / COST_FILE).read_text())
+    assert saved["cpu_seconds"] == 16.75 and {"point": "late", "fork": "noreg", "stage": "train",
+                                              "cpu_seconds": 3.25} in saved["rows"]
+    later = keep_first_cost(tmp_path, UnitRecord("u", cpu={CostPart("late", "noreg", "train"): 99.0},
+                                                 cpu_seconds=99.0), notes.append)
+    assert later.cpu == first.cpu == PARTS and later.cpu_seconds == 16.75 and not notes
+    assert all(isinstance(k, CostPart) for k in later.cpu)
+
+
+def test_a_cost_file_of_earlier_versions_reads_as_the_same_parts(tmp_path):
+    (tmp_path / COST_FILE).write_text(json.dumps({"parts": {"|base|train+gate": 12.5, "late|noreg|train": 3.25,
+                                                            "late|noreg|measure": 1.0}, "cpu_seconds": 16.75}))
+    got = keep_first_cost(tmp_path, UnitRecord("u"), print)
+    assert got.cpu == PARTS and got.cpu_seconds == 16.75
+
+
+def test_an_unreadable_cost_file_is_replaced_by_this_calls_with_a_note(tmp_path):
+    (tmp_path / COST_FILE).write_text(json.dumps({"rows": [{"point": "late"}], "cpu_seconds": 1}))
+    notes = []
+    got = keep_first_cost(tmp_path, UnitRecord("u", cpu=dict(PARTS), cpu_seconds=16.75), notes.append)
+    assert got.cpu == PARTS and len(notes) == 1 and "unreadable" in notes[0]
+
+
+def test_a_part_is_a_row_of_its_tags():
+    assert CostPart("late", "sam05", "measure").row(2.0) == {"point": "late", "fork": "sam05", "stage": "measure",
+                                                             "cpu_seconds": 2.0}
+
+
+def test_the_allocation_file_keeps_costs_as_rows_and_reads_the_old_keys(tmp_path, monkeypatch):
+    from sameloss.experiments.recipes.isoloss import PRESETS, allocation
+
+    p = PRESETS["smoke"]
+    path = tmp_path / "allocation.json"
+    monkeypatch.setattr(allocation, "_writes", lambda setup: True)
+    monkeypatch.setattr(allocation, "_allocation_path", lambda setup, p: path)
+    allocation._save_allocation(None, p, {"t": 0.5}, dict(PARTS), 60.0)
+    rows = json.loads(path.read_text())["costs"]
+    assert isinstance(rows, list) and len(rows) == 3
+    assert allocation._saved_allocation(None, p)["costs"] == PARTS
+    old = json.loads(path.read_text())
+    old["costs"] = {"|".join(k): v for k, v in PARTS.items()}  # the 2026-11 layout
+    path.write_text(json.dumps(old))
+    assert allocation._saved_allocation(None, p)["costs"] == PARTS
+    old["costs"] = [{"point": "late"}]
+    path.write_text(json.dumps(old))
+    with pytest.raises(UserError, match="costs cannot be read"):
+        allocation._saved_allocation(None, p)
