@@ -267,37 +267,67 @@ def screen(study, choice, design: SearchDesign) -> dict:
 
 
 def gate(study, choice, design: SearchDesign, seed: int, fork: bool = False) -> dict:
-    """Train seed ``seed``'s base as the study does (and with ``fork`` its ``adamw`` fork) and
-    apply the study's gate to the base on the study's own probe design (module docstring)."""
-    from ..measures.run import MeasureSpec
-    from ..training.checkpoint import checkpoint_dir
+    """Seed ``seed``'s base trained as the study trains it (and with ``fork`` its ``adamw``
+    fork), and the study's gate applied to the base on the study's own probe design (module
+    docstring): a declared unit (``gate_unit``) walked by the engine on the search's study."""
     from ..training.runio import eval_history
-    from .engine import with_start
-    from .recipes.isoloss import base_run, fork_run, headroom_gate
+    from .engine import Execute, walk
 
     p = _preset(choice, design.scale)
+    unit, (trained, refs, fork_end) = gate_unit(p, seed, fork)
     c0 = _cpu()
-    base = study.train(base_run(p, seed))
-    fewshot = _fewshot(p, seed)
-    spec = MeasureSpec(fewshot=fewshot)
-    trained = study.measure(checkpoint_dir(base.path, p.base_steps), spec)
-    refs = _references(study, p, base.config, fewshot)
-    ok, _ = headroom_gate(p, seed, trained, refs["random-init"], refs["lookup"], refs["oracle"])
+    record = walk(unit, Execute(study))
     key = p.primary_key
+    got = {kind: record.row(m) for kind, m in refs.items()}
+    trained_row = record.row(trained)
+    ok, _ = headroom_gate_of(p, seed, trained_row, got)
+    base = record.runs[unit.items[0].name]
     row = {"seed": seed, "base_kl": float(eval_history(base.path)[p.base_steps]["kl"]),
-           "random_init": 100 * float(refs["random-init"][key]), "lookup": 100 * float(refs["lookup"][key]),
-           "trained": 100 * float(trained[key]), "oracle": 100 * float(refs["oracle"][key])}
+           "random_init": 100 * float(got["random-init"][key]), "lookup": 100 * float(got["lookup"][key]),
+           "trained": 100 * float(trained_row[key]), "oracle": 100 * float(got["oracle"][key])}
     row.update(above_lookup=row["trained"] - row["lookup"], above_random_init=row["trained"] - row["random_init"],
                below_oracle=row["oracle"] - row["trained"], ok=ok)
-    if fork:
+    if fork_end is not None:
         adamw = p.forks[0]
-        end = p.fork_end(adamw)
-        run = study.train(with_start(fork_run(p, seed, adamw, p.base_steps), checkpoint_dir(base.path, p.base_steps)))
+        run = record.runs[unit.items[-2].name]
         kls = [float(ev["kl"]) for step, ev in eval_history(run.path).items() if step in set(p.candidates(adamw))]
-        row.update(fork_end=end, fork_min_kl=min(kls), fork_end_kl=kls[-1],
-                   trained_end=100 * float(study.measure(checkpoint_dir(run.path, end), spec)[key]))
+        row.update(fork_end=p.fork_end(adamw), fork_min_kl=min(kls), fork_end_kl=kls[-1],
+                   trained_end=100 * float(record.row(fork_end)[key]))
     row["cpu_s"] = _cpu() - c0
     return row
+
+
+def gate_unit(p, seed: int, fork: bool = False):
+    """The search's gate of seed ``seed`` as a unit: the base (``isoloss.base_run``), its
+    trained checkpoint and the three references probed on the study's primary endpoint alone
+    (``_fewshot``), and with ``fork`` the ``adamw`` fork from the base's last checkpoint and
+    its end probed likewise. Returns the unit and its measures: the trained checkpoint's, the
+    references' by kind, the fork end's (``None`` without ``fork``)."""
+    from ..measures.run import MeasureSpec
+    from .declare import Checkpoint, Measure, Reference, Run, Unit
+    from .recipes.isoloss import base_run, fork_run
+    from .recipes.isoloss.study import BASE_COST, REFERENCES
+
+    base = base_run(p, seed)
+    spec = MeasureSpec(fewshot=_fewshot(p, seed))
+    trained = Measure(Checkpoint(base.name, p.base_steps), spec)
+    refs = {kind: Measure(Reference(kind, base.name), spec) for kind in REFERENCES}
+    items: tuple = (Run(base, None, BASE_COST), trained, *refs.values())
+    end = None
+    if fork:
+        adamw = p.forks[0]
+        run = fork_run(p, seed, adamw, p.base_steps)
+        end = Measure(Checkpoint(run.name, p.fork_end(adamw)), spec)
+        items = (*items, Run(run, Checkpoint(base.name, p.base_steps)), end)
+    # the search's study folder itself (runs and rows where earlier searches left them)
+    return Unit(f"gate seed {seed}", "", items, seed=seed), (trained, refs, end)
+
+
+def headroom_gate_of(p, seed: int, trained: dict, refs: dict) -> tuple[bool, str]:
+    """The study's headroom gate (``isoloss.headroom_gate``) on the rows by reference kind."""
+    from .recipes.isoloss import headroom_gate
+
+    return headroom_gate(p, seed, trained, refs["random-init"], refs["lookup"], refs["oracle"])
 
 
 # ---- the search ------------------------------------------------------------------------------
