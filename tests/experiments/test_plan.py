@@ -125,6 +125,8 @@ def test_a_flatness_penalty_adds_its_measured_cost_per_step():
     cfg = base_run(PRESETS["tiny"], 0).config()
     m = planner.model_shape(cfg, {})
     plain = planner.training_flops(cfg, m)[1]
+    # the treatments the planner sums: every config field that declares its cost
+    assert [type(t).__name__ for t in cfg.treatments()] == ["SAMConfig", "AdversarialConfig", "FlatnessConfig"]
 
     def ratio(**flatness):
         penalised = dataclasses.replace(cfg, flatness=dataclasses.replace(cfg.flatness, **{"weight": 1e-4, **flatness}))

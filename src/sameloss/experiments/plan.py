@@ -265,7 +265,7 @@ def training_flops(cfg, m: ModelShape, start_step: int = 0) -> tuple[int, float]
     batch = cfg.batch_size // 2 if getattr(cfg, "update_half", False) else cfg.batch_size
     per_step = 3 * forward_flops_per_token(m) * batch * m.max_len
     # each treatment declares what it adds to a step (``step_forwards``: sentence forwards)
-    extra = sum(t.step_forwards(cfg.batch_size, m.vocab) for t in (cfg.sam, cfg.adversarial, cfg.flatness))
+    extra = sum(t.step_forwards(cfg.batch_size, m.vocab) for t in cfg.treatments())
     return steps, steps * (per_step + extra * m.sentence_flops)
 
 

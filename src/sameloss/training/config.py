@@ -346,6 +346,13 @@ class PretrainConfig:
             raise ValueError(f"optim.decay_steps + optim.final_steps ({self.optim.decay_steps} + "
                              f"{self.optim.final_steps}) must not exceed steps={self.steps}")
 
+    def treatments(self) -> tuple:
+        """The settings of this run that declare what they add to a training step: every field
+        with ``step_forwards`` (``sam``, ``adversarial``, ``flatness``; a new objective's config
+        with that method joins them, and the planner prices it)."""
+        return tuple(v for v in (getattr(self, f.name) for f in fields(self))
+                     if callable(getattr(v, "step_forwards", None)))
+
     @property
     def warmup(self) -> int:
         if self.optim.warmup_fraction is not None:
