@@ -117,7 +117,8 @@ def record_text(found: Found) -> str:
 def write(found: Found, folder: Path | None = None) -> Path:
     """Write the record (``UserError`` if the name is registered with another spec: a name
     means one language for good; the same spec is rewritten, e.g. by a rerun of its search)."""
-    from .files import atomic_write_text, storage_errors
+    from .files import atomic_write_text
+    from .storage import storage_errors
 
     folder = REGISTERED if folder is None else Path(folder)
     known = registered(folder).get(found.name)
@@ -131,13 +132,25 @@ def write(found: Found, folder: Path | None = None) -> Path:
     return path
 
 
-def settings_of(spec: str) -> tuple[str, str, int | None, str | None]:
-    """``(family, size, seed, params)`` of a record's spec (``NAME:SIZE:key=value,...``, as the
-    search prints it; ``task=`` is the study's, not the language's)."""
+def _items(spec: str) -> tuple[str, str, list[str]]:
+    """A record's spec (``NAME:SIZE:key=value,...``, as the search prints it) split: name, size,
+    its ``key=value`` items."""
     name, size, rest = (spec.split(":") + ["", ""])[:3]
-    items = [i for i in rest.split(",") if i and not i.startswith("task=")]
+    return name, size, [i for i in rest.split(",") if i]
+
+
+def settings_of(spec: str) -> tuple[str, str, int | None, str | None]:
+    """``(family, size, seed, params)`` of a record's spec (``task=`` is the study's, not the
+    language's: ``task_of``)."""
+    name, size, items = _items(spec)
+    items = [i for i in items if not i.startswith("task=")]
     seed = next((int(i.partition("=")[2]) for i in items if i.startswith("seed=")), None)
     return name, size, seed, ",".join(i for i in items if not i.startswith("seed=")) or None
+
+
+def task_of(spec: str) -> str | None:
+    """The task a record's spec names (``task=``), ``None`` where it names none."""
+    return next((i.partition("=")[2] for i in _items(spec)[2] if i.startswith("task=")), None)
 
 
 def describe_args(args) -> Found | None:
@@ -171,4 +184,4 @@ def describe_text(found: Found) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Found", "REGISTERED", "check_name", "describe_args", "describe_text", "lookup", "record_text", "registered", "settings_of", "write"]
+__all__ = ["Found", "REGISTERED", "check_name", "describe_args", "describe_text", "lookup", "record_text", "registered", "settings_of", "task_of", "write"]

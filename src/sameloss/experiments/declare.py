@@ -90,6 +90,20 @@ class CostPart(NamedTuple):
         return {**self._asdict(), "cpu_seconds": cpu_seconds}
 
 
+def cost_rows(cpu: dict) -> list[dict]:
+    """CPU seconds by ``CostPart`` as tidy rows (what ``cost.json`` and ``allocation.json`` keep)."""
+    return [part.row(seconds) for part, seconds in cpu.items()]
+
+
+def cost_parts(saved) -> dict:
+    """``cost_rows``' rows read back as CPU seconds by ``CostPart``; also the layout of 2026-11
+    versions, a mapping ``{"point|fork|stage": seconds}``. A malformed entry raises ``KeyError``,
+    ``TypeError``, ``ValueError`` or ``AttributeError`` (the callers say which file)."""
+    if isinstance(saved, list):
+        return {CostPart(r["point"], r["fork"], r["stage"]): float(r["cpu_seconds"]) for r in saved}
+    return {CostPart(*key.split("|")): float(seconds) for key, seconds in saved.items()}
+
+
 @dataclass(frozen=True)
 class Run:
     """A run to train or reuse; ``start``: the checkpoint it is forked from (its

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import UserError
-from .declare import Checkpoint, CostPart, Embedded, Gate, Later, Measure, Reference, Run, Unit, merge_units
+from .declare import (Checkpoint, Embedded, Gate, Later, Measure, Reference, Run, Unit, cost_parts, cost_rows,
+                      merge_units)
 
 # a seed unit's CPU as the call that computed it measured it (a later call reuses its runs and
 # rows for ~0 s; a budget planned from the pilot must not take that for the seed's cost)
@@ -210,18 +211,14 @@ def keep_first_cost(root: Path, record: UnitRecord, log: Callable[[str], None]) 
     path = Path(root) / COST_FILE
     try:
         saved = json.loads(path.read_text())
-        if "rows" in saved:  # tidy rows: the tags of each part and its seconds
-            cpu = {CostPart(r["point"], r["fork"], r["stage"]): float(r["cpu_seconds"]) for r in saved["rows"]}
-        else:  # the layout of 2026-11 versions: "point|fork|stage" keys
-            cpu = {CostPart(*k.split("|")): float(v) for k, v in saved["parts"].items()}
+        cpu = cost_parts(saved["rows"] if "rows" in saved else saved["parts"])  # "parts": 2026-11's key
         return dataclasses.replace(record, cpu=cpu, cpu_seconds=float(saved["cpu_seconds"]))
     except FileNotFoundError:
         pass
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         log(f"note: {path} is unreadable; this call's CPU is kept instead")
     with storage_errors(path):
-        atomic_write_json(path, {"rows": [part.row(v) for part, v in record.cpu.items()],
-                                 "cpu_seconds": record.cpu_seconds}, indent=1)
+        atomic_write_json(path, {"rows": cost_rows(record.cpu), "cpu_seconds": record.cpu_seconds}, indent=1)
     return record
 
 

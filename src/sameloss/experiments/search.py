@@ -83,6 +83,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -272,37 +273,47 @@ def gate(study, choice, design: SearchDesign, seed: int, fork: bool = False) -> 
     docstring): a declared unit (``gate_unit``) walked by the engine on the search's study."""
     from ..training.runio import eval_history
     from .engine import Execute, walk
+    from .recipes.isoloss import headroom_gate
 
     p = _preset(choice, design.scale)
-    unit, (trained, refs, fork_end) = gate_unit(p, seed, fork)
+    g = gate_unit(p, seed, fork)
     c0 = _cpu()
-    record = walk(unit, Execute(study))
+    record = walk(g.unit, Execute(study))
     key = p.primary_key
-    got = {kind: record.row(m) for kind, m in refs.items()}
-    trained_row = record.row(trained)
-    ok, _ = headroom_gate_of(p, seed, trained_row, got)
-    base = record.runs[unit.items[0].name]
-    row = {"seed": seed, "base_kl": float(eval_history(base.path)[p.base_steps]["kl"]),
-           "random_init": 100 * float(got["random-init"][key]), "lookup": 100 * float(got["lookup"][key]),
-           "trained": 100 * float(trained_row[key]), "oracle": 100 * float(got["oracle"][key])}
+    trained, refs = record.row(g.trained), {kind: record.row(m) for kind, m in g.refs.items()}
+    ok, _ = headroom_gate(p, seed, trained, refs["random-init"], refs["lookup"], refs["oracle"])
+    row = {"seed": seed, "base_kl": float(eval_history(record.runs[g.base].path)[p.base_steps]["kl"]),
+           "random_init": 100 * float(refs["random-init"][key]), "lookup": 100 * float(refs["lookup"][key]),
+           "trained": 100 * float(trained[key]), "oracle": 100 * float(refs["oracle"][key])}
     row.update(above_lookup=row["trained"] - row["lookup"], above_random_init=row["trained"] - row["random_init"],
                below_oracle=row["oracle"] - row["trained"], ok=ok)
-    if fork_end is not None:
-        adamw = p.forks[0]
-        run = record.runs[unit.items[-2].name]
-        kls = [float(ev["kl"]) for step, ev in eval_history(run.path).items() if step in set(p.candidates(adamw))]
-        row.update(fork_end=p.fork_end(adamw), fork_min_kl=min(kls), fork_end_kl=kls[-1],
-                   trained_end=100 * float(record.row(fork_end)[key]))
+    if g.fork is not None:
+        candidates = set(p.candidates(p.forks[0]))
+        kls = [float(ev["kl"]) for step, ev in eval_history(record.runs[g.fork].path).items() if step in candidates]
+        row.update(fork_end=g.end.of.step, fork_min_kl=min(kls), fork_end_kl=kls[-1],
+                   trained_end=100 * float(record.row(g.end)[key]))
     row["cpu_s"] = _cpu() - c0
     return row
 
 
-def gate_unit(p, seed: int, fork: bool = False):
+class GateItems(NamedTuple):
+    """The search's gate of one seed as a unit (``gate_unit``) and what its rows are read by:
+    the base's and the fork's run names (``fork``/``end``: ``None`` without the fork), the
+    trained checkpoint's measure, the references' by kind, the fork end's."""
+
+    unit: Any
+    base: str
+    trained: Any
+    refs: dict
+    fork: str | None = None
+    end: Any = None
+
+
+def gate_unit(p, seed: int, fork: bool = False) -> GateItems:
     """The search's gate of seed ``seed`` as a unit: the base (``isoloss.base_run``), its
     trained checkpoint and the three references probed on the study's primary endpoint alone
     (``_fewshot``), and with ``fork`` the ``adamw`` fork from the base's last checkpoint and
-    its end probed likewise. Returns the unit and its measures: the trained checkpoint's, the
-    references' by kind, the fork end's (``None`` without ``fork``)."""
+    its end probed likewise."""
     from ..measures.run import MeasureSpec
     from .declare import Checkpoint, Measure, Reference, Run, Unit
     from .recipes.isoloss import base_run, fork_run
@@ -313,21 +324,15 @@ def gate_unit(p, seed: int, fork: bool = False):
     trained = Measure(Checkpoint(base.name, p.base_steps), spec)
     refs = {kind: Measure(Reference(kind, base.name), spec) for kind in REFERENCES}
     items: tuple = (Run(base, None, BASE_COST), trained, *refs.values())
-    end = None
+    run = end = None
     if fork:
         adamw = p.forks[0]
         run = fork_run(p, seed, adamw, p.base_steps)
         end = Measure(Checkpoint(run.name, p.fork_end(adamw)), spec)
         items = (*items, Run(run, Checkpoint(base.name, p.base_steps)), end)
     # the search's study folder itself (runs and rows where earlier searches left them)
-    return Unit(f"gate seed {seed}", "", items, seed=seed), (trained, refs, end)
-
-
-def headroom_gate_of(p, seed: int, trained: dict, refs: dict) -> tuple[bool, str]:
-    """The study's headroom gate (``isoloss.headroom_gate``) on the rows by reference kind."""
-    from .recipes.isoloss import headroom_gate
-
-    return headroom_gate(p, seed, trained, refs["random-init"], refs["lookup"], refs["oracle"])
+    return GateItems(Unit(f"gate seed {seed}", "", items, seed=seed), base.name, trained, refs,
+                     run.name if run is not None else None, end)
 
 
 # ---- the search ------------------------------------------------------------------------------

@@ -212,7 +212,8 @@ def _finetune_one(model, data, seed, device, pad_id, settings: FinetuneSettings,
 
 
 def finetune(model: nn.Module, data: TaskData, settings: FinetuneSettings = FinetuneSettings(),
-             seeds: Sequence[int] = DEFAULT_SEEDS, pad_id: int | None = None, progress: bool = False) -> DownstreamResult:
+             seeds: Sequence[int] = DEFAULT_SEEDS, pad_id: int | None = None,
+             progress: bool = False) -> DownstreamResult:
     """Fine-tune a fresh copy of ``model`` (encoder + linear head on a pooled
     representation) once per seed. The paper's settings are the defaults (AdamW lr 1e-4,
     200 warm-up steps, 10 epochs, 5 seeds); the module docstring has the pooling and the

@@ -49,13 +49,12 @@ def registered_choices(folder=None) -> tuple[LanguageChoice, ...]:
     and files are ``hmm-search-1``'s; its seeds those whose base passed its recorded gate: a study
     stops a language any of whose seeds fails the gate, and the gate's seeds are the study's),
     read from their records without building them."""
-    from ....found import registered, settings_of
+    from ....found import registered, settings_of, task_of
 
     out = []
     for found in registered(folder).values():
         name, size, seed, params = settings_of(found.spec)
-        task = next((i.partition("=")[2] for i in found.spec.split(":")[-1].split(",") if i.startswith("task=")),
-                    DEFAULT_TASKS.get(name))
+        task = task_of(found.spec) or DEFAULT_TASKS.get(name)
         passed = tuple(int(r["seed"]) for r in found.gate if r["ok"])
         out.append(LanguageChoice(name, size, task, seed, params, found.name, passed))
     return tuple(out)

@@ -16,7 +16,7 @@ import numpy as np
 from ....errors import UserError
 from ... import paired
 from ...allocation import Allocation, afford, allocate
-from ...declare import CostPart
+from ...declare import CostPart, cost_parts, cost_rows
 from .design import PRIOR_SOURCE, IsolossPreset, forks_of
 
 def allocation_of(setup, p: IsolossPreset, pilot: list[dict]) -> Allocation:
@@ -113,10 +113,8 @@ def _saved_allocation(setup, p: IsolossPreset) -> dict | None:
                         "measure the pilot again") from None
     if not (isinstance(saved, dict) and saved.get("key") == _allocation_key(p)):
         return None
-    try:  # tidy rows; the 2026-11 layout keyed "point|fork|stage"
-        rows = saved["costs"]
-        saved["costs"] = ({CostPart(r["point"], r["fork"], r["stage"]): float(r["cpu_seconds"]) for r in rows}
-                          if isinstance(rows, list) else {CostPart(*k.split("|")): float(v) for k, v in rows.items()})
+    try:
+        saved["costs"] = cost_parts(saved["costs"])
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise UserError(f"{path}: its costs cannot be read ({exc}); remove it to measure the pilot again") from None
     return saved
@@ -129,16 +127,17 @@ def _save_allocation(setup, p: IsolossPreset, sds: dict, costs: dict, pilot_wall
     path = _allocation_path(setup, p)
     with storage_errors(path):
         atomic_write_json(path, {"key": _allocation_key(p), "sds": sds,
-                                 "costs": [part.row(v) for part, v in costs.items()], "pilot_wall": pilot_wall},
+                                 "costs": cost_rows(costs), "pilot_wall": pilot_wall},
                           indent=1)
 
 
 def planned_costs(p: IsolossPreset, device: str = "cpu", cpu_peak: float | None = None,
                   workers: int = 1) -> dict[CostPart, float]:
     """The planner's CPU (or device) seconds per seed by fork point, fork and stage
-    (``CostPart``; fork ``base``, stages ``train`` and ``measure``: the base, its gate and the references): ``sameloss plan``'s cost model
-    on one seed of the study planned with every fork, each seed run by one of ``workers``
-    workers (on the CPU, a peak not given is measured with the threads each worker runs)."""
+    (``CostPart``; fork ``base``, stages ``train`` and ``measure``: the base, its gate and the
+    references): ``sameloss plan``'s cost model on one seed of the study planned with every
+    fork, each seed run by one of ``workers`` workers (on the CPU, a peak not given is measured
+    with the threads each worker runs)."""
     from ...hardware import measure_cpu_peak
     from ...plan import dry_plan, estimate
 

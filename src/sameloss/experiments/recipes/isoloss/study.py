@@ -12,7 +12,7 @@ from ....measures.run import MeasureSpec
 from ....models.sizes import TRANSFORMER_SIZES
 from ...common import base_settings, measure_spec
 from ...core import RunSpec, Setting
-from ...declare import Checkpoint, CostPart, Embedded, Gate, Later, Measure, Reference, Run, seed_unit
+from ...declare import Checkpoint, CostPart, Embedded, Gate, Later, Measure, Reference, Run, cost_rows, seed_unit
 from ...engine import eval_history
 from .design import EMBED_KL_TOLERANCE, MEASURED, Fork, IsolossPreset, forks_of, language_studies
 
@@ -251,7 +251,7 @@ def seed_result(records, p: IsolossPreset, seed: int, only: frozenset | None = N
                     "lookup": lookup, "oracle": oracle},
            "rows": [], "runs": [base], "embedded_kl": [], "curves": {}, "seconds": unit.seconds,
            "cpu_seconds": unit.cpu_seconds,
-           "cost": [part.row(v) for part, v in unit.cpu.items()]}
+           "cost": cost_rows(unit.cpu)}
     if not ok and p.on_no_headroom == "stop":
         return out
     forks = {f.name: f for f in p.forks}
