@@ -68,6 +68,20 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
         < report.index("**Headroom") < report.index("**Estimation") \
         < report.index("**Paired differences")
     assert check_tables(root) > 300
+    # the engine's tidy tables: every tagged measure's row with its tags (what the report queried) and
+    # every seed unit's CPU per part
+    p = isoloss.PRESETS["smoke"]
+    measured = read(root / "measured.csv")
+    probes = {(r["seed"], r["point"], r["fork"], r["step"]): r for r in measured if r["role"] == "probe"}
+    reported = [r for r in read(root / "results.csv") if r.get("fork_step")]
+    assert reported and len(probes) == len(reported)
+    for r in reported:
+        assert probes[(r["seed"], r["point"], r["fork"], r["step"])][p.primary_key] == r[p.primary_key]
+    assert {(r["seed"], r["of"]) for r in measured if r["role"] == "gate"} == {
+        (str(s), of) for s in p.seeds for of in ("trained", "random_init", "lookup", "oracle")}
+    costs = read(root / "costs.csv")
+    assert {(r["seed"], r["fork"], r["stage"]) for r in costs if r["stage"] == "train+gate"} == {
+        (str(s), "base", "train+gate") for s in p.seeds} and all(float(r["cpu_seconds"]) >= 0 for r in costs)
     p = isoloss.PRESETS["smoke"]
     diffs = read(root / "differences.csv")
     # smoke marks (rather than stops) when its gate fails: then every verdict says so

@@ -87,8 +87,11 @@ def test_the_search_screens_trains_gates_and_reuses_at_smoke(capsys, tmp_path):
         listed = f"    --language {spec}" in out
         assert listed == (passed.count(spec) >= 1)  # ≥ 1/2 of 2 seeds
     assert json.loads((out_dir / "search.json").read_text())["scale"] == "smoke"
-    costs = json.loads((out_dir / "costs.json").read_text())
+    costs = json.loads((out_dir / "costs.json").read_text())  # tidy rows: stage, draw, detail, CPU
     assert len(costs) == 3 + 2 + len([r for r in rows if r["stage"] == "gate" and r["seed"] != "0"])
+    assert [c["stage"] for c in costs].count("screen") == 3 and all(c["cpu_s"] > 0 for c in costs)
+    assert sorted(str(c["detail"]) for c in costs if c["stage"] == "gate") == sorted(
+        r["seed"] for r in rows if r["stage"] == "gate" and r["seed"] != "0")
     # a rerun (another search over the folder) reuses every run and measurement: nothing trains
     code, again, _ = _cli(capsys, *SMOKE, "--gate-seeds", "2", "--gate-pass", "1/2", "--out", str(out_dir))
     assert code == 0 and ": training " not in again and again[again.index("Screen:"):] == table

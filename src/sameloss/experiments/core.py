@@ -21,6 +21,9 @@ An experiment lives in one folder, ``<out>/<experiment>-<scale>[-seed<N>]/``:
   as this one, except the references that do not depend on the seed
   (``SEED_FREE_REFERENCES``: the look-up table, the look-up and oracle representations),
   measured once into the experiment's ``measurements.json`` for all its units;
+* ``measured.csv``, ``costs.csv`` — the study's tidy tables: every tagged measure's row with
+  its tags (seed, fork point, fork, step, role, ...) and every unit's CPU seconds per part
+  (``orchestrate.write_tables``), what the report queried (``engine.Records``);
 * ``results.csv``, ``report.md`` — written by ``report.py``; figures (``<stem>.png``, or
   ``.pdf`` / ``.svg``) and ``<stem>.data.csv`` beside each — by ``Study.figure``;
 * ``submitit/`` — the launchers' files (pickled units, worker logs), ``launch.py``.

@@ -104,15 +104,28 @@ def cost_parts(saved) -> dict:
     return {CostPart(*key.split("|")): float(seconds) for key, seconds in saved.items()}
 
 
+Tags = tuple  # ((name, value), ...): what a declared item is in its study (``tags``)
+
+
+def tags(**values) -> Tags:
+    """A declared run's or measure's tags — e.g. its seed, language, fork point, fork, stage,
+    step and role in the study — in the order given: what its rows of the engine's tidy tables
+    carry (``engine.Records.rows``, ``measured.csv``), so that a report finds them by asking for
+    them and never re-derives what was declared."""
+    return tuple(values.items())
+
+
 @dataclass(frozen=True)
 class Run:
     """A run to train or reuse; ``start``: the checkpoint it is forked from (its
     ``init_step`` setting says whether it continues that checkpoint's step or restarts).
-    ``cost``: the part of its unit's CPU time it counts to (``engine.UnitRecord.cpu``)."""
+    ``cost``: the part of its unit's CPU time it counts to (``engine.UnitRecord.cpu``);
+    ``tags``: what it is in the study (``tags``; ``engine.Records.runs``)."""
 
     spec: RunSpec
     start: Checkpoint | Embedded | None = None
     cost: CostPart | None = None
+    tags: Tags = ()
 
     @property
     def name(self) -> str:
@@ -123,12 +136,14 @@ class Run:
 class Measure:
     """``spec`` measured on ``of``; ``cost`` as ``Run``'s. ``optional``: a target that cannot
     be made for a reason a user can read (a shape that cannot hold the model) is skipped
-    with that reason (``engine.Records.skipped``) instead of stopping the study."""
+    with that reason (``engine.Records.skipped``) instead of stopping the study. ``tags``:
+    what it is in the study (``tags``): its row in ``engine.Records.rows`` carries them."""
 
     of: Target
     spec: MeasureSpec
     cost: CostPart | None = None
     optional: bool = False
+    tags: Tags = ()
 
 
 @dataclass(frozen=True)
@@ -185,13 +200,15 @@ class Later:
 
 def measured(spec: RunSpec, mspec: MeasureSpec) -> list[Measure]:
     """The measures of a run's ``measure_steps`` checkpoints (none given: its last)."""
-    return [Measure(Checkpoint(spec.name, step), mspec) for step in spec.measure_steps or (None,)]
+    return [Measure(Checkpoint(spec.name, step), mspec, tags=tags(run=spec.name, step=step))
+            for step in spec.measure_steps or (None,)]
 
 
 def run_unit(spec: RunSpec, mspec: MeasureSpec, *extra: Item) -> Unit:
     """The unit of one run: trained (or reused, resumed), then its ``measure_steps``
     checkpoints measured with ``mspec``, then ``extra``."""
-    return Unit(f"run {spec.name}", run_folder(spec.name), (Run(spec), *measured(spec, mspec), *extra))
+    return Unit(f"run {spec.name}", run_folder(spec.name),
+                (Run(spec, tags=tags(group=spec.group, label=spec.label)), *measured(spec, mspec), *extra))
 
 
 def seed_unit(seed: int, items: tuple, group: str = "") -> Unit:

@@ -61,9 +61,23 @@ class UnitRecord:
     cpu: dict = field(default_factory=dict)  # CostPart → CPU seconds
     cpu_seconds: float = 0.0
     seconds: float = 0.0
+    seed: int | None = None  # the unit's (``declare.Unit.seed``)
+    # the tidy tables' rows of this unit, in the order walked: a tagged measure's (tags, row),
+    # a tagged run's tags and name (``declare.tags``; ``Records.rows`` / ``Records.runs``)
+    measured: list = field(default_factory=list)
+    trained: list = field(default_factory=list)
 
     def row(self, measure: Measure) -> dict:
         return dict(self.rows[measure_key(measure)])
+
+    def tagged(self, **where) -> list[tuple[dict, dict]]:
+        """Every tagged measure's tags and row (copies) whose tags equal ``where``, as walked."""
+        return [(dict(t), dict(row)) for t, row in self.measured if _matches(t, where)]
+
+    def tagged_runs(self, **where) -> list[tuple[dict, Any]]:
+        """Every tagged run's tags (with its name, ``run``) and ``core.RunInfo`` whose tags
+        equal ``where``, as trained."""
+        return [(dict(t), self.runs[t["run"]]) for t in self.trained if _matches(t, where)]
 
 
 def cpu_time() -> float:
@@ -76,7 +90,7 @@ def cpu_time() -> float:
 def walk(unit: Unit, actor) -> UnitRecord:
     """The items of ``unit`` through ``actor`` (module docstring), its runs trained one after
     another (``actor.train``)."""
-    record = UnitRecord(unit.name, unit.study)
+    record = UnitRecord(unit.name, unit.study, seed=unit.seed)
     start, cpu = time.perf_counter(), cpu_time()
 
     def one_by_one(runs: list[Run]) -> list[tuple[Any, float]]:
@@ -123,11 +137,14 @@ def steps(items, actor, record: UnitRecord):
         if isinstance(group[0], Run):
             infos = yield group
             record.runs.update((run.name, info) for run, info in zip(group, infos))
+            record.trained += [{**dict(run.tags), "run": run.name} for run in group if run.tags]
             continue
         for item in actor.bar(group, record):
             spent = cpu_time()
             try:
                 record.rows[measure_key(item)] = actor.measure(item, record)
+                if item.tags:
+                    record.measured.append((dict(item.tags), record.rows[measure_key(item)]))
             except UserError as exc:
                 if not item.optional:
                     raise
@@ -289,14 +306,14 @@ class Setup:
         return self.prepared[key]
 
 
-class Records(Setup):
+class Records:
     """What the report reads (module docstring): every unit's record, the study's figures
-    and log. It trains and measures nothing."""
+    and log. It trains and measures nothing. It holds the ``Setup`` the units were declared
+    with (``setup``: the seed, folder, workers and prepared data a report may read again)
+    and answers queries over the tidy tables (``rows``, ``runs``, ``cost_rows``)."""
 
     def __init__(self, setup: Setup, study, records: dict[str, UnitRecord]):
-        super().__init__(setup.root, setup.seed, setup.log, setup.planning, setup.workers)
-        self.prepared, self.language_shapes = setup.prepared, setup.language_shapes
-        self.study, self.units = study, records
+        self.setup, self.study, self.units = setup, study, records
         self._rows: dict = {}
         self._runs: dict = {}
         self._gates: dict = {}
@@ -307,6 +324,30 @@ class Records(Setup):
             self._runs.update({(r.study, k): v for k, v in r.runs.items()})
             self._gates.update({(r.study, k): v for k, v in r.gates.items()})
 
+    # what the units were declared with (``Setup``)
+    @property
+    def seed(self) -> int:
+        return self.setup.seed
+
+    @property
+    def root(self) -> Path:
+        return self.setup.root
+
+    @property
+    def workers(self) -> int:
+        return self.setup.workers
+
+    @property
+    def planning(self) -> bool:
+        return self.setup.planning
+
+    def log(self, message: str) -> None:
+        self.setup.log(message)
+
+    def data(self, name: str, make: Callable, planned: Callable | None = None, *args):
+        return self.setup.data(name, make, planned, *args)
+
+    # the records, by the declared objects
     def unit(self, name: str) -> UnitRecord:
         return self.units[name]
 
@@ -325,15 +366,44 @@ class Records(Setup):
     def gate(self, name: str, study: str = "") -> tuple[bool, str]:
         return self._gates[(study, name)]
 
-    @property
-    def launcher(self):
-        return self.study.launcher
+    # the tidy tables, by tags (``declare.tags``)
+    def rows(self, **where) -> list[dict]:
+        """The rows of every tagged measure whose tags equal ``where`` (copies, in the order
+        the units were walked): each its measured values and its tags (a tag wins over a
+        value of its name: it says what the measure is in the study)."""
+        return [{**row, **t} for t, row in self.tagged(**where)]
+
+    def tagged(self, **where) -> list[tuple[dict, dict]]:
+        """As ``rows``, each row's tags and its measured values apart (copies)."""
+        return [pair for u in self.units.values() for pair in u.tagged(**where)]
+
+    def runs(self, **where) -> list[tuple[dict, Any]]:
+        """Every tagged run whose tags equal ``where``: its tags (with its name, ``run``) and
+        its ``core.RunInfo``, in the order trained."""
+        return [pair for u in self.units.values() for pair in u.tagged_runs(**where)]
+
+    def cost_rows(self) -> list[dict]:
+        """The costs table: per unit and ``CostPart``, its CPU seconds as first computed."""
+        return [{"unit": u.name, "seed": u.seed, **row} for u in self.units.values() for row in cost_rows(u.cpu)]
+
+    def measured_rows(self) -> list[dict]:
+        """The measured table: every tagged measure's row with its unit."""
+        return [{"unit": u.name, **t, **{k: v for k, v in row.items() if k not in t}}
+                for u in self.units.values() for t, row in u.measured]
 
     def figure(self, fig, stem: str, *, shows: str, sample: str, claim: str):
         return self.study.figure(fig, stem, shows=shows, sample=sample, claim=claim)
 
     def rel(self, path) -> str:
         return self.study.rel(path)
+
+    @property
+    def launcher(self):
+        return self.study.launcher
+
+
+def _matches(tagged: dict, where: dict) -> bool:
+    return all(k in tagged and tagged[k] == v for k, v in where.items())
 
 
 def eval_history(info) -> dict:

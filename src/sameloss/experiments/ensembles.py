@@ -157,7 +157,7 @@ def walk_together(units: list, actors: list, train: Callable[[list], list]) -> l
     ``train_together``."""
     from .engine import UnitRecord, cpu_time, steps
 
-    records = [UnitRecord(u.name, u.study) for u in units]
+    records = [UnitRecord(u.name, u.study, seed=u.seed) for u in units]
     walks = [steps(u.items, a, r) for u, a, r in zip(units, actors, records)]
     outcome: list = [None] * len(units)
     pending: dict[int, list] = {}

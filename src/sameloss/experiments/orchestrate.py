@@ -198,6 +198,7 @@ def _whole(job: Job, p: Any, root: Path, opts: Options) -> Path:
         if job.budget is not None and recipe.hook("forecast") is not None:  # before anything trains
             study.log(recipe.hook("forecast")(p, "cpu" if (opts.device or p.device) != "cuda" else "h100", workers))
         records = run_declaration(recipe, study, p, workers)
+        write_tables(records, root)
         with drawing(width=opts.figure_width, caveat=smoke_caveat() if job.scale == "smoke" else None):
             result = recipe.report(records, p)
         sections = result if isinstance(result, list) else [result]
@@ -214,6 +215,20 @@ def _whole(job: Job, p: Any, root: Path, opts: Options) -> Path:
         if answer:
             print(f"\n{answer}\n", flush=True)
     return path
+
+
+MEASURED_TABLE, COSTS_TABLE = "measured.csv", "costs.csv"
+
+
+def write_tables(records, root: Path) -> None:
+    """The study's two tidy tables: every tagged measure's row with its tags
+    (``measured.csv``) and every unit's CPU seconds per part (``costs.csv``) — the records
+    the report queried (``engine.Records.rows`` / ``cost_rows``), for any other query."""
+    from .report import write_csv
+
+    for name, rows in ((MEASURED_TABLE, records.measured_rows()), (COSTS_TABLE, records.cost_rows())):
+        if rows:
+            write_csv(rows, root / name)
 
 
 def _runtime_line(wall: float, launcher, scale: str) -> str:

@@ -83,7 +83,6 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -276,63 +275,52 @@ def gate(study, choice, design: SearchDesign, seed: int, fork: bool = False) -> 
     from .recipes.isoloss import headroom_gate
 
     p = _preset(choice, design.scale)
-    g = gate_unit(p, seed, fork)
     c0 = _cpu()
-    record = walk(g.unit, Execute(study))
+    record = walk(gate_unit(p, seed, fork), Execute(study))
     key = p.primary_key
-    trained, refs = record.row(g.trained), {kind: record.row(m) for kind, m in g.refs.items()}
-    ok, _ = headroom_gate(p, seed, trained, refs["random-init"], refs["lookup"], refs["oracle"])
-    row = {"seed": seed, "base_kl": float(eval_history(record.runs[g.base].path)[p.base_steps]["kl"]),
-           "random_init": 100 * float(refs["random-init"][key]), "lookup": 100 * float(refs["lookup"][key]),
-           "trained": 100 * float(trained[key]), "oracle": 100 * float(refs["oracle"][key])}
+    got = {t["of"]: row for t, row in record.tagged(role="gate")}
+    ok, _ = headroom_gate(p, seed, got["trained"], got["random-init"], got["lookup"], got["oracle"])
+    ((_, base),) = record.tagged_runs(role="base")
+    row = {"seed": seed, "base_kl": float(eval_history(base.path)[p.base_steps]["kl"]),
+           **{name: 100 * float(got[kind][key]) for name, kind in (("random_init", "random-init"),
+                                                                  ("lookup", "lookup"), ("trained", "trained"),
+                                                                  ("oracle", "oracle"))}}
     row.update(above_lookup=row["trained"] - row["lookup"], above_random_init=row["trained"] - row["random_init"],
                below_oracle=row["oracle"] - row["trained"], ok=ok)
-    if g.fork is not None:
+    if fork:
+        ((_, run),), ((t, end),) = record.tagged_runs(role="fork"), record.tagged(role="fork-end")
         candidates = set(p.candidates(p.forks[0]))
-        kls = [float(ev["kl"]) for step, ev in eval_history(record.runs[g.fork].path).items() if step in candidates]
-        row.update(fork_end=g.end.of.step, fork_min_kl=min(kls), fork_end_kl=kls[-1],
-                   trained_end=100 * float(record.row(g.end)[key]))
+        kls = [float(ev["kl"]) for step, ev in eval_history(run.path).items() if step in candidates]
+        row.update(fork_end=t["step"], fork_min_kl=min(kls), fork_end_kl=kls[-1], trained_end=100 * float(end[key]))
     row["cpu_s"] = _cpu() - c0
     return row
 
 
-class GateItems(NamedTuple):
-    """The search's gate of one seed as a unit (``gate_unit``) and what its rows are read by:
-    the base's and the fork's run names (``fork``/``end``: ``None`` without the fork), the
-    trained checkpoint's measure, the references' by kind, the fork end's."""
-
-    unit: Any
-    base: str
-    trained: Any
-    refs: dict
-    fork: str | None = None
-    end: Any = None
-
-
-def gate_unit(p, seed: int, fork: bool = False) -> GateItems:
-    """The search's gate of seed ``seed`` as a unit: the base (``isoloss.base_run``), its
-    trained checkpoint and the three references probed on the study's primary endpoint alone
-    (``_fewshot``), and with ``fork`` the ``adamw`` fork from the base's last checkpoint and
-    its end probed likewise."""
+def gate_unit(p, seed: int, fork: bool = False):
+    """The search's gate of seed ``seed`` as a unit (``declare.Unit``): the base
+    (``isoloss.base_run``), its trained checkpoint and the three references probed on the
+    study's primary endpoint alone (``_fewshot``), and with ``fork`` the ``adamw`` fork from
+    the base's last checkpoint and its end probed likewise. Its rows are read back by their
+    tags (``gate``): ``role`` base / fork for the runs, gate (``of`` trained or the reference)
+    / fork-end for the measures."""
     from ..measures.run import MeasureSpec
-    from .declare import Checkpoint, Measure, Reference, Run, Unit
+    from .declare import Checkpoint, Measure, Reference, Run, Unit, tags
     from .recipes.isoloss import base_run, fork_run
     from .recipes.isoloss.study import BASE_COST, REFERENCES
 
     base = base_run(p, seed)
     spec = MeasureSpec(fewshot=_fewshot(p, seed))
-    trained = Measure(Checkpoint(base.name, p.base_steps), spec)
-    refs = {kind: Measure(Reference(kind, base.name), spec) for kind in REFERENCES}
-    items: tuple = (Run(base, None, BASE_COST), trained, *refs.values())
-    run = end = None
+    items: tuple = (Run(base, None, BASE_COST, tags(seed=seed, role="base")),
+                    Measure(Checkpoint(base.name, p.base_steps), spec, tags=tags(seed=seed, role="gate", of="trained")),
+                    *(Measure(Reference(kind, base.name), spec, tags=tags(seed=seed, role="gate", of=kind))
+                      for kind in REFERENCES))
     if fork:
         adamw = p.forks[0]
-        run = fork_run(p, seed, adamw, p.base_steps)
-        end = Measure(Checkpoint(run.name, p.fork_end(adamw)), spec)
-        items = (*items, Run(run, Checkpoint(base.name, p.base_steps)), end)
+        run, end = fork_run(p, seed, adamw, p.base_steps), p.fork_end(adamw)
+        items = (*items, Run(run, Checkpoint(base.name, p.base_steps), tags=tags(seed=seed, role="fork")),
+                 Measure(Checkpoint(run.name, end), spec, tags=tags(seed=seed, role="fork-end", step=end)))
     # the search's study folder itself (runs and rows where earlier searches left them)
-    return GateItems(Unit(f"gate seed {seed}", "", items, seed=seed), base.name, trained, refs,
-                     run.name if run is not None else None, end)
+    return Unit(f"gate seed {seed}", "", items, seed=seed)
 
 
 # ---- the search ------------------------------------------------------------------------------
@@ -414,7 +402,7 @@ def run_search(family: str, texts: list[str], *, task: str | None = None, size: 
             if c.spec in refused:
                 result["screen"].append({"spec": c.spec, "note": refused[c.spec]})
                 continue
-            row = cost(f"screen|{c.spec}|{design.screen_subsets}x{design.screen_test}", screen(study, c, design))
+            row = cost("screen", c.spec, f"{design.screen_subsets}x{design.screen_test}", screen(study, c, design))
             result["screen"].append({"spec": c.spec, **row, "promising": row["gap"] >= design.min_gap})
             log(f"screened {i + 1}/{len(candidates)} ({time.perf_counter() - t0:.0f} s): {c.spec}: "
                 f"look-up {row['lookup']:.1f}, random-init {row['random_init']:.1f}, oracle {row['oracle']:.1f}, "
@@ -426,7 +414,7 @@ def run_search(family: str, texts: list[str], *, task: str | None = None, size: 
                                                    for r in promising[:design.train_top]]
         for i, c in enumerate(shortlist):
             log(f"training {i + 1}/{len(shortlist)}: {c.spec} (seed 0: the study's base and its adamw fork)")
-            row = cost(f"train|{c.spec}|0", gate(study, c, design, 0, fork=True))
+            row = cost("train", c.spec, 0, gate(study, c, design, 0, fork=True))
             result["train"].append({"spec": c.spec, **row})
             log(f"  seed 0: trained {row['trained']:.1f} (look-up {row['lookup']:.1f}, random-init "
                 f"{row['random_init']:.1f}, oracle {row['oracle']:.1f}): gate {'passed' if row['ok'] else 'FAILED'}")
@@ -438,7 +426,7 @@ def run_search(family: str, texts: list[str], *, task: str | None = None, size: 
                 for s in range(1, design.gate_seeds):
                     if sum(not r["ok"] for r in rows) > allowed:
                         break
-                    row = cost(f"gate|{c.spec}|{s}", gate(study, c, design, s))
+                    row = cost("gate", c.spec, s, gate(study, c, design, s))
                     rows.append({"spec": c.spec, **row})
                     log(f"  {c.spec} seed {s}: trained {row['trained']:.1f}, margins {row['above_lookup']:+.1f} / "
                         f"{row['above_random_init']:+.1f} / {row['below_oracle']:+.1f}: "
@@ -486,31 +474,41 @@ def _register(result: dict, name: str, command: str, design: SearchDesign, folde
 
 
 class Costs:
-    """The CPU seconds each (stage, candidate, seed) took when it was computed, kept in the
-    folder (``costs.json``): a rerun reuses the runs and rows and reports the first cost, not
-    the seconds its cache look-ups took."""
+    """The CPU seconds each (stage, candidate, detail) took when it was computed, kept in the
+    folder (``costs.json``, tidy rows ``{"stage", "spec", "detail", "cpu_s"}``): a rerun
+    reuses the runs and rows and reports the first cost, not the seconds its cache look-ups
+    took. ``detail``: the screen's design (``subsets x test``), or the gate's seed."""
 
     def __init__(self, root: Path):
         import json
 
         self.path = Path(root) / COSTS_FILE
         try:
-            self.seen = json.loads(self.path.read_text(encoding="utf-8")) if self.path.is_file() else {}
-        except (OSError, UnicodeDecodeError, ValueError):
-            self.seen = {}
-        if not isinstance(self.seen, dict):
+            saved = json.loads(self.path.read_text(encoding="utf-8")) if self.path.is_file() else []
+            self.seen = {(r["stage"], r["spec"], str(r["detail"])): float(r["cpu_s"]) for r in _cost_rows(saved)}
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
             self.seen = {}
 
-    def __call__(self, key: str, row: dict) -> dict:
-        """``row`` with the first cost of ``key`` (its own, and recorded, when it is the first)."""
+    def __call__(self, stage: str, spec: str, detail, row: dict) -> dict:
+        """``row`` with the first cost of ``(stage, spec, detail)`` (its own, and recorded,
+        when it is the first)."""
         from .folder import record_output
 
+        key = (stage, spec, str(detail))
         if key not in self.seen:
             self.seen[key] = row["cpu_s"]
+            rows = [{"stage": a, "spec": b, "detail": c, "cpu_s": v} for (a, b, c), v in self.seen.items()]
             with storage.storage_errors(self.path):
                 record_output(self.path)
-                files.atomic_write_json(self.path, self.seen, indent=1)
+                files.atomic_write_json(self.path, rows, indent=1)
         return {**row, "cpu_s": self.seen[key]}
+
+
+def _cost_rows(saved) -> list[dict]:
+    """``costs.json``'s rows; also 2026-11's layout, ``{"stage|spec|detail": seconds}``."""
+    if isinstance(saved, list):
+        return saved
+    return [dict(zip(("stage", "spec", "detail"), key.split("|", 2)), cpu_s=v) for key, v in saved.items()]
 
 
 def _write(study, result: dict) -> None:

@@ -131,6 +131,31 @@ def _save_allocation(setup, p: IsolossPreset, sds: dict, costs: dict, pilot_wall
                           indent=1)
 
 
+def record_allocation(setup, p: IsolossPreset, alloc: Allocation) -> None:
+    """The plan the later stage declared its seeds from, added to ``allocation.json`` (each
+    call's: a call with another ``--budget`` plans again from the same pilot): what the
+    report reads (``recorded_allocation``) instead of planning a second time."""
+    from ....files import atomic_write_json
+    from ....storage import storage_errors
+
+    if not _writes(setup):
+        return
+    path = _allocation_path(setup, p)
+    saved = json.loads(path.read_text())
+    with storage_errors(path):
+        atomic_write_json(path, {**saved, "allocation": dataclasses.asdict(alloc)}, indent=1)
+
+
+def recorded_allocation(setup, p: IsolossPreset) -> Allocation | None:
+    """The plan this study's later stage recorded (``record_allocation``); ``None``: none
+    was (no adaptive stage ran: the pilot's forks did not run)."""
+    saved = _saved_allocation(setup, p)
+    if saved is None or "allocation" not in saved:
+        return None
+    a = saved["allocation"]
+    return Allocation(**{**a, "exempt": tuple(a["exempt"]), "family": tuple(a["family"])})
+
+
 def planned_costs(p: IsolossPreset, device: str = "cpu", cpu_peak: float | None = None,
                   workers: int = 1) -> dict[CostPart, float]:
     """The planner's CPU (or device) seconds per seed by fork point, fork and stage

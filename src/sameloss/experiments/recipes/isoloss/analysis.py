@@ -12,12 +12,12 @@ from ... import paired
 from ...allocation import Allocation
 from ...claims import fmt
 from ...report import Section
-from .allocation import allocation_of
+from .allocation import recorded_allocation
 from .design import ENDPOINTS, HALF_BATCH, TITLE, IsolossPreset, flatness_forks, language_studies, regression_without
 from .figures import figures
 from .report import (design_text, gate_table, headroom_table, prefix_files, regression_table, replication_section,
                      runtime_notes, sam_controls, size_table, verdict_table)
-from .study import forks_ran, later_seeds, pilot_results, seed_result, study_seeds
+from .study import seed_results, study_seeds
 
 
 def report(records, p: IsolossPreset) -> list[Section]:
@@ -42,13 +42,11 @@ def report(records, p: IsolossPreset) -> list[Section]:
 
 
 def run_seeds(records, p: IsolossPreset) -> tuple[list[dict], Allocation | None]:
-    """Every seed's result of one language's study, in seed order, and the allocation of an
-    adaptive study (its pilot first, then the later seeds it planned: ``allocation.json``)."""
-    results = pilot_results(records, p)
-    if not p.pilot_seeds or not forks_ran(p, results):
-        return results, None
-    alloc = allocation_of(records, p, results)
-    return results + [seed_result(records, p, seed, only) for seed, only in later_seeds(records, p, alloc)], alloc
+    """Every seed's result of one language's study, in seed order (the seeds whose units
+    ran), and the allocation an adaptive study's later stage planned its seeds by (as it
+    recorded it: ``allocation.json``)."""
+    results = seed_results(records, p)
+    return results, (recorded_allocation(records, p) if p.pilot_seeds else None)
 
 
 def language_report(records, p: IsolossPreset) -> tuple[Section, Section, dict]:

@@ -12,7 +12,7 @@ from ....measures.run import MeasureSpec
 from ....models.sizes import TRANSFORMER_SIZES
 from ...common import base_settings, measure_spec
 from ...core import RunSpec, Setting
-from ...declare import Checkpoint, CostPart, Embedded, Gate, Later, Measure, Reference, Run, cost_rows, seed_unit
+from ...declare import Checkpoint, CostPart, Embedded, Gate, Later, Measure, Reference, Run, cost_rows, seed_unit, tags
 from ...engine import eval_history
 from .design import EMBED_KL_TOLERANCE, MEASURED, Fork, IsolossPreset, forks_of, language_studies
 
@@ -22,6 +22,13 @@ def _run_prefix(p: IsolossPreset) -> str:
     """Run names start with the language (its tag in a study of several languages: runs.csv
     lists every language's runs, and two draws of one language must not share a name)."""
     return p.tag or p.language
+
+
+def _tags(p: IsolossPreset, seed: int, **more) -> tuple:
+    """A run's or measure's tags (``declare.tags``): the language (its tag in a study of
+    several; ``""`` alone), the seed, and what it is in the seed's chain. The report finds
+    every row by these (``seed_result``)."""
+    return tags(language=p.tag, seed=seed, **more)
 
 
 def _common_settings(p: IsolossPreset, seed: int) -> tuple[Setting, ...]:
@@ -108,8 +115,10 @@ def gate_measures(p: IsolossPreset, seed: int) -> tuple[Measure, ...]:
     oracle representations do not depend on the seed: measured once per experiment)."""
     base = base_run(p, seed).name
     cost = BASE_COST
-    return (Measure(Checkpoint(base, p.base_steps), _fewshot_spec(p, seed), cost),
-            *(Measure(Reference(kind, base), MeasureSpec(fewshot=p.fewshot(seed)), cost) for kind in REFERENCES))
+    return (Measure(Checkpoint(base, p.base_steps), _fewshot_spec(p, seed), cost,
+                    tags=_tags(p, seed, role="gate", of="trained")),
+            *(Measure(Reference(kind, base), MeasureSpec(fewshot=p.fewshot(seed)), cost,
+                      tags=_tags(p, seed, role="gate", of=kind.replace("-", "_"))) for kind in REFERENCES))
 
 
 def headroom_gate(p: IsolossPreset, seed: int, trained: dict, random_init: dict, lookup: dict, oracle: dict
@@ -175,12 +184,13 @@ def _fork_items(p: IsolossPreset, seed: int, f: Fork, k: int, curves: bool) -> t
     computes the base's function."""
     cost = CostPart(p.point_name(k), f.name, "train")
     spec = fork_run(p, seed, f, k, curves)
+    tagged = _tags(p, seed, role="fork", point=p.point_name(k), fork=f.name)
     if k == 0:
-        return (Run(spec, None, cost),)
+        return (Run(spec, None, cost, tagged),)
     if not f.resized:
-        return (Run(spec, Checkpoint(base_run(p, seed).name, k), cost),)
+        return (Run(spec, Checkpoint(base_run(p, seed).name, k), cost, tagged),)
     reads = embedding_check(p, seed, f, k)
-    return (*reads, Gate(f"embedding of {spec.name}", _same_function, reads, (Run(spec, reads[1].of, cost),),
+    return (*reads, Gate(f"embedding of {spec.name}", _same_function, reads, (Run(spec, reads[1].of, cost, tagged),),
                          (spec.name,)))
 
 
@@ -190,7 +200,9 @@ def embedding_check(p: IsolossPreset, seed: int, f: Fork, k: int) -> tuple[Measu
     small = Checkpoint(base_run(p, seed).name, k)
     large = Embedded(small, width_factor=f.width_factor, extra_layers=f.extra_layers, optimizer="embedded")
     cost = CostPart(p.point_name(k), f.name, "train")
-    return Measure(small, _kl_spec(p), cost), Measure(large, _kl_spec(p), cost)
+    at = dict(role="embedding", point=p.point_name(k), fork=f.name)
+    return (Measure(small, _kl_spec(p), cost, tags=_tags(p, seed, **at, of="small")),
+            Measure(large, _kl_spec(p), cost, tags=_tags(p, seed, **at, of="large")))
 
 
 def probe_measures(p: IsolossPreset, seed: int, point: str, fork: Fork, spec: RunSpec) -> list[tuple[int, tuple]]:
@@ -201,9 +213,11 @@ def probe_measures(p: IsolossPreset, seed: int, point: str, fork: Fork, spec: Ru
     out = []
     for step in p.probe_steps(fork):
         ck = Checkpoint(spec.name, step)
+        at = dict(point=point, fork=fork.name, run=spec.name, step=step)
         extra = () if big is None else (Measure(Embedded(ck, width_factor=big.width_factor,
-                                                         extra_layers=big.extra_layers), _trace_spec(p, seed), cost),)
-        out.append((step, (Measure(ck, _probe_spec(p, seed), cost), *extra)))
+                                                         extra_layers=big.extra_layers), _trace_spec(p, seed), cost,
+                                                tags=_tags(p, seed, role="probe-embedded", **at)),)
+        out.append((step, (Measure(ck, _probe_spec(p, seed), cost, tags=_tags(p, seed, role="probe", **at)), *extra)))
     return out
 
 
@@ -234,57 +248,59 @@ def seed_study(p: IsolossPreset, seed: int, only: frozenset | None = None, curve
     measuring = [m for (point, name), spec in runs_of.items() if (point, name) in measured
                  for _, ms in probe_measures(p, seed, point, forks[name], spec) for m in ms]
     reads = gate_measures(p, seed)
-    return (Run(base_run(p, seed), None, BASE_COST), *reads,
+    return (Run(base_run(p, seed), None, BASE_COST, _tags(p, seed, role="base", point="", fork="base")), *reads,
             Gate("headroom", _headroom_check, reads, (*training, *measuring), (p, seed), p.on_no_headroom))
 
 
-def seed_result(records, p: IsolossPreset, seed: int, only: frozenset | None = None) -> dict:
-    """What the analysis takes of one seed's records (``engine.Records``): its gate, a row
-    per measured checkpoint of each entry (its KL from the run's own evaluation there), the
-    runs, the size forks' start checks, every run's KL curve and the unit's CPU per part."""
-    where = seed_folder(p, seed)
+def seed_result(records, p: IsolossPreset, seed: int) -> dict:
+    """What the analysis takes of one seed's records (``engine.Records``), found by its tags
+    (``_tags``), never by declaring the seed again: its gate, a row per measured checkpoint
+    of each entry (its KL from the run's own evaluation there), the runs, the size forks'
+    start checks, every run's KL curve and the unit's CPU per part."""
+    where, mine = seed_folder(p, seed), dict(language=p.tag, seed=seed)
     unit = records.unit(seed_unit(seed, (), p.tag).name)
-    base = records.run(base_run(p, seed).name, where)
-    trained, random_init, lookup, oracle = (records.row(m, where) for m in gate_measures(p, seed))
+    ((_, base),) = records.runs(**mine, role="base")
+    gate = {t["of"]: row for t, row in records.tagged(**mine, role="gate")}
     ok, text = records.gate("headroom", where)
-    out = {"gate": {"seed": seed, "ok": ok, "text": text, "trained": trained, "random_init": random_init,
-                    "lookup": lookup, "oracle": oracle},
+    out = {"gate": {"seed": seed, "ok": ok, "text": text, "trained": gate["trained"],
+                    "random_init": gate["random_init"], "lookup": gate["lookup"], "oracle": gate["oracle"]},
            "rows": [], "runs": [base], "embedded_kl": [], "curves": {}, "seconds": unit.seconds,
-           "cpu_seconds": unit.cpu_seconds,
-           "cost": cost_rows(unit.cpu)}
+           "cpu_seconds": unit.cpu_seconds, "cost": cost_rows(unit.cpu)}
     if not ok and p.on_no_headroom == "stop":
         return out
     forks = {f.name: f for f in p.forks}
-    runs_of = entries(p, seed, only, curves=seed == study_seeds(records, p)[0])
-    infos = {key: records.run(spec.name, where) for key, spec in runs_of.items()}
-    histories = {info.spec.name: eval_history(info) for info in infos.values()}
-    measured, _ = wanted(p, only)
     fork_steps = {p.point_name(k): k for k in p.fork_points}
-    for (point, name), info in infos.items():
-        if (point, name) not in measured:  # trained only for another point's entry
-            continue
-        for step, (probes, *embedded) in probe_measures(p, seed, point, forks[name], runs_of[(point, name)]):
-            got = records.row(probes, where)
-            row = {"model": f"{p.tag + ':' if p.tag else ''}s{seed}-{point}-{name}@{step}",
-                   "language": p.choice.spec, "seed": seed, "point": point, "fork_step": fork_steps[point],
-                   "fork": name, "label": info.spec.label, "run": info.spec.name, "step": step,
-                   "steps_at_final_lr": step - p.stretch_start(forks[name]),
-                   "lr_factor": info.config.lr_factor(step - 1), "kl": float(histories[info.spec.name][step]["kl"]),
-                   **{key: v for key, v in got.items() if key in MEASURED or key.startswith(("pos_", "all_"))}}
-            if embedded:
-                e = records.row(embedded[0], where)
-                row["trace_fisher_embedded"] = e["trace_fisher"]
-                row["trace_fisher_embedded_se"] = e["trace_fisher_se"]
-            out["rows"].append(row)
-    for (point, name), spec in runs_of.items():
-        k = fork_steps[point]
-        if forks[name].resized and k > 0:  # its start was checked (``_fork_items``)
-            small, large = (records.row(m, where)["kl"] for m in embedding_check(p, seed, forks[name], k))
-            out["embedded_kl"].append({"kl_small": small, "kl_large": large})
-    out["curves"] = {f"{pt}-{name}": {s: float(ev["kl"]) for s, ev in histories[info.spec.name].items()}
-                     for (pt, name), info in infos.items()}
+    embedded = {(r["point"], r["fork"], r["step"]): r for r in records.rows(**mine, role="probe-embedded")}
+    entries: dict[tuple[str, str], object] = {}  # (point, fork) -> the run it reads, as measured
+    histories: dict[str, dict] = {}  # each run's evaluations, read once
+
+    def history(info) -> dict:
+        return histories.setdefault(info.spec.name, eval_history(info))
+
+    for got in records.rows(**mine, role="probe"):
+        point, name, step = got["point"], got["fork"], got["step"]
+        info = entries.setdefault((point, name), records.run(got["run"], where))
+        row = {"model": f"{p.tag + ':' if p.tag else ''}s{seed}-{point}-{name}@{step}",
+               "language": p.choice.spec, "seed": seed, "point": point, "fork_step": fork_steps[point],
+               "fork": name, "label": info.spec.label, "run": info.spec.name, "step": step,
+               "steps_at_final_lr": step - p.stretch_start(forks[name]),
+               "lr_factor": info.config.lr_factor(step - 1), "kl": float(history(info)[step]["kl"]),
+               **{key: v for key, v in got.items() if key in MEASURED or key.startswith(("pos_", "all_"))}}
+        if (point, name, step) in embedded:
+            e = embedded[(point, name, step)]
+            row["trace_fisher_embedded"] = e["trace_fisher"]
+            row["trace_fisher_embedded_se"] = e["trace_fisher_se"]
+        out["rows"].append(row)
+    trained = records.runs(**mine, role="fork")
+    for t, info in trained:  # a run trained only for another point's entry has its curve too
+        entries.setdefault((t["point"], t["fork"]), info)
+    kl = {(r["point"], r["fork"], r["of"]): r["kl"] for r in records.rows(**mine, role="embedding")}
+    out["embedded_kl"] = [{"kl_small": kl[(pt, name, "small")], "kl_large": kl[(pt, name, "large")]}
+                          for pt, name, of in kl if of == "small"]
+    out["curves"] = {f"{pt}-{name}": {s: float(ev["kl"]) for s, ev in history(info).items()}
+                     for (pt, name), info in entries.items()}
     out["curves"]["base"] = {s: float(ev["kl"]) for s, ev in eval_history(base).items()}
-    out["runs"] += list({info.spec.name: info for info in infos.values()}.values())
+    out["runs"] += list({info.spec.name: info for _, info in trained}.values())
     return out
 
 
@@ -339,9 +355,15 @@ def pilot_units(setup, p: IsolossPreset) -> list:
             for seed, only in first_stage(setup, p)]
 
 
-def pilot_results(records, p: IsolossPreset) -> list[dict]:
-    """The first stage's seeds' results (``seed_result``), in seed order."""
-    return [seed_result(records, p, seed, only) for seed, only in first_stage(records, p)]
+def seeds_of(records, p: IsolossPreset) -> list[int]:
+    """The seeds of the language's units that ran, in order (their base runs' tags)."""
+    return sorted(t["seed"] for t, _ in records.runs(language=p.tag, role="base"))
+
+
+def seed_results(records, p: IsolossPreset) -> list[dict]:
+    """The results (``seed_result``) of the seeds that ran, in seed order: in the later
+    stage's records, the pilot's."""
+    return [seed_result(records, p, seed) for seed in seeds_of(records, p)]
 
 
 def forks_ran(p: IsolossPreset, pilot: list[dict]) -> bool:
@@ -362,13 +384,14 @@ def later_seeds(setup, p: IsolossPreset, alloc) -> list[tuple[int, frozenset]]:
 
 def later_units(records, p: IsolossPreset) -> list:
     """The ``Later`` stage: the seeds after the pilot, planned from its records."""
-    from .allocation import allocation_of
+    from .allocation import allocation_of, record_allocation
 
-    pilot = pilot_results(records, p)
+    pilot = seed_results(records, p)
     if not forks_ran(p, pilot):
         return []
-    return [seed_unit(seed, seed_study(p, seed, only), p.tag)
-            for seed, only in later_seeds(records, p, allocation_of(records, p, pilot))]
+    alloc = allocation_of(records, p, pilot)
+    record_allocation(records, p, alloc)
+    return [seed_unit(seed, seed_study(p, seed, only), p.tag) for seed, only in later_seeds(records, p, alloc)]
 
 
 def planned_later_units(setup, p: IsolossPreset) -> list:

@@ -1,0 +1,43 @@
+"""The engine's records as tidy tables: a tagged measure's row and a tagged run are found by their
+tags (``engine.Records.rows`` / ``tagged`` / ``runs``), and the measured and cost tables carry them."""
+
+from sameloss.experiments.declare import CostPart, tags
+from sameloss.experiments.engine import Records, Setup, UnitRecord
+
+
+def _records(tmp_path):
+    a = UnitRecord("seed 0", "seeds/seed0", seed=0, runs={"r0": "info-r0", "r0-fork": "info-fork"},
+                   cpu={CostPart("", "base", "train+gate"): 2.0, CostPart("late", "sam", "train"): 3.0})
+    a.measured = [(dict(tags(seed=0, role="gate", of="trained")), {"acc": 0.5, "seed": 99}),
+                  (dict(tags(seed=0, role="probe", fork="sam", step=10)), {"acc": 0.7}),
+                  (dict(tags(seed=0, role="probe", fork="sam", step=20)), {"acc": 0.8})]
+    a.trained = [{**dict(tags(seed=0, role="base")), "run": "r0"}, {**dict(tags(seed=0, role="fork")), "run": "r0-fork"}]
+    b = UnitRecord("seed 1", "seeds/seed1", seed=1, runs={"r1": "info-r1"})
+    b.measured = [(dict(tags(seed=1, role="probe", fork="sam", step=10)), {"acc": 0.6})]
+    b.trained = [{**dict(tags(seed=1, role="base")), "run": "r1"}]
+    return Records(Setup(tmp_path, 7, print, workers=3), None, {"seed 0": a, "seed 1": b})
+
+
+def test_rows_and_runs_are_found_by_their_tags(tmp_path):
+    records = _records(tmp_path)
+    assert [r["acc"] for r in records.rows(role="probe", fork="sam")] == [0.7, 0.8, 0.6]  # as walked
+    assert [r["acc"] for r in records.rows(role="probe", step=10)] == [0.7, 0.6]
+    assert records.rows(role="probe", fork="adamw") == [] and records.rows(missing_tag=1) == []
+    (gate,) = records.rows(role="gate")
+    assert gate["seed"] == 0 and gate["of"] == "trained"  # a tag wins over a value of its name
+    ((t, values),) = records.tagged(role="gate")
+    assert values == {"acc": 0.5, "seed": 99} and t == {"seed": 0, "role": "gate", "of": "trained"}
+    assert [info for _, info in records.runs(role="base")] == ["info-r0", "info-r1"]
+    assert [t["run"] for t, _ in records.runs(seed=0)] == ["r0", "r0-fork"]
+    # what the units were declared with, held, not inherited
+    assert (records.seed, records.workers, records.planning) == (7, 3, False)
+
+
+def test_the_tidy_tables_carry_each_row_its_unit_and_tags(tmp_path):
+    records = _records(tmp_path)
+    measured = records.measured_rows()
+    assert len(measured) == 4 and measured[0] == {"unit": "seed 0", "seed": 0, "role": "gate", "of": "trained",
+                                                  "acc": 0.5}
+    assert records.cost_rows() == [
+        {"unit": "seed 0", "seed": 0, "point": "", "fork": "base", "stage": "train+gate", "cpu_seconds": 2.0},
+        {"unit": "seed 0", "seed": 0, "point": "late", "fork": "sam", "stage": "train", "cpu_seconds": 3.0}]
