@@ -98,7 +98,7 @@ class UnitResult:
     counts: dict[str, int] = field(default_factory=dict)
 
 
-def execute_unit(unit: Unit, root: Path, seed: int, progress: bool, device: str, tracker: str,
+def execute_unit(unit: Unit, root: Path, progress: bool, device: str, tracker: str,
                  study: Study | None = None) -> UnitResult:
     """Walk ``unit`` of the experiment in ``root`` (``engine.walk``; a launcher's worker
     calls this; the in-process launcher passes its own ``study`` for the experiment's
@@ -111,8 +111,7 @@ def execute_unit(unit: Unit, root: Path, seed: int, progress: bool, device: str,
             return UnitResult(walk(unit, Execute(study)))
         # the unit's folder is locked above: its study does not lock the experiment, which the
         # process that started the units holds (or, for ``reproduce --seeds``, nobody does)
-        with Study(Path(root) / unit.study, seed=seed if unit.seed is None else unit.seed, progress=progress,
-                   device=device, tracker=tracker, lock=False, shared=root) as sub:
+        with Study(Path(root) / unit.study, progress=progress, device=device, tracker=tracker, lock=False, shared=root) as sub:
             record = walk(unit, Execute(sub))
             if unit.study:
                 record = keep_first_cost(sub.root, record, sub.log)
@@ -137,12 +136,12 @@ def _read_rows(path: Path) -> dict:
 
 class Study:
     """One experiment folder: trains runs, measures their checkpoints and caches the rows,
-    writes every file under ``root`` (see the module docstring). ``seed`` is the seed of
-    the recipe's runs and measures (the folder of another seed is another study).
-    ``tracker``: where every run's metrics and measured rows are mirrored
+    writes every file under ``root`` (see the module docstring). It has no seed: a run's
+    seed is its own setting and a measure's its spec's (the recipe's ``Setup.seed``, one
+    channel). ``tracker``: where every run's metrics and measured rows are mirrored
     (``training.tracking``); ``launcher``: where units run (``launch.py``; default here)."""
 
-    def __init__(self, root: str | Path, *, seed: int = 0, fresh: bool = False, progress: bool = True,
+    def __init__(self, root: str | Path, *, fresh: bool = False, progress: bool = True,
                  device: str = "auto", log=None, tracker: str = "none", launcher=None, lock: bool = True,
                  figure_formats: tuple[str, ...] = ("png",), shared: str | Path | None = None,
                  ensemble: int | None = None, dropout_draws: str = "global"):
@@ -157,7 +156,6 @@ class Study:
         self.shared = None if shared is None else Path(shared)
         self.figure_formats = figure_formats  # of the figures (``figure``); a report embeds the first
         self.root = Path(root)
-        self.seed = seed
         # the folder's lock, held until close() (or, for a Study nobody closes, until it is
         # garbage-collected); ``lock=False``: a unit's study (``execute_unit``) or a shard's
         # (``reproduce --seeds``), whose process holds the lock of the unit's folder instead

@@ -40,12 +40,12 @@ def run_units(study: Study, units: list[Unit]) -> list:
         mine = study if study.launcher.name == "inprocess" else None
         if study.ensemble:  # shares of the units, each walked together (ensembles.py)
             shares = chunks(todo, study.launcher.workers or 1)
-            settings = {"seed": study.seed, "progress": study.progress, "device": study.device,
+            settings = {"progress": study.progress, "device": study.device,
                         "tracker": study.tracker}
             jobs = [WorkerJob(functools.partial(execute_units, share, root, settings, study.ensemble, mine),
                               threads=_threads(), name=f"{len(share)} units together") for share in shares]
         else:
-            jobs = [WorkerJob(functools.partial(execute_unit, u, root, study.seed, study.progress, study.device,
+            jobs = [WorkerJob(functools.partial(execute_unit, u, root, study.progress, study.device,
                                                 study.tracker, mine), threads=_threads(), name=u.name) for u in todo]
         # study-level progress with the time left: a bar on a terminal, else words on each unit's line
         progress = StudyProgress(len(jobs), terminal=study.progress and sys.stderr.isatty())
@@ -74,7 +74,7 @@ def run_units(study: Study, units: list[Unit]) -> list:
 def execute_units(units: list, root: Path, settings: dict, cap: int, study=None) -> list:
     """Walk ``units`` of the experiment in ``root`` together (a launcher's worker calls this),
     holding each unit's folder lock; per unit a ``UnitResult`` or the one line of the
-    ``UserError`` that stopped it. ``settings``: the studies' ``seed``, ``progress``,
+    ``UserError`` that stopped it. ``settings``: the studies' ``progress``,
     ``device`` and ``tracker``; ``cap``: the ensembles' members at most; ``study``: the
     in-process launcher's own, for the experiment's units (as ``execute_unit``)."""
     from .engine import Execute, keep_first_cost
@@ -88,8 +88,7 @@ def execute_units(units: list, root: Path, settings: dict, cap: int, study=None)
                 subs.append(None)
                 actors.append(Execute(study))
                 continue
-            seed = settings["seed"] if u.seed is None else u.seed
-            sub = held.enter_context(Study(root / u.study, seed=seed, progress=settings["progress"],
+            sub = held.enter_context(Study(root / u.study, progress=settings["progress"],
                                            device=settings["device"], tracker=settings["tracker"], lock=False,
                                            shared=root))
             subs.append(sub)

@@ -42,11 +42,11 @@ from pathlib import Path
 from .. import files
 from ..errors import UserError
 from .launch import SUBMITIT_DIR
-from .layout import EMBEDDED, RUNS, SEEDS
+from .layout import COSTS_TABLE, EMBEDDED, MEASURED_TABLE, RUNS, SEEDS
 
 MEASUREMENTS = "measurements.json"
 OWN_FILES = frozenset({MEASUREMENTS, files.update_lock_path(MEASUREMENTS).name, "report.md", "results.csv",
-                       "runs.csv", files.EXPERIMENT_MARKER, files.OUTPUTS})
+                       "runs.csv", MEASURED_TABLE, COSTS_TABLE, files.EXPERIMENT_MARKER, files.OUTPUTS})
 MARKER_HEADER = "sameloss experiment folder (sameloss reproduce); files it wrote here:"
 # sub-folder -> the test each of its entries must pass to be sameloss's
 _RUNS, _EMBEDDED, _SEEDS = RUNS, EMBEDDED, SEEDS

@@ -8,6 +8,7 @@ there) and ``orchestrate.Job`` (``reproduce``, ``plan``) all ask here.
     runs/<run>/                       a pre-training run (``training.runfolder``)
     embedded/<run>-step<N>-into-<shape>[-optimizer]/   a checkpoint embedded into a larger shape
     seeds/seed<N>/  or  seeds/<group>/seed<N>/          a seed's study, laid out the same way
+    measured.csv, costs.csv           the engine's tidy tables of the study's records
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 
 RUNS, EMBEDDED, SEEDS = "runs", "embedded", "seeds"
+# the study's tidy tables at the top of its folder: every tagged measured row with its tags, and
+# every unit's CPU seconds per part (``orchestrate.write_tables``)
+MEASURED_TABLE, COSTS_TABLE = "measured.csv", "costs.csv"
 
 
 def experiment_dir_name(experiment: str, scale: str, seed: int) -> str:

@@ -197,7 +197,7 @@ def _whole(job: Job, p: Any, root: Path, opts: Options) -> Path:
         study.log(f"reproduce {job.experiment} --scale {job.scale} (seed {job.seed}) in {root}")
         if job.budget is not None and recipe.hook("forecast") is not None:  # before anything trains
             study.log(recipe.hook("forecast")(p, "cpu" if (opts.device or p.device) != "cuda" else "h100", workers))
-        records = run_declaration(recipe, study, p, workers)
+        records = run_declaration(recipe, study, p, job.seed, workers)
         write_tables(records, root)
         with drawing(width=opts.figure_width, caveat=smoke_caveat() if job.scale == "smoke" else None):
             result = recipe.report(records, p)
@@ -217,13 +217,11 @@ def _whole(job: Job, p: Any, root: Path, opts: Options) -> Path:
     return path
 
 
-MEASURED_TABLE, COSTS_TABLE = "measured.csv", "costs.csv"
-
-
 def write_tables(records, root: Path) -> None:
     """The study's two tidy tables: every tagged measure's row with its tags
     (``measured.csv``) and every unit's CPU seconds per part (``costs.csv``) — the records
     the report queried (``engine.Records.rows`` / ``cost_rows``), for any other query."""
+    from .layout import COSTS_TABLE, MEASURED_TABLE
     from .report import write_csv
 
     for name, rows in ((MEASURED_TABLE, records.measured_rows()), (COSTS_TABLE, records.cost_rows())):
@@ -285,19 +283,21 @@ def _launcher(experiment: str, root: Path, launch):
 def _study(p: Any, root: Path, job: Job, opts: Options, launcher, lock: bool = True):
     from .core import Study
 
-    return Study(root, seed=job.seed, fresh=opts.fresh and lock, progress=opts.progress, device=opts.device or p.device,
+    return Study(root, fresh=opts.fresh and lock, progress=opts.progress, device=opts.device or p.device,
                  tracker=opts.tracker, launcher=launcher, lock=lock, figure_formats=opts.formats,
                  ensemble=opts.ensemble, dropout_draws=job.dropout_draws)
 
 
-def run_declaration(recipe: Recipe, study, p, workers: int = 1, seeds: list[int] | None = None, check=None):
-    """The recipe's declaration (``units``) run stage by stage through the study's launcher
+def run_declaration(recipe: Recipe, study, p, seed: int, workers: int = 1, seeds: list[int] | None = None,
+                    check=None):
+    """The recipe's declaration (``units``, given the study's ``seed``: ``--seed``, the one
+    channel a seed travels in) run stage by stage through the study's launcher
     (``engine.run_stages``; ``seeds``: only those seeds' units and the stages they need;
     ``check(declaration)`` first); returns what the report reads (``engine.Records``)."""
     from .dispatch import run_units
     from .engine import Records, Setup, run_stages
 
-    setup = Setup(study.root, study.seed, study.log, workers=workers)
+    setup = Setup(study.root, seed, study.log, workers=workers)
     declaration = recipe.units(setup, p)
     if check is not None:
         check(declaration)
@@ -331,7 +331,7 @@ def _shard(job: Job, p: Any, root: Path, opts: Options) -> Path:
 
     # no lock on the experiment: shards on other seeds run at once; each unit locks its seed's folder
     with _study(p, root, job, opts, launcher, lock=False) as study:
-        run_declaration(job.recipe, study, p, workers_of(launcher), seeds, check)
+        run_declaration(job.recipe, study, p, job.seed, workers_of(launcher), seeds, check)
     missing = sorted(known - set(seeds))
     trained = sum(1 for r in study.runs.values() if r.status != "reused")
     study.log(f"seeds {format_seeds(seeds)} done in {time.perf_counter() - start:.0f} s ({trained} runs trained or "
