@@ -186,15 +186,16 @@ def _fraction(text: str) -> float:
 
 
 def _language_search(args) -> None:
-    from .experiments.search import SearchDesign, run_search
+    from .experiments.search import Draws, SearchDesign, SearchOutput, run_search
 
     design = SearchDesign(scale=args.scale, screen_subsets=args.screen_subsets, screen_test=args.screen_test,
                           min_gap=args.min_gap, train_top=args.train_top, gate_seeds=args.gate_seeds,
                           gate_pass=args.gate_pass, screen_only=args.screen_only)
-    result = run_search(args.family, list(args.overrides), task=args.task, size=args.size, n=args.draws,
-                        seed=args.seed, design=design, out=args.out, progress=not args.no_progress,
-                        device=args.device, log=lambda line: print(line, flush=True), register=args.register,
-                        command=" ".join(["sameloss", *map(shlex.quote, args.argv)]))
+    draws = Draws(args.family, tuple(args.overrides), task=args.task, size=args.size, n=args.draws, seed=args.seed)
+    output = SearchOutput(out=args.out, progress=not args.no_progress, device=args.device,
+                          log=lambda line: print(line, flush=True), register=args.register,
+                          command=" ".join(["sameloss", *map(shlex.quote, args.argv)]))
+    result = run_search(draws, design, output)
     print()
     print(result["text"])
 

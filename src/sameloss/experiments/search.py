@@ -83,6 +83,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -360,15 +361,44 @@ def _open(out: Path, design: SearchDesign, progress: bool, device: str, log):
     return study
 
 
-def run_search(family: str, texts: list[str], *, task: str | None = None, size: str = "headroom", n: int = 20,
-               seed: int = 0, design: SearchDesign = SearchDesign(), out: str | Path = "runs/language-search",
-               progress: bool = True, device: str = "auto", log=print, register: str | None = None,
-               command: str = "", registered: Path | None = None) -> dict:
+@dataclass(frozen=True)
+class Draws:
+    """What the search draws (the command's arguments): the family, its settings' ranges
+    (``key=lo..hi``, ``parse_settings``), the task probed (default: the family's), the size
+    drawn from, how many distinct draws and the seed they are drawn with."""
+
+    family: str
+    texts: tuple[str, ...] = ()
+    task: str | None = None
+    size: str = "headroom"
+    n: int = 20
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class SearchOutput:
+    """Where the search writes and what it says: its folder, progress bars, device, the log;
+    ``register``: the name under which the first passing draw is registered (``found``; in
+    ``registered``, default the package's folder), with ``command`` the command line that
+    found it."""
+
+    out: str | Path = "runs/language-search"
+    progress: bool = True
+    device: str = "auto"
+    log: Callable[[str], None] = print
+    register: str | None = None
+    command: str = ""
+    registered: Path | None = None
+
+
+def run_search(draw: Draws, design: SearchDesign = SearchDesign(), output: SearchOutput = SearchOutput()) -> dict:
     """The whole search (module docstring); returns its tables (``"screen"``, ``"train"``,
-    ``"gate"`` rows), the specs that pass and the text printed. ``register``: the name under
-    which the first passing draw is registered (``found``; in ``registered``, default
-    the package's folder), with ``command`` the command line that found it."""
+    ``"gate"`` rows), the specs that pass and the text printed."""
     from .recipes.isoloss import DEFAULT_TASKS, PRESETS
+
+    family, texts, task, size, n, seed = draw.family, list(draw.texts), draw.task, draw.size, draw.n, draw.seed
+    out, progress, device, log = output.out, output.progress, output.device, output.log
+    register, command, registered = output.register, output.command, output.registered
 
     if design.scale not in PRESETS:
         raise UserError(f"--scale {design.scale!r}: isoloss has no such scale; choose from {', '.join(PRESETS)}")
@@ -580,4 +610,4 @@ def tables(result: dict, family: str, task: str, design: SearchDesign) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Range", "SearchDesign", "draws", "parse_settings", "run_search", "tables"]
+__all__ = ["Draws", "Range", "SearchDesign", "SearchOutput", "draws", "parse_settings", "run_search", "tables"]
