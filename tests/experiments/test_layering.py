@@ -3,7 +3,7 @@
 Imports flow one way: ``<base>`` (the top-level modules every layer uses: ``errors``,
 ``files``, ``config``, ``registry``, ``resources``, ...) < ``data`` < ``languages`` <
 ``models`` < ``training`` < ``hf`` < ``measures`` < ``experiments`` < ``<cli>`` (``cli.py``,
-``cli_text.py``). A module imports from its own layer or those before it, at its top or
+``cli_text.py``, ``cli_language.py``). A module imports from its own layer or those before it, at its top or
 inside a function alike, with no exception by name; and no module imports a name from its
 own package's ``__init__`` (which imports its modules, so sits above them).
 
@@ -21,7 +21,7 @@ import sameloss
 PACKAGE = Path(sameloss.__file__).parent
 EXPERIMENTS = PACKAGE / "experiments"
 LAYERS = ["<base>", "data", "languages", "models", "training", "hf", "measures", "experiments", "<cli>"]
-CLI_MODULES = {"cli", "cli_text"}
+CLI_MODULES = {"cli", "cli_text", "cli_language"}
 # attribute or name uses that mean training or differentiating by hand
 FORBIDDEN_NAMES = {"backward", "zero_grad", "LBFGS", "AdamW", "Adam", "SGD", "functional_call", "grad", "vjp", "jvp",
                    "vmap", "build_optimizer", "make_optimizer", "mlm_loss", "global_batch", "clip_grad_norm_"}
