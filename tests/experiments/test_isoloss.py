@@ -474,11 +474,11 @@ def test_the_main_job_is_the_design_the_rule_chooses():
     out and why (issue 52): recalibrating the planner must re-pin it, not leave it stale."""
     from sameloss.experiments.hardware import REFERENCE_CPU_PEAK
     from sameloss.experiments.recipes.isoloss import design
-    from sameloss.experiments.recipes.isoloss.allocation import choose_design, planned_costs
+    from sameloss.experiments.recipes.isoloss.allocation import SeedRule, choose_design, planned_costs
 
     p = isoloss.PRESETS["tiny"]
     costs = planned_costs(p, cpu_peak=REFERENCE_CPU_PEAK)
-    chosen = choose_design(p, costs, 60 * design.QUICK_BUDGET_MINUTES, 2, exempt_seeds=design.EXEMPT_SEEDS)
+    chosen = choose_design(p, costs, 60 * design.QUICK_BUDGET_MINUTES, 2, SeedRule(exempt_seeds=design.EXEMPT_SEEDS))
     assert chosen.plan == design.QUICK_PLAN and chosen.left == design.QUICK_LEFT
     assert chosen.wall_seconds <= 60 * design.QUICK_BUDGET_MINUTES
 

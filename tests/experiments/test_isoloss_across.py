@@ -107,7 +107,7 @@ def test_the_languages_scale_is_the_design_the_rule_chooses():
     registered languages — tiny's prior SDs, the planner's costs at this project's CPU, 180 minutes
     on 2 workers, seeds per language from the pooled MDE — on every registered language."""
     from sameloss.experiments.hardware import REFERENCE_CPU_PEAK
-    from sameloss.experiments.recipes.isoloss.allocation import choose_design, planned_costs
+    from sameloss.experiments.recipes.isoloss.allocation import SeedRule, choose_design, planned_costs
 
     p = isoloss.PRESETS["languages"]
     choices = across.registered_choices()
@@ -116,13 +116,13 @@ def test_the_languages_scale_is_the_design_the_rule_chooses():
     tiny = isoloss.PRESETS["tiny"]
     costs = planned_costs(tiny, cpu_peak=REFERENCE_CPU_PEAK)
     chosen = choose_design(tiny, costs, 60 * across.LANGUAGES_BUDGET_MINUTES, across.LANGUAGES_WORKERS,
-                           exempt_seeds=design.EXEMPT_SEEDS, languages=len(choices), tau=across.LANGUAGES_TAU)
+                           SeedRule(exempt_seeds=design.EXEMPT_SEEDS, languages=len(choices), tau=across.LANGUAGES_TAU))
     assert chosen.plan == across.LANGUAGES_PLAN and chosen.left == across.LANGUAGES_LEFT
     assert chosen.wall_seconds <= 60 * across.LANGUAGES_BUDGET_MINUTES
     assert p.plan == across.LANGUAGES_PLAN and [f"{c.name} @ {pt}" for c, pt in p.tests()] == [t for t, _ in p.plan]
     # the seeds are per language, from the pooled MDE: on 2 degrees of freedom (3 languages) the HKSJ
     # test needs more seeds a language than one language's own t test does for the same SD
-    one = dict(choose_design(tiny, costs, 1e9, 2, exempt_seeds=design.EXEMPT_SEEDS).plan)
+    one = dict(choose_design(tiny, costs, 1e9, 2, SeedRule(exempt_seeds=design.EXEMPT_SEEDS)).plan)
     assert dict(chosen.plan)["sam05-half @ scratch"] > one["sam05-half @ scratch"]
 
 

@@ -26,7 +26,7 @@ LANGUAGES_WORKERS = 2
 # report's τ² says how far that held; at τ = 0.1 point no number of seeds reaches 0.35 on 3 languages:
 # the pooled MDE of the HKSJ test on 2 degrees of freedom stays above 0.31)
 LANGUAGES_TAU = 0.0
-# ``choose_design(PRESETS["tiny"], planned_costs(...), 180 min, 2 workers, languages=3, tau=0)``,
+# ``choose_design(PRESETS["tiny"], planned_costs(...), 180 min, 2 workers, SeedRule(languages=3, tau=0))``,
 # pinned before any data (tests/experiments/test_isoloss_across.py checks it): per test the seeds
 # each language runs; the tests it leaves out, with what they would need
 LANGUAGES_PLAN = (("noreg @ late", 4), ("sam05 @ late", 3), ("sam05-half @ late", 3), ("adv @ late", 4),

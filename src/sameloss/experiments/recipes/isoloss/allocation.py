@@ -188,13 +188,29 @@ class ChosenDesign:
     wall_seconds: float
 
 
+@dataclasses.dataclass(frozen=True)
+class SeedRule:
+    """How ``choose_design`` sizes a test: at least ``min_seeds``; an exempt test (an effect
+    of several points) ``exempt_seeds``; never more than ``cap``; across ``languages`` > 1
+    languages, per language, from the pooled MDE at a spread ``tau`` of the true effects."""
+
+    min_seeds: int = 3
+    exempt_seeds: int = 4
+    cap: int = 48
+    languages: int = 1
+    tau: float = 0.0
+
+    @property
+    def each(self) -> str:
+        return f" a language × {self.languages} languages" if self.languages > 1 else ""
+
+
 def choose_design(p: IsolossPreset, costs: dict[CostPart, float], budget_seconds: float, workers: int,
-                  min_seeds: int = 3, exempt_seeds: int = 4, cap: int = 48, languages: int = 1,
-                  tau: float = 0.0) -> ChosenDesign:
+                  rule: SeedRule = SeedRule()) -> ChosenDesign:
     """A design fixed before any data, for a budget: the rule of the adaptive study
     (``allocation.needed_seeds``: the seeds whose MDE at 80 % power reaches ``mde_target`` at
-    the test's prior paired SD, ``prior_sds``, at least ``min_seeds``; an exempt test — an
-    effect of several points — ``exempt_seeds``) applied to the tests that a budget can decide.
+    the test's prior paired SD, ``prior_sds``, sized by ``rule``: ``SeedRule``) applied to the
+    tests that a budget can decide.
 
     The tests are taken in order of what they cost to decide — their seeds times the CPU of
     the forks they add, from ``costs`` (``planned_costs``: the planner's seconds per
@@ -210,43 +226,15 @@ def choose_design(p: IsolossPreset, costs: dict[CostPart, float], budget_seconds
     estimates, a spread ``tau`` of the true effects between them) reaches the target, and
     every language runs them: the wall time shares all languages' seeds over the workers,
     each language's seed priced as ``costs`` (one language's)."""
-    from ...allocation import needed_seeds
     from ...plan import longest_first
-    from ...pooling import pooled_mde
 
-    def seeds_for(sd: float) -> int | None:
-        if languages < 2:
-            return needed_seeds(sd, p.mde_target, start=min_seeds)
-        return next((m for m in range(min_seeds, cap + 1) if pooled_mde(sd, tau, languages, m) <= p.mde_target),
-                    None)
-
-    each = f" a language × {languages} languages" if languages > 1 else ""
-
+    need, left = _needed(p, rule)
     prior = dict(p.prior_sds)
-    need: dict[str, int | None] = {}
-    left: dict[str, str] = {}
-    for c, pt in p.all_tests():
-        t = f"{c.name} @ {pt}"
-        sd = prior.get(t, math.nan)
-        if c.name in p.exempt:
-            need[t] = exempt_seeds
-        elif not (math.isfinite(sd) and sd > 0):
-            left[t] = "no prior paired SD to plan with (the full study's pilot measures it)"
-        else:
-            n = seeds_for(sd)
-            if n is None or n > cap:
-                left[t] = f"more than {cap} seeds{each} (prior SD {sd:.3g})"
-            else:
-                need[t] = n
-
-    def entries_of(tests: list[str]) -> set[tuple[str, str]]:
-        forks = forks_of(p, tests)
-        return {(p.point_name(p.fork_point_of(f, k)), f.name) for k in p.fork_points for f in p.forks_at(k)
-                if (p.point_name(k), f.name) in forks} | set(forks)
 
     def seed_cost(tests: list[str]) -> float:
         forks = forks_of(p, tests)
-        trained = entries_of(tests)
+        trained = {(p.point_name(p.fork_point_of(f, k)), f.name) for k in p.fork_points for f in p.forks_at(k)
+                   if (p.point_name(k), f.name) in forks} | set(forks)
         return (costs.get(CostPart("", "base", "train"), 0.0) + costs.get(CostPart("", "base", "measure"), 0.0)
                 + sum(costs.get(CostPart(pt, name, "train"), 0.0) for pt, name in trained)
                 + sum(costs.get(CostPart(pt, name, "measure"), 0.0) for pt, name in forks))
@@ -255,8 +243,8 @@ def choose_design(p: IsolossPreset, costs: dict[CostPart, float], budget_seconds
         # a seed is one unit: the units shared out longest first over the workers, as the
         # planner's ``Estimate.wall`` (five equal seeds on 2 workers take 3 seeds' time, not 2.5)
         seeds = max(plan.values(), default=0)
-        return longest_first([seed_cost([t for t, n in plan.items() if n > i]) for i in range(seeds)] * languages,
-                             workers)
+        return longest_first([seed_cost([t for t, n in plan.items() if n > i]) for i in range(seeds)]
+                             * rule.languages, workers)
 
     chosen: dict[str, int] = {}
     order = sorted(need, key=lambda t: (need[t] * (seed_cost([*chosen, t]) - seed_cost(list(chosen))), t))
@@ -265,8 +253,45 @@ def choose_design(p: IsolossPreset, costs: dict[CostPart, float], budget_seconds
         if wall(trial) <= budget_seconds:
             chosen = trial
         else:
-            left[t] = f"{need[t]} seeds{each} (prior SD {prior.get(t, math.nan):.3g}): beyond the budget"
-    # the tests whose forks run anyway, on the seeds where both do
+            left[t] = f"{need[t]} seeds{rule.each} (prior SD {prior.get(t, math.nan):.3g}): beyond the budget"
+    _ride_along(p, chosen, left)
+    order_all = [f"{c.name} @ {pt}" for c, pt in p.all_tests()]
+    plan = tuple((t, chosen[t]) for t in order_all if t in chosen)
+    return ChosenDesign(plan, tuple((t, left[t]) for t in order_all if t in left), wall(dict(plan)))
+
+
+def _needed(p: IsolossPreset, rule: SeedRule) -> tuple[dict[str, int], dict[str, str]]:
+    """The seeds each test needs by ``rule``, and the tests left out before any budget, with why."""
+    from ...allocation import needed_seeds
+    from ...pooling import pooled_mde
+
+    def seeds_for(sd: float) -> int | None:
+        if rule.languages < 2:
+            return needed_seeds(sd, p.mde_target, start=rule.min_seeds)
+        return next((m for m in range(rule.min_seeds, rule.cap + 1)
+                     if pooled_mde(sd, rule.tau, rule.languages, m) <= p.mde_target), None)
+
+    prior = dict(p.prior_sds)
+    need: dict[str, int] = {}
+    left: dict[str, str] = {}
+    for c, pt in p.all_tests():
+        t = f"{c.name} @ {pt}"
+        sd = prior.get(t, math.nan)
+        if c.name in p.exempt:
+            need[t] = rule.exempt_seeds
+        elif not (math.isfinite(sd) and sd > 0):
+            left[t] = "no prior paired SD to plan with (the full study's pilot measures it)"
+        else:
+            n = seeds_for(sd)
+            if n is None or n > rule.cap:
+                left[t] = f"more than {rule.cap} seeds{rule.each} (prior SD {sd:.3g})"
+            else:
+                need[t] = n
+    return need, left
+
+
+def _ride_along(p: IsolossPreset, chosen: dict[str, int], left: dict[str, str]) -> None:
+    """The tests whose forks run anyway, added to ``chosen`` on the seeds where both do."""
     for c, pt in p.all_tests():
         t = f"{c.name} @ {pt}"
         if t in chosen:
@@ -276,9 +301,6 @@ def choose_design(p: IsolossPreset, costs: dict[CostPart, float], budget_seconds
         if both >= 2:
             chosen[t] = both
             left.pop(t, None)
-    order_all = [f"{c.name} @ {pt}" for c, pt in p.all_tests()]
-    plan = tuple((t, chosen[t]) for t in order_all if t in chosen)
-    return ChosenDesign(plan, tuple((t, left[t]) for t in order_all if t in left), wall(dict(plan)))
 
 
 def _short(test: str, cut, prior: dict) -> str:
