@@ -351,6 +351,12 @@ class Records:
     def unit(self, name: str) -> UnitRecord:
         return self.units[name]
 
+    def unit_in(self, study: str) -> UnitRecord:
+        """The record of the unit that ran in the study folder ``study`` (a seed's unit:
+        ``layout.seed_folder``)."""
+        (found,) = [u for u in self.units.values() if u.study == study]
+        return found
+
     def row(self, measure: Measure, study: str = "") -> dict:
         """The row of a declared measure (a copy: the report may add to it)."""
         return dict(self._rows[(study, measure_key(measure))])

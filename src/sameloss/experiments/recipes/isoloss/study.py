@@ -13,6 +13,7 @@ from ....models.sizes import TRANSFORMER_SIZES
 from ...common import base_settings, measure_spec
 from ...core import RunSpec, Setting
 from ...declare import Checkpoint, CostPart, Embedded, Gate, Later, Measure, Reference, Run, cost_rows, seed_unit, tags
+from ... import layout
 from ...engine import eval_history
 from .design import EMBED_KL_TOLERANCE, MEASURED, Fork, IsolossPreset, forks_of, language_studies
 
@@ -258,7 +259,7 @@ def seed_result(records, p: IsolossPreset, seed: int) -> dict:
     of each entry (its KL from the run's own evaluation there), the runs, the size forks'
     start checks, every run's KL curve and the unit's CPU per part."""
     where, mine = seed_folder(p, seed), dict(language=p.tag, seed=seed)
-    unit = records.unit(seed_unit(seed, (), p.tag).name)
+    unit = records.unit_in(where)
     ((_, base),) = records.runs(**mine, role="base")
     gate = {t["of"]: row for t, row in records.tagged(**mine, role="gate")}
     ok, text = records.gate("headroom", where)
@@ -305,8 +306,8 @@ def seed_result(records, p: IsolossPreset, seed: int) -> dict:
 
 
 def seed_folder(p: IsolossPreset, seed: int) -> str:
-    """The study folder of a seed's unit (``declare.seed_unit``)."""
-    return seed_unit(seed, (), p.tag).study
+    """The study folder of a seed's unit (``declare.seed_unit``; ``layout.seed_folder``)."""
+    return layout.seed_folder(seed, p.tag)
 
 
 def study_seeds(setup, p: IsolossPreset) -> list[int]:
