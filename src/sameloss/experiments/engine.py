@@ -13,9 +13,11 @@ units declared up front, then each ``Later`` stage once the units it reads have 
 nothing new is declared; ``seeds=[...]``: only those seeds' units (a shard), with the
 stages a later seed needs first.
 
-``Records`` is what the report reads — the rows, runs and gates of every unit, keyed by
-the declared objects themselves (``records.row(Measure(...))``) — and the figures it writes
-(``figure``); it trains and measures nothing. ``Setup`` is what ``units`` is given: the
+``Records`` is what the report reads — the rows, runs and gates of every unit, found by
+the tags the declaration gave them (``records.rows(role="probe", seed=3)``, ``runs(...)``;
+``declare.tags``) or keyed by the declared objects themselves (``records.row(Measure(...))``),
+and the study's tidy tables (``measured_rows``, ``cost_rows``: ``measured.csv``,
+``costs.csv``) — and the figures it writes (``figure``); it trains and measures nothing. ``Setup`` is what ``units`` is given: the
 seed, the experiment folder and the data a recipe prepares before it declares its runs
 (``setup.data``: prepared for real, or as a plan would find it).
 """
