@@ -118,11 +118,11 @@ def main() -> None:
     print(f"exact-KL evaluations: {evals['exact-KL evaluations']} (forks' evaluations at their candidates: "
           f"{read}; elsewhere, never read: {unread})")
     print(f"reference representations probed: {dict(refs) or 'none'}; checkpoints measured: {counts}")
-    # the unit's own cost rows (what the study's cost.csv holds), summed by stage and listed per fork
+    # the unit's own cost rows (what the study's costs.csv holds), summed by stage and listed per fork
     by_stage: dict[str, float] = {}
     for r in out["cost"]:
         by_stage[r["stage"]] = by_stage.get(r["stage"], 0.0) + r["cpu_seconds"]
-    print("the unit's CPU by stage (cost.csv): " + ", ".join(f"{k} {v:.0f} s" for k, v in sorted(by_stage.items()))
+    print("the unit's CPU by stage (costs.csv): " + ", ".join(f"{k} {v:.0f} s" for k, v in sorted(by_stage.items()))
           + f"; total {sum(by_stage.values()):.0f} s")
     for r in sorted(out["cost"], key=lambda r: (r["stage"], r["point"], r["fork"])):
         print(f"  {r['point'] or '-':<8} {r['fork']:<11} {r['stage']:<12} {r['cpu_seconds']:8.1f} CPU s")

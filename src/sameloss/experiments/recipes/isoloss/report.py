@@ -359,16 +359,14 @@ def regression_table(section: Section, reg: list[dict]) -> None:
 
 
 def runtime_notes(section: Section, launcher, results: list[dict], seeds: list[int]) -> None:
-    """Each seed's wall and CPU seconds (``runtime.csv``) and its CPU per fork and stage
-    (``cost.csv``: what a budget's cost model reads), and how many seeds ran at once."""
+    """Each seed's wall and CPU seconds (``runtime.csv``; its CPU per fork and stage is the
+    engine's ``costs.csv``, what a budget's cost model reads), and how many seeds ran at once."""
     rows = [{"seed": s, "seconds": res["seconds"], "cpu_seconds": res["cpu_seconds"]} for s, res in zip(seeds, results)]
     section.files["runtime.csv"] = rows
-    # CPU seconds per fork point, fork and stage of every seed (a budget's cost model reads them)
-    section.files["cost.csv"] = [{"seed": s, **r} for s, res in zip(seeds, results) for r in res.get("cost", [])]
     cpu = [r["cpu_seconds"] for r in rows]
     section.notes.append(f"Runtime per seed (CPU of the call that computed the seed: seeds/*/cost.json): CPU "
                          f"{fmt(float(np.mean(cpu)))} s on average "
-                         f"(min {fmt(min(cpu))}, max {fmt(max(cpu))}; runtime.csv; per fork and stage: cost.csv); "
+                         f"(min {fmt(min(cpu))}, max {fmt(max(cpu))}; runtime.csv; per fork point, fork and stage: costs.csv); "
                          f"{_workers_text(launcher)}.")
 
 
