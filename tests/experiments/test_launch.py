@@ -507,7 +507,7 @@ def test_a_preempted_unit_is_resubmitted_and_resumes_bit_identically(tmp_path):
 
     def job(root: Path) -> WorkerJob:
         unit = run_unit(spec, mspec)
-        return WorkerJob(functools.partial(execute_unit, unit, root, 0, False, "cpu", "none"), threads=1,
+        return WorkerJob(functools.partial(execute_unit, unit, root, False, "cpu", "none"), threads=1,
                          name=unit.name)
 
     whole = job(tmp_path / "whole")()
