@@ -18,6 +18,7 @@ from ... import paired
 from ...allocation import Allocation, afford, allocate
 from ...declare import CostPart, cost_parts, cost_rows
 from .design import PRIOR_SOURCE, IsolossPreset, forks_of
+from .study import wanted
 
 def allocation_of(setup, p: IsolossPreset, pilot: list[dict]) -> Allocation:
     """The plan of the seeds after the pilot (``allocation``): each test's paired SD of the
@@ -37,17 +38,23 @@ def allocation_of(setup, p: IsolossPreset, pilot: list[dict]) -> Allocation:
     sds = {t: float(sds.get(t, math.nan)) for t in tests}
     alloc = allocate(sds, p.pilot_seeds, len(p.seeds), p.mde_target, p.exempt, family=p.claims or None)
     if p.budget_minutes is not None and costs:
-        def seed_cost(active: list[str]) -> float:
-            forks = forks_of(p, active)
-            runs = {(p.point_name(p.fork_point_of(f, k)), f.name) for k in p.fork_points for f in p.forks_at(k)
-                    if (p.point_name(k), f.name) in forks}
-            return costs.get(CostPart("", "base", "train+gate"), 0.0) + sum(
-                costs.get(CostPart(pt, name, "train"), 0.0) for pt, name in runs) + sum(
-                costs.get(CostPart(pt, name, "measure"), 0.0) for pt, name in forks)
-        alloc = afford(alloc, seed_cost, pilot_wall, 60 * p.budget_minutes, _workers(setup))
+        alloc = afford(alloc, lambda active: seed_cost(p, costs, active), pilot_wall, 60 * p.budget_minutes,
+                       _workers(setup))
     if saved is None and _writes(setup):
         _save_allocation(setup, p, sds, costs, pilot_wall)
     return alloc
+
+
+def seed_cost(p: IsolossPreset, costs: dict[CostPart, float], tests: list[str]) -> float:
+    """What one seed that runs the forks of ``tests`` costs by ``costs`` (seconds by
+    ``CostPart``: the pilot's measured ones, or the planner's): every part of its base (its
+    training, gate and references), the training of every run those forks read
+    (``study.wanted``: a base-recipe fork's entry at any point reads its late run) and the
+    measures of the forks."""
+    measured, trained = wanted(p, forks_of(p, tests))
+    return (sum(v for k, v in costs.items() if k.fork == "base")
+            + sum(costs.get(CostPart(pt, name, "train"), 0.0) for pt, name in trained)
+            + sum(costs.get(CostPart(pt, name, "measure"), 0.0) for pt, name in measured))
 
 
 def _pilot_sds(p: IsolossPreset, pilot: list[dict]) -> dict[str, float]:
@@ -231,23 +238,16 @@ def choose_design(p: IsolossPreset, costs: dict[CostPart, float], budget_seconds
     need, left = _needed(p, rule)
     prior = dict(p.prior_sds)
 
-    def seed_cost(tests: list[str]) -> float:
-        forks = forks_of(p, tests)
-        trained = {(p.point_name(p.fork_point_of(f, k)), f.name) for k in p.fork_points for f in p.forks_at(k)
-                   if (p.point_name(k), f.name) in forks} | set(forks)
-        return (costs.get(CostPart("", "base", "train"), 0.0) + costs.get(CostPart("", "base", "measure"), 0.0)
-                + sum(costs.get(CostPart(pt, name, "train"), 0.0) for pt, name in trained)
-                + sum(costs.get(CostPart(pt, name, "measure"), 0.0) for pt, name in forks))
-
     def wall(plan: dict[str, int]) -> float:
         # a seed is one unit: the units shared out longest first over the workers, as the
         # planner's ``Estimate.wall`` (five equal seeds on 2 workers take 3 seeds' time, not 2.5)
         seeds = max(plan.values(), default=0)
-        return longest_first([seed_cost([t for t, n in plan.items() if n > i]) for i in range(seeds)]
+        return longest_first([seed_cost(p, costs, [t for t, n in plan.items() if n > i]) for i in range(seeds)]
                              * rule.languages, workers)
 
     chosen: dict[str, int] = {}
-    order = sorted(need, key=lambda t: (need[t] * (seed_cost([*chosen, t]) - seed_cost(list(chosen))), t))
+    order = sorted(need, key=lambda t: (need[t] * (seed_cost(p, costs, [*chosen, t])
+                                                   - seed_cost(p, costs, list(chosen))), t))
     for t in order:
         trial = {**chosen, t: need[t]}
         if wall(trial) <= budget_seconds:
@@ -329,13 +329,13 @@ def forecast(p: IsolossPreset, device: str, workers: int, cpu_peak: float | None
     alloc = allocate({t: prior.get(t, math.nan) for t in tests}, p.pilot_seeds, len(p.seeds), p.mde_target, p.exempt,
                      family=p.claims or None)
 
-    def seed_cost(active: list[str]) -> float:
+    def forecast_cost(active: list[str]) -> float:
         forks = forks_of(p, active)
         return costs.get(CostPart("", "base", "train"), 0.0) + costs.get(CostPart("", "base", "measure"), 0.0) + sum(
             v for k, v in costs.items() if (k.point, k.fork) in forks)
 
     pilot_wall = p.pilot_seeds * per_seed / workers
-    cut = afford(alloc, seed_cost, pilot_wall, 60 * p.budget_minutes, workers) if p.budget_minutes else alloc
+    cut = afford(alloc, forecast_cost, pilot_wall, 60 * p.budget_minutes, workers) if p.budget_minutes else alloc
     expect = [t for t in tests if cut.needed[t] is not None and cut.planned[t] >= cut.needed[t]]
     exempt = tuple(f"{x} @" for x in p.exempt)
     short = [_short(t, cut, prior) for t in tests if t not in expect and t in cut.family and not t.startswith(exempt)]
