@@ -184,3 +184,14 @@ def test_the_pooled_forecast_plans_languages_and_seeds_from_one_languages_sds():
     assert "τ=1: >200" in pooled_forecast(["a @ late"], {"a @ late": 0.5}, 3, 4, 0.35, "m", taus=(0.0, 1.0))
     # no prior SDs: one line saying so, not a table of blanks
     assert "no prior paired SDs" in pooled_forecast(list(sds), {}, 5, 4, 0.35, "none")
+
+
+def test_an_unreadable_recorded_allocation_is_one_line_naming_the_file(tmp_path):
+    from sameloss.experiments.engine import Setup
+    from sameloss.experiments.recipes.isoloss.allocation import _allocation_key, recorded_allocation
+
+    p = isoloss.PRESETS["tiny"]
+    (tmp_path / "allocation.json").write_text(json.dumps({"key": _allocation_key(p), "sds": {}, "costs": [],
+                                                          "pilot_wall": 0.0, "allocation": {"pilot": 3}}))
+    with pytest.raises(UserError, match="allocation.json: its allocation cannot be read"):
+        recorded_allocation(Setup(tmp_path, 0, print), p)

@@ -159,8 +159,12 @@ def recorded_allocation(setup, p: IsolossPreset) -> Allocation | None:
     saved = _saved_allocation(setup, p)
     if saved is None or "allocation" not in saved:
         return None
-    a = saved["allocation"]
-    return Allocation(**{**a, "exempt": tuple(a["exempt"]), "family": tuple(a["family"])})
+    try:
+        a = saved["allocation"]
+        return Allocation(**{**a, "exempt": tuple(a["exempt"]), "family": tuple(a["family"])})
+    except (KeyError, TypeError) as exc:
+        raise UserError(f"{_allocation_path(setup, p)}: its allocation cannot be read ({exc!r}); remove it to plan "
+                        "the later seeds again") from None
 
 
 def planned_costs(p: IsolossPreset, device: str = "cpu", cpu_peak: float | None = None,
