@@ -18,7 +18,6 @@ from ... import paired
 from ...allocation import Allocation, afford, allocate
 from ...declare import CostPart, cost_parts, cost_rows
 from .design import PRIOR_SOURCE, IsolossPreset, forks_of
-from .study import wanted
 
 def allocation_of(setup, p: IsolossPreset, pilot: list[dict]) -> Allocation:
     """The plan of the seeds after the pilot (``allocation``): each test's paired SD of the
@@ -48,13 +47,15 @@ def allocation_of(setup, p: IsolossPreset, pilot: list[dict]) -> Allocation:
 def seed_cost(p: IsolossPreset, costs: dict[CostPart, float], tests: list[str]) -> float:
     """What one seed that runs the forks of ``tests`` costs by ``costs`` (seconds by
     ``CostPart``: the pilot's measured ones, or the planner's): every part of its base (its
-    training, gate and references), the training of every run those forks read
-    (``study.wanted``: a base-recipe fork's entry at any point reads its late run) and the
-    measures of the forks."""
-    measured, trained = wanted(p, forks_of(p, tests))
+    training, gate and references), the training of every run those forks read (a base-recipe
+    fork's entry at any point reads its late run: ``study.wanted``'s rule, which this module
+    cannot import, study importing it) and the measures of the forks."""
+    forks = forks_of(p, tests)
+    trained = {(p.point_name(p.fork_point_of(f, k)), f.name) for k in p.fork_points for f in p.forks_at(k)
+               if (p.point_name(k), f.name) in forks}
     return (sum(v for k, v in costs.items() if k.fork == "base")
             + sum(costs.get(CostPart(pt, name, "train"), 0.0) for pt, name in trained)
-            + sum(costs.get(CostPart(pt, name, "measure"), 0.0) for pt, name in measured))
+            + sum(costs.get(CostPart(pt, name, "measure"), 0.0) for pt, name in forks))
 
 
 def _pilot_sds(p: IsolossPreset, pilot: list[dict]) -> dict[str, float]:
