@@ -121,7 +121,7 @@ def test_study_lookup_table_is_the_measures_look_up_table_with_the_runs_eval_see
     """The look-up table's loss is the entropy on the run's own held-out set (its
     ``eval.seed``), with the probe columns of ``measure_lookup_table``."""
     from sameloss import config as configlib
-    from sameloss.experiments.core import Study
+    from sameloss.experiments.core import Study, StudySettings
     from sameloss.languages import make_language
     from sameloss.measures.run import MeasureSpec
     from sameloss.training.config import PretrainConfig
@@ -134,7 +134,7 @@ def test_study_lookup_table_is_the_measures_look_up_table_with_the_runs_eval_see
     for eval_seed in (7, 8):
         cfg = configlib.load(PretrainConfig, None, ["language.name=pcfg", "language.size=micro",
                                                     f"eval.seed={eval_seed}"])
-        rows[eval_seed] = Study(tmp_path / "study", progress=False, device="cpu").reference("lookup-table", cfg, spec)
+        rows[eval_seed] = Study(tmp_path / "study", StudySettings(progress=False, device="cpu")).reference("lookup-table", cfg, spec)
         entropy = ExactEvaluator(language, 40, cfg.mask_rate, eval_seed, cfg.eval.n_subsets).entropy
         assert rows[eval_seed]["loss"] == pytest.approx(float(entropy.mean()), rel=1e-12)
         assert rows[eval_seed]["kl"] == 0.0 and 0.0 <= rows[eval_seed]["lookup_B"] <= 1.0
@@ -177,7 +177,7 @@ def test_every_measured_row_goes_through_one_cache(tmp_path, monkeypatch):
     """``Study.measure`` and ``Study.reference`` (and ``lookup``) store their rows in
     ``measurements.json`` by one key routine: a second study on the folder measures nothing."""
     from sameloss import config as configlib
-    from sameloss.experiments.core import Study
+    from sameloss.experiments.core import Study, StudySettings
     from sameloss.measures import run as measures_run
     from sameloss.measures.fewshot import FewShot, View
     from sameloss.measures.run import MeasureSpec
@@ -194,7 +194,7 @@ def test_every_measured_row_goes_through_one_cache(tmp_path, monkeypatch):
     loads = []
     real_load = measures_run.load_checkpoint
     monkeypatch.setattr(measures_run, "load_checkpoint", lambda *a, **k: loads.append(a[0]) or real_load(*a, **k))
-    first = Study(tmp_path / "study", progress=False, device="cpu")
+    first = Study(tmp_path / "study", StudySettings(progress=False, device="cpu"))
     rows = [first.measure(checkpoint_dir(tmp_path / "run", 4), spec), first.reference("oracle", cfg, spec),
             first.reference("random-init", cfg, spec)]
     assert first.counts["measured"] == 3
@@ -205,7 +205,7 @@ def test_every_measured_row_goes_through_one_cache(tmp_path, monkeypatch):
         raise AssertionError("measured again")
     monkeypatch.setattr(measures_run, "measure_checkpoint", fail)
     monkeypatch.setattr(measures_run, "measure_reference", fail)
-    again = Study(tmp_path / "study", progress=False, device="cpu")
+    again = Study(tmp_path / "study", StudySettings(progress=False, device="cpu"))
     assert [again.measure(checkpoint_dir(tmp_path / "run", 4), spec), again.reference("oracle", cfg, spec),
             again.reference("random-init", cfg, spec)] == rows
     assert again.counts == {"measured": 0, "cached": 3, "earlier": 3}

@@ -14,7 +14,7 @@ import pytest
 from sameloss import files
 from sameloss.cli import main
 from sameloss.errors import UserError
-from sameloss.experiments.core import RunSpec, Study
+from sameloss.experiments.core import RunSpec, Study, StudySettings
 from helpers.processes import ENV, Holder, error_lines, run_cli
 
 STEPS = ["reproduce", "steps", "--scale", "smoke", "--no-progress"]
@@ -109,7 +109,7 @@ def test_fresh_deletes_an_out_file_sameloss_wrote_in_a_run_folder_and_keeps_an_e
     assert main([*STEPS, "--out", str(copy), "--fresh"]) == 2
     assert "runs/pcfg-micro-sgd/measures.csv" in the_error(capsys)
     files.write_output(run / "measures.csv", "step,kl\n24,0.5\n", force=True)
-    with Study(root, fresh=True, progress=False):
+    with Study(root, StudySettings(progress=False), fresh=True):
         assert [p.name for p in root.iterdir()] == [files.EXPERIMENT_MARKER]
 
 
@@ -117,7 +117,7 @@ def test_fresh_deletes_a_folder_that_holds_only_sameloss_outputs(copy):
     root = copy / "steps-smoke"
     (root / ".tmp-report.md-x1y2").write_text("a killed atomic write")  # sameloss's leftover
     (root / "runs" / ".pcfg-micro-adamw.lock").write_text("123")  # a killed run's lock file
-    with Study(root, fresh=True, progress=False):
+    with Study(root, StudySettings(progress=False), fresh=True):
         assert [p.name for p in root.iterdir()] == [files.EXPERIMENT_MARKER]
 
 
@@ -131,14 +131,14 @@ def test_fresh_deletes_what_the_launchers_and_trackers_wrote(copy):
     run = next(p for p in sorted((root / "runs").iterdir()) if p.is_dir())
     (run / "tb").mkdir()
     (run / "tb" / "events.out.tfevents.1.host").write_bytes(b"events")
-    with Study(root, fresh=True, progress=False):
+    with Study(root, StudySettings(progress=False), fresh=True):
         assert [p.name for p in root.iterdir()] == [files.EXPERIMENT_MARKER]
 
 
 def test_fresh_never_deletes_a_seed_a_shard_is_running(copy, capsys):
     """A ``reproduce --seeds`` shard holds its seed folder's lock, not the experiment's."""
     root = copy / "steps-smoke"
-    with Study(root / "seeds" / "seed0", progress=False):  # a seed sub-study (marked)
+    with Study(root / "seeds" / "seed0", StudySettings(progress=False)):  # a seed sub-study (marked)
         pass
     before = snapshot(copy)
     with Holder(root / "seeds" / "seed0", copy.parent / "scratch") as holder:
@@ -159,7 +159,7 @@ def test_fresh_on_a_symlink_is_one_line_and_deletes_nothing(copy, tmp_path, caps
 
 def test_reproduce_never_deletes_a_users_folder_at_a_run_name(tmp_path):
     """Study.train removed ``runs/<name>/`` when it held no complete checkpoint."""
-    study = Study(tmp_path / "exp", progress=False)
+    study = Study(tmp_path / "exp", StudySettings(progress=False))
     mine = study.runs_dir / "r"
     mine.mkdir(parents=True)
     (mine / "notes.txt").write_text("mine")
@@ -170,7 +170,7 @@ def test_reproduce_never_deletes_a_users_folder_at_a_run_name(tmp_path):
 
 def test_a_started_run_without_a_checkpoint_is_started_again(tmp_path):
     """A marked run folder with no complete checkpoint holds nothing to keep: it is redone."""
-    study = Study(tmp_path / "exp", progress=False)
+    study = Study(tmp_path / "exp", StudySettings(progress=False))
     run = study.runs_dir / "r"
     run.mkdir(parents=True)
     files.mark(run, files.RUN_MARKER, "sameloss run r")
@@ -196,7 +196,7 @@ def test_a_folder_made_before_the_marker_is_reused_and_adopted(copy, capsys):
     runs are reused, the folder is marked; --fresh may then redo it."""
     root = copy / "steps-smoke"
     (root / files.EXPERIMENT_MARKER).unlink()
-    with Study(root, progress=False):  # adopted: the figures its report names are listed as sameloss's
+    with Study(root, StudySettings(progress=False)):  # adopted: the figures its report names are listed as sameloss's
         assert sorted((root / files.EXPERIMENT_MARKER).read_text().splitlines()[1:]) == figure_files(root)
     (root / files.EXPERIMENT_MARKER).unlink()
     assert main([*STEPS, "--out", str(copy)]) == 0
@@ -249,11 +249,11 @@ def test_a_second_reproduce_on_one_experiment_is_refused_naming_the_holder(tmp_p
 
 
 def test_a_study_releases_its_lock_when_closed(tmp_path):
-    study = Study(tmp_path / "exp", progress=False)
+    study = Study(tmp_path / "exp", StudySettings(progress=False))
     assert files.holds_lock(tmp_path / "exp")
     study.close()
     assert not files.holds_lock(tmp_path / "exp")
-    with Study(tmp_path / "exp", progress=False):  # and a later study takes it
+    with Study(tmp_path / "exp", StudySettings(progress=False)):  # and a later study takes it
         pass
 
 

@@ -24,7 +24,7 @@ import torch
 from sameloss.cli import main
 from sameloss.errors import UserError
 from sameloss.experiments import reproduce
-from sameloss.experiments.core import RunSpec, Study, execute_unit
+from sameloss.experiments.core import RunSpec, Study, StudySettings, execute_unit
 from sameloss.experiments.declare import run_unit
 from sameloss.experiments.dispatch import run_units
 from sameloss.experiments.launch import (LaunchOptions, Local, Slurm, WorkerJob, default_workers, format_seeds,
@@ -101,7 +101,7 @@ def test_a_refused_unit_stops_the_study_with_its_name_and_line(tmp_path):
     from sameloss.experiments.launch import make_launcher
 
     launcher = make_launcher(LaunchOptions("slurm", slurm_cluster="debug"), tmp_path, "test")
-    study = Study(tmp_path, progress=False, launcher=launcher)
+    study = Study(tmp_path, StudySettings(progress=False), launcher=launcher)
     bad = run_unit(RunSpec("bad", (("language.name", "causal"),)), MeasureSpec(loss=True))
     with pytest.raises(UserError) as err:
         run_units(study, [bad])
@@ -202,10 +202,11 @@ def test_a_recipes_units_leave_its_report_nothing_to_train_or_measure(tmp_path, 
 def test_rows_two_workers_measure_at_once_are_both_kept(tmp_path):
     # two workers' studies of one experiment (a unit's study does not lock the experiment),
     # each holding what it read before the other wrote
-    first, second = Study(tmp_path, progress=False, lock=False), Study(tmp_path, progress=False, lock=False)
+    quiet = StudySettings(progress=False)
+    first, second = Study(tmp_path, quiet, lock=False), Study(tmp_path, quiet, lock=False)
     first._memo("checkpoint", "runs/a/checkpoints/step_1", MeasureSpec(loss=True), "", lambda: {"kl": 0.1})
     second._memo("checkpoint", "runs/b/checkpoints/step_1", MeasureSpec(loss=True), "", lambda: {"kl": 0.2})
-    with Study(tmp_path, progress=False) as study:
+    with Study(tmp_path, StudySettings(progress=False)) as study:
         rows = study.cache
     assert sorted(row["kl"] for row in rows.values()) == [0.1, 0.2]
 
@@ -507,7 +508,7 @@ def test_a_preempted_unit_is_resubmitted_and_resumes_bit_identically(tmp_path):
 
     def job(root: Path) -> WorkerJob:
         unit = run_unit(spec, mspec)
-        return WorkerJob(functools.partial(execute_unit, unit, root, False, "cpu", "none"), threads=1,
+        return WorkerJob(functools.partial(execute_unit, unit, root, StudySettings(progress=False, device="cpu")), threads=1,
                          name=unit.name)
 
     whole = job(tmp_path / "whole")()
@@ -522,7 +523,7 @@ def test_a_preempted_unit_is_resubmitted_and_resumes_bit_identically(tmp_path):
     a = load_checkpoint(complete_checkpoints(tmp_path / "whole" / "runs" / "r")[-1]).model.state_dict()
     b = load_checkpoint(complete_checkpoints(tmp_path / "preempted" / "runs" / "r")[-1]).model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
-    rows = [Study(tmp_path / d, progress=False).cache for d in ("whole", "preempted")]
+    rows = [Study(tmp_path / d, StudySettings(progress=False)).cache for d in ("whole", "preempted")]
     strip = [{k: {c: v for c, v in row.items() if c != "measure_seconds"} for k, row in cache.items()}
              for cache in rows]
     assert strip[0] == strip[1] and len(strip[0]) == 1

@@ -14,7 +14,7 @@ from helpers.figures import check_data
 from helpers.processes import Holder
 
 from sameloss.cli import main
-from sameloss.experiments.core import Study
+from sameloss.experiments.core import Study, StudySettings
 from sameloss.experiments.folder import foreign_entries, listed_outputs
 from sameloss.experiments.cli import add_reproduce_parser
 
@@ -128,7 +128,7 @@ def test_plot_into_an_experiment_folder_is_listed_as_sameloss_and_waits_for_its_
     writes the experiment, the plot is refused naming it, and nothing is written."""
     exact, _ = runs
     root = tmp_path / "steps-smoke"
-    Study(root, progress=False).close()  # a marked, empty experiment folder
+    Study(root, StudySettings(progress=False)).close()  # a marked, empty experiment folder
     with Holder(root, tmp_path / "scratch") as holder:
         assert main(["plot", str(exact), "--out", str(root / "curves.png")]) == 2
         assert f"pid {holder.pid}" in _one_line(capsys)

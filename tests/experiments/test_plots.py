@@ -332,9 +332,9 @@ def test_a_report_figure_has_a_caption_in_parts():
 
 
 def test_study_figure_writes_the_formats_it_was_given(tmp_path):
-    from sameloss.experiments.core import Study
+    from sameloss.experiments.core import Study, StudySettings
 
-    study = Study(tmp_path / "exp", progress=False, figure_formats=("svg", "png"))
+    study = Study(tmp_path / "exp", StudySettings(progress=False, figure_formats=("svg", "png")))
     figure = study.figure(series_plot(STEPS, "step", STEPS_PANELS, "t", errors=error_labels()), "steps-x",
                           shows="s", sample="n", claim="c")
     assert (figure.file, figure.other, figure.data) == ("steps-x.svg", ("steps-x.png",), "steps-x.data.csv")
@@ -483,14 +483,14 @@ def test_legend_glyphs_are_drawn_as_the_panels_draw():
 
 
 def test_a_rerun_removes_the_figures_it_wrote_in_formats_no_longer_asked_for(tmp_path):
-    from sameloss.experiments.core import Study
+    from sameloss.experiments.core import Study, StudySettings
     from sameloss.experiments.folder import listed_outputs
 
-    with Study(tmp_path / "exp", progress=False, figure_formats=("pdf", "svg")) as study:
+    with Study(tmp_path / "exp", StudySettings(progress=False, figure_formats=("pdf", "svg"))) as study:
         study.figure(series_plot(STEPS, "step", STEPS_PANELS, "t"), "steps-x", shows="s", sample="n", claim="c")
     (tmp_path / "exp" / "notes.pdf").write_bytes(b"%PDF a user's")
     assert {"steps-x.pdf", "steps-x.svg"} <= listed_outputs(tmp_path / "exp")
-    with Study(tmp_path / "exp", progress=False, figure_formats=("png",)) as study:
+    with Study(tmp_path / "exp", StudySettings(progress=False, figure_formats=("png",))) as study:
         study.figure(series_plot(STEPS, "step", STEPS_PANELS, "t"), "steps-x", shows="s", sample="n", claim="c")
     names = {p.name for p in (tmp_path / "exp").iterdir()}
     assert "steps-x.png" in names and not {"steps-x.pdf", "steps-x.svg"} & names

@@ -11,7 +11,7 @@ import pytest
 from sameloss.cli import main
 from sameloss.errors import UserError
 from sameloss.experiments import search
-from sameloss.experiments.core import Study
+from sameloss.experiments.core import Study, StudySettings
 from sameloss.experiments.recipes import isoloss
 
 
@@ -125,7 +125,7 @@ def test_the_search_gate_is_the_study_gate_to_the_digit(tmp_path):
     choice = isoloss.parse_language("hmm:headroom:seed=5,n_states=4")
     design = search.SearchDesign(scale="smoke")
     p = search._preset(choice, "smoke")
-    with Study(tmp_path / "study", progress=False) as study:
+    with Study(tmp_path / "study", StudySettings(progress=False)) as study:
         row = search.gate(study, choice, design, 1)
         reads = gate_measures(p, 1)
         record = walk(seed_unit(1, (Run(isoloss.base_run(p, 1), None, BASE_COST), *reads)), Execute(study))

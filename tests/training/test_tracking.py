@@ -277,23 +277,23 @@ def records_of(run_dir) -> list[dict]:
 
 
 def test_a_reused_run_gets_its_metrics_in_a_tracker_that_lacks_them(tmp_path):
-    from sameloss.experiments.core import RunSpec, Study
+    from sameloss.experiments.core import RunSpec, Study, StudySettings
 
     spec = RunSpec("r", (("steps", 12), ("batch_size", 32), ("model.size", "micro"), ("eval.every", 6),
                          ("eval.n_sentences", 64), ("save_every", 4), ("log_every", 3), ("optim.warmup_steps", 3),
                          ("device", "cpu"), ("language.name", "hmm"), ("language.size", "micro")))
-    with Study(tmp_path / "s", progress=False, device="cpu") as study:  # trained without a tracker
+    with Study(tmp_path / "s", StudySettings(progress=False, device="cpu")) as study:  # trained without a tracker
         run = study.train(spec).path
     assert not (run / "tb").exists()
     lines = []
-    with Study(tmp_path / "s", progress=False, device="cpu", tracker="tensorboard", log=lines.append) as study:
+    with Study(tmp_path / "s", StudySettings(progress=False, device="cpu", tracker="tensorboard"), log=lines.append) as study:
         assert study.train(spec).status == "reused"
     assert_mirrors(run)  # its whole metrics.jsonl, now in TensorBoard
     acc = EventAccumulator(str(run / "tb"))
     acc.Reload()
     assert "config/text_summary" in acc.Tags()["tensors"]
     assert not any("already hold" in line for line in lines)
-    with Study(tmp_path / "s", progress=False, device="cpu", tracker="tensorboard", log=lines.append) as study:
+    with Study(tmp_path / "s", StudySettings(progress=False, device="cpu", tracker="tensorboard"), log=lines.append) as study:
         study.train(spec)  # reused again: its events are there, and one line says so
     assert_mirrors(run)  # not written twice (a step logged twice fails events())
     (said,) = [line for line in lines if "already hold" in line]

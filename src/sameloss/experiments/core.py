@@ -98,8 +98,28 @@ class UnitResult:
     counts: dict[str, int] = field(default_factory=dict)
 
 
-def execute_unit(unit: Unit, root: Path, progress: bool, device: str, tracker: str,
-                 study: Study | None = None) -> UnitResult:
+@dataclass(frozen=True)
+class StudySettings:
+    """How a study trains and measures: plain data, the same in the experiment's process and
+    (``for_unit``) in every worker that walks one of its units."""
+
+    progress: bool = True
+    device: str = "auto"
+    tracker: str = "none"  # where runs' metrics and measured rows are mirrored (training.tracking)
+    figure_formats: tuple[str, ...] = ("png",)  # of the figures (``figure``); a report embeds the first
+    ensemble: int | None = None  # ``--ensemble N``: units walked together, runs trained N at once (ensembles.py)
+    # ``--dropout-draws keyed``: every run's dropout masks keyed (training.keyed), what lets
+    # runs with dropout train batched on a GPU: set on the runs of the units it runs
+    # (``dispatch.run_units``); other runs, in another experiment folder
+    dropout_draws: str = "global"
+
+    def for_unit(self) -> StudySettings:
+        """A unit's study's: the experiment's progress, device and tracker (its figures,
+        ensembles and dropout draws are the experiment's)."""
+        return StudySettings(progress=self.progress, device=self.device, tracker=self.tracker)
+
+
+def execute_unit(unit: Unit, root: Path, settings: StudySettings, study: Study | None = None) -> UnitResult:
     """Walk ``unit`` of the experiment in ``root`` (``engine.walk``; a launcher's worker
     calls this; the in-process launcher passes its own ``study`` for the experiment's
     units, whose evaluators and task data it then shares). Holds the lock of the unit's
@@ -111,7 +131,7 @@ def execute_unit(unit: Unit, root: Path, progress: bool, device: str, tracker: s
             return UnitResult(walk(unit, Execute(study)))
         # the unit's folder is locked above: its study does not lock the experiment, which the
         # process that started the units holds (or, for ``reproduce --seeds``, nobody does)
-        with Study(Path(root) / unit.study, progress=progress, device=device, tracker=tracker, lock=False, shared=root) as sub:
+        with Study(Path(root) / unit.study, settings.for_unit(), lock=False, shared=root) as sub:
             record = walk(unit, Execute(sub))
             if unit.study:
                 record = keep_first_cost(sub.root, record, sub.log)
@@ -138,23 +158,16 @@ class Study:
     """One experiment folder: trains runs, measures their checkpoints and caches the rows,
     writes every file under ``root`` (see the module docstring). It has no seed: a run's
     seed is its own setting and a measure's its spec's (the recipe's ``Setup.seed``, one
-    channel). ``tracker``: where every run's metrics and measured rows are mirrored
-    (``training.tracking``); ``launcher``: where units run (``launch.py``; default here)."""
+    channel). ``settings``: how it trains, measures and draws (``StudySettings``);
+    ``launcher``: where units run (``launch.py``; default here)."""
 
-    def __init__(self, root: str | Path, *, fresh: bool = False, progress: bool = True,
-                 device: str = "auto", log=None, tracker: str = "none", launcher=None, lock: bool = True,
-                 figure_formats: tuple[str, ...] = ("png",), shared: str | Path | None = None,
-                 ensemble: int | None = None, dropout_draws: str = "global"):
+    def __init__(self, root: str | Path, settings: StudySettings | None = None, *, fresh: bool = False,
+                 lock: bool = True, shared: str | Path | None = None, launcher=None, log=None):
         self._bar = None
-        self.ensemble = ensemble  # ``--ensemble N``: units walked together, runs trained N at once (ensembles.py)
-        # ``--dropout-draws keyed``: every run's dropout masks keyed (training.keyed), what lets
-        # runs with dropout train batched on a GPU: set on the runs of the units it runs
-        # (``dispatch.run_units``); other runs, in another experiment folder
-        self.dropout_draws = dropout_draws
+        self.settings = settings if settings is not None else StudySettings()
         # a unit's study: the experiment's folder, whose measurements.json holds the
         # references that do not depend on the seed, measured once for all its units
         self.shared = None if shared is None else Path(shared)
-        self.figure_formats = figure_formats  # of the figures (``figure``); a report embeds the first
         self.root = Path(root)
         # the folder's lock, held until close() (or, for a Study nobody closes, until it is
         # garbage-collected); ``lock=False``: a unit's study (``execute_unit``) or a shard's
@@ -179,10 +192,7 @@ class Study:
             self.close()
             raise
         self.runs_dir = self.root / layout.RUNS
-        self.progress = progress
-        self.device = device
-        check_tracker(tracker)
-        self.tracker = tracker
+        check_tracker(self.tracker)
         self._mirrored: set[Path] = set()  # reused runs whose tracker output this call wrote (``_mirror``)
         self._said_tracked = False
         if launcher is None:
@@ -204,6 +214,14 @@ class Study:
         self.runs: dict[str, RunInfo] = {}
         self.timings: dict[str, float] = {"train": 0.0, "measure": 0.0}
         self.counts: dict[str, int] = {"measured": 0, "cached": 0, "earlier": 0}
+
+    # the settings' fields, read where the study trains, measures and draws
+    progress = property(lambda self: self.settings.progress)
+    device = property(lambda self: self.settings.device)
+    tracker = property(lambda self: self.settings.tracker)
+    figure_formats = property(lambda self: self.settings.figure_formats)
+    ensemble = property(lambda self: self.settings.ensemble)
+    dropout_draws = property(lambda self: self.settings.dropout_draws)
 
     def close(self) -> None:
         """Release the experiment folder's lock."""

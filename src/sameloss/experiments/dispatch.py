@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .. import files
 from ..errors import UserError
-from .core import Study, UnitResult, execute_unit
+from .core import Study, StudySettings, UnitResult, execute_unit
 from .declare import Unit, with_setting
 from .ensembles import chunks, train_together, unit_outcomes, walk_together
 from .launch import WorkerJob
@@ -40,13 +40,11 @@ def run_units(study: Study, units: list[Unit]) -> list:
         mine = study if study.launcher.name == "inprocess" else None
         if study.ensemble:  # shares of the units, each walked together (ensembles.py)
             shares = chunks(todo, study.launcher.workers or 1)
-            settings = {"progress": study.progress, "device": study.device,
-                        "tracker": study.tracker}
-            jobs = [WorkerJob(functools.partial(execute_units, share, root, settings, study.ensemble, mine),
+            jobs = [WorkerJob(functools.partial(execute_units, share, root, study.settings, study.ensemble, mine),
                               threads=_threads(), name=f"{len(share)} units together") for share in shares]
         else:
-            jobs = [WorkerJob(functools.partial(execute_unit, u, root, study.progress, study.device,
-                                                study.tracker, mine), threads=_threads(), name=u.name) for u in todo]
+            jobs = [WorkerJob(functools.partial(execute_unit, u, root, study.settings, mine), threads=_threads(),
+                              name=u.name) for u in todo]
         # study-level progress with the time left: a bar on a terminal, else words on each unit's line
         progress = StudyProgress(len(jobs), terminal=study.progress and sys.stderr.isatty())
         study._units_bar = progress.bar
@@ -71,11 +69,11 @@ def run_units(study: Study, units: list[Unit]) -> list:
     return [study.done[u.name] for u in units]
 
 
-def execute_units(units: list, root: Path, settings: dict, cap: int, study=None) -> list:
+def execute_units(units: list, root: Path, settings: StudySettings, cap: int, study=None) -> list:
     """Walk ``units`` of the experiment in ``root`` together (a launcher's worker calls this),
     holding each unit's folder lock; per unit a ``UnitResult`` or the one line of the
-    ``UserError`` that stopped it. ``settings``: the studies' ``progress``,
-    ``device`` and ``tracker``; ``cap``: the ensembles' members at most; ``study``: the
+    ``UserError`` that stopped it. ``settings``: the experiment's (each unit's study
+    takes ``settings.for_unit()``); ``cap``: the ensembles' members at most; ``study``: the
     in-process launcher's own, for the experiment's units (as ``execute_unit``)."""
     from .engine import Execute, keep_first_cost
 
@@ -88,9 +86,7 @@ def execute_units(units: list, root: Path, settings: dict, cap: int, study=None)
                 subs.append(None)
                 actors.append(Execute(study))
                 continue
-            sub = held.enter_context(Study(root / u.study, progress=settings["progress"],
-                                           device=settings["device"], tracker=settings["tracker"], lock=False,
-                                           shared=root))
+            sub = held.enter_context(Study(root / u.study, settings.for_unit(), lock=False, shared=root))
             subs.append(sub)
             actors.append(Execute(sub))
         log = (study or subs[0]).log

@@ -281,11 +281,11 @@ def _launcher(experiment: str, root: Path, launch):
 
 
 def _study(p: Any, root: Path, job: Job, opts: Options, launcher, lock: bool = True):
-    from .core import Study
+    from .core import Study, StudySettings
 
-    return Study(root, fresh=opts.fresh and lock, progress=opts.progress, device=opts.device or p.device,
-                 tracker=opts.tracker, launcher=launcher, lock=lock, figure_formats=opts.formats,
-                 ensemble=opts.ensemble, dropout_draws=job.dropout_draws)
+    settings = StudySettings(progress=opts.progress, device=opts.device or p.device, tracker=opts.tracker,
+                             figure_formats=opts.formats, ensemble=opts.ensemble, dropout_draws=job.dropout_draws)
+    return Study(root, settings, fresh=opts.fresh and lock, lock=lock, launcher=launcher)
 
 
 def run_declaration(recipe: Recipe, study, p, seed: int, workers: int = 1, seeds: list[int] | None = None,

@@ -331,7 +331,7 @@ def _open(out: Path, design: SearchDesign, progress: bool, device: str, log):
     folder of this scale."""
     import json
 
-    from .core import Study
+    from .core import Study, StudySettings
     from .folder import record_output
 
     out = Path(out)
@@ -341,7 +341,7 @@ def _open(out: Path, design: SearchDesign, progress: bool, device: str, log):
     if out.is_dir() and not files.is_empty_dir(out) and not marker.is_file():
         raise UserError(f"--out {out} exists and is not a language search folder (no {SEARCH_FILE}); "
                         "give a new folder")
-    study = Study(out, progress=progress, device=device, log=log)
+    study = Study(out, StudySettings(progress=progress, device=device), log=log)
     try:
         if marker.is_file():
             try:
