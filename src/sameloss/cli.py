@@ -13,7 +13,7 @@ import sys
 
 from . import __version__
 from .cliargs import Parser as _Parser
-from .cliargs import deprecated, examples
+from .cliargs import add_output_file, deprecated, examples
 from .config import int_at_least as _int_at_least
 from .config import positive_float
 from .errors import UserError
@@ -193,12 +193,7 @@ def add_measure_parser(commands) -> None:
                          help="where to measure (default auto: CUDA when present)")
     measure.add_argument("--seed", type=int, default=0,
                          help="seed of the measures' random draws: trace probes, task data (default 0)")
-    measure.add_argument("--out", metavar="FILE",
-                         help="write the rows to FILE (.csv, else JSON); checked before measuring. An existing "
-                              "FILE is replaced only when sameloss wrote it (its sha256 is listed in "
-                              ".sameloss-outputs beside it); a symbolic link never")
-    measure.add_argument("--force", action="store_true",
-                         help="replace an existing --out FILE that sameloss did not write (a link still never)")
+    add_output_file(measure, "--out", "write the rows to FILE (.csv, else JSON); checked before measuring")
     measure.add_argument("--json", action="store_true", help="print the rows as JSON")
     measure.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_threads_argument(measure)

@@ -8,8 +8,7 @@ import json
 import os
 import shlex
 
-from .cliargs import Parser as _Parser
-from .cliargs import examples
+from .cliargs import add_output_file, command_group, examples
 from .config import int_at_least as _int_at_least
 from .errors import UserError
 from .threads import add_threads_argument
@@ -32,11 +31,9 @@ def _language_params(text: str) -> str:
 
 def add_language_parser(commands) -> None:
     """``sameloss language describe`` and ``search``."""
-    language = commands.add_parser("language", help="synthetic languages with exact conditionals",
-                                   epilog=examples("sameloss language describe hmm",
-                                                   "sameloss language search hmm n_states=4..8 --draws 40"))
-    language_commands = language.add_subparsers(dest="language_command", metavar="ACTION", parser_class=_Parser)
-    language_commands.required = True
+    language_commands = command_group(commands, "language", "synthetic languages with exact conditionals",
+                                      ("sameloss language describe hmm",
+                                       "sameloss language search hmm n_states=4..8 --draws 40"), "language_command")
     describe = language_commands.add_parser(
         "describe", help="vocabulary, sentence lengths, optimal MLM loss, tasks and examples of a language",
         description="Describe a language: vocabulary, sentence lengths, the entropy of the true masked-token "
@@ -66,13 +63,8 @@ def add_language_parser(commands) -> None:
     describe.add_argument("--n-sentences", type=_positive_int, default=4096,
                           help="sentences sampled for the statistics (default 4096)")
     describe.add_argument("--json", action="store_true", help="print the summary as JSON")
-    describe.add_argument("--save-grammar", metavar="FILE",
-                          help="pcfg: also write the grammar to FILE (sameloss's format), which --grammar FILE reads "
-                               "back; an existing FILE is replaced only when sameloss wrote it (its sha256 listed in "
-                               ".sameloss-outputs beside it), a symbolic link never")
-    describe.add_argument("--force", action="store_true",
-                          help="replace an existing --save-grammar FILE that sameloss did not write (a link still "
-                               "never)")
+    add_output_file(describe, "--save-grammar",
+                    "pcfg: also write the grammar to FILE (sameloss's format), which --grammar FILE reads back")
     add_threads_argument(describe)
     describe.set_defaults(run=_language_describe)
     add_search_parser(language_commands)

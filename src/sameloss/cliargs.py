@@ -78,3 +78,28 @@ def deprecated(new: str) -> type[argparse.Action]:
             setattr(namespace, self.dest, values)
 
     return Deprecated
+
+
+def command_group(commands, name: str, help: str, example_lines: tuple[str, ...], dest: str):
+    """A command whose actions are subcommands (``sameloss corpus prepare``): its parser,
+    with ``example_lines`` as its examples, and the subparsers its actions are added to (one
+    is required).
+
+    Returns:
+        the ``add_subparsers`` object, for ``.add_parser(action, ...)``.
+    """
+    group = commands.add_parser(name, help=help, epilog=examples(*example_lines))
+    actions = group.add_subparsers(dest=dest, metavar="ACTION", parser_class=Parser)
+    actions.required = True
+    return actions
+
+
+def add_output_file(parser: argparse.ArgumentParser, option: str, what: str) -> None:
+    """``option FILE`` (a file a command writes, saying ``what``) and ``--force``, with the one
+    rule every such file follows (``files.check_output``): an existing file is replaced only
+    when sameloss wrote it, a symbolic link never, unless ``--force`` (still never a link)."""
+    parser.add_argument(option, default=None, metavar="FILE",
+                        help=f"{what}. An existing FILE is replaced only when sameloss wrote it (its sha256 "
+                             "listed in .sameloss-outputs beside it); a symbolic link never")
+    parser.add_argument("--force", action="store_true",
+                        help=f"replace an existing {option} FILE that sameloss did not write (a link still never)")

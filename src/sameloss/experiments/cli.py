@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..cliargs import deprecated, examples
+from ..cliargs import add_output_file, deprecated, examples
 from ..config import int_at_least, positive_float
 from ..threads import add_threads_argument
 
@@ -36,13 +36,24 @@ SEED_HELP = ("added to every seed of the study: its runs, measures and probe dra
              "which picks the seeds to run")
 
 
-def add_reproduce_parser(commands) -> argparse.ArgumentParser:
-    """Add ``reproduce`` to the ``sameloss`` sub-command parsers ``commands``."""
+def _add_experiment_arguments(parser: argparse.ArgumentParser) -> list[str]:
+    """``EXPERIMENT`` and ``--scale``, the same for ``reproduce`` and ``plan``: both default to
+    the main job. Returns the scales (every one ``reproduce`` accepts)."""
     from .orchestrate import ACROSS_SCALE, DEFAULT_EXPERIMENT, MAIN_SCALE, experiments
     from .recipe import SCALE_NAMES
 
     names = list(experiments())
     scales = [SCALE_NAMES[0], MAIN_SCALE, *SCALE_NAMES[1:], ACROSS_SCALE]
+    parser.add_argument("experiment", nargs="?", default=None, choices=names, metavar="EXPERIMENT",
+                        help=f"one of {', '.join(names)} (default {DEFAULT_EXPERIMENT}, the main job)")
+    parser.add_argument("--scale", default=None, choices=scales,
+                        help=SCALE_HELP.format(main=MAIN_SCALE, default=DEFAULT_EXPERIMENT))
+    return scales
+
+
+def add_reproduce_parser(commands) -> argparse.ArgumentParser:
+    """Add ``reproduce`` to the ``sameloss`` sub-command parsers ``commands``."""
+    from .orchestrate import DEFAULT_EXPERIMENT, MAIN_SCALE
 
     reproduce = commands.add_parser(
         "reproduce", help="reproduce a result of the paper end to end: train, measure, report",
@@ -56,10 +67,7 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
                     "estimated, is in the recipe's docstring and docs/tour.md).",
         epilog=_epilog("sameloss reproduce                      # the main job: isoloss --scale quick",
                        "sameloss reproduce steps --scale smoke  # another experiment, its pipeline in seconds"))
-    reproduce.add_argument("experiment", nargs="?", default=None, choices=names, metavar="EXPERIMENT",
-                           help=f"one of {', '.join(names)} (default {DEFAULT_EXPERIMENT}, the main job)")
-    reproduce.add_argument("--scale", default=None, choices=scales,
-                           help=SCALE_HELP.format(main=MAIN_SCALE, default=DEFAULT_EXPERIMENT))
+    scales = _add_experiment_arguments(reproduce)
     # the old name of --scale, kept so that earlier commands still work
     reproduce.add_argument("--preset", dest="scale", choices=scales, action=deprecated("--scale"),
                            help=argparse.SUPPRESS)
@@ -276,11 +284,8 @@ def _given(args) -> set[str]:
 
 def add_plan_parser(commands) -> argparse.ArgumentParser:
     """Add ``plan`` (``experiments.plan``) to the ``sameloss`` sub-command parsers."""
-    from .orchestrate import ACROSS_SCALE, DEFAULT_EXPERIMENT, MAIN_SCALE, experiments
-    from .recipe import SCALE_NAMES
+    from .orchestrate import DEFAULT_EXPERIMENT
 
-    names = list(experiments())
-    scales = [SCALE_NAMES[0], MAIN_SCALE, *SCALE_NAMES[1:], ACROSS_SCALE]  # every scale reproduce accepts
     plan = commands.add_parser(
         "plan", help="what a study costs before it runs: wall time, the budget's forecast, runs, FLOPs, memory",
         description="Print, without training or writing anything, what `sameloss reproduce EXPERIMENT --scale "
@@ -295,10 +300,7 @@ def add_plan_parser(commands) -> argparse.ArgumentParser:
                     "`sameloss reproduce` runs it here.",
         epilog=_epilog("sameloss plan                                  # the main job, on this machine's workers",
                        "sameloss plan isoloss --scale tiny --hardware h100 --workers 8"))
-    plan.add_argument("experiment", nargs="?", default=None, choices=names, metavar="EXPERIMENT",
-                      help=f"one of {', '.join(names)} (default {DEFAULT_EXPERIMENT}, the main job)")
-    plan.add_argument("--scale", default=None, choices=scales,
-                      help=SCALE_HELP.format(main=MAIN_SCALE, default=DEFAULT_EXPERIMENT))
+    _add_experiment_arguments(plan)
     plan.add_argument("--hardware", default="cpu", choices=["cpu", "h100", "a100"],
                       help="what it would run on: cpu (this machine; the default), h100 or a100 (one GPU per worker)")
     # its old name: plan's --device named hardware, reproduce's --device is auto/cpu/cuda
@@ -394,12 +396,7 @@ def add_replicate_parser(commands) -> argparse.ArgumentParser:
     replicate.add_argument("studies", nargs="+", metavar="[LABEL=]FOLDER",
                            help="a study folder, OUT/isoloss-SCALE[-languages]; LABEL= names a one-language study "
                                 "(default: the language its results.csv names, else the folder's name)")
-    replicate.add_argument("--csv", default=None, metavar="FILE",
-                           help="also write the table's numbers to FILE (an existing file is replaced only when "
-                                "sameloss wrote it: its sha256 listed in .sameloss-outputs beside it; a symbolic link "
-                                "never)")
-    replicate.add_argument("--force", action="store_true",
-                           help="replace an existing --csv FILE that sameloss did not write (a link still never)")
+    add_output_file(replicate, "--csv", "also write the table's numbers to FILE")
     replicate.set_defaults(run=_replicate)
     return replicate
 
