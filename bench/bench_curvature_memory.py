@@ -28,7 +28,7 @@ import time
 
 CHECK = r"""
 import json, resource, sys, torch
-from sameloss.measures.curvature import trace_hutchinson
+from sameloss.measures.curvature import FixedBatch, trace_hutchinson
 from sameloss.measures.curvature.memory import stand_in_batch
 from sameloss.models import TransformerMLM, transformer_config
 torch.set_num_threads(1)
@@ -37,9 +37,9 @@ cfg = transformer_config(size, 203, 32, dropout=0.0, attn_dropout=0.0)
 model = TransformerMLM(cfg)
 batch = stand_in_batch(cfg, n)
 batch.inputs.random_(0, 200)
-trace_hutchinson(model, None, batch=stand_in_batch(cfg, 2), n_probes=1)  # one-off set-up
+trace_hutchinson(model, None, FixedBatch(batch=stand_in_batch(cfg, 2)), n_probes=1)  # one-off set-up
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-trace_hutchinson(model, None, batch=batch, n_probes=8, probe_chunk=8)
+trace_hutchinson(model, None, FixedBatch(batch=batch), n_probes=8, probe_chunk=8)
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 print(json.dumps({"growth": after - before}))
 """

@@ -17,7 +17,7 @@ import time
 import torch
 
 from sameloss.languages import make_language
-from sameloss.measures.curvature import sample_contexts, select_parameters, trace_fisher
+from sameloss.measures.curvature import FisherContexts, sample_contexts, select_parameters, trace_fisher
 from sameloss.measures.curvature.base import STREAM_DRAWS
 from sameloss.measures.curvature.fisher import _draw_labels, _fisher_values_autograd
 from sameloss.models import LSTMConfig, LSTMMLM
@@ -39,9 +39,9 @@ def main() -> None:
                                    d_hidden=d_hidden, n_layers=layers, pad_id=language.pad_id))
         model.eval()
         ctx = sample_contexts(language, args.contexts, seed=0)
-        trace_fisher(model, language, contexts=ctx.rows(0, 2), n_labels=args.labels)  # warm-up
+        trace_fisher(model, language, FisherContexts(batch=ctx.rows(0, 2)), n_labels=args.labels)  # warm-up
         start = time.perf_counter()
-        fast = trace_fisher(model, language, contexts=ctx, n_labels=args.labels, seed=0)
+        fast = trace_fisher(model, language, FisherContexts(batch=ctx, seed=0), n_labels=args.labels)
         t_fast = time.perf_counter() - start
         # the old path: packed kernel, one backward per context and label
         gen = step_generator(0, 0, stream=STREAM_DRAWS)  # the same label draws as trace_fisher's

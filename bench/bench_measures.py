@@ -11,7 +11,7 @@ What a measured checkpoint of the ``quick`` isoloss study costs (``study._probe_
   size's heads as one batched problem (Newton / the hand-written AdamW); and
   ``fewshot_probes_many`` over all the checkpoints at once (a fork's probed checkpoints);
 * the Fisher trace (the design's contexts, labels and repeats): old — the ``vmap`` path
-  (``trace_fisher(hooks=False)``), new — per-example norms from hooks (``hooks=True``);
+  (``FisherContexts(hooks=False)``), new — per-example norms from hooks (``hooks=True``);
 * the flatness penalty's differentiable Fisher terms on its slice (issue 45 item 2's
   input): ``training.flatness.fisher_terms`` (vmap) against ``models.gradnorms.fisher_squares
   (create_graph=True)``, forward and backward.
@@ -46,7 +46,7 @@ from sameloss.experiments.recipes.isoloss import PRESETS
 from sameloss.experiments.recipes.isoloss.study import _probe_spec, base_run
 from sameloss.measures import fewshot
 from sameloss.measures.builtin.fewshot import fewshot_data
-from sameloss.measures.curvature import trace_fisher
+from sameloss.measures.curvature import FisherContexts, trace_fisher
 from sameloss.measures.curvature.base import composite_layer_norms, measuring
 from sameloss.measures.heads import HeadTraining, fit_linear_heads
 from sameloss.measures.representations import model_representation
@@ -179,9 +179,10 @@ def main() -> None:
                 diff = np.abs(np.array(old[f"{key}_subsets"]) - np.array(new[f"{key}_subsets"])) * design.test
                 checks.append((key, int((diff > 0.5).sum()), len(diff), float(diff.max()),
                                old.get(f"{key}_grad"), new.get(f"{key}_grad"), abs(old[key] - new[key])))
-        kw = dict(n_contexts=spec.n_contexts, n_labels=spec.n_labels, seed=spec.seed, repeats=spec.repeats)
-        old_tr, t_old = cpu(lambda: trace_fisher(model, language, hooks=False, **kw))
-        new_tr, t_new = cpu(lambda: trace_fisher(model, language, **kw))
+        contexts = FisherContexts(n_contexts=spec.n_contexts, seed=spec.seed)
+        kw = dict(n_labels=spec.n_labels, repeats=spec.repeats)
+        old_tr, t_old = cpu(lambda: trace_fisher(model, language, dataclasses.replace(contexts, hooks=False), **kw))
+        new_tr, t_new = cpu(lambda: trace_fisher(model, language, contexts, **kw))
         add("trace (old)", t_old)
         add("trace (new)", t_new)
         checks.append(("trace", abs(new_tr.estimate / old_tr.estimate - 1),

@@ -44,7 +44,7 @@ from types import SimpleNamespace
 import torch
 
 from sameloss import config as configlib
-from sameloss.measures.curvature import loss_batch, trace_fisher, trace_hutchinson
+from sameloss.measures.curvature import FisherContexts, FixedBatch, loss_batch, trace_fisher, trace_hutchinson
 from sameloss.training import PretrainConfig, load_checkpoint, pretrain
 from sameloss.training.checkpoint import complete_checkpoints
 
@@ -108,8 +108,8 @@ def run(name: str, one_round, first: int, target: float, max_seconds: float) -> 
 
 def fresh_batches(model, language, n: int, r: int, sentences: int, probes: int) -> SimpleNamespace:
     """``n`` Hutchinson estimates, each on its own fresh batch, as i.i.d. samples."""
-    runs = [trace_hutchinson(model, language, n_sentences=sentences, n_probes=probes, probe_chunk=probes,
-                             seed=1_000_000 * (r + 1) + i) for i in range(n)]
+    runs = [trace_hutchinson(model, language, FixedBatch(n_sentences=sentences, seed=1_000_000 * (r + 1) + i),
+                             n_probes=probes, probe_chunk=probes) for i in range(n)]
     values = torch.tensor([x.estimate for x in runs], dtype=torch.float64)
     return SimpleNamespace(estimate=float(values.mean()), stderr=float(values.std() / math.sqrt(n)), n_samples=n,
                            seconds=sum(x.seconds for x in runs), n_params=runs[0].n_params)
@@ -141,12 +141,14 @@ def main() -> None:
 
     batch = loss_batch(language, args.batch, 0.15, seed=0)
     rounds = {
-        "fisher": (lambda n, r: trace_fisher(model, language, n_contexts=n, n_labels=args.n_labels, seed=100 + r), 64),
-        "fisher-exact": (lambda n, r: trace_fisher(model, language, n_contexts=n, n_labels=None, seed=100 + r), 64),
-        "fisher-few": (lambda n, r: trace_fisher(model, language, n_contexts=n, n_labels=args.few_labels,
-                                                 seed=100 + r), 64),
-        "hutchinson": (lambda n, r: trace_hutchinson(model, language, batch=batch, n_probes=n, seed=100 + r,
-                                                     probe_chunk=8), 16),
+        "fisher": (lambda n, r: trace_fisher(model, language, FisherContexts(n_contexts=n, seed=100 + r),
+                                             n_labels=args.n_labels), 64),
+        "fisher-exact": (lambda n, r: trace_fisher(model, language, FisherContexts(n_contexts=n, seed=100 + r),
+                                                   n_labels=None), 64),
+        "fisher-few": (lambda n, r: trace_fisher(model, language, FisherContexts(n_contexts=n, seed=100 + r),
+                                                 n_labels=args.few_labels), 64),
+        "hutchinson": (lambda n, r: trace_hutchinson(model, language, FixedBatch(batch=batch, seed=100 + r),
+                                                     n_probes=n, probe_chunk=8), 16),
         "hutchinson-fresh": (lambda n, r: fresh_batches(model, language, n, r, args.fresh_batch,
                                                         args.fresh_probes), 16),
     }
@@ -171,8 +173,8 @@ def main() -> None:
     if "hutchinson" in results:
         # how far one batch's trace is from the population's: the spread of fixed-batch
         # estimates on other batches, less their probe noise
-        runs = [trace_hutchinson(model, language, n_sentences=args.batch, n_probes=48, probe_chunk=8,
-                                 seed=500 + i) for i in range(8)]
+        runs = [trace_hutchinson(model, language, FixedBatch(n_sentences=args.batch, seed=500 + i), n_probes=48,
+                                 probe_chunk=8) for i in range(8)]
         est = torch.tensor([x.estimate for x in runs], dtype=torch.float64)
         probe_var = float(torch.tensor([x.stderr ** 2 for x in runs]).mean())
         between = math.sqrt(max(float(est.var()) - probe_var, 0.0)) / float(est.mean())

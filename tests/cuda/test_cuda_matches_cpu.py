@@ -18,7 +18,8 @@ import torch
 
 from sameloss import config as configlib
 from sameloss.languages import make_language
-from sameloss.measures.curvature import loss_batch, sam_sharpness, top_eigenvalue, trace_fisher
+from sameloss.measures.curvature import (FisherContexts, FixedBatch, loss_batch, sam_sharpness, top_eigenvalue,
+                                         trace_fisher)
 from sameloss.models import TransformerConfig, TransformerMLM
 from sameloss.models.embed import embed
 from sameloss.training import PretrainConfig, load_checkpoint, pretrain
@@ -80,16 +81,17 @@ def test_exact_kl_on_cuda_matches_cpu(language, model):
 
 
 def test_fisher_trace_on_cuda_matches_cpu(language, model):
-    kw = dict(n_contexts=64, n_labels=None, seed=1)  # the exact label expectation: no sampling on the device
-    cpu, gpu = trace_fisher(on(model, "cpu"), language, **kw), trace_fisher(on(model, DEVICE), language, **kw)
+    contexts = FisherContexts(n_contexts=64, seed=1)
+    # the exact label expectation: no sampling on the device
+    cpu = trace_fisher(on(model, "cpu"), language, contexts, n_labels=None)
+    gpu = trace_fisher(on(model, DEVICE), language, contexts, n_labels=None)
     close(gpu.estimate, cpu.estimate)
 
 
 def test_lanczos_top_eigenvalue_on_cuda_matches_cpu(language, model):
     batch = loss_batch(language, 64, 0.15, seed=2)
-    kw = dict(batch=batch, max_iter=60, tol=1e-6)
-    cpu = top_eigenvalue(on(model, "cpu"), language, **kw)
-    gpu = top_eigenvalue(on(model, DEVICE), language, batch=batch.to(DEVICE), max_iter=60, tol=1e-6)
+    cpu = top_eigenvalue(on(model, "cpu"), language, FixedBatch(batch=batch), max_iter=60, tol=1e-6)
+    gpu = top_eigenvalue(on(model, DEVICE), language, FixedBatch(batch=batch.to(DEVICE)), max_iter=60, tol=1e-6)
     assert cpu.extra["converged"] and gpu.extra["converged"]
     close(gpu.estimate, cpu.estimate, rtol=1e-3)  # λ to Lanczos' tolerance on float32 products
 

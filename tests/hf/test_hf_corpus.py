@@ -16,7 +16,7 @@ from sameloss import config as configlib  # noqa: E402
 from sameloss.cli import main  # noqa: E402
 from sameloss.hf.adapter import MISSING_LOGIT, load_hf_folder  # noqa: E402
 from sameloss.languages.text import Corpus, read_documents, train_tokenizer  # noqa: E402
-from sameloss.measures.curvature import sample_contexts, trace_fisher  # noqa: E402
+from sameloss.measures.curvature import FisherContexts, sample_contexts, trace_fisher  # noqa: E402
 from sameloss.measures.run import MeasureSpec  # noqa: E402
 from sameloss.data.toy import toy_text  # noqa: E402
 from sameloss.training.config import PretrainConfig  # noqa: E402
@@ -118,7 +118,7 @@ def test_loss_fisher_and_glue_through_the_cli(setup, capsys):
     model = load_hf_folder(folder, language)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fisher = trace_fisher(model, language, n_contexts=CONTEXTS, n_labels=LABELS, seed=SEED,
+        fisher = trace_fisher(model, language, FisherContexts(n_contexts=CONTEXTS, seed=SEED), n_labels=LABELS,
                               repeats=MeasureSpec(loss=True).repeats)
     assert row["trace_fisher"] == pytest.approx(fisher.estimate, rel=1e-9) and fisher.estimate > 0
     assert row["n_params_measured"] == sum(p.numel() for p in bert.parameters())
@@ -139,7 +139,7 @@ def test_exact_fisher_through_the_adapter_equals_brute_force_on_the_hf_model(set
     model = load_hf_folder(folder, language)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ours = trace_fisher(model, language, n_labels=None, contexts=contexts, engine="autograd").estimate
+        ours = trace_fisher(model, language, FisherContexts(batch=contexts, engine="autograd"), n_labels=None).estimate
     bert = AutoModelForMaskedLM.from_pretrained(str(folder)).eval().double()
     ids = model.input_ids[contexts.inputs]
     params = list(bert.parameters())

@@ -20,7 +20,7 @@ from sameloss.hf.adapter import load_hf_folder  # noqa: E402
 from sameloss.hf.export import check_exportable  # noqa: E402
 from sameloss.hf.vocab import UNK_LOGIT  # noqa: E402
 from sameloss.languages import make_language  # noqa: E402
-from sameloss.measures.curvature import trace_fisher  # noqa: E402
+from sameloss.measures.curvature import FisherContexts, trace_fisher  # noqa: E402
 from sameloss.models import build_model  # noqa: E402
 from sameloss.training.evaluate import ExactEvaluator  # noqa: E402
 from sameloss.training.runio import load_checkpoint  # noqa: E402
@@ -306,8 +306,8 @@ def test_other_architectures_through_the_adapter(kind, mask_form, tmp_path):
         ours = adapter(tokens[:, : batch["input_ids"].shape[1]])
     real = batch["attention_mask"].bool()
     torch.testing.assert_close(ours[real], theirs[real], rtol=0, atol=1e-5)
-    fast = trace_fisher(adapter, language, n_contexts=12, n_labels=4, seed=1)
-    slow = trace_fisher(adapter, language, n_contexts=12, n_labels=4, seed=1, engine="autograd")
+    fast = trace_fisher(adapter, language, FisherContexts(n_contexts=12, seed=1), n_labels=4)
+    slow = trace_fisher(adapter, language, FisherContexts(n_contexts=12, seed=1, engine="autograd"), n_labels=4)
     assert fast.estimate == pytest.approx(slow.estimate, rel=1e-4) and fast.estimate > 0
 
 

@@ -23,6 +23,8 @@ from sameloss.languages import make_language
 from sameloss.languages.base import Batch, Language
 from sameloss.measures.curvature import (
     Difference,
+    FisherContexts,
+    FixedBatch,
     LossGaussNewton,
     LossHessian,
     MatrixOperator,
@@ -103,19 +105,19 @@ def test_hutchinson_matches_the_exact_trace(model, language, batch, exact_hessia
     results = {}
     for dist, per_probe_var in (("rademacher", 2 * float(off.square().sum())),
                                 ("gaussian", 2 * float(H.square().sum()))):
-        r = trace_hutchinson(model, language, batch=batch, n_probes=300, distribution=dist, probe_chunk=100)
+        r = trace_hutchinson(model, language, FixedBatch(batch=batch), n_probes=300, distribution=dist, probe_chunk=100)
         assert r.n_params == H.shape[0]
         assert abs(r.estimate - trace) < 4 * r.stderr, (dist, r.estimate, trace, r.stderr)
         # the reported standard error is the theoretical one, sqrt(Var(vᵀHv) / n)
         assert 0.7 < r.stderr / math.sqrt(per_probe_var / 300) < 1.4, dist
         results[dist] = r
-    few = trace_hutchinson(model, language, batch=batch, n_probes=20, probe_chunk=100)
+    few = trace_hutchinson(model, language, FixedBatch(batch=batch), n_probes=20, probe_chunk=100)
     assert results["rademacher"].stderr < 0.5 * few.stderr  # 15× the probes: SE / 3.9 in expectation
 
 
 def test_hutchinson_engines_agree(model, language, batch):
-    a = trace_hutchinson(model, language, batch=batch, n_probes=6, engine="func")
-    b = trace_hutchinson(model, language, batch=batch, n_probes=6, engine="autograd")
+    a = trace_hutchinson(model, language, FixedBatch(batch=batch, engine="func"), n_probes=6)
+    b = trace_hutchinson(model, language, FixedBatch(batch=batch, engine="autograd"), n_probes=6)
     assert a.estimate == pytest.approx(b.estimate, rel=1e-10)
     assert a.settings["engine"] == "func" and b.settings["engine"] == "autograd"
 
@@ -149,9 +151,9 @@ def fisher_target(model, contexts):
 
 
 def test_fisher_estimator_matches_its_exact_target(model, language, contexts, fisher_target):
-    exact = trace_fisher(model, language, contexts=contexts, n_labels=None)
+    exact = trace_fisher(model, language, FisherContexts(batch=contexts), n_labels=None)
     assert exact.estimate == pytest.approx(fisher_target, rel=1e-10)
-    sampled = trace_fisher(model, language, contexts=contexts, n_labels=50)
+    sampled = trace_fisher(model, language, FisherContexts(batch=contexts), n_labels=50)
     assert abs(sampled.estimate - fisher_target) < 4 * sampled.stderr
     assert sampled.n_samples == 24 and sampled.n_params == exact.n_params
     # merging repeated labels changes nothing, and far fewer gradients are needed
@@ -159,39 +161,40 @@ def test_fisher_estimator_matches_its_exact_target(model, language, contexts, fi
 
 
 def test_fisher_engines_ghost_norms_and_chunking_agree(model, language, contexts):
-    a = trace_fisher(model, language, contexts=contexts, n_labels=7, engine="func", max_chunk_bytes=1)
-    b = trace_fisher(model, language, contexts=contexts, n_labels=7, engine="func")
-    c = trace_fisher(model, language, contexts=contexts, n_labels=7, engine="autograd", block_size=5)
-    d = trace_fisher(model, language, contexts=contexts, n_labels=7, engine="func", ghost_norms=False)
+    a = trace_fisher(model, language, FisherContexts(batch=contexts, engine="func", max_chunk_bytes=1), n_labels=7)
+    b = trace_fisher(model, language, FisherContexts(batch=contexts, engine="func"), n_labels=7)
+    c = trace_fisher(model, language, FisherContexts(batch=contexts, engine="autograd", block_size=5), n_labels=7)
+    d = trace_fisher(model, language, FisherContexts(batch=contexts, engine="func", ghost_norms=False), n_labels=7)
     assert b.settings["ghost_norms"] and not d.settings["ghost_norms"]
     assert a.estimate == pytest.approx(b.estimate, rel=1e-12)
     assert c.estimate == pytest.approx(b.estimate, rel=1e-10)
     assert d.estimate == pytest.approx(b.estimate, rel=1e-10)
     # a selection of linear layers only (weights without their biases, and biases alone)
     for regex in (r"mlp\.up\.weight|attn\.qkv", r"\.bias$", r"head"):
-        g = trace_fisher(model, language, contexts=contexts, n_labels=None, params=regex)
-        m = trace_fisher(model, language, contexts=contexts, n_labels=None, params=regex, ghost_norms=False)
+        g = trace_fisher(model, language, FisherContexts(params=regex, batch=contexts), n_labels=None)
+        m = trace_fisher(model, language, FisherContexts(params=regex, batch=contexts, ghost_norms=False),
+                         n_labels=None)
         assert g.estimate == pytest.approx(m.estimate, rel=1e-10), regex
         assert g.n_params == m.n_params
 
 
 def test_fisher_repeats_and_sampled_contexts(model, language):
-    r = trace_fisher(model, language, n_contexts=16, n_labels=4, repeats=3, seed=5)
+    r = trace_fisher(model, language, FisherContexts(n_contexts=16, seed=5), n_labels=4, repeats=3)
     assert len(r.extra["repeat_estimates"]) == 3
     assert r.n_samples == 48 and r.settings["n_contexts"] == 16
     reps = torch.tensor(r.extra["repeat_estimates"], dtype=torch.float64)
     assert r.extra["repeat_std"] == pytest.approx(float(reps.std()))
     assert r.estimate == pytest.approx(float(reps.mean()))  # equal-sized repeats
-    again = trace_fisher(model, language, n_contexts=16, n_labels=4, repeats=3, seed=5)
+    again = trace_fisher(model, language, FisherContexts(n_contexts=16, seed=5), n_labels=4, repeats=3)
     assert again.estimate == r.estimate  # a pure function of the seed
     with pytest.raises(UserError, match="exactly one masked position"):
-        trace_fisher(model, language, contexts=loss_batch(language, 64, 1.0, seed=0))
+        trace_fisher(model, language, FisherContexts(batch=loss_batch(language, 64, 1.0, seed=0)))
 
 
 # ---- top eigenvalue and SAM -----------------------------------------------------------------
 def test_lanczos_finds_the_top_eigenvalue(model, language, batch, exact_hessian):
     eig = torch.linalg.eigvalsh(exact_hessian)
-    r = top_eigenvalue(model, language, batch=batch, max_iter=exact_hessian.shape[0], tol=1e-10)
+    r = top_eigenvalue(model, language, FixedBatch(batch=batch), max_iter=exact_hessian.shape[0], tol=1e-10)
     assert r.extra["converged"]
     assert r.estimate == pytest.approx(float(eig[-1]), rel=1e-6)
     assert r.extra["smallest_ritz_value"] >= float(eig[0]) - 1e-8
@@ -225,14 +228,15 @@ def test_params_regex_selects_a_subset(model, language, batch, exact_hessian):
         start += sizes[n]
     index = torch.tensor(index)
     block = exact_hessian[index][:, index]
-    r = top_eigenvalue(model, language, batch=batch, params=r"^head\.|tok_emb", max_iter=len(index), tol=1e-10)
+    selected = FixedBatch(params=r"^head\.|tok_emb", batch=batch)
+    r = top_eigenvalue(model, language, selected, max_iter=len(index), tol=1e-10)
     assert r.n_params == len(index) == sum(sizes[n] for n in chosen)
     assert r.params == r"^head\.|tok_emb"
     assert r.estimate == pytest.approx(float(torch.linalg.eigvalsh(block)[-1]), rel=1e-6)
-    h = trace_hutchinson(model, language, batch=batch, params=r"^head\.|tok_emb", n_probes=100, probe_chunk=100)
+    h = trace_hutchinson(model, language, selected, n_probes=100, probe_chunk=100)
     assert h.n_params == len(index)
     assert abs(h.estimate - float(block.trace())) < 4 * h.stderr
-    f = trace_fisher(model, language, n_contexts=4, n_labels=2, params=r"blocks\.0\.mlp")
+    f = trace_fisher(model, language, FisherContexts(params=r"blocks\.0\.mlp", n_contexts=4), n_labels=2)
     assert f.n_params == sum(sizes[n] for n in names if "blocks.0.mlp" in n)
     with pytest.raises(UserError, match="matches no parameter"):
         sam_sharpness(model, language, batch=batch, params="nothing-like-this")
@@ -245,8 +249,8 @@ def test_dropout_is_off_while_measuring_and_the_mode_is_restored(model, language
     try:
         a = sam_sharpness(model, language, batch=batch)
         b = sam_sharpness(model, language, batch=batch)
-        h1 = trace_hutchinson(model, language, batch=batch, n_probes=3)
-        h2 = trace_hutchinson(model, language, batch=batch, n_probes=3)
+        h1 = trace_hutchinson(model, language, FixedBatch(batch=batch), n_probes=3)
+        h2 = trace_hutchinson(model, language, FixedBatch(batch=batch), n_probes=3)
         assert model.training
     finally:
         model.eval()
@@ -255,9 +259,9 @@ def test_dropout_is_off_while_measuring_and_the_mode_is_restored(model, language
 
 
 def test_results_serialise_to_json(model, language, batch):
-    for r in (trace_hutchinson(model, language, batch=batch, n_probes=2),
-              trace_fisher(model, language, n_contexts=3, n_labels=2, repeats=2),
-              top_eigenvalue(model, language, batch=batch, max_iter=3),
+    for r in (trace_hutchinson(model, language, FixedBatch(batch=batch), n_probes=2),
+              trace_fisher(model, language, FisherContexts(n_contexts=3), n_labels=2, repeats=2),
+              top_eigenvalue(model, language, FixedBatch(batch=batch), max_iter=3),
               sam_sharpness(model, language, batch=batch)):
         text = json.dumps(r.to_dict(), allow_nan=False)
         back = json.loads(text)
@@ -288,14 +292,14 @@ def test_unrolled_lstm_equals_the_packed_kernel(lstm, language, batch):
 
 
 def test_lstm_models_are_measured_unrolled_with_torch_func(lstm, language, batch):
-    f = trace_fisher(lstm, language, n_contexts=4, n_labels=3)
-    h = trace_hutchinson(lstm, language, n_sentences=8, n_probes=2)
-    e = top_eigenvalue(lstm, language, n_sentences=8, max_iter=4)
+    f = trace_fisher(lstm, language, FisherContexts(n_contexts=4), n_labels=3)
+    h = trace_hutchinson(lstm, language, FixedBatch(n_sentences=8), n_probes=2)
+    e = top_eigenvalue(lstm, language, FixedBatch(n_sentences=8), max_iter=4)
     assert f.settings["engine"] == h.settings["engine"] == e.settings["engine"] == "func"
     assert math.isfinite(f.estimate) and f.estimate > 0 and math.isfinite(h.estimate)
     # the vectorised Fisher path against the exact enumeration on the packed kernel
     ctx = sample_contexts(language, 3, seed=2)
-    exact = trace_fisher(lstm, language, contexts=ctx, n_labels=None)
+    exact = trace_fisher(lstm, language, FisherContexts(batch=ctx), n_labels=None)
     assert exact.estimate == pytest.approx(exact_fisher_trace(lstm, ctx), rel=1e-10)
     # Hessian-vector products of the unrolled LSTM against double backward through the packed kernel
     H = LossHessian(lstm, batch)
@@ -531,11 +535,11 @@ def test_fisher_estimator_agrees_with_hutchinson_at_the_minimiser(pair):
     theta = model.table.detach().reshape(-1).clone()
     loss, _, _ = expected_loss_and_gradients(model, lang, theta)
     exact_trace = float(exact_hessian_of(loss, theta).trace())
-    fisher = trace_fisher(model, lang, n_contexts=4000, n_labels=50, seed=0)
+    fisher = trace_fisher(model, lang, FisherContexts(n_contexts=4000, seed=0), n_labels=50)
     assert fisher.n_params == theta.numel()
     assert abs(fisher.estimate - exact_trace) < 4 * fisher.stderr
     # Hutchinson on the expected-loss Hessian, through a batch of true tokens (single mask)
-    hutch = trace_hutchinson(model, lang, n_sentences=4000, mask_rate=None, n_probes=400, probe_chunk=100)
+    hutch = trace_hutchinson(model, lang, FixedBatch(n_sentences=4000, mask_rate=None), n_probes=400, probe_chunk=100)
     combined = math.hypot(fisher.stderr, hutch.stderr)
     assert abs(fisher.estimate - hutch.estimate) < 4 * combined
     assert abs(hutch.estimate - exact_trace) < 4 * combined
@@ -602,7 +606,7 @@ def block_indices(model):
 def test_block_traces_of_the_hessian(model, language, batch, exact_hessian):
     blocks = block_indices(model)
     exact = {k: float(exact_hessian.diagonal()[idx].sum()) for k, idx in blocks.items()}
-    r = trace_hutchinson(model, language, batch=batch, n_probes=300, probe_chunk=100, by_block=True)
+    r = trace_hutchinson(model, language, FixedBatch(batch=batch), n_probes=300, probe_chunk=100, by_block=True)
     assert list(r.extra["blocks"]) == ["embedding", "layer0", "head"]
     assert sum(b["estimate"] for b in r.extra["blocks"].values()) == pytest.approx(r.estimate, rel=1e-10)
     assert sum(b["n_params"] for b in r.extra["blocks"].values()) == r.n_params
@@ -612,7 +616,7 @@ def test_block_traces_of_the_hessian(model, language, batch, exact_hessian):
     # Hutch++ with a sketch as large as the space (3 × dim products) takes everything
     # exactly: each block equals the trace of the Hessian's diagonal block
     dim = exact_hessian.shape[0]
-    pp = trace_hutchinson(model, language, batch=batch, n_probes=3 * dim, probe_chunk=dim, by_block=True,
+    pp = trace_hutchinson(model, language, FixedBatch(batch=batch), n_probes=3 * dim, probe_chunk=dim, by_block=True,
                           estimator="hutchpp")
     assert pp.measure == "trace_hutchpp"
     assert pp.estimate == pytest.approx(float(exact_hessian.trace()), rel=1e-9)
@@ -638,14 +642,14 @@ def test_block_traces_of_the_fisher_are_exact(model, language, contexts):
                         totals[block[n]] += float(logp[y].detach().exp()) * float(g.square().sum())
     exact = {k: v / contexts.inputs.shape[0] for k, v in totals.items()}
     for engine, ghost in (("func", True), ("func", False), ("autograd", False)):
-        r = trace_fisher(model, language, contexts=contexts, n_labels=None, by_block=True, engine=engine,
-                         ghost_norms=ghost)
+        r = trace_fisher(model, language, FisherContexts(batch=contexts, engine=engine, ghost_norms=ghost),
+                         n_labels=None, by_block=True)
         assert list(r.extra["blocks"]) == ["embedding", "layer0", "head"]
         for k, value in r.extra["blocks"].items():
             assert value["estimate"] == pytest.approx(exact[k], rel=1e-10), (engine, ghost, k)
         assert r.estimate == pytest.approx(sum(exact.values()), rel=1e-10)
-    plain = trace_fisher(model, language, contexts=contexts, n_labels=7, seed=1)
-    split = trace_fisher(model, language, contexts=contexts, n_labels=7, seed=1, by_block=True)
+    plain = trace_fisher(model, language, FisherContexts(batch=contexts, seed=1), n_labels=7)
+    split = trace_fisher(model, language, FisherContexts(batch=contexts, seed=1), n_labels=7, by_block=True)
     assert split.estimate == pytest.approx(plain.estimate, rel=1e-12) and "blocks" not in plain.extra
 
 
@@ -660,8 +664,9 @@ def test_a_micro_batched_hessian_is_the_same_operator(model, batch, exact_hessia
         assert torch.allclose(H.matmat(eye), exact_hessian, rtol=1e-9, atol=1e-10), engine
         assert float(H.loss) == pytest.approx(float(whole.loss), rel=1e-12)
         assert torch.allclose(H.gradient, whole.gradient, rtol=1e-10, atol=1e-12)
-    r = trace_hutchinson(model, None, batch=batch, n_probes=6, micro_batch=8)
-    assert r.estimate == pytest.approx(trace_hutchinson(model, None, batch=batch, n_probes=6).estimate, rel=1e-10)
+    r = trace_hutchinson(model, None, FixedBatch(batch=batch, micro_batch=8), n_probes=6)
+    at_once = trace_hutchinson(model, None, FixedBatch(batch=batch), n_probes=6)
+    assert r.estimate == pytest.approx(at_once.estimate, rel=1e-10)
     assert r.settings["micro_batch"] == 8
 
 

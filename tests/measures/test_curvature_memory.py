@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from sameloss.errors import UserError
-from sameloss.measures.curvature import sam_sharpness, top_eigenvalue, trace_hutchinson
+from sameloss.measures.curvature import FixedBatch, sam_sharpness, top_eigenvalue, trace_hutchinson
 from sameloss.measures.curvature.memory import StorageTracker, peak_bytes, stand_in_batch
 from sameloss.models import transformer_config
 
@@ -40,10 +40,11 @@ def test_the_meta_estimate_is_the_peak_of_a_real_run(config, measure):
     model = TransformerMLM(config)
     batch = stand_in_batch(config, 48)
     batch.inputs.random_(0, 24)
-    runs = {"trace_hutchinson": lambda: trace_hutchinson(model, None, batch=batch, n_probes=8, probe_chunk=8),
-            "trace_hutchpp": lambda: trace_hutchinson(model, None, batch=batch, n_probes=12, probe_chunk=4,
+    fixed = FixedBatch(batch=batch)
+    runs = {"trace_hutchinson": lambda: trace_hutchinson(model, None, fixed, n_probes=8, probe_chunk=8),
+            "trace_hutchpp": lambda: trace_hutchinson(model, None, fixed, n_probes=12, probe_chunk=4,
                                                       estimator="hutchpp"),
-            "top_eigenvalue": lambda: top_eigenvalue(model, None, batch=batch, max_iter=4, basis_size=2, tol=0),
+            "top_eigenvalue": lambda: top_eigenvalue(model, None, fixed, max_iter=4, basis_size=2, tol=0),
             "sam_sharpness": lambda: sam_sharpness(model, None, batch=batch)}
     settings = {"trace_hutchinson": {"n_sentences": 48, "n_probes": 8, "probe_chunk": 8},
                 "trace_hutchpp": {"n_sentences": 48, "n_probes": 12, "probe_chunk": 4},
@@ -85,7 +86,7 @@ def test_the_curvature_measures_read_their_device_once_or_once_per_step(config):
     labels are drawn on the host) and at the end."""
     from sameloss.measures.curvature import MatrixOperator, hutchinson_trace, hutchpp_trace, lanczos_top_eigenvalue
     from sameloss.measures.curvature.memory import meta_model, meta_probes, stand_in_reads
-    from sameloss.measures.curvature import trace_fisher
+    from sameloss.measures.curvature import FisherContexts, trace_fisher
 
     A = MatrixOperator(torch.empty(50, 50, device="meta"))
     for probes in (8, 40):
@@ -102,9 +103,11 @@ def test_the_curvature_measures_read_their_device_once_or_once_per_step(config):
     for n, block in ((16, 16), (48, 16)):
         reads = []
         with stand_in_reads(reads):
-            trace_fisher(model, None, contexts=stand_in_batch(config, n), n_labels=3, block_size=block, repeats=2)
+            trace_fisher(model, None, FisherContexts(batch=stand_in_batch(config, n), block_size=block), n_labels=3,
+                         repeats=2)
         assert reads.count("cpu") == 2 * n // block + 1 and reads.count("tolist") == 1, (n, reads)
     reads = []
     with stand_in_reads(reads), meta_probes():
-        trace_hutchinson(model, None, batch=stand_in_batch(config, 16), n_probes=12, probe_chunk=4, by_block=True)
+        trace_hutchinson(model, None, FixedBatch(batch=stand_in_batch(config, 16)), n_probes=12, probe_chunk=4,
+                         by_block=True)
     assert reads == ["tolist", "__float__"]  # the estimate table and the loss, at the end

@@ -6,12 +6,14 @@ parameter); never a silent wrong number (a module run twice); differentiable aga
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from torch import nn
 
 from sameloss.languages import make_language
-from sameloss.measures.curvature import sample_contexts, trace_fisher
+from sameloss.measures.curvature import FisherContexts, sample_contexts, trace_fisher
 from sameloss.measures.curvature.base import composite_layer_norms, measuring, select_parameters
 from sameloss.models.label_gradients import fisher_label_values, ghost_linears
 from sameloss.models import LSTMConfig, LSTMMLM, TransformerConfig, TransformerMLM, gradnorms
@@ -64,13 +66,13 @@ def test_hook_norms_are_per_example_autograd_norms(language, kw, params):
 def test_the_trace_by_hooks_is_the_vmap_trace_by_block_and_selection(language):
     model = micro(language)
     ctx = sample_contexts(language, 20, seed=3)
-    for kw in ({"n_labels": 7}, {"n_labels": None}, {"n_labels": 5, "by_block": True},
-               {"n_labels": 5, "params": r"blocks\.1|head"}, {"n_labels": 3, "max_chunk_bytes": 1}):
-        new = trace_fisher(model, language, contexts=ctx, **kw)
-        old = trace_fisher(model, language, contexts=ctx, hooks=False, **kw)
+    for kw, on in (({"n_labels": 7}, {}), ({"n_labels": None}, {}), ({"n_labels": 5, "by_block": True}, {}),
+                   ({"n_labels": 5}, {"params": r"blocks\.1|head"}), ({"n_labels": 3}, {"max_chunk_bytes": 1})):
+        new = trace_fisher(model, language, FisherContexts(batch=ctx, **on), **kw)
+        old = trace_fisher(model, language, FisherContexts(batch=ctx, hooks=False, **on), **kw)
         assert new.settings["hooks"] and not old.settings["hooks"]
-        assert new.estimate == pytest.approx(old.estimate, rel=1e-10), kw
-        assert new.stderr == pytest.approx(old.stderr, rel=1e-8), kw
+        assert new.estimate == pytest.approx(old.estimate, rel=1e-10), (kw, on)
+        assert new.stderr == pytest.approx(old.stderr, rel=1e-8), (kw, on)
         assert new.extra["n_gradients"] == old.extra["n_gradients"]  # the same labels drawn
         for block, value in old.extra.get("blocks", {}).items():
             assert new.extra["blocks"][block]["estimate"] == pytest.approx(value["estimate"], rel=1e-10)
@@ -81,11 +83,12 @@ def test_float32_tiny_model_within_1e_6_relative_with_the_same_labels(language):
     cfg = TransformerConfig(vocab_size=language.vocab_size, max_len=language.max_len, d_model=64, n_heads=4,
                             n_layers=2, d_inter=256, pad_id=language.pad_id)
     model = TransformerMLM(cfg)
-    for kw in ({"repeats": 2}, {"by_block": True}, {"params": "emb"}):
-        new = trace_fisher(model, language, n_contexts=300, n_labels=4, seed=4, block_size=128, **kw)
-        old = trace_fisher(model, language, n_contexts=300, n_labels=4, seed=4, block_size=128, hooks=False, **kw)
+    contexts = FisherContexts(n_contexts=300, seed=4, block_size=128)
+    for kw, on in (({"repeats": 2}, contexts), ({"by_block": True}, contexts), ({}, replace(contexts, params="emb"))):
+        new = trace_fisher(model, language, on, n_labels=4, **kw)
+        old = trace_fisher(model, language, replace(on, hooks=False), n_labels=4, **kw)
         assert new.settings["hooks"] and new.extra["n_gradients"] == old.extra["n_gradients"]
-        assert new.estimate == pytest.approx(old.estimate, rel=1e-6), kw
+        assert new.estimate == pytest.approx(old.estimate, rel=1e-6), (kw, on)
         for block, value in old.extra.get("blocks", {}).items():
             assert new.extra["blocks"][block]["estimate"] == pytest.approx(value["estimate"], rel=1e-6)
 
@@ -96,10 +99,10 @@ def test_models_without_rules_fall_back_to_vmap(language):
                               n_layers=1, pad_id=language.pad_id)).double().eval()
     ctx = sample_contexts(language, 5, seed=2)
     assert not gradnorms.covers(lstm, gradnorms.parameter_names(lstm, None))
-    r = trace_fisher(lstm, language, contexts=ctx, n_labels=3)
+    r = trace_fisher(lstm, language, FisherContexts(batch=ctx), n_labels=3)
     assert not r.settings["hooks"] and r.settings["engine"] == "func"
-    assert r.estimate == pytest.approx(trace_fisher(lstm, language, contexts=ctx, n_labels=3,
-                                                    engine="autograd").estimate, rel=1e-10)
+    autograd = trace_fisher(lstm, language, FisherContexts(batch=ctx, engine="autograd"), n_labels=3)
+    assert r.estimate == pytest.approx(autograd.estimate, rel=1e-10)
     with pytest.raises(gradnorms.NotCovered):
         gradnorms.fisher_squares(lstm, ctx.inputs, ctx.masked.long().argmax(1), torch.zeros(5, 1, dtype=torch.long))
 
@@ -111,13 +114,13 @@ def test_models_without_rules_fall_back_to_vmap(language):
     scaled = Scaled(model.config).double().eval()
     scaled.load_state_dict(model.state_dict())
     assert not gradnorms.covers(scaled, gradnorms.parameter_names(scaled, None))
-    r = trace_fisher(scaled, language, contexts=ctx, n_labels=3)
+    r = trace_fisher(scaled, language, FisherContexts(batch=ctx), n_labels=3)
     assert not r.settings["hooks"]
     # a parameter without a rule: the whole selection falls back; a selection without it does not
     extra = micro(language)
     extra.blocks[0].mlp.register_parameter("gain", nn.Parameter(torch.ones(1, dtype=torch.float64)))
-    assert not trace_fisher(extra, language, contexts=ctx, n_labels=3).settings["hooks"]
-    assert trace_fisher(extra, language, contexts=ctx, n_labels=3, params="attn").settings["hooks"]
+    assert not trace_fisher(extra, language, FisherContexts(batch=ctx), n_labels=3).settings["hooks"]
+    assert trace_fisher(extra, language, FisherContexts(params="attn", batch=ctx), n_labels=3).settings["hooks"]
 
 
 def test_a_module_run_twice_is_an_error_not_a_wrong_number(language):

@@ -178,7 +178,7 @@ def test_pretrain_on_a_corpus_logs_epochs_and_the_gap(prepared, tmp_path):
     assert evals[-1]["loss"] < np.log(Corpus(prepared).vocab_size) - 0.5
     # the model and the language come back from the checkpoint; the Fisher trace works
     model, language, _, _ = load_checkpoint(complete_checkpoints(tmp_path / "run")[-1])
-    r = curvature.trace_fisher(model, language, n_contexts=16, n_labels=2, repeats=2)
+    r = curvature.trace_fisher(model, language, curvature.FisherContexts(n_contexts=16), n_labels=2, repeats=2)
     assert r.estimate > 0 and np.isfinite(r.estimate)
 
 

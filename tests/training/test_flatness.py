@@ -15,7 +15,7 @@ import torch.multiprocessing as mp
 from sameloss import config as configlib
 from sameloss.errors import UserError
 from sameloss.languages import make_language
-from sameloss.measures.curvature import LossHessian, trace_fisher
+from sameloss.measures.curvature import FisherContexts, LossHessian, trace_fisher
 from sameloss.models import build_model
 from sameloss.training import PretrainConfig, pretrain
 from sameloss.training.config import FlatnessConfig
@@ -119,7 +119,7 @@ def test_the_exact_fisher_penalty_is_the_measured_trace_on_the_same_contexts(mic
     sample = language.sample(6, torch.Generator().manual_seed(2))
     contexts = mask_batch(language, sample.tokens, sample.lengths, None, torch.Generator().manual_seed(3))
     _, estimate = _penalty(model, contexts, **EXACT)
-    measured = trace_fisher(model, language, contexts=contexts, n_labels=None)
+    measured = trace_fisher(model, language, FisherContexts(batch=contexts), n_labels=None)
     assert float(estimate) == pytest.approx(measured.estimate, rel=1e-10)
 
 

@@ -12,7 +12,8 @@
 * ``run``: all of the above for every checkpoint of a run (``sameloss measure``).
 """
 
-from .curvature import CurvatureResult, sam_sharpness, top_eigenvalue, trace_fisher, trace_hutchinson
+from .curvature import (CurvatureResult, FisherContexts, FixedBatch, sam_sharpness, top_eigenvalue, trace_fisher,
+                        trace_hutchinson)
 from .finetune import finetune
 from .lookup import lookup_features, lookup_table_probe
 from .probe import DownstreamResult, ProbeSettings, linear_probe, probe_features
@@ -20,6 +21,7 @@ from .run import MeasureSpec, measure_checkpoint, measure_path, write_rows
 from .spec import MEASURES, Measure
 from .tasks import TaskData, make_task_data
 
-__all__ = ["CurvatureResult", "DownstreamResult", "MEASURES", "Measure", "MeasureSpec", "TaskData", "finetune", "linear_probe",
-           "lookup_features", "lookup_table_probe", "make_task_data", "measure_checkpoint", "measure_path",
-           "ProbeSettings", "probe_features", "sam_sharpness", "top_eigenvalue", "trace_fisher", "trace_hutchinson", "write_rows"]
+__all__ = ["CurvatureResult", "DownstreamResult", "FisherContexts", "FixedBatch", "MEASURES", "Measure", "MeasureSpec",
+           "TaskData", "finetune", "linear_probe", "lookup_features", "lookup_table_probe", "make_task_data",
+           "measure_checkpoint", "measure_path", "ProbeSettings", "probe_features", "sam_sharpness", "top_eigenvalue",
+           "trace_fisher", "trace_hutchinson", "write_rows"]

@@ -1,5 +1,6 @@
 """What the fixed-batch Hessian measures share (Hutchinson, Hutch++, the top eigenvalue):
-their cost per Hessian-vector product, and the micro-batch that fits the device."""
+their fixed batch, their cost per Hessian-vector product, and the micro-batch that fits the
+device."""
 
 from __future__ import annotations
 
@@ -34,6 +35,16 @@ def curvature_micro_batch(job: Job, measure: str, settings: dict) -> int | None:
         limit, _ = resources.device_memory_limit(spec.device)
         job.cache[key] = fitting_micro_batch(measure, config, spec.curvature_sentences, settings, limit)[0]
     return job.cache[key]
+
+
+def curvature_batch(job: Job, measure: str, settings: dict):
+    """The ``curvature.FixedBatch`` of ``job.spec``: ``curvature_sentences`` drawn with the
+    spec's ``seed``, its ``params``, and the micro-batch of ``curvature_micro_batch``."""
+    from ..curvature import FixedBatch
+
+    spec = job.spec
+    return FixedBatch(params=spec.params, n_sentences=spec.curvature_sentences, seed=spec.seed,
+                      micro_batch=curvature_micro_batch(job, measure, settings))
 
 
 def planned_peak(label: str, measure: str, spec: MeasureSpec, memory: MemoryContext, settings: dict) -> dict[str, int]:

@@ -4,7 +4,7 @@ thick-restart Lanczos in bounded memory (``lanczos_basis`` vectors)."""
 from __future__ import annotations
 
 from ..spec import MEASURES, TRACE, Job, Measure, MemoryContext
-from ._hessian import curvature_micro_batch, hessian_product_flops, planned_peak
+from ._hessian import curvature_batch, hessian_product_flops, planned_peak
 
 LANCZOS_PRODUCTS = 100  # curvature.top_eigenvalue's default max_iter
 
@@ -22,9 +22,8 @@ class TopEigenvalue(Measure):
         from .. import curvature
 
         spec = job.spec
-        micro = curvature_micro_batch(job, "top_eigenvalue", {"basis_size": spec.lanczos_basis})
-        r = curvature.top_eigenvalue(job.model, job.language, params=spec.params, n_sentences=spec.curvature_sentences,
-                                     seed=spec.seed, basis_size=spec.lanczos_basis, micro_batch=micro)
+        fixed = curvature_batch(job, "top_eigenvalue", {"basis_size": spec.lanczos_basis})
+        r = curvature.top_eigenvalue(job.model, job.language, fixed, basis_size=spec.lanczos_basis)
         return {"top_eigenvalue": r.estimate}
 
     def columns(self, spec):

@@ -4,9 +4,11 @@ its true tokens) — optionally per block of parameters (``trace_by="block"``)."
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ... import resources
 from ..spec import MEASURES, TRACE, TRACES, Job, Measure, MemoryContext
-from ._hessian import curvature_micro_batch, hessian_product_flops, planned_peak
+from ._hessian import curvature_batch, hessian_product_flops, planned_peak
 
 
 class Traces(Measure):
@@ -44,16 +46,15 @@ class Traces(Measure):
         row: dict = {}
         for name in spec.traces:
             if name == "fisher":
-                r = curvature.trace_fisher(model, language, n_contexts=spec.n_contexts, n_labels=spec.n_labels,
-                                           params=spec.params, seed=spec.seed, repeats=spec.repeats,
+                contexts = curvature.FisherContexts(params=spec.params, n_contexts=spec.n_contexts, seed=spec.seed)
+                r = curvature.trace_fisher(model, language, contexts, n_labels=spec.n_labels, repeats=spec.repeats,
                                            by_block=by_block)
             else:
                 # one masked position per sentence, as the Fisher estimator's contexts: near
                 # saturation the two then estimate the same trace
-                micro = curvature_micro_batch(job, f"trace_{name}", {"n_probes": spec.n_probes, "by_block": by_block})
-                r = curvature.trace_hutchinson(model, language, n_probes=spec.n_probes, params=spec.params,
-                                               n_sentences=spec.curvature_sentences, mask_rate=None, seed=spec.seed,
-                                               estimator=name, by_block=by_block, micro_batch=micro)
+                fixed = curvature_batch(job, f"trace_{name}", {"n_probes": spec.n_probes, "by_block": by_block})
+                r = curvature.trace_hutchinson(model, language, replace(fixed, mask_rate=None), n_probes=spec.n_probes,
+                                               estimator=name, by_block=by_block)
             row[f"trace_{name}"] = r.estimate
             row[f"trace_{name}_se"] = r.stderr
             if "repeat_std" in r.extra:

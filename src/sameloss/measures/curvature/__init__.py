@@ -1,7 +1,9 @@
 """How flat is a trained MLM? Curvature of its pre-training loss (paper §3–4, App. B.1).
 
 The paper's flatness measure is the trace of the Hessian of the MLM loss. Five views are
-offered, each a function ``(model, language, **options) -> CurvatureResult``:
+offered, each a function ``(model, language, ...) -> CurvatureResult`` (the fixed batch
+of ``trace_hutchinson`` and ``top_eigenvalue`` is a ``FixedBatch``, the contexts of
+``trace_fisher`` a ``FisherContexts``):
 
 ``trace_fisher``
     The paper's estimator (App. B.1). Near saturation the model's conditional equals the
@@ -36,7 +38,8 @@ Conventions shared by all of them:
   are held fixed. ``CurvatureResult.n_params`` says how many entries were measured;
 * the loss of the Hessian measures is the mean cross-entropy of the true tokens over the
   masked positions of a batch drawn by ``loss_batch`` (15% masking by default; ``None``:
-  one position per sentence), fixed for the call — pass ``batch=`` to reuse one;
+  one position per sentence), fixed for the call — pass one to reuse it
+  (``FixedBatch(batch=...)``; ``sam_sharpness(batch=...)``);
 * attention runs on PyTorch's "math" SDPA kernel: the fused CPU/CUDA kernels have no
   vmap batching rule, no forward-mode AD and no double backward.
 
@@ -99,8 +102,8 @@ from .base import (
     select_parameters,
 )
 from .estimators import LanczosResult, TraceEstimate, hutchinson_trace, hutchpp_trace, lanczos_top_eigenvalue
-from .fisher import trace_fisher
-from .hessian import sam_sharpness, top_eigenvalue, trace_hessian_gap, trace_hutchinson
+from .fisher import FisherContexts, trace_fisher
+from .hessian import FixedBatch, sam_sharpness, top_eigenvalue, trace_hessian_gap, trace_hutchinson
 from .operators import Difference, LinearOperator, LossGaussNewton, LossHessian, MatrixOperator
 
 __all__ = [
@@ -111,6 +114,8 @@ __all__ = [
     "hutchpp_trace",
     "parameter_blocks",
     "Difference",
+    "FisherContexts",
+    "FixedBatch",
     "LanczosResult",
     "LinearOperator",
     "LossGaussNewton",

@@ -5,6 +5,7 @@ and labels sampled from the model."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from functools import partial
 
 import torch
@@ -193,11 +194,44 @@ def _extra(n_grads: int, blocks: Blocks | None, per_block: list, per_repeat: lis
     return extra
 
 
-def trace_fisher(model: nn.Module, language: Language, *, n_contexts: int = 10_000,
-                 n_labels: int | None = 50, params: str | None = None, seed: int = 0,
-                 repeats: int = 1, contexts: MaskedBatch | None = None, block_size: int = 256,
-                 max_chunk_bytes: int = 2**27, ghost_norms: bool = True,
-                 engine: str = "auto", by_block: bool = False, hooks: bool = True) -> CurvatureResult:
+@dataclass(frozen=True)
+class FisherContexts:
+    """The contexts ``trace_fisher`` averages over, the parameters it measures, and how it
+    takes their gradients (none of which changes the value, beyond rounding).
+
+    Attributes:
+        params: a regex: only the parameters whose name matches (default: all).
+        batch: a ``MaskedBatch`` with exactly one masked position per row, used instead
+            of sampling.
+        n_contexts: contexts (sentences) sampled per repeat (``sample_contexts``: one
+            uniformly placed mask per sentence).
+        seed: of the contexts and labels.
+        engine: ``auto``, ``func`` (torch.func) or ``autograd``.
+        block_size: contexts sharing one forward pass for the label draws.
+        max_chunk_bytes: the per-sample gradients of a chunk take about this much at most.
+        ghost_norms: take the squared gradient norms of linear layers from their
+            activations instead of materialising per-sample gradients (same value, faster;
+            ``_fisher_values_func``).
+        hooks: with ``ghost_norms``, the ``func`` engine and a model ``models.gradnorms``
+            covers (the transformer MLM, any selection), the squared norms from one batched
+            forward and one batched backward per label slot (``_HookedBlock``), no per-example
+            autograd; the same quantity to rounding (the labels drawn are the same). Any
+            other model (the LSTM, Hugging Face models) takes the ``vmap`` path (``_VmapBlock``).
+    """
+
+    params: str | None = None
+    batch: MaskedBatch | None = None
+    n_contexts: int = 10_000
+    seed: int = 0
+    engine: str = "auto"
+    block_size: int = 256
+    max_chunk_bytes: int = 2**27
+    ghost_norms: bool = True
+    hooks: bool = True
+
+
+def trace_fisher(model: nn.Module, language: Language, contexts: FisherContexts = FisherContexts(), *,
+                 n_labels: int | None = 50, repeats: int = 1, by_block: bool = False) -> CurvatureResult:
     """The paper's estimate of the trace of the Hessian (App. B.1), which is exactly the
     trace of the Fisher ``E_{t,x₋ₜ} E_{y∼f} ‖∇_θ log f_θ(x₋ₜ)_y‖²``.
 
@@ -207,32 +241,17 @@ def trace_fisher(model: nn.Module, language: Language, *, n_contexts: int = 10_0
 
     Args:
         model: the MLM (in eval mode for the measure).
-        language: where the contexts come from (``sample_contexts``: one uniformly placed
-            mask per sentence).
-        n_contexts: contexts (sentences).
+        language: where the contexts come from.
+        contexts: the contexts, the parameters and the gradients' engine and chunks
+            (``FisherContexts``).
         n_labels: labels drawn per context from the model's own predictive distribution
             at the mask (``None``: the exact expectation over the vocabulary, no label noise).
-        params: a regex: only the parameters whose name matches (default: all).
-        seed: of the contexts and labels.
-        repeats: independent sets (fresh contexts and labels; with ``contexts`` given,
+        repeats: independent sets (fresh contexts and labels; with ``contexts.batch`` given,
             fresh labels only), each set's estimate and their std reported in ``extra`` as
             the paper does; ``estimate`` and ``stderr`` then pool all sets.
-        contexts: a ``MaskedBatch`` with exactly one masked position per row, used instead
-            of sampling.
-        block_size: contexts sharing one forward pass for the label draws.
-        max_chunk_bytes: the per-sample gradients of a chunk take about this much at most.
-        ghost_norms: take the squared gradient norms of linear layers from their
-            activations instead of materialising per-sample gradients (same value, faster;
-            ``_fisher_values_func``).
-        engine: ``auto``, ``func`` (torch.func) or ``autograd``.
         by_block: also the trace of each diagonal block — embedding, each layer, head
             (``base.parameter_blocks``) — in ``extra["blocks"]``; they sum to the total,
             context by context.
-        hooks: with ``ghost_norms``, the ``func`` engine and a model ``models.gradnorms``
-            covers (the transformer MLM, any selection), the squared norms from one batched
-            forward and one batched backward per label slot (``_HookedBlock``), no per-example
-            autograd; the same quantity to rounding (the labels drawn are the same). Any
-            other model (the LSTM, Hugging Face models) takes the ``vmap`` path (``_VmapBlock``).
 
     Returns:
         the estimate with its standard error, the settings and the seconds taken.
@@ -242,24 +261,25 @@ def trace_fisher(model: nn.Module, language: Language, *, n_contexts: int = 10_0
     if repeats < 1:
         raise UserError(f"repeats must be >= 1, got {repeats}")
     start = time.perf_counter()
-    engine = resolve_engine(model, engine)
-    sel = select_parameters(model, params)
-    if contexts is not None:
-        per_row = contexts.masked.sum(dim=1)
+    engine = resolve_engine(model, contexts.engine)
+    sel = select_parameters(model, contexts.params)
+    if contexts.batch is not None:
+        per_row = contexts.batch.masked.sum(dim=1)
         if not bool((per_row == 1).all()):
             raise UserError("contexts must have exactly one masked position per sentence")
     blocks = parameter_blocks(sel) if by_block else Blocks.whole(sel.sizes)
     per_repeat: list[torch.Tensor] = []  # [contexts, blocks] per repeat, on the device
     n_grads = 0
-    use_hooks = engine == "func" and ghost_norms and hooks and gradnorms.covers(model, sel.names)
+    use_hooks = engine == "func" and contexts.ghost_norms and contexts.hooks and gradnorms.covers(model, sel.names)
     with measuring(model):
         for r in range(repeats):
-            ctx = contexts if contexts is not None else sample_contexts(language, n_contexts, seed, r)
-            gen = step_generator(seed, r, stream=STREAM_DRAWS)
+            ctx = contexts.batch if contexts.batch is not None else \
+                sample_contexts(language, contexts.n_contexts, contexts.seed, r)
+            gen = step_generator(contexts.seed, r, stream=STREAM_DRAWS)
             one = ctx.inputs[:1].to(sel.device)
-            step = _HookedBlock(model, sel, blocks, one, max_chunk_bytes) if use_hooks else \
-                _VmapBlock(model, sel, blocks, one, engine, ghost_norms, max_chunk_bytes)
-            values, grads = _context_values(step, ctx, sel, block_size, n_labels, gen)
+            step = _HookedBlock(model, sel, blocks, one, contexts.max_chunk_bytes) if use_hooks else \
+                _VmapBlock(model, sel, blocks, one, engine, contexts.ghost_norms, contexts.max_chunk_bytes)
+            values, grads = _context_values(step, ctx, sel, contexts.block_size, n_labels, gen)
             per_repeat.append(values)
             n_grads += grads
     everything = torch.cat(per_repeat)  # [all contexts, blocks]
@@ -267,7 +287,7 @@ def trace_fisher(model: nn.Module, language: Language, *, n_contexts: int = 10_0
                                                                        everything], dim=1))
     extra = _extra(n_grads, blocks if by_block else None, per_block, per_repeat)
     settings = {"n_contexts": int(per_repeat[0].shape[0]), "n_labels": n_labels, "repeats": repeats,
-                "seed": seed, "engine": engine, "ghost_norms": ghost_norms and engine == "func", "hooks": use_hooks,
-                "contexts_given": contexts is not None}
-    return CurvatureResult("trace_fisher", estimate, stderr, sel.n_params, params, int(everything.shape[0]),
+                "seed": contexts.seed, "engine": engine, "ghost_norms": contexts.ghost_norms and engine == "func",
+                "hooks": use_hooks, "contexts_given": contexts.batch is not None}
+    return CurvatureResult("trace_fisher", estimate, stderr, sel.n_params, contexts.params, int(everything.shape[0]),
                            time.perf_counter() - start, settings, extra)

@@ -1,12 +1,13 @@
 """The measures of one fixed batch's loss: the trace of its Hessian (Hutchinson or
-Hutch++, optionally per block) and its top eigenvalue (thin wrappers: a ``LossHessian``
-operator and an estimator over it), SAM's one-step sharpness, and Lemma 3.2's gap
-``tr H − tr F`` (Hutchinson over ``Difference(LossHessian, LossGaussNewton)``, batch
-after batch)."""
+Hutch++, optionally per block) and its top eigenvalue (thin wrappers: the ``LossHessian``
+operator of a ``FixedBatch`` and an estimator over it), SAM's one-step sharpness, and
+Lemma 3.2's gap ``tr H − tr F`` (Hutchinson over ``Difference(LossHessian,
+LossGaussNewton)``, batch after batch)."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -21,12 +22,44 @@ from .estimators import (TRACE_ESTIMATORS, check_probes, lanczos_top_eigenvalue,
 from .operators import Difference, LossGaussNewton, LossHessian
 
 
-def trace_hutchinson(model: nn.Module, language: Language, *, n_probes: int = 100,
-                     distribution: str = "rademacher", params: str | None = None,
-                     batch: MaskedBatch | None = None, n_sentences: int = 256,
-                     mask_rate: float | None = 0.15, seed: int = 0, probe_chunk: int = 8,
-                     engine: str = "auto", estimator: str = "hutchinson", by_block: bool = False,
-                     micro_batch: int | None = None) -> CurvatureResult:
+@dataclass(frozen=True)
+class FixedBatch:
+    """The fixed batch whose loss's Hessian ``trace_hutchinson`` and ``top_eigenvalue``
+    measure, and how its ``LossHessian`` takes products.
+
+    Attributes:
+        params: a regex: only the parameters whose name matches (default: all).
+        batch: the fixed batch (default: ``loss_batch(language, n_sentences, mask_rate, seed)``).
+        n_sentences: the batch's sentences when it is drawn here.
+        mask_rate: its masking rate (``None``: one masked position per sentence).
+        seed: of the batch and of the measure's own draws (probes, Lanczos' start vector).
+        engine: ``auto``, ``func`` (torch.func) or ``autograd``.
+        micro_batch: hold the Hessian's graph for at most this many sentences at a time
+            (``LossHessian``): less memory, one more forward and backward per micro-batch and
+            product chunk.
+    """
+
+    params: str | None = None
+    batch: MaskedBatch | None = None
+    n_sentences: int = 256
+    mask_rate: float | None = 0.15
+    seed: int = 0
+    engine: str = "auto"
+    micro_batch: int | None = None
+
+    def resolve(self, language: Language) -> MaskedBatch:
+        """The batch: the given one, else drawn from ``language``."""
+        return self.batch if self.batch is not None else loss_batch(language, self.n_sentences, self.mask_rate,
+                                                                    self.seed)
+
+    def hessian(self, model: nn.Module, batch: MaskedBatch) -> LossHessian:
+        """The Hessian operator of ``batch``'s loss on the selected parameters."""
+        return LossHessian(model, batch, params=self.params, engine=self.engine, micro_batch=self.micro_batch)
+
+
+def trace_hutchinson(model: nn.Module, language: Language, fixed: FixedBatch = FixedBatch(), *,
+                     n_probes: int = 100, distribution: str = "rademacher", probe_chunk: int = 8,
+                     estimator: str = "hutchinson", by_block: bool = False) -> CurvatureResult:
     """Hutchinson's estimate ``mean_v vᵀ∇²L v`` of the trace of the Hessian of the
     fixed-batch loss with the true tokens, as in the authors' released script:
     ``hutchinson_trace(LossHessian(model, batch, ...), n_probes, ...)``.
@@ -38,25 +71,17 @@ def trace_hutchinson(model: nn.Module, language: Language, *, n_probes: int = 10
     Args:
         model: the MLM.
         language: where the batch comes from.
+        fixed: the batch, the parameters, the engine and the micro-batch (``FixedBatch``).
         n_probes: Hessian-vector products.
         distribution: of the probe vectors: ``rademacher`` (variance ``2 Σ_{i≠j} H_ij²``,
             the smaller) or ``gaussian`` (``2‖H‖_F²``).
-        params: a regex: only the parameters whose name matches (default: all).
-        batch: the fixed batch (default: ``loss_batch(language, n_sentences, mask_rate, seed)``).
-        n_sentences: the batch's sentences when it is drawn here.
-        mask_rate: its masking rate (``None``: one masked position per sentence).
-        seed: of the batch and the probes.
         probe_chunk: products vectorised together.
-        engine: ``auto``, ``func`` (torch.func) or ``autograd``.
         estimator: ``hutchinson``, or ``hutchpp``: Hutch++ with the same ``n_probes``
             products (``hutchpp_trace``; measure ``trace_hutchpp``): a third sketch the top of
             the spectrum, which is then taken exactly — a smaller error for the same products
             where the spectrum decays, at the memory of ``2 n_probes / 3`` kept vectors.
         by_block: also the trace of each diagonal block of the Hessian — embedding, each
             layer, head — from the same products, in ``extra["blocks"]`` (they sum to the total).
-        micro_batch: hold the Hessian's graph for at most this many sentences at a time
-            (``LossHessian``): less memory, one more forward and backward per micro-batch and
-            product chunk.
 
     Returns:
         the estimate with its standard error, the settings and the seconds taken.
@@ -65,37 +90,33 @@ def trace_hutchinson(model: nn.Module, language: Language, *, n_probes: int = 10
         raise UserError(f"unknown trace estimator {estimator!r}; choose from {', '.join(TRACE_ESTIMATORS)}")
     check_probes(n_probes, distribution, least=3 if estimator == "hutchpp" else 1)
     start = time.perf_counter()
-    batch_given = batch is not None
-    if batch is None:
-        batch = loss_batch(language, n_sentences, mask_rate, seed)
-    gen = step_generator(seed, 0, stream=STREAM_DRAWS)
+    batch = fixed.resolve(language)
+    gen = step_generator(fixed.seed, 0, stream=STREAM_DRAWS)
     with measuring(model):
-        H = LossHessian(model, batch, params=params, engine=engine, micro_batch=micro_batch)
+        H = fixed.hessian(model, batch)
         blocks = parameter_blocks(H.selection) if by_block else None
         r = TRACE_ESTIMATORS[estimator](H, n_probes, distribution=distribution, generator=gen, chunk=probe_chunk,
                                         blocks=blocks)
     settings = {"n_probes": n_probes, "distribution": distribution, "n_sentences": int(batch.inputs.shape[0]),
-                "n_targets": batch.n_targets, "mask_rate": mask_rate, "seed": seed, "engine": H.engine,
-                "batch_given": batch_given, "estimator": estimator, "micro_batch": micro_batch}
+                "n_targets": batch.n_targets, "mask_rate": fixed.mask_rate, "seed": fixed.seed, "engine": H.engine,
+                "batch_given": fixed.batch is not None, "estimator": estimator, "micro_batch": fixed.micro_batch}
     extra = {"loss": float(H.loss)}
     if blocks is not None:
         extra["blocks"] = block_table(blocks, r.blocks)
-    return CurvatureResult(f"trace_{estimator}", r.estimate, r.stderr, H.dim, params, n_probes,
+    return CurvatureResult(f"trace_{estimator}", r.estimate, r.stderr, H.dim, fixed.params, n_probes,
                            time.perf_counter() - start, settings, extra)
 
 
-def top_eigenvalue(model: nn.Module, language: Language, *, params: str | None = None,
-                   batch: MaskedBatch | None = None, n_sentences: int = 256,
-                   mask_rate: float | None = 0.15, seed: int = 0, max_iter: int = 100,
-                   tol: float = 1e-6, engine: str = "auto", basis_size: int = 20,
-                   basis_device: str | None = None, micro_batch: int | None = None) -> CurvatureResult:
-    """Largest (algebraic) eigenvalue of the Hessian of the fixed-batch loss, by
-    thick-restart Lanczos on Hessian-vector products
+def top_eigenvalue(model: nn.Module, language: Language, fixed: FixedBatch = FixedBatch(), *,
+                   max_iter: int = 100, tol: float = 1e-6, basis_size: int = 20,
+                   basis_device: str | None = None) -> CurvatureResult:
+    """Largest (algebraic) eigenvalue of the Hessian of the fixed-batch loss (``fixed``:
+    ``FixedBatch``), by thick-restart Lanczos on Hessian-vector products
     (``lanczos_top_eigenvalue(LossHessian(...))``; ``n_samples`` = products used).
 
     Memory: a basis of ``basis_size + 1`` vectors in the model's dtype, on the model's
     device (``basis_device="cpu"``: in host memory) — not the whole Krylov basis;
-    ``micro_batch`` as in ``trace_hutchinson``.
+    ``fixed.micro_batch`` as in ``trace_hutchinson``.
 
     ``extra``: ``converged``, the final Ritz ``residual`` (``‖Hx − λx‖`` of the unit
     Ritz vector; a float32 model's products limit it to about 1e-6 of λ), the
@@ -103,19 +124,18 @@ def top_eigenvalue(model: nn.Module, language: Language, *, params: str | None =
     mean the batch loss is not locally convex there) and the ``restarts`` made.
     """
     start = time.perf_counter()
-    if batch is None:
-        batch = loss_batch(language, n_sentences, mask_rate, seed)
-    gen = step_generator(seed, 1, stream=STREAM_DRAWS)
+    batch = fixed.resolve(language)
+    gen = step_generator(fixed.seed, 1, stream=STREAM_DRAWS)
     with measuring(model):
-        H = LossHessian(model, batch, params=params, engine=engine, micro_batch=micro_batch)
+        H = fixed.hessian(model, batch)
         out = lanczos_top_eigenvalue(H, max_iter=max_iter, tol=tol, generator=gen, basis_size=basis_size,
                                      basis_device=basis_device)
     settings = {"max_iter": max_iter, "tol": tol, "n_sentences": int(batch.inputs.shape[0]),
-                "mask_rate": mask_rate, "seed": seed, "engine": H.engine, "basis_size": basis_size,
-                "micro_batch": micro_batch}
+                "mask_rate": fixed.mask_rate, "seed": fixed.seed, "engine": H.engine, "basis_size": basis_size,
+                "micro_batch": fixed.micro_batch}
     extra = {"converged": out.converged, "residual": out.residual, "smallest_ritz_value": out.smallest_ritz_value,
              "restarts": out.restarts, "loss": float(H.loss)}
-    return CurvatureResult("top_eigenvalue", out.eigenvalue, None, H.dim, params, out.iterations,
+    return CurvatureResult("top_eigenvalue", out.eigenvalue, None, H.dim, fixed.params, out.iterations,
                            time.perf_counter() - start, settings, extra)
 
 

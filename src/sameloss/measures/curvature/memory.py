@@ -261,10 +261,11 @@ def peak_bytes(measure: str, model_config, settings: dict | None = None, legacy:
     """The device memory that ``measure`` (one of ``MEASURES``) needs on the model of
     ``model_config`` (a ``TransformerConfig`` / ``LSTMConfig``, e.g.
     ``models.transformer_config("t3-1024", vocab_size, max_len)``), with ``settings``
-    (the measure's keyword arguments, over ``DEFAULTS[measure]``). ``legacy``: the top
-    eigenvalue as the code before issue 26 held it (see the module docstring)."""
-    from .fisher import trace_fisher
-    from .hessian import sam_sharpness, top_eigenvalue, trace_hutchinson
+    (the measure's keyword arguments and fields of its ``FixedBatch`` / ``FisherContexts``,
+    over ``DEFAULTS[measure]``). ``legacy``: the top eigenvalue as the code before issue 26
+    held it (see the module docstring)."""
+    from .fisher import FisherContexts, trace_fisher
+    from .hessian import FixedBatch, sam_sharpness, top_eigenvalue, trace_hutchinson
 
     if measure not in MEASURES:
         raise UserError(f"unknown curvature measure {measure!r}; choose from {', '.join(MEASURES)}")
@@ -283,33 +284,31 @@ def peak_bytes(measure: str, model_config, settings: dict | None = None, legacy:
     if measure in ("trace_hutchinson", "trace_hutchpp"):
         # Hutchinson: one chunk of probes is the steady state (each chunk frees the last)
         probes = s["n_probes"] if measure == "trace_hutchpp" else min(s["n_probes"], s["probe_chunk"])
-        batch = stand_in_batch(model_config, _sentences(s))
+        fixed = FixedBatch(batch=stand_in_batch(model_config, _sentences(s)), micro_batch=s["micro_batch"])
         parts["working"] = _working_peak(lambda: trace_hutchinson(
-            model, None, batch=batch, n_probes=probes, probe_chunk=s["probe_chunk"], by_block=s["by_block"],
-            micro_batch=s["micro_batch"], estimator=measure.removeprefix("trace_")))
+            model, None, fixed, n_probes=probes, probe_chunk=s["probe_chunk"], by_block=s["by_block"],
+            estimator=measure.removeprefix("trace_")))
         host = s["probe_chunk"] * n_params * itemsize
     elif measure == "top_eigenvalue":
-        batch = stand_in_batch(model_config, _sentences(s))
+        fixed = FixedBatch(batch=stand_in_batch(model_config, _sentences(s)), micro_batch=s["micro_batch"])
         if legacy:
             # the operator and one product (a basis of 2, no restart), then the old basis
-            parts["working"] = _working_peak(lambda: top_eigenvalue(
-                model, None, batch=batch, max_iter=1, basis_size=2, micro_batch=s["micro_batch"]))
+            parts["working"] = _working_peak(lambda: top_eigenvalue(model, None, fixed, max_iter=1, basis_size=2))
             parts["basis (float64, max_iter vectors)"] = s["max_iter"] * n_params * 8
             parts["re-stacked copy of the basis"] = s["max_iter"] * n_params * 8
         else:
             # a 2-vector basis through one restart, then the basis_size − 2 vectors more
-            parts["working"] = _working_peak(lambda: top_eigenvalue(
-                model, None, batch=batch, max_iter=4, basis_size=2, micro_batch=s["micro_batch"]))
+            parts["working"] = _working_peak(lambda: top_eigenvalue(model, None, fixed, max_iter=4, basis_size=2))
             parts["basis beyond 2 vectors"] = (s["basis_size"] - 2) * n_params * itemsize
         host = n_params * 8  # the float64 start vector
     elif measure == "sam_sharpness":
         batch = stand_in_batch(model_config, s["n_sentences"])
         parts["working"] = _working_peak(lambda: sam_sharpness(model, None, batch=batch))
     else:  # trace_fisher: one block of contexts is the steady state
-        contexts = stand_in_batch(model_config, s["block_size"])
+        contexts = FisherContexts(batch=stand_in_batch(model_config, s["block_size"]), block_size=s["block_size"],
+                                  max_chunk_bytes=s["max_chunk_bytes"], ghost_norms=s["ghost_norms"])
         parts["working"] = _fisher_working_peak(lambda: trace_fisher(
-            model, None, contexts=contexts, n_labels=s["n_labels"], block_size=s["block_size"],
-            max_chunk_bytes=s["max_chunk_bytes"], by_block=s["by_block"], ghost_norms=s["ghost_norms"]),
+            model, None, contexts, n_labels=s["n_labels"], by_block=s["by_block"]),
             slots=_label_slots(model, s["n_labels"]))
         notes.append("labels: as many distinct ones per context as the vocabulary and n_labels allow (the worst "
                      "case; a trained model's peaked conditionals repeat labels and need less)")
