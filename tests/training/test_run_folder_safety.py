@@ -187,7 +187,9 @@ def test_sigterm_stops_pretrain_like_ctrl_c_with_a_resume_hint(tmp_path):
         time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + signal.SIGTERM
+    # the child's stderr in the message: it once exited 1 under xdist load (2026-11-28, not reproduced
+    # in 24 runs beside 12 others nor with the signal at startup), and a traceback says why
+    assert proc.returncode == 128 + signal.SIGTERM, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("sameloss: SIGTERM; resume with --resume: ") and \
         lines[0].endswith("--resume"), err
