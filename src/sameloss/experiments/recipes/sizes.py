@@ -59,7 +59,7 @@ from dataclasses import dataclass
 
 from ...models.sizes import LSTM_SIZES, TRANSFORMER_SIZES
 from ...measures.rows import error_column
-from ..claims import difference_claim, fmt
+from ..claims import POINTS, difference_claim, fmt
 from ..causal import CAUSAL
 from ..common import COMMON, LanguagePart, Preset, Shape, base_settings, language_parts, \
     measured_columns, measured_rows, quantity_column, reference_run, run_name
@@ -337,9 +337,9 @@ def _claims(section: Section, p: SizesPreset, lang: LanguagePart, rows: list[dic
                 continue
             section.claims.append(difference_claim(
                 "at the same loss, larger models are flatter (Fig. 5: trace 19.8 → 12.6 on the PCFG, in "
-                "the embedded view).", f"{lang.title}, {family}{what}", key, r, largest, a, b, -1))
+                "the embedded view).", f"{lang.title}, {family}{what}", key, (r, a), (largest, b), -1))
         for task in lang.tasks:
             section.claims.append(difference_claim(
                 "at the same loss, larger models transfer better (Fig. 3: +6.9% PCFG, +4.5% HMM).",
-                f"{lang.title}, {family}probe accuracy task {task}", f"probe_{task}", r, largest, a, b, +1, scale=100,
-                unit=" pts", n_seeds=len(p.measure.seeds)))
+                f"{lang.title}, {family}probe accuracy task {task}", f"probe_{task}", (r, a), (largest, b), +1,
+                POINTS, n_seeds=len(p.measure.seeds)))

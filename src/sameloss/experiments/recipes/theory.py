@@ -280,7 +280,8 @@ def _lemma_report(records, section: Section, p: TheoryPreset, lang: str, rows: l
     first, last = max(rows, key=lambda r: r["kl"]), min(rows, key=lambda r: r["kl"])
     section.claims.append(difference_claim(
         "Lemma 3.2: the gap shrinks between the least and the most converged checkpoint.",
-        f"{lang}, |tr H − tr F|", "trace_abs_gap", first, last, f"step {first['step']}", f"step {last['step']}", -1))
+        f"{lang}, |tr H − tr F|", "trace_abs_gap", (first, f"step {first['step']}"), (last, f"step {last['step']}"),
+        -1))
     section.claims.append(zero_claim(
         "Lemma 3.2 at the most converged checkpoint: tr H − tr F ≈ 0.",
         f"{lang}, gap at step {last['step']} (KL {fmt(last['kl'])} nats, tr F {fmt(last['trace_fisher'])})",
@@ -388,8 +389,8 @@ def _theorem_claims(section: Section, p: TheoryPreset, lang: str, slope_rows: li
     ref = small[-1]
     section.claims.append(difference_claim(
         "Theorem 3.3: with the same steps, a much larger batch (≈ gradient flow) lowers the trace less than a small "
-        "batch at the same η.", f"{lang}, trace change over {p.sgd.steps} steps", "trace_change", large, ref,
-        large["run"], ref["run"], -1))
+        "batch at the same η.", f"{lang}, trace change over {p.sgd.steps} steps", "trace_change",
+        (large, large["run"]), (ref, ref["run"]), -1))
     for r in slope_rows:
         left = float(r["kl_end"]) - float(r["kl_start"]) > p.kl_tolerance
         section.notes.append(f"{lang}, {r['run']}: KL {fmt(r['kl_start'])} → {fmt(r['kl_end'])} nats over the "
