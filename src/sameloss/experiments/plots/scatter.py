@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 
 from . import layout
 from .axes import _number, interval_text
-from .panel import Fit, Ref, _ends, _Panel, _Points
+from .panel import Fit, Ref, _AxisSettings, _ends, _Panel, _Points
 from .quantities import _error, _value
 from .style import MARKERS, PALETTE, styled
 
@@ -74,8 +74,8 @@ def scatter_plot(rows: list[dict], panels: Sequence[XY], title: str, *, colour_b
     for ax, xy in zip(axes, panels):
         xlog = xy.x in ("kl", "log_kl") if xy.xlog is None else xy.xlog
         ylog = xy.y in ("kl", "log_kl") if xy.ylog is None else xy.ylog
-        pnl = _Panel(ax, len(built), xy.x, xy.y, xy.xlabel, xy.ylabel, xlog=xlog, ylog=ylog, errors=errors,
-                     dodge=True)
+        pnl = _Panel(ax, len(built), xy.x, xy.y, xy.xlabel, xy.ylabel,
+                     _AxisSettings(xlog=xlog, ylog=ylog, errors=errors, dodge=True))
         groups: dict[tuple, list[dict]] = {}
         for r in rows:
             if math.isfinite(_value(r, xy.x)) and math.isfinite(_value(r, xy.y)):

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from . import layout
-from .panel import Band, Ref, _ends, _Panel, _Points
+from .panel import Band, Ref, _AxisSettings, _ends, _Panel, _Points
 from .quantities import _error, _value
 from .style import LINESTYLES, MARKERS, PALETTE, styled
 
@@ -55,8 +55,8 @@ def series_plot(series: dict[str, list[dict]], x: str, panels: Sequence[Panel], 
     letters = layout.letters(len(panels))
     names = list(series)
     for ax, panel, letter in zip(axes, panels, letters):
-        pnl = _Panel(ax, len(built), x, panel.key, xlabel or x, panel.label, xlog=logx, ylog=panel.is_log,
-                     integer_x=x == "step", errors=errors)
+        pnl = _Panel(ax, len(built), x, panel.key, xlabel or x, panel.label,
+                     _AxisSettings(xlog=logx, ylog=panel.is_log, integer_x=x == "step", errors=errors))
         for i, (name, rows) in enumerate(series.items()):
             style = series_style(i, name, styles)
             rows = [r for r in rows if math.isfinite(_value(r, panel.key)) and math.isfinite(_value(r, x))]
