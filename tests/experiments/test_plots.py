@@ -16,7 +16,7 @@ from helpers.figures import (check_artists, check_data, check_figure, check_jour
 
 from sameloss.errors import UserError
 from sameloss.experiments.plots import (
-    DPI, TAG, TRACE_FISHER, WIDTHS, XY, Band, Encoding, Fit, Forest, Panel, Ref, curves_plot, dots_plot, drawing,
+    DPI, TAG, TRACE_FISHER, WIDTHS, XY, Band, Encoding, Fit, Forest, Panel, Ref, XAxis, curves_plot, dots_plot, drawing,
     error_labels, forest_plot, interval_text, is_sameloss_data, is_sameloss_figure, log_limits, majority_ref, parse_formats,
     save_figure, scatter_plot, series_plot)
 from sameloss.experiments.report import Figure
@@ -60,7 +60,7 @@ def test_log_axis_ticks_bracket_the_data(lo, hi):
 # ---- series -------------------------------------------------------------------------------
 def test_series_figure_keeps_the_rules(tmp_path):
     fig = series_plot(STEPS, "step", STEPS_PANELS, "pcfg: past convergence",
-                      x_refs=(Ref(1500, "AdamW: KL ≤ 0.15 from step 1500", axis="x"),),
+                      x_axis=XAxis(refs=(Ref(1500, "AdamW: KL ≤ 0.15 from step 1500", axis="x"),)),
                       errors=error_labels())
     saved, rows = _saved(fig, tmp_path)
     kl, trace, probe = fig.axes

@@ -65,7 +65,7 @@ from ..common import COMMON, LanguagePart, Preset, Shape, base_settings, languag
     measured_columns, measured_rows, quantity_column, reference_run, run_name
 from ..core import RunSpec
 from ..declare import Checkpoint, Embedded, Measure, run_unit
-from ..plots import TRACE_FISHER, Panel, Ref, error_labels, majority_ref, series_plot
+from ..plots import TRACE_FISHER, Panel, Ref, XAxis, error_labels, majority_ref, series_plot
 from ..report import Column, Section, Table
 
 TITLE = "Model size at the same loss (Fig. 3, Fig. 5)"
@@ -234,7 +234,7 @@ def _lstms(records, section: Section, p: SizesPreset, lang: LanguagePart) -> Non
               refs=(Ref(tol, f"same-loss tolerance (KL = {tol:g} nats)"),)),
         Panel("trace_fisher", TRACE_FISHER),
         Panel(f"probe_{main}", f"probe accuracy, task {main}", refs=majority_ref(rows, main))],
-        f"{lang.title}: LSTM sizes", xlabel="parameters", logx=True, x_refs=_saturation(rows, tol),
+        f"{lang.title}: LSTM sizes", x_axis=XAxis("parameters", log=True, refs=_saturation(rows, tol)),
         errors=error_labels(lang.measure))
     section.figures.append(records.figure(
         fig, f"sizes-{lang.name}-lstm",
@@ -304,8 +304,8 @@ def _figure(records, section: Section, p: SizesPreset, lang: LanguagePart, rows:
               refs=(Ref(tol, f"same-loss tolerance (KL = {tol:g} nats)"),)),
         Panel("trace", TRACE_FISHER),
         Panel(f"probe_{main}", f"probe accuracy, task {main}", refs=majority_ref(rows, main))],
-        f"{lang.title}: model sizes", xlabel="parameters", logx=True, x_refs=_saturation(rows, tol), errors=errors,
-        styles={embedded_name: {"filled": False, "marker": "s"}})
+        f"{lang.title}: model sizes", x_axis=XAxis("parameters", log=True, refs=_saturation(rows, tol)),
+        errors=errors, styles={embedded_name: {"filled": False, "marker": "s"}})
     section.figures.append(records.figure(
         fig, f"sizes-{lang.name}",
         shows=f"{lang.title}: (a) the exact KL to the true conditionals (log axis), (b) the trace of Hessian by the "

@@ -62,7 +62,7 @@ from ..common import COMMON, LanguagePart, Preset, base_settings, language_parts
 from ..core import RunSpec
 from ..declare import run_unit
 from ..engine import metrics
-from ..plots import TRACE_FISHER, Panel, Ref, curves_plot, error_labels, majority_ref, series_plot
+from ..plots import TRACE_FISHER, Panel, Ref, XAxis, curves_plot, error_labels, majority_ref, series_plot
 from ..report import Claim, Section, Table
 
 TITLE = "Training past convergence (Fig. 2, Fig. 4)"
@@ -195,7 +195,7 @@ def _figure(records, section: Section, p: StepsPreset, lang: LanguagePart, serie
               refs=(Ref(tol, f"same-loss tolerance (KL = {tol:g} nats)"),)),
         Panel("trace_fisher", TRACE_FISHER),
         Panel(f"probe_{main}", f"probe accuracy, task {main}", refs=majority_ref(rows, main))],
-        f"{lang.title}: past convergence", x_refs=saturation, errors=error_labels(lang.measure))
+        f"{lang.title}: past convergence", x_axis=XAxis(refs=tuple(saturation)), errors=error_labels(lang.measure))
     seeds = len(lang.measure.seeds)
     section.figures.append(records.figure(
         fig, f"steps-{lang.name}",

@@ -60,7 +60,7 @@ from ..common import measured_rows
 from ..core import RunSpec
 from ..declare import Checkpoint, Measure, Run, Unit, measured
 from ..layout import run_folder
-from ..plots import TRACE_FISHER, Panel, error_labels, series_plot
+from ..plots import TRACE_FISHER, Panel, XAxis, error_labels, series_plot
 from ..report import Claim, Column, Section, Table
 from ..stats import AGREES, DISAGREES, Interval, combined_t_test, diff_interval, ols_slope, verdict
 
@@ -258,7 +258,7 @@ def _lemma_report(records, section: Section, p: TheoryPreset, lang: str, rows: l
                            dict(r, trace=abs(r["trace_gap_model"]) or float("nan"), trace_se=r["trace_gap_model_se"])
                            for r in rows]},
                       "kl", [Panel("trace", "trace", log=True)], f"{lang}: Lemma 3.2 — Hessian vs Fisher against KL",
-                      xlabel="exact KL to the true conditionals (nats)", logx=True,
+                      x_axis=XAxis("exact KL to the true conditionals (nats)", log=True),
                       errors={"trace": f"± SE (tr F: over its {s.fisher_contexts} contexts; tr H and the gaps: over "
                                        f"{s.hessian_batches} independent batches)"})
     section.figures.append(records.figure(
@@ -334,7 +334,7 @@ def _sgd_continuations(records, section: Section, p: TheoryPreset, lang: str) ->
                                 rows, source=SGD_FILE))
     fig = series_plot(series, "x", [Panel("trace_fisher", TRACE_FISHER),
                                     Panel("kl", "exact KL to the true conditionals (nats)")],
-                      f"{lang}: SGD from the converged model, against η·steps/B", xlabel="η·steps/B",
+                      f"{lang}: SGD from the converged model, against η·steps/B", x_axis=XAxis("η·steps/B"),
                       errors=error_labels(mspec))
     section.figures.append(records.figure(
         fig, f"theory-sgd-{lang}",
