@@ -17,8 +17,8 @@ from helpers.figures import (check_artists, check_data, check_figure, check_jour
 from sameloss.errors import UserError
 from sameloss.experiments.plots import (
     DPI, TAG, TRACE_FISHER, WIDTHS, XY, Band, Encoding, Fit, Forest, Panel, Ref, XAxis, curves_plot, dots_plot, drawing,
-    error_labels, forest_plot, interval_text, is_sameloss_data, is_sameloss_figure, log_limits, majority_ref, parse_formats,
-    save_figure, scatter_plot, series_plot)
+    error_labels, forest_plot, interval_text, is_sameloss_data, is_sameloss_figure, log_limits, majority_ref,
+    parse_formats, save_figure, scatter_plot, series_plot)
 from sameloss.experiments.report import Figure
 
 

@@ -113,8 +113,8 @@ def test_difference_claim_is_computed_from_the_data():
     half = 1.96 * math.sqrt(2) * 1 / math.sqrt(5)
     assert f"[{10 - half:.3g}, {10 + half:.3g}]" in claim.measured
     # the same data against the opposite claim, and a noisy version
-    assert difference_claim("falls", "probe B", "probe_B", (a, "a"), (b, "b"), -1, Shown(scale=100), n_seeds=5).verdict \
-        == DISAGREES
+    assert difference_claim("falls", "probe B", "probe_B", (a, "a"), (b, "b"), -1, Shown(scale=100),
+                            n_seeds=5).verdict == DISAGREES
     noisy = difference_claim("rises", "probe B", "probe_B", (_row(0.50, 0.2), "a"), (_row(0.52, 0.2), "b"), +1,
                              Shown(scale=100), n_seeds=5)
     assert noisy.verdict == AGREES_WEAKLY

@@ -72,7 +72,7 @@ from .style import (DPI, MIN_FONT, TAG, TRACE_FISHER, TRACE_HUTCHINSON, TRACE_HU
 
 __all__ = ["Band", "DATA_COLUMNS", "DPI", "Encoding", "FORMATS", "Fit", "Forest", "MIN_FONT", "Panel", "Quantity",
            "Ref", "SavedFigure", "TAG", "TRACE_FISHER", "TRACE_HUTCHINSON", "TRACE_HUTCHPP", "WIDTHS", "XAxis", "XY",
-           "current", "curves_plot", "data_path", "describe_error", "dots_plot", "drawing", "error_labels", "figure_bytes",
-           "figure_data", "forest_plot", "interval_text", "is_sameloss_data", "is_sameloss_figure", "log_limits",
-           "majority_ref", "parse_formats", "quantity", "remove_stale", "save_figure", "scatter_plot", "series_plot",
-           "with_unit", "write_file"]
+           "current", "curves_plot", "data_path", "describe_error", "dots_plot", "drawing", "error_labels",
+           "figure_bytes", "figure_data", "forest_plot", "interval_text", "is_sameloss_data", "is_sameloss_figure",
+           "log_limits", "majority_ref", "parse_formats", "quantity", "remove_stale", "save_figure", "scatter_plot",
+           "series_plot", "with_unit", "write_file"]
