@@ -16,9 +16,9 @@ from helpers.figures import (check_artists, check_data, check_figure, check_jour
 
 from sameloss.errors import UserError
 from sameloss.experiments.plots import (
-    DPI, TAG, TRACE_FISHER, WIDTHS, XY, Band, Fit, Forest, Panel, Ref, curves_plot, dots_plot, drawing, error_labels,
-    forest_plot, interval_text, is_sameloss_data, is_sameloss_figure, log_limits, majority_ref, parse_formats,
-    save_figure, scatter_plot, series_plot)
+    DPI, TAG, TRACE_FISHER, WIDTHS, XY, Band, Encoding, Fit, Forest, Panel, Ref, XAxis, curves_plot, dots_plot, drawing,
+    error_labels, forest_plot, interval_text, is_sameloss_data, is_sameloss_figure, log_limits, majority_ref,
+    parse_formats, save_figure, scatter_plot, series_plot)
 from sameloss.experiments.report import Figure
 
 
@@ -60,7 +60,7 @@ def test_log_axis_ticks_bracket_the_data(lo, hi):
 # ---- series -------------------------------------------------------------------------------
 def test_series_figure_keeps_the_rules(tmp_path):
     fig = series_plot(STEPS, "step", STEPS_PANELS, "pcfg: past convergence",
-                      x_refs=(Ref(1500, "AdamW: KL ≤ 0.15 from step 1500", axis="x"),),
+                      x_axis=XAxis(refs=(Ref(1500, "AdamW: KL ≤ 0.15 from step 1500", axis="x"),)),
                       errors=error_labels())
     saved, rows = _saved(fig, tmp_path)
     kl, trace, probe = fig.axes
@@ -144,8 +144,10 @@ def test_scatter_figure_keeps_the_rules(tmp_path):
     fig = scatter_plot(models, [XY("kl", "exact KL (nats; loss = 3.196 + KL)", "probe_B", "probe accuracy, task B",
                                    refs=(Ref(0.15, "same-loss tolerance", axis="x"),)),
                                 XY("trace_fisher", TRACE_FISHER, "probe_B", "probe accuracy, task B", fit="ols")],
-                       "every model", colour_by="parameters", marker_by=lambda r: RECIPE[r["group"]],
-                       hollow=lambda r: r["kl"] > 0.15, hollow_label="KL > 0.15 nats", join_by=lambda r: r["run"],
+                       "every model",
+                       encoding=Encoding(colour_by="parameters", marker_by=lambda r: RECIPE[r["group"]],
+                                         hollow=lambda r: r["kl"] > 0.15, hollow_label="KL > 0.15 nats",
+                                         join_by=lambda r: r["run"]),
                        errors=error_labels())
     _, rows = _saved(fig, tmp_path)
     ax = fig.axes[0]
@@ -182,7 +184,8 @@ def test_scatter_figure_keeps_the_rules(tmp_path):
 def test_scatter_with_a_given_fit_and_no_size():
     rows = [{"trace_fisher": t, "probe_B": a} for t, a in ((10, 0.5), (20, 0.45), (30, 0.41))]
     fig = scatter_plot(rows, [XY("trace_fisher", TRACE_FISHER, "probe_B", "probe accuracy",
-                                 fit=Fit(-0.5, 55.0, "within-seed slope −0.5 [−0.7, −0.3]"))], "t", colour_by=None)
+                                 fit=Fit(-0.5, 55.0, "within-seed slope −0.5 [−0.7, −0.3]"))], "t",
+                       encoding=Encoding(colour_by=None))
     assert "within-seed slope −0.5 [−0.7, −0.3]" in legend_texts(fig)
     (fit,) = [line for line in fig.axes[0].get_lines() if line.get_gid() == "fit"]
     x, y = fit.get_xdata(), fit.get_ydata()
@@ -382,7 +385,8 @@ def _every_kind() -> dict:
         "scatter": lambda: scatter_plot(
             models, [XY("kl", "exact KL (nats; loss = 3.196 + KL)", "probe_B", "probe accuracy, task B"),
                      XY("trace_fisher", TRACE_FISHER, "probe_B", "probe accuracy, task B", fit="ols")],
-            "every model", marker_by=lambda r: RECIPE[r["group"]], join_by=lambda r: r["run"], errors=error_labels()),
+            "every model", encoding=Encoding(marker_by=lambda r: RECIPE[r["group"]], join_by=lambda r: r["run"]),
+            errors=error_labels()),
         "dots": lambda: dots_plot(rows, "algorithm", [Panel("kl", "exact KL to the true conditionals (nats)"),
                                                       Panel("trace_fisher", TRACE_FISHER),
                                                       Panel("probe_B", "probe accuracy, task B",
@@ -455,8 +459,8 @@ def test_the_forest_says_why_a_row_has_no_interval_and_draws_the_mde_as_a_band()
 def test_coincident_scatter_points_are_set_side_by_side():
     rows = [{"trace_fisher": 1.0, "probe_B": 0.5, "r": "a"}, {"trace_fisher": 1.0, "probe_B": 0.5, "r": "b"},
             {"trace_fisher": 2.0, "probe_B": 0.6, "r": "a"}]
-    fig = scatter_plot(rows, [XY("trace_fisher", TRACE_FISHER, "probe_B", "probe accuracy")], "t", colour_by=None,
-                       marker_by=lambda r: r["r"])
+    fig = scatter_plot(rows, [XY("trace_fisher", TRACE_FISHER, "probe_B", "probe accuracy")], "t",
+                       encoding=Encoding(colour_by=None, marker_by=lambda r: r["r"]))
     offsets = sorted(line.get_transform().transform((1.0, 50.0))[0] for line in fig.axes[0].get_lines()
                      if line.get_gid() == "point" and 1.0 in line.get_xdata())
     assert len(offsets) == 2 and offsets[1] - offsets[0] > 3  # pixels apart, not one on the other

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from sameloss.experiments import stats
-from sameloss.experiments.claims import difference_claim, quantity_se, trend_claim
+from sameloss.experiments.claims import POINTS, Shown, difference_claim, quantity_se, trend_claim
 from sameloss.experiments.stats import (AGREES, AGREES_WEAKLY, DISAGREES, DISAGREES_WEAKLY, UNDEFINED, Interval,
                                         bootstrap_ci, diff_interval, kendall_tau, rankdata, spearman_rho, verdict)
 
@@ -107,21 +107,20 @@ def _row(acc, std, trace=None, se=None, kl=0.01):
 
 def test_difference_claim_is_computed_from_the_data():
     a, b = _row(0.50, 0.01), _row(0.60, 0.01)  # +10 points, se 0.01/sqrt(5) each
-    claim = difference_claim("accuracy rises", "probe B", "probe_B", a, b, "first", "last", +1, scale=100,
-                             unit=" pts", n_seeds=5)
+    claim = difference_claim("accuracy rises", "probe B", "probe_B", (a, "first"), (b, "last"), +1, POINTS, n_seeds=5)
     assert claim.verdict == AGREES
     assert "difference 10 pts" in claim.measured
     half = 1.96 * math.sqrt(2) * 1 / math.sqrt(5)
     assert f"[{10 - half:.3g}, {10 + half:.3g}]" in claim.measured
     # the same data against the opposite claim, and a noisy version
-    assert difference_claim("falls", "probe B", "probe_B", a, b, "a", "b", -1, scale=100, n_seeds=5).verdict \
-        == DISAGREES
-    noisy = difference_claim("rises", "probe B", "probe_B", _row(0.50, 0.2), _row(0.52, 0.2), "a", "b", +1,
-                             scale=100, n_seeds=5)
+    assert difference_claim("falls", "probe B", "probe_B", (a, "a"), (b, "b"), -1, Shown(scale=100),
+                            n_seeds=5).verdict == DISAGREES
+    noisy = difference_claim("rises", "probe B", "probe_B", (_row(0.50, 0.2), "a"), (_row(0.52, 0.2), "b"), +1,
+                             Shown(scale=100), n_seeds=5)
     assert noisy.verdict == AGREES_WEAKLY
     # the trace uses its own standard error
-    t = difference_claim("falls", "trace", "trace_fisher", _row(0.5, 0.0, 20.0, 1.0), _row(0.5, 0.0, 15.0, 1.0),
-                         "a", "b", -1)
+    t = difference_claim("falls", "trace", "trace_fisher", (_row(0.5, 0.0, 20.0, 1.0), "a"),
+                         (_row(0.5, 0.0, 15.0, 1.0), "b"), -1)
     assert t.verdict == AGREES and "difference -5" in t.measured
     assert quantity_se(_row(0.5, 0.0, 20.0, 1.0), "trace_fisher") == 1.0
 

@@ -12,6 +12,7 @@ the weak forms when only the point estimate has a side.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from ..measures.rows import error_column, spread_of
 from .report import Claim
@@ -44,17 +45,32 @@ def _f(v) -> float:
         return float("nan")
 
 
-def difference_claim(paper: str, what: str, key: str, a: dict, b: dict, a_name: str, b_name: str,
-                     expected_sign: int, scale: float = 1.0, unit: str = "", n_seeds: int | None = None,
-                     spec: str = ".3g") -> Claim:
-    """``b[key] - a[key]`` (times ``scale``) with its 95% interval; the paper expects its
-    sign to be ``expected_sign``."""
-    va, vb = _f(a.get(key)), _f(b.get(key))
-    ea, eb = quantity_se(a, key, n_seeds), quantity_se(b, key, n_seeds)
+@dataclass(frozen=True)
+class Shown:
+    """How a claim writes a quantity: times ``scale``, formatted by ``spec``, followed by
+    ``unit``."""
+
+    scale: float = 1.0
+    unit: str = ""
+    spec: str = ".3g"
+
+
+POINTS = Shown(scale=100, unit=" pts")  # an accuracy (a fraction of 1) in percentage points
+
+
+def difference_claim(paper: str, what: str, key: str, a: tuple[dict, str], b: tuple[dict, str], expected_sign: int,
+                     shown: Shown = Shown(), n_seeds: int | None = None) -> Claim:
+    """``b[key] - a[key]`` (``a`` and ``b``: a row and the name the claim gives it; written
+    as ``shown`` says) with its 95% interval; the paper expects its sign to be
+    ``expected_sign``. ``n_seeds``: a probe's seeds (``quantity_se``)."""
+    (row_a, a_name), (row_b, b_name) = a, b
+    scale, unit, spec = shown.scale, shown.unit, shown.spec
+    va, vb = _f(row_a.get(key)), _f(row_b.get(key))
+    ea, eb = quantity_se(row_a, key, n_seeds), quantity_se(row_b, key, n_seeds)
     iv = diff_interval(va * scale, ea * scale, vb * scale, eb * scale)
     kl = ""
-    if a.get("kl") is not None and b.get("kl") is not None:
-        kl = f" (KL to the true conditionals {fmt(_f(a['kl']))} and {fmt(_f(b['kl']))} nats)"
+    if row_a.get("kl") is not None and row_b.get("kl") is not None:
+        kl = f" (KL to the true conditionals {fmt(_f(row_a['kl']))} and {fmt(_f(row_b['kl']))} nats)"
     measured = (f"{what}: {a_name} {fmt(va * scale, spec)}{unit}, {b_name} {fmt(vb * scale, spec)}{unit}{kl}; "
                 f"difference {fmt(iv.estimate, spec)}{unit}, 95% interval [{fmt(iv.low, spec)}, {fmt(iv.high, spec)}]"
                 f"{unit} (± 1.96 × the combined standard error).")

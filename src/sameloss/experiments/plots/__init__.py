@@ -3,14 +3,15 @@
 One module per kind of figure; each ``*_plot`` returns a matplotlib Figure (drawn
 off-screen) and ``save_figure`` writes it:
 
-* ``series_plot(series, x, panels, title)`` (``series.py``) — quantities against a step, a
-  size or the KL, one line per series (the paper's Figs. 2–5); a panel may shade a stretch
-  of its x axis (``Band``), for all series or for one (a strip of its colour);
-* ``scatter_plot(rows, panels, title, colour_by=, marker_by=, hollow=, join_by=)``
-  (``scatter.py``) — one quantity against another, one marker per model: colour = model
-  size, marker = recipe, hollow = outside a tolerance, a run's checkpoints joined in step
-  order, an optional fitted line per panel (``XY(fit="ols")`` or ``XY(fit=Fit(...))``)
-  (Fig. 1); markers at one place set side by side;
+* ``series_plot(series, x, panels, title, x_axis=XAxis(label, log=, refs=))``
+  (``series.py``) — quantities against a step, a size or the KL, one line per series (the
+  paper's Figs. 2–5); a panel may shade a stretch of its x axis (``Band``), for all series
+  or for one (a strip of its colour);
+* ``scatter_plot(rows, panels, title, encoding=Encoding(colour_by=, marker_by=, hollow=,
+  join_by=))`` (``scatter.py``) — one quantity against another, one marker per model:
+  colour = model size, marker = recipe, hollow = outside a tolerance, a run's checkpoints
+  joined in step order, an optional fitted line per panel (``XY(fit="ols")`` or
+  ``XY(fit=Fit(...))``) (Fig. 1); markers at one place set side by side;
 * ``dots_plot(rows, label, panels, title)`` (``dots.py``) — one dot with its interval per
   model and quantity (Tables 1–2 as a figure);
 * ``forest_plot(rows, label, panels, title)`` (``forest.py``) — paired differences with
@@ -64,14 +65,14 @@ from .panel import Band, Fit, Ref
 from .quantities import Quantity, describe_error, error_labels, quantity, with_unit
 from .save import (DATA_COLUMNS, SavedFigure, data_path, figure_bytes, figure_data, is_sameloss_data,
                    is_sameloss_figure, majority_ref, remove_stale, save_figure, write_file)
-from .scatter import XY, scatter_plot
-from .series import Panel, series_plot
+from .scatter import XY, Encoding, scatter_plot
+from .series import Panel, XAxis, series_plot
 from .style import (DPI, MIN_FONT, TAG, TRACE_FISHER, TRACE_HUTCHINSON, TRACE_HUTCHPP, WIDTHS, current,
                     drawing)
 
-__all__ = ["Band", "DATA_COLUMNS", "DPI", "FORMATS", "Fit", "Forest", "MIN_FONT", "Panel", "Quantity", "Ref",
-           "SavedFigure", "TAG", "TRACE_FISHER", "TRACE_HUTCHINSON", "TRACE_HUTCHPP", "WIDTHS", "XY", "current",
-           "curves_plot", "data_path", "describe_error", "dots_plot", "drawing", "error_labels", "figure_bytes",
-           "figure_data", "forest_plot", "interval_text", "is_sameloss_data", "is_sameloss_figure", "log_limits",
-           "majority_ref", "parse_formats", "quantity", "remove_stale", "save_figure", "scatter_plot", "series_plot",
-           "with_unit", "write_file"]
+__all__ = ["Band", "DATA_COLUMNS", "DPI", "Encoding", "FORMATS", "Fit", "Forest", "MIN_FONT", "Panel", "Quantity",
+           "Ref", "SavedFigure", "TAG", "TRACE_FISHER", "TRACE_HUTCHINSON", "TRACE_HUTCHPP", "WIDTHS", "XAxis", "XY",
+           "current", "curves_plot", "data_path", "describe_error", "dots_plot", "drawing", "error_labels",
+           "figure_bytes", "figure_data", "forest_plot", "interval_text", "is_sameloss_data", "is_sameloss_figure",
+           "log_limits", "majority_ref", "parse_formats", "quantity", "remove_stale", "save_figure", "scatter_plot",
+           "series_plot", "with_unit", "write_file"]

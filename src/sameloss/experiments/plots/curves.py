@@ -7,7 +7,7 @@ spread along it (runs whose lines coincide stay distinguishable)."""
 from __future__ import annotations
 
 from . import layout
-from .panel import Ref, _ends, _Panel, _Points
+from .panel import Ref, _AxisSettings, _ends, _Panel, _Points
 from .quantities import _error, _finite, _value
 from .style import LINESTYLES, MARKERS, styled
 
@@ -41,7 +41,8 @@ def curves_plot(runs: dict[str, list[dict]], title: str, *, subsets: dict[str, i
     built, drawn_in = [], {}
     steps = [float(r["step"]) for recs in runs.values() for r in recs]
     for ax, (key, ylabel, data), letter in zip(axes, panels, letters):
-        pnl = _Panel(ax, len(built), "step", key, "step", ylabel, ylog=key == "kl", integer_x=True, errors=errors)
+        pnl = _Panel(ax, len(built), "step", key, "step", ylabel,
+                     _AxisSettings(ylog=key == "kl", integer_x=True, errors=errors))
         for i, name in enumerate(runs):
             recs = data.get(name) or []
             if not recs:

@@ -8,7 +8,7 @@ import math
 from typing import Sequence
 
 from . import layout
-from .panel import _ends, _Panel, _Points
+from .panel import _AxisSettings, _ends, _Panel, _Points
 from .quantities import _error, _stem, _value
 from .series import Panel
 from .style import LEGEND_FONT, current, styled
@@ -43,7 +43,8 @@ def dots_plot(rows: list[dict], label: str, panels: Sequence[Panel], title: str,
     built = []
     letters = layout.letters(len(panels))
     for k, (ax, panel) in enumerate(zip(axes, panels)):
-        pnl = _Panel(ax, k, panel.key, None, panel.label, "", xlog=panel.is_log, categories=names, errors=errors)
+        pnl = _Panel(ax, k, panel.key, None, panel.label, "",
+                     _AxisSettings(xlog=panel.is_log, categories=names, errors=errors))
         pnl.category_labels = ticks
         xs = [_value(r, panel.key) for r in rows]
         low, high = _ends(xs, [_error(r, panel.key) for r in rows])

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from . import layout
 from .dots import row_labels, rows_height
-from .panel import Ref, _Panel, _Points
+from .panel import Ref, _AxisSettings, _Panel, _Points
 from .quantities import _float
 from .style import styled
 
@@ -68,7 +68,7 @@ def forest_plot(rows: list[dict], label: str, panels: Sequence[Forest], title: s
     letters = layout.letters(len(panels))
     any_mde = False
     for k, (ax, f) in enumerate(zip(axes, panels)):
-        pnl = _Panel(ax, k, None, None, f.label, "", categories=names, x_error=f.interval)
+        pnl = _Panel(ax, k, None, None, f.label, "", _AxisSettings(categories=names, x_error=f.interval))
         pnl.category_labels = ticks
         pnl.x = f"difference of {f.key}"
         est = [_float(r.get(f.key)) for r in rows]

@@ -120,23 +120,40 @@ def _ends(values: list[float], errors: list[float | None]) -> tuple[list, list]:
 _FIELDS = ("xs", "ys", "x_low", "x_high", "y_low", "y_high")
 
 
+@dataclass(frozen=True)
+class _AxisSettings:
+    """How a panel's axes are drawn: log axes, integer ticks on x (steps), ``categories``
+    as the rows of a categorical y axis (dots and forest plots), what its error bars are
+    (``errors``: quantity → words, ``describe_error``; ``x_error`` / ``y_error``: the words
+    themselves), and whether coincident markers are set side by side (scatter plots)."""
+
+    xlog: bool = False
+    ylog: bool = False
+    integer_x: bool = False
+    categories: list[str] | None = None
+    errors: dict[str, str] | None = None
+    x_error: str | None = None
+    y_error: str | None = None
+    dodge: bool = False
+
+
 class _Panel:
     """One axes: points, reference lines and fits collected first, then ``finish`` sets the
     limits from everything drawn (inside the quantities' ranges), cuts bars at those
     ranges, draws, and records every number for the data file."""
 
-    def __init__(self, ax, index: int, x: str | None, y: str | None, xlabel: str, ylabel: str, *,
-                 xlog: bool = False, ylog: bool = False, integer_x: bool = False, categories: list[str] | None = None,
-                 errors: dict[str, str] | None = None, x_error: str | None = None, y_error: str | None = None,
-                 dodge: bool = False):
+    def __init__(self, ax, index: int, x: str | None, y: str | None, xlabel: str, ylabel: str,
+                 settings: _AxisSettings = _AxisSettings()):
         self.ax, self.index, self.x, self.y = ax, index, x, y
         self.xq, self.yq = quantity(x), quantity(y)
+        categories = settings.categories
         self.xlabel, self.ylabel = with_unit(xlabel, x), (with_unit(ylabel, y) if categories is None else ylabel)
-        self.xlog, self.ylog, self.integer_x, self.categories = xlog, ylog, integer_x, categories
+        self.xlog, self.ylog, self.integer_x = settings.xlog, settings.ylog, settings.integer_x
+        self.categories = categories
         self.category_labels = categories  # as the ticks show them (broken into lines); the data file keeps ``categories``
-        self.x_error = x_error or (describe_error(x, errors) if x else None)
-        self.y_error = y_error or (describe_error(y, errors) if y else None)
-        self.dodge = dodge  # set coincident markers side by side (scatter plots)
+        self.x_error = settings.x_error or (describe_error(x, settings.errors) if x else None)
+        self.y_error = settings.y_error or (describe_error(y, settings.errors) if y else None)
+        self.dodge = settings.dodge  # set coincident markers side by side (scatter plots)
         self.letter: str | None = None
         self.points: list[_Points] = []
         self.refs: list[Ref] = []

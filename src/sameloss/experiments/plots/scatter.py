@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 
 from . import layout
 from .axes import _number, interval_text
-from .panel import Fit, Ref, _ends, _Panel, _Points
+from .panel import Fit, Ref, _AxisSettings, _ends, _Panel, _Points
 from .quantities import _error, _value
 from .style import MARKERS, PALETTE, styled
 
@@ -33,6 +33,25 @@ class XY:
     fit: Fit | str | None = None
 
 
+@dataclass(frozen=True)
+class Encoding:
+    """How a scatter plot draws its rows: colour by ``row[colour_by]`` (model size; one
+    legend entry per size, named by ``colour_label(size)``, default "<n> parameters"),
+    marker by ``marker_by(row)`` (the recipe), hollow where ``hollow(row)``
+    (``hollow_label`` says what hollow means); rows with the same ``join_by(row)``
+    (checkpoints of one run) are joined in step order, an arrow at the last.
+    ``colour_markers`` (without ``colour_by``): each ``marker_by`` group its own colour too
+    (``style.PALETTE``), so recipes differ in both."""
+
+    colour_by: str | None = "parameters"
+    colour_label: Callable[[float], str] | None = None
+    marker_by: Callable[[dict], str] | None = None
+    hollow: Callable[[dict], bool] | None = None
+    hollow_label: str = ""
+    join_by: Callable[[dict], str] | None = None
+    colour_markers: bool = False
+
+
 def _size_colours(values: list[float]) -> dict[float, object]:
     """Model sizes → colours of a sequential map (small = light, large = dark), as the
     paper colours by size."""
@@ -46,24 +65,19 @@ def _size_colours(values: list[float]) -> dict[float, object]:
 
 
 @styled
-def scatter_plot(rows: list[dict], panels: Sequence[XY], title: str, *, colour_by: str | None = "parameters",
-                 colour_label: Callable[[float], str] | None = None, marker_by: Callable[[dict], str] | None = None,
-                 hollow: Callable[[dict], bool] | None = None, hollow_label: str = "",
-                 join_by: Callable[[dict], str] | None = None, errors: dict[str, str] | None = None,
-                 caveat: str | None = None, colour_markers: bool = False):
-    """Panels of ``y`` against ``x``, one marker per row: colour by ``row[colour_by]`` (model
-    size; one legend entry per size), marker by ``marker_by(row)`` (the recipe), hollow where
-    ``hollow(row)`` (``hollow_label`` says what hollow means); rows with the same
-    ``join_by(row)`` (checkpoints of one run) are joined in step order, an arrow at the last.
-    ``caveat``: printed under the title. ``colour_markers`` (without ``colour_by``): each
-    ``marker_by`` group its own colour too (``style.PALETTE``), so recipes differ in both."""
+def scatter_plot(rows: list[dict], panels: Sequence[XY], title: str, *, encoding: Encoding = Encoding(),
+                 errors: dict[str, str] | None = None, caveat: str | None = None):
+    """Panels of ``y`` against ``x``, one marker per row, drawn as ``encoding`` says (default:
+    coloured by model size, one marker, all filled). ``caveat``: printed under the title."""
+    colour_by, colour_label, marker_by = encoding.colour_by, encoding.colour_label, encoding.marker_by
+    hollow, hollow_label, join_by = encoding.hollow, encoding.hollow_label, encoding.join_by
     fig, axes = layout.new_figure(len(panels), title, panel_height=PANEL_HEIGHT, caveat=caveat)
     sizes = [_value(r, colour_by) for r in rows] if colour_by else []
     colours = _size_colours([s for s in sizes if math.isfinite(s)]) if colour_by else {}
     recipes = list(dict.fromkeys(marker_by(r) for r in rows)) if marker_by else []
     markers = {name: MARKERS[i % len(MARKERS)] for i, name in enumerate(recipes)}
 
-    own = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(recipes)} if colour_markers else {}
+    own = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(recipes)} if encoding.colour_markers else {}
 
     def style(r):
         c = colours.get(_value(r, colour_by), "C0") if colour_by else own.get(marker_by(r), "C0") if own else "C0"
@@ -74,8 +88,8 @@ def scatter_plot(rows: list[dict], panels: Sequence[XY], title: str, *, colour_b
     for ax, xy in zip(axes, panels):
         xlog = xy.x in ("kl", "log_kl") if xy.xlog is None else xy.xlog
         ylog = xy.y in ("kl", "log_kl") if xy.ylog is None else xy.ylog
-        pnl = _Panel(ax, len(built), xy.x, xy.y, xy.xlabel, xy.ylabel, xlog=xlog, ylog=ylog, errors=errors,
-                     dodge=True)
+        pnl = _Panel(ax, len(built), xy.x, xy.y, xy.xlabel, xy.ylabel,
+                     _AxisSettings(xlog=xlog, ylog=ylog, errors=errors, dodge=True))
         groups: dict[tuple, list[dict]] = {}
         for r in rows:
             if math.isfinite(_value(r, xy.x)) and math.isfinite(_value(r, xy.y)):
@@ -154,4 +168,4 @@ def _ols_fit(pnl: _Panel) -> Fit | None:
                                        f"(95 % t, {len(xs)} points)")
 
 
-__all__ = ["XY", "scatter_plot"]
+__all__ = ["XY", "Encoding", "scatter_plot"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from . import layout
-from .panel import Band, Ref, _ends, _Panel, _Points
+from .panel import Band, Ref, _AxisSettings, _ends, _Panel, _Points
 from .quantities import _error, _value
 from .style import LINESTYLES, MARKERS, PALETTE, styled
 
@@ -33,6 +33,17 @@ class Panel:
         return self.key in ("kl", "log_kl") if self.log is None else self.log
 
 
+@dataclass(frozen=True)
+class XAxis:
+    """A series plot's x axis (the quantity ``x``): its ``label`` (default: ``x`` itself),
+    a log axis, and vertical reference lines in every panel (e.g. where the loss
+    saturates)."""
+
+    label: str | None = None
+    log: bool = False
+    refs: tuple[Ref, ...] = ()
+
+
 def series_style(i: int, name: str, styles: dict[str, dict]) -> dict:
     """The n-th series' colour, marker and dash pattern (``styles[name]`` overrides)."""
     return {"color": PALETTE[i % len(PALETTE)], "marker": MARKERS[i % len(MARKERS)], "filled": True,
@@ -41,13 +52,12 @@ def series_style(i: int, name: str, styles: dict[str, dict]) -> dict:
 
 @styled
 def series_plot(series: dict[str, list[dict]], x: str, panels: Sequence[Panel], title: str, *,
-                xlabel: str | None = None, logx: bool = False, x_refs: Sequence[Ref] = (),
-                errors: dict[str, str] | None = None, styles: dict[str, dict] | None = None,
+                x_axis: XAxis = XAxis(), errors: dict[str, str] | None = None, styles: dict[str, dict] | None = None,
                 caveat: str | None = None):
     """Panels of ``panels[i].key`` against ``x``, one line per series (a name and its rows,
-    in ``x`` order). ``x_refs``: vertical reference lines in every panel (e.g. where the
-    loss saturates). ``styles[name]``: ``color``, ``marker``, ``filled``, ``style`` (dashes)
-    of a series (default: the n-th of each). ``caveat``: printed under the title."""
+    in ``x`` order). ``x_axis``: the x axis's label, log scale and vertical reference lines.
+    ``styles[name]``: ``color``, ``marker``, ``filled``, ``style`` (dashes) of a series
+    (default: the n-th of each). ``caveat``: printed under the title."""
     fig, axes = layout.new_figure(len(panels), title, panel_height=PANEL_HEIGHT, caveat=caveat)
     styles = styles or {}
     drawn_in: dict[str, list[str | None]] = {}
@@ -55,8 +65,8 @@ def series_plot(series: dict[str, list[dict]], x: str, panels: Sequence[Panel], 
     letters = layout.letters(len(panels))
     names = list(series)
     for ax, panel, letter in zip(axes, panels, letters):
-        pnl = _Panel(ax, len(built), x, panel.key, xlabel or x, panel.label, xlog=logx, ylog=panel.is_log,
-                     integer_x=x == "step", errors=errors)
+        pnl = _Panel(ax, len(built), x, panel.key, x_axis.label or x, panel.label,
+                     _AxisSettings(xlog=x_axis.log, ylog=panel.is_log, integer_x=x == "step", errors=errors))
         for i, (name, rows) in enumerate(series.items()):
             style = series_style(i, name, styles)
             rows = [r for r in rows if math.isfinite(_value(r, panel.key)) and math.isfinite(_value(r, x))]
@@ -68,7 +78,7 @@ def series_plot(series: dict[str, list[dict]], x: str, panels: Sequence[Panel], 
             pnl.add(_Points(name, xs, ys, [None] * len(xs), [None] * len(xs), low, high, style["color"],
                             style["marker"], style["filled"], line=True, style=style["style"]))
             drawn_in.setdefault(name, []).append(letter)
-        for r in (*panel.refs, *x_refs):
+        for r in (*panel.refs, *x_axis.refs):
             pnl.ref(r)
         for b in panel.bands:
             color = series_style(names.index(b.series), b.series, styles)["color"] if b.series in names else None
@@ -90,4 +100,4 @@ def series_plot(series: dict[str, list[dict]], x: str, panels: Sequence[Panel], 
     return fig
 
 
-__all__ = ["Panel", "series_plot", "series_style"]
+__all__ = ["Panel", "XAxis", "series_plot", "series_style"]

@@ -43,7 +43,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ..claims import difference_claim, fmt
+from ..claims import POINTS, difference_claim, fmt
 from ..common import COMMON, LanguagePart, Preset, base_settings, languages_of, measured_columns, \
     measured_rows, reference_run, run_name
 from ..core import RunSpec
@@ -218,13 +218,13 @@ def _claims(section: Section, p: AlgorithmsPreset, lang: LanguagePart, rows: dic
                 f"not both within the KL tolerance {tol:g} nats; their comparison below is not at the same loss.")
         for task in lang.tasks:
             section.claims.append(difference_claim(c.accuracy_claim, f"{lang.title}, probe accuracy task {task}",
-                                                   f"probe_{task}", a, b, c.a_name, c.b_name, c.accuracy_sign,
-                                                   scale=100, unit=" pts", n_seeds=n_seeds))
+                                                   f"probe_{task}", (a, c.a_name), (b, c.b_name), c.accuracy_sign,
+                                                   POINTS, n_seeds=n_seeds))
         section.claims.append(difference_claim(c.trace_claim, f"{lang.title}, trace of Hessian", "trace_fisher",
-                                               a, b, c.a_name, c.b_name, c.trace_sign))
+                                               (a, c.a_name), (b, c.b_name), c.trace_sign))
     for task in lang.tasks:
         section.claims.append(difference_claim(
             "AdamW transfers better than the look-up table that outputs the true conditionals (Table 1: "
             "89.9 vs 71.2 task A, 49.2 vs 39.7 task B).", f"{lang.title}, probe accuracy task {task}",
-            f"probe_{task}", rows["lookup"], rows["adamw"], "look-up table", "AdamW", +1, scale=100, unit=" pts",
+            f"probe_{task}", (rows["lookup"], "look-up table"), (rows["adamw"], "AdamW"), +1, POINTS,
             n_seeds=n_seeds))

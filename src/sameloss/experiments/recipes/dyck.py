@@ -58,7 +58,7 @@ from ..claims import fmt, trend_claim
 from ..common import COMMON, Preset, Shape, base_settings, measure_spec, run_name
 from ..core import RunSpec, Setting
 from ..declare import measured, run_unit
-from ..plots import TRACE_FISHER, XY, Ref, error_labels, scatter_plot
+from ..plots import TRACE_FISHER, XY, Encoding, Ref, error_labels, scatter_plot
 from ..report import Claim, Column, Section, Table
 from ..stats import diff_interval, verdict
 
@@ -257,9 +257,10 @@ def _figure(records, section: Section, p: DyckPreset, rows: list[dict]) -> None:
                    refs=mean_variance),
                 XY("trace_fisher", TRACE_FISHER, keys[1], f"downstream MSE, first position, n = {n_lo}",
                    refs=mean_variance)],
-        "dyck: trace of Hessian against few-shot downstream error", colour_by="parameters",
-        marker_by=lambda r: _recipe(r["solution"]), hollow=lambda r: float(r["kl"]) > tol,
-        hollow_label=f"KL > {tol:g} nats (not at ~zero loss)", errors=errors)
+        "dyck: trace of Hessian against few-shot downstream error",
+        encoding=Encoding(colour_by="parameters", marker_by=lambda r: _recipe(r["solution"]),
+                          hollow=lambda r: float(r["kl"]) > tol, hollow_label=f"KL > {tol:g} nats (not at ~zero loss)"),
+        errors=errors)
     section.figures.append(records.figure(
         fig, "dyck-transfer",
         shows=f"dyck: the test MSE of the mismatch count g* learned by a minimum-norm linear head from n = {n_lo} "

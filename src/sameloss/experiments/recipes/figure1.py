@@ -47,7 +47,7 @@ import numpy as np
 from ..claims import fmt
 from ..common import COMMON, Preset, measure_spec, quantity_column
 from ..core import RunSpec, recipe
-from ..plots import TRACE_FISHER, XY, Ref, error_labels, majority_ref, scatter_plot
+from ..plots import TRACE_FISHER, XY, Encoding, Ref, error_labels, majority_ref, scatter_plot
 from ..report import Claim, Column, Section, Table, merge_rows
 from ..stats import Interval, bootstrap_ci, kendall_tau, spearman_rho, verdict
 
@@ -156,9 +156,11 @@ def _models_text_figure_table(records, section: Section, p: Figure1Preset, langu
         models, [XY("kl", kl_label, f"probe_{task}", accuracy, refs=(tolerance, *majority_ref(models, task))),
                  XY("trace_fisher", TRACE_FISHER, f"probe_{task}", accuracy, refs=majority_ref(models, task)),
                  XY("kl", kl_label, "trace_fisher", TRACE_FISHER, refs=(tolerance,))],
-        f"{language}: every model", colour_by="parameters", marker_by=_recipe_name,
-        hollow=lambda r: float(r["kl"]) > tol, hollow_label=f"KL > {tol:g} nats (not the same loss)",
-        join_by=lambda r: str(r.get("run") or r["model"]), errors=error_labels(_measure_spec(p, language, records.seed)))
+        f"{language}: every model",
+        encoding=Encoding(colour_by="parameters", marker_by=_recipe_name, hollow=lambda r: float(r["kl"]) > tol,
+                          hollow_label=f"KL > {tol:g} nats (not the same loss)",
+                          join_by=lambda r: str(r.get("run") or r["model"])),
+        errors=error_labels(_measure_spec(p, language, records.seed)))
     runs = {r.get("run") for r in models}
     section.figures.append(records.figure(
         fig, f"figure1-{language}",

@@ -59,13 +59,13 @@ from dataclasses import dataclass
 
 from ...models.sizes import LSTM_SIZES, TRANSFORMER_SIZES
 from ...measures.rows import error_column
-from ..claims import difference_claim, fmt
+from ..claims import POINTS, difference_claim, fmt
 from ..causal import CAUSAL
 from ..common import COMMON, LanguagePart, Preset, Shape, base_settings, language_parts, \
     measured_columns, measured_rows, quantity_column, reference_run, run_name
 from ..core import RunSpec
 from ..declare import Checkpoint, Embedded, Measure, run_unit
-from ..plots import TRACE_FISHER, Panel, Ref, error_labels, majority_ref, series_plot
+from ..plots import TRACE_FISHER, Panel, Ref, XAxis, error_labels, majority_ref, series_plot
 from ..report import Column, Section, Table
 
 TITLE = "Model size at the same loss (Fig. 3, Fig. 5)"
@@ -234,7 +234,7 @@ def _lstms(records, section: Section, p: SizesPreset, lang: LanguagePart) -> Non
               refs=(Ref(tol, f"same-loss tolerance (KL = {tol:g} nats)"),)),
         Panel("trace_fisher", TRACE_FISHER),
         Panel(f"probe_{main}", f"probe accuracy, task {main}", refs=majority_ref(rows, main))],
-        f"{lang.title}: LSTM sizes", xlabel="parameters", logx=True, x_refs=_saturation(rows, tol),
+        f"{lang.title}: LSTM sizes", x_axis=XAxis("parameters", log=True, refs=_saturation(rows, tol)),
         errors=error_labels(lang.measure))
     section.figures.append(records.figure(
         fig, f"sizes-{lang.name}-lstm",
@@ -304,8 +304,8 @@ def _figure(records, section: Section, p: SizesPreset, lang: LanguagePart, rows:
               refs=(Ref(tol, f"same-loss tolerance (KL = {tol:g} nats)"),)),
         Panel("trace", TRACE_FISHER),
         Panel(f"probe_{main}", f"probe accuracy, task {main}", refs=majority_ref(rows, main))],
-        f"{lang.title}: model sizes", xlabel="parameters", logx=True, x_refs=_saturation(rows, tol), errors=errors,
-        styles={embedded_name: {"filled": False, "marker": "s"}})
+        f"{lang.title}: model sizes", x_axis=XAxis("parameters", log=True, refs=_saturation(rows, tol)),
+        errors=errors, styles={embedded_name: {"filled": False, "marker": "s"}})
     section.figures.append(records.figure(
         fig, f"sizes-{lang.name}",
         shows=f"{lang.title}: (a) the exact KL to the true conditionals (log axis), (b) the trace of Hessian by the "
@@ -337,9 +337,9 @@ def _claims(section: Section, p: SizesPreset, lang: LanguagePart, rows: list[dic
                 continue
             section.claims.append(difference_claim(
                 "at the same loss, larger models are flatter (Fig. 5: trace 19.8 → 12.6 on the PCFG, in "
-                "the embedded view).", f"{lang.title}, {family}{what}", key, r, largest, a, b, -1))
+                "the embedded view).", f"{lang.title}, {family}{what}", key, (r, a), (largest, b), -1))
         for task in lang.tasks:
             section.claims.append(difference_claim(
                 "at the same loss, larger models transfer better (Fig. 3: +6.9% PCFG, +4.5% HMM).",
-                f"{lang.title}, {family}probe accuracy task {task}", f"probe_{task}", r, largest, a, b, +1, scale=100,
-                unit=" pts", n_seeds=len(p.measure.seeds)))
+                f"{lang.title}, {family}probe accuracy task {task}", f"probe_{task}", (r, a), (largest, b), +1,
+                POINTS, n_seeds=len(p.measure.seeds)))

@@ -55,14 +55,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..claims import difference_claim, trend_claim
+from ..claims import POINTS, difference_claim, trend_claim
 from ..causal import CAUSAL
 from ..common import COMMON, LanguagePart, Preset, base_settings, language_parts, measured_columns, \
     measured_rows, reference_run, run_name
 from ..core import RunSpec
 from ..declare import run_unit
 from ..engine import metrics
-from ..plots import TRACE_FISHER, Panel, Ref, curves_plot, error_labels, majority_ref, series_plot
+from ..plots import TRACE_FISHER, Panel, Ref, XAxis, curves_plot, error_labels, majority_ref, series_plot
 from ..report import Claim, Section, Table
 
 TITLE = "Training past convergence (Fig. 2, Fig. 4)"
@@ -195,7 +195,7 @@ def _figure(records, section: Section, p: StepsPreset, lang: LanguagePart, serie
               refs=(Ref(tol, f"same-loss tolerance (KL = {tol:g} nats)"),)),
         Panel("trace_fisher", TRACE_FISHER),
         Panel(f"probe_{main}", f"probe accuracy, task {main}", refs=majority_ref(rows, main))],
-        f"{lang.title}: past convergence", x_refs=saturation, errors=error_labels(lang.measure))
+        f"{lang.title}: past convergence", x_axis=XAxis(refs=tuple(saturation)), errors=error_labels(lang.measure))
     seeds = len(lang.measure.seeds)
     section.figures.append(records.figure(
         fig, f"steps-{lang.name}",
@@ -242,13 +242,13 @@ def _run_claims(section: Section, p: StepsPreset, lang: LanguagePart, name: str,
     a, b = f"step {first['step']}", f"step {last['step']}"
     claims: list[Claim] = [difference_claim(
         "after the loss converges, the trace of Hessian keeps falling (Fig. 4, Thm. 3.3).",
-        f"{lang.title}, {name}, trace of Hessian", "trace_fisher", first, last, a, b, -1)]
+        f"{lang.title}, {name}, trace of Hessian", "trace_fisher", (first, a), (last, b), -1)]
     for task in lang.tasks:
         claims.append(difference_claim(
             "after the loss converges, downstream accuracy keeps rising (Fig. 2, Fig. 4: +1.6% PCFG "
             "task C, +4.0% HMM task-10).",
-            f"{lang.title}, {name}, probe accuracy task {task}", f"probe_{task}", first, last, a, b, +1,
-            scale=100, unit=" pts", n_seeds=len(p.measure.seeds)))
+            f"{lang.title}, {name}, probe accuracy task {task}", f"probe_{task}", (first, a), (last, b), +1,
+            POINTS, n_seeds=len(p.measure.seeds)))
     if len(rows) >= MIN_TREND_POINTS:
         main = _main_task(p, lang)
         steps = [float(r["step"]) for r in rows]

@@ -48,7 +48,7 @@ from ...errors import UserError
 from ...files import atomic_writer
 from ...measures.glue import glue_label
 from ...measures.run import MeasureSpec
-from ..claims import difference_claim, fmt
+from ..claims import POINTS, difference_claim, fmt
 from ..common import Shape, measured_rows, quantity_column
 from ..core import RunSpec
 from ..declare import run_unit
@@ -339,8 +339,8 @@ def report(records, p: TextPreset) -> Section:
     for a_key, b_key, a_name, b_name, acc_sign, trace_sign, acc_claim, trace_claim in COMPARISONS:
         a, b = rows[a_key], rows[b_key]
         for k in tasks:
-            section.claims.append(difference_claim(acc_claim, f"fine-tuning accuracy {k}", keys[k], a, b,
-                                                   a_name, b_name, acc_sign, scale=100, unit=" pts", n_seeds=n_seeds))
-        section.claims.append(difference_claim(trace_claim, "trace of Hessian", "trace_fisher", a, b, a_name, b_name,
-                                               trace_sign))
+            section.claims.append(difference_claim(acc_claim, f"fine-tuning accuracy {k}", keys[k], (a, a_name),
+                                                   (b, b_name), acc_sign, POINTS, n_seeds=n_seeds))
+        section.claims.append(difference_claim(trace_claim, "trace of Hessian", "trace_fisher", (a, a_name),
+                                               (b, b_name), trace_sign))
     return section

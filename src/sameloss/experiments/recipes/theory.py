@@ -60,7 +60,7 @@ from ..common import measured_rows
 from ..core import RunSpec
 from ..declare import Checkpoint, Measure, Run, Unit, measured
 from ..layout import run_folder
-from ..plots import TRACE_FISHER, Panel, error_labels, series_plot
+from ..plots import TRACE_FISHER, Panel, XAxis, error_labels, series_plot
 from ..report import Claim, Column, Section, Table
 from ..stats import AGREES, DISAGREES, Interval, combined_t_test, diff_interval, ols_slope, verdict
 
@@ -258,7 +258,7 @@ def _lemma_report(records, section: Section, p: TheoryPreset, lang: str, rows: l
                            dict(r, trace=abs(r["trace_gap_model"]) or float("nan"), trace_se=r["trace_gap_model_se"])
                            for r in rows]},
                       "kl", [Panel("trace", "trace", log=True)], f"{lang}: Lemma 3.2 — Hessian vs Fisher against KL",
-                      xlabel="exact KL to the true conditionals (nats)", logx=True,
+                      x_axis=XAxis("exact KL to the true conditionals (nats)", log=True),
                       errors={"trace": f"± SE (tr F: over its {s.fisher_contexts} contexts; tr H and the gaps: over "
                                        f"{s.hessian_batches} independent batches)"})
     section.figures.append(records.figure(
@@ -280,7 +280,8 @@ def _lemma_report(records, section: Section, p: TheoryPreset, lang: str, rows: l
     first, last = max(rows, key=lambda r: r["kl"]), min(rows, key=lambda r: r["kl"])
     section.claims.append(difference_claim(
         "Lemma 3.2: the gap shrinks between the least and the most converged checkpoint.",
-        f"{lang}, |tr H − tr F|", "trace_abs_gap", first, last, f"step {first['step']}", f"step {last['step']}", -1))
+        f"{lang}, |tr H − tr F|", "trace_abs_gap", (first, f"step {first['step']}"), (last, f"step {last['step']}"),
+        -1))
     section.claims.append(zero_claim(
         "Lemma 3.2 at the most converged checkpoint: tr H − tr F ≈ 0.",
         f"{lang}, gap at step {last['step']} (KL {fmt(last['kl'])} nats, tr F {fmt(last['trace_fisher'])})",
@@ -333,7 +334,7 @@ def _sgd_continuations(records, section: Section, p: TheoryPreset, lang: str) ->
                                 rows, source=SGD_FILE))
     fig = series_plot(series, "x", [Panel("trace_fisher", TRACE_FISHER),
                                     Panel("kl", "exact KL to the true conditionals (nats)")],
-                      f"{lang}: SGD from the converged model, against η·steps/B", xlabel="η·steps/B",
+                      f"{lang}: SGD from the converged model, against η·steps/B", x_axis=XAxis("η·steps/B"),
                       errors=error_labels(mspec))
     section.figures.append(records.figure(
         fig, f"theory-sgd-{lang}",
@@ -388,8 +389,8 @@ def _theorem_claims(section: Section, p: TheoryPreset, lang: str, slope_rows: li
     ref = small[-1]
     section.claims.append(difference_claim(
         "Theorem 3.3: with the same steps, a much larger batch (≈ gradient flow) lowers the trace less than a small "
-        "batch at the same η.", f"{lang}, trace change over {p.sgd.steps} steps", "trace_change", large, ref,
-        large["run"], ref["run"], -1))
+        "batch at the same η.", f"{lang}, trace change over {p.sgd.steps} steps", "trace_change",
+        (large, large["run"]), (ref, ref["run"]), -1))
     for r in slope_rows:
         left = float(r["kl_end"]) - float(r["kl_start"]) > p.kl_tolerance
         section.notes.append(f"{lang}, {r['run']}: KL {fmt(r['kl_start'])} → {fmt(r['kl_end'])} nats over the "

@@ -84,7 +84,7 @@ def _forest(records, section: Section, p: IsolossPreset, diffs: list[dict], seed
 
 def _scatter(records, section: Section, p: IsolossPreset, rows: list[dict], seeds: list[int], stem: str) -> None:
     """Fig. 1 within seeds: accuracy against trace, each minus its seed's mean."""
-    from ...plots import TRACE_FISHER, XY, Fit, interval_text, scatter_plot
+    from ...plots import TRACE_FISHER, XY, Encoding, Fit, interval_text, scatter_plot
 
     points = _points(p)
     scatter = []
@@ -109,8 +109,9 @@ def _scatter(records, section: Section, p: IsolossPreset, rows: list[dict], seed
         panels.append(XY(f"dtrace_{pt}", f"{TRACE_FISHER} − seed mean, fork point {pt}", f"dacc_{pt}",
                          "primary accuracy − seed mean (points)", fit=fit))
     labels = _labels(p)
-    fig = scatter_plot(scatter, panels, "Fig. 1 within seeds", colour_by=None,
-                       marker_by=lambda r: labels.get(r["fork"], r["fork"]), colour_markers=True)
+    fig = scatter_plot(scatter, panels, "Fig. 1 within seeds",
+                       encoding=Encoding(colour_by=None, marker_by=lambda r: labels.get(r["fork"], r["fork"]),
+                                         colour_markers=True))
     section.figures.append(records.figure(
         fig, stem + "scatter",
         shows="Fig. 1 within seeds: every fork's primary probe accuracy (points) against its trace of Hessian "
@@ -167,7 +168,7 @@ def _curves(records, section: Section, p: IsolossPreset, results: list[dict], se
 def _dose(records, section: Section, p: IsolossPreset, seeds: list[int], stem: str) -> None:
     """The dose-response of the flatness forks: each pair's primary difference against its
     relative trace change, the pooled slope through the origin per fork point."""
-    from ...plots import XY, Fit, Ref, interval_text, scatter_plot
+    from ...plots import XY, Encoding, Fit, Ref, interval_text, scatter_plot
 
     slopes = {r["point"]: r for r in section.files.get("dose_response.csv", [])}
     pts = section.files.get("dose_points.csv", [])
@@ -186,8 +187,9 @@ def _dose(records, section: Section, p: IsolossPreset, seeds: list[int], stem: s
                          "primary accuracy difference (points)", fit=fit,
                          refs=(Ref(0.0, "no difference", color="0.6", style="-"),)))
     labels = _labels(p)
-    fig = scatter_plot(rows, panels, "Dose-response: flatness as the treatment", colour_by=None,
-                       marker_by=lambda r: labels.get(r["fork"], r["fork"]), colour_markers=True)
+    fig = scatter_plot(rows, panels, "Dose-response: flatness as the treatment",
+                       encoding=Encoding(colour_by=None, marker_by=lambda r: labels.get(r["fork"], r["fork"]),
+                                         colour_markers=True))
     section.figures.append(records.figure(
         fig, stem + "dose",
         shows="Dose-response of the flatness forks (a trace penalty λ × the Fisher trace in training; λ < 0 "
