@@ -15,7 +15,7 @@ from sameloss.cli import main
 from sameloss.errors import UserError
 from sameloss.languages import make_language
 from sameloss.languages.base import entropy_of
-from sameloss.languages.lm_generated import (CausalLM, LoadSettings, expected_token_counts,
+from sameloss.languages.lm_generated import (CausalLM, CausalSettings, LoadSettings, expected_token_counts,
                                              tokens_filename)
 from sameloss.training import PretrainConfig, pretrain
 
@@ -263,8 +263,8 @@ def test_make_language_needs_a_generator_and_keeps_causal_keys_to_causal(folder)
     with pytest.raises(UserError, match="language.generator=DIR"):
         make_language("causal")
     with pytest.raises(UserError, match="language.k applies to the causal language only"):
-        make_language("hmm", preset="micro", k=5)
-    lm = make_language("causal", generator=str(folder), k=K, length=T)
+        make_language("hmm", preset="micro", causal=CausalSettings(k=5))
+    lm = make_language("causal", causal=CausalSettings(generator=str(folder), k=K, length=T))
     assert (lm.n_words, lm.max_len, lm.vocab_size) == (K, T, K + 3)
 
 

@@ -76,6 +76,18 @@ LOGIT_CHECK_TOL = {torch.float64: 1e-9, torch.float32: 1e-4}  # restricted head 
 
 
 @dataclass(frozen=True)
+class CausalSettings:
+    """The causal language's own ``language.*`` settings (``make_language(..., causal=)``):
+    the generator folder, K allowed tokens and the sentence length T (``None``: the
+    paper's, ``DEFAULTS``), and a token pool its training sentences are drawn from."""
+
+    generator: str | None = None
+    k: int | None = None
+    length: int | None = None
+    pool: str | None = None
+
+
+@dataclass(frozen=True)
 class LoadSettings:
     """How ``CausalLM.from_pretrained`` works with the generator beyond K and T: the
     ``frequency_sentences`` ancestral samples (seeded by ``frequency_seed``) whose expected
