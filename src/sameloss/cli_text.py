@@ -109,14 +109,14 @@ def add_causal_parsers(commands) -> None:
 def _causal_train(args) -> None:
     import torch
 
-    from .languages.lm_train import train_generator
+    from .languages.lm_train import GeneratorTraining, train_generator
     from .languages.text import limit_tokenizer_threads
 
     limit_tokenizer_threads(torch.get_num_threads())  # --threads (set by main) for the BPE too
 
-    record = train_generator(args.corpus, args.out, vocab=args.vocab, size=args.size, steps=args.steps,
-                             batch_size=args.batch_size, context=args.context, lr=args.lr, seed=args.seed,
-                             doc_per=args.doc_per, log=lambda line: print(line, flush=True))
+    training = GeneratorTraining(vocab=args.vocab, size=args.size, steps=args.steps, batch_size=args.batch_size,
+                                 context=args.context, lr=args.lr, seed=args.seed, doc_per=args.doc_per)
+    record = train_generator(args.corpus, args.out, training, log=lambda line: print(line, flush=True))
     print(f"wrote {args.out} (final training loss {record['final_loss']:.4f}); use language.generator={args.out}")
 
 

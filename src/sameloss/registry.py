@@ -331,8 +331,8 @@ def _number(text: str, where: str) -> int | float:
 
 
 def keyword_types(function: Callable, skip: tuple[str, ...] = ("seed",)) -> dict[str, type]:
-    """The keyword arguments of ``function`` with an int or float default, and that type
-    (but ``skip``): the ``language.params`` a constructor takes."""
+    """The keyword arguments of ``function`` (or the fields of a dataclass) with an int or
+    float default, and that type (but ``skip``): the ``language.params`` a constructor takes."""
     out = {}
     for name, parameter in inspect.signature(function).parameters.items():
         default = parameter.default

@@ -1,5 +1,5 @@
 """``language.params``: a language's constructor settings over its size's own (HMM.random's,
-random_layered's and max_len), parsed in one place, checked by each language, saved with
+the PCFG's GrammarShape and max_len), parsed in one place, checked by each language, saved with
 the run's config without changing configs that do not use it."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from sameloss.languages import make_language
 from sameloss.languages import pcfg as pcfg_module
 from sameloss.languages.hmm import HMM
 from sameloss.languages.pcfg import PCFG
-from sameloss.languages.pcfg_random import random_layered
+from sameloss.languages.pcfg_random import GrammarShape, random_layered
 from sameloss.registry import language_params, parse_params
 from sameloss.training.config import LanguageConfig, PretrainConfig
 from sameloss.training.runfolder import config_differences
@@ -98,7 +98,7 @@ def test_an_hmm_with_params_is_hmm_random_of_the_size_with_them(size, seed):
 def test_a_pcfg_with_params_is_the_random_grammar_of_the_size_with_them(seed):
     built = PCFG.preset("micro", seed=seed, params="n_words=10,emit_prob=0.3,max_len=6")
     kwargs = {**pcfg_module.PRESETS["micro"], "n_words": 10, "emit_prob": 0.3}
-    expected = random_layered(seed=pcfg_module.PRESET_SEEDS["micro"] if seed is None else seed, **kwargs)
+    expected = random_layered(GrammarShape(**kwargs), seed=pcfg_module.PRESET_SEEDS["micro"] if seed is None else seed)
     assert built.n_words == 10 and built.max_len == 6
     for name in GRAMMAR_TENSORS:
         assert torch.equal(getattr(built.grammar, name), getattr(expected, name)), name

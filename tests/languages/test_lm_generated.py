@@ -15,7 +15,8 @@ from sameloss.cli import main
 from sameloss.errors import UserError
 from sameloss.languages import make_language
 from sameloss.languages.base import entropy_of
-from sameloss.languages.lm_generated import CausalLM, expected_token_counts, tokens_filename
+from sameloss.languages.lm_generated import (CausalLM, CausalSettings, LoadSettings, expected_token_counts,
+                                             tokens_filename)
 from sameloss.training import PretrainConfig, pretrain
 
 transformers = pytest.importorskip("transformers")
@@ -211,7 +212,8 @@ def test_frequent_tokens_are_estimated_cached_and_reused(folder, tmp_path):
     n = 3000
     estimate = expected_token_counts(model, bos, T, n, seed=0) / n
 
-    lm = CausalLM.from_pretrained(folder, k=K, length=T, dtype=torch.float64, frequency_sentences=n)
+    lm = CausalLM.from_pretrained(folder, k=K, length=T, dtype=torch.float64,
+                                  settings=LoadSettings(frequency_sentences=n))
     special = {model.config.bos_token_id, model.config.eos_token_id, model.config.pad_token_id}
     ranked = [t for t in torch.sort(-estimate, stable=True).indices.tolist() if t not in special][:K]
     assert lm.tokens.tolist() == ranked
@@ -221,7 +223,8 @@ def test_frequent_tokens_are_estimated_cached_and_reused(folder, tmp_path):
     # the next load reads the cached list instead of estimating again
     record["tokens"] = ranked[::-1]
     cache.write_text(json.dumps(record))
-    assert CausalLM.from_pretrained(folder, k=K, length=T, frequency_sentences=n).tokens.tolist() == ranked[::-1]
+    again = CausalLM.from_pretrained(folder, k=K, length=T, settings=LoadSettings(frequency_sentences=n))
+    assert again.tokens.tolist() == ranked[::-1]
     cache.unlink()
 
 
@@ -260,8 +263,8 @@ def test_make_language_needs_a_generator_and_keeps_causal_keys_to_causal(folder)
     with pytest.raises(UserError, match="language.generator=DIR"):
         make_language("causal")
     with pytest.raises(UserError, match="language.k applies to the causal language only"):
-        make_language("hmm", preset="micro", k=5)
-    lm = make_language("causal", generator=str(folder), k=K, length=T)
+        make_language("hmm", preset="micro", causal=CausalSettings(k=5))
+    lm = make_language("causal", causal=CausalSettings(generator=str(folder), k=K, length=T))
     assert (lm.n_words, lm.max_len, lm.vocab_size) == (K, T, K + 3)
 
 

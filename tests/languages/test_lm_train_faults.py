@@ -16,7 +16,7 @@ from sameloss.cli import main
 from sameloss.errors import UserError
 from sameloss.languages.lm_generated import CausalLM
 from sameloss.languages.lm_generated import load_pool
-from sameloss.languages.lm_train import MAX_TRAIN_BYTES, train_generator
+from sameloss.languages.lm_train import MAX_TRAIN_BYTES, GeneratorTraining, train_generator
 from helpers.datacli import error_line, leftovers, run_cli
 
 pytest.importorskip("transformers")
@@ -57,7 +57,7 @@ def test_a_learning_rate_not_finite_and_positive_is_one_line(lr, corpus, tmp_pat
                          "--out", str(tmp_path / "g")], capsys)
     assert "--lr" in line and "finite number > 0" in line
     with pytest.raises(UserError, match="--lr must be a finite number > 0"):
-        train_generator([corpus], tmp_path / "g", vocab=300, size="micro", steps=1, lr=float(lr))
+        train_generator([corpus], tmp_path / "g", GeneratorTraining(vocab=300, size="micro", steps=1, lr=float(lr)))
     assert not (tmp_path / "g").exists()
 
 

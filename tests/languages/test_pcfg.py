@@ -14,7 +14,7 @@ from sameloss.errors import InputFileError, UserError
 from sameloss.languages.base import Batch
 from sameloss.languages.pcfg import HEADROOM_TASK, MIN_FIT, NOTE_FLOPS, PCFG
 from sameloss.languages.pcfg_grammar import Grammar
-from sameloss.languages.pcfg_random import random_layered
+from sameloss.languages.pcfg_random import GrammarShape, random_layered
 
 ANCHOR = Path(__file__).resolve().parents[3] / "shared" / "anchors" / "rule_deep_mlm.txt"
 TOL = 1e-10
@@ -22,8 +22,8 @@ TOL = 1e-10
 
 
 def layered(seed: int) -> Grammar:
-    return random_layered(n_words=5, n_roots=2, n_levels=2, symbols_per_level=3, binary_rules_per_symbol=3,
-                          emit_prob=0.3, words_per_emission=2, words_per_last_symbol=3, seed=seed)
+    return random_layered(GrammarShape(n_words=5, n_roots=2, n_levels=2, symbols_per_level=3, binary_rules_per_symbol=3,
+                                       emit_prob=0.3, words_per_emission=2, words_per_last_symbol=3), seed=seed)
 
 
 GRAMMARS = {

@@ -19,7 +19,7 @@ from sameloss.errors import InputFileError, UserError
 from sameloss.languages import inside_outside, pcfg, pcfg_grammar, pcfg_lengths
 from sameloss.languages.pcfg import PCFG
 from sameloss.languages.pcfg_grammar import Grammar, Progress
-from sameloss.languages.pcfg_random import random_layered
+from sameloss.languages.pcfg_random import GrammarShape, random_layered
 
 ANCHOR = Path(__file__).resolve().parents[3] / "shared" / "anchors" / "rule_deep_mlm.txt"
 
@@ -32,9 +32,10 @@ def branching(p: float) -> Grammar:
 
 # ---- the length distribution against enumeration ------------------------------------------
 @pytest.mark.parametrize("make", [lambda: Grammar.from_text(RECURSIVE), lambda: branching(0.45),
-                                  lambda: random_layered(n_words=5, n_roots=2, n_levels=2, symbols_per_level=3,
-                                                         binary_rules_per_symbol=3, emit_prob=0.3,
-                                                         words_per_emission=2, words_per_last_symbol=3, seed=1)],
+                                  lambda: random_layered(GrammarShape(n_words=5, n_roots=2, n_levels=2,
+                                                                      symbols_per_level=3, binary_rules_per_symbol=3,
+                                                                      emit_prob=0.3, words_per_emission=2,
+                                                                      words_per_last_symbol=3), seed=1)],
                          ids=["recursive", "branching", "layered"])
 def test_length_table_matches_enumeration(make):
     g = make()

@@ -13,7 +13,7 @@ import torch
 from sameloss.cli import main
 from sameloss.errors import UserError
 from sameloss.languages.lm_generated import CausalLM, tokens_filename
-from sameloss.languages.lm_train import train_generator
+from sameloss.languages.lm_train import GeneratorTraining, train_generator
 from sameloss.measures.glue import encode_causal, glue_task_data
 
 transformers = pytest.importorskip("transformers")
@@ -31,7 +31,8 @@ def generator(tmp_path_factory):
     words = IN_VOCAB + "and ran to big".split()
     (root / "c.txt").write_text("\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(3, 9)))
                                           for _ in range(300)))
-    train_generator([root / "c.txt"], root / "gen", vocab=300, size="micro", steps=4, batch_size=4, context=16,
+    train_generator([root / "c.txt"], root / "gen",
+                    GeneratorTraining(vocab=300, size="micro", steps=4, batch_size=4, context=16),
                     log=lambda line: None)
     return root / "gen"
 

@@ -111,7 +111,7 @@ def prepare_causal(study, c: CausalScale) -> tuple[CausalScale, dict[str, str]]:
     else:
         generator = folder / "generator"
         if not (generator / "config.json").is_file():
-            from ..languages.lm_train import train_generator
+            from ..languages.lm_train import GeneratorTraining, train_generator
 
             partial = folder / f"generator.partial-{os.getpid()}"
             if partial.exists():
@@ -119,8 +119,9 @@ def prepare_causal(study, c: CausalScale) -> tuple[CausalScale, dict[str, str]]:
             toy = toy_text(folder / "toy", seed=0, n_corpus=400, n_train=8, n_dev=8)
             steps = c.train_steps if c.generator == "train" else 0
             study.log(f"building the causal generator ({c.generator}, {c.generator_size}, {steps} steps) in {folder}")
-            train_generator([toy["corpus"]], partial, vocab=c.bpe_vocab, size=c.generator_size, steps=steps,
-                            seed=0, log=study.log)
+            train_generator([toy["corpus"]], partial,
+                            GeneratorTraining(vocab=c.bpe_vocab, size=c.generator_size, steps=steps, seed=0),
+                            log=study.log)
             _publish(partial, generator)
     c = replace(c, generator_path=str(generator.resolve()))
     sst2 = os.environ.get(SST2_ENV)

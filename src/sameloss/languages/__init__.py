@@ -9,21 +9,22 @@ constructors (``PCFG.from_file``, ``PCFG.random``, ``HMM.random``, ...).
 
 from __future__ import annotations
 
+import dataclasses
+
 from .. import registry
 from ..errors import UserError
 from .base import Batch, Estimate, Language, Task, entropy_of, sample_mask
 from .dyck import Dyck
 from .hmm import HMM
-from .lm_generated import CausalLM
+from .lm_generated import CausalLM, CausalSettings
 from .pcfg import PCFG
 from .pcfg_grammar import Grammar
 from .text import Corpus
 
 
 def make_language(name: str, preset: str = "tiny", seed: int | None = None, grammar: str | None = None,
-                  params: str | None = None,
-                  generator: str | None = None, k: int | None = None, length: int | None = None,
-                  device: str = "cpu", data: str | None = None, pool: str | None = None) -> Language:
+                  params: str | None = None, data: str | None = None, causal: CausalSettings = CausalSettings(),
+                  device: str = "cpu") -> Language:
     """Build the registered language ``name`` from its ``language.*`` settings.
 
     A setting the language does not take is refused (a ``UserError`` naming the languages
@@ -38,12 +39,12 @@ def make_language(name: str, preset: str = "tiny", seed: int | None = None, gram
         grammar: a PCFG grammar file (pcfg; overrides ``preset``).
         params: constructor settings over the size's own, ``"key=value[,key=value...]"``
             (hmm, pcfg; e.g. ``"n_states=6,emission_concentration=0.5"``).
-        generator: a local Hugging Face causal LM folder (causal).
-        k: the causal language's allowed tokens.
-        length: the causal language's sentence length.
-        device: where a causal generator runs.
         data: a prepared corpus folder (corpus; ``sameloss corpus prepare``).
-        pool: a token pool of the causal language (``sameloss causal-lm sample``).
+        causal: the causal language's settings (``lm_generated.CausalSettings``): a local
+            Hugging Face causal LM folder (``generator``), its allowed tokens (``k``), its
+            sentence length (``length``) and a token pool (``pool``; ``sameloss
+            causal-lm sample``); each is refused by the other languages.
+        device: where a causal generator runs.
 
     Returns:
         the language (``languages.base.Language``).
@@ -54,8 +55,8 @@ def make_language(name: str, preset: str = "tiny", seed: int | None = None, gram
         (8, 'task-3')
     """
     entry = registry.language(name)
-    given = {"size": preset, "seed": seed, "params": params, "grammar": grammar, "generator": generator, "k": k, "length": length,
-             "pool": pool, "data": data, "device": device}
+    given = {"size": preset, "seed": seed, "params": params, "grammar": grammar, **dataclasses.asdict(causal),
+             "data": data, "device": device}
     for key, value in given.items():
         if value is not None and key not in entry.settings and key not in registry.ALWAYS_GIVEN:
             takers = [n for n, e in registry.languages().items() if key in e.settings]
@@ -64,5 +65,5 @@ def make_language(name: str, preset: str = "tiny", seed: int | None = None, gram
     return entry.builder()(**{key: given[key] for key in entry.settings})
 
 
-__all__ = ["Batch", "CausalLM", "Corpus", "Dyck", "Estimate", "Grammar", "HMM", "Language", "PCFG", "Task",
-           "entropy_of", "make_language", "sample_mask"]
+__all__ = ["Batch", "CausalLM", "CausalSettings", "Corpus", "Dyck", "Estimate", "Grammar", "HMM", "Language", "PCFG",
+           "Task", "entropy_of", "make_language", "sample_mask"]

@@ -47,7 +47,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -71,6 +73,40 @@ SAMPLE_BLOCK = 1024  # sentences per sampling block
 POOL_META = "meta.json"  # a token pool (``sameloss causal-lm sample``, ``lm_train.write_pool``)
 POOL_TOKENS = "tokens.npy"
 LOGIT_CHECK_TOL = {torch.float64: 1e-9, torch.float32: 1e-4}  # restricted head vs the model's logits
+
+
+@dataclass(frozen=True)
+class CausalSettings:
+    """The causal language's own ``language.*`` settings (``make_language(..., causal=)``):
+    the generator folder, K allowed tokens and the sentence length T (``None``: the
+    paper's, ``DEFAULTS``), and a token pool its training sentences are drawn from."""
+
+    generator: str | None = None
+    k: int | None = None
+    length: int | None = None
+    pool: str | None = None
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """How ``CausalLM.from_pretrained`` works with the generator beyond K and T: the
+    ``frequency_sentences`` ancestral samples (seeded by ``frequency_seed``) whose expected
+    token counts rank the K most frequent tokens when none are given, and the
+    ``chunk_tokens`` of one continuation pass in ``conditionals``."""
+
+    frequency_sentences: int = 4096
+    frequency_seed: int = 0
+    chunk_tokens: int = 1 << 15
+
+
+class _PrefixPass(NamedTuple):
+    """One pass of ``conditionals`` over the sentences it needs: the KV cache as pairs and
+    as returned (``kv``, ``past``), and their words in generator and language ids."""
+
+    kv: list
+    past: object
+    gen_words: torch.Tensor
+    words: torch.Tensor
 
 
 class CausalLM(Language):
@@ -136,15 +172,16 @@ class CausalLM(Language):
     # ---- construction -----------------------------------------------------------------
     @classmethod
     def from_pretrained(cls, path, k: int, length: int, tokens: Sequence[int] | str | Path | None = None,
-                        device="cpu", dtype=torch.float32, frequency_sentences: int = 4096,
-                        frequency_seed: int = 0, chunk_tokens: int = 1 << 15, pool=None) -> CausalLM:
+                        device="cpu", dtype=torch.float32, pool=None, settings: LoadSettings = LoadSettings()
+                        ) -> CausalLM:
         """Load a local HF causal LM folder as a language of K tokens and length T.
 
         ``tokens``: allowed generator ids (a list, or a JSON file written by
         ``save_tokens``); ``None``: the K most frequent tokens of the unrestricted
         generator (see the module docstring; the list is cached in the folder).
         ``pool``: a folder of ``sameloss causal-lm sample`` that ``sample_train`` draws
-        from (``sameloss.languages.lm_train``).
+        from (``sameloss.languages.lm_train``). ``settings``: how the frequent tokens are
+        estimated and how large a pass of ``conditionals`` is (``LoadSettings``).
         """
         transformers = require_transformers()
         for label, v in (("k", k), ("length", length)):
@@ -178,13 +215,13 @@ class CausalLM(Language):
         if isinstance(tokens, (str, Path)):
             tokens = load_tokens(tokens, k=k)
         elif tokens is None:
-            tokens = frequent_tokens(model, folder, k, length, int(bos), frequency_sentences, frequency_seed,
-                                     expected_token_counts)
+            tokens = frequent_tokens(model, folder, k, length, int(bos), settings.frequency_sentences,
+                                     settings.frequency_seed, expected_token_counts)
         tokens = [int(t) for t in tokens]
         if len(tokens) != k:
             raise UserError(f"k={k} but {len(tokens)} allowed tokens were given")
         lm = cls(model, tokens, length, int(bos), words=tokenizer_words(transformers, folder, tokens),
-                 chunk_tokens=chunk_tokens, source=str(folder))
+                 chunk_tokens=settings.chunk_tokens, source=str(folder))
         if pool is not None:
             lm.pool = load_pool(pool, k, length, tokens)
         return lm
@@ -329,10 +366,7 @@ class CausalLM(Language):
         words_n = words[needed]
         hidden_states, past = self._forward(self._inputs(words_n))
         prefix = torch.log_softmax(self._restricted_logits(hidden_states).double(), dim=-1)  # [n, T, K]
-        kv = kv_pairs(past)
-        gen_words = self._generator_ids(words_n)  # [n, T]
-        words_n = words_n.to(self.device)
-        cand = self._ids  # [K]: the candidate at the position, in generator ids
+        prefix_pass = _PrefixPass(kv_pairs(past), past, self._generator_ids(words_n), words_n.to(self.device))
         for t in range(T):  # a loop over positions; everything inside is batched
             rows = (qt == t).nonzero(as_tuple=True)[0]
             if rows.numel() == 0:
@@ -341,21 +375,22 @@ class CausalLM(Language):
             score = prefix[sent, t].clone()  # [b, K]: log q(w | x_<t)
             stop = int(last[rows].max())  # continuation predicts x_{t+1} .. x_stop
             if stop > t:
-                score += self._continuations(kv, past, sent, gen_words, words_n, t, stop,
-                                             last[rows].to(self.device), cand)
+                score += self._continuations(prefix_pass, sent, t, stop, last[rows].to(self.device))
             out[rows] = torch.softmax(score, dim=-1).cpu()
         return out
 
-    def _continuations(self, kv, past, sent, gen_words, words, t: int, stop: int, last, cand) -> torch.Tensor:
+    def _continuations(self, prefix_pass: _PrefixPass, sent, t: int, stop: int, last) -> torch.Tensor:
         """``Σ_{s=t+1}^{last} log q(x_s | x_<t, w, x_{t+1..s−1})`` for every candidate w,
         float64 ``[b, K]``: the prefix cache (bos..x_{t−1}, ``t + 1`` entries) repeated K
         ways under the continuations ``w, x_{t+1} .. x_{stop−1}``, in chunks."""
         K = self.n_words
         b = sent.shape[0]
         length = stop - t
-        prefix_kv = [(k_[sent, :, :t + 1], v_[sent, :, :t + 1]) for k_, v_ in kv]
-        suffix = gen_words[sent, t + 1:stop]  # [b, length − 1]
-        targets = words[sent, t + 1:stop + 1]  # [b, length]
+        past = prefix_pass.past
+        prefix_kv = [(k_[sent, :, :t + 1], v_[sent, :, :t + 1]) for k_, v_ in prefix_pass.kv]
+        suffix = prefix_pass.gen_words[sent, t + 1:stop]  # [b, length − 1]
+        targets = prefix_pass.words[sent, t + 1:stop + 1]  # [b, length]
+        cand = self._ids  # [K]: the candidate at the position, in generator ids
         counts = (torch.arange(t + 1, stop + 1, device=self.device)[None, :] <= last[:, None]).double()
         total = torch.empty(b * K, dtype=torch.float64, device=self.device)
         rows_per_chunk = max(1, self.chunk_tokens // (t + 1 + length))

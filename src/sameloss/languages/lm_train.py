@@ -1,13 +1,14 @@
 """Generators and token pools for the causal language (``sameloss causal-lm``).
 
-``train_generator(files, out, vocab=K, size=S)`` (``sameloss causal-lm train``), for users
-without OPT weights: trains a byte-level BPE (``tokenizers``) and a small GPT-2-style
-model (``transformers.GPT2LMHeadModel`` from a config) on local text and writes a normal
-Hugging Face folder (``save_pretrained`` + tokenizer files). ``CausalLM.from_pretrained``
-reads it exactly as it reads a downloaded OPT-125M. Training: documents joined into one
-token stream (``<|endoftext|>`` after each), random windows of ``context`` tokens drawn
-from a generator seeded by ``seed``, AdamW; the model's initial weights are drawn under
-``torch.manual_seed(seed)``, so a folder is a pure function of (text, arguments).
+``train_generator(files, out, GeneratorTraining(vocab=K, size=S))`` (``sameloss causal-lm
+train``), for users without OPT weights: trains a byte-level BPE (``tokenizers``) and a
+small GPT-2-style model (``transformers.GPT2LMHeadModel`` from a config) on local text and
+writes a normal Hugging Face folder (``save_pretrained`` + tokenizer files).
+``CausalLM.from_pretrained`` reads it exactly as it reads a downloaded OPT-125M. Training:
+documents joined into one token stream (``<|endoftext|>`` after each), random windows of
+``context`` tokens drawn from a generator seeded by ``seed``, AdamW; the model's initial
+weights are drawn under ``torch.manual_seed(seed)``, so a folder is a pure function of
+(text, settings).
 
 ``write_pool(generator, out, k=K, length=T, n=N, seed=S)`` (``sameloss causal-lm
 sample``) draws N sentences of the causal language by ancestral sampling and writes
@@ -27,6 +28,7 @@ import json
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -111,13 +113,32 @@ def train_bpe(documents: Sequence[str], vocab: int):
     return tok
 
 
-def train_generator(files: Sequence[str], out, vocab: int = 1000, size: str = "tiny", steps: int = 500,
-                    batch_size: int = 16, context: int = 64, lr: float = 3e-3, seed: int = 0,
-                    doc_per: str = "line", log=print) -> dict:
+@dataclass(frozen=True)
+class GeneratorTraining:
+    """How ``train_generator`` trains (``sameloss causal-lm train``'s options): a BPE of
+    ``vocab`` tokens, a model of ``size`` (``GENERATOR_SIZES``), ``steps`` AdamW steps at
+    ``lr`` on ``batch_size`` random windows of ``context`` tokens, ``seed`` for the initial
+    weights and the windows; ``doc_per`` splits the files into documents
+    (``text.read_documents``)."""
+
+    vocab: int = 1000
+    size: str = "tiny"
+    steps: int = 500
+    batch_size: int = 16
+    context: int = 64
+    lr: float = 3e-3
+    seed: int = 0
+    doc_per: str = "line"
+
+
+def train_generator(files: Sequence[str], out, training: GeneratorTraining = GeneratorTraining(), log=print) -> dict:
     """Train a BPE and a GPT-2-style model on ``files``; write the HF folder ``out``
-    (``steps=0``: the model stays at its seeded initialisation)."""
+    (``training.steps=0``: the model stays at its seeded initialisation)."""
     from .text import read_documents
 
+    vocab, size, steps, batch_size, context, lr, seed = (training.vocab, training.size, training.steps,
+                                                         training.batch_size, training.context, training.lr,
+                                                         training.seed)
     out = _new_folder(out)
     if size not in GENERATOR_SIZES:
         raise UserError(f"unknown generator size {size!r}; choose from {', '.join(GENERATOR_SIZES)}")
@@ -131,7 +152,7 @@ def train_generator(files: Sequence[str], out, vocab: int = 1000, size: str = "t
                         f"--vocab {vocab} needs about {_gib(need)} (attention scores grow as context^2); the limit "
                         f"is {_gib(MAX_TRAIN_BYTES)}: use a shorter --context or a smaller --batch-size")
     transformers = require_transformers()
-    documents = [d for f in files for d in read_documents(f, doc_per)]
+    documents = [d for f in files for d in read_documents(f, training.doc_per)]
     if not documents:
         raise UserError("the corpus has no text")
     tok = train_bpe(documents, vocab)
@@ -149,7 +170,7 @@ def train_generator(files: Sequence[str], out, vocab: int = 1000, size: str = "t
         model = transformers.GPT2LMHeadModel(config)
     log(f"corpus: {len(documents)} documents, {stream.numel()} tokens; BPE vocabulary {n_vocab}; "
         f"model {size} ({sum(p.numel() for p in model.parameters())} parameters)")
-    losses, every = _fit(model, stream, steps, batch_size, context, lr, seed, log)
+    losses, every = _fit(model, stream, replace(training, context=context), log)  # context: as cut to the stream
     model.eval()
     bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
     if bad:
@@ -172,13 +193,13 @@ def train_generator(files: Sequence[str], out, vocab: int = 1000, size: str = "t
 # windows of one fixed token stream, with no language behind it yet (it is what makes
 # one), no evaluation and no run folder: the folder is written once at the end and is a
 # pure function of (text, arguments), rebuilt in seconds to minutes rather than resumed.
-def _fit(model, stream: torch.Tensor, steps: int, batch_size: int, context: int, lr: float, seed: int, log
-         ) -> tuple[list[float], int]:
+def _fit(model, stream: torch.Tensor, training: GeneratorTraining, log) -> tuple[list[float], int]:
     """AdamW on next-token cross-entropy over random ``context``-token windows of ``stream``
     (drawn from a generator seeded by ``seed``); the per-step losses, and how many steps
     one log line covers."""
+    steps, batch_size, context, lr = training.steps, training.batch_size, training.context, training.lr
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(training.seed)
     model.train()
     start, every, losses = time.monotonic(), max(1, steps // 10), []
     for step in range(1, steps + 1):

@@ -23,12 +23,12 @@ from ..registry import keyword_types, language_params
 from .base import Batch, Language, Task
 from .inside_outside import InsideOutside, by_length
 from .pcfg_grammar import Grammar, LengthReport
-from .pcfg_random import random_layered
+from .pcfg_random import GrammarShape, random_layered
 
 # the registry reads this from the file (``sameloss.registry``); sizes: the keys of PRESETS
 LANGUAGE = {"name": "pcfg", "build": "build", "settings": ("size", "seed", "params", "grammar"), "describe": True}
 
-# Keyword arguments of ``random_layered`` for each preset.
+# The ``GrammarShape`` of each preset, by field name.
 PRESETS: dict[str, dict] = {
     # The paper's sizes (App. A.1): 200 words, 50 non-terminals, sentences <= 32 tokens.
     "paper": dict(n_words=200, n_roots=9, n_levels=5, symbols_per_level=8,
@@ -137,21 +137,21 @@ class PCFG(Language):
             seed: fixes the grammar.
             max_len: the longest sentence (default: the longest the grammar can yield,
                 capped at 32).
-            **kwargs: ``pcfg_random.random_layered``'s shape: words, levels, symbols per
-                level, rules per symbol, emission probability.
+            **kwargs: the fields of its ``pcfg_random.GrammarShape``: words, levels, symbols
+                per level, rules per symbol, emission probability.
 
         Returns:
             the PCFG.
         """
-        grammar = random_layered(seed=seed, **kwargs)
+        grammar = random_layered(GrammarShape(**kwargs), seed=seed)
         return cls(grammar, max_len if max_len is not None else _longest_yield(grammar, cap=32))
 
     @classmethod
     def preset(cls, name: str, seed: int | None = None, params: str | dict | None = None) -> PCFG:
         """A named random grammar; ``seed`` draws another of the same shape (default:
         the preset's own: 1 for micro, 6 for headroom, 0 otherwise); ``params`` (``language.params``:
-        ``"n_words=30,emit_prob=0.3"`` or a dict) changes keyword arguments of
-        ``random_layered`` and ``max_len`` (``PARAMS``) from the size's own."""
+        ``"n_words=30,emit_prob=0.3"`` or a dict) changes fields of its
+        ``GrammarShape`` and ``max_len`` (``PARAMS``) from the size's own."""
         if name not in PRESETS:
             raise UserError(f"unknown PCFG size {name!r}; choose from {', '.join(sorted(PRESETS))}")
         kwargs = {**PRESETS[name], **language_params(params, PARAMS, "pcfg")}
@@ -510,9 +510,9 @@ def _longest_yield(grammar: Grammar, cap: int) -> int:
     return int(lengths.max()) if lengths.numel() else cap
 
 
-# what ``language.params`` may change: the keyword arguments of ``random_layered`` but its
-# seed, and the sentence length limit
-PARAMS = {**keyword_types(random_layered), "max_len": int}
+# what ``language.params`` may change: the grammar's shape (the fields of ``GrammarShape``;
+# its seed is language.seed) and the sentence length limit
+PARAMS = {**keyword_types(GrammarShape), "max_len": int}
 
 
 def build(size: str = "tiny", seed: int | None = None, grammar: str | None = None,

@@ -1,6 +1,6 @@
 """Random layered PCFGs shaped like the released one (``random_layered``): the grammars of
-the ``pcfg`` language's named sizes and of ``language.params`` (its keyword arguments
-are the settings a user may change, so it keeps them as keywords)."""
+the ``pcfg`` language's named sizes and of ``language.params`` (the fields of
+``GrammarShape`` are the settings a user may change, by name)."""
 
 from __future__ import annotations
 
@@ -12,28 +12,38 @@ from ..errors import UserError
 from .pcfg_grammar import Grammar
 
 
-def random_layered(
-    n_words: int = 200,
-    n_roots: int = 9,
-    n_levels: int = 5,
-    symbols_per_level: int = 8,
-    binary_rules_per_symbol: int = 20,
-    emit_prob: float = 0.1,
-    words_per_emission: int = 1,
-    words_per_last_symbol: int = 80,
-    concentration: float = 1.0,
-    seed: int = 0,
-) -> Grammar:
-    """A layered random grammar shaped like the released one.
-
-    ``S -> S_i`` (``n_roots`` roots, Dirichlet weights); ``S_i -> L1_a L1_b`` (one fixed
-    pair); a symbol of level ``k < n_levels`` rewrites to a pair of level ``k+1``
-    symbols (``binary_rules_per_symbol`` distinct pairs) or, with total probability
-    ``emit_prob``, to one of ``words_per_emission`` words; last-level symbols emit
-    ``words_per_last_symbol`` words. Sentences have between 2 and ``2**n_levels`` words,
-    trees depth at most ``n_levels + 2`` (S, S_i, levels, word). The defaults give the
+@dataclasses.dataclass(frozen=True)
+class GrammarShape:
+    """The shape of a layered random grammar (``random_layered``); the defaults give the
     paper's sizes: 200 words, 1 + 9 + 5*8 = 50 non-terminals, sentences <= 32 tokens.
+    Its fields are what ``language.params`` may change (``pcfg.PARAMS``), so they are the
+    keywords ``PCFG.random`` and the sizes (``pcfg.PRESETS``) give by name."""
+
+    n_words: int = 200
+    n_roots: int = 9
+    n_levels: int = 5
+    symbols_per_level: int = 8
+    binary_rules_per_symbol: int = 20
+    emit_prob: float = 0.1
+    words_per_emission: int = 1
+    words_per_last_symbol: int = 80
+    concentration: float = 1.0
+
+
+def random_layered(shape: GrammarShape = GrammarShape(), seed: int = 0) -> Grammar:
+    """A layered random grammar of ``shape``, drawn from ``seed``, shaped like the released one.
+
+    ``S -> S_i`` (``n_roots`` roots, Dirichlet weights of ``concentration``);
+    ``S_i -> L1_a L1_b`` (one fixed pair); a symbol of level ``k < n_levels`` rewrites to a
+    pair of level ``k+1`` symbols (``binary_rules_per_symbol`` distinct pairs) or, with
+    total probability ``emit_prob``, to one of ``words_per_emission`` words; last-level
+    symbols emit ``words_per_last_symbol`` words. Sentences have between 2 and
+    ``2**n_levels`` words, trees depth at most ``n_levels + 2`` (S, S_i, levels, word).
     """
+    n_words, n_roots, n_levels = shape.n_words, shape.n_roots, shape.n_levels
+    symbols_per_level, binary_rules_per_symbol = shape.symbols_per_level, shape.binary_rules_per_symbol
+    emit_prob, words_per_emission = shape.emit_prob, shape.words_per_emission
+    words_per_last_symbol, concentration = shape.words_per_last_symbol, shape.concentration
     for name, value in [("n_words", n_words), ("n_roots", n_roots), ("n_levels", n_levels),
                         ("symbols_per_level", symbols_per_level),
                         ("binary_rules_per_symbol", binary_rules_per_symbol),

@@ -16,7 +16,7 @@ class LanguageConfig:
     size: str = "tiny"  # a named size of the language: micro, tiny, paper
     seed: int | None = None  # another random language of that size's shape (None: the size's own)
     # constructor settings over the size's own, "key=value[,key=value...]" (hmm: HMM.random's,
-    # e.g. "n_states=6,emission_concentration=0.5"; pcfg: random_layered's and max_len)
+    # e.g. "n_states=6,emission_concentration=0.5"; pcfg: GrammarShape's fields and max_len)
     params: str | None = None
     grammar: str | None = None  # PCFG grammar file; overrides the size
     # causal only: a local Hugging Face causal-LM folder, K allowed tokens, sentence length T

@@ -30,7 +30,7 @@ from .. import config as configlib
 from .. import files, resources, storage
 from ..errors import UserError, first_line
 from ..jsonl import read_jsonl
-from ..languages import make_language
+from ..languages import CausalSettings, make_language
 from ..models import model_kind
 from . import checkpoint as ckpt
 from .config import PretrainConfig
@@ -78,9 +78,9 @@ def build_language(cfg: PretrainConfig):
         # refused before anything is written: the exact loss needs one masked word per sentence
         raise UserError("the causal language needs masking=single: its exact conditionals take one masked "
                         "position per sentence (m masked positions cost K^m forward passes)")
-    return make_language(lc.name, preset=lc.size, seed=lc.seed, params=lc.params, grammar=lc.grammar,
-                         generator=lc.generator, k=lc.k, length=lc.length, device=cfg.device, data=lc.data,
-                         pool=lc.pool)
+    return make_language(lc.name, preset=lc.size, seed=lc.seed, params=lc.params, grammar=lc.grammar, data=lc.data,
+                         causal=CausalSettings(generator=lc.generator, k=lc.k, length=lc.length, pool=lc.pool),
+                         device=cfg.device)
 
 
 def init_model(cfg: PretrainConfig, language, device: torch.device | str = "cpu") -> torch.nn.Module:
