@@ -59,7 +59,7 @@ class UnitRecord:
     rows: dict = field(default_factory=dict)
     runs: dict = field(default_factory=dict)
     gates: dict = field(default_factory=dict)
-    skipped: dict = field(default_factory=dict)  # optional measures not made: why
+    skipped: list = field(default_factory=list)  # optional measures not made: (their tags, why)
     cpu: dict = field(default_factory=dict)  # CostPart → CPU seconds
     cpu_seconds: float = 0.0
     seconds: float = 0.0
@@ -150,7 +150,7 @@ def steps(items, actor, record: UnitRecord):
             except UserError as exc:
                 if not item.optional:
                     raise
-                record.skipped[measure_key(item)] = str(exc)
+                record.skipped.append((dict(item.tags), str(exc)))
             if item.cost:
                 record.cpu[item.cost] = record.cpu.get(item.cost, 0.0) + cpu_time() - spent
 
@@ -319,9 +319,7 @@ class Records:
         self._rows: dict = {}
         self._runs: dict = {}
         self._gates: dict = {}
-        self._skipped: dict = {}
         for r in records.values():
-            self._skipped.update({(r.study, k): v for k, v in r.skipped.items()})
             self._rows.update({(r.study, k): v for k, v in r.rows.items()})
             self._runs.update({(r.study, k): v for k, v in r.runs.items()})
             self._gates.update({(r.study, k): v for k, v in r.gates.items()})
@@ -363,10 +361,6 @@ class Records:
         """The row of a declared measure (a copy: the report may add to it)."""
         return dict(self._rows[(study, measure_key(measure))])
 
-    def skipped(self, measure: Measure, study: str = "") -> str | None:
-        """Why an optional measure was not made (``None``: it was)."""
-        return self._skipped.get((study, measure_key(measure)))
-
     def run(self, name: str, study: str = ""):
         """The ``core.RunInfo`` of run ``name``."""
         return self._runs[(study, name)]
@@ -384,6 +378,11 @@ class Records:
     def tagged(self, **where) -> list[tuple[dict, dict]]:
         """As ``rows``, each row's tags and its measured values apart (copies)."""
         return [pair for u in self.units.values() for pair in u.tagged(**where)]
+
+    def skipped(self, **where) -> list[tuple[dict, str]]:
+        """Every optional measure not made (``declare.Measure.optional``) whose tags equal
+        ``where``: its tags and why, in the order walked."""
+        return [(dict(t), why) for u in self.units.values() for t, why in u.skipped if _matches(t, where)]
 
     def runs(self, **where) -> list[tuple[dict, Any]]:
         """Every tagged run whose tags equal ``where``: its tags (with its name, ``run``) and
