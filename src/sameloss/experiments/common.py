@@ -47,7 +47,6 @@ from .recipe import SCALE_NAMES
 from ..measures.rows import error_column
 from .causal import CausalScale
 from .core import RunInfo, RunSpec, Setting
-from .declare import measured
 from .report import Column
 
 def _check(ok: bool, what: str) -> None:
@@ -328,14 +327,6 @@ class MeasuredRun(NamedTuple):
         return [model_row(row, self.tags) for row in self.measured]
 
 
-def measured_rows(records, spec: RunSpec, mspec: MeasureSpec, experiment: str, language: str) -> list[dict]:
-    """The model rows (``model_row``) of a run's measured checkpoints (``declare.measured``),
-    as the engine measured them (``engine.Records``)."""
-    run = {"experiment": experiment, "language": language, "group": spec.group, "label": spec.label,
-           "run": spec.name}
-    return [model_row(records.row(m), run) for m in measured(spec, mspec)]
-
-
 def measured_runs(records, experiment: str, **where) -> list[MeasuredRun]:
     """The runs recipe ``experiment`` declared whose tags equal ``where`` (``language=``,
     ``group=``, ...), in the order trained, each with the rows of its checkpoints: a query of
@@ -361,5 +352,4 @@ def measured_columns(tasks: tuple[str, ...], with_step: bool = True) -> list[Col
 
 __all__ = ["COMMON", "Common", "LanguagePart", "MeasureSettings", "MeasuredRun", "Preset", "ReferenceRun", "Shape",
            "Training", "base_settings", "causal_part", "language_parts", "languages_of", "measure_spec",
-           "measured_columns", "measured_rows", "measured_runs", "model_row", "quantity_column", "reference_run",
-           "run_name"]
+           "measured_columns", "measured_runs", "model_row", "quantity_column", "reference_run", "run_name"]

@@ -17,7 +17,7 @@ items, in order:
 Nothing here runs anything. ``engine.py`` walks a declaration for real (``reproduce``), as
 a plan (``sameloss plan``: every gate assumed to pass, a ``Later`` stage declared from what
 the recipe offers for planning) or for a shard (``reproduce --seeds``); the report reads
-what the walk produced (``engine.Records``), keyed by these same objects.
+what the walk produced (``engine.Records``) by the tags given here (``tags``).
 """
 
 from __future__ import annotations
