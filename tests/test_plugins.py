@@ -61,17 +61,17 @@ def measures():
 def units(setup, p):
     from sameloss.experiments.declare import run_unit
 
-    return [run_unit(spec, measures()) for spec in runs(p, "toy", setup.seed)]
+    return [run_unit(spec, measures(), experiment="toyrecipe", language="toy") for spec in runs(p, "toy", setup.seed)]
 
 
 def report(records, p):
-    from sameloss.experiments.common import measured_rows
+    from sameloss.experiments.common import measured_runs
     from sameloss.experiments.report import Column, Section, Table
 
     section = Section(TITLE)
-    for spec in runs(p, "toy", records.seed):
-        section.runs.append(records.run(spec.name))
-        section.rows += measured_rows(records, spec, measures(), "toyrecipe", "toy")
+    for run in measured_runs(records, "toyrecipe"):
+        section.runs.append(run.info)
+        section.rows += run.rows
     section.tables.append(Table("toy models", [Column("KL", "kl", fmt=".3g")], section.rows))
     return section
 

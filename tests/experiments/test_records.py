@@ -1,8 +1,10 @@
 """The engine's records as tidy tables: a tagged measure's row and a tagged run are found by their
 tags (``engine.Records.rows`` / ``tagged`` / ``runs``), and the measured and cost tables carry them."""
 
-from sameloss.experiments.declare import CostPart, tags
-from sameloss.experiments.engine import Records, Setup, UnitRecord
+from sameloss.errors import UserError
+from sameloss.experiments.declare import Checkpoint, CostPart, Embedded, Measure, Unit, tags
+from sameloss.experiments.engine import Records, Setup, UnitRecord, walk
+from sameloss.measures.run import MeasureSpec
 
 
 def _records(tmp_path):
@@ -41,3 +43,23 @@ def test_the_tidy_tables_carry_each_row_its_unit_and_tags(tmp_path):
     assert records.cost_rows() == [
         {"unit": "seed 0", "seed": 0, "point": "", "fork": "base", "stage": "train+gate", "cpu_seconds": 2.0},
         {"unit": "seed 0", "seed": 0, "point": "late", "fork": "sam", "stage": "train", "cpu_seconds": 3.0}]
+
+
+def test_an_optional_measure_not_made_is_found_by_its_tags_with_why(tmp_path):
+    class Actor:  # an embedded shape that cannot hold the model: the one thing it cannot make
+        def bar(self, items, record):
+            return items
+
+        def measure(self, m, record):
+            if isinstance(m.of, Embedded):
+                raise UserError("micro cannot hold it")
+            return {"loss": 1.0}
+
+    spec = MeasureSpec(loss=True)
+    unit = Unit("run r", "runs/r", (
+        Measure(Checkpoint("r"), spec, tags=tags(run="r", step=None)),
+        Measure(Embedded(Checkpoint("r"), "micro"), spec, optional=True, tags=tags(role="embedded", of="r"))))
+    records = Records(Setup(tmp_path, 0, print), None, {"run r": walk(unit, Actor())})
+    assert records.skipped(role="embedded", of="r") == [({"role": "embedded", "of": "r"}, "micro cannot hold it")]
+    assert records.tagged(role="embedded") == [] and records.skipped(run="r") == []
+    assert records.rows(run="r") == [{"loss": 1.0, "run": "r", "step": None}]

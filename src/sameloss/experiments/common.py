@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .. import registry
 from ..measures.run import MeasureSpec
@@ -45,8 +46,7 @@ from ..models.sizes import TRANSFORMER_SIZES
 from .recipe import SCALE_NAMES
 from ..measures.rows import error_column
 from .causal import CausalScale
-from .core import RunSpec, Setting, model_row
-from .declare import measured
+from .core import RunInfo, RunSpec, Setting
 from .report import Column
 
 def _check(ok: bool, what: str) -> None:
@@ -302,10 +302,38 @@ def language_parts(setup, p: Preset, only: tuple[str, ...] | None = None) -> lis
     return parts
 
 
-def measured_rows(records, spec: RunSpec, mspec: MeasureSpec, experiment: str, language: str) -> list[dict]:
-    """The model rows (``core.model_row``) of a run's measured checkpoints (``declare.measured``),
-    as the engine measured them (``engine.Records``)."""
-    return [model_row(records.row(m), experiment, language, spec) for m in measured(spec, mspec)]
+def model_row(row: dict, run: dict) -> dict:
+    """A measured row with the fields every recipe adds, from its run's tags (``run``:
+    ``MeasuredRun.tags``); ``model`` is the unique id."""
+    out = {"model": f"{run['run']}@{row['step']}", "experiment": run["experiment"], "language": run["language"],
+           "group": run["group"], "label": run["label"], "run": run["run"]}
+    out.update({k: v for k, v in row.items() if k != "run"})
+    return out
+
+
+class MeasuredRun(NamedTuple):
+    """A run of a recipe as the engine trained and measured it (``measured_runs``): its tags
+    (``experiment``, ``language``, ``group``, ``label``, its name ``run`` and any other the
+    recipe gave it: ``declare.measured_run``), its ``core.RunInfo`` and the rows measured
+    on its checkpoints, in the order declared (``declare.measured``)."""
+
+    tags: dict
+    info: RunInfo
+    measured: list[dict]
+
+    @property
+    def rows(self) -> list[dict]:
+        """Its measured rows as model rows (``model_row``)."""
+        return [model_row(row, self.tags) for row in self.measured]
+
+
+def measured_runs(records, experiment: str, **where) -> list[MeasuredRun]:
+    """The runs recipe ``experiment`` declared whose tags equal ``where`` (``language=``,
+    ``group=``, ...), in the order trained, each with the rows of its checkpoints: a query of
+    the engine's tables (``engine.Records.runs`` and ``tagged``), never the declaration
+    again."""
+    return [MeasuredRun(t, info, [row for _, row in records.tagged(experiment=experiment, run=t["run"])])
+            for t, info in records.runs(experiment=experiment, **where)]
 
 
 def quantity_column(header: str, key: str, **fmt) -> Column:
@@ -322,6 +350,6 @@ def measured_columns(tasks: tuple[str, ...], with_step: bool = True) -> list[Col
     return cols
 
 
-__all__ = ["COMMON", "Common", "LanguagePart", "MeasureSettings", "Preset", "ReferenceRun", "Shape", "Training",
-           "base_settings", "causal_part", "language_parts", "languages_of", "measure_spec", "measured_columns",
-           "measured_rows", "quantity_column", "reference_run", "run_name"]
+__all__ = ["COMMON", "Common", "LanguagePart", "MeasureSettings", "MeasuredRun", "Preset", "ReferenceRun", "Shape",
+           "Training", "base_settings", "causal_part", "language_parts", "languages_of", "measure_spec",
+           "measured_columns", "measured_runs", "model_row", "quantity_column", "reference_run", "run_name"]

@@ -80,14 +80,6 @@ def recipe(name: str):
     return registry.recipe(name)
 
 
-def model_row(row: dict, experiment: str, language: str, spec: RunSpec) -> dict:
-    """A measured row with the fields every recipe adds (``model`` is the unique id)."""
-    out = {"model": f"{spec.name}@{row['step']}", "experiment": experiment, "language": language,
-           "group": spec.group, "label": spec.label, "run": spec.name}
-    out.update({k: v for k, v in row.items() if k != "run"})
-    return out
-
-
 @dataclass
 class UnitResult:
     """What a unit returned, and the runs, timings and counts of the study it ran in."""

@@ -17,7 +17,7 @@ items, in order:
 Nothing here runs anything. ``engine.py`` walks a declaration for real (``reproduce``), as
 a plan (``sameloss plan``: every gate assumed to pass, a ``Later`` stage declared from what
 the recipe offers for planning) or for a shard (``reproduce --seeds``); the report reads
-what the walk produced (``engine.Records``), keyed by these same objects.
+what the walk produced (``engine.Records``) by the tags given here (``tags``).
 """
 
 from __future__ import annotations
@@ -198,17 +198,28 @@ class Later:
     seeds: tuple[int, ...] = ()
 
 
-def measured(spec: RunSpec, mspec: MeasureSpec) -> list[Measure]:
-    """The measures of a run's ``measure_steps`` checkpoints (none given: its last)."""
-    return [Measure(Checkpoint(spec.name, step), mspec, tags=tags(run=spec.name, step=step))
+def measured(spec: RunSpec, mspec: MeasureSpec, **run_tags) -> list[Measure]:
+    """The measures of a run's ``measure_steps`` checkpoints (none given: its last), tagged
+    with ``run_tags`` (what the run is in its study: ``measured_run``), the run and the step."""
+    return [Measure(Checkpoint(spec.name, step), mspec, tags=tags(**run_tags, run=spec.name, step=step))
             for step in spec.measure_steps or (None,)]
 
 
-def run_unit(spec: RunSpec, mspec: MeasureSpec, *extra: Item) -> Unit:
+def measured_run(spec: RunSpec, mspec: MeasureSpec, start: Checkpoint | Embedded | None = None,
+                 **run_tags) -> tuple[Item, ...]:
+    """A run (forked from ``start``) and the measures of its ``measure_steps`` checkpoints
+    (``measured``). ``run_tags`` say what the run is in its study — the recipe's runs carry
+    their ``experiment`` and ``language`` (``common.measured_runs`` finds them so) — and tag
+    the run, with its group and label, and each of its measures."""
+    return (Run(spec, start, tags=tags(**run_tags, group=spec.group, label=spec.label)),
+            *measured(spec, mspec, **run_tags))
+
+
+def run_unit(spec: RunSpec, mspec: MeasureSpec, *extra: Item, **run_tags) -> Unit:
     """The unit of one run: trained (or reused, resumed), then its ``measure_steps``
-    checkpoints measured with ``mspec``, then ``extra``."""
-    return Unit(f"run {spec.name}", run_folder(spec.name),
-                (Run(spec, tags=tags(group=spec.group, label=spec.label)), *measured(spec, mspec), *extra))
+    checkpoints measured with ``mspec``, then ``extra``; the run and its measures tagged
+    with ``run_tags`` (``measured_run``)."""
+    return Unit(f"run {spec.name}", run_folder(spec.name), (*measured_run(spec, mspec, **run_tags), *extra))
 
 
 def seed_unit(seed: int, items: tuple, group: str = "") -> Unit:

@@ -15,11 +15,12 @@ stages a later seed needs first.
 
 ``Records`` is what the report reads — the rows, runs and gates of every unit, found by
 the tags the declaration gave them (``records.rows(role="probe", seed=3)``, ``runs(...)``;
-``declare.tags``) or keyed by the declared objects themselves (``records.row(Measure(...))``),
-and the study's tidy tables (``measured_rows``, ``cost_rows``: ``measured.csv``,
-``costs.csv``) — and the figures it writes (``figure``); it trains and measures nothing. ``Setup`` is what ``units`` is given: the
-seed, the experiment folder and the data a recipe prepares before it declares its runs
-(``setup.data``: prepared for real, or as a plan would find it).
+``declare.tags``: a report asks for what was declared, it never declares it again), a run
+and a gate also by name (``run``, ``gate``), and the study's tidy tables (``measured_rows``,
+``cost_rows``: ``measured.csv``, ``costs.csv``) — and the figures it writes (``figure``); it
+trains and measures nothing. ``Setup`` is what ``units`` is given: the seed, the experiment
+folder and the data a recipe prepares before it declares its runs (``setup.data``: prepared
+for real, or as a plan would find it).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class UnitRecord:
     rows: dict = field(default_factory=dict)
     runs: dict = field(default_factory=dict)
     gates: dict = field(default_factory=dict)
-    skipped: dict = field(default_factory=dict)  # optional measures not made: why
+    skipped: list = field(default_factory=list)  # optional measures not made: (their tags, why)
     cpu: dict = field(default_factory=dict)  # CostPart → CPU seconds
     cpu_seconds: float = 0.0
     seconds: float = 0.0
@@ -150,7 +151,7 @@ def steps(items, actor, record: UnitRecord):
             except UserError as exc:
                 if not item.optional:
                     raise
-                record.skipped[measure_key(item)] = str(exc)
+                record.skipped.append((dict(item.tags), str(exc)))
             if item.cost:
                 record.cpu[item.cost] = record.cpu.get(item.cost, 0.0) + cpu_time() - spent
 
@@ -316,13 +317,9 @@ class Records:
 
     def __init__(self, setup: Setup, study, records: dict[str, UnitRecord]):
         self.setup, self.study, self.units = setup, study, records
-        self._rows: dict = {}
         self._runs: dict = {}
         self._gates: dict = {}
-        self._skipped: dict = {}
         for r in records.values():
-            self._skipped.update({(r.study, k): v for k, v in r.skipped.items()})
-            self._rows.update({(r.study, k): v for k, v in r.rows.items()})
             self._runs.update({(r.study, k): v for k, v in r.runs.items()})
             self._gates.update({(r.study, k): v for k, v in r.gates.items()})
 
@@ -349,7 +346,7 @@ class Records:
     def data(self, name: str, make: Callable, planned: Callable | None = None, *args):
         return self.setup.data(name, make, planned, *args)
 
-    # the records, by the declared objects
+    # the records, by name
     def unit(self, name: str) -> UnitRecord:
         return self.units[name]
 
@@ -358,14 +355,6 @@ class Records:
         ``layout.seed_folder``)."""
         (found,) = [u for u in self.units.values() if u.study == study]
         return found
-
-    def row(self, measure: Measure, study: str = "") -> dict:
-        """The row of a declared measure (a copy: the report may add to it)."""
-        return dict(self._rows[(study, measure_key(measure))])
-
-    def skipped(self, measure: Measure, study: str = "") -> str | None:
-        """Why an optional measure was not made (``None``: it was)."""
-        return self._skipped.get((study, measure_key(measure)))
 
     def run(self, name: str, study: str = ""):
         """The ``core.RunInfo`` of run ``name``."""
@@ -384,6 +373,11 @@ class Records:
     def tagged(self, **where) -> list[tuple[dict, dict]]:
         """As ``rows``, each row's tags and its measured values apart (copies)."""
         return [pair for u in self.units.values() for pair in u.tagged(**where)]
+
+    def skipped(self, **where) -> list[tuple[dict, str]]:
+        """Every optional measure not made (``declare.Measure.optional``) whose tags equal
+        ``where``: its tags and why, in the order walked."""
+        return [(dict(t), why) for u in self.units.values() for t, why in u.skipped if _matches(t, where)]
 
     def runs(self, **where) -> list[tuple[dict, Any]]:
         """Every tagged run whose tags equal ``where``: its tags (with its name, ``run``) and

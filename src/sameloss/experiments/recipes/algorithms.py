@@ -45,9 +45,9 @@ from dataclasses import dataclass
 
 from ..claims import POINTS, difference_claim, fmt
 from ..common import COMMON, LanguagePart, Preset, base_settings, languages_of, measured_columns, \
-    measured_rows, reference_run, run_name
+    measured_runs, reference_run, run_name
 from ..core import RunSpec
-from ..declare import Measure, Reference, run_unit
+from ..declare import Measure, Reference, run_unit, tags
 from ..plots import TRACE_FISHER, Panel, dots_plot, error_labels, majority_ref
 from ..report import Column, Section, Table
 
@@ -136,21 +136,22 @@ def runs(p: AlgorithmsPreset, language: str, seed: int) -> list[RunSpec]:
     ]
 
 
-def lookup(p: AlgorithmsPreset, lang: LanguagePart, seed: int) -> Measure:
+def lookup(last: RunSpec, lang: LanguagePart) -> Measure:
     """The look-up table of the language (a probe per task on the true conditionals),
-    measured after the last run."""
-    return Measure(Reference("lookup-table", runs(p, lang.name, seed)[-1].name),
-                   dataclasses.replace(lang.measure, lookup=lang.tasks))
+    measured after the ``last`` run (``role="lookup"``)."""
+    return Measure(Reference("lookup-table", last.name), dataclasses.replace(lang.measure, lookup=lang.tasks),
+                   tags=tags(experiment="algorithms", language=lang.name, role="lookup", of=last.name))
 
 
 def units(setup, p: AlgorithmsPreset, languages: tuple[str, ...] | None = None) -> list:
     """One unit per run: trained, then its last checkpoint measured; the last one measures
-    the look-up table too."""
+    the look-up table too. Tagged with the recipe and the language: the report asks for them so."""
     out = []
     for lang in languages_of(p, setup.seed, languages):
-        specs = runs(p, lang.name, setup.seed)
-        out += [run_unit(spec, lang.measure) for spec in specs[:-1]]
-        out.append(run_unit(specs[-1], lang.measure, lookup(p, lang, setup.seed)))
+        *specs, last = runs(p, lang.name, setup.seed)
+        mine = dict(experiment="algorithms", language=lang.name)
+        out += [run_unit(spec, lang.measure, **mine) for spec in specs]
+        out.append(run_unit(last, lang.measure, lookup(last, lang), **mine))
     return out
 
 
@@ -161,11 +162,12 @@ def report(records, p: AlgorithmsPreset, languages: tuple[str, ...] | None = Non
         "table (a probe on the true conditionals: loss = entropy, no trace).")
     for lang in languages_of(p, records.seed, languages):
         rows: dict[str, dict] = {}  # group → row
-        for spec in runs(p, lang.name, records.seed):
-            section.runs.append(records.run(spec.name))
-            (row,) = measured_rows(records, spec, lang.measure, "algorithms", lang.name)
-            rows[spec.group] = dict(row, algorithm=spec.label)
-        rows["lookup"] = _lookup_row(records.row(lookup(p, lang, records.seed)), lang)
+        for run in measured_runs(records, "algorithms", language=lang.name):
+            section.runs.append(run.info)
+            (row,) = run.rows
+            rows[run.tags["group"]] = dict(row, algorithm=run.tags["label"])
+        ((_, table),) = records.tagged(experiment="algorithms", language=lang.name, role="lookup")
+        rows["lookup"] = _lookup_row(table, lang)
         section.rows += list(rows.values())
         cols = [Column("parameters", "parameters", fmt="d")] + measured_columns(lang.tasks, with_step=False)
         section.tables.append(Table(f"{lang.title}: algorithms", cols, list(rows.values())))

@@ -55,9 +55,9 @@ from dataclasses import dataclass
 from ...measures.fewshot import CountRegression, View
 from ...measures.run import MeasureSpec
 from ..claims import fmt, trend_claim
-from ..common import COMMON, Preset, Shape, base_settings, measure_spec, run_name
+from ..common import COMMON, MeasuredRun, Preset, Shape, base_settings, measure_spec, measured_runs, run_name
 from ..core import RunSpec, Setting
-from ..declare import measured, run_unit
+from ..declare import run_unit
 from ..plots import TRACE_FISHER, XY, Encoding, Ref, error_labels, scatter_plot
 from ..report import Claim, Column, Section, Table
 from ..stats import diff_interval, verdict
@@ -153,11 +153,12 @@ def _mspec(p: DyckPreset, seed: int) -> MeasureSpec:
     return dataclasses.replace(measure_spec(p, (), seed), traces=("fisher",), count_regression=p.downstream)
 
 
-def _row(records, p: DyckPreset, spec: RunSpec) -> dict:
-    (m,) = measured(spec, _mspec(p, records.seed))
-    row = records.row(m)
-    row.update(model=f"{spec.name}@{row['step']}", experiment="dyck", language="dyck", group=spec.group,
-               label=spec.label, run=spec.name, solution=spec.label)
+def _row(run: MeasuredRun) -> dict:
+    """A solution's row: its last checkpoint's measured values, then what it is."""
+    (row,) = run.measured
+    t = run.tags
+    row.update(model=f"{t['run']}@{row['step']}", experiment="dyck", language="dyck", group=t["group"],
+               label=t["label"], run=t["run"], solution=t["label"])
     # the masked bracket is determined by the others: the Hessian vanishes with the loss,
     # so the trace per nat of KL is shown beside the trace (see the note in ``report``)
     kl = float(row["kl"])
@@ -167,8 +168,10 @@ def _row(records, p: DyckPreset, spec: RunSpec) -> dict:
 
 
 def units(setup, p: DyckPreset, languages: tuple[str, ...] | None = None) -> list:
-    """One unit per solution: trained, then its last checkpoint measured."""
-    return [run_unit(spec, _mspec(p, setup.seed)) for spec in runs(p, "dyck", setup.seed)]
+    """One unit per solution: trained, then its last checkpoint measured (tagged with the
+    recipe and the language: the report asks for them so)."""
+    return [run_unit(spec, _mspec(p, setup.seed), experiment="dyck", language="dyck")
+            for spec in runs(p, "dyck", setup.seed)]
 
 
 def report(records, p: DyckPreset, languages: tuple[str, ...] | None = None) -> Section:
@@ -187,9 +190,9 @@ def report(records, p: DyckPreset, languages: tuple[str, ...] | None = None) -> 
         "minimum-norm head interpolates when n ≤ its number of features (m + 1): its error peaks near n = m + 1 "
         "(double descent), so compare solutions of one width at one n.")
     rows = []
-    for spec in runs(p, "dyck", records.seed):
-        section.runs.append(records.run(spec.name))
-        rows.append(_row(records, p, spec))
+    for run in measured_runs(records, "dyck", language="dyck"):
+        section.runs.append(run.info)
+        rows.append(_row(run))
     section.rows += rows
     cols = [Column("parameters", "parameters", fmt="d"), Column("KL (nats)", "kl", "kl_std", fmt=".3g"),
             Column("tr(H) (Fisher)", "trace_fisher", "trace_fisher_se", fmt=".4g"),

@@ -61,10 +61,10 @@ from ...models.sizes import LSTM_SIZES, TRANSFORMER_SIZES
 from ...measures.rows import error_column
 from ..claims import POINTS, difference_claim, fmt
 from ..causal import CAUSAL
-from ..common import COMMON, LanguagePart, Preset, Shape, base_settings, language_parts, \
-    measured_columns, measured_rows, quantity_column, reference_run, run_name
+from ..common import COMMON, LanguagePart, MeasuredRun, Preset, Shape, base_settings, language_parts, \
+    measured_columns, measured_runs, quantity_column, reference_run, run_name
 from ..core import RunSpec
-from ..declare import Checkpoint, Embedded, Measure, run_unit
+from ..declare import Checkpoint, Embedded, Measure, run_unit, tags
 from ..plots import TRACE_FISHER, Panel, Ref, XAxis, error_labels, majority_ref, series_plot
 from ..report import Column, Section, Table
 
@@ -176,18 +176,21 @@ def runs(p: SizesPreset, language: str, seed: int) -> list[RunSpec]:
 
 def embedded(spec: RunSpec, lang: LanguagePart, into: str) -> Measure:
     """The loss and trace of a run's last checkpoint embedded into the shape ``into`` (App.
-    B.4; a shape that cannot hold the model is skipped with its reason)."""
-    return Measure(Embedded(Checkpoint(spec.name), into), dataclasses.replace(lang.measure, probe=()), optional=True)
+    B.4; a shape that cannot hold the model is skipped with its reason), ``role="embedded"``."""
+    return Measure(Embedded(Checkpoint(spec.name), into), dataclasses.replace(lang.measure, probe=()), optional=True,
+                   tags=tags(experiment="sizes", language=lang.name, role="embedded", of=spec.name))
 
 
 def units(setup, p: SizesPreset, languages: tuple[str, ...] | None = None) -> list:
     """One unit per run: a transformer trained, measured, embedded into the largest shape
-    and measured there; an LSTM trained and measured."""
+    and measured there; an LSTM trained and measured. Tagged with the recipe and the
+    language (the groups ``size`` and ``lstm`` tell the families apart): the report asks for them so."""
     out = []
     for q, lang in language_parts(setup, p, languages):
-        out += [run_unit(spec, lang.measure, embedded(spec, lang, p.embed_into))
+        mine = dict(experiment="sizes", language=lang.name)
+        out += [run_unit(spec, lang.measure, embedded(spec, lang, p.embed_into), **mine)
                 for spec in runs(q, lang.name, setup.seed)]
-        out += [run_unit(spec, lang.measure) for spec in lstm_runs(q, lang.name, setup.seed)]
+        out += [run_unit(spec, lang.measure, **mine) for spec in lstm_runs(q, lang.name, setup.seed)]
     return out
 
 
@@ -201,7 +204,8 @@ def report(records, p: SizesPreset, languages: tuple[str, ...] | None = None) ->
         "but not the trace: a group of parameters replicated m times and scaled by α has its Fisher trace "
         "multiplied by 1/(α²m) (`models/embed.py`), so a small model's embedded trace is usually below its own.")
     for q, lang in language_parts(records, p, languages):
-        rows = [_size_row(records, section, spec, lang, into) for spec in runs(q, lang.name, records.seed)]
+        sizes = measured_runs(records, "sizes", language=lang.name, group="size")
+        rows = [_size_row(records, section, run, lang) for run in _smallest_first(sizes)]
         section.rows += rows
         cols = [Column("parameters", "parameters", fmt="d")] + measured_columns(lang.tasks, with_step=False)
         cols.insert(4, quantity_column(f"tr(H) embedded in {into}", "trace_embedded", fmt=".4g"))
@@ -216,14 +220,14 @@ def report(records, p: SizesPreset, languages: tuple[str, ...] | None = None) ->
 def _lstms(records, section: Section, p: SizesPreset, lang: LanguagePart) -> None:
     """The LSTM family on one language: own trace and probes (no embedded view: App. B.4's
     embedding is for transformers)."""
-    specs = lstm_runs(p, lang.name, records.seed)
-    if not specs:
+    lstms = measured_runs(records, "sizes", language=lang.name, group="lstm")
+    if not lstms:
         return
     rows = []
-    for spec in specs:
-        section.runs.append(records.run(spec.name))
-        (row,) = measured_rows(records, spec, lang.measure, "sizes", lang.name)
-        rows.append(dict(row, size=spec.label))
+    for run in lstms:
+        section.runs.append(run.info)
+        (row,) = run.rows
+        rows.append(dict(row, size=run.tags["label"]))
     section.rows += rows
     cols = [Column("parameters", "parameters", fmt="d")] + measured_columns(lang.tasks, with_step=False)
     section.tables.append(Table(f"{lang.title}: bidirectional LSTMs", cols, rows))
@@ -246,17 +250,25 @@ def _lstms(records, section: Section, p: SizesPreset, lang: LanguagePart) -> Non
     _claims(section, p, lang, rows, family="LSTM ")
 
 
-def _size_row(records, section: Section, spec: RunSpec, lang: LanguagePart, into: str) -> dict:
-    """The last checkpoint's row, with the loss and trace of its embedding into ``into``."""
-    section.runs.append(records.run(spec.name))
-    (row,) = measured_rows(records, spec, lang.measure, "sizes", lang.name)
-    row["size"] = spec.label
-    m = embedded(spec, lang, into)
-    why = records.skipped(m)
-    if why is not None:  # reported, not fatal
-        section.notes.append(f"{lang.name} {spec.label}: no embedded view ({why}).")
+def _smallest_first(runs: list[MeasuredRun]) -> list[MeasuredRun]:
+    """The sizes in the order declared, smallest first (``SizesPreset.sizes``, then the
+    reference run, the largest) — not in the order trained: in ``figure1`` the reference
+    run, shared with ``steps``, is trained first."""
+    return sorted(runs, key=lambda run: run.measured[0]["parameters"])
+
+
+def _size_row(records, section: Section, run: MeasuredRun, lang: LanguagePart) -> dict:
+    """The last checkpoint's row, with the loss and trace of its embedding (``embedded``)."""
+    section.runs.append(run.info)
+    (row,) = run.rows
+    row["size"] = run.tags["label"]
+    embedding = dict(experiment="sizes", language=lang.name, role="embedded", of=run.tags["run"])
+    skipped = records.skipped(**embedding)
+    if skipped:  # reported, not fatal
+        ((_, why),) = skipped
+        section.notes.append(f"{lang.name} {row['size']}: no embedded view ({why}).")
         return row
-    e = records.row(m)  # loss + trace of the embedded model
+    ((_, e),) = records.tagged(**embedding)  # loss + trace of the embedded model
     row.update({"trace_embedded": e.get("trace_fisher"),
                 error_column("trace_embedded"): e.get(error_column("trace_fisher")),
                 "embedded_loss": e.get("loss"), "embedded_parameters": e.get("parameters")})

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from ..claims import POINTS, difference_claim, trend_claim
 from ..causal import CAUSAL
 from ..common import COMMON, LanguagePart, Preset, base_settings, language_parts, measured_columns, \
-    measured_rows, reference_run, run_name
+    measured_runs, reference_run, run_name
 from ..core import RunSpec
 from ..declare import run_unit
 from ..engine import metrics
@@ -123,9 +123,10 @@ def runs(p: StepsPreset, language: str, seed: int) -> list[RunSpec]:
 
 
 def units(setup, p: StepsPreset, languages: tuple[str, ...] | None = None) -> list:
-    """One unit per run: trained, then measured at its checkpoints."""
-    return [run_unit(spec, lang.measure) for q, lang in language_parts(setup, p, languages)
-            for spec in runs(q, lang.name, setup.seed)]
+    """One unit per run: trained, then measured at its checkpoints (tagged with the recipe and
+    the language: the report asks for them so)."""
+    return [run_unit(spec, lang.measure, experiment="steps", language=lang.name)
+            for q, lang in language_parts(setup, p, languages) for spec in runs(q, lang.name, setup.seed)]
 
 
 def report(records, p: StepsPreset, languages: tuple[str, ...] | None = None) -> Section:
@@ -135,14 +136,15 @@ def report(records, p: StepsPreset, languages: tuple[str, ...] | None = None) ->
         "MLM loss (entropy of the true conditionals + KL), ± std over 5 held-out subsets; tr(H) = trace of "
         "Hessian by the paper's estimator (App. B.1: labels sampled from the model), ± its standard error; "
         "probe = linear-probe test accuracy, ± std over seeds.")
-    for q, lang in language_parts(records, p, languages):
+    for _, lang in language_parts(records, p, languages):
         series: dict[str, list[dict]] = {}  # run label → its checkpoints' rows
         infos = {}
-        for spec in runs(q, lang.name, records.seed):
-            infos[spec.label] = records.run(spec.name)
-            section.runs.append(infos[spec.label])
-            series[spec.label] = measured_rows(records, spec, lang.measure, "steps", lang.name)
-            section.rows += series[spec.label]
+        for run in measured_runs(records, "steps", language=lang.name):
+            label = run.tags["label"]
+            infos[label] = run.info
+            section.runs.append(run.info)
+            series[label] = run.rows
+            section.rows += series[label]
         section.tables.append(Table(f"{lang.title}: checkpoints after convergence", measured_columns(lang.tasks),
                                     [r for rows in series.values() for r in rows]))
         _curves(records, section, lang, infos)

@@ -49,7 +49,7 @@ from ...files import atomic_writer
 from ...measures.glue import glue_label
 from ...measures.run import MeasureSpec
 from ..claims import POINTS, difference_claim, fmt
-from ..common import Shape, measured_rows, quantity_column
+from ..common import Shape, measured_runs, quantity_column
 from ..core import RunSpec
 from ..declare import run_unit
 from ..plots import TRACE_FISHER, Panel, dots_plot, error_labels, majority_ref
@@ -297,10 +297,11 @@ def planned_data(setup, p: TextPreset) -> tuple[Path, dict[str, str]]:
 
 def units(setup, p: TextPreset) -> list:
     """One unit per run (after the corpus and tasks are prepared, ``prepare_data``):
-    trained, then measured with fine-tuning."""
+    trained, then measured with fine-tuning; tagged with the recipe and the language (the
+    report asks for them so)."""
     corpus, tasks = setup.data("text", prepare_data, planned_data, p)
     mspec = measure_spec(p, tasks, setup.seed)
-    return [run_unit(spec, mspec) for spec in runs(p, corpus, setup.seed)]
+    return [run_unit(spec, mspec, experiment="text", language="corpus") for spec in runs(p, corpus, setup.seed)]
 
 
 def report(records, p: TextPreset) -> Section:
@@ -316,11 +317,11 @@ def report(records, p: TextPreset) -> Section:
         + ". Loss is the held-out masked-token cross-entropy; there is no KL on real text.")
     mspec = measure_spec(p, tasks, records.seed)
     rows: dict[str, dict] = {}
-    for spec in runs(p, corpus, records.seed):
-        section.runs.append(records.run(spec.name))
-        (row,) = measured_rows(records, spec, mspec, "text", "corpus")
+    for run in measured_runs(records, "text", language="corpus"):
+        section.runs.append(run.info)
+        (row,) = run.rows
         epochs = p.steps * p.batch_size / train["sequences"]
-        rows[spec.group] = dict(row, algorithm=spec.label, epochs=epochs)
+        rows[run.tags["group"]] = dict(row, algorithm=run.tags["label"], epochs=epochs)
     section.rows += list(rows.values())
     cols = [Column("epochs", "epochs", fmt=".2f"), quantity_column("held-out loss", "loss", fmt=".4f"),
             quantity_column("train loss", "train_loss", fmt=".4f"), Column("gap", "gap", fmt=".4f"),

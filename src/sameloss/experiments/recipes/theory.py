@@ -55,10 +55,9 @@ from dataclasses import dataclass
 
 from ...measures.run import MeasureSpec
 from ..claims import difference_claim, fmt, trend_claim, zero_claim
-from ..common import COMMON, Preset, Shape, base_settings, run_name
-from ..common import measured_rows
+from ..common import COMMON, Preset, Shape, base_settings, measured_runs, run_name
 from ..core import RunSpec
-from ..declare import Checkpoint, Measure, Run, Unit, measured
+from ..declare import Checkpoint, Measure, Unit, measured_run, tags
 from ..layout import run_folder
 from ..plots import TRACE_FISHER, Panel, XAxis, error_labels, series_plot
 from ..report import Claim, Column, Section, Table
@@ -210,12 +209,17 @@ def _sgd_spec(p: TheoryPreset, seed: int) -> MeasureSpec:
 
 def chain(p: TheoryPreset, lang: str, seed: int) -> tuple:
     """A language's items, in order: the Lemma 3.2 run, measured; its last checkpoint,
-    measured as the SGD continuations' start; each continuation forked from it, measured."""
+    measured as the SGD continuations' start (``role="start"``); each continuation forked
+    from it (tagged with its η and B), measured. Every run and measure is tagged with the
+    recipe and the language (groups ``lemma`` and ``sgd``): the report asks for them so."""
     lemma, *continuations = runs(p, lang, seed)
     mspec = _sgd_spec(p, seed)
     start = Checkpoint(lemma.name)
-    return (Run(lemma), *measured(lemma, _lemma_spec(p, seed)), Measure(start, mspec),
-            *(item for spec in continuations for item in (Run(spec, start), *measured(spec, mspec))))
+    mine = dict(experiment="theory", language=lang)
+    return (*measured_run(lemma, _lemma_spec(p, seed), **mine),
+            Measure(start, mspec, tags=tags(**mine, role="start", of=lemma.name)),
+            *(item for c, spec in zip(p.sgd.runs, continuations)
+              for item in measured_run(spec, mspec, start, **mine, lr=c.lr, batch_size=c.batch_size)))
 
 
 def units(setup, p: TheoryPreset, languages: tuple[str, ...] | None = None) -> list:
@@ -224,11 +228,10 @@ def units(setup, p: TheoryPreset, languages: tuple[str, ...] | None = None) -> l
             for lang in languages or p.use]
 
 
-def _lemma(records, section: Section, p: TheoryPreset, lang: str) -> list[dict]:
-    spec = runs(p, lang, records.seed)[0]
-    section.runs.append(records.run(spec.name))
-    return [{k: row[k] for k in LEMMA_COLUMNS}
-            for row in measured_rows(records, spec, _lemma_spec(p, records.seed), "theory", lang)]
+def _lemma(records, section: Section, lang: str) -> list[dict]:
+    (run,) = measured_runs(records, "theory", language=lang, group="lemma")
+    section.runs.append(run.info)
+    return [{k: row[k] for k in LEMMA_COLUMNS} for row in run.rows]
 
 
 def _lemma_report(records, section: Section, p: TheoryPreset, lang: str, rows: list[dict]) -> None:
@@ -313,17 +316,17 @@ def _sgd_continuations(records, section: Section, p: TheoryPreset, lang: str) ->
     figure in ``section``; returns each continuation's rows by label, its start first."""
     s = p.sgd
     mspec = _sgd_spec(p, records.seed)
-    lemma, *continuations = runs(p, lang, records.seed)
-    start_row = records.row(Measure(Checkpoint(lemma.name), mspec))
+    ((_, start_row),) = records.tagged(experiment="theory", language=lang, role="start")
     series: dict[str, list[dict]] = {}
     rows = []
-    for c, spec in zip(s.runs, continuations):
-        section.runs.append(records.run(spec.name))
-        pts = [dict(start_row, model=f"{c.name}@0", experiment="theory", language=lang, group="sgd", label=c.label,
-                    run=c.name, step=0)] + measured_rows(records, spec, mspec, "theory", lang)
+    for run in measured_runs(records, "theory", language=lang, group="sgd"):
+        t = run.tags
+        section.runs.append(run.info)
+        pts = [dict(start_row, model=f"{t['run']}@0", experiment="theory", language=lang, group=t["group"],
+                    label=t["label"], run=t["run"], step=0)] + run.rows
         for r in pts:
-            r.update(lr=c.lr, batch_size=c.batch_size, x=c.lr * r["step"] / c.batch_size)
-        series[c.label] = pts
+            r.update(lr=t["lr"], batch_size=t["batch_size"], x=t["lr"] * r["step"] / t["batch_size"])
+        series[t["label"]] = pts
         rows += pts
     section.files[SGD_FILE] = rows
     section.tables.append(Table(f"{lang}: plain-SGD continuations from step {start_row['step']}",
@@ -431,7 +434,7 @@ def report(records, p: TheoryPreset, languages: tuple[str, ...] | None = None) -
         "with the same contexts at every step (common random numbers, so differences are less noisy than the "
         "SEs suggest); step 0 is the start.")
     for lang in languages or p.use:
-        rows = _lemma(records, section, p, lang)
+        rows = _lemma(records, section, lang)
         _lemma_report(records, section, p, lang, rows)
         section.rows += rows
         _theorem(records, section, p, lang)
