@@ -171,6 +171,7 @@ def test_a_recipes_units_leave_its_report_nothing_to_train_or_measure(tmp_path, 
     the report would do that work in this process, one run after another, whatever the
     launcher). figure1 covers steps, sizes and algorithms, and the run they share."""
     import sameloss.experiments.core as core
+    import sameloss.experiments.recipe as recipe_module
     import sameloss.measures.run as measures_run
     from sameloss import registry
 
@@ -194,6 +195,9 @@ def test_a_recipes_units_leave_its_report_nothing_to_train_or_measure(tmp_path, 
         return real_report(study, p, *args)
 
     monkeypatch.setattr(recipe, "report", report)
+    # a recipe checked earlier in this process holds the report it had then (recipe._LOADED):
+    # without a fresh check the patch above is not what runs, whatever ran before this test
+    monkeypatch.setattr(recipe_module, "_LOADED", {})
     reproduce(experiment, "smoke", out=tmp_path, progress=False)
     assert at_report["trained"] > 0 and at_report["measured"] > 0
     assert work == at_report

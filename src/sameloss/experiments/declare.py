@@ -200,8 +200,11 @@ class Later:
 
 def measured(spec: RunSpec, mspec: MeasureSpec, **run_tags) -> list[Measure]:
     """The measures of a run's ``measure_steps`` checkpoints (none given: its last), tagged
-    with ``run_tags`` (what the run is in its study: ``measured_run``), the run and the step."""
-    return [Measure(Checkpoint(spec.name, step), mspec, tags=tags(**run_tags, run=spec.name, step=step))
+    with ``run_tags`` (what the run is in its study: ``measured_run``), the run and the step
+    (the last checkpoint's measure has no step tag: its row's own ``step`` says which it was,
+    where a tag of ``None`` would hide it in ``Records.rows`` and ``measured.csv``)."""
+    return [Measure(Checkpoint(spec.name, step), mspec,
+                    tags=tags(**run_tags, run=spec.name, **({} if step is None else {"step": step})))
             for step in spec.measure_steps or (None,)]
 
 
