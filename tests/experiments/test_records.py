@@ -63,3 +63,21 @@ def test_an_optional_measure_not_made_is_found_by_its_tags_with_why(tmp_path):
     assert records.skipped(role="embedded", of="r") == [({"role": "embedded", "of": "r"}, "micro cannot hold it")]
     assert records.tagged(role="embedded") == [] and records.skipped(run="r") == []
     assert records.rows(run="r") == [{"loss": 1.0, "run": "r", "step": None}]
+
+
+def test_a_runs_measures_are_tagged_with_their_step_and_the_last_checkpoints_with_none_of_its_own():
+    # a tag wins over a value of its name (Records.rows): a "step" tag of None on the measure of
+    # a run's last checkpoint would hide the step its row measured, in rows() and measured.csv
+    from sameloss.experiments.core import RunSpec
+    from sameloss.experiments.declare import measured
+
+    mspec = MeasureSpec(loss=True)
+    stepped = measured(RunSpec("r", (), measure_steps=(4, 8)), mspec, language="hmm")
+    assert [dict(m.tags) for m in stepped] == [{"language": "hmm", "run": "r", "step": 4},
+                                               {"language": "hmm", "run": "r", "step": 8}]
+    (last,) = measured(RunSpec("r", ()), mspec, language="hmm")
+    assert last.of == Checkpoint("r", None) and dict(last.tags) == {"language": "hmm", "run": "r"}
+    record = UnitRecord("run r", "runs/r")
+    record.measured = [(dict(last.tags), {"step": 12, "loss": 1.5})]
+    records = Records(Setup(".", 0, print), None, {"run r": record})
+    assert records.rows(run="r") == [{"step": 12, "loss": 1.5, "language": "hmm", "run": "r"}]
