@@ -34,7 +34,8 @@ def steps_per_seed() -> float:
     from sameloss.experiments.recipes.isoloss import PRESETS
 
     p = PRESETS["tiny"]
-    one = dataclasses.replace(p, seeds=p.seeds[:2], pilot_seeds=0, budget_minutes=None, replicate=())
+    one = dataclasses.replace(p, seeds=p.seeds[:2], replicate=(),
+                              seed_design=dataclasses.replace(p.seed_design, pilot_seeds=0, budget_minutes=None))
     planned = dry_plan("isoloss", "tiny", preset=one)
     return sum(r.config.steps - r.start_step for r in planned.runs) / len(one.seeds)
 

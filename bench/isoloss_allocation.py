@@ -167,8 +167,8 @@ def calibrate(sds: dict[str, float], sc: Scenario, lev: dict[str, float]) -> dic
 
 def part1(rng, p, sds, taus, sc: Scenario, studies: int) -> None:
     print(f"\n1. type-I error at fixed n (μ = 0; {studies} studies; two-sided α = 0.05, unadjusted): old = paired t over "
-          f"the pairs within {OLD_LIMIT:g} nats, new = weighted HKSJ over the pairs within {p.extrapolation_limit:g} × "
-          "the fork's range (and a common slope where eligible)")
+          f"the pairs within {OLD_LIMIT:g} nats, new = weighted HKSJ over the pairs within "
+          f"{p.verdicts.extrapolation_limit:g} × the fork's range (and a common slope where eligible)")
     print("   (used: pairs within the new limit, of n; var new/old: the estimates' variance over studies, new ÷ old — "
           "the seeds the new estimator needs for the old one's precision; share: the new estimate's variance that is "
           "extrapolation)")
@@ -179,12 +179,12 @@ def part1(rng, p, sds, taus, sc: Scenario, studies: int) -> None:
         cells = []
         for n in (6, 16):
             q = draw(rng, PILOT_GAPS[test], sc, (studies, n), 0.0, taus[test])
-            old_used, new_used = used_masks(q, sc.ratio * sc.R, sc.R, p.extrapolation_limit)
+            old_used, new_used = used_masks(q, sc.ratio * sc.R, sc.R, p.verdicts.extrapolation_limit)
             old, new, used, means, shares = 0, 0, 0, [], []
             for s in range(studies):
                 d = (q["recipe"]["at"] - q["reference"]["at"])[s][old_used[s]]
                 pd = paired_difference(d, n_boot=0)
-                e = estimate(fits(q, s, n, new_used, 0, p.borrow_gap), p.slope_level)
+                e = estimate(fits(q, s, n, new_used, 0, p.verdicts.borrow_gap), p.verdicts.slope_level)
                 old, new, used = old + (pd.p_value <= 0.05), new + (e.p_value <= 0.05), used + e.n
                 means.append((pd.mean, e.mean))
                 shares.append(e.extrapolation)
@@ -201,10 +201,10 @@ def part1(rng, p, sds, taus, sc: Scenario, studies: int) -> None:
 
 def part2(rng, p, sc: Scenario, studies: int) -> None:
     print(f"\n2. the fork × KL model with slopes that differ (μ = 0, τ = 0.1, recipe's range {2:g}× the reference's; "
-          f"type-I at α = 0.05; equal-slopes test at {p.slope_level:g}; {studies} studies)")
+          f"type-I at α = 0.05; equal-slopes test at {p.verdicts.slope_level:g}; {studies} studies)")
     print(f"{'geometry':<34}{'Δslope (pts/1e-3 nats)':>24}{'n':>4} | {'forced':>7}{'tested':>8}{'never':>7}"
           f"{'pooled':>8}")
-    for label, gaps, borrow in (("ranges touch (gap 0–0.25 R)", (1e-12, 1e-4, 0.25 * sc.R), p.borrow_gap),
+    for label, gaps, borrow in (("ranges touch (gap 0–0.25 R)", (1e-12, 1e-4, 0.25 * sc.R), p.verdicts.borrow_gap),
                                 ("gap = R (eligible by fiat)", (sc.R,), 10.0)):
         for diff in (0.0, 0.2, 0.5, 2.0):
             for n in (6, 16):
@@ -215,7 +215,7 @@ def part2(rng, p, sc: Scenario, studies: int) -> None:
                 pooled = 0
                 for s in range(studies):
                     f = fits(q, s, n, every, 0, borrow)
-                    for key, level in (("forced", 0.0), ("tested", p.slope_level), ("never", 1.01)):
+                    for key, level in (("forced", 0.0), ("tested", p.verdicts.slope_level), ("never", 1.01)):
                         e = estimate(f, level)
                         hits[key] += bool(e.p_value <= 0.05)
                         pooled += key == "tested" and e.model != "a line per fork"
@@ -235,7 +235,8 @@ def costs_of(p) -> dict[str, float]:
     from sameloss.experiments.plan import dry_plan, estimate as plan_estimate
     from sameloss.experiments.recipes.isoloss.allocation import _cost_key
 
-    one = dataclasses.replace(p, seeds=p.seeds[:2], pilot_seeds=0, budget_minutes=None, replicate=())
+    one = dataclasses.replace(p, seeds=p.seeds[:2], replicate=(),
+                              seed_design=dataclasses.replace(p.seed_design, pilot_seeds=0, budget_minutes=None))
     e = plan_estimate(dry_plan("isoloss", "tiny", preset=one), "cpu", 1, None, memory=False)
     costs: dict[str, float] = {}
     for item in (*e.runs, *e.measures):
@@ -262,32 +263,39 @@ def seed_cost_of(p, costs: dict[str, float]):
 BEFORE = {"pilot_seeds": 6, "seeds": tuple(range(48))}
 
 
+def with_pilot(p, pilot: int, seeds: tuple[int, ...]):
+    """The preset with a pilot of ``pilot`` seeds and the seeds ``seeds`` (at most)."""
+    return dataclasses.replace(p, seeds=seeds, seed_design=dataclasses.replace(p.seed_design, pilot_seeds=pilot))
+
+
 def _study(q: dict, masks: dict, s: int, p, design: str, tests: list[str], budget) -> dict:
     """One simulated study of one design: its pilot, its plan, its verdicts after Holm."""
-    k, cap, target = p.pilot_seeds, len(p.seeds), p.mde_target
+    k, cap, target = p.seed_design.pilot_seeds, len(p.seeds), p.seed_design.mde_target
     new = design == "after"
     pilot_sd = {}
     for t in tests:
         if new:
-            pilot_sd[t] = estimate(fits(q[t], s, k, masks[t][1], k, p.borrow_gap), p.slope_level).sd
+            pilot_sd[t] = estimate(fits(q[t], s, k, masks[t][1], k, p.verdicts.borrow_gap), p.verdicts.slope_level).sd
         else:
             d = (q[t]["recipe"]["at"] - q[t]["reference"]["at"])[s, :k][masks[t][0][s, :k]]
             pilot_sd[t] = float(np.std(d, ddof=1)) if d.size >= 2 else math.nan
     family = tuple(t for t in p.claims if t in tests) if new else tuple(tests)
-    alloc = allocate(pilot_sd, k, cap, target, p.exempt, family=family, alpha=0.05 if new else 0.05 * len(family))
+    alloc = allocate(pilot_sd, k, cap, target, p.seed_design.exempt, family=family,
+                     alpha=0.05 if new else 0.05 * len(family))
     if budget is not None:
         alloc = afford(alloc, *budget)
     rows = []
     for t in tests:
         n = alloc.planned[t]
         if new:
-            e = estimate(fits(q[t], s, n, masks[t][1], k, p.borrow_gap), p.slope_level, stein=True)
+            e = estimate(fits(q[t], s, n, masks[t][1], k, p.verdicts.borrow_gap), p.verdicts.slope_level, stein=True)
         else:
             d = (q[t]["recipe"]["at"] - q[t]["reference"]["at"])[s, :n][masks[t][0][s, :n]]
             first = (q[t]["recipe"]["at"] - q[t]["reference"]["at"])[s, :k][masks[t][0][s, :k]]
             e = paired_difference(d, n_boot=0, pilot=first)
-        verdict = power_verdict(e, q[t]["sign"], p.equivalence_margin) if e.n >= 2 else "no interval"
-        rows.append({"test": t, "n": n, "p": e.p_value, "tost": e.tost_p(p.equivalence_margin), "verdict": verdict,
+        delta = p.verdicts.equivalence_margin
+        verdict = power_verdict(e, q[t]["sign"], delta) if e.n >= 2 else "no interval"
+        rows.append({"test": t, "n": n, "p": e.p_value, "tost": e.tost_p(delta), "verdict": verdict,
                      "family": "claims" if t in family else "other"})
     for fam in ("claims", "other"):
         mine = [r for r in rows if r["family"] == fam]
@@ -303,18 +311,19 @@ def simulate(rng, p, sds, taus, sc, costs, studies, workers, designs=("before", 
     signs = {f"{c.name} @ {pt}": c.sign for c, pt in p.tests()}
     seed_cost = seed_cost_of(p, costs)
     full = seed_cost(tests)
-    presets = {d: dataclasses.replace(p, **BEFORE) if d == "before" else p for d in designs}
+    presets = {d: with_pilot(p, BEFORE["pilot_seeds"], BEFORE["seeds"]) if d == "before" else p for d in designs}
     tally = {}
     for h in hypotheses:
         q, masks = {}, {}
         for t in tests:
-            mu = FIXED.get(t, signs[t] * p.mde_target if h == "alt" else 0.0)
+            mu = FIXED.get(t, signs[t] * p.seed_design.mde_target if h == "alt" else 0.0)
             q[t] = draw(rng, PILOT_GAPS[t], sc, (studies, max(len(x.seeds) for x in presets.values())), mu, taus[t])
             q[t]["sign"] = signs[t]
-            masks[t] = used_masks(q[t], sc.ratio * sc.R, sc.R, p.extrapolation_limit)
+            masks[t] = used_masks(q[t], sc.ratio * sc.R, sc.R, p.verdicts.extrapolation_limit)
         for design, pd in presets.items():
-            budget = ((seed_cost, pd.pilot_seeds * full / workers, 60 * pd.budget_minutes, workers)
-                      if pd.budget_minutes else None)
+            d = pd.seed_design
+            budget = ((seed_cost, d.pilot_seeds * full / workers, 60 * d.budget_minutes, workers)
+                      if d.budget_minutes else None)
             counts = {t: {"raw": 0, "holm": 0, "right": 0, "decided": 0, "seeds": 0} for t in tests}
             hours = 0.0
             for s in range(studies):
@@ -336,10 +345,11 @@ def part3(rng, p, sds, taus, sc, costs, studies, workers) -> None:
     t0 = time.process_time()
     tally = simulate(rng, p, sds, taus, sc, costs, studies, workers)
     claims = [t for t in p.claims if t in sds]
+    d = p.seed_design
     print(f"\n3. whole adaptive studies ({studies} per hypothesis, {time.process_time() - t0:.0f} CPU s): before pilot "
-          f"{BEFORE['pilot_seeds']}, at most {len(BEFORE['seeds'])} seeds; after pilot {p.pilot_seeds}, at most "
-          f"{len(p.seeds)} seeds; MDE target {p.mde_target:g} points, budget "
-          f"{p.budget_minutes} min on {workers} workers (the planner's costs); the alternative: δ = {p.mde_target:g} in "
+          f"{BEFORE['pilot_seeds']}, at most {len(BEFORE['seeds'])} seeds; after pilot {d.pilot_seeds}, at most "
+          f"{len(p.seeds)} seeds; MDE target {d.mde_target:g} points, budget "
+          f"{d.budget_minutes} min on {workers} workers (the planner's costs); the alternative: δ = {d.mde_target:g} in "
           f"the paper's direction for every test (adv at {FIXED['adv @ late']:g} throughout). before: the old estimator, "
           "seeds planned at α = 0.05, Holm over every primary test; after: the weighted estimator, seeds planned at "
           f"α/{len(claims)} for the claims ({', '.join(claims)}), Holm over the claims (the rest: their own family)")
@@ -366,12 +376,13 @@ def grid(rng, p, sds, taus, sc, costs, studies, workers) -> None:
     """The after design's claims' power after Holm and cost at other pilots and caps (the
     alternative only), beside the even design of the same budget's seeds."""
     claims = [t for t in p.claims if t in sds and t not in FIXED]
-    print(f"\n   pilot and cap (after design, alternative only, {studies} studies each; budget {p.budget_minutes} min):")
+    print(f"\n   pilot and cap (after design, alternative only, {studies} studies each; budget "
+          f"{p.seed_design.budget_minutes} min):")
     print(f"   {'pilot':>5}{'cap':>5} | " + "".join(f"{t.split(' @ ')[0][:10]:>11}" for t in claims)
           + f" | {'mean':>6}{'seeds':>7}{'hours':>7}")
     for pilot in (6, 8, 10, 12):
         for cap in (32, 48):
-            q = dataclasses.replace(p, pilot_seeds=pilot, seeds=tuple(range(cap)))
+            q = with_pilot(p, pilot, tuple(range(cap)))
             tally = simulate(rng, q, sds, taus, sc, costs, studies, workers, designs=("after",), hypotheses=("alt",))
             counts, hours = tally[("after", "alt")]
             powers = [counts[t]["right"] / studies for t in claims]
@@ -386,10 +397,11 @@ def part4(p, sds, costs, workers) -> None:
 
     seed_cost = seed_cost_of(p, costs)
     claims = {t: sds[t] for t in p.claims if t in sds}
-    targets = {t: abs(FIXED.get(t, p.mde_target)) for t in claims}
-    print(f"\n4. allocation.plan_claims on the prior SDs: the claims a budget decides (target {p.mde_target:g} points, "
+    targets = {t: abs(FIXED.get(t, p.seed_design.mde_target)) for t in claims}
+    print(f"\n4. allocation.plan_claims on the prior SDs: the claims a budget decides (target "
+          f"{p.seed_design.mde_target:g} points, "
           f"adv at its {FIXED['adv @ late']:g}; 80 % power after Holm over the claims kept; {workers} workers)")
-    for minutes, pilot in ((25, 0), (60, 0), (180, p.pilot_seeds)):
+    for minutes, pilot in ((25, 0), (60, 0), (180, p.seed_design.pilot_seeds)):
         plan = plan_claims(claims, seed_cost, 60 * minutes * workers, targets, pilot=pilot, cap=len(p.seeds))
         kept = ", ".join(f"{t} {n} seeds (power {plan.power[t]:.2f})" for t, n in plan.seeds.items())
         gone = ", ".join(f"{t} ({n or f'> {len(p.seeds)}'} seeds)" for t, n in plan.left_out.items())

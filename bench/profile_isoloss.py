@@ -43,15 +43,15 @@ def shrunk(p, n: int, probe_test: int | None):
     if n > 1:
         long = next(f for f in p.forks if f.name == "long").recipe_steps
         short = next(f for f in p.forks if f.name == "short").final_steps
-        p = dataclasses.replace(p, base_steps=p.base_steps // n,
-                                fork_points=tuple(k // n for k in p.fork_points), recipe_steps=p.recipe_steps // n,
-                                decay_steps=p.decay_steps // n, final_steps=p.final_steps // n,
-                                match_every=max(1, p.match_every // n),
-                                forks=isoloss._forks(long // n, short // n if short else None))
+        s = p.schedule
+        schedule = dataclasses.replace(s, recipe_steps=s.recipe_steps // n, decay_steps=s.decay_steps // n,
+                                       final_steps=s.final_steps // n, match_every=max(1, s.match_every // n))
+        p = dataclasses.replace(p, base_steps=p.base_steps // n, fork_points=tuple(k // n for k in p.fork_points),
+                                schedule=schedule, forks=isoloss._forks(long // n, short // n if short else None))
     if n > 1:  # a shrunk base has no headroom: its forks run all the same
-        p = dataclasses.replace(p, on_no_headroom="mark")
+        p = dataclasses.replace(p, verdicts=dataclasses.replace(p.verdicts, on_no_headroom="mark"))
     if probe_test:
-        p = dataclasses.replace(p, probe_test=probe_test)
+        p = dataclasses.replace(p, probes=dataclasses.replace(p.probes, test=probe_test))
     return p
 
 
@@ -109,7 +109,7 @@ def main() -> None:
         measure_run.measure_reference, evaluate.ExactEvaluator.evaluate = original_ref, original_eval
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"load after: {os.getloadavg()[0]:.2f}; isoloss --scale {args.scale} (shrink {args.shrink}, probe test "
-          f"{p.probe_test}), seed {args.seed}: {cpu:.1f} CPU s "
+          f"{p.probes.test}), seed {args.seed}: {cpu:.1f} CPU s "
           f"({wall:.1f} s wall), {len(out['runs'])} runs")
     for stage, s in sorted(clock.seconds.items(), key=lambda kv: -kv[1]):
         print(f"  {stage:<34} {s:8.1f} CPU s  {100 * s / cpu:5.1f} %")

@@ -42,7 +42,7 @@ class Found:
     command: str
     scale: str
     gate_pass: float  # the share of seeds the search required
-    margin: float  # the gate's margin in points (the study's ``headroom_margin``)
+    margin: float  # the gate's margin in points (the study's ``verdicts.headroom_margin``)
     gate: tuple[dict, ...]  # per seed: ``GATE_COLUMNS``
 
     @property

@@ -77,9 +77,9 @@ def test_a_budget_cuts_the_later_seeds():
 def _adaptive(p):
     """smoke with three seeds, a pilot of two, and every comparison exempt but −dropout−WD
     (whose target of 0.01 points it cannot reach: it gets every seed), the claims its two tests."""
-    return dataclasses.replace(p, seeds=(0, 1, 2), pilot_seeds=2, mde_target=0.01,
-                               exempt=tuple(c.name for c in p.comparisons if c.name != "noreg"),
-                               claims=("noreg @ late", "noreg @ scratch"))
+    seeds = dataclasses.replace(p.seed_design, pilot_seeds=2, mde_target=0.01,
+                                exempt=tuple(c.name for c in p.comparisons if c.name != "noreg"))
+    return dataclasses.replace(p, seeds=(0, 1, 2), seed_design=seeds, claims=("noreg @ late", "noreg @ scratch"))
 
 
 def test_an_adaptive_study_runs_its_pilot_then_only_the_forks_still_short(tmp_path, monkeypatch):
@@ -151,9 +151,10 @@ def test_budget_and_even_are_isolosss_and_checked(tmp_path, capsys):
     with pytest.raises(UserError, match="no pilot"):
         isoloss.with_budget(isoloss.PRESETS["quick"], 30)
     tiny = isoloss.PRESETS["tiny"]
-    assert isoloss.with_budget(tiny, 30).budget_minutes == 30
+    assert isoloss.with_budget(tiny, 30).seed_design.budget_minutes == 30
     even = isoloss.with_even(tiny)
-    assert even.pilot_seeds == 0 and len(even.seeds) == tiny.even_seeds and isoloss.folder_suffix(even) == "-even"
+    assert even.seed_design.pilot_seeds == 0 and len(even.seeds) == tiny.seed_design.even_seeds
+    assert isoloss.folder_suffix(even) == "-even"
     for args, words in ((["reproduce", "steps", "--scale", "smoke", "--budget", "5"], "--budget: steps"),
                         (["reproduce", "isoloss", "--scale", "smoke", "--budget", "-5"], "--budget"),
                         (["reproduce", "isoloss", "--scale", "tiny", "--even", "--budget", "5"], "takes no --budget")):

@@ -103,7 +103,7 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
     rows = read(root / "results.csv")
     forks = {f.name: f for f in p.forks}
     at = {"late": p.forks_at(p.base_steps), "scratch": p.forks_at(0)}  # the sharpening fork: late only
-    assert len(rows) == len(p.seeds) * sum(len(v) for v in at.values()) * p.probe_points
+    assert len(rows) == len(p.seeds) * sum(len(v) for v in at.values()) * p.schedule.probe_points
     for seed in p.seeds:
         seed_dir = root / "seeds" / f"seed{seed}" / "runs"
         for point in ("late", "scratch"):
@@ -123,7 +123,7 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
                 for r in measured:
                     assert float(r["kl"]) == pytest.approx(kls[int(r["step"])], abs=1e-12)
                     # every measured checkpoint is on its stretch: the final lr factor
-                    assert float(r["lr_factor"]) == pytest.approx(p.final_lr_factor)
+                    assert float(r["lr_factor"]) == pytest.approx(p.schedule.final_lr_factor)
                     assert 0 < int(r["steps_at_final_lr"]) <= p.final_steps_of(f)
         # late forks start from the base's checkpoint, forks from scratch from nothing, and
         # the base recipe's forks exist once (their late runs serve every point)
@@ -210,7 +210,7 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
                 assert sorted(mdes[label]) == pytest.approx([-float(want["mde"]), float(want["mde"])])
         assert sum(bool(v) for v in mdes.values()) >= 1
     margin = sorted(float(r["x"]) for r in forest if r["kind"] == "ref-x" and r["panel"] == "0" and "δ" in r["series"])
-    assert margin == pytest.approx([-p.equivalence_margin, p.equivalence_margin])
+    assert margin == pytest.approx([-p.verdicts.equivalence_margin, p.verdicts.equivalence_margin])
     scatter = read_data(root / "scatter.data.csv")
     regression = {r["point"]: r for r in read(root / "regression.csv") if "trace" in r["coefficient"]}
     for panel, point in enumerate(("late", "scratch")):
@@ -261,7 +261,7 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
         mine = [pr for pr in pairs if pr["comparison"] in isoloss.flatness_forks(p) and pr["point"] == point]
         x = np.array([float(pr["recipe_trace_fisher"]) / float(pr["reference_trace_fisher"]) - 1 for pr in mine])
         y = np.array([100 * float(pr[f"d_{p.primary_key}"]) for pr in mine])
-        keep = np.abs(x) >= p.dose_floor
+        keep = np.abs(x) >= p.verdicts.dose_floor
         assert int(r["n_left_out"]) == int((~keep).sum()) and int(r["n_pairs"]) == int(keep.sum())
         if keep.any():
             assert float(r["slope"]) == pytest.approx(float((x * y)[keep].sum() / (x * x)[keep].sum()))
@@ -282,7 +282,9 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
 def test_without_headroom_the_study_stops_before_the_forks(tmp_path, monkeypatch):
     from sameloss.measures import run as measure_run
 
-    p = dataclasses.replace(isoloss.PRESETS["smoke"], headroom_margin=60.0, on_no_headroom="stop")
+    smoke = isoloss.PRESETS["smoke"]
+    p = dataclasses.replace(smoke, verdicts=dataclasses.replace(smoke.verdicts, headroom_margin=60.0,
+                                                                on_no_headroom="stop"))
     monkeypatch.setitem(isoloss.PRESETS, "smoke", p)
     probed = []
     original = measure_run.measure_reference
@@ -310,7 +312,8 @@ def test_without_headroom_the_study_stops_before_the_forks(tmp_path, monkeypatch
 
 
 def test_the_headroom_gate_thresholds():
-    p = dataclasses.replace(isoloss.PRESETS["tiny"], headroom_margin=5.0)
+    tiny = isoloss.PRESETS["tiny"]
+    p = dataclasses.replace(tiny, verdicts=dataclasses.replace(tiny.verdicts, headroom_margin=5.0))
     key = p.primary_key
 
     def row(x):
@@ -488,27 +491,29 @@ def test_presets_are_checked():
     assert p.languages == {"hmm": "headroom"} and p.kl_tolerance == 3e-4 and set(p.fork_points) == {0, p.base_steps}
     q = isoloss.PRESETS["quick"]
     # the main job: tiny's design cut to its plan (the forks of the planned tests, their fork points)
-    assert q.plan == isoloss.QUICK_PLAN and q.pilot_seeds == 0 and q.seeds == p.seeds[:len(q.seeds)]
+    assert q.seed_design.plan == isoloss.QUICK_PLAN and q.seed_design.pilot_seeds == 0
+    assert q.seeds == p.seeds[:len(q.seeds)]
     assert [f for f in p.forks if f in q.forks] == list(q.forks)
-    same = dataclasses.replace(q, forks=p.forks, fork_points=p.fork_points, seeds=p.seeds, plan=(), left=(),
-                               pilot_seeds=p.pilot_seeds, budget_minutes=p.budget_minutes, comparisons=p.comparisons,
-                               claims=p.claims)
+    same = dataclasses.replace(q, forks=p.forks, fork_points=p.fork_points, seeds=p.seeds, seed_design=p.seed_design,
+                               comparisons=p.comparisons, claims=p.claims)
+    assert dataclasses.replace(q.seed_design, plan=(), left=(), pilot_seeds=p.seed_design.pilot_seeds,
+                               budget_minutes=p.seed_design.budget_minutes) == p.seed_design
     assert same == p
-    assert [f"{c.name} @ {pt}" for c, pt in q.tests()] == [t for t, _ in q.plan]
+    assert [f"{c.name} @ {pt}" for c, pt in q.tests()] == [t for t, _ in q.seed_design.plan]
     with pytest.raises(ValueError, match="fork points"):
         dataclasses.replace(p, fork_points=(p.base_steps + 1,))
     with pytest.raises(ValueError, match="final steps"):
-        dataclasses.replace(p, final_steps=30)
+        dataclasses.replace(p, schedule=dataclasses.replace(p.schedule, final_steps=30))
     with pytest.raises(ValueError, match="primary size"):
-        dataclasses.replace(p, primary_size=7)
+        dataclasses.replace(p.probes, primary_size=7)
     with pytest.raises(ValueError, match="on_no_headroom"):
-        dataclasses.replace(p, on_no_headroom="ignore")
+        dataclasses.replace(p.verdicts, on_no_headroom="ignore")
     with pytest.raises(ValueError, match="probe_points >= 3"):
-        dataclasses.replace(p, probe_points=2)
+        dataclasses.replace(p.schedule, probe_points=2)
     with pytest.raises(ValueError, match="fewer than probe_points"):
-        dataclasses.replace(p, probe_points=40)
+        dataclasses.replace(p, schedule=dataclasses.replace(p.schedule, probe_points=40))
     with pytest.raises(ValueError, match="trace_margin"):
-        dataclasses.replace(p, trace_margin=0.0)
+        dataclasses.replace(p.verdicts, trace_margin=0.0)
     # a late-only fork (tiny's adversary) has no run and no comparison from scratch
     adv = {f.name: f for f in p.forks}["adv"]
     assert adv.late_only and adv not in p.forks_at(0) and adv in p.forks_at(p.base_steps)
@@ -523,6 +528,6 @@ def test_presets_are_checked():
     # every candidate lies on the stretch at the final lr
     for f in p.forks:
         cfg = isoloss.fork_run(p, 0, f, p.base_steps).config()
-        assert all(cfg.lr_factor(s - 1) == pytest.approx(p.final_lr_factor) for s in p.candidates(f))
-        assert cfg.lr_factor(p.stretch_start(f) - 2) > p.final_lr_factor
-    assert not math.isnan(p.equivalence_margin)
+        assert all(cfg.lr_factor(s - 1) == pytest.approx(p.schedule.final_lr_factor) for s in p.candidates(f))
+        assert cfg.lr_factor(p.stretch_start(f) - 2) > p.schedule.final_lr_factor
+    assert not math.isnan(p.verdicts.equivalence_margin)

@@ -15,6 +15,7 @@ from sameloss.cli import main
 from sameloss.experiments import reproduce
 from sameloss.experiments.recipes import isoloss
 from sameloss.experiments.recipes.isoloss import across, design
+from sameloss.experiments.recipes.isoloss.settings import SeedDesign
 from sameloss import found
 
 
@@ -119,7 +120,8 @@ def test_the_languages_scale_is_the_design_the_rule_chooses():
                            SeedRule(exempt_seeds=design.EXEMPT_SEEDS, languages=len(choices), tau=across.LANGUAGES_TAU))
     assert chosen.plan == across.LANGUAGES_PLAN and chosen.left == across.LANGUAGES_LEFT
     assert chosen.wall_seconds <= 60 * across.LANGUAGES_BUDGET_MINUTES
-    assert p.plan == across.LANGUAGES_PLAN and [f"{c.name} @ {pt}" for c, pt in p.tests()] == [t for t, _ in p.plan]
+    plan = p.seed_design.plan
+    assert plan == across.LANGUAGES_PLAN and [f"{c.name} @ {pt}" for c, pt in p.tests()] == [t for t, _ in plan]
     # the seeds are per language, from the pooled MDE: on 2 degrees of freedom (3 languages) the HKSJ
     # test needs more seeds a language than one language's own t test does for the same SD
     one = dict(choose_design(tiny, costs, 1e9, 2, SeedRule(exempt_seeds=design.EXEMPT_SEEDS)).plan)
@@ -157,7 +159,8 @@ def test_the_planner_prices_the_languages_scale_with_its_pooled_forecast(tmp_pat
         found.write(_record(name, f"hmm:micro:seed={seed},task=task-3"), reg)
     plan = (("noreg @ late", 2), ("sam05 @ late", 3))
     p = across.languages_preset(across.registered_choices(reg), plan=plan, scale="smoke",
-                                settings={**design.SMOKE_DESIGN, "prior_sds": (("noreg @ late", 0.2),)})
+                                settings={**design.SMOKE_DESIGN,
+                                          "seed_design": SeedDesign(prior_sds=(("noreg @ late", 0.2),))})
     monkeypatch.setitem(isoloss.PRESETS, "languages", p)
     code, out, err = _cli(capsys, "plan", "isoloss", "--scale", "languages", "--cpu-peak", "100")
     assert code == 0 and err == ""

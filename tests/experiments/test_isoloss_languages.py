@@ -314,7 +314,9 @@ def test_the_study_on_two_languages_end_to_end(tmp_path):
 def test_a_held_out_language_without_headroom_says_so(tmp_path, monkeypatch):
     """A language the study was never tuned on, given by its constructor's seed: with no
     headroom the gate stops it and the replication table marks it uninformative."""
-    p = dataclasses.replace(isoloss.PRESETS["smoke"], headroom_margin=60.0, on_no_headroom="stop")
+    smoke = isoloss.PRESETS["smoke"]
+    p = dataclasses.replace(smoke, verdicts=dataclasses.replace(smoke.verdicts, headroom_margin=60.0,
+                                                                on_no_headroom="stop"))
     monkeypatch.setitem(isoloss.PRESETS, "smoke", p)
     reproduce("isoloss", "smoke", out=tmp_path, progress=False,
               languages=["hmm:micro:seed=11,task=task-3", "pcfg:headroom"])

@@ -191,15 +191,15 @@ def test_a_gated_study_is_planned_with_its_forks():
     from sameloss.experiments.recipes import isoloss
 
     p = isoloss.PRESETS["tiny"]
-    assert p.on_no_headroom == "stop" and p.headroom_margin > 0
+    assert p.verdicts.on_no_headroom == "stop" and p.verdicts.headroom_margin > 0
     plan = planner.dry_plan("isoloss", "tiny", "unused", preset=isoloss.with_even(p))
     bases = [r for r in plan.runs if r.name.endswith("-base")]
-    assert len(bases) == p.even_seeds
+    assert len(bases) == p.seed_design.even_seeds
     late = len(p.forks)  # every fork at the late point (the size fork trained on its embedded start)
     scratch = sum(1 for f in p.forks_at(0) if not f.base_recipe)
     # tiny's forks: no sam02, the adversary and the sharpening fork late only; 3 flatness forks
     assert (late, scratch) == (11, 6)
-    assert len(plan.runs) == p.even_seeds * (1 + late + scratch)
+    assert len(plan.runs) == p.seed_design.even_seeds * (1 + late + scratch)
     # the main job's plan: seed i runs the forks of the tests planned more than i seeds
     q = isoloss.PRESETS["quick"]
     quick = planner.dry_plan("isoloss", "quick", "unused")
@@ -267,8 +267,9 @@ def test_the_forecast_says_no_prior_where_a_fork_has_none():
     p = isoloss.PRESETS["tiny"]
     # the forecast speaks of the claims (Holm's family); take one claim's prior SD away
     without = [t for t in p.claims if not t.startswith("adv")][:1]
-    assert without and all(t in dict(p.prior_sds) for t in without)
-    p = dataclasses.replace(p, prior_sds=tuple(x for x in p.prior_sds if x[0] not in without))
+    assert without and all(t in dict(p.seed_design.prior_sds) for t in without)
+    p = dataclasses.replace(p, seed_design=dataclasses.replace(
+        p.seed_design, prior_sds=tuple(x for x in p.seed_design.prior_sds if x[0] not in without)))
     text = forecast(p, "cpu", 2, cpu_peak=50e9)
     for t in without:
         assert f"{t} (no prior SD: planned from the pilot's)" in text

@@ -21,8 +21,8 @@ Three stages, cheapest first, each in the isoloss study's own terms (``--scale``
 1. **screen** (no training): per draw, the task's (``--task``, default ``DEFAULT_TASKS``)
    majority class, random-init encoder (the study's seed-0 base run as initialised), look-up
    table (true conditionals) and oracle (true posterior) at the study's primary endpoint — a
-   converged L-BFGS probe at the task's span, n = ``primary_size`` (200) from its ``probe_pool``
-   with its ``probe_l2`` — on a smaller design (``--screen-subsets`` 10 subsets, ``--screen-test``
+   converged L-BFGS probe at the task's span, n = ``probes.primary_size`` (200) from its
+   ``probes.pool`` with its ``probes.l2`` — on a smaller design (``--screen-subsets`` 10 subsets, ``--screen-test``
    2000 test sentences). Its *gap* is oracle − max(look-up, random-init): a trained model can
    pass the gate only if the gap is at least twice the margin (5 + 5 points); draws with a gap
    ≥ ``--min-gap`` (15) are promising.
@@ -30,9 +30,9 @@ Three stages, cheapest first, each in the isoloss study's own terms (``--scale``
    drawing order, are trained exactly as the study trains seed 0 — its base run
    (``isoloss.base_run``: AdamW, 1000 steps at ``tiny``) and its ``adamw`` fork continued from
    it (``isoloss.fork_run``: recipe steps, the decay, the stretch at the final lr) — and the
-   base is gated by the study's own rule (``isoloss.headroom_gate``: ≥ ``headroom_margin`` = 5
-   points above the look-up table and the random-init encoder and ≥ 5 below the oracle) on the
-   study's own probe design for that seed (``probe_pool``, ``probe_test`` = 20,000 sentences,
+   base is gated by the study's own rule (``isoloss.headroom_gate``: ≥
+   ``verdicts.headroom_margin`` = 5 points above the look-up table and the random-init encoder and ≥ 5 below the oracle) on the
+   study's own probe design for that seed (``probes.pool``, ``probes.test`` = 20,000 sentences,
    its 40 subsets of n = 200: the numbers the study's gate reads, to the digit). The table adds
    the base's exact KL, the fork's lowest KL on its stretch and the trained model's accuracy at
    the fork's end. Not the largest gaps first: those come with the hardest languages (measured:
@@ -216,15 +216,15 @@ def _preset(choice, scale: str):
 
 
 def _fewshot(p, seed: int, subsets: int | None = None, test: int | None = None):
-    """The study's primary endpoint alone — the span view, the L-BFGS probe, n = ``primary_size``
-    from its pool, its l2, the seed's data and subsets — with the primary size's subsets and
+    """The study's primary endpoint alone — the span view, the L-BFGS probe, n =
+    ``probes.primary_size`` from its pool, its l2, the seed's data and subsets — with the primary size's subsets and
     the test set (``subsets``, ``test``: the screen's smaller ones)."""
     from ..measures.fewshot import FewShot
     from ..measures.headroom import span_view
 
-    k = subsets or dict(zip(p.probe_sizes, p.probe_subsets))[p.primary_size]
-    return FewShot(p.task, (("pos", span_view(p.span)),), (p.primary_size,), (k,), p.probe_pool,
-                   test or p.probe_test, (("pos", "lbfgs"),), p.probe_epochs, p.probe_l2, seed=seed)
+    pr = p.probes
+    return FewShot(p.task, (("pos", span_view(p.span)),), (pr.primary_size,), (subsets or pr.primary_subsets,),
+                   pr.pool, test or pr.test, (("pos", "lbfgs"),), pr.epochs, pr.l2, seed=seed)
 
 
 def _references(study, p, cfg, fewshot) -> dict[str, dict]:
@@ -257,7 +257,7 @@ def screen(study, choice, design: SearchDesign) -> dict:
     p = _preset(choice, design.scale)
     c0 = _cpu()
     cfg = base_run(p, 0).config()
-    fewshot = _fewshot(p, 0, min(design.screen_subsets, 10**6), min(design.screen_test, p.probe_test))
+    fewshot = _fewshot(p, 0, min(design.screen_subsets, 10**6), min(design.screen_test, p.probes.test))
     refs = _references(study, p, cfg, fewshot)
     key = p.primary_key
     row = {"majority": 100 * refs["oracle"]["fewshot_majority"],
@@ -498,7 +498,8 @@ def _register(result: dict, name: str, command: str, design: SearchDesign, folde
     rows = tuple({k: (bool(r[k]) if k == "ok" else int(r[k]) if k == "seed" else float(r[k])) for k in
                   ("seed", "trained", "lookup", "random_init", "oracle", "above_lookup", "above_random_init",
                    "below_oracle", "ok")} for r in result["gate"] if r["spec"] == spec)
-    found = Found(name, spec, command, design.scale, design.gate_pass, PRESETS[design.scale].headroom_margin, rows)
+    margin = PRESETS[design.scale].verdicts.headroom_margin
+    found = Found(name, spec, command, design.scale, design.gate_pass, margin, rows)
     path = write(found, folder)
     log(f"registered {name} = {spec} ({path})")
     return name

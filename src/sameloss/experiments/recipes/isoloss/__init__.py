@@ -71,7 +71,7 @@ What it runs
     so the same weights and data stream — the paper's protocol, still paired by seed).
     Every fork then trains its recipe to ``base_steps + recipe_steps`` at the constant lr,
     decays linearly over ``decay_steps`` to ``final_lr_factor`` × lr, and holds that lr
-    for ``final_steps`` (its *stretch*). Forks: ``adamw`` (the base continued), ``short`` /
+    for ``final_steps`` (its *stretch*; the preset's ``schedule``). Forks: ``adamw`` (the base continued), ``short`` /
     ``long`` (0 / 400 recipe steps: "train longer"), ``noreg`` (−dropout −WD), ``noreg-half``
     (−dropout −WD updating on the half batch SAM updates on: SAM's batch control),
     ``sam05`` / ``sam02`` (−dropout −WD +SAM ρ 0.05 / 0.02), ``adv`` (AdamW + the adversarial
@@ -100,15 +100,15 @@ What it runs
     forks at every point are the late ones (one run each).
     Headroom gate, before any fork: in each seed's unit its base is probed beside its
     random-init encoder, the look-up table (true conditionals) and the oracle (true
-    posteriors); that seed's forks run only if the trained encoder is ≥ ``headroom_margin``
-    points above the look-up table and the random-init encoder and ≥ ``headroom_margin``
-    below the oracle (primary endpoint). If any seed fails, the study gives no verdict
-    (``on_no_headroom="stop"``: the failing seeds ran no fork) or marks every verdict
-    "uninformative: no headroom" (``"mark"``: every seed's forks run).
-    The same loss, estimated: every fork's KL is evaluated on one shared held-out
-    set at its candidates (every ``match_every`` steps of its stretch, all at the final lr
-    factor); each fork is measured (trace and probes) at ``probe_points`` of them spread over
-    the stretch. Per comparison and seed one target KL, from the two forks' measured KL
+    posteriors); that seed's forks run only if the trained encoder is ≥
+    ``verdicts.headroom_margin`` points above the look-up table and the random-init encoder
+    and as far below the oracle (primary endpoint). If any seed fails, the study gives no
+    verdict (``verdicts.on_no_headroom="stop"``: the failing seeds ran no fork) or marks
+    every verdict "uninformative: no headroom" (``"mark"``: every seed's forks run).
+    The same loss, estimated: every fork's KL is evaluated on one shared held-out set at its
+    candidates (every ``schedule.match_every`` steps of its stretch, all at the final lr
+    factor); each fork is measured (trace and probes) at ``schedule.probe_points`` of them
+    spread over the stretch. Per comparison and seed one target KL, from the two forks' measured KL
     ranges alone (``paired.comparison_target``: the middle of their overlap, or of the gap
     between them); each fork's accuracy and trace estimated *at* the target by the
     least-squares line of the quantity on KL through its own checkpoints
@@ -118,8 +118,8 @@ What it runs
     ``weighted``), the comparison's estimate the weighted mean with a random-effects (HKSJ)
     interval; a KL slope common to both forks only where the ranges touch and the slopes
     test equal. Every pair is used unless a fork's target lies more than
-    ``extrapolation_limit`` × its own measured KL range outside it (named in the report with
-    its reason); the earlier rule — keep a pair only where the forks landed within
+    ``verdicts.extrapolation_limit`` × its own measured KL range outside it (named in the
+    report with its reason); the earlier rule — keep a pair only where the forks landed within
     ``kl_tolerance`` of each other — survives only as the sensitivity row beside each result
     (selecting on where a fork's KL landed conditions on a post-treatment variable). Why
     the stretch: at the end of a shared decay the forks' KLs spread, so matching there would
@@ -128,7 +128,7 @@ What it runs
     (``Fork.final_steps``) so that the compared ranges overlap.
     Transfer: linear probes on the frozen representation at the task's position (primary)
     and on all positions concatenated (the paper's, secondary), trained on subsets of n =
-    ``probe_sizes`` examples drawn per seed (the same for the seed's forks: pairs stay
+    ``probes.sizes`` examples drawn per seed (the same for the seed's forks: pairs stay
     paired; another draw per seed: the intervals cover the draw) and tested on one test set:
     a converged convex probe (L-BFGS, the primary) and the paper's fixed-budget AdamW probe.
     Statistics (``paired``): per comparison and fork point the precision-weighted paired
@@ -138,9 +138,9 @@ What it runs
     their power after Holm; the power of each claim as made); verdicts "detected" (in the
     paper's direction / against it: the 95 % interval excludes 0), "no effect beyond ±δ"
     (TOST at α = 0.05 per side: the 90 % interval inside ±δ; δ fixed here:
-    ``equivalence_margin`` points for accuracies, ``trace_margin`` × the reference's mean
-    trace for traces), "inconclusive", "degenerate"; the dose (the effect from scratch minus
-    late, per seed); the size contrast with traces in one parameter space (the small fork's
+    ``verdicts.equivalence_margin`` points for accuracies, ``verdicts.trace_margin`` × the
+    reference's mean trace for traces), "inconclusive", "degenerate"; the dose (the effect
+    from scratch minus late, per seed); the size contrast with traces in one parameter space (the small fork's
     checkpoints embedded into the large shape); Fig. 1 as a within-seed regression of
     accuracy on trace and KL (one row per fork, seed fixed effects, cluster bootstrap over
     seeds).
@@ -161,7 +161,7 @@ Deviations
     width at ``quick``/``tiny``, 2× wider and one more block at ``smoke``/``small``/``paper``.
 
 The package, one room each: ``design.py`` (the preset, forks, comparisons, the language
-choice), ``study.py`` (the runs, the seed unit with its gate, the declaration),
+choice), ``settings.py`` (the preset's settings, grouped), ``study.py`` (the runs, the seed unit with its gate, the declaration),
 ``allocation.py`` (the stage after the pilot, the budget's forecast), ``analysis.py``
 (estimation, differences and verdicts, orchestrated), ``report.py`` (sections and
 tables, the replication table), ``figures.py`` (the three figures; ``forest_label`` names a forest row).

@@ -31,13 +31,14 @@ def allocation_of(setup, p: IsolossPreset, pilot: list[dict]) -> Allocation:
     if saved is not None:
         sds, costs, pilot_wall = saved["sds"], saved["costs"], saved["pilot_wall"]
     elif not _writes(setup):  # a dry plan: no pilot data
-        sds, costs, pilot_wall = dict(p.prior_sds), {}, 0.0
+        sds, costs, pilot_wall = dict(p.seed_design.prior_sds), {}, 0.0
     else:
         sds, costs, pilot_wall = _pilot_sds(p, pilot), _pilot_costs(pilot), _pilot_wall(setup, pilot)
     sds = {t: float(sds.get(t, math.nan)) for t in tests}
-    alloc = allocate(sds, p.pilot_seeds, len(p.seeds), p.mde_target, p.exempt, family=p.claims or None)
-    if p.budget_minutes is not None and costs:
-        alloc = afford(alloc, lambda active: seed_cost(p, costs, active), pilot_wall, 60 * p.budget_minutes,
+    d = p.seed_design
+    alloc = allocate(sds, d.pilot_seeds, len(p.seeds), d.mde_target, d.exempt, family=p.claims or None)
+    if d.budget_minutes is not None and costs:
+        alloc = afford(alloc, lambda active: seed_cost(p, costs, active), pilot_wall, 60 * d.budget_minutes,
                        _workers(setup))
     if saved is None and _writes(setup):
         _save_allocation(setup, p, sds, costs, pilot_wall)
@@ -104,7 +105,8 @@ def _allocation_path(setup, p: IsolossPreset) -> Path:
 
 
 def _allocation_key(p: IsolossPreset) -> dict:
-    return {"pilot": p.pilot_seeds, "seeds": list(p.seeds), "tests": [f"{c.name} @ {pt}" for c, pt in p.tests()]}
+    return {"pilot": p.seed_design.pilot_seeds, "seeds": list(p.seeds),
+            "tests": [f"{c.name} @ {pt}" for c, pt in p.tests()]}
 
 
 def _saved_allocation(setup, p: IsolossPreset) -> dict | None:
@@ -180,8 +182,8 @@ def planned_costs(p: IsolossPreset, device: str = "cpu", cpu_peak: float | None 
 
     if device == "cpu" and cpu_peak is None:
         cpu_peak = measure_cpu_peak(workers=workers)
-    one = dataclasses.replace(p, seeds=p.seeds[:2], pilot_seeds=0, budget_minutes=None, replicate=(), plan=(),
-                              left=())
+    one = dataclasses.replace(p, seeds=p.seeds[:2], replicate=(), seed_design=dataclasses.replace(
+        p.seed_design, pilot_seeds=0, budget_minutes=None, plan=(), left=()))
     e = estimate(dry_plan("isoloss", "tiny", preset=one), device, 1, cpu_peak, memory=False)
     costs: dict[CostPart, float] = {}
     for item in (*e.runs, *e.measures):
@@ -241,7 +243,7 @@ def choose_design(p: IsolossPreset, costs: dict[CostPart, float], budget_seconds
     from ...plan import longest_first
 
     need, left = _needed(p, rule)
-    prior = dict(p.prior_sds)
+    prior = dict(p.seed_design.prior_sds)
 
     def wall(plan: dict[str, int]) -> float:
         # a seed is one unit: the units shared out longest first over the workers, as the
@@ -272,17 +274,17 @@ def _needed(p: IsolossPreset, rule: SeedRule) -> tuple[dict[str, int], dict[str,
 
     def seeds_for(sd: float) -> int | None:
         if rule.languages < 2:
-            return needed_seeds(sd, p.mde_target, start=rule.min_seeds)
+            return needed_seeds(sd, p.seed_design.mde_target, start=rule.min_seeds)
         return next((m for m in range(rule.min_seeds, rule.cap + 1)
-                     if pooled_mde(sd, rule.tau, rule.languages, m) <= p.mde_target), None)
+                     if pooled_mde(sd, rule.tau, rule.languages, m) <= p.seed_design.mde_target), None)
 
-    prior = dict(p.prior_sds)
+    prior = dict(p.seed_design.prior_sds)
     need: dict[str, int] = {}
     left: dict[str, str] = {}
     for c, pt in p.all_tests():
         t = f"{c.name} @ {pt}"
         sd = prior.get(t, math.nan)
-        if c.name in p.exempt:
+        if c.name in p.seed_design.exempt:
             need[t] = rule.exempt_seeds
         elif not (math.isfinite(sd) and sd > 0):
             left[t] = "no prior paired SD to plan with (the full study's pilot measures it)"
@@ -325,13 +327,14 @@ def forecast(p: IsolossPreset, device: str, workers: int, cpu_peak: float | None
     costs = planned_costs(p, device, cpu_peak, workers)
     per_seed = sum(costs.values())
     tests = [f"{c.name} @ {pt}" for c, pt in p.tests()]
-    prior = dict(p.prior_sds)
+    d = p.seed_design
+    prior = dict(d.prior_sds)
     if not prior:
-        pilot = _minutes(p.pilot_seeds * per_seed / workers)
-        return (f"Budget forecast: the pilot ({p.pilot_seeds} seeds, every fork) costs ~{pilot} "
+        pilot = _minutes(d.pilot_seeds * per_seed / workers)
+        return (f"Budget forecast: the pilot ({d.pilot_seeds} seeds, every fork) costs ~{pilot} "
                 f"on {workers} worker(s) by the planner; no prior paired SDs in the preset, so the later seeds are "
                 "planned only once the pilot has run.")
-    alloc = allocate({t: prior.get(t, math.nan) for t in tests}, p.pilot_seeds, len(p.seeds), p.mde_target, p.exempt,
+    alloc = allocate({t: prior.get(t, math.nan) for t in tests}, d.pilot_seeds, len(p.seeds), d.mde_target, d.exempt,
                      family=p.claims or None)
 
     def forecast_cost(active: list[str]) -> float:
@@ -339,18 +342,18 @@ def forecast(p: IsolossPreset, device: str, workers: int, cpu_peak: float | None
         return costs.get(CostPart("", "base", "train"), 0.0) + costs.get(CostPart("", "base", "measure"), 0.0) + sum(
             v for k, v in costs.items() if (k.point, k.fork) in forks)
 
-    pilot_wall = p.pilot_seeds * per_seed / workers
-    cut = afford(alloc, forecast_cost, pilot_wall, 60 * p.budget_minutes, workers) if p.budget_minutes else alloc
+    pilot_wall = d.pilot_seeds * per_seed / workers
+    cut = afford(alloc, forecast_cost, pilot_wall, 60 * d.budget_minutes, workers) if d.budget_minutes else alloc
     expect = [t for t in tests if cut.needed[t] is not None and cut.planned[t] >= cut.needed[t]]
-    exempt = tuple(f"{x} @" for x in p.exempt)
+    exempt = tuple(f"{x} @" for x in d.exempt)
     short = [_short(t, cut, prior) for t in tests if t not in expect and t in cut.family and not t.startswith(exempt)]
     return (f"Budget forecast ({device}, {workers} worker(s), the planner's cost model: ~{_minutes(per_seed)} per seed "
-            f"with every fork): the pilot of {p.pilot_seeds} seeds ~{_minutes(pilot_wall)}; "
+            f"with every fork): the pilot of {d.pilot_seeds} seeds ~{_minutes(pilot_wall)}; "
             + (cut.budget_note + "; " if cut.budget_note else "")
-            + f"with the prior paired SDs ({_prior_source(p)}) the MDE target {p.mde_target:g} points after Holm "
+            + f"with the prior paired SDs ({_prior_source(p)}) the MDE target {d.mde_target:g} points after Holm "
             f"over the {len(cut.family)} claims is expected for: {', '.join(expect) or 'none'}; not for: "
             f"{'; '.join(short) or 'none'}"
-            + (f"; exempt (tested on the pilot): {', '.join(p.exempt)}" if p.exempt else "") + ".")
+            + (f"; exempt (tested on the pilot): {', '.join(d.exempt)}" if d.exempt else "") + ".")
 
 
 def _cost_key(run: str, stage: str) -> CostPart:
@@ -368,7 +371,7 @@ def _minutes(seconds: float) -> str:
 
 
 def _prior_source(p: IsolossPreset) -> str:
-    return PRIOR_SOURCE if p.prior_sds else "none"
+    return PRIOR_SOURCE if p.seed_design.prior_sds else "none"
 
 
 def plan_notes(p: IsolossPreset, device: str, workers: int, cpu_peak: float | None) -> tuple[list[str], str]:
@@ -380,18 +383,19 @@ def plan_notes(p: IsolossPreset, device: str, workers: int, cpu_peak: float | No
     extra, ceiling = [], ""
     # a scale's measured end-to-end run, quoted where the plan is of that very preset on a CPU
     extra += [line for scale, line in MEASURED_RUNTIMES.items() if device == "cpu" and p == PRESETS[scale]]
-    if p.budget_minutes is not None:  # --budget, or the scale's own
+    d = p.seed_design
+    if d.budget_minutes is not None:  # --budget, or the scale's own
         extra.append(forecast(p, device, workers, cpu_peak))
         ceiling = (f"the ceiling (every seed the prior SDs plan, up to the study's {len(p.seeds)}, as if the "
-                   f"{p.budget_minutes:g} min budget did not stop it)")
-    if len(p.replicate) > 1 and p.plan:  # a design fixed before the data across languages: its own seeds
+                   f"{d.budget_minutes:g} min budget did not stop it)")
+    if len(p.replicate) > 1 and d.plan:  # a design fixed before the data across languages: its own seeds
         extra.append(planned_pooled(p))
     elif len(p.replicate) > 1:  # a study across languages: its pooled MDEs
         from ...allocation import pooled_forecast
 
-        extra.append(pooled_forecast([f"{c.name} @ {pt}" for c, pt in p.tests()], dict(p.prior_sds),
-                                     len(p.replicate), len(p.seeds), p.mde_target,
-                                     PRIOR_SOURCE if p.prior_sds else "none", p.exempt))
+        extra.append(pooled_forecast([f"{c.name} @ {pt}" for c, pt in p.tests()], dict(d.prior_sds),
+                                     len(p.replicate), len(p.seeds), d.mde_target,
+                                     PRIOR_SOURCE if d.prior_sds else "none", d.exempt))
     return extra, ceiling
 
 
@@ -403,16 +407,17 @@ def planned_pooled(p: IsolossPreset) -> str:
     from ...allocation import TAUS
     from ...pooling import pooled_mde
 
-    prior, n_lang = dict(p.prior_sds), len(p.replicate)
+    d = p.seed_design
+    prior, n_lang = dict(d.prior_sds), len(p.replicate)
     lines = [f"Pooled forecast of the design fixed before the data ({n_lang} languages: "
              f"{', '.join(c.label or c.spec for c in p.replicate)}; prior paired SDs: {_prior_source(p)}; the pooled "
-             f"MDE at 80 % power of the HKSJ test on {n_lang - 1} degrees of freedom, target {p.mde_target:g} "
+             f"MDE at 80 % power of the HKSJ test on {n_lang - 1} degrees of freedom, target {d.mde_target:g} "
              "points):",
              f"{'comparison @ point':<24} {'seeds':>11} {'prior SD':>9} " + " ".join(f"{f'MDE τ={t:g}':>10}" for t in TAUS)]
-    for test, n in p.plan:
+    for test, n in d.plan:
         sd = prior.get(test, math.nan)
         cells = " ".join(f"{pooled_mde(sd, t, n_lang, n):>10.2f}" if math.isfinite(sd) else f"{'no prior':>10}"
                          for t in TAUS)
         lines.append(f"{test:<24} {f'{n} × {n_lang}':>11} {sd:>9.3g} {cells}")
-    lines += [f"left out: {t} ({why})" for t, why in p.left]
+    lines += [f"left out: {t} ({why})" for t, why in d.left]
     return "\n".join(lines)

@@ -46,7 +46,7 @@ def run_seeds(records, p: IsolossPreset) -> tuple[list[dict], Allocation | None]
     ran), and the allocation an adaptive study's later stage planned its seeds by (as it
     recorded it: ``allocation.json``)."""
     results = seed_results(records, p)
-    return results, (recorded_allocation(records, p) if p.pilot_seeds else None)
+    return results, (recorded_allocation(records, p) if p.seed_design.pilot_seeds else None)
 
 
 def language_report(records, p: IsolossPreset) -> tuple[Section, Section, dict]:
@@ -66,7 +66,7 @@ def language_report(records, p: IsolossPreset) -> tuple[Section, Section, dict]:
                       f"{seeds[0]}'s)")
     headroom_table(section, p, gates[0])
     gate_table(section, p, gates)
-    if not ok and p.on_no_headroom == "stop":
+    if not ok and p.verdicts.on_no_headroom == "stop":
         for res in results:
             section.runs += res["runs"]
         section.text.append(f"**No headroom: the forks were not run** (the {len(failed)} of {len(gates)} seeds whose "
@@ -77,7 +77,8 @@ def language_report(records, p: IsolossPreset) -> tuple[Section, Section, dict]:
                          "the headroom table below says by how much).")
         return lead, section, {"language": p.choice.spec, "tag": p.tag, "ok": False, "diffs": [],
                                "tests": [f"{c.name} @ {pt}" for c, pt in p.tests()]}
-    design = p.design(headroom=ok, pilot=tuple(study_seeds(records, p)[:p.pilot_seeds]) if alloc is not None else ())
+    pilot = tuple(study_seeds(records, p)[:p.seed_design.pilot_seeds]) if alloc is not None else ()
+    design = p.design(headroom=ok, pilot=pilot)
     rows = [r for res in results for r in res["rows"]]
     for res in results:
         section.runs += res["runs"]
@@ -85,7 +86,7 @@ def language_report(records, p: IsolossPreset) -> tuple[Section, Section, dict]:
     comparisons = {c.name: c for c in (*p.comparisons, HALF_BATCH)}
     tests = p.tests()
     section.text.append(design_text(p, seeds, gate_text, ok))
-    accuracies = [(f"{v}_{m}_n{n}", f"probe {v} {m} n={n}") for v, m in ENDPOINTS for n in p.probe_sizes]
+    accuracies = [(f"{v}_{m}_n{n}", f"probe {v} {m} n={n}") for v, m in ENDPOINTS for n in p.probes.sizes]
     quantities = [key for key, _ in accuracies] + ["trace_fisher"]
     pairs = paired.estimate_pairs(rows, tests, quantities, design)
     diffs = paired.differences(pairs, tests, accuracies, p.primary_key, design)
@@ -138,7 +139,7 @@ def decided(section: Section, p: IsolossPreset, diffs: list[dict], pairs: list[d
             continue
         decided = r["verdict"] in (DETECTED, DETECTED_AGAINST, EQUIVALENT)
         stein = int(r["pilot_pairs"]) or None  # Stein's test: its spread is the pilot's pairs'
-        need = None if decided else needed_seeds(r["sd"], p.mde_target, start=max(int(r["n_used"]), 2),
+        need = None if decided else needed_seeds(r["sd"], p.seed_design.mde_target, start=max(int(r["n_used"]), 2),
                                                  level=1 - paired.HOLM_LEVEL / int(r["holm_m"]), pilot=stein)
         out.append({"test": f"{r['comparison']} @ {r['point']}", "decided": decided, "verdict": r["verdict"],
                     "family": r["holm_family"], "used": r["n_used"], "mde": r["mde"], "power": r["power"],
@@ -160,7 +161,7 @@ def answer(p: IsolossPreset, diffs: list[dict], decided_rows: list[dict], pairs:
         r = rows[x["test"]]
         interval = f"{fmt(r['mean'])} [{fmt(r['t_low'])}, {fmt(r['t_high'])}] points, n = {r['n_used']}"
         if x["decided"]:
-            word = (f"no effect beyond ±{p.equivalence_margin:g}" if x["verdict"] == EQUIVALENT
+            word = (f"no effect beyond ±{p.verdicts.equivalence_margin:g}" if x["verdict"] == EQUIVALENT
                     else "detected, paper's direction" if x["verdict"] == DETECTED else "detected against the paper")
             holm = f"; Holm: {r['after_holm']}" if r.get("after_holm") else ""
             done.append(f"{x['test']} {word} ({interval}{holm})")
@@ -173,12 +174,12 @@ def answer(p: IsolossPreset, diffs: list[dict], decided_rows: list[dict], pairs:
     lines = [f"**Decided {len(done)} of {len(decided_rows)}** (primary probe accuracy at one KL): "
              + ("; ".join(done) or "none") + "."]
     if open_:
-        lines.append(f"**Open** (seeds for an MDE of {p.mde_target:g} points after Holm within its family, at the "
-                     "measured effective spread): "
+        lines.append(f"**Open** (seeds for an MDE of {p.seed_design.mde_target:g} points after Holm within its family, "
+                     "at the measured effective spread): "
                      + "; ".join(open_) + ".")
-    if p.left:
+    if p.seed_design.left:
         lines.append("**Left to the full study** (`sameloss reproduce isoloss --scale tiny`): "
-                     + "; ".join(f"{t} ({why})" for t, why in p.left) + ".")
+                     + "; ".join(f"{t} ({why})" for t, why in p.seed_design.left) + ".")
     return lines
 
 

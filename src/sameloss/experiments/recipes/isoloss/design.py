@@ -1,7 +1,8 @@
-"""The design of the iso-loss study: its preset (``IsolossPreset``: seeds, fork points, the
-schedule of a fork, probes, margins, the adaptive rule), the forks (``Fork``), the
-comparisons, and the preset as the command line changes it (``--budget``, ``--language``,
-``--even``; the language itself: ``language.py``). Everything here is fixed before any data."""
+"""The design of the iso-loss study: its preset (``IsolossPreset``: seeds, fork points, forks,
+comparisons, and its settings grouped in ``settings.py``: the schedule of a fork, probes,
+verdicts' rules, the seeds' design, the adversary), the forks (``Fork``), the comparisons,
+and the preset as the command line changes it (``--budget``, ``--language``, ``--even``; the
+language itself: ``language.py``). Everything here is fixed before any data."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ...common import COMMON, Preset
 from ...core import Setting
 from ...paired import Comparison, Design
 from .language import LanguageChoice, parse_language, task_span
+from .settings import Adversary, ForkSchedule, Probes, SeedDesign, VerdictRules
 
 TITLE = "Iso-loss forks: does flatness decide transfer at the same loss?"
 NOREG = (("model.dropout", 0.0), ("optim.weight_decay", 0.0))
@@ -33,9 +35,9 @@ EMBED_KL_TOLERANCE = 1e-6
 class Fork:
     """A recipe forked from the base: its name, a label, its settings, how many steps it
     trains at the constant lr before the shared decay and at the final lr after it
-    (``None``: the preset's), the adversarial objective's weight on the preset's task (0:
-    off), and for a size fork the shape it is embedded into (``width_factor``× wider,
-    ``extra_layers`` more blocks)."""
+    (``None``: the preset's ``schedule``'s), the adversarial objective's weight on the
+    preset's task (0: off), and for a size fork the shape it is embedded into
+    (``width_factor``× wider, ``extra_layers`` more blocks)."""
 
     name: str
     label: str
@@ -65,38 +67,13 @@ class IsolossPreset(Preset):
     base_steps: int
     # fork points: base_steps (late) and/or earlier steps of the base (0: from scratch)
     fork_points: tuple[int, ...]
-    # every fork: recipe_steps (its own, or this) at the constant lr up to base_steps +
-    # recipe_steps, then decay_steps of linear decay to final_lr_factor × lr, then
-    # final_steps (its own, or this) at that lr: the stretch, where candidates lie every
-    # match_every steps
-    recipe_steps: int
-    decay_steps: int
-    final_lr_factor: float
-    final_steps: int
-    match_every: int
-    # checkpoints of each fork's stretch measured (trace and probes), evenly spaced over its
-    # candidates, first and last included: each fork's estimate at a comparison's target KL
-    # is read off the line through them (``paired.at_target``)
-    probe_points: int
+    schedule: ForkSchedule  # each fork's steps after its fork point, and the checkpoints measured
     eval_sentences: int  # the shared held-out set on which forks are matched
     forks: tuple[Fork, ...]
     comparisons: tuple[Comparison, ...]
-    adversarial_batch: int
-    adversarial_pool: int
-    probe_sizes: tuple[int, ...]
-    probe_subsets: tuple[int, ...]
-    probe_pool: int
-    probe_test: int
-    probe_epochs: int
-    probe_l2: float
-    primary_size: int
-    equivalence_margin: float  # δ of the accuracy verdicts, points
-    trace_margin: float  # δ of the trace verdicts: this fraction of the reference fork's mean trace
-    # a multiple of each fork's own measured KL range: a pair whose fork's target lies further
-    # than this outside that range is named in the report and not used (``paired.Design.limit``)
-    extrapolation_limit: float
-    headroom_margin: float  # points: the gate's distance from look-up, random-init and oracle
-    on_no_headroom: str  # "stop" (before the forks) or "mark" (every verdict uninformative)
+    probes: Probes
+    verdicts: VerdictRules
+    adversary: Adversary = Adversary()
     # the language beyond its name and size: language.seed / language.params settings (``--language``)
     language_settings: tuple[Setting, ...] = ()
     # a study of several languages (``--language`` given more than once): each its own study in
@@ -104,36 +81,11 @@ class IsolossPreset(Preset):
     replicate: tuple[LanguageChoice, ...] = ()
     # one language's study inside a study of several: its folder and model names start with it
     tag: str = ""
-    # the adaptive design: the first ``pilot_seeds`` seeds run every fork; every later seed only the forks of
-    # the comparisons whose planned seeds (``allocation``: the MDE target ``mde_target`` at 80 %
-    # power from the pilot's paired SD, at most all the preset's seeds) it is still short of;
-    # 0: every seed runs every fork (the even design)
-    pilot_seeds: int = 0
-    mde_target: float = 0.35
-    exempt: tuple[str, ...] = ()  # comparisons tested on the pilot's seeds only (their effect is large)
-    budget_minutes: float | None = None  # the wall time the study may take (``--budget``); None: no limit
-    # the paired SDs of the primary accuracy per test expected before any data (a budget's forecast
-    # before the pilot; the pilot's own SDs plan the seeds): measured in an earlier run, named where set
-    prior_sds: tuple[tuple[str, float], ...] = ()
-    # ``--even``: the seeds that run every fork in the even design (the design before the adaptive one)
-    even_seeds: int = 16
-    even: bool = False  # this preset is the even design of an adaptive scale (its folder: ``-even``)
+    seed_design: SeedDesign = SeedDesign()  # which seeds run which forks (pilot, budget, plan)
     # the primary family, fixed before the data: the paper's claims ("comparison @ point"), Holm over
     # them alone and the seeds planned for their power after Holm (``CLAIMS``; those the scale lacks
     # are left out); the other comparisons are a family of their own
     claims: tuple[str, ...] = ()
-    # the fork × KL model (a KL slope common to both forks, ``weighted``): only where every pair's
-    # ranges lie at most ``borrow_gap`` × the smaller range apart and equal slopes are not rejected
-    # at ``slope_level``
-    borrow_gap: float = 0.25
-    slope_level: float = 0.2
-    dose_floor: float = 0.05  # the dose-response leaves out (and names) pairs whose trace moved less
-    # a design fixed before the data (``allocation.choose_design``, the main job): per test
-    # ``"comparison @ point"`` the seeds it runs on — seed i runs the forks of the tests planned
-    # more than i seeds, and only the planned tests are reported; empty: every test on every seed
-    plan: tuple[tuple[str, int], ...] = ()
-    # the tests such a design leaves to the full study, each with what it would need (words)
-    left: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self):
         super().__post_init__()
@@ -143,54 +95,38 @@ class IsolossPreset(Preset):
         for c in self.comparisons:
             if not {c.recipe, c.reference} <= set(names):
                 raise ValueError(f"comparison {c.name} names an unknown fork")
+        every = self.schedule.match_every
         for f in self.forks:
-            if self.recipe_steps_of(f) < 0 or self.final_steps_of(f) < self.match_every \
-                    or self.final_steps_of(f) % self.match_every:
+            if self.recipe_steps_of(f) < 0 or self.final_steps_of(f) < every or self.final_steps_of(f) % every:
                 raise ValueError(f"fork {f.name}: recipe steps >= 0, and its final steps a positive multiple of "
                                  "match_every")
-            if len(self.candidates(f)) < self.probe_points:
+            if len(self.candidates(f)) < self.schedule.probe_points:
                 raise ValueError(f"fork {f.name}: {len(self.candidates(f))} candidates on its stretch, fewer than "
-                                 f"probe_points={self.probe_points}")
-        if self.probe_points < 3:
-            raise ValueError("probe_points >= 3: each fork's estimate at the target reads a line through at least "
-                             "3 checkpoints")
+                                 f"probe_points={self.schedule.probe_points}")
         if not self.fork_points or len(set(self.fork_points)) != len(self.fork_points) \
                 or any(not 0 <= k <= self.base_steps for k in self.fork_points):
             raise ValueError(f"fork points must be distinct steps in [0, base_steps={self.base_steps}]")
-        if self.decay_steps < 1 or not 0 <= self.final_lr_factor < 1:
-            raise ValueError("decay_steps >= 1 and final_lr_factor in [0, 1)")
-        if len(self.probe_sizes) != len(self.probe_subsets) or max(self.probe_sizes) > self.probe_pool:
-            raise ValueError("one subset count per probe size, every size within the pool")
-        if self.primary_size not in self.probe_sizes or len(self.seeds) < 2 or len(self.use) != 1:
-            raise ValueError("the primary size must be a probe size; at least 2 seeds; one language")
+        if len(self.seeds) < 2 or len(self.use) != 1:
+            raise ValueError("at least 2 seeds; one language")
         if self.task not in self.tasks[self.use[0]]:
             raise ValueError(f"task {self.task!r} must be one of the preset's tasks of its language")
-        if self.on_no_headroom not in ("stop", "mark"):
-            raise ValueError("on_no_headroom must be 'stop' or 'mark'")
-        if self.pilot_seeds and not 2 <= self.pilot_seeds <= len(self.seeds):
+        pilot = self.seed_design.pilot_seeds
+        if pilot and not 2 <= pilot <= len(self.seeds):
             raise ValueError(f"pilot_seeds: 0 (every seed runs every fork) or 2..{len(self.seeds)} (the seeds)")
-        if self.mde_target <= 0 or (self.budget_minutes is not None and self.budget_minutes <= 0):
-            raise ValueError("mde_target > 0 and budget_minutes > 0 (or None: no limit)")
         tests = {f"{c.name} @ {pt}" for c, pt in self.tests()}
         if not set(self.claims) <= tests:
             raise ValueError(f"claims {sorted(set(self.claims) - tests)} are not tests of this preset")
-        if not 0 < self.slope_level < 1 or self.borrow_gap < 0 or not 0 <= self.dose_floor < 1:
-            raise ValueError("0 < slope_level < 1, borrow_gap >= 0, 0 <= dose_floor < 1")
-        if self.equivalence_margin <= 0 or self.headroom_margin < 0 or not 0 < self.trace_margin < 1 \
-                or self.extrapolation_limit <= 0:
-            raise ValueError("equivalence_margin > 0, 0 < trace_margin < 1, extrapolation_limit > 0, "
-                             "headroom_margin >= 0")
 
     # ---- the schedule of a fork --------------------------------------------------------
     def recipe_steps_of(self, fork: Fork) -> int:
-        return self.recipe_steps if fork.recipe_steps is None else fork.recipe_steps
+        return self.schedule.recipe_steps if fork.recipe_steps is None else fork.recipe_steps
 
     def final_steps_of(self, fork: Fork) -> int:
-        return self.final_steps if fork.final_steps is None else fork.final_steps
+        return self.schedule.final_steps if fork.final_steps is None else fork.final_steps
 
     def fork_end(self, fork: Fork) -> int:
         """The fork's last step (counted from the base's step 0)."""
-        return self.base_steps + self.recipe_steps_of(fork) + self.decay_steps + self.final_steps_of(fork)
+        return self.base_steps + self.recipe_steps_of(fork) + self.schedule.decay_steps + self.final_steps_of(fork)
 
     def stretch_start(self, fork: Fork) -> int:
         """The step the fork's stretch at the final lr starts after."""
@@ -198,13 +134,14 @@ class IsolossPreset(Preset):
 
     def candidates(self, fork: Fork) -> list[int]:
         """The fork's candidate checkpoints: every ``match_every`` steps of its stretch."""
-        return list(range(self.stretch_start(fork) + self.match_every, self.fork_end(fork) + 1, self.match_every))
+        every = self.schedule.match_every
+        return list(range(self.stretch_start(fork) + every, self.fork_end(fork) + 1, every))
 
     def probe_steps(self, fork: Fork) -> list[int]:
         """The fork's measured checkpoints: ``probe_points`` of its candidates, evenly spaced,
         the first and the last included (its measured KL range is the stretch's)."""
         cands = self.candidates(fork)
-        picks = np.round(np.linspace(0, len(cands) - 1, self.probe_points)).astype(int)
+        picks = np.round(np.linspace(0, len(cands) - 1, self.schedule.probe_points)).astype(int)
         return [cands[i] for i in sorted(set(picks.tolist()))]
 
     # ---- fork points -------------------------------------------------------------------
@@ -228,13 +165,14 @@ class IsolossPreset(Preset):
         """Every (comparison, fork point name) reported: a comparison of two base-recipe
         forks is the same at every point, so it is reported at the latest only; in a design
         with a ``plan``, the planned tests only."""
-        planned = dict(self.plan)
+        planned = dict(self.seed_design.plan)
         return [(c, pt) for c, pt in self.all_tests() if not planned or f"{c.name} @ {pt}" in planned]
 
     def planned_tests(self, index: int) -> list[str] | None:
         """The tests the seed at position ``index`` of the study's seeds runs in a design
         with a ``plan`` (those planned more than ``index`` seeds); ``None``: no plan, every test."""
-        return [t for t, n in self.plan if n > index] if self.plan else None
+        plan = self.seed_design.plan
+        return [t for t, n in plan if n > index] if plan else None
 
     def all_tests(self) -> list[tuple[Comparison, str]]:
         """``tests`` before a ``plan`` chooses among them."""
@@ -285,20 +223,20 @@ class IsolossPreset(Preset):
         by side; an HMM state's: one position) and at all positions, the same pool and test set
         for every seed, and training subsets drawn with the seed — the same across the seed's
         forks (its pairs stay paired) and new for each seed (the intervals cover the draw)."""
-        return FewShot(self.task, (("pos", span_view(self.span)), ("all", View())), self.probe_sizes,
-                       self.probe_subsets, self.probe_pool, self.probe_test, ENDPOINTS, self.probe_epochs,
-                       self.probe_l2, seed=seed)
+        pr = self.probes
+        return FewShot(self.task, (("pos", span_view(self.span)), ("all", View())), pr.sizes, pr.subsets, pr.pool,
+                       pr.test, ENDPOINTS, pr.epochs, pr.l2, seed=seed)
 
     def design(self, headroom: bool = True, pilot: tuple[int, ...] = ()) -> Design:
         """What every verdict of the study shares, fixed here before any data (``pilot``: an
         adaptive study's pilot seeds, whose spread its tests read: Stein's test)."""
-        return Design(self.equivalence_margin, self.trace_margin, self.extrapolation_limit, self.kl_tolerance,
-                      headroom, pilot, self.probe_points, self.claims, self.borrow_gap, self.slope_level,
-                      self.dose_floor)
+        v = self.verdicts
+        return Design(v.equivalence_margin, v.trace_margin, v.extrapolation_limit, self.kl_tolerance, headroom, pilot,
+                      self.schedule.probe_points, self.claims, v.borrow_gap, v.slope_level, v.dose_floor)
 
     @property
     def primary_key(self) -> str:
-        return f"pos_lbfgs_n{self.primary_size}"
+        return f"pos_lbfgs_n{self.probes.primary_size}"
 
 
 def _language(p: IsolossPreset) -> tuple[str, str, str]:
@@ -420,9 +358,8 @@ def _preset(scale: str, **kw) -> IsolossPreset:
         if key in kw:
             common[key] = kw.pop(key)
     names = {f.name for f in kw["forks"]}
-    defaults = dict(use=("hmm",), task="task-5", equivalence_margin=0.35, trace_margin=0.05, probe_points=3,
-                    comparisons=tuple(c for c in COMPARISONS if {c.recipe, c.reference} <= names),
-                    headroom_margin=5.0, on_no_headroom="stop", adversarial_batch=128, adversarial_pool=10_000)
+    defaults = dict(use=("hmm",), task="task-5",
+                    comparisons=tuple(c for c in COMPARISONS if {c.recipe, c.reference} <= names))
     p = IsolossPreset(**common, **{**defaults, **kw})
     if "claims" in kw:
         return p
@@ -431,13 +368,14 @@ def _preset(scale: str, **kw) -> IsolossPreset:
 
 
 _TINY = dict(
-    base_steps=1000, fork_points=(1000, 0), recipe_steps=100, decay_steps=200, final_lr_factor=0.05,
-    final_steps=300, match_every=20, eval_sentences=4000,
+    base_steps=1000, fork_points=(1000, 0),
+    schedule=ForkSchedule(recipe_steps=100, decay_steps=200, final_lr_factor=0.05, final_steps=300, match_every=20),
+    eval_sentences=4000,
     forks=_forks(400, sam02=False, width_factor=1, extra_layers=2, adv_late_only=True, stretch=stretches(300),
                  flatness=FLATNESS_TINY),
-    probe_sizes=(50, 200, 1000),
-    probe_subsets=(20, 40, 10), probe_pool=2000, probe_test=20_000, probe_epochs=50, probe_l2=1e-2,
-    primary_size=200, kl_tolerance=3e-4, extrapolation_limit=0.5,
+    probes=Probes(sizes=(50, 200, 1000), subsets=(20, 40, 10), pool=2000, test=20_000, epochs=50, l2=1e-2,
+                  primary_size=200),
+    kl_tolerance=3e-4, verdicts=VerdictRules(extrapolation_limit=0.5),
     measure=dataclasses.replace(COMMON["tiny"].measure, seeds=(0,)))
 
 # The main job's design, fixed before any data by ``allocation.choose_design`` — tiny's prior
@@ -477,8 +415,9 @@ def planned(scale: str, settings: dict, plan: tuple, left: tuple = (), **extra) 
     keep = {name for t, _ in plan for c, _pt in [full_test(full, t)] for name in (c.recipe, c.reference)}
     forks = tuple(f for f in full.forks if f.name in keep)
     points = {t.split(" @ ")[1] for t, _ in plan}
-    return _preset(scale, **{**settings, **extra, "seeds": tuple(range(max(n for _, n in plan))), "plan": plan,
-                             "left": left, "forks": forks,
+    seeds = dataclasses.replace(full.seed_design, plan=plan, left=left)
+    return _preset(scale, **{**settings, **extra, "seeds": tuple(range(max(n for _, n in plan))),
+                             "seed_design": seeds, "forks": forks,
                              "fork_points": tuple(k for k in settings["fork_points"] if full.point_name(k) in points)})
 
 
@@ -494,16 +433,18 @@ def full_test(p: IsolossPreset, test: str):
 
 # the smoke scale's keywords (``planned`` cuts them to a plan: the languages scale's pipeline in seconds)
 SMOKE_DESIGN = dict(
-    seeds=(0, 1, 2), base_steps=30, fork_points=(30, 0), recipe_steps=10, decay_steps=10,
-    final_lr_factor=0.05, final_steps=15, match_every=5, eval_sentences=64,
+    seeds=(0, 1, 2), base_steps=30, fork_points=(30, 0),
+    schedule=ForkSchedule(recipe_steps=10, decay_steps=10, final_lr_factor=0.05, final_steps=15, match_every=5),
+    eval_sentences=64,
     # one flatness fork (the plumbing, its λ at this scale's trace): the penalty's steps are
     # dear, sharp and flat together made the smoke study 50 % longer (+18 % with sharp alone)
-    forks=_forks(20, flatness={"sharp": -1e-3}), probe_sizes=(8, 16),
-    probe_subsets=(3, 3), probe_pool=40, probe_test=64, probe_epochs=3, probe_l2=0.1, primary_size=16,
-    kl_tolerance=10.0, extrapolation_limit=1e6, headroom_margin=0.0, on_no_headroom="mark",
-    adversarial_batch=32, adversarial_pool=256)
+    forks=_forks(20, flatness={"sharp": -1e-3}),
+    probes=Probes(sizes=(8, 16), subsets=(3, 3), pool=40, test=64, epochs=3, l2=0.1, primary_size=16),
+    kl_tolerance=10.0, verdicts=VerdictRules(extrapolation_limit=1e6, headroom_margin=0.0, on_no_headroom="mark"),
+    adversary=Adversary(batch_size=32, pool_size=256))
 # tiny's keywords with its priors (the designs ``choose_design`` fixes are cut from it)
-TINY_DESIGN = dict(_TINY, seeds=tuple(range(48)), exempt=("adv",), prior_sds=TINY_PRIOR_SDS)
+TINY_SEEDS = SeedDesign(exempt=("adv",), prior_sds=TINY_PRIOR_SDS)
+TINY_DESIGN = dict(_TINY, seeds=tuple(range(48)), seed_design=TINY_SEEDS)
 
 PRESETS: dict[str, IsolossPreset] = {
     "smoke": _preset("smoke", **SMOKE_DESIGN),
@@ -516,20 +457,24 @@ PRESETS: dict[str, IsolossPreset] = {
     # seed): the budget binds (every design ~5.9 CPU-hours, ~20 seeds a claim); pilot 6 / 8 / 10 / 12
     # with at most 48 seeds 0.46 / 0.49 / 0.55 / 0.52, with at most 32 0.45 / 0.53 / 0.54 / 0.55
     # (± 0.02): a pilot of 6 is too few for Stein's t on k − 1 at α/5, the cap does not bind
-    "tiny": _preset("tiny", pilot_seeds=10, budget_minutes=180.0, **TINY_DESIGN),
+    "tiny": _preset("tiny", **{**TINY_DESIGN, "seed_design": dataclasses.replace(TINY_SEEDS, pilot_seeds=10,
+                                                                                   budget_minutes=180.0)}),
     "small": _preset(
-        "small", seeds=tuple(range(8)), base_steps=20_000, fork_points=(20_000, 0), recipe_steps=2000,
-        decay_steps=2000, final_lr_factor=0.05, final_steps=3000, match_every=200, eval_sentences=20_000,
-        forks=_forks(8000, stretch=stretches(3000)), probe_sizes=(50, 200, 1000), probe_subsets=(20, 40, 10),
-        probe_pool=5000, probe_test=20_000, probe_epochs=100, probe_l2=1e-2, primary_size=200, kl_tolerance=3e-4,
-        extrapolation_limit=0.5, adversarial_batch=256),
+        "small", seeds=tuple(range(8)), base_steps=20_000, fork_points=(20_000, 0),
+        schedule=ForkSchedule(recipe_steps=2000, decay_steps=2000, final_lr_factor=0.05, final_steps=3000,
+                              match_every=200),
+        eval_sentences=20_000, forks=_forks(8000, stretch=stretches(3000)),
+        probes=Probes(sizes=(50, 200, 1000), subsets=(20, 40, 10), pool=5000, test=20_000, epochs=100, l2=1e-2,
+                      primary_size=200),
+        kl_tolerance=3e-4, verdicts=VerdictRules(extrapolation_limit=0.5), adversary=Adversary(batch_size=256)),
     "paper": _preset(
-        "paper", seeds=tuple(range(8)), base_steps=100_000, fork_points=(100_000, 0), recipe_steps=10_000,
-        decay_steps=10_000, final_lr_factor=0.05, final_steps=15_000, match_every=1000, eval_sentences=100_000,
-        forks=_forks(40_000, stretch=stretches(15_000)), probe_sizes=(50, 200, 1000), probe_subsets=(20, 40, 10),
-        probe_pool=5000,
-        probe_test=30_000, probe_epochs=100, probe_l2=1e-2, primary_size=200, kl_tolerance=3e-4,
-        extrapolation_limit=0.5, adversarial_batch=256),
+        "paper", seeds=tuple(range(8)), base_steps=100_000, fork_points=(100_000, 0),
+        schedule=ForkSchedule(recipe_steps=10_000, decay_steps=10_000, final_lr_factor=0.05, final_steps=15_000,
+                              match_every=1000),
+        eval_sentences=100_000, forks=_forks(40_000, stretch=stretches(15_000)),
+        probes=Probes(sizes=(50, 200, 1000), subsets=(20, 40, 10), pool=5000, test=30_000, epochs=100, l2=1e-2,
+                      primary_size=200),
+        kl_tolerance=3e-4, verdicts=VerdictRules(extrapolation_limit=0.5), adversary=Adversary(batch_size=256)),
 }
 
 
@@ -557,10 +502,10 @@ def with_budget(p: IsolossPreset, minutes: float) -> IsolossPreset:
     spends it on the comparisons still short; ``UserError`` for one that cannot)."""
     if not minutes > 0:
         raise UserError(f"--budget must be a positive number of minutes, got {minutes:g}")
-    if not p.pilot_seeds:
+    if not p.seed_design.pilot_seeds:
         raise UserError("--budget: this scale runs every fork on every seed (no pilot): there is nothing to spend "
                         "adaptively; `sameloss plan` says what it costs")
-    return dataclasses.replace(p, budget_minutes=float(minutes))
+    return dataclasses.replace(p, seed_design=dataclasses.replace(p.seed_design, budget_minutes=float(minutes)))
 
 
 def language_studies(p: IsolossPreset) -> list[IsolossPreset]:
@@ -584,12 +529,15 @@ def folder_suffix(p: IsolossPreset) -> str:
     """The experiment folder's suffix: none on the preset's own language, else the
     languages' tags (each choice of languages is its own experiment)."""
     own = PRESETS["tiny"].choice
-    return ("" if p.choices() == (own,) else "-" + "+".join(c.tag for c in p.choices())) + ("-even" if p.even else "")
+    languages = "" if p.choices() == (own,) else "-" + "+".join(c.tag for c in p.choices())
+    return languages + ("-even" if p.seed_design.even else "")
 
 
 def with_even(p: IsolossPreset) -> IsolossPreset:
     """``reproduce isoloss --even``: every seed runs every fork, the scale's first
     ``even_seeds`` seeds, no pilot and no budget (the design before the adaptive one; its own folder)."""
-    if not p.pilot_seeds:
+    s = p.seed_design
+    if not s.pilot_seeds:
         return p
-    return dataclasses.replace(p, seeds=p.seeds[:p.even_seeds], pilot_seeds=0, budget_minutes=None, even=True)
+    return dataclasses.replace(p, seeds=p.seeds[:s.even_seeds],
+                               seed_design=dataclasses.replace(s, pilot_seeds=0, budget_minutes=None, even=True))

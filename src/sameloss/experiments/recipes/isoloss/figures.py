@@ -62,7 +62,7 @@ def _forest(records, section: Section, p: IsolossPreset, diffs: list[dict], seed
                        "acc_low": r["t_low"], "acc_high": r["t_high"], "acc_mde": r["mde"], "trace": t["mean"],
                        "trace_n": t["n_used"], "trace_low": t["t_low"], "trace_high": t["t_high"],
                        "trace_mde": t["mde"]})
-    delta = p.equivalence_margin
+    delta = p.verdicts.equivalence_margin
     margin = tuple(Ref(v, f"±δ = {delta:g} points (equivalence margin)", axis="x", color="0.45", style="--")
                    for v in (-delta, delta))
     interval = "95 % t interval over the seeds' pairs, each fork estimated at the pair's target KL"
@@ -77,7 +77,7 @@ def _forest(records, section: Section, p: IsolossPreset, diffs: list[dict], seed
               "solid line at 0 (no difference), grey ticks at ± the row's minimum detectable effect (80 % power), "
               f"in (a) dashed lines at ±δ = {delta:g} points (the equivalence margin)",
         sample=f"{len(seeds)} seeds; per row the pairs used (n in the row's name: every pair unless a fork's "
-               f"estimate lies more than {p.extrapolation_limit:g} nats outside its measured KL range)",
+               f"estimate lies more than {p.verdicts.extrapolation_limit:g} nats outside its measured KL range)",
         claim="training recipes change downstream accuracy and the trace at the same pre-training loss, with the "
               "paper's signs (Tables 1–2, Figs. 2–5)"))
 
@@ -157,7 +157,8 @@ def _curves(records, section: Section, p: IsolossPreset, results: list[dict], se
         shows=f"Training curves of seed {seeds[0]}: the exact KL to the true conditionals (log axis; held-out set of "
               f"{p.eval_sentences} sentences) against step, for the base and every fork, one panel per fork point; "
               "KL is evaluated only where it is read (the base's evaluations; each fork's stretch at "
-              f"{p.final_lr_factor:g} × lr, every {p.match_every} steps on this seed: a fork's line is its stretch); "
+              f"{p.schedule.final_lr_factor:g} × lr, every {p.schedule.match_every} steps on this seed: a fork's "
+              "line is its stretch); "
               "dotted: the lowest and highest KL of the seed's measured checkpoints (every comparison's target "
               "lies between them)",
         sample=f"1 seed ({seeds[0]}) of {len(seeds)}: {len(first['curves'])} runs",

@@ -121,7 +121,7 @@ def prefix_files(tag: str, *sections: Section) -> None:
 
 
 def _plan_text(p: IsolossPreset) -> str:
-    return ", ".join(f"{t} on {n} seeds" for t, n in p.plan)
+    return ", ".join(f"{t} on {n} seeds" for t, n in p.seed_design.plan)
 
 
 def design_text(p: IsolossPreset, seeds: list[int], gate_text: str, ok: bool) -> str:
@@ -131,22 +131,23 @@ def design_text(p: IsolossPreset, seeds: list[int], gate_text: str, ok: bool) ->
     points = ", ".join(f"{p.point_name(k)} (step {k})" for k in sorted(p.fork_points, reverse=True))
     own_recipe = [x for x in p.forks if x.recipe_steps is not None]
     longer = [x for x in p.forks if x.final_steps is not None]
+    sched, probes, v = p.schedule, p.probes, p.verdicts
     return (
         f"Language {p.choice.spec} ({language}, size {size}), task {task} (its latent over positions "
         f"{p.span[0] + 1}–{p.span[1]}); {len(seeds)} seeds; forks: {', '.join(f)}"
-        + (f" (this design's: the tests it plans, {_plan_text(p)})" if p.plan else "") + "; "
+        + (f" (this design's: the tests it plans, {_plan_text(p)})" if p.seed_design.plan else "") + "; "
         f"base run {p.base_steps} steps (AdamW, constant lr after the warm-up). Fork points: {points}. Every fork "
-        f"trains its recipe up to step {p.base_steps + p.recipe_steps}"
+        f"trains its recipe up to step {p.base_steps + sched.recipe_steps}"
         + "".join(f"{', ' if i else ' ('}{x.name}: {p.base_steps + p.recipe_steps_of(x)}"
                   for i, x in enumerate(own_recipe)) + (")" if own_recipe else "")
-        + f", decays the lr linearly over {p.decay_steps} steps to "
-        f"{p.final_lr_factor:g} × lr and holds it for {p.final_steps} steps"
+        + f", decays the lr linearly over {sched.decay_steps} steps to "
+        f"{sched.final_lr_factor:g} × lr and holds it for {sched.final_steps} steps"
         + "".join(f"{', ' if i else ' ('}{x.name}: {p.final_steps_of(x)}" for i, x in enumerate(longer))
         + (")" if longer else "") + ": its *stretch*. "
         f"**The same loss, estimated**: exact KL on one shared held-out set of {p.eval_sentences} sentences at "
-        f"each fork's measured checkpoints — {p.probe_points} spread over its stretch (lr factor "
-        f"{p.final_lr_factor:g} for all), first and last included, where its trace and probes are measured too — "
-        f"and, on the first seed only (the curves figure), every {p.match_every} steps of each stretch. Per "
+        f"each fork's measured checkpoints — {sched.probe_points} spread over its stretch (lr factor "
+        f"{sched.final_lr_factor:g} for all), first and last included, where its trace and probes are measured too — "
+        f"and, on the first seed only (the curves figure), every {sched.match_every} steps of each stretch. Per "
         "comparison and seed one target KL, from the two forks' measured KL ranges alone (the middle of their "
         "overlap, or of the gap between them); each fork's accuracy and trace estimated at the target by the "
         "least-squares line through its own checkpoints. Each pair weighs by what its KL positions imply: its "
@@ -154,18 +155,18 @@ def design_text(p: IsolossPreset, seeds: list[int], gate_text: str, ok: bool) ->
         "checkpoint noise about the lines (their residuals), τ² the spread over seeds (DerSimonian–Laird); the "
         "comparison's estimate is the weighted mean with the Hartung–Knapp–Sidik–Jonkman t interval on n − 1 "
         "degrees of freedom (equal leverages: the paired t test); where every pair's ranges touch (a gap at most "
-        f"{p.borrow_gap:g} × the smaller range) and a test of equal KL slopes does not reject at {p.slope_level:g}, "
+        f"{v.borrow_gap:g} × the smaller range) and a test of equal KL slopes does not reject at {v.slope_level:g}, "
         "the KL slope common to both forks is pooled over the comparison's forks. Every pair is used "
-        f"unless a fork's target lies more than {p.extrapolation_limit:g} × its own measured KL range outside that "
+        f"unless a fork's target lies more than {v.extrapolation_limit:g} × its own measured KL range outside that "
         "range (such a pair is named with its reason); the sensitivity row beside each result uses only the pairs whose ranges lie "
         f"within {p.kl_tolerance:g} nats of each other (the earlier exclusion rule). Probes: the same "
-        f"{p.probe_pool}-example pool and {p.probe_test}-example test set for every model, the training subsets drawn "
+        f"{probes.pool}-example pool and {probes.test}-example test set for every model, the training subsets drawn "
         "per seed (the same for the seed's forks). **Primary endpoint**: probe at the task's position, converged "
-        f"L-BFGS (l2 {p.probe_l2:g}), n = {p.primary_size}, mean over "
-        f"{dict(zip(p.probe_sizes, p.probe_subsets))[p.primary_size]} subsets; accuracies in %. Verdicts: "
+        f"L-BFGS (l2 {probes.l2:g}), n = {probes.primary_size}, mean over "
+        f"{probes.primary_subsets} subsets; accuracies in %. Verdicts: "
         "\"detected\" when the two-sided 95% t interval excludes 0; \"no effect beyond ±δ (TOST, 90% interval)\" when "
         "both one-sided tests at α = 0.05 reject an effect of ±δ (the 90% t interval inside ±δ), with δ fixed in the "
-        f"preset: {p.equivalence_margin:g} points for accuracies, {100 * p.trace_margin:g} % of the reference fork's "
+        f"preset: {v.equivalence_margin:g} points for accuracies, {100 * v.trace_margin:g} % of the reference fork's "
         "mean trace for traces; else \"inconclusive\". MDE: the true difference the two-sided test detects with 80% "
         "power, from the noncentral t: MDE = λ*·sd/√n, λ* solving P(|T′(n−1, λ*)| > t(0.975, n−1)) = 0.8. "
         f"{paired.HOLM_FAMILIES} {gate_text}"
@@ -179,13 +180,14 @@ def design_text(p: IsolossPreset, seeds: list[int], gate_text: str, ok: bool) ->
 def verdict_table(section: Section, p: IsolossPreset, diffs: list[dict], seeds: list[int], ok: bool) -> None:
     """The verdicts first: the primary accuracy and the trace of every comparison at every
     fork point, with their MDE and Holm-adjusted p, and the exclusion sensitivity beside."""
+    v = p.verdicts
     section.notes.append(
         f"{len(seeds)} seeds; per comparison and fork point the precision-weighted paired difference (recipe − "
         "reference) at the target KL, every pair used unless a fork's target lies beyond the extrapolation limit "
-        f"({p.extrapolation_limit:g} × its measured KL range outside it), its 95% HKSJ interval and its minimum "
+        f"({v.extrapolation_limit:g} × its measured KL range outside it), its 95% HKSJ interval and its minimum "
         "detectable effect (MDE, 80% power, noncentral t): \"detected\" when the interval excludes 0, \"no effect "
         "beyond ±δ (TOST, 90% interval)\" when the 90% interval lies inside ±δ (δ fixed in the preset: "
-        f"{p.equivalence_margin:g} points for accuracies, {100 * p.trace_margin:g} % of the reference's trace for "
+        f"{v.equivalence_margin:g} points for accuracies, {100 * v.trace_margin:g} % of the reference's trace for "
         "traces), else \"inconclusive\"; Holm within the primary family — the claims fixed before the data: "
         f"{', '.join(p.claims) or 'every comparison'} — and within the other comparisons (and the traces), with "
         "each claim's power against δ after Holm. Beside it the "
@@ -244,7 +246,7 @@ def headroom_table(section: Section, p: IsolossPreset, gate: dict) -> list[dict]
                   {"baseline": "oracle (true posteriors of the task's latent)", **pick(gate["oracle"])}]
     cols = []
     for view, method, what in (("pos", "lbfgs", "position, L-BFGS"), ("all", "adamw", "all positions, AdamW")):
-        for n in p.probe_sizes:
+        for n in p.probes.sizes:
             cols.append(Column(f"{what} n={n} (%)", f"{view}_{method}_n{n}", scale=100, fmt=".1f"))
     section.tables.append(Table(
         "Headroom (measured before the forks): probe accuracy of the baselines and the trained base (at the task's "
@@ -258,14 +260,14 @@ def gate_table(section: Section, p: IsolossPreset, gates: list[dict]) -> None:
     """Every seed's gate (``gate.csv``: what ``sameloss replicate`` reads to know whether a
     study had headroom): the primary endpoint of its base and its references, and whether it
     passed."""
-    key = p.primary_key
+    key, m = p.primary_key, p.verdicts.headroom_margin
     out = [{"seed": g["seed"], "trained": float(g["trained"][key]), "random_init": float(g["random_init"][key]),
             "lookup": float(g["lookup"][key]), "oracle": float(g["oracle"][key]), "ok": bool(g["ok"])}
            for g in gates]
     section.files["gate.csv"] = out
     section.tables.append(Table(
-        f"The headroom gate per seed (primary endpoint, %; the gate asks ≥ {p.headroom_margin:g} points above the "
-        f"look-up table and the random-init encoder and ≥ {p.headroom_margin:g} below the oracle)",
+        f"The headroom gate per seed (primary endpoint, %; the gate asks ≥ {m:g} points above the "
+        f"look-up table and the random-init encoder and ≥ {m:g} below the oracle)",
         [Column("trained base", "trained", scale=100, fmt=".1f"), Column("random-init", "random_init", scale=100,
                                                                           fmt=".1f"),
          Column("look-up table", "lookup", scale=100, fmt=".1f"), Column("oracle", "oracle", scale=100, fmt=".1f"),

@@ -64,12 +64,13 @@ def fork_run(p: IsolossPreset, seed: int, fork: Fork, k: int, curves: bool = Fal
     end = p.fork_end(fork)
     keep = set(p.candidates(fork) if curves else p.probe_steps(fork))
     settings = [*_common_settings(p, seed), ("steps", end), ("checkpoints", tuple(sorted(s for s in keep if s > k))),
-                ("eval.every", 0), ("eval.at_checkpoints", True), ("optim.decay_steps", p.decay_steps),
-                ("optim.final_steps", p.final_steps_of(fork)), ("optim.final_lr_factor", p.final_lr_factor),
+                ("eval.every", 0), ("eval.at_checkpoints", True), ("optim.decay_steps", p.schedule.decay_steps),
+                ("optim.final_steps", p.final_steps_of(fork)), ("optim.final_lr_factor", p.schedule.final_lr_factor),
                 *fork.settings]
     if fork.adversarial:  # on the preset's task (read when the run is built, not when the fork was declared)
         settings += [("adversarial.weight", fork.adversarial), ("adversarial.task", p.task),
-                     ("adversarial.batch_size", p.adversarial_batch), ("adversarial.pool_size", p.adversarial_pool)]
+                     ("adversarial.batch_size", p.adversary.batch_size),
+                     ("adversarial.pool_size", p.adversary.pool_size)]
     if fork.resized:
         settings += large_shape(p, fork)
     return RunSpec(f"{_run_prefix(p)}-s{seed}-{p.point_name(k)}-{fork.name}", tuple(settings), label=fork.label,
@@ -126,7 +127,7 @@ def headroom_gate(p: IsolossPreset, seed: int, trained: dict, random_init: dict,
                   ) -> tuple[bool, str]:
     """Whether the trained encoder has room to differ: ≥ ``headroom_margin`` points above the
     look-up table and the random-init encoder and below the oracle (primary endpoint)."""
-    key, m = p.primary_key, p.headroom_margin
+    key, m = p.primary_key, p.verdicts.headroom_margin
     t, r, lk, o = (100 * float(x[key]) for x in (trained, random_init, lookup, oracle))
     ok = t >= lk + m and t >= r + m and t <= o - m
     text = (f"Headroom gate (primary endpoint, seed {seed}'s base at step {p.base_steps}): trained {t:.1f} %, "
@@ -250,7 +251,7 @@ def seed_study(p: IsolossPreset, seed: int, only: frozenset | None = None, curve
                  for _, ms in probe_measures(p, seed, point, forks[name], spec) for m in ms]
     reads = gate_measures(p, seed)
     return (Run(base_run(p, seed), None, BASE_COST, _tags(p, seed, role="base", point="", fork="base")), *reads,
-            Gate("headroom", _headroom_check, reads, (*training, *measuring), (p, seed), p.on_no_headroom))
+            Gate("headroom", _headroom_check, reads, (*training, *measuring), (p, seed), p.verdicts.on_no_headroom))
 
 
 def seed_result(records, p: IsolossPreset, seed: int) -> dict:
@@ -267,7 +268,7 @@ def seed_result(records, p: IsolossPreset, seed: int) -> dict:
                     "random_init": gate["random_init"], "lookup": gate["lookup"], "oracle": gate["oracle"]},
            "rows": [], "runs": [base], "embedded_kl": [], "curves": {}, "seconds": unit.seconds,
            "cpu_seconds": unit.cpu_seconds, "cost": cost_rows(unit.cpu)}
-    if not ok and p.on_no_headroom == "stop":
+    if not ok and p.verdicts.on_no_headroom == "stop":
         return out
     forks = {f.name: f for f in p.forks}
     fork_steps = {p.point_name(k): k for k in p.fork_points}
@@ -333,9 +334,9 @@ def units(setup, p: IsolossPreset) -> list:
     for q in language_studies(p):
         pilot = pilot_units(setup, q)
         out += pilot
-        if q.pilot_seeds:
+        if q.seed_design.pilot_seeds:
             out.append(Later(tuple(u.name for u in pilot), later_units, planned_later_units, (q,),
-                             tuple(study_seeds(setup, q)[q.pilot_seeds:])))
+                             tuple(study_seeds(setup, q)[q.seed_design.pilot_seeds:])))
     return out
 
 
@@ -344,9 +345,10 @@ def first_stage(setup, p: IsolossPreset) -> list[tuple[int, frozenset | None]]:
     every fork): an adaptive study's pilot, every fork; a design with a ``plan``, seed i the
     forks of the tests planned more than i seeds; else every seed, every fork."""
     seeds = study_seeds(setup, p)
-    if p.plan:
+    if p.seed_design.plan:
         return [(seed, forks_of(p, p.planned_tests(i))) for i, seed in enumerate(seeds) if p.planned_tests(i)]
-    return [(seed, None) for seed in (seeds[:p.pilot_seeds] if p.pilot_seeds else seeds)]
+    pilot = p.seed_design.pilot_seeds
+    return [(seed, None) for seed in (seeds[:pilot] if pilot else seeds)]
 
 
 def pilot_units(setup, p: IsolossPreset) -> list:
@@ -369,7 +371,7 @@ def seed_results(records, p: IsolossPreset) -> list[dict]:
 
 def forks_ran(p: IsolossPreset, pilot: list[dict]) -> bool:
     """Whether the pilot's forks ran (not stopped by the headroom gate): else no later seed runs."""
-    return all(res["gate"]["ok"] for res in pilot) or p.on_no_headroom != "stop"
+    return all(res["gate"]["ok"] for res in pilot) or p.verdicts.on_no_headroom != "stop"
 
 
 def later_seeds(setup, p: IsolossPreset, alloc) -> list[tuple[int, frozenset]]:
@@ -377,7 +379,7 @@ def later_seeds(setup, p: IsolossPreset, alloc) -> list[tuple[int, frozenset]]:
     tests it is planned for (a seed planned for none runs nothing)."""
     out = []
     for index, seed in enumerate(study_seeds(setup, p)):
-        tests = alloc.active(index) if index >= p.pilot_seeds else []
+        tests = alloc.active(index) if index >= p.seed_design.pilot_seeds else []
         if tests:
             out.append((seed, forks_of(p, tests)))
     return out
