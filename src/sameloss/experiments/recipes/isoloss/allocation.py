@@ -48,14 +48,12 @@ def allocation_of(setup, p: IsolossPreset, pilot: list[dict]) -> Allocation:
 def seed_cost(p: IsolossPreset, costs: dict[CostPart, float], tests: list[str]) -> float:
     """What one seed that runs the forks of ``tests`` costs by ``costs`` (seconds by
     ``CostPart``: the pilot's measured ones, or the planner's): every part of its base (its
-    training, gate and references), the training of every run those forks read (a base-recipe
-    fork's entry at any point reads its late run: ``study.wanted``'s rule, which this module
-    cannot import, study importing it) and the measures of the forks."""
+    training, gate and references), the training of every run those forks read
+    (``IsolossPreset.runs_read``, the rule ``study.wanted`` trains by) and the measures of the
+    forks."""
     forks = forks_of(p, tests)
-    trained = {(p.point_name(p.fork_point_of(f, k)), f.name) for k in p.fork_points for f in p.forks_at(k)
-               if (p.point_name(k), f.name) in forks}
     return (sum(v for k, v in costs.items() if k.fork == "base")
-            + sum(costs.get(CostPart(pt, name, "train"), 0.0) for pt, name in trained)
+            + sum(costs.get(CostPart(pt, name, "train"), 0.0) for pt, name in p.runs_read(forks))
             + sum(costs.get(CostPart(pt, name, "measure"), 0.0) for pt, name in forks))
 
 

@@ -156,6 +156,14 @@ class IsolossPreset(Preset):
         """The step a fork's run starts from at fork point ``k`` (the base recipe's: the latest)."""
         return self.late if fork.base_recipe else k
 
+    def runs_read(self, entries) -> set[tuple[str, str]]:
+        """The ``(point, fork)`` runs the entries ``entries`` (``(point, fork)`` pairs) read:
+        each its own, but a base-recipe fork's entry at any point reads its late run
+        (``fork_point_of``). What a seed trains (``study.wanted``) and what pricing it counts
+        (``allocation.seed_cost``): one rule for both."""
+        return {(self.point_name(self.fork_point_of(f, k)), f.name) for k in self.fork_points for f in self.forks_at(k)
+                if (self.point_name(k), f.name) in entries}
+
     def forks_at(self, k: int) -> list[Fork]:
         """The forks compared at fork point ``k``: all at the latest, at earlier points all
         but the ``late_only`` ones."""

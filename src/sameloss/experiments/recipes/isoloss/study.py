@@ -157,9 +157,7 @@ def wanted(p: IsolossPreset, only: frozenset | None) -> tuple[set, set]:
     measured = {(p.point_name(k), f.name) for k in p.fork_points for f in p.forks_at(k)}
     if only is not None:
         measured &= set(only)
-    trained = {(p.point_name(p.fork_point_of(f, k)), f.name) for k in p.fork_points for f in p.forks_at(k)
-               if (p.point_name(k), f.name) in measured}
-    return measured, trained
+    return measured, p.runs_read(measured)
 
 
 def entries(p: IsolossPreset, seed: int, only: frozenset | None, curves: bool = False
