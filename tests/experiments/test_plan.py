@@ -274,3 +274,30 @@ def test_the_forecast_says_no_prior_where_a_fork_has_none():
     for t in without:
         assert f"{t} (no prior SD: planned from the pilot's)" in text
     assert "more than 48" not in text
+
+
+def test_the_budget_forecast_prices_a_later_seed_as_the_allocation_does(monkeypatch):
+    """The forecast's later seeds cost what ``seed_cost`` says (the allocation after the pilot
+    prices them so): a seed running only a from-scratch comparison with the base recipe's fork
+    pays for the late run that fork's entry reads, which a sum over the compared forks' own
+    parts left out."""
+    from sameloss.experiments.declare import CostPart
+    from sameloss.experiments.recipes import isoloss
+    from sameloss.experiments.recipes.isoloss import allocation
+
+    p = isoloss.PRESETS["tiny"]
+    priced = {}
+
+    def afford(alloc, seed_cost, *args):
+        priced["seed"] = seed_cost
+        return alloc
+
+    monkeypatch.setattr(allocation, "afford", afford)
+    allocation.forecast(p, "cpu", 2, cpu_peak=50e9)
+    costs = allocation.planned_costs(p, "cpu", 50e9, 2)
+    scratch_only = ["noreg @ scratch"]  # noreg against adamw from scratch: adamw's entry there is its late run
+    assert CostPart("scratch", "adamw", "train") not in costs and costs[CostPart("late", "adamw", "train")] > 0
+    assert priced["seed"](scratch_only) == pytest.approx(allocation.seed_cost(p, costs, scratch_only))
+    own_parts = costs[CostPart("", "base", "train")] + costs[CostPart("", "base", "measure")] + sum(
+        v for k, v in costs.items() if (k.point, k.fork) in {("scratch", "noreg"), ("scratch", "adamw")})
+    assert priced["seed"](scratch_only) == pytest.approx(own_parts + costs[CostPart("late", "adamw", "train")])

@@ -334,14 +334,11 @@ def forecast(p: IsolossPreset, device: str, workers: int, cpu_peak: float | None
                 "planned only once the pilot has run.")
     alloc = allocate({t: prior.get(t, math.nan) for t in tests}, d.pilot_seeds, len(p.seeds), d.mde_target, d.exempt,
                      family=p.claims or None)
-
-    def forecast_cost(active: list[str]) -> float:
-        forks = forks_of(p, active)
-        return costs.get(CostPart("", "base", "train"), 0.0) + costs.get(CostPart("", "base", "measure"), 0.0) + sum(
-            v for k, v in costs.items() if (k.point, k.fork) in forks)
-
     pilot_wall = d.pilot_seeds * per_seed / workers
-    cut = afford(alloc, forecast_cost, pilot_wall, 60 * d.budget_minutes, workers) if d.budget_minutes else alloc
+    # a later seed priced as the allocation after the pilot prices it (``seed_cost``: with the
+    # late runs its forks' entries read, which the forecast's own sum once left out)
+    cut = (afford(alloc, lambda active: seed_cost(p, costs, active), pilot_wall, 60 * d.budget_minutes, workers)
+           if d.budget_minutes else alloc)
     expect = [t for t in tests if cut.needed[t] is not None and cut.planned[t] >= cut.needed[t]]
     exempt = tuple(f"{x} @" for x in d.exempt)
     short = [_short(t, cut, prior) for t in tests if t not in expect and t in cut.family and not t.startswith(exempt)]
