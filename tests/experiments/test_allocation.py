@@ -91,8 +91,15 @@ def test_an_adaptive_study_runs_its_pilot_then_only_the_forks_still_short(tmp_pa
     measured = iso_allocation._pilot_sds
     monkeypatch.setattr(iso_allocation, "_pilot_sds", lambda p, pilot: {
         t: (sd if not t.startswith("noreg @") or sd > 0 else 1.0) for t, sd in measured(p, pilot).items()})
+    # allocation.json is written once a call: the pilot's spread and cost with the plan from them
+    from sameloss import files
+
+    written, real_write = [], files.atomic_write_json
+    monkeypatch.setattr(files, "atomic_write_json", lambda path, *a, **k: (
+        written.append(path.name) if str(path).endswith("allocation.json") else None, real_write(path, *a, **k))[1])
     # a shard asking for a later seed runs the pilot first (the plan needs it)
     assert reproduce("isoloss", "smoke", out=tmp_path, progress=False, seeds=[2]).name == "isoloss-smoke"
+    assert written == ["allocation.json"]
     root = tmp_path / "isoloss-smoke"
     for seed in (0, 1):
         assert (root / "seeds" / f"seed{seed}" / "runs" / f"hmm-s{seed}-scratch-sam05").exists()
@@ -100,6 +107,7 @@ def test_an_adaptive_study_runs_its_pilot_then_only_the_forks_still_short(tmp_pa
     assert sorted(d.name for d in (root / "seeds" / "seed2" / "runs").iterdir() if d.is_dir()) == \
         ["hmm-s2-base", "hmm-s2-late-adamw", "hmm-s2-late-noreg", "hmm-s2-scratch-noreg"]
     saved = json.loads((root / "allocation.json").read_text())
+    assert saved["allocation"]["pilot"] == 2 and saved["allocation"]["planned"]["noreg @ late"] == 3
     assert saved["key"]["pilot"] == 2 and set(saved["sds"]) == {f"{c.name} @ {pt}" for c, pt in
                                                                   isoloss.PRESETS["smoke"].tests()}
     # the report (reuses every seed): the plan with each comparison's seeds, the tests on them

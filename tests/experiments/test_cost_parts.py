@@ -9,7 +9,7 @@ import json
 import pytest
 
 from sameloss.errors import UserError
-from sameloss.experiments.declare import CostPart
+from sameloss.experiments.declare import CostPart, cost_rows
 from sameloss.experiments.engine import COST_FILE, UnitRecord, keep_first_cost
 
 PARTS = {CostPart("", "base", "train+gate"): 12.5, CostPart("late", "noreg", "train"): 3.25,
@@ -54,7 +54,7 @@ def test_the_allocation_file_keeps_costs_as_rows_and_reads_the_old_keys(tmp_path
     path = tmp_path / "allocation.json"
     monkeypatch.setattr(allocation, "_writes", lambda setup: True)
     monkeypatch.setattr(allocation, "_allocation_path", lambda setup, p: path)
-    allocation._save_allocation(None, p, {"t": 0.5}, dict(PARTS), 60.0)
+    allocation._save_allocation(None, p, {"sds": {"t": 0.5}, "costs": cost_rows(PARTS), "pilot_wall": 60.0}, None)
     rows = json.loads(path.read_text())["costs"]
     assert isinstance(rows, list) and len(rows) == 3
     assert allocation._saved_allocation(None, p)["costs"] == PARTS

@@ -23,9 +23,12 @@ def allocation_of(setup, p: IsolossPreset, pilot: list[dict]) -> Allocation:
     """The plan of the seeds after the pilot (``allocation``): each test's paired SD of the
     primary accuracy over the pilot's pairs, the seeds its MDE target needs, cut to what the
     budget buys (``budget_minutes``: the pilot's measured CPU per fork, shared over the
-    launcher's workers). Written to ``allocation.json`` the first time and read back after
-    (a reused seed costs no CPU, so a second call could not measure the pilot again); a
-    dry plan (``sameloss plan``) has no pilot data and plans with ``prior_sds``."""
+    launcher's workers). The pilot's spread and cost are written to ``allocation.json`` the
+    first time and read back after (a reused seed costs no CPU, so a second call could not
+    measure the pilot again), with the allocation each call plans (another ``--budget`` plans
+    again from the same pilot), in one write: what the report reads (``recorded_allocation``)
+    instead of planning a second time. A dry plan (``sameloss plan``) has no pilot data,
+    plans with ``prior_sds`` and writes nothing."""
     tests = [f"{c.name} @ {pt}" for c, pt in p.tests()]
     saved = _saved_allocation(setup, p)
     if saved is not None:
@@ -40,8 +43,8 @@ def allocation_of(setup, p: IsolossPreset, pilot: list[dict]) -> Allocation:
     if d.budget_minutes is not None and costs:
         alloc = afford(alloc, lambda active: seed_cost(p, costs, active), pilot_wall, 60 * d.budget_minutes,
                        _workers(setup))
-    if saved is None and _writes(setup):
-        _save_allocation(setup, p, sds, costs, pilot_wall)
+    if _writes(setup):
+        _save_allocation(setup, p, {"sds": sds, "costs": cost_rows(costs), "pilot_wall": pilot_wall}, alloc)
     return alloc
 
 
@@ -128,30 +131,16 @@ def _saved_allocation(setup, p: IsolossPreset) -> dict | None:
     return saved
 
 
-def _save_allocation(setup, p: IsolossPreset, sds: dict, costs: dict, pilot_wall: float) -> None:
+def _save_allocation(setup, p: IsolossPreset, pilot: dict, alloc: Allocation | None) -> None:
+    """``allocation.json``: this design's key, what the pilot measured (``pilot``: its
+    ``sds``, ``costs`` rows and ``pilot_wall``) and the allocation planned from it."""
     from ....files import atomic_write_json
     from ....storage import storage_errors
 
     path = _allocation_path(setup, p)
+    planned = {} if alloc is None else {"allocation": dataclasses.asdict(alloc)}
     with storage_errors(path):
-        atomic_write_json(path, {"key": _allocation_key(p), "sds": sds,
-                                 "costs": cost_rows(costs), "pilot_wall": pilot_wall},
-                          indent=1)
-
-
-def record_allocation(setup, p: IsolossPreset, alloc: Allocation) -> None:
-    """The plan the later stage declared its seeds from, added to ``allocation.json`` (each
-    call's: a call with another ``--budget`` plans again from the same pilot): what the
-    report reads (``recorded_allocation``) instead of planning a second time."""
-    from ....files import atomic_write_json
-    from ....storage import storage_errors
-
-    if not _writes(setup):
-        return
-    path = _allocation_path(setup, p)
-    saved = json.loads(path.read_text())
-    with storage_errors(path):
-        atomic_write_json(path, {**saved, "allocation": dataclasses.asdict(alloc)}, indent=1)
+        atomic_write_json(path, {"key": _allocation_key(p), **pilot, **planned}, indent=1)
 
 
 def recorded_allocation(setup, p: IsolossPreset) -> Allocation | None:

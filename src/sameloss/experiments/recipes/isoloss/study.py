@@ -385,13 +385,12 @@ def later_seeds(setup, p: IsolossPreset, alloc) -> list[tuple[int, frozenset]]:
 
 def later_units(records, p: IsolossPreset) -> list:
     """The ``Later`` stage: the seeds after the pilot, planned from its records."""
-    from .allocation import allocation_of, record_allocation
+    from .allocation import allocation_of
 
     pilot = seed_results(records, p)
     if not forks_ran(p, pilot):
         return []
-    alloc = allocation_of(records, p, pilot)
-    record_allocation(records, p, alloc)
+    alloc = allocation_of(records, p, pilot)  # recorded in allocation.json, which the report reads
     return [seed_unit(seed, seed_study(p, seed, only), p.tag) for seed, only in later_seeds(records, p, alloc)]
 
 
