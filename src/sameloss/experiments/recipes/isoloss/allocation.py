@@ -144,7 +144,7 @@ def _save_allocation(setup, p: IsolossPreset, pilot: dict, alloc: Allocation | N
 
 
 def recorded_allocation(setup, p: IsolossPreset) -> Allocation | None:
-    """The plan this study's later stage recorded (``record_allocation``); ``None``: none
+    """The plan this study's later stage recorded (``allocation_of``); ``None``: none
     was (no adaptive stage ran: the pilot's forks did not run)."""
     saved = _saved_allocation(setup, p)
     if saved is None or "allocation" not in saved:
