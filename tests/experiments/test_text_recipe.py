@@ -40,5 +40,5 @@ def test_text_recipe_smoke_end_to_end(tmp_path, capsys):
 
 def test_text_presets_are_typed():
     p = text.PRESETS["tiny"]
-    assert p.corpus == ("kjv", "austen") and {t.source for t in p.tasks} == {"rt-sst2", "wordnet"}
-    assert text.PRESETS["paper"].shape.size == "t3-1024" and text.PRESETS["small"].max_len == 128
+    assert p.corpus.sources == ("kjv", "austen") and {t.source for t in p.tasks} == {"rt-sst2", "wordnet"}
+    assert text.PRESETS["paper"].pretrain.shape.size == "t3-1024" and text.PRESETS["small"].corpus.max_len == 128

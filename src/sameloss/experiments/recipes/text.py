@@ -74,14 +74,32 @@ class TextTask:
     glue: str
 
 
-@dataclass(frozen=True)
-class TextPreset:
-    device: str
-    corpus: tuple[str, ...]  # "toy", data-fetch names, or "hub:bookcorpus" / "hub:openwebtext"
-    tasks: tuple[TextTask, ...]
+@dataclass(frozen=True, kw_only=True)
+class TextCorpus:
+    """The pre-training corpus and its tokenizer: ``sources`` are ``toy``, ``data fetch`` names
+    or ``hub:bookcorpus`` / ``hub:openwebtext`` (``hub_documents`` documents read from a hub
+    corpus; 0: all), tokenized by ``tokenizer`` to a vocabulary of ``vocab`` in sequences of
+    ``max_len`` (``languages.text.prepare_corpus``)."""
+
+    sources: tuple[str, ...]
     tokenizer: str
     vocab: int
     max_len: int
+    hub_documents: int = 0
+
+    def __post_init__(self):
+        if not self.sources:
+            raise ValueError("a text corpus needs sources")
+        if self.max_len < 8:
+            raise ValueError("max_len must be >= 8")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pretraining:
+    """Every algorithm's run: the model's ``shape``, ``steps`` of ``batch_size`` sequences at AdamW
+    ``lr`` after ``warmup_steps``, ``eval_sentences`` held-out sentences at the end, and the SAM
+    run's ``sam_rho``."""
+
     shape: Shape
     steps: int
     batch_size: int
@@ -89,53 +107,106 @@ class TextPreset:
     lr: float
     eval_sentences: int
     sam_rho: float
-    task_train: int | None  # training rows kept per task (seeded sample; None: all)
-    task_dev: int | None
+
+    def __post_init__(self):
+        if self.steps < 1:
+            raise ValueError("steps must be >= 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finetuning:
+    """How each model is fine-tuned on every task (``MeasureSpec``'s ``finetune_*`` and ``seeds``):
+    ``train_rows`` / ``dev_rows`` rows kept of each task's train / dev split (a seeded sample;
+    None: all), ``epochs``, AdamW ``lr`` after ``warmup_steps``, once per seed of ``seeds``. The
+    defaults are the paper's recipe (App. A.5): AdamW 1e-4, 200 warm-up steps."""
+
+    train_rows: int | None
+    dev_rows: int | None
+    epochs: int
+    seeds: tuple[int, ...]
+    lr: float = 1e-4
+    warmup_steps: int = 200
+
+    def __post_init__(self):
+        if not self.seeds:
+            raise ValueError("fine-tuning needs seeds")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TextMeasures:
+    """The sizes of the other measures (``MeasureSpec`` fields): ``loss_sentences`` held-out
+    sentences of the loss; the Fisher trace's ``n_contexts``, ``n_labels`` and ``repeats``."""
+
     loss_sentences: int
     n_contexts: int
     n_labels: int
     repeats: int
-    finetune_epochs: int
-    seeds: tuple[int, ...]
-    finetune_lr: float = 1e-4  # the paper's recipe (App. A.5): AdamW 1e-4, 200 warm-up steps, 10 epochs
-    finetune_warmup: int = 200
-    hub_documents: int = 0  # documents read from a hub corpus
-    loss_tolerance: float = 0.05  # "same loss": held-out cross-entropies within this (nats)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TextPreset:
+    """The recipe at one scale: the ``device``, the ``corpus`` pre-trained on, the GLUE-format
+    ``tasks`` fine-tuned on, each algorithm's ``pretrain`` run, the ``finetune`` recipe, the
+    other ``measure`` sizes, and ``loss_tolerance``: "same loss" is held-out cross-entropies
+    within this (nats)."""
+
+    device: str
+    corpus: TextCorpus
+    tasks: tuple[TextTask, ...]
+    pretrain: Pretraining
+    finetune: Finetuning
+    measure: TextMeasures
+    loss_tolerance: float = 0.05
 
     def __post_init__(self):
-        if not self.corpus or not self.tasks or not self.seeds:
-            raise ValueError("a text preset needs a corpus, tasks and seeds")
-        if self.max_len < 8 or self.steps < 1:
-            raise ValueError("max_len must be >= 8 and steps >= 1")
+        if not self.tasks:
+            raise ValueError("a text preset needs tasks")
 
 
 _TINY_TASKS = (TextTask("sst2", "rt-sst2", "sst2", "sst2"), TextTask("wordnet", "wordnet", "rte", "rte"))
 _HUB_TASKS = (TextTask("sst2", "hub", "sst2", "sst2"), TextTask("qnli", "hub", "qnli", "qnli"),
               TextTask("rte", "hub", "rte", "rte"))
+# the paper's fine-tuning (App. A.5: 10 epochs, the defaults' lr and warm-up) on every row, 5 seeds
+_PAPER_FINETUNE = Finetuning(train_rows=None, dev_rows=None, epochs=10, seeds=(0, 1, 2, 3, 4))
 
 PRESETS: dict[str, TextPreset] = {
-    "smoke": TextPreset(device="cpu", corpus=("toy",), tasks=(TextTask("sst2", "toy", "sst2", "sst2"),
-                                                              TextTask("pairs", "toy", "rte", "rte")),
-                        tokenizer="wordpiece", vocab=120, max_len=24, shape=Shape("micro"), steps=40, batch_size=32,
-                        warmup_steps=5, lr=3e-3, eval_sentences=32, sam_rho=0.05, task_train=None, task_dev=None,
-                        loss_sentences=32, n_contexts=16, n_labels=2, repeats=2, finetune_epochs=2, seeds=(0, 1)),
-    # tiny: a 2-core budget; fine-tuning runs ~100 steps per seed, so the paper's 200
-    # warm-up steps at 1e-4 would never reach the rate: 30 warm-up steps at 3e-4 instead
-    "tiny": TextPreset(device="auto", corpus=("kjv", "austen"), tasks=_TINY_TASKS, tokenizer="wordpiece", vocab=2000,
-                       max_len=64, shape=Shape("tiny"), steps=800, batch_size=32, warmup_steps=80, lr=1e-3,
-                       eval_sentences=300, sam_rho=0.05, task_train=1000, task_dev=500, loss_sentences=500,
-                       n_contexts=128, n_labels=4, repeats=2, finetune_epochs=4, seeds=(0, 1, 2), finetune_lr=3e-4,
-                       finetune_warmup=30),
-    "small": TextPreset(device="auto", corpus=("hub:bookcorpus",), tasks=_HUB_TASKS, tokenizer="wordpiece",
-                        vocab=30522, max_len=128, shape=Shape("t4-384"), steps=20_000, batch_size=512,
-                        warmup_steps=2000, lr=1e-3, eval_sentences=5000, sam_rho=0.05, task_train=None, task_dev=None,
-                        loss_sentences=20_000, n_contexts=10_000, n_labels=50, repeats=5, finetune_epochs=10,
-                        seeds=(0, 1, 2, 3, 4), hub_documents=5_000_000, loss_tolerance=0.02),
-    "paper": TextPreset(device="auto", corpus=("hub:bookcorpus",), tasks=_HUB_TASKS, tokenizer="wordpiece",
-                        vocab=30522, max_len=128, shape=Shape("t3-1024"), steps=100_000, batch_size=512,
-                        warmup_steps=5000, lr=1e-3, eval_sentences=20_000, sam_rho=0.05, task_train=None,
-                        task_dev=None, loss_sentences=100_000, n_contexts=10_000, n_labels=50, repeats=5,
-                        finetune_epochs=10, seeds=(0, 1, 2, 3, 4), hub_documents=0, loss_tolerance=0.012),
+    "smoke": TextPreset(
+        device="cpu",
+        corpus=TextCorpus(sources=("toy",), tokenizer="wordpiece", vocab=120, max_len=24),
+        tasks=(TextTask("sst2", "toy", "sst2", "sst2"), TextTask("pairs", "toy", "rte", "rte")),
+        pretrain=Pretraining(shape=Shape("micro"), steps=40, batch_size=32, warmup_steps=5, lr=3e-3,
+                             eval_sentences=32, sam_rho=0.05),
+        finetune=Finetuning(train_rows=None, dev_rows=None, epochs=2, seeds=(0, 1)),
+        measure=TextMeasures(loss_sentences=32, n_contexts=16, n_labels=2, repeats=2)),
+    "tiny": TextPreset(
+        device="auto",
+        corpus=TextCorpus(sources=("kjv", "austen"), tokenizer="wordpiece", vocab=2000, max_len=64),
+        tasks=_TINY_TASKS,
+        pretrain=Pretraining(shape=Shape("tiny"), steps=800, batch_size=32, warmup_steps=80, lr=1e-3,
+                             eval_sentences=300, sam_rho=0.05),
+        # a 2-core budget; fine-tuning runs ~100 steps per seed, so the paper's 200 warm-up
+        # steps at 1e-4 would never reach the rate: 30 warm-up steps at 3e-4 instead
+        finetune=Finetuning(train_rows=1000, dev_rows=500, epochs=4, seeds=(0, 1, 2), lr=3e-4, warmup_steps=30),
+        measure=TextMeasures(loss_sentences=500, n_contexts=128, n_labels=4, repeats=2)),
+    "small": TextPreset(
+        device="auto",
+        corpus=TextCorpus(sources=("hub:bookcorpus",), tokenizer="wordpiece", vocab=30522, max_len=128,
+                          hub_documents=5_000_000),
+        tasks=_HUB_TASKS,
+        pretrain=Pretraining(shape=Shape("t4-384"), steps=20_000, batch_size=512, warmup_steps=2000, lr=1e-3,
+                             eval_sentences=5000, sam_rho=0.05),
+        finetune=_PAPER_FINETUNE,
+        measure=TextMeasures(loss_sentences=20_000, n_contexts=10_000, n_labels=50, repeats=5),
+        loss_tolerance=0.02),
+    "paper": TextPreset(
+        device="auto",
+        corpus=TextCorpus(sources=("hub:bookcorpus",), tokenizer="wordpiece", vocab=30522, max_len=128),
+        tasks=_HUB_TASKS,
+        pretrain=Pretraining(shape=Shape("t3-1024"), steps=100_000, batch_size=512, warmup_steps=5000, lr=1e-3,
+                             eval_sentences=20_000, sam_rho=0.05),
+        finetune=_PAPER_FINETUNE,
+        measure=TextMeasures(loss_sentences=100_000, n_contexts=10_000, n_labels=50, repeats=5),
+        loss_tolerance=0.012),
 }
 
 
@@ -198,13 +269,13 @@ def prepare_data(setup, p: TextPreset) -> tuple[Path, dict[str, str]]:
     data = setup.root / "data"
     data.mkdir(parents=True, exist_ok=True)
     toy = toy_text(data / "toy", seed=setup.seed, n_corpus=400, n_train=240, n_dev=60) \
-        if "toy" in p.corpus or any(t.source == "toy" for t in p.tasks) else None
+        if "toy" in p.corpus.sources or any(t.source == "toy" for t in p.tasks) else None
     files = []
-    for source in p.corpus:
+    for source in p.corpus.sources:
         if source == "toy":
             files.append(toy["corpus"])
         elif source.startswith("hub:"):
-            files.append(_hub_corpus(source[4:], data, p.hub_documents))
+            files.append(_hub_corpus(source[4:], data, p.corpus.hub_documents))
         else:
             setup.log(f"data fetch {source}")
             files.append(fetch(source, default_cache())[0] / "text.txt")
@@ -214,7 +285,8 @@ def prepare_data(setup, p: TextPreset) -> tuple[Path, dict[str, str]]:
         if corpus.exists():
             import shutil
             shutil.rmtree(corpus)  # an interrupted preparation of ours
-        prepare_corpus(files, corpus, tokenizer=p.tokenizer, vocab=p.vocab, max_len=p.max_len, seed=setup.seed)
+        prepare_corpus(files, corpus, tokenizer=p.corpus.tokenizer, vocab=p.corpus.vocab, max_len=p.corpus.max_len,
+                       seed=setup.seed)
     tasks = {}
     for t in p.tasks:
         if t.source == "toy":
@@ -226,8 +298,8 @@ def prepare_data(setup, p: TextPreset) -> tuple[Path, dict[str, str]]:
         dst = data / "tasks" / t.label
         if not (dst / "dev.tsv").exists():
             dst.mkdir(parents=True, exist_ok=True)
-            _sample_tsv(src / "train.tsv", dst / "train.tsv", p.task_train, setup.seed)
-            _sample_tsv(src / "dev.tsv", dst / "dev.tsv", p.task_dev, setup.seed)
+            _sample_tsv(src / "train.tsv", dst / "train.tsv", p.finetune.train_rows, setup.seed)
+            _sample_tsv(src / "dev.tsv", dst / "dev.tsv", p.finetune.dev_rows, setup.seed)
         tasks[t.label] = f"glue:{t.glue}={dst.resolve()}"
     return corpus.resolve(), tasks
 
@@ -235,24 +307,25 @@ def prepare_data(setup, p: TextPreset) -> tuple[Path, dict[str, str]]:
 # ---- runs and report ---------------------------------------------------------------------
 def runs(p: TextPreset, corpus: Path, seed: int) -> list[RunSpec]:
     """AdamW, −dropout−WD and −dropout−WD+SAM on the prepared corpus."""
+    t = p.pretrain
     base = (("language.name", "corpus"), ("language.data", str(corpus)), ("seed", seed), ("device", p.device),
-            ("steps", p.steps), ("batch_size", p.batch_size), ("optim.warmup_steps", p.warmup_steps),
-            ("optim.lr", p.lr), ("eval.every", 0), ("eval.n_sentences", p.eval_sentences),
-            ("log_every", max(1, p.steps // 20)), ("save_every", p.steps), ("mask_replace", "bert"),
-            *p.shape.settings())
+            ("steps", t.steps), ("batch_size", t.batch_size), ("optim.warmup_steps", t.warmup_steps),
+            ("optim.lr", t.lr), ("eval.every", 0), ("eval.n_sentences", t.eval_sentences),
+            ("log_every", max(1, t.steps // 20)), ("save_every", t.steps), ("mask_replace", "bert"),
+            *t.shape.settings())
     noreg = (("model.dropout", 0.0), ("optim.weight_decay", 0.0))
-    name = f"corpus-{p.shape.size}"
+    name = f"corpus-{t.shape.size}"
     return [RunSpec(f"{name}-adamw", base, "AdamW", "adamw"),
             RunSpec(f"{name}-noreg", (*base, *noreg), "−dropout−WD", "noreg"),
-            RunSpec(f"{name}-noreg-sam", (*base, *noreg, ("sam.rho", p.sam_rho)), f"−dropout−WD+SAM (ρ={p.sam_rho:g})",
-                    "sam")]
+            RunSpec(f"{name}-noreg-sam", (*base, *noreg, ("sam.rho", t.sam_rho)),
+                    f"−dropout−WD+SAM (ρ={t.sam_rho:g})", "sam")]
 
 
 def measure_spec(p: TextPreset, tasks: dict[str, str], seed: int) -> MeasureSpec:
-    return MeasureSpec(loss=True, traces=("fisher",), finetune=tuple(tasks.values()), loss_sentences=p.loss_sentences,
-                       n_contexts=p.n_contexts, n_labels=p.n_labels, repeats=p.repeats,
-                       finetune_epochs=p.finetune_epochs, finetune_lr=p.finetune_lr,
-                       finetune_warmup=p.finetune_warmup, seeds=p.seeds, seed=seed)
+    m, f = p.measure, p.finetune
+    return MeasureSpec(loss=True, traces=("fisher",), finetune=tuple(tasks.values()), loss_sentences=m.loss_sentences,
+                       n_contexts=m.n_contexts, n_labels=m.n_labels, repeats=m.repeats, finetune_epochs=f.epochs,
+                       finetune_lr=f.lr, finetune_warmup=f.warmup_steps, seeds=f.seeds, seed=seed)
 
 
 def _figure(records, section: Section, p: TextPreset, rows: list[dict], tasks: dict[str, str],
@@ -265,7 +338,7 @@ def _figure(records, section: Section, p: TextPreset, rows: list[dict], tasks: d
     fig = dots_plot(rows, "algorithm", panels, "Real text: algorithms", errors=error_labels(mspec))
     section.figures.append(records.figure(
         fig, "text-algorithms",
-        shows=f"{', '.join(p.corpus)}: for each pre-training algorithm, (a) the held-out masked-token "
+        shows=f"{', '.join(p.corpus.sources)}: for each pre-training algorithm, (a) the held-out masked-token "
               "cross-entropy (the optimum is unknown on real text: there is no KL), (b) the trace of Hessian by "
               "the paper's estimator, then the fine-tuning dev accuracy per task (dotted: the majority class)",
         sample=f"{len(rows)} models, the last checkpoint of one run each (seed {records.seed}); each fine-tuned "
@@ -291,7 +364,7 @@ def planned_data(setup, p: TextPreset) -> tuple[Path, dict[str, str]]:
     tokenizer's target size: a small corpus may end with fewer words)."""
     data = setup.root / "data"
     corpus = data / "corpus"
-    setup.language_shapes[str(corpus)] = (p.vocab, p.max_len)
+    setup.language_shapes[str(corpus)] = (p.corpus.vocab, p.corpus.max_len)
     return corpus, {t.label: f"glue:{t.glue}={data / 'tasks' / t.label}" for t in p.tasks}
 
 
@@ -310,8 +383,8 @@ def report(records, p: TextPreset) -> Section:
     meta = json.loads((corpus / "meta.json").read_text())
     train = meta["splits"]["train"]
     section.text.append(
-        f"Corpus: {', '.join(p.corpus)} — {train['documents']} training documents, {train['tokens']} tokens in "
-        f"{train['sequences']} sequences of {meta['max_len']}, vocabulary {meta['n_words']} ({meta['tokenizer']}); "
+        f"Corpus: {', '.join(p.corpus.sources)} — {train['documents']} training documents, {train['tokens']} tokens "
+        f"in {train['sequences']} sequences of {meta['max_len']}, vocabulary {meta['n_words']} ({meta['tokenizer']}); "
         f"held out: {meta['splits']['heldout']['documents']} documents. Tasks: "
         + ", ".join(f"{k} ({v.split('=')[0][5:]} format)" for k, v in tasks.items())
         + ". Loss is the held-out masked-token cross-entropy; there is no KL on real text.")
@@ -320,7 +393,7 @@ def report(records, p: TextPreset) -> Section:
     for run in measured_runs(records, "text", language="corpus"):
         section.runs.append(run.info)
         (row,) = run.rows
-        epochs = p.steps * p.batch_size / train["sequences"]
+        epochs = p.pretrain.steps * p.pretrain.batch_size / train["sequences"]
         rows[run.tags["group"]] = dict(row, algorithm=run.tags["label"], epochs=epochs)
     section.rows += list(rows.values())
     cols = [Column("epochs", "epochs", fmt=".2f"), quantity_column("held-out loss", "loss", fmt=".4f"),
@@ -336,7 +409,7 @@ def report(records, p: TextPreset) -> Section:
         section.notes.append(
             f"The held-out losses span {fmt(min(losses))}–{fmt(max(losses))} nats, more than the tolerance "
             f"{p.loss_tolerance:g}: the comparisons below are not at the same loss.")
-    n_seeds = len(p.seeds)
+    n_seeds = len(p.finetune.seeds)
     for a_key, b_key, a_name, b_name, acc_sign, trace_sign, acc_claim, trace_claim in COMPARISONS:
         a, b = rows[a_key], rows[b_key]
         for k in tasks:
