@@ -365,13 +365,15 @@ def _main(argv: list[str] | None) -> int:
             print(f"sameloss: error: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        return _stopped(args, received)
+        name = "SIGTERM" if received else "interrupted"
+        hint = getattr(args, "interrupt_hint", None)
+        hint = hint() if hint else None
+        print(f"sameloss: {name}" + (f"; {hint}" if hint else ""), file=sys.stderr)
+        return 128 + (received[0] if received else signal.SIGINT)
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stderr.close()
         return 0
     except Exception as exc:
-        if _raised_by_an_interrupt(exc):
-            return _stopped(args, received)
         # the last net for a full disk or a read-only folder that no writer turned into a
         # UserError naming its folder (libraries raise it as their own exception types)
         from .storage import storage_reason
@@ -385,30 +387,6 @@ def _main(argv: list[str] | None) -> int:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     return 0
-
-
-def _stopped(args, received: list) -> int:
-    """Ctrl-C or SIGTERM: one line (with how to resume, where the command knows) and the
-    shell's status for the signal."""
-    name = "SIGTERM" if received else "interrupted"
-    hint = getattr(args, "interrupt_hint", None)
-    hint = hint() if hint else None
-    print(f"sameloss: {name}" + (f"; {hint}" if hint else ""), file=sys.stderr)
-    return 128 + (received[0] if received else signal.SIGINT)
-
-
-def _raised_by_an_interrupt(exc: BaseException) -> bool:
-    """Whether ``exc`` was raised while handling a Ctrl-C or SIGTERM: ``torch.save`` into a file
-    turns a ``KeyboardInterrupt`` raised inside one of its writes into a ``RuntimeError``
-    ("unexpected pos ..."), the interrupt its ``__context__`` — a checkpoint save cut by a kill
-    is still a kill, not a crash with a traceback."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, KeyboardInterrupt):
-            return True
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return False
 
 
 def _handle_sigterm(received: list):

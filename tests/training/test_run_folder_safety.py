@@ -196,16 +196,14 @@ def test_sigterm_stops_pretrain_like_ctrl_c_with_a_resume_hint(tmp_path):
     assert complete_checkpoints(out / "r") and not list(out.rglob(".tmp-*"))
 
 
-def test_an_interrupt_inside_a_checkpoints_torch_save_stops_pretrain_like_ctrl_c(tmp_path, monkeypatch, capsys):
-    # torch.save turns a KeyboardInterrupt raised inside one of its writes into a RuntimeError
-    # (the interrupt its __context__): a Ctrl-C or SIGTERM that lands there must still stop the
-    # command as one anywhere else does, not crash with a traceback and status 1 (how the SIGTERM
-    # test above once failed under load)
+def _cut_the_second_checkpoints_save(monkeypatch) -> list:
+    """``torch.save`` as it is, but the second checkpoint's ``state.pt`` gets a Ctrl-C at its
+    third write (where a signal lands while a checkpoint is written); the saves made."""
     import torch
 
     real_save, saves = torch.save, []
 
-    class CutFile:  # a checkpoint's state.pt whose third write is where the interrupt lands
+    class CutFile:
         def __init__(self, f):
             self.f, self.writes = f, 0
 
@@ -223,12 +221,26 @@ def test_an_interrupt_inside_a_checkpoints_torch_save_stops_pretrain_like_ctrl_c
         return real_save(obj, f if len(saves) < 2 else CutFile(f), *args, **kwargs)
 
     monkeypatch.setattr(torch, "save", save)
+    return saves
+
+
+def test_an_interrupt_inside_a_checkpoints_torch_save_stops_pretrain_like_ctrl_c(tmp_path, monkeypatch, capsys):
+    # torch.save turns a KeyboardInterrupt raised inside one of its writes into a RuntimeError
+    # (the interrupt its __context__): a Ctrl-C or SIGTERM that lands there must still stop the
+    # command as one anywhere else does, not crash with a traceback and status 1 (how the SIGTERM
+    # test above once failed under load); checkpoint.save raises it as the interrupt again
+    saves = _cut_the_second_checkpoints_save(monkeypatch)
     out = tmp_path / "out"
     code = main(["pretrain", "name=r", "--out", str(out), *TINY, "steps=20", "save_every=5", "--no-progress"])
     assert code == 128 + signal.SIGINT and len(saves) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("sameloss: interrupted; resume with --resume: "), err
     assert [p.name for p in complete_checkpoints(out / "r")] == ["step_0000005"] and not list(out.rglob(".tmp-*"))
+    # and from Python: the interrupt itself, not the RuntimeError torch made of it
+    saves.clear()
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(tiny_config("steps=20", "save_every=5"), tmp_path / "lib", progress=False)
+    assert len(saves) == 2 and not list((tmp_path / "lib").rglob(".tmp-*"))
 
 
 def test_the_train_loss_log_after_a_resume_equals_an_uninterrupted_run(tmp_path):

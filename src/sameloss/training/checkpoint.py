@@ -61,6 +61,10 @@ def save(run_dir: Path, step: int, model: torch.nn.Module, state: dict, meta: di
         os.replace(tmp, final)
     except BaseException as exc:  # a full disk, a kill: no half-written folder stays behind
         shutil.rmtree(tmp, ignore_errors=True)
+        if not isinstance(exc, KeyboardInterrupt) and isinstance(exc.__context__, KeyboardInterrupt):
+            # torch.save turns a Ctrl-C or SIGTERM that lands inside one of its writes into a
+            # RuntimeError ("unexpected pos ..."): still the interrupt, for every caller
+            raise KeyboardInterrupt from None
         if isinstance(exc, OSError) or storage_reason(exc) is not None:
             raise write_error(final, exc) from None
         raise
