@@ -115,7 +115,7 @@ def _draw_seconds(run, n: int = 20) -> float:
 
 
 def flops_per_member_step(cfg: PretrainConfig) -> float:
-    from sameloss.experiments import plan
+    from sameloss.experiments.engine import plan
 
     m = plan.model_shape(cfg, {})
     return 3 * plan.forward_flops_per_token(m) * m.max_len * cfg.batch_size
@@ -173,7 +173,7 @@ def main(argv=None) -> int:
 
 
 def _rows(a, one, glob, per, flops) -> list[dict]:
-    from sameloss.experiments import hardware
+    from sameloss.experiments.engine import hardware
 
     peak = None
     if a.device.startswith("cuda"):

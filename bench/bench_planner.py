@@ -19,7 +19,7 @@ checkpoints, the report).
 The peak is measured before and after the run and the larger one used (one reading can be
 low on a shared machine). Prints, per stage: planned FLOPs, estimated seconds, measured CPU seconds, their ratio,
 and the utilisation the measurement implies (FLOPs / (CPU s × peak)) — the number that
-``UTILISATION["cpu"]`` in ``experiments/hardware.py`` states. Quote ``uptime`` with it. Not part
+``UTILISATION["cpu"]`` in ``experiments/engine/hardware.py`` states. Quote ``uptime`` with it. Not part
 of the test suite.
 """
 
@@ -33,8 +33,8 @@ import sys
 import tempfile
 import time
 
-from sameloss.experiments import hardware
-from sameloss.experiments import plan as planner
+from sameloss.experiments.engine import hardware
+from sameloss.experiments.engine import plan as planner
 from sameloss.threads import configure_threads
 
 
@@ -62,7 +62,7 @@ class StageClock:
 
 @contextlib.contextmanager
 def patched(clock: StageClock):
-    from sameloss.experiments import core
+    from sameloss.experiments.engine import core
     from sameloss.measures import curvature, run as measure_run
     from sameloss.training import evaluate, loop
 

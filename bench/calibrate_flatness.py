@@ -52,8 +52,8 @@ from pathlib import Path
 
 import torch
 
-from sameloss.experiments.engine import with_start
-from sameloss.experiments.paired import at_target, comparison_target, outside
+from sameloss.experiments.engine.walk import with_start
+from sameloss.experiments.stats.paired import at_target, comparison_target, outside
 from sameloss.experiments.recipes.isoloss import PRESETS, Fork, fork_run
 from sameloss.experiments.recipes.isoloss.study import _run_prefix, _trace_spec
 from sameloss.measures.run import measure_checkpoint

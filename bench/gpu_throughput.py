@@ -26,7 +26,7 @@ import time
 import torch
 
 from sameloss import config as configlib
-from sameloss.experiments import hardware, plan
+from sameloss.experiments.engine import hardware, plan
 from sameloss.measures.curvature import memory
 from sameloss.training import PretrainConfig
 from sameloss.training import runio
@@ -34,7 +34,7 @@ from sameloss.training.data import global_batch
 from sameloss.training.loop import mlm_loss
 from sameloss.training.optim import build_optimizer
 
-# scale -> (model size, HMM size, batch): experiments/common.py's reference shapes
+# scale -> (model size, HMM size, batch): experiments/presets/common.py's reference shapes
 SHAPES = {"small": ("t4-384", "paper", 4096), "paper": ("t3-1024", "paper", 4096)}
 SMOKE = {"smoke": ("micro", "micro", 8)}
 

@@ -30,7 +30,7 @@ from gpu_throughput import draw, setup, train_steps  # noqa: E402
 
 def steps_per_seed() -> float:
     """Training steps of one seed of the isoloss tiny preset, every fork (the planner's runs)."""
-    from sameloss.experiments.plan import dry_plan
+    from sameloss.experiments.engine.plan import dry_plan
     from sameloss.experiments.recipes.isoloss import PRESETS
 
     p = PRESETS["tiny"]

@@ -48,13 +48,14 @@ import time
 
 import numpy as np
 
-from sameloss.experiments import paired
-from sameloss.experiments.allocation import afford, allocate
-from sameloss.experiments.declare import CostPart
+from sameloss.experiments.stats import paired
+from sameloss.experiments.stats.allocation import afford, allocate
+from sameloss.experiments.engine.declare import CostPart
 from sameloss.experiments.recipes import isoloss
 from sameloss.experiments.recipes.isoloss.design import TINY_PRIOR_SDS
-from sameloss.experiments.stats import DETECTED, DETECTED_AGAINST, EQUIVALENT, paired_difference, power_verdict
-from sameloss.experiments.weighted import Fits, estimate
+from sameloss.experiments.stats.inference import (DETECTED, DETECTED_AGAINST, EQUIVALENT, paired_difference,
+    power_verdict)
+from sameloss.experiments.stats.weighted import Fits, estimate
 
 # docs/results/tiny.md, "KL ranges of the compared forks": per test 6 pairs — as many zeros as pairs
 # whose ranges overlapped, the median and the largest gap as published; * the values between them the
@@ -232,7 +233,7 @@ PILOT_SEED_CPU = 1300.0
 def costs_of(p) -> dict[str, float]:
     """CPU seconds per ``point|fork|stage`` of one seed: the planner's cost model (``sameloss
     plan``), scaled so that a seed without the flatness forks costs ``PILOT_SEED_CPU``."""
-    from sameloss.experiments.plan import dry_plan, estimate as plan_estimate
+    from sameloss.experiments.engine.plan import dry_plan, estimate as plan_estimate
     from sameloss.experiments.recipes.isoloss.allocation import _cost_key
 
     one = dataclasses.replace(p, seeds=p.seeds[:2], replicate=(),
@@ -393,7 +394,7 @@ def grid(rng, p, sds, taus, sc, costs, studies, workers) -> None:
 
 def part4(p, sds, costs, workers) -> None:
     """``allocation.plan_claims`` on the priors: what a budget's seeds decide (issue 52's rule)."""
-    from sameloss.experiments.allocation import plan_claims
+    from sameloss.experiments.stats.allocation import plan_claims
 
     seed_cost = seed_cost_of(p, costs)
     claims = {t: sds[t] for t in p.claims if t in sds}

@@ -63,9 +63,9 @@ def main() -> None:
     parser.add_argument("--probe-test", type=int, default=None)
     args = parser.parse_args()
     configure_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    from sameloss.experiments.core import StudySettings, execute_unit
-    from sameloss.experiments.declare import seed_unit
-    from sameloss.experiments.engine import Records, Setup
+    from sameloss.experiments.engine.core import StudySettings, execute_unit
+    from sameloss.experiments.engine.declare import seed_unit
+    from sameloss.experiments.engine.walk import Records, Setup
     from sameloss.experiments.recipes import isoloss
     from sameloss.measures import run as measure_run
     from sameloss.training import evaluate, runio

@@ -15,7 +15,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 def test_throughput_smoke_rows_follow_the_planner(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH))
     import gpu_throughput
-    from sameloss.experiments import plan
+    from sameloss.experiments.engine import plan
 
     out = tmp_path / "rows.json"
     assert gpu_throughput.main(["--smoke", "--device", "cpu", "--precisions", "fp32", "--json", str(out)]) == 0

@@ -45,7 +45,7 @@ PRESETS = {"smoke": ToyPreset(steps=4)}
 
 
 def runs(p, language, seed):
-    from sameloss.experiments.core import RunSpec
+    from sameloss.experiments.engine.core import RunSpec
 
     return [RunSpec(f"{language}-run", (("language.name", language), ("language.size", "small"), ("steps", p.steps),
                                         ("batch_size", 8), ("eval.n_sentences", 16), ("model.size", "micro"),
@@ -59,14 +59,14 @@ def measures():
 
 
 def units(setup, p):
-    from sameloss.experiments.declare import run_unit
+    from sameloss.experiments.engine.declare import run_unit
 
     return [run_unit(spec, measures(), experiment="toyrecipe", language="toy") for spec in runs(p, "toy", setup.seed)]
 
 
 def report(records, p):
-    from sameloss.experiments.common import measured_runs
-    from sameloss.experiments.report import Column, Section, Table
+    from sameloss.experiments.presets.common import measured_runs
+    from sameloss.experiments.reports.document import Column, Section, Table
 
     section = Section(TITLE)
     for run in measured_runs(records, "toyrecipe"):

@@ -9,7 +9,7 @@ import io
 import re
 from pathlib import Path
 
-from sameloss.experiments.stats import VERDICTS
+from sameloss.experiments.stats.inference import VERDICTS
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "quickstart.md"
 

@@ -116,8 +116,8 @@ def test_the_readme_runtime_of_the_main_job_is_the_planners_within_a_factor():
     """The README's "takes about N min" for the main job and the planner's forecast for it (at
     this project's CPU, ``hardware.REFERENCE_CPU_PEAK``, on the 2 workers the main job uses) agree
     within 1.5x (issue 52): a design or cost change that moves one moves the other."""
-    from sameloss.experiments import plan as planner
-    from sameloss.experiments.hardware import REFERENCE_CPU_PEAK
+    from sameloss.experiments.engine import plan as planner
+    from sameloss.experiments.engine.hardware import REFERENCE_CPU_PEAK
 
     text = " ".join(README.read_text(encoding="utf-8").split())
     found = re.search(r"It takes about (\d+(?:\.\d+)?) min on a 2-core CPU", text)

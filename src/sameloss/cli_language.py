@@ -144,7 +144,7 @@ def _fraction(text: str) -> float:
 
 
 def _language_search(args) -> None:
-    from .experiments.search import Draws, SearchDesign, SearchOutput, run_search
+    from .experiments.search.screen import Draws, SearchDesign, SearchOutput, run_search
 
     design = SearchDesign(scale=args.scale, screen_subsets=args.screen_subsets, screen_test=args.screen_test,
                           min_gap=args.min_gap, train_top=args.train_top, gate_seeds=args.gate_seeds,

@@ -14,10 +14,10 @@ import pytest
 from sameloss.cli import main
 from sameloss.errors import UserError
 from sameloss.experiments import reproduce
-from sameloss.experiments.allocation import afford, allocate, needed_seeds, pooled_forecast
+from sameloss.experiments.stats.allocation import afford, allocate, needed_seeds, pooled_forecast
 from sameloss.experiments.recipes import isoloss
-from sameloss.experiments.pooling import pooled_mde
-from sameloss.experiments.stats import minimum_detectable_effect, stein_mde
+from sameloss.experiments.stats.pooling import pooled_mde
+from sameloss.experiments.stats.inference import minimum_detectable_effect, stein_mde
 
 from .test_isoloss import read
 
@@ -129,8 +129,8 @@ def test_the_claims_a_budget_decides_against_brute_force():
     reach the target after Holm over it, and leaving out a claim lowers the others' seeds."""
     import itertools
 
-    from sameloss.experiments.allocation import fork_seed_cost, plan_claims, plan_cost
-    from sameloss.experiments.stats import t_test_power
+    from sameloss.experiments.stats.allocation import fork_seed_cost, plan_claims, plan_cost
+    from sameloss.experiments.stats.inference import t_test_power
 
     sds = {"a": 0.3, "b": 0.5, "c": 0.9, "d": math.nan}
     forks = {"a": ("x", "r"), "b": ("y", "r"), "c": ("z", "r"), "d": ("w", "r")}
@@ -196,7 +196,7 @@ def test_the_pooled_forecast_plans_languages_and_seeds_from_one_languages_sds():
 
 
 def test_an_unreadable_recorded_allocation_is_one_line_naming_the_file(tmp_path):
-    from sameloss.experiments.engine import Setup
+    from sameloss.experiments.engine.walk import Setup
     from sameloss.experiments.recipes.isoloss.allocation import _allocation_key, recorded_allocation
 
     p = isoloss.PRESETS["tiny"]

@@ -11,7 +11,7 @@ from helpers.figures import check_report_figures
 
 from sameloss.errors import UserError
 from sameloss.experiments import reproduce
-from sameloss.experiments.causal import CAUSAL, GENERATOR_ENV
+from sameloss.experiments.presets.causal import CAUSAL, GENERATOR_ENV
 from sameloss.experiments.recipes import figure1, sizes, steps
 from sameloss.languages.lm_generated import CausalLM
 from sameloss.measures.glue import glue_task_data
@@ -67,7 +67,7 @@ def test_smoke_runs_the_causal_language_end_to_end(experiment, tmp_path, monkeyp
 def test_figure1_and_other_callers_leave_the_causal_language_out():
     for p in figure1.PRESETS.values():
         assert p.sizes.causal is not None  # it is there, and figure1's report passes its own languages
-    from sameloss.experiments.common import causal_part
+    from sameloss.experiments.presets.common import causal_part
 
     assert causal_part(None, sizes.PRESETS["smoke"], ("pcfg",)) is None
 
@@ -86,7 +86,7 @@ def test_gpu_scales_use_the_papers_k_and_t_and_need_a_generator(tmp_path, monkey
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("sameloss: error:")]
     assert len(errors) == 1 and GENERATOR_ENV in errors[0]
     assert not (tmp_path / "sizes-small" / "runs").exists()
-    from sameloss.experiments.causal import prepare_causal
+    from sameloss.experiments.presets.causal import prepare_causal
 
     monkeypatch.setenv("SAMELOSS_DATA", str(tmp_path / "cache"))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sameloss.training.runfolder import config_differences
-from sameloss.experiments.report import Column, Table, merge_rows
+from sameloss.experiments.reports.document import Column, Table, merge_rows
 
 
 def test_config_differences_treats_missing_as_none_and_lists_as_tuples():
@@ -47,7 +47,7 @@ def test_every_run_of_every_preset_is_a_valid_config(scale):
     """The GPU presets cannot be run here: at least every run's config must load, every
     measured checkpoint must be kept, and a run shared by two recipes must be defined
     the same way in both."""
-    from sameloss.experiments.common import measure_spec
+    from sameloss.experiments.presets.common import measure_spec
     from sameloss.experiments.recipes import algorithms, sizes, steps
     from sameloss.models.sizes import TRANSFORMER_SIZES
 
@@ -71,7 +71,7 @@ def test_every_run_of_every_preset_is_a_valid_config(scale):
 def test_presets_are_checked_when_built():
     """A misspelt field or an unknown size fails when the preset is built (at import),
     not after training."""
-    from sameloss.experiments.common import COMMON, ReferenceRun, Shape
+    from sameloss.experiments.presets.common import COMMON, ReferenceRun, Shape
     from sameloss.experiments.recipes.steps import SGDRun, StepsPreset
 
     sgd = SGDRun(lr=0.05, steps=24, checkpoints=(12, 24))
@@ -86,7 +86,7 @@ def test_presets_are_checked_when_built():
 
 
 def test_run_spec_writes_overrides_and_refuses_unknown_keys():
-    from sameloss.experiments.core import RunSpec
+    from sameloss.experiments.engine.core import RunSpec
 
     spec = RunSpec("r", (("language.size", "micro"), ("checkpoints", (8, 12)), ("optim.lr", 0.05),
                          ("sam.adaptive", True), ("steps", 12)))
@@ -121,7 +121,7 @@ def test_study_lookup_table_is_the_measures_look_up_table_with_the_runs_eval_see
     """The look-up table's loss is the entropy on the run's own held-out set (its
     ``eval.seed``), with the probe columns of ``measure_lookup_table``."""
     from sameloss import config as configlib
-    from sameloss.experiments.core import Study, StudySettings
+    from sameloss.experiments.engine.core import Study, StudySettings
     from sameloss.languages import make_language
     from sameloss.measures.run import MeasureSpec
     from sameloss.training.config import PretrainConfig
@@ -142,7 +142,7 @@ def test_study_lookup_table_is_the_measures_look_up_table_with_the_runs_eval_see
 
 
 def test_error_column_and_standard_errors():
-    from sameloss.experiments.claims import error_column, quantity_se
+    from sameloss.experiments.reports.claims import error_column, quantity_se
 
     assert [error_column(k) for k in ("trace_fisher", "trace_embedded", "probe_B", "lookup_B", "loss")] == \
         ["trace_fisher_se", "trace_embedded_se", "probe_B_std", "lookup_B_std", "loss_std"]
@@ -177,7 +177,7 @@ def test_every_measured_row_goes_through_one_cache(tmp_path, monkeypatch):
     """``Study.measure`` and ``Study.reference`` (and ``lookup``) store their rows in
     ``measurements.json`` by one key routine: a second study on the folder measures nothing."""
     from sameloss import config as configlib
-    from sameloss.experiments.core import Study, StudySettings
+    from sameloss.experiments.engine.core import Study, StudySettings
     from sameloss.measures import run as measures_run
     from sameloss.measures.fewshot import FewShot, View
     from sameloss.measures.run import MeasureSpec

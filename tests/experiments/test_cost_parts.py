@@ -9,8 +9,8 @@ import json
 import pytest
 
 from sameloss.errors import UserError
-from sameloss.experiments.declare import CostPart, cost_rows
-from sameloss.experiments.engine import COST_FILE, UnitRecord, keep_first_cost
+from sameloss.experiments.engine.declare import CostPart, cost_rows
+from sameloss.experiments.engine.walk import COST_FILE, UnitRecord, keep_first_cost
 
 PARTS = {CostPart("", "base", "train+gate"): 12.5, CostPart("late", "noreg", "train"): 3.25,
          CostPart("late", "noreg", "measure"): 1.0}

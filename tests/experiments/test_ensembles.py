@@ -11,10 +11,10 @@ import pytest
 
 from sameloss.errors import UserError
 from sameloss.experiments import reproduce
-from sameloss.experiments.declare import Checkpoint, Measure, Run, Unit
-from sameloss.experiments.ensembles import chunks, parse_ensemble, unit_outcomes, walk_together
-from sameloss.experiments.launch import Outcome
-from sameloss.experiments.runspec import RunSpec
+from sameloss.experiments.engine.declare import Checkpoint, Measure, Run, Unit
+from sameloss.experiments.engine.ensembles import chunks, parse_ensemble, unit_outcomes, walk_together
+from sameloss.experiments.engine.launch import Outcome
+from sameloss.experiments.engine.runspec import RunSpec
 from sameloss.measures.run import MeasureSpec
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -94,7 +94,7 @@ def _records(run: Path) -> list[dict]:
 
 
 def test_a_recipe_with_ensembles_gives_the_same_results(tmp_path, capsys):
-    from sameloss.experiments.launch import LaunchOptions
+    from sameloss.experiments.engine.launch import LaunchOptions
 
     reproduce("algorithms", "smoke", out=tmp_path / "one", progress=False)
     reproduce("algorithms", "smoke", out=tmp_path / "ens", progress=False, ensemble=8)
@@ -114,9 +114,9 @@ def test_a_recipe_with_ensembles_gives_the_same_results(tmp_path, capsys):
 
 
 def test_the_planner_prices_an_ensemble_step_against_the_launch_floor():
-    from sameloss.experiments.hardware import DEVICES, ENSEMBLE_STEP_S, STEP_FLOOR_S, UTILISATION
-    from sameloss.experiments.plan import dry_plan, estimate
-    from sameloss.experiments.plan_report import format_plan
+    from sameloss.experiments.engine.hardware import DEVICES, ENSEMBLE_STEP_S, STEP_FLOOR_S, UTILISATION
+    from sameloss.experiments.engine.plan import dry_plan, estimate
+    from sameloss.experiments.reports.plan import format_plan
 
     plan = dry_plan("isoloss", "smoke", dropout_draws="keyed")
     assert plan.root.name == "isoloss-smoke-keyed" and all(r.config.dropout_draws == "keyed" for r in plan.runs)

@@ -14,7 +14,7 @@ import pytest
 from sameloss import files
 from sameloss.cli import main
 from sameloss.errors import UserError
-from sameloss.experiments.core import RunSpec, Study, StudySettings
+from sameloss.experiments.engine.core import RunSpec, Study, StudySettings
 from helpers.processes import ENV, Holder, error_lines, run_cli
 
 STEPS = ["reproduce", "steps", "--scale", "smoke", "--no-progress"]
@@ -211,7 +211,7 @@ def test_a_folder_made_before_the_marker_is_reused_and_adopted(copy, capsys):
 def test_a_legacy_report_names_its_figures_data_files_and_formats_but_no_other_link(tmp_path):
     """The caption's links beside a figure it embeds are sameloss's; any other link (a
     user's notes in a report.md) is not."""
-    from sameloss.experiments.folder import legacy_outputs
+    from sameloss.experiments.engine.folder import legacy_outputs
 
     names = ["a.png", "a.data.csv", "a.pdf", "b.data.csv", "thesis.tex"]
     for name in names:

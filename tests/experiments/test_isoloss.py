@@ -18,17 +18,17 @@ import pytest
 import torch
 
 from sameloss.experiments import reproduce
-from sameloss.experiments import paired
-from sameloss.experiments.paired import Comparison, Design, UNINFORMATIVE
+from sameloss.experiments.stats import paired
+from sameloss.experiments.stats.paired import Comparison, Design, UNINFORMATIVE
 from sameloss.experiments.recipes import isoloss
-from sameloss.experiments.report import Section
-from sameloss.experiments.stats import DETECTED, EQUIVALENT, INCONCLUSIVE, VERDICTS
+from sameloss.experiments.reports.document import Section
+from sameloss.experiments.stats.inference import DETECTED, EQUIVALENT, INCONCLUSIVE, VERDICTS
 from sameloss.training.data import global_batch
 from sameloss.training.runio import build_language, eval_history, init_model
 
 from helpers.figures import check_report_figures, read_data
 
-from sameloss.experiments.plots.series import series_style
+from sameloss.experiments.reports.plots.series import series_style
 
 from .test_reproduce import check_tables, run_cli
 from .test_smoke_digests import assert_as_pinned
@@ -94,7 +94,7 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
         [(c.name, "late") for c in p.comparisons] + [(c.name, "scratch") for c in p.comparisons
                                                      if c.name not in ("longer", "sharp")])  # sharp: late only
     # Holm within the primary family: the adjusted p values are Holm's of the raw ones
-    from sameloss.experiments.stats import holm
+    from sameloss.experiments.stats.inference import holm
     assert [float(r["holm_p"]) for r in primary] == pytest.approx(holm([float(r["p_value"]) for r in primary]),
                                                                   nan_ok=True)
     headroom = [r["baseline"] for r in read(root / "headroom.csv")]
@@ -169,7 +169,7 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
         lev = sum(1 / len(kl[f]) + (target - kl[f].mean()) ** 2 / ((kl[f] - kl[f].mean()) ** 2).sum() for f in kl)
         assert float(pr["leverage"]) == pytest.approx(lev, rel=1e-9)
     # each difference is the weighted estimate over the used pairs (from pairs.csv alone)
-    from sameloss.experiments.weighted import estimate, fits_of
+    from sameloss.experiments.stats.weighted import estimate, fits_of
     design = p.design()
     for r in primary:
         mine = [dict(pr, seed=int(pr["seed"])) for pr in pairs
@@ -475,7 +475,7 @@ def test_the_main_job_is_the_design_the_rule_chooses():
     """quick's pinned plan is what ``choose_design`` picks before any data — tiny's prior SDs,
     the planner's costs at this project's CPU, 25 minutes on 2 workers — with what it leaves
     out and why (issue 52): recalibrating the planner must re-pin it, not leave it stale."""
-    from sameloss.experiments.hardware import REFERENCE_CPU_PEAK
+    from sameloss.experiments.engine.hardware import REFERENCE_CPU_PEAK
     from sameloss.experiments.recipes.isoloss import design
     from sameloss.experiments.recipes.isoloss.allocation import SeedRule, choose_design, planned_costs
 

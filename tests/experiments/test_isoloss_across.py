@@ -107,7 +107,7 @@ def test_the_languages_scale_is_the_design_the_rule_chooses():
     """The languages scale is tiny cut to the plan ``choose_design`` picks before any data for the
     registered languages — tiny's prior SDs, the planner's costs at this project's CPU, 180 minutes
     on 2 workers, seeds per language from the pooled MDE — on every registered language."""
-    from sameloss.experiments.hardware import REFERENCE_CPU_PEAK
+    from sameloss.experiments.engine.hardware import REFERENCE_CPU_PEAK
     from sameloss.experiments.recipes.isoloss.allocation import SeedRule, choose_design, planned_costs
 
     p = isoloss.PRESETS["languages"]
@@ -165,7 +165,7 @@ def test_the_planner_prices_the_languages_scale_with_its_pooled_forecast(tmp_pat
     code, out, err = _cli(capsys, "plan", "isoloss", "--scale", "languages", "--cpu-peak", "100")
     assert code == 0 and err == ""
     assert "plan: isoloss --scale languages" in out
-    from sameloss.experiments.pooling import pooled_mde
+    from sameloss.experiments.stats.pooling import pooled_mde
 
     assert "Pooled forecast of the design fixed before the data (3 languages: hmm:test-a, hmm:test-b, hmm:test-c" in out
     line = next(x for x in out.splitlines() if x.startswith("noreg @ late"))

@@ -17,20 +17,16 @@ import torch
 
 from sameloss.cli import main
 from sameloss.errors import UserError
-from sameloss.experiments import paired, reproduce
-from sameloss.experiments.paired import UNINFORMATIVE
-from sameloss.experiments.replication import REPLICATION_UNINFORMATIVE, agreement, replication, replication_verdict
+from sameloss.experiments.stats import paired
+from sameloss.experiments import reproduce
+from sameloss.experiments.stats.paired import UNINFORMATIVE
+from sameloss.experiments.stats.replication import (REPLICATION_UNINFORMATIVE, agreement, replication,
+    replication_verdict)
 from sameloss.experiments.recipes import isoloss
-from sameloss.experiments.report import Section
-from sameloss.experiments.stats import (
-    DEGENERATE,
-    DETECTED,
-    DETECTED_AGAINST,
-    EQUIVALENT,
-    INCONCLUSIVE,
-    minimum_detectable_effect,
-)
-from sameloss.experiments.pooling import pool_inverse_variance, pooled_mde, pooled_verdict
+from sameloss.experiments.reports.document import Section
+from sameloss.experiments.stats.inference import (DEGENERATE, DETECTED, DETECTED_AGAINST, EQUIVALENT, INCONCLUSIVE,
+    minimum_detectable_effect)
+from sameloss.experiments.stats.pooling import pool_inverse_variance, pooled_mde, pooled_verdict
 from sameloss.languages import PCFG, make_language
 from sameloss.measures.representations import reference_representation
 
@@ -342,7 +338,7 @@ def test_a_held_out_language_without_headroom_says_so(tmp_path, monkeypatch):
 
 
 def test_the_planner_takes_the_languages():
-    from sameloss.experiments.plan import dry_plan
+    from sameloss.experiments.engine.plan import dry_plan
 
     plan = dry_plan("isoloss", "smoke", languages=["hmm:headroom", "pcfg:headroom"])
     assert plan.root.name == "isoloss-smoke-hmm-headroom+pcfg-headroom"

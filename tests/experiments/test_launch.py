@@ -24,12 +24,12 @@ import torch
 from sameloss.cli import main
 from sameloss.errors import UserError
 from sameloss.experiments import reproduce
-from sameloss.experiments.core import RunSpec, Study, StudySettings, execute_unit
-from sameloss.experiments.declare import run_unit
-from sameloss.experiments.dispatch import run_units
-from sameloss.experiments.launch import (LaunchOptions, Local, Slurm, WorkerJob, default_workers, format_seeds,
-                                         parse_seeds, worker_devices)
-from sameloss.experiments import study_log
+from sameloss.experiments.engine.core import RunSpec, Study, StudySettings, execute_unit
+from sameloss.experiments.engine.declare import run_unit
+from sameloss.experiments.engine.dispatch import run_units
+from sameloss.experiments.engine.launch import (LaunchOptions, Local, Slurm, WorkerJob, default_workers,
+    format_seeds, parse_seeds, worker_devices)
+from sameloss.experiments.engine import study_log
 from sameloss.experiments.recipes import isoloss
 from sameloss.measures.run import MeasureSpec
 from sameloss.training import load_checkpoint, pretrain
@@ -98,7 +98,7 @@ def test_a_user_error_in_a_worker_comes_back_as_its_one_line():
 
 
 def test_a_refused_unit_stops_the_study_with_its_name_and_line(tmp_path):
-    from sameloss.experiments.launch import make_launcher
+    from sameloss.experiments.engine.launch import make_launcher
 
     launcher = make_launcher(LaunchOptions("slurm", slurm_cluster="debug"), tmp_path, "test")
     study = Study(tmp_path, StudySettings(progress=False), launcher=launcher)
@@ -170,8 +170,8 @@ def test_a_recipes_units_leave_its_report_nothing_to_train_or_measure(tmp_path, 
     """What a recipe declares as units is all its report trains and measures (otherwise
     the report would do that work in this process, one run after another, whatever the
     launcher). figure1 covers steps, sizes and algorithms, and the run they share."""
-    import sameloss.experiments.core as core
-    import sameloss.experiments.recipe as recipe_module
+    import sameloss.experiments.engine.core as core
+    import sameloss.experiments.engine.recipe as recipe_module
     import sameloss.measures.run as measures_run
     from sameloss import registry
 
@@ -486,7 +486,7 @@ def test_slurm_flags_that_cannot_apply_are_one_line(tmp_path, capsys, args, says
 def test_study_progress_says_the_units_done_and_the_time_left(monkeypatch):
     """Off a terminal, each finished unit's line says how far the study is and how long the
     rest should take (a clock stand-in: 60 s per unit); on a terminal, a bar counts them."""
-    from sameloss.experiments import launch
+    from sameloss.experiments.engine import launch
 
     ticks = itertools.count(0.0, 60.0)  # each reading of the clock: a unit's 60 s later
     monkeypatch.setattr(launch.time, "monotonic", lambda: next(ticks))
@@ -537,7 +537,7 @@ def test_a_preempted_unit_is_resubmitted_and_resumes_bit_identically(tmp_path):
 def test_the_main_job_runs_its_seeds_on_the_cores_it_has():
     """``sameloss reproduce`` (no experiment, no --launcher) runs its seeds on local workers
     when submitit is there and the cores hold more than one worker; otherwise in process."""
-    from sameloss.experiments.launch import main_job_options
+    from sameloss.experiments.engine.launch import main_job_options
 
     assert main_job_options(None, 1, 0, 2, True) == LaunchOptions("local", 2)  # a 2-core CPU: 2 workers
     assert main_job_options(None, 1, 0, 1, True) == LaunchOptions()  # one core: in process
@@ -555,7 +555,7 @@ def test_a_named_experiment_stays_in_process_and_the_main_job_follows_the_machin
     import torch
 
     from sameloss.experiments import cli as experiments_cli
-    from sameloss.experiments.launch import main_job_options
+    from sameloss.experiments.engine.launch import main_job_options
 
     parser = argparse.ArgumentParser()
     experiments_cli.add_reproduce_parser(parser.add_subparsers(dest="command"))

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from sameloss.errors import UserError
-from sameloss.experiments import paired
-from sameloss.experiments.dose_response import DOSE_TRACE_CHANGE, dose_points, dose_response, pooled_slope
-from sameloss.experiments.paired import Comparison, Design
-from sameloss.experiments.report import Section
-from sameloss.experiments.stats import DETECTED, DETECTED_AGAINST, paired_difference
-from sameloss.experiments.weighted import COMMON, SEPARATE, Fits, estimate, fits_of, line
+from sameloss.experiments.stats import paired
+from sameloss.experiments.stats.dose_response import DOSE_TRACE_CHANGE, dose_points, dose_response, pooled_slope
+from sameloss.experiments.stats.paired import Comparison, Design
+from sameloss.experiments.reports.document import Section
+from sameloss.experiments.stats.inference import DETECTED, DETECTED_AGAINST, paired_difference
+from sameloss.experiments.stats.weighted import COMMON, SEPARATE, Fits, estimate, fits_of, line
 
 FLAT = [Comparison(name, name, "adamw", +1, "") for name in ("flat", "sharp", "flatter")]
 DESIGN = Design(margin=0.35, trace_margin=0.05, limit=0.5, tolerance=3e-4)

@@ -14,8 +14,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from sameloss import registry
 from sameloss.cli import main
-from sameloss.experiments import hardware
-from sameloss.experiments import plan as planner
+from sameloss.experiments.engine import hardware
+from sameloss.experiments.engine import plan as planner
 from sameloss.training.config import FLATNESS_SIGNS_FORWARDS
 from sameloss.models import build_model
 
@@ -96,8 +96,8 @@ def test_plan_counts_the_recipes_runs_and_steps():
 
 
 def _parts(p):
-    from sameloss.experiments.common import language_parts
-    from sameloss.experiments.engine import Setup
+    from sameloss.experiments.presets.common import language_parts
+    from sameloss.experiments.engine.walk import Setup
 
     return [(q, lang.name) for q, lang in language_parts(Setup("unused", 0, print, planning=True), p, None)]
 
@@ -240,7 +240,7 @@ def test_a_launch_bound_gpu_step_is_said_with_what_would_fill_the_card():
     """On an H100 the tiny model's step takes the 8.7 ms floor: the stage's utilisation is what
     the floor leaves (far below the assumed 25 %), and the plan says how many models per launch
     would fill the card: the floor over one step's FLOP time (checked by hand here)."""
-    from sameloss.experiments.plan_report import format_plan
+    from sameloss.experiments.reports.plan import format_plan
 
     e = planner.estimate(planner.dry_plan("isoloss", "smoke", "unused"), "h100", memory=False)
     assert all(r["launch_bound"] for r in e.runs)
@@ -281,7 +281,7 @@ def test_the_budget_forecast_prices_a_later_seed_as_the_allocation_does(monkeypa
     prices them so): a seed running only a from-scratch comparison with the base recipe's fork
     pays for the late run that fork's entry reads, which a sum over the compared forks' own
     parts left out."""
-    from sameloss.experiments.declare import CostPart
+    from sameloss.experiments.engine.declare import CostPart
     from sameloss.experiments.recipes import isoloss
     from sameloss.experiments.recipes.isoloss import allocation
 

@@ -14,8 +14,8 @@ from helpers.figures import check_data
 from helpers.processes import Holder
 
 from sameloss.cli import main
-from sameloss.experiments.core import Study, StudySettings
-from sameloss.experiments.folder import foreign_entries, listed_outputs
+from sameloss.experiments.engine.core import Study, StudySettings
+from sameloss.experiments.engine.folder import foreign_entries, listed_outputs
 from sameloss.experiments.cli import add_reproduce_parser
 
 

@@ -15,11 +15,10 @@ from helpers.figures import (check_artists, check_data, check_figure, check_jour
                              legend_texts)
 
 from sameloss.errors import UserError
-from sameloss.experiments.plots import (
-    DPI, TAG, TRACE_FISHER, WIDTHS, XY, Band, Encoding, Fit, Forest, Panel, Ref, XAxis, curves_plot, dots_plot, drawing,
-    error_labels, forest_plot, interval_text, is_sameloss_data, is_sameloss_figure, log_limits, majority_ref,
-    parse_formats, save_figure, scatter_plot, series_plot)
-from sameloss.experiments.report import Figure
+from sameloss.experiments.reports.plots import (DPI, TAG, TRACE_FISHER, WIDTHS, XY, Band, Encoding, Fit, Forest,
+    Panel, Ref, XAxis, curves_plot, dots_plot, drawing, error_labels, forest_plot, interval_text, is_sameloss_data,
+    is_sameloss_figure, log_limits, majority_ref, parse_formats, save_figure, scatter_plot, series_plot)
+from sameloss.experiments.reports.document import Figure
 
 
 def _steps_rows(kls, probe=0.05, probe_std=0.12):
@@ -335,7 +334,7 @@ def test_a_report_figure_has_a_caption_in_parts():
 
 
 def test_study_figure_writes_the_formats_it_was_given(tmp_path):
-    from sameloss.experiments.core import Study, StudySettings
+    from sameloss.experiments.engine.core import Study, StudySettings
 
     study = Study(tmp_path / "exp", StudySettings(progress=False, figure_formats=("svg", "png")))
     figure = study.figure(series_plot(STEPS, "step", STEPS_PANELS, "t", errors=error_labels()), "steps-x",
@@ -362,7 +361,7 @@ def test_a_full_disk_while_saving_is_one_line(tmp_path, monkeypatch):
 def test_the_curvature_options_quantities_are_named_and_bounded():
     """Hutch++ (measure --trace hutchpp) has its own words for its bars, and a block's trace
     of the Fisher (--trace-by block) is kept >= 0 on its axis like the whole trace."""
-    from sameloss.experiments.plots import describe_error, quantity
+    from sameloss.experiments.reports.plots import describe_error, quantity
     from sameloss.measures.run import MeasureSpec
 
     errors = error_labels(MeasureSpec(traces=("hutchpp",), n_probes=30))
@@ -475,7 +474,7 @@ def test_interval_ends_are_rounded_to_the_interval_s_precision():
 
 def test_legend_glyphs_are_drawn_as_the_panels_draw():
     """Horizontal bars (a dots plot) get a horizontal glyph, the cut mark the triangle drawn."""
-    from sameloss.experiments.plots import layout  # noqa: F401
+    from sameloss.experiments.reports.plots import layout  # noqa: F401
 
     fig = _every_kind()["dots"]()
     legend = fig.legends[-1]
@@ -487,8 +486,8 @@ def test_legend_glyphs_are_drawn_as_the_panels_draw():
 
 
 def test_a_rerun_removes_the_figures_it_wrote_in_formats_no_longer_asked_for(tmp_path):
-    from sameloss.experiments.core import Study, StudySettings
-    from sameloss.experiments.folder import listed_outputs
+    from sameloss.experiments.engine.core import Study, StudySettings
+    from sameloss.experiments.engine.folder import listed_outputs
 
     with Study(tmp_path / "exp", StudySettings(progress=False, figure_formats=("pdf", "svg"))) as study:
         study.figure(series_plot(STEPS, "step", STEPS_PANELS, "t"), "steps-x", shows="s", sample="n", claim="c")

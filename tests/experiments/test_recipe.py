@@ -8,7 +8,7 @@ import types
 import pytest
 
 from sameloss.errors import UserError
-from sameloss.experiments.recipe import HOOKS, check_recipe, load_recipe
+from sameloss.experiments.engine.recipe import HOOKS, check_recipe, load_recipe
 
 
 def _module(**attrs) -> types.ModuleType:

@@ -272,7 +272,7 @@ def test_a_smoke_study_is_journal_ready_and_ends_with_its_answer(tmp_path, capsy
 
 
 def test_the_terminal_answer_is_the_verdict_table_or_no_verdict():
-    from sameloss.experiments.report import Claim, Column, Section, Table, terminal_summary
+    from sameloss.experiments.reports.document import Claim, Column, Section, Table, terminal_summary
 
     lead = Section("Verdicts", lead=True)
     lead.tables.append(Table("Verdicts: primary accuracy", [Column("accuracy [95%]", "mean", ci=("lo", "hi"), fmt=".2f"),

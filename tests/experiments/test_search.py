@@ -10,8 +10,8 @@ import pytest
 
 from sameloss.cli import main
 from sameloss.errors import UserError
-from sameloss.experiments import search
-from sameloss.experiments.core import Study, StudySettings
+from sameloss.experiments.search import screen as search
+from sameloss.experiments.engine.core import Study, StudySettings
 from sameloss.experiments.recipes import isoloss
 
 
@@ -118,8 +118,8 @@ def test_the_search_gate_is_the_study_gate_to_the_digit(tmp_path):
     """The search measures the study's primary endpoint alone (one probe size, one method);
     its numbers are those the study's declared headroom gate reads (every size and method),
     walked by the engine on the same study."""
-    from sameloss.experiments.declare import Run, seed_unit
-    from sameloss.experiments.engine import Execute, walk
+    from sameloss.experiments.engine.declare import Run, seed_unit
+    from sameloss.experiments.engine.walk import Execute, walk
     from sameloss.experiments.recipes.isoloss.study import BASE_COST, gate_measures, headroom_gate
 
     choice = isoloss.parse_language("hmm:headroom:seed=5,n_states=4")
@@ -143,7 +143,7 @@ def test_a_family_without_a_random_constructor_is_refused():
 
 
 def test_the_search_costs_are_tidy_rows_and_the_old_joined_keys_still_read(tmp_path):
-    from sameloss.experiments.search import COSTS_FILE, Costs
+    from sameloss.experiments.search.screen import COSTS_FILE, Costs
 
     path = tmp_path / COSTS_FILE
     path.write_text(json.dumps({"screen|hmm:headroom:seed=1|10x2000": 4.5, "gate|hmm:headroom:seed=1|3": 2.0}))

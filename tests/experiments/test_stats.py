@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from sameloss.experiments import stats
-from sameloss.experiments.claims import POINTS, Shown, difference_claim, quantity_se, trend_claim
-from sameloss.experiments.stats import (AGREES, AGREES_WEAKLY, DISAGREES, DISAGREES_WEAKLY, UNDEFINED, Interval,
-                                        bootstrap_ci, diff_interval, kendall_tau, rankdata, spearman_rho, verdict)
+from sameloss.experiments.stats import inference as stats
+from sameloss.experiments.reports.claims import POINTS, Shown, difference_claim, quantity_se, trend_claim
+from sameloss.experiments.stats.inference import (AGREES, AGREES_WEAKLY, DISAGREES, DISAGREES_WEAKLY, UNDEFINED,
+    Interval, bootstrap_ci, diff_interval, kendall_tau, rankdata, spearman_rho, verdict)
 
 
 def test_rankdata_averages_ties():
@@ -195,7 +195,7 @@ def test_steins_two_stage_test_reads_the_pilots_spread_and_holds_its_size():
     """A pilot whose spread plans the sample: the t test over every difference with the
     pilot's spread on k − 1 degrees of freedom (Stein 1945) keeps its level; the ordinary t
     test on the same data, with the spread of all the differences, does not."""
-    from sameloss.experiments.allocation import needed_seeds
+    from sameloss.experiments.stats.allocation import needed_seeds
 
     x = [0.3, -0.1, 0.4, 0.2, -0.3, 0.1, 0.5, 0.0]
     d = stats.paired_difference(x, n_boot=0, pilot=x[:4])

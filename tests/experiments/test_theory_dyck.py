@@ -12,7 +12,7 @@ from experiments.test_reproduce import check_tables, run_cli
 from helpers.figures import check_report_figures
 
 from sameloss.experiments.recipes import dyck, sizes, theory
-from sameloss.experiments.stats import AGREES, AGREES_WEAKLY, DISAGREES, DISAGREES_WEAKLY, UNDEFINED
+from sameloss.experiments.stats.inference import AGREES, AGREES_WEAKLY, DISAGREES, DISAGREES_WEAKLY, UNDEFINED
 
 VERDICTS = {AGREES, AGREES_WEAKLY, DISAGREES, DISAGREES_WEAKLY, UNDEFINED}
 

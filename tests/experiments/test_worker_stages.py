@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from sameloss.experiments.study_log import WorkerStages, last_line
+from sameloss.experiments.engine.study_log import WorkerStages, last_line
 
 
 def test_a_worker_stage_is_logged_once_when_it_changes(tmp_path):

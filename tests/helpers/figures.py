@@ -26,7 +26,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.container import BarContainer
 from matplotlib.patches import Rectangle
 
-from sameloss.experiments.plots import DATA_COLUMNS, MIN_FONT, quantity
+from sameloss.experiments.reports.plots import DATA_COLUMNS, MIN_FONT, quantity
 
 KINDS = {"axes", "point", "ref-x", "ref-y", "fit", "text", "offaxis", "mde", "band-x", "band-y"}
 NUMERIC_SCALES = {"linear", "log"}
@@ -170,7 +170,7 @@ def check_texts(fig, renderer) -> None:
     the package's style, unhinted text)."""
     import matplotlib.pyplot as plt
 
-    from sameloss.experiments.plots.style import STYLE
+    from sameloss.experiments.reports.plots.style import STYLE
 
     width, height = fig.bbox.width, fig.bbox.height
     with plt.rc_context(STYLE):

@@ -10,8 +10,8 @@ import pytest
 
 from sameloss import resources
 from sameloss.errors import UserError
-from sameloss.experiments import plan as planner
-from sameloss.experiments.plan_report import format_plan
+from sameloss.experiments.engine import plan as planner
+from sameloss.experiments.reports.plan import format_plan
 from sameloss.measures.builtin._hessian import curvature_micro_batch
 from sameloss.measures.curvature.memory import ALLOCATOR_SLACK, peak_bytes
 from sameloss.measures.run import measure_model

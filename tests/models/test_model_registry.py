@@ -12,7 +12,7 @@ import pytest
 from sameloss import config as configlib
 from sameloss import registry, resources
 from sameloss.errors import UserError
-from sameloss.experiments import plan as planner
+from sameloss.experiments.engine import plan as planner
 from sameloss.languages import make_language
 from sameloss.models import LSTMConfig, LSTMMLM, build_model, kind_of_config
 from sameloss.models.kind import ModelKind

@@ -14,21 +14,24 @@ attributes and optional hooks, declared once): ``steps`` (Fig. 2/4), ``sizes`` (
 correlations), ``isoloss`` (the decisive test: forks of one base run at matched KL, paired statistics with stated power),
 ``text`` (real text), ``theory`` (Lemma 3.2, Theorem 3.3), ``dyck`` (Theorem 5.1).
 Scales: ``smoke`` (seconds), ``tiny`` (a CPU in minutes), ``small`` and ``paper`` (GPU); a
-recipe's settings at one scale are its preset (``PRESETS[scale]``, typed: ``common.py``).
+recipe's settings at one scale are its preset (``PRESETS[scale]``, typed: ``presets/common.py``).
 
-Where things are: ``orchestrate.py`` (``reproduce``: the job, its options, the shard and
-the dry run), ``recipe.py`` (what a recipe is), ``layout.py`` (the experiment folder's
-layout), ``declare.py`` / ``engine.py`` (the study as data, and its one engine), ``core.py``
-(the ``Study`` under the engine), ``plan.py`` (its cost). This ``__init__`` only re-exports.
+Where things are, one sub-package a part: ``engine/`` (``orchestrate.py``: ``reproduce``,
+the job, its options, the shard and the dry run; ``recipe.py``: what a recipe is;
+``declare.py`` / ``walk.py``: the study as data, and its one engine; ``core.py``: the
+``Study`` under the engine; ``plan.py``: its cost), ``stats/`` (estimates, tests, power,
+pooling), ``reports/`` (the report, its tables and figures), ``presets/`` (what recipes
+share), ``recipes/`` (one per result), ``search/`` (``sameloss language search``). This
+``__init__`` only re-exports.
 
 Declarations, the engine and launchers: a recipe's ``units(setup, preset)`` declares its
-study (``declare.py``: the parts that can run apart — one run, or a seed's chain —, each a
+study (``engine/declare.py``: the parts that can run apart — one run, or a seed's chain —, each a
 list of runs, forks, embeddings, measures and gates, and the stages declared from earlier
-results); the engine (``engine.py``) runs them through a launcher (``launch.py``: in this
+results); the engine (``engine/walk.py``) runs them through a launcher (``engine/launch.py``: in this
 process — the default —, in local worker processes sharing the GPUs, or as a Slurm job array),
 and the recipe's ``report(records, preset)`` is written from what they trained and
 measured (``engine.Records``: it trains and measures nothing). ``sameloss plan`` walks the
-same declaration (``plan.py``). ``seeds=[...]`` runs only those seeds' units of a study
+same declaration (``engine/plan.py``). ``seeds=[...]`` runs only those seeds' units of a study
 that has them (isoloss) and writes no report: shards of one study, in any number of
 processes at once; a later call without ``seeds`` reuses every finished seed, runs the
 missing ones, and reports.
@@ -41,9 +44,9 @@ on the same seed cannot.
 
 from __future__ import annotations
 
-from .orchestrate import (ACROSS_SCALE, DEFAULT_EXPERIMENT, DEFAULT_SCALE, MAIN_SCALE, experiments, main_job, reproduce,
-                          reproduce_command)
-from .recipe import SCALE_NAMES
+from .engine.orchestrate import (ACROSS_SCALE, DEFAULT_EXPERIMENT, DEFAULT_SCALE, MAIN_SCALE, experiments, main_job,
+    reproduce, reproduce_command)
+from .engine.recipe import SCALE_NAMES
 
 __all__ = ["ACROSS_SCALE", "DEFAULT_EXPERIMENT", "DEFAULT_SCALE", "MAIN_SCALE", "SCALE_NAMES", "experiments", "main_job", "reproduce",
            "reproduce_command"]

@@ -16,7 +16,7 @@ from ..threads import add_threads_argument
 
 
 def _epilog(*example_lines: str) -> str:
-    from .orchestrate import DEFAULT_EXPERIMENT, MAIN_SCALE, experiments
+    from .engine.orchestrate import DEFAULT_EXPERIMENT, MAIN_SCALE, experiments
 
     lines = ["experiments:"]
     for name, what in experiments().items():
@@ -39,8 +39,8 @@ SEED_HELP = ("added to every seed of the study: its runs, measures and probe dra
 def _add_experiment_arguments(parser: argparse.ArgumentParser) -> list[str]:
     """``EXPERIMENT`` and ``--scale``, the same for ``reproduce`` and ``plan``: both default to
     the main job. Returns the scales (every one ``reproduce`` accepts)."""
-    from .orchestrate import ACROSS_SCALE, DEFAULT_EXPERIMENT, MAIN_SCALE, experiments
-    from .recipe import SCALE_NAMES
+    from .engine.orchestrate import ACROSS_SCALE, DEFAULT_EXPERIMENT, MAIN_SCALE, experiments
+    from .engine.recipe import SCALE_NAMES
 
     names = list(experiments())
     scales = [SCALE_NAMES[0], MAIN_SCALE, *SCALE_NAMES[1:], ACROSS_SCALE]
@@ -53,7 +53,7 @@ def _add_experiment_arguments(parser: argparse.ArgumentParser) -> list[str]:
 
 def add_reproduce_parser(commands) -> argparse.ArgumentParser:
     """Add ``reproduce`` to the ``sameloss`` sub-command parsers ``commands``."""
-    from .orchestrate import DEFAULT_EXPERIMENT, MAIN_SCALE
+    from .engine.orchestrate import DEFAULT_EXPERIMENT, MAIN_SCALE
 
     reproduce = commands.add_parser(
         "reproduce", help="reproduce a result of the paper end to end: train, measure, report",
@@ -115,7 +115,7 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
 
 
 def _add_figure_width(parser: argparse.ArgumentParser) -> None:
-    from .report import FIGURE_WIDTHS  # (not plots: it imports torch, before the threads are checked)
+    from .reports.document import FIGURE_WIDTHS  # (not plots: it imports torch, before the threads are checked)
 
     parser.add_argument("--figure-width", choices=list(FIGURE_WIDTHS), default="page",
                         help="the width the figures are drawn and saved at, with no text under 7 pt there: column "
@@ -125,7 +125,7 @@ def _add_figure_width(parser: argparse.ArgumentParser) -> None:
 
 def _formats(text: str) -> tuple[str, ...]:
     """An argparse type: ``png`` / ``png,pdf`` (a bad format is a one-line usage error)."""
-    from .report import parse_formats  # (not plots: it imports torch, before the threads are checked)
+    from .reports.document import parse_formats  # (not plots: it imports torch, before the threads are checked)
 
     try:
         return parse_formats(text)
@@ -138,7 +138,7 @@ _non_negative = int_at_least(0)
 
 
 def _seeds(text: str) -> list[int]:
-    from .launch import parse_seeds
+    from .engine.launch import parse_seeds
 
     try:
         return parse_seeds(text)
@@ -147,7 +147,7 @@ def _seeds(text: str) -> list[int]:
 
 
 def _ensemble(text: str) -> int | None:
-    from .ensembles import parse_ensemble
+    from .engine.ensembles import parse_ensemble
 
     try:
         return parse_ensemble(text)
@@ -156,7 +156,7 @@ def _ensemble(text: str) -> int | None:
 
 
 def _mem(text: str) -> str:
-    from .launch import SLURM_MEM
+    from .engine.launch import SLURM_MEM
 
     if not SLURM_MEM.match(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a Slurm memory size (e.g. 16G, 32000M)")
@@ -172,7 +172,7 @@ def _slurm_extra(text: str) -> tuple[str, str]:
 
 
 def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
-    from .launch import LAUNCHERS, LaunchOptions
+    from .engine.launch import LAUNCHERS, LaunchOptions
 
     d = LaunchOptions()
     group = parser.add_argument_group(
@@ -225,11 +225,11 @@ def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _launch_options(args, argv_given: set[str]):
-    from .launch import LaunchOptions, check_options
+    from .engine.launch import LaunchOptions, check_options
 
     launcher = args.launcher
     if launcher is None:
-        from .orchestrate import DEFAULT_EXPERIMENT
+        from .engine.orchestrate import DEFAULT_EXPERIMENT
 
         main = args.experiment in (None, DEFAULT_EXPERIMENT) and args.seeds is None
         launcher = _main_job_launcher(args) if main else "inprocess"
@@ -249,7 +249,7 @@ def _main_job_launcher(args) -> str:
 
     import torch
 
-    from .launch import main_job_options
+    from .engine.launch import main_job_options
 
     have = importlib.util.find_spec("submitit") is not None
     options = main_job_options(args.workers, torch.get_num_threads(), torch.cuda.device_count(), os.cpu_count(),
@@ -267,7 +267,7 @@ def _main_job_launcher(args) -> str:
 
 def _given(args) -> set[str]:
     """The launch flags set to something else than their default."""
-    from .launch import LaunchOptions
+    from .engine.launch import LaunchOptions
 
     d = LaunchOptions()
     given = set()
@@ -284,7 +284,7 @@ def _given(args) -> set[str]:
 
 def add_plan_parser(commands) -> argparse.ArgumentParser:
     """Add ``plan`` (``experiments.plan``) to the ``sameloss`` sub-command parsers."""
-    from .orchestrate import DEFAULT_EXPERIMENT
+    from .engine.orchestrate import DEFAULT_EXPERIMENT
 
     plan = commands.add_parser(
         "plan", help="what a study costs before it runs: wall time, the budget's forecast, runs, FLOPs, memory",
@@ -333,8 +333,8 @@ def add_plan_parser(commands) -> argparse.ArgumentParser:
 
 
 def _plan(args) -> None:
-    from .orchestrate import Job, main_job
-    from .plan_report import plan_text
+    from .engine.orchestrate import Job, main_job
+    from .reports.plan import plan_text
 
     experiment, scale = main_job(args.experiment, args.scale)
     workers = args.workers or _plan_workers(experiment, args.hardware)
@@ -347,7 +347,7 @@ def _plan(args) -> None:
 def _plan_workers(experiment: str, hardware: str) -> int:
     """The workers ``reproduce`` would use: isoloss on this CPU runs on local workers
     (``launch.main_job_options``); anything else in one process, or on one GPU."""
-    from .orchestrate import DEFAULT_EXPERIMENT
+    from .engine.orchestrate import DEFAULT_EXPERIMENT
 
     if experiment != DEFAULT_EXPERIMENT or hardware != "cpu":
         return 1
@@ -356,7 +356,7 @@ def _plan_workers(experiment: str, hardware: str) -> int:
 
     import torch
 
-    from .launch import main_job_options
+    from .engine.launch import main_job_options
 
     options = main_job_options(None, torch.get_num_threads(), 0, os.cpu_count(),
                                importlib.util.find_spec("submitit") is not None)
@@ -364,7 +364,7 @@ def _plan_workers(experiment: str, hardware: str) -> int:
 
 
 def _reproduce(args) -> None:
-    from .orchestrate import main_job, reproduce, reproduce_command
+    from .engine.orchestrate import main_job, reproduce, reproduce_command
 
     experiment, scale = main_job(args.experiment, args.scale)
     command = reproduce_command(experiment, scale, args.seed, args.languages, args.budget, args.even,
@@ -407,7 +407,7 @@ def _replicate(args) -> None:
     from .. import files, storage
     from ..errors import UserError
     from .recipes.isoloss import finished_studies, replication_section
-    from .report import csv_text
+    from .reports.document import csv_text
 
     outcomes = []
     for text in args.studies:
@@ -442,7 +442,7 @@ def _replicate(args) -> None:
 
 def add_plot_parser(commands) -> argparse.ArgumentParser:
     """Add ``plot`` (training curves of runs) to the ``sameloss`` sub-command parsers."""
-    from .curves import DEFAULT_OUT
+    from .reports.curves import DEFAULT_OUT
 
     plot = commands.add_parser(
         "plot", help="training curves of runs: train loss, exact KL (or held-out loss), learning rate",
@@ -468,6 +468,6 @@ def add_plot_parser(commands) -> argparse.ArgumentParser:
 
 
 def _plot(args) -> None:
-    from .curves import plot_runs
+    from .reports.curves import plot_runs
 
     plot_runs(args.runs, args.out, args.formats, force=args.force, width=args.figure_width)

@@ -43,13 +43,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ..claims import POINTS, difference_claim, fmt
-from ..common import COMMON, LanguagePart, Preset, base_settings, languages_of, measured_columns, \
-    measured_runs, reference_run, run_name
-from ..core import RunSpec
-from ..declare import Measure, Reference, run_unit, tags
-from ..plots import TRACE_FISHER, Panel, dots_plot, error_labels, majority_ref
-from ..report import Column, Section, Table
+from ..reports.claims import POINTS, difference_claim, fmt
+from ..presets.common import (COMMON, LanguagePart, Preset, base_settings, languages_of, measured_columns,
+    measured_runs, reference_run, run_name)
+from ..engine.core import RunSpec
+from ..engine.declare import Measure, Reference, run_unit, tags
+from ..reports.plots import TRACE_FISHER, Panel, dots_plot, error_labels, majority_ref
+from ..reports.document import Column, Section, Table
 
 TITLE = "Pre-training algorithms at the same loss (Tables 1–2)"
 SUMMARY = "AdamW, adversarial, -dropout-WD, +SAM, look-up table (Tables 1, 2)"

@@ -54,13 +54,13 @@ from dataclasses import dataclass
 
 from ...measures.fewshot import CountRegression, View
 from ...measures.run import MeasureSpec
-from ..claims import fmt, trend_claim
-from ..common import COMMON, MeasuredRun, Preset, Shape, base_settings, measure_spec, measured_runs, run_name
-from ..core import RunSpec, Setting
-from ..declare import run_unit
-from ..plots import TRACE_FISHER, XY, Encoding, Ref, error_labels, scatter_plot
-from ..report import Claim, Column, Section, Table
-from ..stats import diff_interval, verdict
+from ..reports.claims import fmt, trend_claim
+from ..presets.common import COMMON, MeasuredRun, Preset, Shape, base_settings, measure_spec, measured_runs, run_name
+from ..engine.core import RunSpec, Setting
+from ..engine.declare import run_unit
+from ..reports.plots import TRACE_FISHER, XY, Encoding, Ref, error_labels, scatter_plot
+from ..reports.document import Claim, Column, Section, Table
+from ..stats.inference import diff_interval, verdict
 
 TITLE = "Theorem 5.1: flatness and transfer on the Dyck language"
 SUMMARY = "Theorem 5.1 on the Dyck language: flatness of zero-loss solutions vs few-shot mismatch counting"
@@ -221,7 +221,7 @@ def _degenerate_note(records, section: Section, rows: list[dict]) -> None:
     """On this language the masked bracket is a function of the others (entropy 0), so
     a model approaches zero loss only by growing its logits, and its Hessian and Fisher
     shrink with its KL: across solutions the trace mostly orders the KL."""
-    from ..stats import bootstrap_ci, kendall_tau
+    from ..stats.inference import bootstrap_ci, kendall_tau
 
     kl = [float(r["kl"]) for r in rows]
     tr = [float(r["trace_fisher"]) for r in rows]

@@ -44,12 +44,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..claims import fmt
-from ..common import COMMON, Preset, measure_spec, quantity_column
-from ..core import RunSpec, recipe
-from ..plots import TRACE_FISHER, XY, Encoding, Ref, error_labels, majority_ref, scatter_plot
-from ..report import Claim, Column, Section, Table, merge_rows
-from ..stats import Interval, bootstrap_ci, kendall_tau, spearman_rho, verdict
+from ..reports.claims import fmt
+from ..presets.common import COMMON, Preset, measure_spec, quantity_column
+from ..engine.core import RunSpec, recipe
+from ..reports.plots import TRACE_FISHER, XY, Encoding, Ref, error_labels, majority_ref, scatter_plot
+from ..reports.document import Claim, Column, Section, Table, merge_rows
+from ..stats.inference import Interval, bootstrap_ci, kendall_tau, spearman_rho, verdict
 
 TITLE = "Figure 1: loss, flatness and downstream accuracy"
 SUMMARY = "all of the above together: loss/trace vs accuracy, rank correlations (Fig. 1)"

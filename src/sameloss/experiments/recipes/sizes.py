@@ -59,14 +59,14 @@ from dataclasses import dataclass
 
 from ...models.sizes import LSTM_SIZES, TRANSFORMER_SIZES
 from ...measures.rows import error_column
-from ..claims import POINTS, difference_claim, fmt
-from ..causal import CAUSAL
-from ..common import COMMON, LanguagePart, MeasuredRun, Preset, Shape, base_settings, language_parts, \
-    measured_columns, measured_runs, quantity_column, reference_run, run_name
-from ..core import RunSpec
-from ..declare import Checkpoint, Embedded, Measure, run_unit, tags
-from ..plots import TRACE_FISHER, Panel, Ref, XAxis, error_labels, majority_ref, series_plot
-from ..report import Column, Section, Table
+from ..reports.claims import POINTS, difference_claim, fmt
+from ..presets.causal import CAUSAL
+from ..presets.common import (COMMON, LanguagePart, MeasuredRun, Preset, Shape, base_settings, language_parts,
+    measured_columns, measured_runs, quantity_column, reference_run, run_name)
+from ..engine.core import RunSpec
+from ..engine.declare import Checkpoint, Embedded, Measure, run_unit, tags
+from ..reports.plots import TRACE_FISHER, Panel, Ref, XAxis, error_labels, majority_ref, series_plot
+from ..reports.document import Column, Section, Table
 
 TITLE = "Model size at the same loss (Fig. 3, Fig. 5)"
 SUMMARY = "model sizes at the same loss, trace also in the embedded view (Fig. 3, 5)"

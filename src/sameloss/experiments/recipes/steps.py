@@ -55,15 +55,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..claims import POINTS, difference_claim, trend_claim
-from ..causal import CAUSAL
-from ..common import COMMON, LanguagePart, Preset, base_settings, language_parts, measured_columns, \
-    measured_runs, reference_run, run_name
-from ..core import RunSpec
-from ..declare import run_unit
-from ..engine import metrics
-from ..plots import TRACE_FISHER, Panel, Ref, XAxis, curves_plot, error_labels, majority_ref, series_plot
-from ..report import Claim, Section, Table
+from ..reports.claims import POINTS, difference_claim, trend_claim
+from ..presets.causal import CAUSAL
+from ..presets.common import (COMMON, LanguagePart, Preset, base_settings, language_parts, measured_columns,
+    measured_runs, reference_run, run_name)
+from ..engine.core import RunSpec
+from ..engine.declare import run_unit
+from ..engine.walk import metrics
+from ..reports.plots import TRACE_FISHER, Panel, Ref, XAxis, curves_plot, error_labels, majority_ref, series_plot
+from ..reports.document import Claim, Section, Table
 
 TITLE = "Training past convergence (Fig. 2, Fig. 4)"
 SUMMARY = "training past convergence: loss, trace of Hessian, probe accuracy per checkpoint (Fig. 2, 4)"

@@ -48,12 +48,12 @@ from ...errors import UserError
 from ...files import atomic_writer
 from ...measures.glue import glue_label
 from ...measures.run import MeasureSpec
-from ..claims import POINTS, difference_claim, fmt
-from ..common import Shape, measured_runs, quantity_column
-from ..core import RunSpec
-from ..declare import run_unit
-from ..plots import TRACE_FISHER, Panel, dots_plot, error_labels, majority_ref
-from ..report import Column, Section, Table
+from ..reports.claims import POINTS, difference_claim, fmt
+from ..presets.common import Shape, measured_runs, quantity_column
+from ..engine.core import RunSpec
+from ..engine.declare import run_unit
+from ..reports.plots import TRACE_FISHER, Panel, dots_plot, error_labels, majority_ref
+from ..reports.document import Column, Section, Table
 
 TITLE = "Real text: pre-training algorithms at the same loss (Tables 1–2, BookCorpus rows)"
 SUMMARY = "real text: AdamW, -dropout-WD, +SAM on a corpus; held-out loss, trace, GLUE fine-tuning (Tables 1, 2)"

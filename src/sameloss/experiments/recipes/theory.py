@@ -54,14 +54,14 @@ import math
 from dataclasses import dataclass
 
 from ...measures.run import MeasureSpec
-from ..claims import difference_claim, fmt, trend_claim, zero_claim
-from ..common import COMMON, Preset, Shape, base_settings, measured_runs, run_name
-from ..core import RunSpec
-from ..declare import Checkpoint, Measure, Unit, measured_run, tags
-from ..layout import run_folder
-from ..plots import TRACE_FISHER, Panel, XAxis, error_labels, series_plot
-from ..report import Claim, Column, Section, Table
-from ..stats import AGREES, DISAGREES, Interval, combined_t_test, diff_interval, ols_slope, verdict
+from ..reports.claims import difference_claim, fmt, trend_claim, zero_claim
+from ..presets.common import COMMON, Preset, Shape, base_settings, measured_runs, run_name
+from ..engine.core import RunSpec
+from ..engine.declare import Checkpoint, Measure, Unit, measured_run, tags
+from ..engine.layout import run_folder
+from ..reports.plots import TRACE_FISHER, Panel, XAxis, error_labels, series_plot
+from ..reports.document import Claim, Column, Section, Table
+from ..stats.inference import AGREES, DISAGREES, Interval, combined_t_test, diff_interval, ols_slope, verdict
 
 TITLE = "The theory at work: Lemma 3.2 and Theorem 3.3"
 SUMMARY = "Lemma 3.2 (Hessian vs Fisher as KL -> 0) and Theorem 3.3 (SGD lowers the trace at rate eta/B)"

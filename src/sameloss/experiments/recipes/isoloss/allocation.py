@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from ....errors import UserError
-from ... import paired
-from ...allocation import Allocation, afford, allocate
-from ...declare import CostPart, cost_parts, cost_rows
+from ...stats import paired
+from ...stats.allocation import Allocation, afford, allocate
+from ...engine.declare import CostPart, cost_parts, cost_rows
 from .design import PRIOR_SOURCE, IsolossPreset, forks_of
 
 def allocation_of(setup, p: IsolossPreset, pilot: list[dict]) -> Allocation:
@@ -64,7 +64,7 @@ def _pilot_sds(p: IsolossPreset, pilot: list[dict]) -> dict[str, float]:
     """Each test's effective SD of the primary accuracy (points) over the pilot's used pairs:
     the weighted estimate's standard error × √n (``weighted.estimate``; the plain paired SD
     where every pair weighs the same), what the final test's standard error is planned from."""
-    from ...weighted import estimate, fits_of
+    from ...stats.weighted import estimate, fits_of
 
     rows = [r for res in pilot for r in res["rows"]]
     tests = p.tests()
@@ -164,8 +164,8 @@ def planned_costs(p: IsolossPreset, device: str = "cpu", cpu_peak: float | None 
     references): ``sameloss plan``'s cost model on one seed of the study planned with every
     fork, each seed run by one of ``workers`` workers (on the CPU, a peak not given is measured
     with the threads each worker runs)."""
-    from ...hardware import measure_cpu_peak
-    from ...plan import dry_plan, estimate
+    from ...engine.hardware import measure_cpu_peak
+    from ...engine.plan import dry_plan, estimate
 
     if device == "cpu" and cpu_peak is None:
         cpu_peak = measure_cpu_peak(workers=workers)
@@ -227,7 +227,7 @@ def choose_design(p: IsolossPreset, costs: dict[CostPart, float], budget_seconds
     estimates, a spread ``tau`` of the true effects between them) reaches the target, and
     every language runs them: the wall time shares all languages' seeds over the workers,
     each language's seed priced as ``costs`` (one language's)."""
-    from ...plan import longest_first
+    from ...engine.plan import longest_first
 
     need, left = _needed(p, rule)
     prior = dict(p.seed_design.prior_sds)
@@ -256,8 +256,8 @@ def choose_design(p: IsolossPreset, costs: dict[CostPart, float], budget_seconds
 
 def _needed(p: IsolossPreset, rule: SeedRule) -> tuple[dict[str, int], dict[str, str]]:
     """The seeds each test needs by ``rule``, and the tests left out before any budget, with why."""
-    from ...allocation import needed_seeds
-    from ...pooling import pooled_mde
+    from ...stats.allocation import needed_seeds
+    from ...stats.pooling import pooled_mde
 
     def seeds_for(sd: float) -> int | None:
         if rule.languages < 2:
@@ -375,7 +375,7 @@ def plan_notes(p: IsolossPreset, device: str, workers: int, cpu_peak: float | No
     if len(p.replicate) > 1 and d.plan:  # a design fixed before the data across languages: its own seeds
         extra.append(planned_pooled(p))
     elif len(p.replicate) > 1:  # a study across languages: its pooled MDEs
-        from ...allocation import pooled_forecast
+        from ...stats.allocation import pooled_forecast
 
         extra.append(pooled_forecast([f"{c.name} @ {pt}" for c, pt in p.tests()], dict(d.prior_sds),
                                      len(p.replicate), len(p.seeds), d.mde_target,
@@ -388,8 +388,8 @@ def planned_pooled(p: IsolossPreset) -> str:
     """The pooled forecast of a design fixed before the data across languages (the languages
     scale): per planned test its seeds per language and the pooled MDE (``pooling.pooled_mde``)
     at each spread τ between languages (``allocation.TAUS``), and the tests it leaves out."""
-    from ...allocation import TAUS
-    from ...pooling import pooled_mde
+    from ...stats.allocation import TAUS
+    from ...stats.pooling import pooled_mde
 
     d = p.seed_design
     prior, n_lang = dict(d.prior_sds), len(p.replicate)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import math
 
-from ... import paired
-from ...allocation import Allocation
-from ...claims import fmt
-from ...report import Section
+from ...stats import paired
+from ...stats.allocation import Allocation
+from ...reports.claims import fmt
+from ...reports.document import Section
 from .allocation import recorded_allocation
 from .design import ENDPOINTS, HALF_BATCH, TITLE, IsolossPreset, flatness_forks, language_studies, regression_without
 from .figures import figures
@@ -96,7 +96,7 @@ def language_report(records, p: IsolossPreset) -> tuple[Section, Section, dict]:
     verdict_table(lead, p, diffs, seeds, ok)
     decided(lead, p, diffs, pairs)
     if alloc is not None:
-        from ...allocation import allocation_table
+        from ...stats.allocation import allocation_table
 
         allocation_table(section, alloc, {f"{r['comparison']} @ {r['point']}": r["n_used"] for r in diffs
                                           if r["family"] == "primary"}, "allocation.csv")
@@ -110,7 +110,7 @@ def language_report(records, p: IsolossPreset) -> tuple[Section, Section, dict]:
         paired.dose(section, pairs, dose_comparisons, (points[0], points[1]), p.primary_key, design)
     flat = [c for c in p.comparisons if c.recipe in flatness_forks(p) and c.reference == "adamw"]
     if flat:  # flatness as the treatment: accuracy per unit of relative trace change, within seeds
-        from ...dose_response import dose_response
+        from ...stats.dose_response import dose_response
 
         dose_response(section, pairs, flat, [pt for pt in points if all((c, pt) in tests for c in flat)],
                       p.primary_key, design)
@@ -130,8 +130,8 @@ def decided(section: Section, p: IsolossPreset, diffs: list[dict], pairs: list[d
     (detected, or no effect beyond ±δ), the power of its claim as made (against δ after Holm
     within its family) and, where undecided, how many more seeds its MDE target needs at
     Holm's first step of its family (``allocation.needed_seeds``) at its effective SD."""
-    from ...allocation import needed_seeds
-    from ...stats import DETECTED, DETECTED_AGAINST, EQUIVALENT
+    from ...stats.allocation import needed_seeds
+    from ...stats.inference import DETECTED, DETECTED_AGAINST, EQUIVALENT
 
     out = []
     for r in diffs:
@@ -153,7 +153,7 @@ def answer(p: IsolossPreset, diffs: list[dict], decided_rows: list[dict], pairs:
     """The study's answer in at most three lines (``Section.answer``): what was decided and
     which way (primary accuracy, with the interval and whether it survives Holm), what is
     open and what it would take, and what a planned design left to the full study."""
-    from ...stats import DETECTED, EQUIVALENT
+    from ...stats.inference import DETECTED, EQUIVALENT
 
     rows = {f"{r['comparison']} @ {r['point']}": r for r in diffs if r["family"] == "primary"}
     done, open_ = [], []

@@ -14,9 +14,9 @@ import numpy as np
 from ....errors import UserError
 from ....measures.fewshot import FewShot, View
 from ....measures.headroom import span_view
-from ...common import COMMON, Preset
-from ...core import Setting
-from ...paired import Comparison, Design
+from ...presets.common import COMMON, Preset
+from ...engine.core import Setting
+from ...stats.paired import Comparison, Design
 from .language import LanguageChoice, parse_language, task_span
 from .settings import Adversary, ForkSchedule, Probes, SeedDesign, VerdictRules
 

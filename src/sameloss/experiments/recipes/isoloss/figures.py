@@ -10,8 +10,8 @@ import math
 
 import numpy as np
 
-from ... import paired
-from ...report import Section
+from ...stats import paired
+from ...reports.document import Section
 from .design import IsolossPreset, regression_without
 
 
@@ -20,7 +20,7 @@ def figures(records, section: Section, p: IsolossPreset, rows: list[dict], diffs
     """The figures (module docstring: three, and the dose-response with flatness forks), a
     language's named by its tag in a study of several; the forest plot in ``lead`` (the
     verdicts' section: it opens the report), the others in ``section``."""
-    from ...plots import drawing
+    from ...reports.plots import drawing
 
     stem = f"{p.tag}-" if p.tag else ""
     ok = all(res["gate"]["ok"] for res in results)
@@ -51,7 +51,7 @@ def _points(p: IsolossPreset) -> list[str]:
 
 def _forest(records, section: Section, p: IsolossPreset, diffs: list[dict], seeds: list[int], stem: str) -> None:
     """The forest of paired differences at one KL, per comparison and fork point."""
-    from ...plots import TRACE_FISHER, Forest, Ref, forest_plot
+    from ...reports.plots import TRACE_FISHER, Forest, Ref, forest_plot
 
     primary = [r for r in diffs if r["family"] == "primary"]
     trace = {(r["comparison"], r["point"]): r for r in diffs if r["family"] == "trace"}
@@ -84,7 +84,7 @@ def _forest(records, section: Section, p: IsolossPreset, diffs: list[dict], seed
 
 def _scatter(records, section: Section, p: IsolossPreset, rows: list[dict], seeds: list[int], stem: str) -> None:
     """Fig. 1 within seeds: accuracy against trace, each minus its seed's mean."""
-    from ...plots import TRACE_FISHER, XY, Encoding, Fit, interval_text, scatter_plot
+    from ...reports.plots import TRACE_FISHER, XY, Encoding, Fit, interval_text, scatter_plot
 
     points = _points(p)
     scatter = []
@@ -126,7 +126,7 @@ def _scatter(records, section: Section, p: IsolossPreset, rows: list[dict], seed
 
 def _curves(records, section: Section, p: IsolossPreset, results: list[dict], seeds: list[int], stem: str) -> None:
     """The first seed's KL curves, each fork's stretch and its measured KL range."""
-    from ...plots import Panel, Ref, series_plot
+    from ...reports.plots import Panel, Ref, series_plot
 
     points = _points(p)
     labels = _labels(p)
@@ -169,7 +169,7 @@ def _curves(records, section: Section, p: IsolossPreset, results: list[dict], se
 def _dose(records, section: Section, p: IsolossPreset, seeds: list[int], stem: str) -> None:
     """The dose-response of the flatness forks: each pair's primary difference against its
     relative trace change, the pooled slope through the origin per fork point."""
-    from ...plots import XY, Encoding, Fit, Ref, interval_text, scatter_plot
+    from ...reports.plots import XY, Encoding, Fit, Ref, interval_text, scatter_plot
 
     slopes = {r["point"]: r for r in section.files.get("dose_response.csv", [])}
     pts = section.files.get("dose_points.csv", [])

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from ....errors import UserError
-from ... import paired
-from ...claims import fmt
-from ...report import Column, Section, Table
+from ...stats import paired
+from ...reports.claims import fmt
+from ...reports.document import Column, Section, Table
 from .design import EMBED_KL_TOLERANCE, IsolossPreset
 from .language import parse_language
 
@@ -35,7 +35,7 @@ def replication_section(outcomes: list[dict]) -> Section:
         "k − 1 degrees of freedom (a normal interval is anti-conservative with few languages), beside the "
         "fixed-effect estimate; I² is the share of the spread between languages beyond chance. With fewer than two "
         "languages with headroom nothing is pooled.")
-    from ...replication import replication
+    from ...stats.replication import replication
 
     replication(rep, outcomes)
     return rep
@@ -295,7 +295,7 @@ def size_table(section: Section, p: IsolossPreset, rows: list[dict], pairs: list
     """The size contrast at the target KL: accuracy, both traces in the large model's
     parameter space, and each model's trace in its own (each the weighted estimate of
     ``paired.differences``, ``design``'s: the verdict table's numbers)."""
-    from ...weighted import estimate, fits_of
+    from ...stats.weighted import estimate, fits_of
 
     def weighted(ps: list[dict], key: str, scale: float):
         return estimate(fits_of(ps, key, scale, design.pilot), design.slope_level, stein=bool(design.pilot))

@@ -10,11 +10,12 @@ import dataclasses
 
 from ....measures.run import MeasureSpec
 from ....models.sizes import TRANSFORMER_SIZES
-from ...common import base_settings, measure_spec
-from ...core import RunSpec, Setting
-from ...declare import Checkpoint, CostPart, Embedded, Gate, Later, Measure, Reference, Run, cost_rows, seed_unit, tags
-from ... import layout
-from ...engine import eval_history
+from ...presets.common import base_settings, measure_spec
+from ...engine.core import RunSpec, Setting
+from ...engine.declare import (Checkpoint, CostPart, Embedded, Gate, Later, Measure, Reference, Run, cost_rows,
+    seed_unit, tags)
+from ...engine import layout
+from ...engine.walk import eval_history
 from .design import EMBED_KL_TOLERANCE, MEASURED, Fork, IsolossPreset, forks_of, language_studies
 
 
