@@ -1,6 +1,12 @@
-"""Shared fixtures."""
+"""Shared fixtures, and the caches every test (and every process a test starts) writes to:
+a folder of this test session's own, never the user's home (``pytest_configure``)."""
 
 from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,14 +28,48 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-@pytest.fixture(autouse=True, scope="session")
-def private_data_cache(tmp_path_factory):
-    """The recipes build generators and stand-in tasks in the data cache
-    (``$SAMELOSS_DATA``, default ``~/.cache/sameloss/data``): the tests use their own, never
-    the user's."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SAMELOSS_DATA", str(tmp_path_factory.mktemp("sameloss_data")))
-        yield
+# Where sameloss and the libraries it drives keep caches outside a run folder (issue 63:
+# the suite wrote a causal language into the user's ~/.cache/sameloss, and a test passed or
+# failed by what an earlier command had left there). Set before any test module is imported
+# (tests/helpers/processes.py copies os.environ for the child processes it starts) and
+# inherited by every child process and xdist worker.
+CACHE_VARIABLES = {
+    "SAMELOSS_DATA": "sameloss-data",  # the recipes' generators and stand-in tasks, `data fetch`
+    "XDG_CACHE_HOME": "cache",  # ~/.cache of everything that follows the XDG rule (wandb, platformdirs)
+    "MPLCONFIGDIR": "matplotlib",  # matplotlib's font cache
+    "TORCHINDUCTOR_CACHE_DIR": "torchinductor",
+    "TRITON_CACHE_DIR": "triton",
+    "TORCH_HOME": "torch",
+    "HF_HOME": "huggingface",  # the hub, datasets
+    "WANDB_DIR": "wandb",
+    "WANDB_CACHE_DIR": "wandb-cache",
+    "WANDB_CONFIG_DIR": "wandb-config",
+    "WANDB_DATA_DIR": "wandb-data",
+}
+SESSION_CACHES = "SAMELOSS_TEST_CACHES"  # the folder, passed on to xdist workers
+
+
+def pytest_configure(config):
+    root = os.environ.get(SESSION_CACHES)
+    if root is None:  # the first process of the session: it makes the folder and removes it
+        root = tempfile.mkdtemp(prefix="sameloss-test-caches-")
+        os.environ[SESSION_CACHES] = root
+        config.stash[_OWNED] = root
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")  # a worker's own: none shares a cache build
+    for variable, name in CACHE_VARIABLES.items():
+        path = Path(root) / worker / name
+        path.mkdir(parents=True, exist_ok=True)
+        os.environ[variable] = str(path)
+
+
+def pytest_unconfigure(config):
+    root = config.stash.get(_OWNED, None)
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)
+        os.environ.pop(SESSION_CACHES, None)
+
+
+_OWNED = pytest.StashKey[str]()
 
 
 @pytest.fixture(scope="session")

@@ -31,3 +31,42 @@ def test_atomic_write_json_round_trips(tmp_path):
         files.atomic_write_json(path, {"bad": object()})
     assert json.loads(path.read_text())["x"] == [1, 2.5]  # the earlier content survives
     assert len(list(tmp_path.iterdir())) == 1
+
+
+FULL_DISK = """
+import resource, signal, sys
+from pathlib import Path
+from sameloss import files
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+path = Path(sys.argv[1])
+try:
+    if sys.argv[2] == "whole":
+        files.atomic_write_text(path, "x" * 10_000)  # fails when the buffer is flushed at close
+    else:
+        with files.atomic_writer(path) as f:  # fails inside the block, on a write past the limit
+            for _ in range(100):
+                f.write("y" * 1000)
+                f.flush()
+except OSError as exc:
+    from sameloss.errors import UserError
+    print(type(exc).__name__, isinstance(exc, UserError), exc)
+"""
+
+
+@pytest.mark.parametrize("where", ["whole", "streamed"])
+def test_a_full_disk_names_the_file_and_stays_an_oserror(tmp_path, where):
+    """Issue 63 (item 9): a write the atomic writer made and the disk refused said "File too
+    large" and no path; it names its file now, as a ``UserError`` line that callers which
+    clean up after an ``OSError`` still catch. The earlier file and no temporary stay."""
+    import subprocess
+    import sys
+
+    from helpers.processes import ENV
+
+    path = tmp_path / "results.csv"
+    path.write_text("earlier\n")
+    done = subprocess.run([sys.executable, "-c", FULL_DISK, str(path), where], env=ENV, capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout.strip() == f"WriteError True cannot write {path}: File too large", done.stderr
+    assert path.read_text() == "earlier\n" and [p.name for p in tmp_path.iterdir()] == ["results.csv"]

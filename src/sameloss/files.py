@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 
 from .errors import UserError
-from .storage import storage_errors, storage_reason, write_error
+from .storage import WriteError, storage_errors, storage_reason, write_error
 
 RUN_MARKER = ".sameloss-run"
 EMBEDDED_MARKER = ".sameloss-embedded"
@@ -120,7 +120,10 @@ class _AtomicWriter:
         self.path, self.newline, self.binary = path, newline, binary
 
     def __enter__(self):
-        fd, self.tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".tmp-{self.path.name}-")
+        try:
+            fd, self.tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".tmp-{self.path.name}-")
+        except OSError as exc:
+            raise self._named(exc) from None
         try:
             self.file = os.fdopen(fd, "wb") if self.binary else \
                 os.fdopen(fd, "w", encoding="utf-8", newline=self.newline)
@@ -136,9 +139,21 @@ class _AtomicWriter:
             if kind is None:
                 honour_umask(self.tmp)
                 os.replace(self.tmp, self.path)
+        except OSError as failed:  # a full disk noticed when the buffer is flushed
+            if kind is None:
+                raise self._named(failed) from None
+            # else the block's own error (an interrupt, a failed write) is the one to tell
         finally:
             Path(self.tmp).unlink(missing_ok=True)
+        if exc is not None and storage_reason(exc) is not None:  # the block's own write failed
+            raise self._named(exc) from None
         return False
+
+    def _named(self, exc: OSError | BaseException) -> BaseException:
+        """A full disk, a file-size limit or a read-only folder as one line naming the file
+        (``WriteError``, still an ``OSError``); any other error as it was."""
+        reason = storage_reason(exc)
+        return exc if reason is None else WriteError(f"cannot write {self.path}: {reason}")
 
 
 def atomic_write_json(path: str | Path, obj, indent: int | None = 2, default=None) -> None:

@@ -15,9 +15,22 @@ from pathlib import Path
 from .errors import UserError
 
 
+class WriteError(UserError, OSError):
+    """A failed write of the one atomic writer (``files.atomic_writer``), one line naming
+    its file (``cannot write PATH: reason``): a ``UserError`` for the CLI, and still the
+    ``OSError`` it was for a caller that cleans up after one (``except OSError``) or treats
+    a write as optional."""
+
+    def __init__(self, message: str):
+        UserError.__init__(self, message)
+
+
 def write_error(path: str | Path, exc: BaseException) -> UserError:
     """A one-line ``UserError`` for a failed write (full disk, read-only folder, ...);
-    ``exc`` may be a library's error that carries the storage error (``storage_reason``)."""
+    ``exc`` may be a library's error that carries the storage error (``storage_reason``).
+    An error that is one already (a ``WriteError`` naming the very file) stays as it is."""
+    if isinstance(exc, UserError):
+        return exc
     reason = storage_reason(exc)
     if reason is None:
         reason = (exc.strerror if isinstance(exc, OSError) else None) or " ".join(str(exc).split()) \

@@ -297,6 +297,21 @@ def test_a_full_disk_during_reproduce_is_one_line_and_the_rerun_works(copy, cut)
     assert (root / "measurements.json").is_file() and results_untimed(root) == results
 
 
+def test_a_full_disk_while_the_data_cache_is_built_names_the_file(tmp_path):
+    """Issue 63 (item 9): with an empty data cache, ``reproduce steps`` first builds the
+    causal language there; a full disk then said "File too large" and no path (the toy
+    corpus was written with a plain ``write_text``). It names the file now, and leaves no
+    temporary file."""
+    cache = tmp_path / "cache"
+    done = run_cli([*STEPS, "--out", str(tmp_path / "out")], file_size_limit=4096,
+                   env={**ENV, "SAMELOSS_DATA": str(cache)})
+    errors = error_lines(done.stderr)
+    assert done.returncode == 2 and len(errors) == 1 and done.stderr.strip().splitlines() == errors, done.stderr
+    assert errors[0].startswith(f"sameloss: error: cannot write {cache}/causal/") and \
+        errors[0].endswith("/toy/corpus.txt: File too large"), errors[0]
+    assert not [p for p in cache.rglob("*") if p.name.startswith(".tmp-")]
+
+
 # ---------------------------------------------------------------------------- item 15: progress of cached work
 
 

@@ -216,9 +216,16 @@ def test_tensorboard_keeps_the_resolved_config_as_text_and_hparams(tmp_path):
 def wandb_records(run_dir) -> list:
     """Every record of a run's offline W&B transaction logs (``wandb/offline-run-*/*.wandb``:
     LevelDB's log format, 32 KiB blocks of records each with a 7-byte header; wandb no longer
-    ships a reader in Python)."""
+    ships a reader in Python).
+
+    ``run.finish()`` returns once the run's last record is handed to wandb's service
+    process, which writes it to the file a moment later (issue 63: the measured row was
+    missing when the file was read at once, under load, and once alone). ``wandb.teardown``
+    stops the service and waits for it, so every record is on disk before it is read."""
+    import wandb
     from wandb.proto import wandb_internal_pb2
 
+    wandb.teardown()
     out = []
     for path in sorted(run_dir.glob("wandb/offline-run-*/run-*.wandb")):
         data, off, parts = path.read_bytes(), 7, b""

@@ -11,6 +11,9 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from ..files import atomic_write_text
+from ..storage import storage_errors
+
 POSITIVE = ["great", "wonderful", "superb", "moving", "brilliant", "charming", "delightful", "fine"]
 NEGATIVE = ["awful", "boring", "dull", "terrible", "clumsy", "tedious", "weak", "bad"]
 THINGS = ["movie", "film", "story", "acting", "plot", "music", "script", "ending", "cast", "camera work"]
@@ -31,9 +34,10 @@ def toy_text(folder: str | Path, seed: int = 0, n_corpus: int = 400, n_train: in
     ``train.tsv`` and ``dev.tsv`` with a header) under ``folder``; returns their paths."""
     folder = Path(folder)
     rng = random.Random(seed)
-    folder.mkdir(parents=True, exist_ok=True)
+    with storage_errors(folder):
+        folder.mkdir(parents=True, exist_ok=True)
     lines = [_review(rng, rng.random() < 0.5) for _ in range(n_corpus)]
-    (folder / "corpus.txt").write_text("\n".join(lines) + "\n")
+    atomic_write_text(folder / "corpus.txt", "\n".join(lines) + "\n")  # a full disk: one line naming the file
 
     def sst2(n):
         rows = []
@@ -58,8 +62,9 @@ def toy_text(folder: str | Path, seed: int = 0, n_corpus: int = 400, n_train: in
     for name, make in (("sst2", lambda n: sst2(n)), ("qnli", lambda n: pairs(n, "question\tsentence\tlabel")),
                        ("rte", lambda n: pairs(n, "sentence1\tsentence2\tlabel"))):
         d = folder / name
-        d.mkdir(exist_ok=True)
-        (d / "train.tsv").write_text(make(n_train))
-        (d / "dev.tsv").write_text(make(n_dev))
+        with storage_errors(d):
+            d.mkdir(exist_ok=True)
+        atomic_write_text(d / "train.tsv", make(n_train))
+        atomic_write_text(d / "dev.tsv", make(n_dev))
         paths[name] = d
     return paths

@@ -39,6 +39,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ...errors import UserError
+from ...files import atomic_write_text
+from ...storage import storage_errors
 
 GENERATOR_ENV = "SAMELOSS_CAUSAL_GENERATOR"
 SST2_ENV = "SAMELOSS_CAUSAL_SST2"
@@ -91,14 +93,20 @@ CAUSAL = {
 
 
 def prepare_causal(study, c: CausalScale) -> tuple[CausalScale, dict[str, str]]:
-    """The scale with its generator path, and ``{task label: glue:sst2=DIR}``."""
-    from ...data.toy import toy_text
-
+    """The scale with its generator path, and ``{task label: glue:sst2=DIR}``, built in the
+    data cache when missing (a full disk: one line naming the file, or the cache's folder)."""
     from ...data.fetch import default_cache
 
     fields = {k: v for k, v in asdict(c).items() if k != "generator_path"}
     tag = hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
     folder = default_cache() / "causal" / f"{c.generator}-{c.generator_size}-k{c.k}-len{c.length}-{tag}"
+    with storage_errors(folder):  # a write below that names no file of its own: the data cache's folder
+        return _prepared(study, c, folder)
+
+
+def _prepared(study, c: CausalScale, folder: Path) -> tuple[CausalScale, dict[str, str]]:
+    from ...data.toy import toy_text
+
     folder.mkdir(parents=True, exist_ok=True)
     if c.generator == "path":
         value = os.environ.get(GENERATOR_ENV)
@@ -170,7 +178,7 @@ def _write_standin(c: CausalScale, out: Path, seed: int) -> None:
     partial.mkdir(parents=True)
     for name, lo, hi in (("train.tsv", 0, n_train), ("dev.tsv", n_train, len(texts))):
         rows = "".join(f"{t}\t{y}\n" for t, y in zip(texts[lo:hi], labels[lo:hi]))
-        (partial / name).write_text("sentence\tlabel\n" + rows, encoding="utf-8")
+        atomic_write_text(partial / name, "sentence\tlabel\n" + rows)
     _publish(partial, out)
 
 

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import UserError
-from ...files import atomic_writer
+from ...files import atomic_write_text, atomic_writer
 from ...measures.glue import glue_label
 from ...measures.run import MeasureSpec
 from ..reports.claims import POINTS, difference_claim, fmt
@@ -256,7 +256,7 @@ def _sample_tsv(src: Path, dst: Path, n: int | None, seed: int) -> None:
     header, rows = lines[0], [r for r in lines[1:] if r.strip()]
     if n is not None and n < len(rows):
         rows = random.Random(seed).sample(rows, n)
-    dst.write_text("\n".join([header, *rows]) + "\n", encoding="utf-8")
+    atomic_write_text(dst, "\n".join([header, *rows]) + "\n")
 
 
 def prepare_data(setup, p: TextPreset) -> tuple[Path, dict[str, str]]:
