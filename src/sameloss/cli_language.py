@@ -41,9 +41,9 @@ def add_language_parser(commands) -> None:
                     "class count and majority-class rate, and a few sample sentences.",
         epilog=examples("sameloss language describe pcfg                 # the size the isoloss study uses",
                         "sameloss language describe pcfg --size paper --seed 3 --save-grammar g.txt"))
-    from .found import registered
+    from .found import names
     from .registry import languages  # read from the language files (and plugins): no torch import
-    describe.add_argument("name", choices=[*(n for n, e in languages().items() if e.describe), *registered()],
+    describe.add_argument("name", choices=[*(n for n, e in languages().items() if e.describe), *names()],
                           help="which language: a family, or a registered language (FAMILY:LABEL, found by "
                                "language search: its gate per seed and the command that found it, then the language)")
     describe.add_argument("--grammar", metavar="FILE",

@@ -120,6 +120,9 @@ class _AtomicWriter:
         self.path, self.newline, self.binary = path, newline, binary
 
     def __enter__(self):
+        if self.path.is_dir() and not self.path.is_symlink():  # a user's folder where sameloss writes a file
+            raise WriteError(f"cannot write {self.path}: a folder is there (not a file sameloss wrote); move it "
+                             "away and run again")
         try:
             fd, self.tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".tmp-{self.path.name}-")
         except OSError as exc:

@@ -83,16 +83,31 @@ def _read(path: Path) -> Found:
 
 
 def registered(folder: Path | None = None) -> dict[str, Found]:
-    """Every registered language by name, in file-name order."""
+    """Every registered language by name, in file-name order (``UserError`` naming a damaged
+    record: what reads them all — the study across the registered languages — must not
+    leave one out silently)."""
     folder = REGISTERED if folder is None else Path(folder)
     return {f.name: f for f in (_read(p) for p in sorted(folder.glob("*.toml")))} if folder.is_dir() else {}
 
 
+def names(folder: Path | None = None) -> list[str]:
+    """The registered names, from the records' file names alone (``<family>-<label>.toml``),
+    without reading them (issue 63: one damaged record made the parser, hence every command,
+    even ``pretrain --help``, fail); a damaged one is an error when its language is used."""
+    folder = REGISTERED if folder is None else Path(folder)
+    if not folder.is_dir():
+        return []
+    found = (p.stem.replace("-", ":", 1) for p in sorted(folder.glob("*.toml")))
+    return [name for name in found if NAME.match(name)]
+
+
 def lookup(name: str, folder: Path | None = None) -> Found | None:
-    """The registered language ``name`` (``None``: no such name; cheap when the text is no name)."""
+    """The registered language ``name`` (``None``: no such name; cheap when the text is no name),
+    read from its own record only: another record's damage is not this name's."""
     if NAME.match(name.strip()) is None:
         return None
-    return registered(folder).get(name.strip())
+    path = (REGISTERED if folder is None else Path(folder)) / (name.strip().replace(":", "-") + ".toml")
+    return _read(path) if path.is_file() else None
 
 
 def _toml(value) -> str:
@@ -121,7 +136,7 @@ def write(found: Found, folder: Path | None = None) -> Path:
     from .storage import storage_errors
 
     folder = REGISTERED if folder is None else Path(folder)
-    known = registered(folder).get(found.name)
+    known = lookup(found.name, folder)  # a damaged record of this name: an error naming it
     if known is not None and known.spec != found.spec:
         raise UserError(f"--register {found.name}: already registered as {known.spec} ({folder / found.file}); "
                         "choose another name")
@@ -184,4 +199,4 @@ def describe_text(found: Found) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Found", "REGISTERED", "check_name", "describe_args", "describe_text", "lookup", "record_text", "registered", "settings_of", "task_of", "write"]
+__all__ = ["Found", "REGISTERED", "check_name", "describe_args", "describe_text", "lookup", "names", "record_text", "registered", "settings_of", "task_of", "write"]

@@ -147,6 +147,55 @@ def test_fresh_never_deletes_a_seed_a_shard_is_running(copy, capsys):
     assert snapshot(copy) == before
 
 
+def test_fresh_deletes_a_seed_studys_cost_record_and_names_a_users_file_beside_it(copy, capsys):
+    """Issue 63 (item 1): ``--fresh`` on a finished isoloss study always refused, naming the
+    ``seeds/seed0/cost.json`` sameloss itself wrote (``walk.keep_first_cost``); where a file
+    of the user's was there too, the line named ``cost.json`` instead of it."""
+    from sameloss.experiments.engine.walk import UnitRecord, keep_first_cost
+
+    root = copy / "steps-smoke"
+    for n in (0, 1):
+        with Study(root / "seeds" / f"seed{n}", StudySettings(progress=False)):  # a seed's sub-study (marked)
+            pass
+        keep_first_cost(root / "seeds" / f"seed{n}", UnitRecord(f"seed {n}", cpu={}, cpu_seconds=1.5), print)
+    (root / "seeds" / "seed1" / "notes.txt").write_text("mine")
+    before = snapshot(copy)
+    assert main([*STEPS, "--out", str(copy), "--fresh"]) == 2
+    error = the_error(capsys)
+    assert "steps-smoke/seeds/seed1/notes.txt" in error and "cost.json" not in error and "more" not in error
+    assert snapshot(copy) == before
+    (root / "seeds" / "seed1" / "notes.txt").unlink()
+    with Study(root, StudySettings(progress=False), fresh=True):
+        assert [p.name for p in root.iterdir()] == [files.EXPERIMENT_MARKER]
+
+
+@pytest.mark.parametrize("table", ["measured.csv", "costs.csv", "report.md"])
+def test_a_folder_where_sameloss_writes_a_table_is_one_line_before_anything_runs(copy, capsys, table):
+    """Issue 63 (item 2): ``measured.csv`` or ``costs.csv`` replaced by a folder, then
+    ``reproduce`` again: a 24-line ``IsADirectoryError`` traceback and exit 1 when the
+    table was written, after the study. Now one line naming it, before anything runs, and
+    the folder (the user's) is kept, with ``--fresh`` too."""
+    root = copy / "steps-smoke"
+    (root / table).unlink(missing_ok=True)  # (steps writes no costs.csv: its units have no CPU record)
+    (root / table).mkdir()
+    (root / table / "mine.txt").write_text("mine")
+    (root / "measurements.json").unlink()  # were anything to run, it would run before the tables
+    before = snapshot(copy)
+    for fresh in ([], ["--fresh"]):
+        assert main([*STEPS, "--out", str(copy), *fresh]) == 2
+        assert f"steps-smoke/{table} is a folder" in the_error(capsys)
+        assert snapshot(copy) == before
+
+
+def test_the_atomic_writer_refuses_a_folder_at_its_path(tmp_path):
+    """Under every writer (a file the study writes later, a cache): a folder at the path is
+    one line naming it, and is kept."""
+    (tmp_path / "table.csv").mkdir()
+    with pytest.raises(UserError, match=r"table.csv: a folder is there"):
+        files.atomic_write_text(tmp_path / "table.csv", "a,b\n")
+    assert (tmp_path / "table.csv").is_dir() and [p.name for p in tmp_path.iterdir()] == ["table.csv"]
+
+
 def test_fresh_on_a_symlink_is_one_line_and_deletes_nothing(copy, tmp_path, capsys):
     real = tmp_path / "elsewhere"
     (copy / "steps-smoke").rename(real)

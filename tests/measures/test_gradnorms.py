@@ -163,3 +163,20 @@ def _whole(sel):
     from sameloss.measures.curvature.base import Blocks
 
     return Blocks.whole(sel.sizes)
+
+
+def test_every_single_parameter_gives_the_vmap_value(language):
+    """Issue 63 (item 8): ``params=r"head\\.bias"`` (a selection with no module to
+    differentiate by: the output bias's norm is the cotangent's) crashed in
+    ``gradnorms`` (``grad()`` with no inputs) where ``hooks=False`` returned its value.
+    Every parameter alone, of every model variant, gives the value of the unhooked path."""
+    import re
+
+    ctx = sample_contexts(language, 6, seed=4)
+    for kw in ({}, {"norm": "pre"}, {"mlm_head_transform": False}):
+        model = micro(language, **kw)
+        for name in gradnorms.parameter_names(model, None):
+            on = {"batch": ctx, "params": f"^{re.escape(name)}$"}
+            new = trace_fisher(model, language, FisherContexts(**on), n_labels=3)
+            old = trace_fisher(model, language, FisherContexts(hooks=False, **on), n_labels=3)
+            assert new.settings["hooks"] and new.estimate == pytest.approx(old.estimate, rel=1e-10), (kw, name)

@@ -169,8 +169,10 @@ class RecordedForward:
         per_slot = []
         for j in range(k):
             c = onehot[j] - f
+            # no module to differentiate by when the selection is the output bias alone (its
+            # norm is the cotangent's, issue 63): autograd refuses an empty list of inputs
             grads = torch.autograd.grad(z, [targets[m] for m in keys], grad_outputs=c, create_graph=create_graph,
-                                        retain_graph=create_graph or j < k - 1, allow_unused=True)
+                                        retain_graph=create_graph or j < k - 1, allow_unused=True) if keys else ()
             per_slot.append(self._per_parameter(self._filled(grads, keys, targets), c, fixed))
         per = {name: torch.stack([d[name] for d in per_slot]) for name in self.names}
         sq = [torch.zeros(k, n, dtype=z.dtype, device=z.device) for _ in range(n_groups)]

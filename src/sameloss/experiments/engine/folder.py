@@ -42,11 +42,11 @@ from pathlib import Path
 from ... import files
 from ...errors import UserError
 from .launch import SUBMITIT_DIR
-from .layout import COSTS_TABLE, EMBEDDED, MEASURED_TABLE, RUNS, SEEDS
+from .layout import COST_FILE, COSTS_TABLE, EMBEDDED, MEASURED_TABLE, RUNS, SEEDS
 
 MEASUREMENTS = "measurements.json"
 OWN_FILES = frozenset({MEASUREMENTS, files.update_lock_path(MEASUREMENTS).name, "report.md", "results.csv",
-                       "runs.csv", MEASURED_TABLE, COSTS_TABLE, files.EXPERIMENT_MARKER, files.OUTPUTS})
+                       "runs.csv", MEASURED_TABLE, COSTS_TABLE, COST_FILE, files.EXPERIMENT_MARKER, files.OUTPUTS})
 MARKER_HEADER = "sameloss experiment folder (sameloss reproduce); files it wrote here:"
 # sub-folder -> the test each of its entries must pass to be sameloss's
 _RUNS, _EMBEDDED, _SEEDS = RUNS, EMBEDDED, SEEDS
@@ -187,6 +187,7 @@ def check_usable(root: Path, fresh: bool) -> bool:
     if not root.exists() or files.is_empty_dir(root):
         return False
     marked = is_marked(root)
+    _check_own_files(root)
     if marked and not fresh:  # nothing to refuse (and other processes' units may be writing in it)
         return False
     foreign = foreign_entries(root, legacy=not marked)
@@ -199,6 +200,17 @@ def check_usable(root: Path, fresh: bool) -> bool:
         raise UserError(f"--fresh deletes only what sameloss wrote, and {root} also holds {foreign[0]}{more}; "
                         "move it away (or delete the folder yourself) and run again")
     return not marked
+
+
+def _check_own_files(root: Path) -> None:
+    """``UserError`` now, before anything runs, where a file sameloss writes at the top of
+    ``root`` (``OWN_FILES``, and the figures and tables the marker lists) is a folder: it is
+    a user's (issue 63: a ``measured.csv`` replaced by a folder stopped a finished study's
+    rerun with a traceback when the table was written)."""
+    for name in sorted(OWN_FILES | listed_outputs(root)):
+        path = root / name
+        if path.is_dir() and not path.is_symlink():
+            raise UserError(f"{path} is a folder, where sameloss writes its {name}; move it away and run again")
 
 
 def unit_folders(root: Path) -> list[tuple[Path, str]]:

@@ -9,6 +9,7 @@ there) and ``orchestrate.Job`` (``reproduce``, ``plan``) all ask here.
     embedded/<run>-step<N>-into-<shape>[-optimizer]/   a checkpoint embedded into a larger shape
     seeds/seed<N>/  or  seeds/<group>/seed<N>/          a seed's study, laid out the same way
     measured.csv, costs.csv           the engine's tidy tables of the study's records
+    cost.json                         a seed unit's CPU seconds, kept from the call that computed it
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ RUNS, EMBEDDED, SEEDS = "runs", "embedded", "seeds"
 # the study's tidy tables at the top of its folder: every tagged measured row with its tags, and
 # every unit's CPU seconds per part (``orchestrate.write_tables``)
 MEASURED_TABLE, COSTS_TABLE = "measured.csv", "costs.csv"
+# a seed unit's CPU as the call that computed it measured it (``walk.keep_first_cost``)
+COST_FILE = "cost.json"
 
 
 def experiment_dir_name(experiment: str, scale: str, seed: int) -> str:

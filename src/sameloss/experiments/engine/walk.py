@@ -36,10 +36,10 @@ from typing import Any, Callable
 from ...errors import UserError
 from .declare import (Checkpoint, Embedded, Gate, Later, Measure, Reference, Run, Unit, cost_parts, cost_rows,
     merge_units)
-
-# a seed unit's CPU as the call that computed it measured it (a later call reuses its runs and
-# rows for ~0 s; a budget planned from the pilot must not take that for the seed's cost)
-COST_FILE = "cost.json"
+# COST_FILE: a seed unit's CPU as the call that computed it measured it (a later call reuses its
+# runs and rows for ~0 s; a budget planned from the pilot must not take that for the seed's
+# cost); one of the files sameloss owns in a study folder (``folder.OWN_FILES``)
+from .layout import COST_FILE
 
 
 def measure_key(measure: Measure) -> tuple:
