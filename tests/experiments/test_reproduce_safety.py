@@ -63,3 +63,16 @@ def test_reproduce_fresh_deletes_only_an_experiment_folder(tmp_path, capsys):
         and "thesis.tex" in err[-1]
     assert (folder / "thesis.tex").read_text() == "years of work"
 
+
+
+@pytest.mark.parametrize("experiment_args", [["isoloss", "--seeds", "5"], ["steps", "--seeds", "0"]])
+def test_a_refused_shard_leaves_no_folder_behind(tmp_path, capsys, experiment_args):
+    """Issue 63 (item 6): ``--seeds 5`` of a study whose seeds are 0-2 was refused after
+    the study's folder was made and marked: an empty experiment folder stayed. The seeds
+    are checked on the declaration as ``sameloss plan`` reads it, before any folder."""
+    out = tmp_path / "out"
+    assert main(["reproduce", experiment_args[0], "--scale", "smoke", *experiment_args[1:], "--out", str(out),
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and ("not seeds of this study" in err[0] or "no per-seed units" in err[0]), err
+    assert not out.exists()

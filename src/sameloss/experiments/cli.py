@@ -416,6 +416,8 @@ def _replicate(args) -> None:
             label, folder = None, text
         elif not label:
             raise UserError(f"{text!r}: LABEL=FOLDER needs a label before '='")
+        elif not folder:  # (an empty path would be read as the current folder)
+            raise UserError(f"{text!r}: LABEL=FOLDER needs a folder after '='")
         outcomes += finished_studies(folder, label)
     tags = [o["tag"] for o in outcomes]
     twice = sorted({t for t in tags if tags.count(t) > 1})

@@ -311,7 +311,7 @@ def run_declaration(recipe: Recipe, study, p, seed: int, workers: int = 1, seeds
 
 def _shard(job: Job, p: Any, root: Path, opts: Options) -> Path:
     """``reproduce --seeds``: only the units of ``seeds``, no report."""
-    from .walk import declared_seeds
+    from .walk import Setup, declared_seeds
     from .launch import format_seeds
 
     start = time.perf_counter()
@@ -327,11 +327,19 @@ def _shard(job: Job, p: Any, root: Path, opts: Options) -> Path:
         if unknown:
             raise UserError(f"--seeds {format_seeds(unknown)}: not seeds of this study (its seeds: "
                             f"{format_seeds(sorted(known))})")
+
+    # the seeds checked on the declaration as a plan reads it, before the study's folder is made
+    # (issue 63: a refused --seeds 5 left an empty, marked folder behind)
+    check(job.recipe.units(Setup(root, job.seed, lambda msg: None, planning=True), p))
+    known.clear()
+
+    def begin(declaration: list) -> None:
+        check(declaration)
         study.log(f"reproduce {job.experiment} --seeds {format_seeds(seeds)} in {root}")
 
     # no lock on the experiment: shards on other seeds run at once; each unit locks its seed's folder
     with _study(p, root, job, opts, launcher, lock=False) as study:
-        run_declaration(job.recipe, study, p, job.seed, workers_of(launcher), seeds, check)
+        run_declaration(job.recipe, study, p, job.seed, workers_of(launcher), seeds, begin)
     missing = sorted(known - set(seeds))
     trained = sum(1 for r in study.runs.values() if r.status != "reused")
     study.log(f"seeds {format_seeds(seeds)} done in {time.perf_counter() - start:.0f} s ({trained} runs trained or "
