@@ -191,7 +191,7 @@ def add_measure_parser(commands) -> None:
     _add_measure_settings(measure)
     measure.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                          help="where to measure (default auto: CUDA when present)")
-    measure.add_argument("--seed", type=int, default=0,
+    measure.add_argument("--seed", type=_non_negative_int, default=0,
                          help="seed of the measures' random draws: trace probes, task data (default 0)")
     add_output_file(measure, "--out", "write the rows to FILE (.csv, else JSON); checked before measuring")
     measure.add_argument("--json", action="store_true", help="print the rows as JSON")

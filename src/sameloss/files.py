@@ -186,7 +186,7 @@ OUTPUTS_HEADER = ("# files sameloss wrote in this folder, one 'sha256  name' lin
 _OUTPUTS_COMPACT_BYTES = 1 << 16  # past this size the list keeps only the entries of files as they are now
 
 
-def _listed_outputs(folder: Path) -> dict[str, set[str]]:
+def listed_digests(folder: Path) -> dict[str, set[str]]:
     """``{name: {sha256, ...}}`` of the ``OUTPUTS`` list in ``folder`` (empty without one)."""
     listed: dict[str, set[str]] = {}
     try:
@@ -206,7 +206,7 @@ def is_own_output(path: str | Path) -> bool:
     path = Path(path)
     if path.is_symlink() or not path.is_file():
         return False
-    digests = _listed_outputs(path.parent).get(path.name)
+    digests = listed_digests(path.parent).get(path.name)
     return bool(digests) and sha256_of(path) in digests
 
 
@@ -261,7 +261,7 @@ def _record_output(path: Path, digest: str) -> None:
     listing = path.parent / OUTPUTS
     if listing.is_symlink() or (listing.exists() and not listing.is_file()):
         return  # not ours to write to: the file stays unproven
-    if digest in _listed_outputs(path.parent).get(path.name, ()):
+    if digest in listed_digests(path.parent).get(path.name, ()):
         return
     try:
         size = listing.stat().st_size
@@ -269,7 +269,7 @@ def _record_output(path: Path, digest: str) -> None:
         size = 0
     if size > _OUTPUTS_COMPACT_BYTES:  # keep what still proves a file; a lost race only makes one unproven
         kept = []
-        for name, digests in sorted(_listed_outputs(path.parent).items()):
+        for name, digests in sorted(listed_digests(path.parent).items()):
             current = path.parent / name
             if current.is_file() and not current.is_symlink() and sha256_of(current) in digests:
                 kept.append(f"{sha256_of(current)}  {name}")
@@ -304,7 +304,7 @@ def foreign_in_run(folder: str | Path) -> list[str]:
     write, as paths relative to it, in a stable order: what ``--fresh`` and ``embed
     --force`` must not delete."""
     folder = Path(folder)
-    listed = _listed_outputs(folder)
+    listed = listed_digests(folder)
     found = []
     for entry in sorted(folder.iterdir(), key=lambda p: p.name):
         name = entry.name

@@ -196,6 +196,24 @@ def test_the_atomic_writer_refuses_a_folder_at_its_path(tmp_path):
     assert (tmp_path / "table.csv").is_dir() and [p.name for p in tmp_path.iterdir()] == ["table.csv"]
 
 
+def test_lines_a_user_added_to_the_report_are_kept_and_named(copy, capsys):
+    """Issue 63 (noted): lines appended to ``report.md`` were dropped silently by a rerun
+    (and deleted by ``--fresh``). The report's sha256 is listed when it is written; a
+    changed report stops the rerun before anything runs, in one line naming it, and is
+    kept; restored, the rerun works."""
+    report = copy / "steps-smoke" / "report.md"
+    written = report.read_text()
+    report.write_text(written + "\nMy reading of the figure: ...\n")
+    (copy / "steps-smoke" / "measurements.json").unlink()  # were anything to run, it would run first
+    before = snapshot(copy)
+    for fresh in ([], ["--fresh"]):
+        assert main([*STEPS, "--out", str(copy), *fresh]) == 2
+        assert f"{report} was changed since sameloss wrote it" in the_error(capsys)
+        assert snapshot(copy) == before
+    report.write_text(written)
+    assert main([*STEPS, "--out", str(copy)]) == 0
+
+
 def test_fresh_on_a_symlink_is_one_line_and_deletes_nothing(copy, tmp_path, capsys):
     real = tmp_path / "elsewhere"
     (copy / "steps-smoke").rename(real)

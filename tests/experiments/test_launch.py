@@ -110,6 +110,25 @@ def test_a_refused_unit_stops_the_study_with_its_name_and_line(tmp_path):
     assert not (tmp_path / "runs" / "bad").exists()
 
 
+def test_several_refused_units_are_one_line_and_the_log_says_why_each(tmp_path):
+    """Issue 63 (item 5): a full disk during an isoloss study printed a line per seed (3)
+    where the safety page promises one. The first unit's line says how many more stopped;
+    the launcher's log line of each unit gives its reason."""
+    from sameloss.experiments.engine.launch import make_launcher
+
+    launcher = make_launcher(LaunchOptions("slurm", slurm_cluster="debug"), tmp_path, "test")
+    lines: list[str] = []
+    study = Study(tmp_path, StudySettings(progress=False), launcher=launcher, log=lines.append)
+    bad = [run_unit(RunSpec(name, (("language.name", "causal"),)), MeasureSpec(loss=True)) for name in ("a", "b")]
+    with pytest.raises(UserError) as err:
+        run_units(study, bad)
+    assert len(str(err.value).splitlines()) == 1
+    assert str(err.value).startswith("run a: the causal language needs masking=single") and \
+        str(err.value).endswith(" (and 1 more unit(s) stopped; the log says why each)")
+    failed = [line for line in lines if ": failed (" in line]
+    assert len(failed) == 2 and all("the causal language needs masking=single" in line for line in failed), lines
+
+
 def _processes_mentioning(text: str) -> list[int]:
     out = []
     for proc in Path("/proc").iterdir():

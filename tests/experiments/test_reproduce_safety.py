@@ -76,3 +76,16 @@ def test_a_refused_shard_leaves_no_folder_behind(tmp_path, capsys, experiment_ar
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and ("not seeds of this study" in err[0] or "no per-seed units" in err[0]), err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["reproduce", "plan"])
+def test_a_negative_seed_is_refused(tmp_path, capsys, command):
+    """Issue 63 (noted): ``--seed -1`` ran seeds -1, 0, 1 where every other command refuses
+    a negative seed."""
+    out = ["--out", str(tmp_path / "out")] if command == "reproduce" else []
+    with pytest.raises(SystemExit) as usage:  # a usage error: argparse's exit
+        main([command, "isoloss", "--scale", "smoke", "--seed", "-1", *out])
+    assert usage.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--seed: expected an integer >= 0, got '-1'" in err[0], err
+    assert not (tmp_path / "out").exists()

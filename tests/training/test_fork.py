@@ -111,3 +111,20 @@ def test_a_restarted_fork_is_plain_sgd_from_the_checkpoints_weights(tmp_path):
         assert torch.equal(got[k], v), k
     log = [json.loads(line) for line in (tmp_path / "fork" / "metrics.jsonl").read_text().splitlines()]
     assert log[0]["step"] == 3 and log[-1]["step"] == 5  # its own steps (log_every=3), from 1
+
+
+def test_a_fork_of_a_base_whose_weights_are_not_finite_names_the_base_checkpoint(tmp_path):
+    """Issue 63 (noted): a base whose last update made its weights NaN (the checkpoint is
+    saved before the next loss shows it) was reported by the fork, as its own loss that
+    "became nan", naming the fork's checkpoints. The fork now names the base checkpoint."""
+    from safetensors.torch import load_file, save_file
+
+    pretrain(small_config(steps=6, checkpoints="[]"), tmp_path / "base", progress=False)
+    start = checkpoint_dir(tmp_path / "base", 6)
+    tensors = load_file(str(start / "model.safetensors"))
+    name = sorted(tensors)[0]
+    tensors[name][0] = float("nan")
+    save_file(tensors, str(start / "model.safetensors"))
+    with pytest.raises(UserError, match=rf"init_from: the weights of {start} are not finite \({name} holds NaN"):
+        pretrain(small_config(init_from=f'"{start}"'), tmp_path / "fork", progress=False)
+    assert not (tmp_path / "fork").exists()

@@ -72,7 +72,7 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
     reproduce.add_argument("--preset", dest="scale", choices=scales, action=deprecated("--scale"),
                            help=argparse.SUPPRESS)
     reproduce.add_argument("--out", default="runs", metavar="DIR", help="parent folder (default runs)")
-    reproduce.add_argument("--seed", type=int, default=0, metavar="N",
+    reproduce.add_argument("--seed", type=int_at_least(0), default=0, metavar="N",
                            help=SEED_HELP.format(default=DEFAULT_EXPERIMENT))
     reproduce.add_argument("--language", dest="languages", action="append", default=None, metavar="SPEC",
                            help="isoloss: the language to study, NAME[:SIZE][:key=value,...] — e.g. hmm:headroom, "
@@ -314,7 +314,7 @@ def add_plan_parser(commands) -> argparse.ArgumentParser:
     plan.add_argument("--runs", action="store_true", help="also list every run: model, steps, FLOPs, peak memory")
     plan.add_argument("--out", default="runs", metavar="DIR",
                       help="the --out reproduce would use (only names the folders; nothing is written)")
-    plan.add_argument("--seed", type=int, default=0, metavar="N",
+    plan.add_argument("--seed", type=int_at_least(0), default=0, metavar="N",
                       help="the --seed reproduce would use: " + SEED_HELP.format(default=DEFAULT_EXPERIMENT))
     plan.add_argument("--language", dest="languages", action="append", default=None, metavar="SPEC",
                       help="the --language reproduce would use (isoloss; repeat for several)")

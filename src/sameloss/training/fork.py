@@ -47,6 +47,12 @@ def init_from_checkpoint(cfg: PretrainConfig, model: torch.nn.Module, optimizer,
     except ckpt.CorruptCheckpoint:
         raise UserError(f"init_from: the weights of {path} do not fit the fork's model (its shape must be "
                         "the checkpoint's)") from None
+    bad = next((n for n, t in model.state_dict().items() if t.is_floating_point() and not torch.isfinite(t).all()),
+               None)
+    if bad is not None:  # named here: the fork's first step would say its own loss became nan (issue 63)
+        raise UserError(f"init_from: the weights of {path} are not finite ({bad} holds NaN or inf): the base run "
+                        "diverged at its last update before this checkpoint; fork from an earlier one, or train "
+                        "the base with a lower optim.lr")
     if cfg.init_optimizer:
         saved_name = meta.get("config", {}).get("optim", {}).get("name", cfg.optim.name)
         if saved_name != cfg.optim.name:

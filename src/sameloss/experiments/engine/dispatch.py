@@ -28,7 +28,8 @@ def run_units(study: Study, units: list[Unit]) -> list:
     again) and return what each returned, in order. The runs, timings and counts of
     the studies they ran in are added to this one, and the rows they measured to its
     cache. A unit refused for a reason a user can fix stops the study with its line,
-    once the others are done."""
+    once the others are done (several: the first one's, with how many more; the launcher's
+    log names each unit's reason)."""
     if study.dropout_draws != "global":
         units = with_setting(units, "dropout_draws", study.dropout_draws)
     todo = [u for u in units if u.name not in study.done]
@@ -64,8 +65,9 @@ def run_units(study: Study, units: list[Unit]) -> list:
             _absorb(study, outcome.value)
             study.done[unit.name] = outcome.value.value
         study.cache.update(study._read_cache())  # the rows the workers measured
-        if failed:
-            raise UserError("\n".join(failed))
+        if failed:  # one line (issue 63: a full disk was a line per seed); each unit's is in the log above
+            more = f" (and {len(failed) - 1} more unit(s) stopped; the log says why each)" if len(failed) > 1 else ""
+            raise UserError(failed[0] + more)
     return [study.done[u.name] for u in units]
 
 

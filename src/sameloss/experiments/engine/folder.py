@@ -147,6 +147,8 @@ def foreign_entries(root: Path, *, legacy: bool = False) -> list[str]:
         elif entry.is_file():
             if entry.name not in owned and not _is_temporary_of(entry.name, owned) and not files.is_own_output(entry):
                 found.append(rel)
+            elif entry.name == REPORT and edited_report(root) is not None:  # the user's lines are in it
+                found.append(rel)
         elif not entry.is_dir():
             found.append(rel)
         elif entry.name in OWN_FOLDERS_WHOLE:
@@ -211,6 +213,29 @@ def _check_own_files(root: Path) -> None:
         path = root / name
         if path.is_dir() and not path.is_symlink():
             raise UserError(f"{path} is a folder, where sameloss writes its {name}; move it away and run again")
+
+
+REPORT = "report.md"
+
+
+def edited_report(root: Path) -> Path | None:
+    """``root``'s ``report.md`` when it was changed since sameloss wrote it (its sha256,
+    listed in ``.sameloss-outputs`` when written, no longer matches: lines a user added);
+    ``None`` otherwise, and for a report written before the digests were kept."""
+    path = Path(root) / REPORT
+    if path.is_symlink() or not path.is_file():
+        return None
+    digests = files.listed_digests(Path(root)).get(REPORT)
+    return path if digests and files.sha256_of(path) not in digests else None
+
+
+def check_report(root: Path) -> None:
+    """``UserError`` now, before a study runs, when its rerun would replace a report a
+    user changed (issue 63: lines appended to ``report.md`` were dropped silently)."""
+    path = edited_report(root)
+    if path is not None:
+        raise UserError(f"{path} was changed since sameloss wrote it, and the study writes its report again: keep "
+                        "your version under another name (notes in a file of your own beside it stay) and run again")
 
 
 def unit_folders(root: Path) -> list[tuple[Path, str]]:

@@ -342,7 +342,8 @@ class Local:
                     done = len(jobs) - len(waiting) - len(running)
                     eta = progress() if progress else ""
                     log(f"[{done}/{len(jobs)}] {jobs[i].name}: {'failed' if out[i].error else 'done'} in "
-                        f"{time.perf_counter() - started:.0f} s ({_describe(out[i].worker)})" + (f"; {eta}" if eta else ""))
+                        f"{time.perf_counter() - started:.0f} s ({_describe(out[i].worker)})"
+                        + (f": {out[i].error}" if out[i].error else "") + (f"; {eta}" if eta else ""))
         except BaseException:
             for _, job, _ in running.values():  # a worker must not outlive an interrupted study
                 _stop(job)
@@ -486,7 +487,8 @@ class Slurm:
             out.append(_outcome(sub, job))
             eta = progress() if progress else ""
             log(f"[{k}/{len(jobs)}] {job.name}: {'failed' if out[-1].error else 'done'} "
-                f"({out[-1].worker.get('host', '')}, {_describe(out[-1].worker)})" + (f"; {eta}" if eta else ""))
+                f"({out[-1].worker.get('host', '')}, {_describe(out[-1].worker)})"
+                + (f": {out[-1].error}" if out[-1].error else "") + (f"; {eta}" if eta else ""))
         return out
 
 

@@ -188,8 +188,11 @@ def _whole(job: Job, p: Any, root: Path, opts: Options) -> Path:
     from ..reports.plots import drawing
     from ..reports.document import report_header, runs_section, terminal_summary, write_report
 
+    from .folder import check_report
+
     start = time.perf_counter()
     launcher = _launcher(job.experiment, root, opts.launch)  # a launcher that cannot run: one line, before any file
+    check_report(root)  # a report a user added lines to: kept, and one line before anything runs
     recipe, workers = job.recipe, workers_of(launcher)
     # the Study holds the experiment folder's lock for the whole call (files.folder_lock);
     # its units hold their own folders' locks (core.execute_unit)
