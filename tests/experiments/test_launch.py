@@ -27,7 +27,8 @@ from sameloss.experiments import reproduce
 from sameloss.experiments.engine.core import RunSpec, Study, StudySettings, execute_unit
 from sameloss.experiments.engine.declare import run_unit
 from sameloss.experiments.engine.dispatch import run_units
-from sameloss.experiments.engine.launch import (LaunchOptions, Local, Slurm, WorkerJob, default_workers,
+from sameloss.experiments.engine.slurm import Slurm
+from sameloss.experiments.engine.launch import (LaunchOptions, Local, WorkerJob, default_workers,
     format_seeds, parse_seeds, worker_devices)
 from sameloss.experiments.engine import study_log
 from sameloss.experiments.recipes import isoloss

@@ -198,7 +198,12 @@ def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
                        help=f"time limit of each task in minutes; one that runs out is requeued and resumes "
                             f"(default {d.slurm_time})")
     group.add_argument("--slurm-gpus-per-task", type=_non_negative, default=d.slurm_gpus_per_task, metavar="G",
-                       help=f"GPUs per task (default {d.slurm_gpus_per_task}; 0 for CPU nodes)")
+                       help="GPUs per task (default: by the study's device — none for a CPU study, e.g. scale "
+                            "smoke or --device cpu; one for --device cuda; for auto, one where the partition has "
+                            "GPUs, as sinfo lists them, else none)")
+    group.add_argument("--slurm-requeues", type=_non_negative, default=d.slurm_requeues, metavar="N",
+                       help=f"how many times a task that runs out of --slurm-time is requeued and resumes (default "
+                            f"{d.slurm_requeues}; 0: never); past that its unit's line says so")
     group.add_argument("--slurm-mem", type=_mem, default=None, metavar="SIZE",
                        help="memory per task, e.g. 32G (default: the partition's)")
     group.add_argument("--slurm-account", default=None, metavar="A", help="Slurm account to charge (sbatch --account)")
@@ -234,7 +239,7 @@ def _launch_options(args, argv_given: set[str]):
         main = args.experiment in (None, DEFAULT_EXPERIMENT) and args.seeds is None
         launcher = _main_job_launcher(args) if main else "inprocess"
     options = LaunchOptions(launcher, args.workers, args.slurm_partition, args.slurm_time,
-                            args.slurm_gpus_per_task, args.slurm_mem, slurm_account=args.slurm_account,
+                            args.slurm_gpus_per_task, args.slurm_requeues, args.slurm_mem, slurm_account=args.slurm_account,
                             slurm_qos=args.slurm_qos, slurm_constraint=args.slurm_constraint,
                             slurm_extra=tuple(args.slurm_extra or ()), cpus_per_task=args.cpus_per_task,
                             dry_run=args.dry_run)
@@ -273,7 +278,8 @@ def _given(args) -> set[str]:
     given = set()
     if args.workers is not None:
         given.add("workers")
-    for name in ("slurm_partition", "slurm_time", "slurm_gpus_per_task", "slurm_mem", "slurm_account", "slurm_qos",
+    for name in ("slurm_partition", "slurm_time", "slurm_gpus_per_task", "slurm_requeues", "slurm_mem",
+                 "slurm_account", "slurm_qos",
                  "slurm_constraint", "cpus_per_task", "dry_run"):
         if getattr(args, name) != getattr(d, name):
             given.add(name)

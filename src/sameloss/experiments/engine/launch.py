@@ -16,9 +16,11 @@ returns what each one returned, in order:
   ``worker_devices``). Default N: up to 8 a GPU as the host's cores allow
   (``WORKERS_PER_GPU``), else one per ``--threads`` CPU cores.
 * ``slurm``: one Slurm job array through submitit's ``AutoExecutor`` — a task per unit
-  with ``--slurm-gpus-per-task`` GPUs (Slurm sets ``CUDA_VISIBLE_DEVICES``), at most
-  ``--workers`` tasks running at once (default: all). A task that is preempted or runs
-  out of ``--slurm-time`` is requeued (up to 3 times) and starts its unit again: its runs
+  with ``--slurm-gpus-per-task`` GPUs (Slurm sets ``CUDA_VISIBLE_DEVICES``; default: by the
+  study's device, ``gpus_per_task``), at most ``--workers`` tasks running at once (default:
+  all); what sbatch would refuse is refused before any file (``sbatch --test-only``). A task
+  that is preempted, or runs out of ``--slurm-time`` (up to ``--slurm-requeues`` times), is
+  requeued and starts its unit again: its runs
   resume from their newest checkpoints (bit-identical to an uninterrupted run) and its
   measured rows come from the cache. This process waits for the array and then writes
   the report; killed while waiting, the tasks go on, and a later ``reproduce`` reuses
@@ -68,7 +70,8 @@ class LaunchOptions:
     workers: int | None = None  # local: processes at once; slurm: array tasks at once (None: the defaults)
     slurm_partition: str | None = None
     slurm_time: int = 240  # minutes per task
-    slurm_gpus_per_task: int = 1
+    slurm_gpus_per_task: int | None = None  # None: by the study's device (``gpus_per_task``)
+    slurm_requeues: int = 3  # a task out of --slurm-time requeued at most this many times (submitit's max_num_timeout)
     slurm_mem: str | None = None  # e.g. 32G
     slurm_cluster: str = "slurm"  # submitit's executor: "debug" runs the Slurm path in this process (tests)
     slurm_account: str | None = None
@@ -83,8 +86,9 @@ class LaunchOptions:
             raise UserError(f"unknown launcher {self.launcher!r}; choose from {', '.join(LAUNCHERS)}")
         if self.workers is not None and self.workers < 1:
             raise UserError(f"--workers must be at least 1, got {self.workers}")
-        if self.slurm_time < 1 or self.slurm_gpus_per_task < 0:
-            raise UserError("--slurm-time must be at least 1 minute and --slurm-gpus-per-task at least 0")
+        if self.slurm_time < 1 or (self.slurm_gpus_per_task or 0) < 0 or self.slurm_requeues < 0:
+            raise UserError("--slurm-time must be at least 1 minute, --slurm-gpus-per-task and --slurm-requeues at "
+                            "least 0")
         if self.slurm_mem is not None and not SLURM_MEM.match(self.slurm_mem):
             raise UserError(f"--slurm-mem {self.slurm_mem!r} is not a Slurm memory size (e.g. 16G, 32000M)")
         if self.cpus_per_task is not None and self.cpus_per_task < 1:
@@ -408,108 +412,56 @@ def _children(pid: int) -> list[int]:
             continue
     return out
 
-
-class Slurm:
-    """One job array through submitit's ``AutoExecutor`` (``cluster="debug"``: submitit's
-    ``DebugExecutor``, which runs the array here, one task after another)."""
-
-    name = "slurm"
-
-    def __init__(self, folder: Path, options: LaunchOptions, threads: int, job_name: str):
-        self.folder, self.options, self.threads, self.job_name = Path(folder), options, threads, job_name
-
-    @property
-    def workers(self) -> int | None:
-        return self.options.workers
-
-    @property
-    def cpus_per_task(self) -> int:
-        """``--cpus-per-task``, else one CPU per thread a worker runs (``--threads``)."""
-        return self.options.cpus_per_task or self.threads
-
-    def parameters(self, n_units: int) -> dict:
-        """The submission parameters of an array of ``n_units`` tasks (``AutoExecutor``
-        names: generic ones and ``slurm_``-prefixed ones)."""
-        from ...threads import ENV
-
-        o = self.options
-        params = {"name": self.job_name, "timeout_min": o.slurm_time, "cpus_per_task": self.cpus_per_task,
-                  "nodes": 1, "tasks_per_node": 1,
-                  "slurm_array_parallelism": min(o.workers or n_units, n_units),
-                  "slurm_setup": [f"export {ENV}={self.threads}"]}
-        for key in ("partition", "mem", "account", "qos", "constraint"):
-            if getattr(o, f"slurm_{key}"):
-                params[f"slurm_{key}"] = getattr(o, f"slurm_{key}")
-        if o.slurm_gpus_per_task:
-            params["slurm_gpus_per_task"] = o.slurm_gpus_per_task
-        if o.slurm_extra:
-            params["slurm_additional_parameters"] = dict(o.slurm_extra)
-        return params
-
-    def script(self, n_units: int) -> str:
-        """The job script submitit submits for an array of ``n_units`` tasks: its own
-        ``sbatch`` text (``submitit.slurm.slurm._make_sbatch_string``, the function its
-        ``SlurmExecutor`` writes the file with) from these parameters, translated to Slurm's
-        names as ``AutoExecutor`` does — without a Slurm installation (``--dry-run``)."""
-        import shlex
-        import sys
-
-        from submitit.slurm import slurm
-
-        native = {}
-        generic = slurm.SlurmExecutor._equivalence_dict()
-        for key, value in self.parameters(n_units).items():
-            native[generic[key] if key in generic else key.removeprefix("slurm_")] = value
-        command = " ".join([shlex.quote(sys.executable), "-u -m submitit.core._submit",
-                            shlex.quote(str(self.folder.expanduser().absolute()))])
-        return slurm._make_sbatch_string(command=command, folder=self.folder.expanduser().absolute(),
-                                         map_count=n_units, **native)
-
-    def executor(self, n_units: int):
-        import submitit
-
-        executor = submitit.AutoExecutor(self.folder, cluster=self.options.slurm_cluster)
-        executor.update_parameters(**self.parameters(n_units))
-        return executor
-
-    def submit(self, jobs: list[WorkerJob]) -> list:
-        """Submit the array (without waiting): submitit's jobs, in order."""
-        return self.executor(len(jobs)).submit_array(jobs)
-
-    def run(self, jobs: list[WorkerJob], log: Callable[[str], None],
-            progress: Callable[[], str] | None = None) -> list[Outcome]:
-        submitted = self.submit(jobs)
-        cpus = f"{self.cpus_per_task} CPUs per task" + ("" if self.options.cpus_per_task else " (one per --threads)")
-        log(f"submitted {len(jobs)} units as Slurm array {submitted[0].job_id.split('_')[0]} ({cpus}; logs in "
-            f"{self.folder}); waiting for them (interrupted, they go on: run reproduce again to collect them)")
-        out = []
-        for k, (job, sub) in enumerate(zip(jobs, submitted), 1):
-            out.append(_outcome(sub, job))
-            eta = progress() if progress else ""
-            log(f"[{k}/{len(jobs)}] {job.name}: {'failed' if out[-1].error else 'done'} "
-                f"({out[-1].worker.get('host', '')}, {_describe(out[-1].worker)})"
-                + (f": {out[-1].error}" if out[-1].error else "") + (f"; {eta}" if eta else ""))
-        return out
-
-
 def _outcome(job, worker_job: WorkerJob) -> Outcome:
     """A finished submitit job's ``Outcome``. A worker that ended without a result (killed:
-    ``kill -9``, out of memory) is the unit's one line — the same command resumes it; a
-    crash (a bug, not a ``UserError``) keeps its traceback."""
+    ``kill -9``, out of memory; a Slurm task cancelled or out of time) is the unit's one
+    line — the same command resumes it; a crash (a bug, not a ``UserError``) keeps its
+    traceback."""
     from submitit.core.utils import FailedJobError, UncompletedJobError
 
     try:
         return job.result()
-    except UncompletedJobError:
-        return Outcome(None, f"its worker ended without a result (killed?; log: {job.paths.stdout}); run the same "
-                             "command again: it reuses what finished and resumes the rest")
+    except UncompletedJobError as exc:
+        return Outcome(None, _ended(job, str(exc)))
     except FailedJobError as exc:
+        if _OUT_OF_TIME in str(exc):
+            return Outcome(None, _ended(job, str(exc)))
         raise RuntimeError(f"unit {worker_job.name!r} failed in its worker (log: {job.paths.stderr}):\n{exc}") \
             from None
 
 
-def make_launcher(options: LaunchOptions, root: Path, job_name: str):
-    """The launcher ``options`` ask for; its submitit files under ``root/submitit``."""
+# submitit's own end of a task that ran out of its time once more than it may be requeued
+_OUT_OF_TIME = "timed-out too many times"
+# what a Slurm task's end state says, in words
+_ENDS = {"TIMEOUT": "over its time limit, --slurm-time", "CANCELLED": "cancelled", "PREEMPTED": "preempted",
+         "NODE_FAIL": "its node failed", "OUT_OF_MEMORY": "out of memory, --slurm-mem", "FAILED": "failed"}
+
+
+def _ended(job, said: str) -> str:
+    """A worker that ended without a result, in one line: how (a Slurm task's end state, or
+    its time limit reached once more than ``--slurm-requeues`` allows: ``said``, submitit's
+    message) and where its log is; the same command resumes it."""
+    from submitit.slurm.slurm import SlurmInfoWatcher
+
+    slurm = isinstance(getattr(job, "watcher", None), SlurmInfoWatcher)
+    state = job.watcher.get_state(job.job_id, mode="force").upper() if slurm else ""
+    why = next((v for k, v in _ENDS.items() if state.startswith(k)), None)
+    if _OUT_OF_TIME in said:
+        how = (f"its Slurm task {job.job_id} ran out of its time limit (--slurm-time) once more than it may be "
+               "requeued (--slurm-requeues)")
+    elif why is not None:
+        how = f"its Slurm task {job.job_id} ended {state.split()[0]} ({why}) without a result"
+    else:
+        how = "its worker ended without a result (killed?)"
+    log = job.paths.stderr if slurm else job.paths.stdout
+    return f"{how}; log: {log}; run the same command again: it reuses what finished and resumes the rest"
+
+
+def make_launcher(options: LaunchOptions, root: Path, job_name: str, device: str = "auto"):
+    """The launcher ``options`` ask for; its submitit files under ``root/submitit``;
+    ``device``: the study's (``cpu``, ``cuda``, ``auto``), which the Slurm GPUs follow."""
+    import dataclasses
+
     import torch
 
     threads = torch.get_num_threads()  # this process's, by the threads policy: its workers' too
@@ -526,7 +478,13 @@ def make_launcher(options: LaunchOptions, root: Path, job_name: str):
         if SlurmExecutor.affinity() < 0:  # before anything is written
             raise UserError("--launcher slurm: no Slurm on this machine (srun not found); run reproduce on a "
                             "cluster's login node, or use --launcher local")
-    return Slurm(folder, options, threads, job_name)
+    from .slurm import Slurm, gpus_per_task
+
+    options = dataclasses.replace(options, slurm_gpus_per_task=gpus_per_task(options, device))
+    launcher = Slurm(folder, options, threads, job_name)
+    if options.slurm_cluster == "slurm" and not options.dry_run:
+        launcher.check()  # a partition, account or resource sbatch refuses: one line, before any file
+    return launcher
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -554,6 +512,6 @@ def format_seeds(seeds: list[int]) -> str:
     return ",".join(out)
 
 
-__all__ = ["LAUNCHERS", "LaunchOptions", "Local", "InProcess", "Outcome", "Slurm", "StudyProgress", "WorkerJob",
+__all__ = ["LAUNCHERS", "LaunchOptions", "Local", "InProcess", "Outcome", "StudyProgress", "WorkerJob",
            "check_options",
            "default_workers", "format_seeds", "make_launcher", "parse_seeds", "worker_devices"]

@@ -191,7 +191,8 @@ def _whole(job: Job, p: Any, root: Path, opts: Options) -> Path:
     from .folder import check_report
 
     start = time.perf_counter()
-    launcher = _launcher(job.experiment, root, opts.launch)  # a launcher that cannot run: one line, before any file
+    # a launcher that cannot run (no Slurm, sbatch refuses the array): one line, before any file
+    launcher = _launcher(job.experiment, root, opts.launch, opts.device or p.device)
     check_report(root)  # a report a user added lines to: kept, and one line before anything runs
     recipe, workers = job.recipe, workers_of(launcher)
     # the Study holds the experiment folder's lock for the whole call (files.folder_lock);
@@ -263,13 +264,15 @@ def _dry_run(job: Job, p: Any, root: Path, opts: Options) -> None:
 
     from .declare import Unit, merge_units
     from .walk import Setup
-    from .launch import SUBMITIT_DIR, Slurm
+    from .launch import SUBMITIT_DIR
+    from .slurm import Slurm, gpus_per_task
 
     declaration = job.recipe.units(Setup(root, job.seed, lambda msg: None, planning=True), p)
     units = merge_units([u for u in declaration if isinstance(u, Unit)])
     if opts.seeds is not None:
         units = [u for u in units if u.seed in opts.seeds]
-    launcher = Slurm(root.absolute() / SUBMITIT_DIR, opts.launch, torch.get_num_threads(), f"sameloss-{job.experiment}")
+    launch = dataclasses.replace(opts.launch, slurm_gpus_per_task=gpus_per_task(opts.launch, opts.device or p.device))
+    launcher = Slurm(root.absolute() / SUBMITIT_DIR, launch, torch.get_num_threads(), f"sameloss-{job.experiment}")
     print(f"# the job script submitit would submit: a Slurm array of {len(units)} units "
           f"({', '.join(u.name for u in units[:4])}{', …' if len(units) > 4 else ''}; a study declared in stages, "
           "e.g. an adaptive one's pilot, submits its later stages after this one); nothing was submitted or "
@@ -277,10 +280,10 @@ def _dry_run(job: Job, p: Any, root: Path, opts: Options) -> None:
     return None
 
 
-def _launcher(experiment: str, root: Path, launch):
+def _launcher(experiment: str, root: Path, launch, device: str = "auto"):
     from .launch import LaunchOptions, make_launcher
 
-    return make_launcher(launch or LaunchOptions(), root, f"sameloss-{experiment}")
+    return make_launcher(launch or LaunchOptions(), root, f"sameloss-{experiment}", device)
 
 
 def _study(p: Any, root: Path, job: Job, opts: Options, launcher, lock: bool = True):
@@ -318,7 +321,7 @@ def _shard(job: Job, p: Any, root: Path, opts: Options) -> Path:
     from .launch import format_seeds
 
     start = time.perf_counter()
-    launcher = _launcher(job.experiment, root, opts.launch)
+    launcher = _launcher(job.experiment, root, opts.launch, opts.device or p.device)
     seeds, known = opts.seeds, set()
 
     def check(declaration: list) -> None:
