@@ -87,7 +87,7 @@ def test_shards_through_sbatch_requeued_and_cancelled_give_the_local_launchers_s
     # shard 1, seed 0: its task requeued once it has a checkpoint (a preemption); it resumes
     shard = start_cli([*STUDY, "--launcher", "slurm", "--seeds", "0", "--out", str(cluster)])
     log = _task_log(root, set())
-    task = log.name[:-len("_0_log.out")] + "_0"
+    task = log.name[:-len("_0_log.out")]  # one unit: a job of its own (submitit submits no array of one)
     wait_for(lambda: _checkpointed(root / "seeds" / "seed0"), "seed 0's first checkpoint", seconds=600)
     subprocess.run(["scontrol", "requeue", task], check=True)
     out, err = shard.communicate(timeout=1200)

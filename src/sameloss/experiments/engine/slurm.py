@@ -110,10 +110,11 @@ class Slurm:
             submitted = self.executor(len(jobs)).submit_array(jobs)
         except FailedJobError as exc:  # sbatch's refusal of this stage (the check passed for the first)
             raise UserError(f"sbatch refused the job array ({self._asked()}): {_refusal(str(exc))}") from None
-        watcher = queue_watcher()
-        for job in submitted:
-            job.watcher = watcher
-            watcher.register_job(job.job_id)
+        if self.options.slurm_cluster == "slurm":  # (the debug executor's jobs watch themselves)
+            watcher = queue_watcher()
+            for job in submitted:
+                job.watcher = watcher
+                watcher.register_job(job.job_id)
         return submitted
 
     def run(self, jobs: list[WorkerJob], log: Callable[[str], None],
@@ -158,6 +159,10 @@ def _refusal(stderr: str) -> str:
 
 
 _QUEUE_WATCHER = None
+# squeue's states that sacct does not report, as submitit's watcher knows them (not ended)
+_SQUEUE_STATES = {"CONFIGURING": "RUNNING", "SIGNALING": "RUNNING", "STAGE_OUT": "RUNNING", "STOPPED": "RUNNING",
+                  "SUSPENDED": "RUNNING", "RESIZING": "RUNNING", "REQUEUE_FED": "REQUEUED",
+                  "REQUEUE_HOLD": "REQUEUED", "RESV_DEL_HOLD": "PENDING", "SPECIAL_EXIT": "REQUEUED"}
 
 
 def queue_watcher():
@@ -177,20 +182,36 @@ def queue_watcher():
                 self._num_calls += 1
                 arrays = command[command.index("-j") + 1::2]
                 text = _quiet_run(command)
-                if text is None:  # no accounting: the controller's queue (finished tasks for MinJobAge)
-                    text = _quiet_run(["squeue", "-h", "-t", "all", "-o", "%i|%T|%N", "-j", ",".join(arrays)])
-                    text = None if text is None else "JobID|State|NodeList\n" + text
-                    known = self.read_info(text) if text is not None else {}
-                    for job in self._registered - self._finished:  # gone from the queue: ended long ago
-                        if job.split("_")[0] in arrays and job not in known and text is not None:
-                            known.setdefault(job, {"JobID": job, "State": "ENDED", "NodeList": ""})
-                    self._info_dict.update(known)
-                else:
+                if text is not None:
                     self._info_dict.update(self.read_info(text))
+                else:  # no accounting: the controller's queue (which lists finished tasks for MinJobAge)
+                    for array in arrays:
+                        self._info_dict.update(self._queued(array))
+
                 self._last_status_check = time.time()
                 for job in self._registered - self._finished:
                     if self.is_done(job, mode="cache"):
                         self._finished.add(job)
+
+            def _queued(self, array: str) -> dict:
+                """The states ``squeue`` gives the tasks of ``array``; a task it no longer lists
+                (or an array it calls invalid: purged after MinJobAge) ended long ago."""
+                import subprocess
+
+                try:
+                    done = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i|%T|%N", "-j", array],
+                                          capture_output=True, text=True, timeout=120)
+                except (OSError, subprocess.SubprocessError):
+                    return {}
+                if done.returncode != 0 and "invalid job id" not in done.stderr.lower():
+                    return {}  # squeue itself failed: ask again later
+                known = self.read_info("JobID|State|NodeList\n" + done.stdout) if done.returncode == 0 else {}
+                for info in known.values():  # squeue's passing states, which sacct does not have: not ended
+                    info["State"] = _SQUEUE_STATES.get(info["State"], info["State"])
+                for job in self._registered - self._finished:
+                    if job.split("_")[0] == array and job not in known:
+                        known[job] = {"JobID": job, "State": "ENDED", "NodeList": ""}
+                return known
 
         _QUEUE_WATCHER = QueueWatcher(delay_s=60)
     return _QUEUE_WATCHER
