@@ -377,6 +377,25 @@ def test_the_slurm_array_carries_the_flags(tmp_path, monkeypatch):
     assert cpu.parameters(2)["slurm_array_parallelism"] == 2  # never more at once than there are tasks
 
 
+def test_the_gpus_a_task_asks_for_follow_the_studys_device(tmp_path, monkeypatch):
+    """Issue 63: the smoke study (device cpu) asked --gpus-per-task=1, which sbatch refuses
+    on a cluster without GPUs. By default: none for cpu, one for cuda; for auto, one where
+    the partition has GPUs (sinfo's generic resources); --slurm-gpus-per-task wins."""
+    from sameloss.experiments.engine.slurm import gpus_per_task
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    sinfo = bin_dir / "sinfo"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    slurm = LaunchOptions("slurm")
+    assert gpus_per_task(slurm, "cpu") == 0 and gpus_per_task(slurm, "cuda") == 1
+    assert gpus_per_task(dataclasses.replace(slurm, slurm_gpus_per_task=2), "cpu") == 2
+    for listed, gpus in (("(null)\n", 0), ("(null)\ngpu:a100:4(S:0-1)\n", 1)):
+        sinfo.write_text(f"#!/bin/sh\nprintf '{listed}'\n")
+        sinfo.chmod(0o755)
+        assert gpus_per_task(slurm, "auto") == gpus, listed
+
+
 # ---- faults: the study's process, then a worker, killed with SIGKILL mid-run (issue 40) ----
 TWO_SEEDS = ("import dataclasses\nfrom sameloss.experiments.recipes import isoloss\n"
              "isoloss.PRESETS['smoke'] = dataclasses.replace(isoloss.PRESETS['smoke'], seeds=(0, 1))\n")
