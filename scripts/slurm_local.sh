@@ -92,7 +92,8 @@ start() {
         say "already running"; sinfo; return
     fi
     configure
-    running munged || munged --force --pid-file="$STATE/munged.pid"
+    running munged || munged --force --pid-file="$STATE/munged.pid" --log-file="$STATE/log/munged.log" \
+        --seed-file="$STATE/munged.seed"
     running slurmctld || slurmctld -c -f "$CONF"   # -c: a clean state (no jobs of an earlier start)
     running slurmd || slurmd -f "$CONF"
     for _ in $(seq 1 120); do  # up to a minute for the node to register
