@@ -296,7 +296,7 @@ def test_sameloss_measure_and_the_spec_ask_for_both(checkpoint, capsys):
     shape = planner.model_shape(cfg, {})
     flops = planner.measure_flops(MeasureSpec(extra={"adaptive_trace": {}}, n_contexts=12, n_labels=3, repeats=2),
                                   shape)
-    assert flops["trace"] == 24 * shape.sentence_flops * (2 + 2 * 3)
+    assert flops["trace"] == 24 * shape.sentence_flops * (1 + 2 * 3)
     peaks = planner.measure_peaks(cfg, shape, spec)
     assert peaks["adaptive trace"] == peak_bytes("adaptive_trace", planner._meta_config(cfg, shape),
                                                  {"n_labels": 3}).bytes

@@ -114,11 +114,11 @@ class AdaptiveTrace(Measure):
         return ["adaptive_trace", "adaptive_trace_se", *repeats]  # and per block with trace_by="block"
 
     def flops(self, spec, shape):
-        # per context: a forward for the label draws, the forward of the per-example
-        # gradients, and a backward (twice a forward: its input and per-example weight
-        # gradients) per distinct label drawn — at most n_labels, at most the vocabulary
+        # as the Fisher trace: per context a forward and a backward (twice a forward: the
+        # inputs' gradients and the per-example weight gradients, formed) per distinct label
+        # drawn — at most n_labels, at most the vocabulary
         contexts = spec.n_contexts * spec.repeats
-        return contexts * shape.sentence_flops * (2 + 2 * min(spec.n_labels, shape.vocab))
+        return contexts * shape.sentence_flops * (1 + 2 * min(spec.n_labels, shape.vocab))
 
     def peaks(self, spec, memory: MemoryContext):
         from ..curvature.memory import peak_bytes
