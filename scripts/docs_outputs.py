@@ -11,8 +11,9 @@ SPEC is one of
 
     command ARGS...          run ``sameloss ARGS...`` now and show what it prints (stdout and
                              stderr, as a terminal shows them)
-    python                   run the page's ``python`` code blocks (all of them, in order, as one
-                             script in a scratch folder) and show what they print
+    python [stdout]          run the page's ``python`` code blocks (all of them, in order, as one
+                             script in a scratch folder) and show what they print (stdout: their
+                             stdout only, without the notes and progress lines on stderr)
     log LABEL [tail=N]       the printed output of a run, from the log given by ``--log LABEL=FILE``
                              (its last N lines); the run's --out folder is shown as ``runs``
     scale LABEL              a note saying which command, scale and date the run's outputs came from
@@ -31,6 +32,7 @@ SPEC is one of
                              the figures the record keeps (docs/records/NAME/), with their captions
     cli-reference            every command's --help, as argparse prints it (100 columns)
     cli-flags --FLAG ...     what each of these flags means in every command that takes it
+    gallery                  every figure the results pages embed from records, by page
 
 Inside a sentence a number is a *fact*, ``<!-- fact SOURCE PATH [FORMAT] -->VALUE<!-- /fact -->``,
 read from a record or from ``sameloss plan`` (scripts/docs_records.py says how).
@@ -76,9 +78,9 @@ DOCS = ROOT / "docs"
 README = ROOT / "README.md"
 BLOCK = re.compile(r"(<!-- generated: (?P<spec>.*?) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 SPECS = ("command", "python", "log", "scale", "report-lead", "verdict", "figures", "record", "record-figures",
-         "cli-reference", "cli-flags")
+         "cli-reference", "cli-flags", "gallery")
 # made from what the repository holds (records, the plan, the CLI): --check makes them anew and compares
-CHECKED = ("record", "record-figures", "cli-reference", "cli-flags")
+CHECKED = ("record", "record-figures", "cli-reference", "cli-flags", "gallery")
 # what a page never says where a run's output belongs (a placeholder, a run said not to exist)
 BANNED = ("Not inserted yet", "not run:")
 FIGURE = re.compile(r"^!\[(?P<alt>[^\]]*)\]\((?P<file>[^)]+\.(?:png|svg))\)\s*$")
@@ -100,8 +102,10 @@ def check_spec(spec: str) -> str | None:
     words = spec.split()
     if not words or words[0] not in SPECS:
         return f"unknown generator {words[0] if words else ''!r}; one of {', '.join(SPECS)}"
-    if words[0] == "cli-reference":
-        return None if len(words) == 1 else "cli-reference takes nothing"
+    if words[0] == "python":
+        return None if words[1:] in ([], ["stdout"]) else "python [stdout]"
+    if words[0] in ("cli-reference", "gallery"):
+        return None if len(words) == 1 else f"{words[0]} takes nothing"
     if words[0] == "cli-flags":
         return None if len(words) > 1 and all(w.startswith("--") for w in words[1:]) else "cli-flags --FLAG ..."
     if words[0] not in ("command", "python") and len(words) < 2:
@@ -118,9 +122,9 @@ def check_spec(spec: str) -> str | None:
 
 
 # ---- the generators -------------------------------------------------------------------------
-def _run(argv: list[str], what: str) -> str:
+def _run(argv: list[str], what: str, stdout_only: bool = False) -> str:
     """What ``argv`` prints, run as a user would (one thread; a fresh scratch folder as the
-    working directory, so that nothing lands in the checkout)."""
+    working directory, so that nothing lands in the checkout); ``stdout_only``: its stdout."""
     import tempfile
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src") + os.pathsep
@@ -129,7 +133,7 @@ def _run(argv: list[str], what: str) -> str:
         done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=scratch)
     if done.returncode:
         raise SystemExit(f"{what} failed ({done.returncode}): {done.stderr.strip()}")
-    return fence(done.stdout + done.stderr)
+    return fence(done.stdout if stdout_only else done.stdout + done.stderr)
 
 
 def run_command(args: list[str]) -> str:
@@ -141,9 +145,9 @@ def python_blocks(text: str) -> str:
     return "\n".join(re.findall(r"```python\n(.*?)```", text, flags=re.S))
 
 
-def run_python(page: Path) -> str:
+def run_python(page: Path, stdout_only: bool = False) -> str:
     return _run([sys.executable, "-c", python_blocks(page.read_text(encoding="utf-8"))],
-                f"the python blocks of {page.relative_to(ROOT)}")
+                f"the python blocks of {page.relative_to(ROOT)}", stdout_only)
 
 
 def fence(text: str, kind: str = "text") -> str:
@@ -334,6 +338,45 @@ def _help(parser) -> str:
     return parser.format_help().replace(str(ROOT), ".")
 
 
+# ---- the gallery ------------------------------------------------------------------------------
+def gallery(page: Path) -> str:
+    """Every figure of every results page (their ``record-figures`` blocks), under each page's
+    title, with the first sentence of its caption: one place to see what the runs drew."""
+    out = []
+    for results in sorted((DOCS / "results").glob("*.md")):
+        if results.resolve() == page.resolve():
+            continue
+        text = results.read_text(encoding="utf-8")
+        names = [m["spec"].split() for m in blocks(text) if m["spec"].split()[0] == "record-figures"]
+        if not names:
+            continue
+        title = next((line[2:].strip() for line in text.splitlines() if line.startswith("# ")), results.stem)
+        link = os.path.relpath(results, page.parent).replace(os.sep, "/")
+        out.append(f"## [{title}]({link})\n")
+        for words in names:
+            only = next((tuple(w.split("=")[1].split(",")) for w in words[2:] if w.startswith("only=")), ())
+            record = records.load_record(words[1])
+            for f in record.get("figures") or []:
+                if only and Path(f["file"]).stem not in only:
+                    continue
+                rel = os.path.relpath(records.RECORDS / words[1] / f["file"], page.parent).replace(os.sep, "/")
+                caption = re.sub(r"^Figure \d+\. ", "", f["caption"])
+                out.append(f"![{f['alt']}]({rel})\n\n*{_first_sentence(caption)}* (`{words[1]}`)\n")
+    if not out:
+        raise records.FactError("no results page embeds a record's figures")
+    return "\n".join(out)
+
+
+def _first_sentence(text: str) -> str:
+    """Up to the first '. ' outside parentheses (a caption's "what is plotted")."""
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and text.startswith(". ", i):
+            return text[:i + 1]
+    return text
+
+
 # ---- the pages -------------------------------------------------------------------------------
 def generate(spec: str, runs: dict[str, Path], logs: dict[str, Path], page: Path) -> str | None:
     """The new body of a block, or None to leave it as it is (a run not given)."""
@@ -342,11 +385,13 @@ def generate(spec: str, runs: dict[str, Path], logs: dict[str, Path], page: Path
     if kind == "command":
         return run_command(rest)
     if kind == "python":
-        return run_python(page)
+        return run_python(page, rest == ["stdout"])
     if kind == "cli-reference":
         return cli_reference()
     if kind == "cli-flags":
         return cli_flags(rest)
+    if kind == "gallery":
+        return gallery(page)
     if kind == "record":
         return records.record_block(rest[0], rest[1])
     if kind == "record-figures":
@@ -444,8 +489,8 @@ def record_main(argv: list[str]) -> int:
         print(f"{folder}: no report.md (a finished study's folder, OUT/EXPERIMENT-SCALE)", file=sys.stderr)
         return 2
     try:
-        path = records.write_record(folder, args.name, args.load, args.commit, args.machine, args.force,
-                                    not args.no_figures, args.cpu_s, tuple(args.csv))
+        about = records.About(args.load, args.commit, args.machine, args.cpu_s, tuple(args.csv))
+        path = records.write_record(folder, args.name, about, args.force, not args.no_figures)
     except records.FactError as exc:
         print(exc, file=sys.stderr)
         return 2

@@ -37,6 +37,7 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -395,7 +396,8 @@ def _figures(report: str) -> list[dict]:
 
 def _pooled(rows: list[dict]) -> dict:
     """A study across languages (``replication.csv``): its languages and, per comparison, the
-    pooled estimate (random effects, HKSJ), its MDE and verdict, I² and each language's cell."""
+    pooled estimate (random effects, HKSJ), its MDE and verdict, I², each language's cell as the
+    table shows it (``each``) and its numbers for a sentence (``by_language[TAG].mean``, ...)."""
     tags = [c[:-len("_verdict")] for c in rows[0] if c.endswith("_verdict") and c != "pooled_verdict"]
 
     def cell(r: dict, tag: str) -> str:
@@ -407,7 +409,9 @@ def _pooled(rows: list[dict]) -> dict:
             "pooled": [{"test": r["test"], "mean": _value(r.get("random")), "t_low": _value(r.get("random_low")),
                         "t_high": _value(r.get("random_high")), "mde": _value(r.get("random_mde")),
                         "verdict": r.get("pooled_verdict"), "i2": _value(r.get("i2")),
-                        "fixed": _value(r.get("pooled")), "each": {t: cell(r, t) for t in tags}} for r in rows]}
+                        "fixed": _value(r.get("pooled")), "each": {t: cell(r, t) for t in tags},
+                        "by_language": {t: {k: _value(r.get(f"{t}_{k}")) for k in ("mean", "low", "high", "used")}
+                                        | {"verdict": r.get(f"{t}_verdict")} for t in tags}} for r in rows]}
 
 
 def _commit() -> str:
@@ -418,8 +422,21 @@ def _commit() -> str:
     return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "") if head else ""
 
 
-def study_record(folder: Path, name: str, load: str = "", commit: str = "", machine: str = "",
-                 cpu_s: float | None = None, csvs: tuple[str, ...] = ()) -> dict:
+@dataclass(frozen=True)
+class About:
+    """What a record says that the study's folder does not: the load while it ran, the commit
+    (default: this checkout's HEAD), the machine in words (default: report.md's), the command's
+    CPU seconds (e.g. from /usr/bin/time), and the CSV files whose rows it keeps
+    (``FILE[:COLUMN,...]``)."""
+
+    load: str = ""
+    commit: str = ""
+    machine: str = ""
+    cpu_s: float | None = None
+    csvs: tuple[str, ...] = ()
+
+
+def study_record(folder: Path, name: str, about: About = About()) -> dict:
     """The record of a finished study folder (``OUT/EXPERIMENT-SCALE``): its report's command,
     date, machine and wall time; its CPU seconds (``costs.csv``); isoloss's verdicts
     (``verdicts.csv``), what it decided (``decided.csv``) and its pooled rows
@@ -430,14 +447,14 @@ def study_record(folder: Path, name: str, load: str = "", commit: str = "", mach
     head = _header(report)
     if "command" not in head:
         raise FactError(f"{folder}/report.md names no command: not a finished study's report")
-    record = {"name": name, "command": head["command"], "commit": commit or _commit(),
-              "machine": machine or head["machine"],
-              "load": load or (f"{head['load_at_end']} at the end" if "load_at_end" in head else "not recorded"),
+    record = {"name": name, "command": head["command"], "commit": about.commit or _commit(),
+              "machine": about.machine or head["machine"],
+              "load": about.load or (f"{head['load_at_end']} at the end" if "load_at_end" in head else "not recorded"),
               "date": head["date"], "source": f"the run's folder {folder.name}, recorded "
                                              f"{datetime.date.today().isoformat()} by scripts/docs_outputs.py record",
               "wall_min": head.get("wall_min")}
-    if cpu_s is not None:
-        record["cpu_s"] = round(cpu_s)
+    if about.cpu_s is not None:
+        record["cpu_s"] = round(about.cpu_s)
     costs = _rows(folder / "costs.csv")
     if costs:
         # the units' own CPU seconds (costs.csv): not the command's start-up, nor a worker's
@@ -458,7 +475,7 @@ def study_record(folder: Path, name: str, load: str = "", commit: str = "", mach
     claims = _claims(report)
     if claims:
         record["claims"] = claims
-    for spec in csvs:  # FILE or FILE:COLUMN,COLUMN,...
+    for spec in about.csvs:  # FILE or FILE:COLUMN,COLUMN,...
         name, _, columns = spec.partition(":")
         rows = _rows(folder / name)
         if not rows:
@@ -482,9 +499,7 @@ def _claims(report: str) -> list[dict]:
     return [{"paper": m["paper"], "this_run": m["run"], "direction": m["direction"]} for m in CLAIM.finditer(report)]
 
 
-def write_record(folder: Path, name: str, load: str = "", commit: str = "", machine: str = "",
-                 force: bool = False, figures: bool = True, cpu_s: float | None = None,
-                 csvs: tuple[str, ...] = ()) -> Path:
+def write_record(folder: Path, name: str, about: About = About(), force: bool = False, figures: bool = True) -> Path:
     """``study_record`` written to ``docs/records/NAME.json``, its figures to ``docs/records/NAME/``
     (none with ``figures=False``; an existing record is replaced only with ``force``)."""
     if not re.fullmatch(r"[a-z0-9][a-z0-9.+-]*", name):
@@ -492,7 +507,7 @@ def write_record(folder: Path, name: str, load: str = "", commit: str = "", mach
     path = record_path(name)
     if path.exists() and not force:
         raise FactError(f"{shown(path)} exists (--force replaces it)")
-    record = study_record(folder, name, load, commit, machine, cpu_s, csvs)
+    record = study_record(folder, name, about)
     kept_in = RECORDS / name
     if kept_in.exists():
         shutil.rmtree(kept_in)
