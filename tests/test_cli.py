@@ -174,3 +174,47 @@ def test_describe_defaults_to_the_size_the_study_uses(capsys):
     assert "hmm (size headroom)" in capsys.readouterr().out
     assert main(["language", "describe", "dyck", "--n-sentences", "50"]) == 0  # dyck has no headroom size
     assert "(size tiny)" in capsys.readouterr().out
+
+
+def test_describe_takes_family_colon_size_as_language_writes_it(capsys):
+    """``language describe hmm:headroom`` is ``hmm --size headroom`` (the spelling of
+    ``--language`` and of the registered languages); a size the family lacks, or two sizes,
+    is one line naming them (issue 62)."""
+    assert main(["language", "describe", "hmm:micro", "--n-sentences", "200"]) == 0
+    colon = capsys.readouterr().out
+    assert main(["language", "describe", "hmm", "--size", "micro", "--n-sentences", "200"]) == 0
+    assert colon == capsys.readouterr().out and "hmm (size micro)" in colon
+    result = run("language", "describe", "hmm:huge")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "hmm has no size 'huge' (its sizes: " in result.stderr
+    result = run("language", "describe", "hmm:micro", "--size", "tiny")
+    assert result.returncode == 2 and "hmm:micro and --size tiny name two sizes" in result.stderr
+
+
+@pytest.mark.parametrize("args, hint", [
+    (["reproduc"], "did you mean 'reproduce'?"),
+    (["reproduce", "--sead", "3"], "unrecognized arguments: --sead; did you mean --seed?"),
+    (["plan", "--scale", "tinny"], "did you mean 'tiny'?"),
+    (["language", "describ", "hmm"], "did you mean 'describe'?"),
+    (["language", "describe", "hmn"], "did you mean 'hmm'?"),
+    (["pretrain", "--fresch"], "did you mean --fresh?"),
+])
+def test_a_misspelt_command_option_or_choice_suggests_the_close_one(args, hint):
+    """One line and exit 2, naming the closest spelling (difflib) — for an option, before
+    argparse takes its value for a positional and complains of that instead (issue 62)."""
+    result = run(*args)
+    assert result.returncode == 2, result.stderr
+    assert hint in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_help_lists_the_commands_by_group_the_studies_first():
+    """``sameloss --help`` lists every command once, under its group, the main job's first."""
+    from sameloss.cli import COMMAND_GROUPS, build_parser
+
+    text = build_parser().format_help()
+    listed = [name for _, names in COMMAND_GROUPS for name in names]
+    assert listed[0] == "reproduce"
+    at = [text.index(f"\n    {name} ") for name in listed]
+    assert at == sorted(at)  # in the groups' order
+    heads = [text.index(f"\n  {title}:\n") for title, _ in COMMAND_GROUPS]
+    assert heads == sorted(heads) and heads[0] < at[0]

@@ -86,3 +86,140 @@ def test_the_docstring_examples_run():
         if result.failed:
             failed.append(module.__name__)
     assert ran > 0 and failed == []
+
+
+# ---- records and the facts made from them (issue 62) ----------------------------------------
+def _records(tmp_path, monkeypatch):
+    """The scripts with their records in ``tmp_path/records`` (the committed ones left alone)."""
+    docs = _script()
+    records = docs.records
+    monkeypatch.setattr(records, "RECORDS", tmp_path / "records")
+    records.load_record.cache_clear()
+    (tmp_path / "records").mkdir()
+    return docs, records
+
+
+def _write_record(records, name, **fields):
+    import json
+
+    record = {"name": name, "command": "sameloss reproduce", "commit": "abc1234", "machine": "a 2-core CPU",
+              "load": "0.5 before", "date": "2026-11-29", "source": "a test", **fields}
+    (records.RECORDS / f"{name}.json").write_text(json.dumps(record), encoding="utf-8")
+    records.load_record.cache_clear()
+
+
+def test_a_fact_is_read_from_its_record_and_a_drift_fails_the_check(tmp_path, monkeypatch):
+    docs, records = _records(tmp_path, monkeypatch)
+    _write_record(records, "quick", wall_min=14.94, verdicts=[
+        {"test": "adv @ late", "mean": -4.93, "t_low": -6.74, "t_high": -3.11}])
+    page = tmp_path / "page.md"
+    text = ("It took <!-- fact quick wall_min .1f -->15.0<!-- /fact --> min; the adversary "
+            "<!-- fact quick verdicts[adv @ late] ci.1f -->x<!-- /fact --> points.\n")
+    page.write_text(text, encoding="utf-8")
+    problems = docs.check_page(page, text)
+    assert any("'quick wall_min .1f' is '14.9' now, the page says '15.0'" in p for p in problems), problems
+    assert docs.main(["--page", str(page)]) == 0  # regenerated from the record
+    text = page.read_text(encoding="utf-8")
+    assert "-->14.9<!--" in text and "-->−4.9 [−6.7, −3.1]<!--" in text
+    assert docs.check_page(page, text) == []
+    # a record that is gone, or a path it does not have, is named
+    bad = text.replace("quick wall_min", "quick wall_max")
+    assert any("no 'wall_max'" in p for p in docs.check_page(page, bad))
+
+
+def test_the_check_fails_on_a_placeholder_an_empty_block_and_a_stale_record_block(tmp_path, monkeypatch):
+    docs, records = _records(tmp_path, monkeypatch)
+    _write_record(records, "run1", wall_min=3.0, verdicts=[{"test": "noreg @ late", "used": 5, "of": 5, "mean": 0.01,
+                                                           "t_low": -0.23, "t_high": 0.24, "mde": 0.32, "holm_p": 1.0,
+                                                           "verdict": "no effect", "after_holm": "survives"}])
+    page = tmp_path / "page.md"
+    text = ("<!-- generated: figures tiny img -->\n*Not inserted yet: no folder.*\n<!-- end generated -->\n\n"
+            "<!-- generated: command --version -->\n<!-- end generated -->\n\n"
+            "<!-- generated: record run1 verdicts -->\n| stale |\n<!-- end generated -->\n"
+            "The languages study: not run: estimate only.\n")
+    problems = docs.check_page(page, text)
+    assert any("'Not inserted yet'" in p for p in problems)
+    assert any("'not run:'" in p for p in problems)
+    assert any("the block 'command --version' is empty" in p for p in problems)
+    assert any("the block 'record run1 verdicts' differs" in p for p in problems)
+    table = records.record_block("run1", "verdicts")
+    assert "| noreg @ late | 5/5 | 0.01 [−0.23, 0.24] | 0.32 | 1.000 | no effect | survives |" in table
+
+
+def test_a_record_is_written_from_a_finished_study(tmp_path, monkeypatch):
+    """``docs_outputs.py record FOLDER NAME``: the report's command, date, machine and wall time,
+    the units' CPU seconds, the verdicts, what was decided, the figures (copied beside it)."""
+    import json
+
+    docs, records = _records(tmp_path, monkeypatch)
+    study = tmp_path / "isoloss-quick"
+    study.mkdir()
+    (study / "report.md").write_text(
+        "# Iso-loss — scale `quick`\n\n**Decided 1 of 2**.  \nRuntime: 2.0 min on 2 local worker(s) (scale quick; load "
+        "average 1.5 at the end).\n\nCommand: `sameloss reproduce isoloss --scale quick` — written 2026-11-29 08:00 "
+        "UTC on x86_64, 2 CPU cores, torch 2.13.0+cpu (1 threads).\n\nWall time of this call: 120 s (training 90 s).\n\n"
+        "## Verdicts\n\n![Forest plot](forest.png)  \n**Figure 1.** Forest plot: the [data](forest.data.csv).\n",
+        encoding="utf-8")
+    (study / "forest.png").write_bytes(b"\x89PNG fake")
+    (study / "verdicts.csv").write_text("test,mean,t_low,t_high,verdict,used\nadv @ late,-4.93,-6.74,-3.11,"
+                                        "detected,4\nnoreg @ late,0.01,nan,nan,inconclusive,1\n", encoding="utf-8")
+    (study / "decided.csv").write_text("test,decided\nadv @ late,True\nnoreg @ late,False\n", encoding="utf-8")
+    (study / "costs.csv").write_text("unit,cpu_seconds\nseed 0,10.5\nseed 1,20.0\n", encoding="utf-8")
+    assert docs.main(["record", str(study), "quick", "--load", "0.4 before", "--commit", "abc1234"]) == 0
+    record = json.loads((records.RECORDS / "quick.json").read_text(encoding="utf-8"))
+    assert {k: record[k] for k in ("command", "commit", "load", "date", "wall_min", "units_cpu_s", "decided",
+                                   "planned")} == {
+        "command": "sameloss reproduce isoloss --scale quick", "commit": "abc1234", "load": "0.4 before",
+        "date": "2026-11-29 08:00 UTC", "wall_min": 2.0, "units_cpu_s": 30, "decided": 1, "planned": 2}
+    assert record["machine"] == "x86_64, 2 CPU cores, torch 2.13.0+cpu (1 threads)"
+    assert record["verdicts"][0] == {"test": "adv @ late", "mean": -4.93, "t_low": -6.74, "t_high": -3.11,
+                                     "verdict": "detected", "used": 4}
+    assert record["verdicts"][1]["t_low"] is None  # NaN: no interval
+    assert record["figures"] == [{"file": "forest.png", "alt": "Forest plot",
+                                  "caption": "Figure 1. Forest plot: the data."}]
+    assert (records.RECORDS / "quick" / "forest.png").read_bytes() == b"\x89PNG fake"
+    assert docs.main(["record", str(study), "quick"]) == 2  # an existing record is replaced only with --force
+    page = tmp_path / "docs" / "page.md"
+    page.parent.mkdir()
+    assert records.record_figures("quick", page) == ("![Forest plot](../records/quick/forest.png)\n\n"
+                                                    "*Figure 1. Forest plot: the data.*\n")
+
+
+def test_the_report_lead_is_the_answer_above_the_header(tmp_path):
+    """The tutorial's "the report's top is its answer": the lines between the title and the
+    header that names the command, not the first section."""
+    docs = _script()
+    (tmp_path / "report.md").write_text(
+        "# Iso-loss — scale `quick`\n\n**Decided 3 of 4** (primary probe accuracy): adv @ late detected.  \n"
+        "Runtime: 14.9 min.\n\nCommand: `sameloss reproduce` — written 2026-11-28 01:47 UTC on x86_64.\n\n"
+        "## Verdicts\n\n| a |\n", encoding="utf-8")
+    assert docs.report_lead(tmp_path) == ("```markdown\n**Decided 3 of 4** (primary probe accuracy): adv @ late "
+                                          "detected.\nRuntime: 14.9 min.\n```\n")
+
+
+def test_what_plan_quotes_as_measured_is_the_main_jobs_record():
+    """``sameloss plan`` prints the main job's measured runtime beside its forecast
+    (``design.MEASURED_RUNTIMES``): it is the record's, not a number of its own; and the
+    reference peak the docs' plan facts use is the planner's."""
+    docs = _script()
+    from sameloss.experiments.engine.hardware import REFERENCE_CPU_PEAK
+    from sameloss.experiments.recipes.isoloss.design import MEASURED_RUNTIMES
+
+    record = docs.records.load_record("isoloss-quick")
+    text = MEASURED_RUNTIMES["quick"]
+    assert f"{record['wall_min']:.1f} min" in text and record["date"].split()[0] in text
+    assert f"decided {record['decided']} of its {record['planned']}" in text
+    assert docs.records.PLAN_PEAK_GFLOPS * 1e9 == REFERENCE_CPU_PEAK
+
+
+def test_every_committed_record_says_where_it_came_from():
+    docs = _script()
+    names = docs.records.all_records()
+    assert "isoloss-quick" in names
+    for name in names:
+        import json
+
+        record = json.loads(docs.records.record_path(name).read_text(encoding="utf-8"))
+        assert docs.records.check_record(record, name) is None, name
+        for figure in record.get("figures") or []:
+            assert (docs.records.RECORDS / name / figure["file"]).exists(), (name, figure["file"])

@@ -13,7 +13,7 @@ import sys
 
 from . import __version__
 from .cliargs import Parser as _Parser
-from .cliargs import add_output_file, deprecated, examples
+from .cliargs import add_output_file, close_options, deprecated, examples, group_commands, refuse_misspelt_options
 from .config import int_at_least as _int_at_least
 from .config import positive_float
 from .errors import UserError
@@ -37,10 +37,18 @@ def build_parser() -> argparse.ArgumentParser:
     commands.required = True
     from .cli_text import add_causal_parsers, add_text_parsers
 
-    for add in (add_language_parser, add_pretrain_parser, add_embed_parser, add_measure_parser, add_export_parser,
-                add_text_parsers, add_causal_parsers, *_experiment_parsers()):
+    for add in (*_experiment_parsers(), add_language_parser, add_pretrain_parser, add_measure_parser,
+                add_embed_parser, add_export_parser, add_text_parsers, add_causal_parsers):
         add(commands)
+    group_commands(parser, commands, COMMAND_GROUPS)
     return parser
+
+
+# how ``sameloss --help`` lists the commands: the studies first (the main job is ``reproduce``)
+COMMAND_GROUPS = (("studies: a result of the paper end to end", ("reproduce", "plan", "replicate", "plot")),
+                  ("languages", ("language",)),
+                  ("one model at a time", ("pretrain", "measure", "embed", "export")),
+                  ("real text", ("data", "corpus", "causal-lm")))
 
 
 def _experiment_parsers() -> tuple:
@@ -348,13 +356,14 @@ def _main(argv: list[str] | None) -> int:
     except UserError as exc:
         print(f"sameloss: error: {exc}", file=sys.stderr)
         return 2
+    refuse_misspelt_options(parser, list(sys.argv[1:] if argv is None else argv))  # --sead: "did you mean --seed?"
     # KEY=VALUE overrides may come after options (``--out runs steps=10``), which plain
     # argparse positionals do not allow: collect the leftovers that look like overrides
     args, extra = parser.parse_known_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the command as given (a registered language keeps it)
     bad = [a for a in extra if a.startswith("-") or "=" not in a or not hasattr(args, "overrides")]
     if bad:
-        parser.error(f"unrecognized arguments: {' '.join(bad)}")
+        parser.error(f"unrecognized arguments: {' '.join(bad)}" + close_options(parser, args.argv, bad))
     if extra:
         args.overrides = list(args.overrides) + extra
     received = []

@@ -41,11 +41,15 @@ def add_language_parser(commands) -> None:
                     "class count and majority-class rate, and a few sample sentences.",
         epilog=examples("sameloss language describe pcfg                 # the size the isoloss study uses",
                         "sameloss language describe pcfg --size paper --seed 3 --save-grammar g.txt"))
-    from .found import names
+    from .found import names as registered_names
     from .registry import languages  # read from the language files (and plugins): no torch import
-    describe.add_argument("name", choices=[*(n for n, e in languages().items() if e.describe), *names()],
-                          help="which language: a family, or a registered language (FAMILY:LABEL, found by "
-                               "language search: its gate per seed and the command that found it, then the language)")
+    names = [*(n for n, e in languages().items() if e.describe), *registered_names()]
+    describe.add_argument("name", type=_describable, metavar="NAME",
+                          help=f"which language: a family ({', '.join(n for n in names if ':' not in n)}), a family "
+                               "at a size, FAMILY:SIZE as --language writes it (e.g. hmm:headroom, the same as hmm "
+                               "--size headroom), or a registered language "
+                               f"({', '.join(n for n in names if ':' in n) or 'none yet'}: FAMILY:LABEL, found by "
+                               "language search; its gate per seed and the command that found it, then the language)")
     describe.add_argument("--grammar", metavar="FILE",
                           help="PCFG grammar file (the released rule_deep_mlm.txt format or ours); "
                                "overrides --size")
@@ -131,6 +135,30 @@ def add_search_parser(language_commands) -> None:
     search.set_defaults(run=_language_search)
 
 
+def _describable(text: str) -> str:
+    """An argparse type: a family ``language describe`` describes, a registered language, or
+    ``FAMILY:SIZE`` (a family at one of its sizes, as ``--language`` writes it)."""
+    from .found import names as registered
+    from .registry import languages
+
+    families = {n: e for n, e in languages().items() if e.describe}
+    if text in families or text in registered():
+        return text
+    family, sep, size = text.partition(":")
+    if sep and family in families and size in families[family].sizes:
+        return text
+    if sep and family in families:
+        raise argparse.ArgumentTypeError(
+            f"{family} has no size {size!r} (its sizes: {', '.join(families[family].sizes) or 'none'}) and no "
+            f"registered language is called {text!r} (registered: {', '.join(registered()) or 'none'})")
+    known = [*families, *registered()]
+    import difflib
+
+    close = difflib.get_close_matches(text, known, n=1, cutoff=0.6)
+    raise argparse.ArgumentTypeError(f"unknown language {text!r}; one of {', '.join(known)}, or FAMILY:SIZE"
+                                     + (f"; did you mean {close[0]!r}?" if close else ""))
+
+
 def _fraction(text: str) -> float:
     """An argparse type: a number in (0, 1], or a fraction a/b."""
     num, slash, den = text.partition("/")
@@ -159,10 +187,16 @@ def _language_search(args) -> None:
 
 
 def _language_describe(args) -> None:
+    from .found import names as registered
     from .languages import make_language
     from .languages.describe import format_summary, grammar_notes
     from .resources import check_sentences
 
+    if ":" in args.name and args.name not in registered():  # FAMILY:SIZE, as --language writes it
+        args.name, size = args.name.split(":", 1)
+        if args.size not in (None, size):
+            raise UserError(f"{args.name}:{size} and --size {args.size} name two sizes: give one")
+        args.size = size
     if args.save_grammar is not None:
         if args.name != "pcfg":
             raise UserError("--save-grammar applies to the pcfg language only")

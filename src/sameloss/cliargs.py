@@ -10,6 +10,10 @@ spelling keeps working for a while with a one-line note naming the new one.
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
+import shutil
+import textwrap
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -43,7 +47,86 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, formatter_class=formatter_class, **kwargs)
 
     def error(self, message: str):  # noqa: D401 - argparse API
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {message}{_did_you_mean(message)} (see {self.prog} --help)\n")
+
+
+def _did_you_mean(message: str) -> str:
+    """``; did you mean 'reproduce'?`` for argparse's "invalid choice" of a misspelt command or
+    value (the closest choice, by ``difflib``), else nothing."""
+    found = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if not found:
+        return ""
+    close = difflib.get_close_matches(found.group(1), re.findall(r"'([^']*)'", found.group(2)), n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def chosen_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The (sub)command parser ``argv`` reaches: ``sameloss language describe ...`` gives
+    ``language describe``'s."""
+    for word in argv:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and word in subs[0].choices:
+            parser = subs[0].choices[word]
+    return parser
+
+
+def refuse_misspelt_options(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """A usage error (one line, exit 2) for an option ``--x`` that the command ``argv`` reaches
+    does not take, neither whole nor as the start of one, when one of its options is close:
+    ``unrecognized arguments: --sead; did you mean --seed?``. Checked before parsing, since
+    argparse would otherwise take the misspelt option's value for a positional and complain
+    about that instead."""
+    chosen = chosen_parser(parser, argv)
+    options = [o for a in chosen._actions for o in a.option_strings] + ["--help", "--version"]
+    for word in argv:
+        if word == "--":
+            return
+        flag = word.split("=")[0]
+        if not flag.startswith("--") or any(o.startswith(flag) for o in options):
+            continue
+        hint = close_options(parser, argv, [flag])
+        if hint:
+            chosen.error(f"unrecognized arguments: {flag}{hint}")
+
+
+def close_options(parser: argparse.ArgumentParser, argv: list[str], unknown: list[str]) -> str:
+    """``; did you mean --seed?`` for options ``unknown`` that the command ``argv`` reaches
+    does not take (the closest of its own option strings, by ``difflib``), else nothing."""
+    options = [o for a in chosen_parser(parser, argv)._actions if a.help != argparse.SUPPRESS
+               for o in a.option_strings]
+    guesses = []
+    for word in unknown:
+        flag = word.split("=")[0]
+        close = difflib.get_close_matches(flag, options, n=1, cutoff=0.6) if flag.startswith("-") else []
+        if close:
+            guesses.append(f"{flag} → {close[0]}" if len(unknown) > 1 else close[0])
+    return f"; did you mean {', '.join(guesses)}?" if guesses else ""
+
+
+def group_commands(parser: argparse.ArgumentParser, commands, groups: tuple[tuple[str, tuple[str, ...]], ...]) -> None:
+    """List ``parser``'s subcommands by group in its help, the groups in order (the main
+    commands first), instead of argparse's one list in the order they were added.
+
+    Args:
+        parser: the parser whose ``--help`` lists the commands.
+        commands: its ``add_subparsers`` object, every command added.
+        groups: ``(title, command names)`` pairs naming every command exactly once.
+    """
+    helps = {a.dest: a.help for a in commands._choices_actions}
+    listed = [name for _, names in groups for name in names]
+    if sorted(listed) != sorted(helps):
+        raise ValueError(f"the groups name {sorted(listed)}, the commands are {sorted(helps)}")
+    width = max(len(name) for name in listed)
+    columns = max(60, shutil.get_terminal_size().columns - 2)
+    lines = ["commands (each with its own --help):"]
+    for title, names in groups:
+        lines.append(f"  {title}:")
+        for name in names:
+            lines += textwrap.wrap(helps[name], columns, initial_indent=f"    {name:<{width}}  ",
+                                   subsequent_indent=" " * (width + 6))
+    parser.description = (parser.description or "") + "\n\n" + "\n".join(lines)
+    commands._choices_actions.clear()  # the list above replaces argparse's (the commands still parse)
+    commands.help = "one of the commands above, then its options (sameloss COMMAND --help)"
 
 
 def examples(*commands: str) -> str:

@@ -236,6 +236,29 @@ def test_bare_plan_plans_the_main_job(monkeypatch, capsys):
     assert "plan: isoloss --scale quick on h100 (2 workers)" in captured.out
 
 
+def test_plan_names_a_missing_submitit_instead_of_forecasting_one_worker_silently(monkeypatch, capsys):
+    """Without submitit, ``reproduce`` runs the main job's seeds one after another, so ``plan``
+    forecasts one worker: it says so and why, and how to get the machine's workers (issue 62)."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "submitit" else real(name, *a))
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    assert main(["plan", "--scale", "smoke", "--cpu-peak", "50"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "plan: isoloss --scale smoke on cpu — nothing is run or written"
+    assert lines[1].startswith("note: submitit is not installed, so `sameloss reproduce` would run isoloss's seeds "
+                               "one after another and this forecast is for one worker")
+    assert lines[1].endswith("`sameloss plan --workers 4` forecasts that")
+    assert main(["plan", "--scale", "smoke", "--cpu-peak", "50", "--workers", "2"]) == 0
+    assert "submitit" not in capsys.readouterr().out  # a forecast for the workers asked for says nothing of it
+    monkeypatch.setattr(importlib.util, "find_spec", real)
+    from sameloss.experiments.reports.plan import missing_launcher_note
+
+    assert missing_launcher_note("isoloss", "cpu", 1) == ""  # installed: nothing to say (here, 1 means asked for)
+    assert missing_launcher_note("steps", "cpu", 1) == ""
+
+
 def test_a_launch_bound_gpu_step_is_said_with_what_would_fill_the_card():
     """On an H100 the tiny model's step takes the 8.7 ms floor: the stage's utilisation is what
     the floor leaves (far below the assumed 25 %), and the plan says how many models per launch

@@ -100,6 +100,22 @@ def test_a_band_shades_a_window_of_steps_and_is_saved(tmp_path):
         == [("band-x", "0", 2500.0, 3000.0)]
 
 
+def test_a_long_series_carries_a_few_markers_each_line_its_own(tmp_path):
+    """Issue 62: a fork's stretch evaluated every few steps drew a marker on every point, and
+    the lines' markers hid each other; a long line now carries about six, spread along it and
+    shifted per series (so coinciding lines still show each), and a series may be a plain line
+    (the base: no marker, its own width)."""
+    rows = [{"step": 1000 + 20 * i, "kl": 0.005 - 1e-6 * i} for i in range(40)]
+    series = {"base": [{"step": 500, "kl": 0.02}, {"step": 1000, "kl": 0.01}], "a": rows, "b": rows}
+    fig = series_plot(series, "step", [Panel("kl", "exact KL (nats)")], "curves",
+                      styles={"base": {"color": "0.15", "marker": "", "style": "-", "width": 1.8}})
+    lines = dict(zip(series, [line for line in fig.axes[0].get_lines() if line.get_gid() == "point"]))  # in order
+    marks = {name: lines[name].get_markevery() for name in ("a", "b")}
+    assert all(m is not None and 4 <= len(m) <= 6 for m in marks.values()) and marks["a"] != marks["b"]
+    assert lines["base"].get_marker() in ("", "None", None) and lines["base"].get_linewidth() == 1.8
+    assert lines["base"].get_linestyle() == "-"
+
+
 def test_a_series_drawn_in_some_panels_says_which():
     own = _steps_rows([0.3, 0.2])
     embedded = [{"step": r["step"], "trace_fisher": 10.0, "trace_fisher_se": 0.2} for r in own]

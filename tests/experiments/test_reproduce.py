@@ -272,7 +272,7 @@ def test_a_smoke_study_is_journal_ready_and_ends_with_its_answer(tmp_path, capsy
 
 
 def test_the_terminal_answer_is_the_verdict_table_or_no_verdict():
-    from sameloss.experiments.reports.document import Claim, Column, Section, Table, terminal_summary
+    from sameloss.experiments.reports.document import GLOSSARY_LINE, Claim, Column, Section, Table, terminal_summary
 
     lead = Section("Verdicts", lead=True)
     lead.tables.append(Table("Verdicts: primary accuracy", [Column("accuracy [95%]", "mean", ci=("lo", "hi"), fmt=".2f"),
@@ -282,7 +282,26 @@ def test_the_terminal_answer_is_the_verdict_table_or_no_verdict():
     text = terminal_summary([lead, Section("Runs")])
     assert text.splitlines()[:2] == ["== Verdicts ==", ""]
     assert "noreg @ late  0.13 [-0.01, 0.28]  detected" in text and "hidden" not in text
-    stopped = Section("Verdicts", lead=True, text=["**No verdict: no headroom** (2 of 3 seeds' bases failed)."])
-    assert terminal_summary([stopped]).endswith("No verdict: no headroom (2 of 3 seeds' bases failed).")
+    # the title names the columns shown, not those it leaves to report.md
+    assert text.splitlines()[2] == ("Verdicts (the columns shown here: accuracy [95%], verdict; report.md has every "
+                                    "column)")
+    assert text.endswith("\n\n" + GLOSSARY_LINE)  # the answer's words are defined in the glossary
+    stopped = Section("Verdicts", lead=True, text=["**No verdict: no headroom** (2 of 3 seeds' bases failed).",
+                                                   "Headroom per seed:"],
+                      tables=[Table("Headroom", [Column("x", "x")], [], key="seed")])
+    assert terminal_summary([stopped]).endswith("No verdict: no headroom (2 of 3 seeds' bases failed).\n\n"
+                                                "Headroom per seed:\n\n" + GLOSSARY_LINE)
     claims = Section("Algorithms", claims=[Claim("SAM is flatter (Table 2)", "−1.2 [−2, −0.4].", "agrees")])
     assert "Direction: agrees." in terminal_summary([claims])
+
+
+def test_a_report_prints_no_empty_table():
+    """A table without rows (a quick design with no size comparison: its size contrast) is left
+    out of report.md: a header and nothing under it is nothing to read."""
+    from sameloss.experiments.reports.document import Column, Section, Table
+
+    section = Section("Verdicts", tables=[Table("Size contrast", [Column("n", "n")], [], key="test"),
+                                          Table("Verdicts", [Column("n", "n")], [{"test": "adv @ late", "n": 4}],
+                                                key="test")])
+    text = section.markdown()
+    assert "Size contrast" not in text and "**Verdicts**" in text and "| adv @ late | 4 |" in text

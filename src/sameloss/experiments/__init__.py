@@ -13,8 +13,10 @@ attributes and optional hooks, declared once): ``steps`` (Fig. 2/4), ``sizes`` (
 3/5), ``algorithms`` (Tables 1–2), ``figure1`` (Fig. 1: all of them together, with rank
 correlations), ``isoloss`` (the decisive test: forks of one base run at matched KL, paired statistics with stated power),
 ``text`` (real text), ``theory`` (Lemma 3.2, Theorem 3.3), ``dyck`` (Theorem 5.1).
-Scales: ``smoke`` (seconds), ``tiny`` (a CPU in minutes), ``small`` and ``paper`` (GPU); a
-recipe's settings at one scale are its preset (``PRESETS[scale]``, typed: ``presets/common.py``).
+Scales: ``smoke`` (the pipeline only: seconds to minutes on a CPU, its numbers mean nothing),
+``tiny`` (the CPU scale: minutes to hours), ``small`` and ``paper`` (GPU); ``sameloss plan``
+forecasts each. A recipe's settings at one scale are its preset (``PRESETS[scale]``, typed:
+``presets/common.py``).
 
 Where things are, one sub-package a part: ``engine/`` (``orchestrate.py``: ``reproduce``,
 the job, its options, the shard and the dry run; ``recipe.py``: what a recipe is;

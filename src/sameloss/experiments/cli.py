@@ -21,10 +21,13 @@ def _epilog(*example_lines: str) -> str:
     lines = ["experiments:"]
     for name, what in experiments().items():
         lines.append(f"  {name:<11} {what}")
-    lines += ["", "scales: smoke (the pipeline in seconds), tiny (a 2-core CPU in minutes), small and paper (GPU); "
-              f"{MAIN_SCALE}: {DEFAULT_EXPERIMENT}'s only (its tiny design on 2 seeds, the main job); languages: "
-              f"{DEFAULT_EXPERIMENT}'s only (its primary comparisons on every registered language, pooled). Runtimes: each "
-              "recipe's docstring (src/sameloss/experiments/recipes/<experiment>.py).", "", examples(*example_lines)]
+    lines += ["", "scales: smoke (the pipeline only, its numbers mean nothing: seconds to minutes on a CPU), tiny (the "
+              "CPU scale: minutes to hours on 2 cores), small and paper (GPU: hours to days); "
+              f"{MAIN_SCALE}: {DEFAULT_EXPERIMENT}'s only (its tiny design cut to what the main job's budget decides: "
+              f"the main job); languages: {DEFAULT_EXPERIMENT}'s only (its primary comparisons on every registered "
+              "language, pooled). Runtimes: `sameloss plan EXPERIMENT --scale SCALE` forecasts them on this machine "
+              "before anything runs; those measured are in docs/results/isoloss.md, from the runs' records.", "",
+              examples(*example_lines)]
     return "\n".join(lines)
 
 
@@ -63,10 +66,11 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
                     "of the paper holds in this run), results.csv, figures and every run's folder, then print the "
                     "study's answer (isoloss: its verdict table). The main job is "
                     f"{DEFAULT_EXPERIMENT} --scale {MAIN_SCALE} on local workers, whether {DEFAULT_EXPERIMENT} is "
-                    "named or not (the powered iso-loss study, a design chosen for 25 minutes on 2 cores; its runtime per scale, measured or "
-                    "estimated, is in the recipe's docstring and docs/tour.md).",
+                    "named or not (the powered iso-loss study in a design chosen for 25 minutes on 2 cores; "
+                    "`sameloss plan` forecasts its runtime here, and docs/results/isoloss.md gives the runtimes "
+                    "measured, per scale).",
         epilog=_epilog("sameloss reproduce                      # the main job: isoloss --scale quick",
-                       "sameloss reproduce steps --scale smoke  # another experiment, its pipeline in seconds"))
+                       "sameloss reproduce steps --scale smoke  # another experiment, its pipeline only"))
     scales = _add_experiment_arguments(reproduce)
     # the old name of --scale, kept so that earlier commands still work
     reproduce.add_argument("--preset", dest="scale", choices=scales, action=deprecated("--scale"),

@@ -33,6 +33,7 @@ from tqdm import tqdm
 
 from sameloss.languages.base import Language
 from sameloss.measures.probe import DownstreamResult, ProbeSettings, probe_features
+from sameloss.measures._compat import PROBE, old_keywords
 from sameloss.measures.tasks import SPLITS, TaskData
 
 
@@ -61,6 +62,7 @@ def lookup_features(language: Language, tokens: torch.Tensor, batch_size: int = 
     return (out, nan_positions) if return_nan_count else out
 
 
+@old_keywords("settings", 2, ProbeSettings.of, PROBE, positional=("method", str, True))
 def lookup_table_probe(language: Language, data: TaskData, settings: ProbeSettings = ProbeSettings(),
                        device: str | torch.device = "cpu", progress: bool = False) -> DownstreamResult:
     """The look-up-table baseline: a linear probe (``probe.probe_features``) on the true

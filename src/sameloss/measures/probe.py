@@ -55,6 +55,7 @@ from tqdm import tqdm
 from sameloss.errors import UserError
 from sameloss.files import atomic_write_text
 from sameloss.measures.heads import METHODS, HeadTraining, fit_linear_heads
+from sameloss.measures._compat import PROBE, old_keywords
 from sameloss.measures.tasks import SPLITS, TaskData
 
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
@@ -294,6 +295,7 @@ def train_head(train: tuple[torch.Tensor, torch.Tensor], validation: tuple[torch
 
 
 # ---- the probe ----------------------------------------------------------------------------
+@old_keywords("settings", 2, ProbeSettings.of, PROBE, positional=("measure", str, False))
 def probe_features(features: dict[str, torch.Tensor], data: TaskData, settings: ProbeSettings = ProbeSettings(),
                    measure: str = "linear_probe", extra_settings: dict | None = None,
                    device: str | torch.device = "cpu", progress: bool = False) -> DownstreamResult:
@@ -342,6 +344,7 @@ def probe_features(features: dict[str, torch.Tensor], data: TaskData, settings: 
     return make_result(measure, data, per_seed, seeds, record)
 
 
+@old_keywords("settings", 2, ProbeSettings.of, PROBE, positional=("method", str, True))
 def linear_probe(model: torch.nn.Module, data: TaskData, settings: ProbeSettings = ProbeSettings(),
                  feature_batch_size: int = 512, pad_id: int | None = None, progress: bool = False) -> DownstreamResult:
     """Linear probe of a frozen ``model`` on a task: features of all positions concatenated

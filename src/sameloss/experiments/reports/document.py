@@ -26,6 +26,10 @@ from pathlib import Path
 from ...files import atomic_writer, write_output
 
 MISSING = "–"
+# where every word of a report and of the terminal's answer is defined (fork ids, late and scratch,
+# target KL, δ, MDE, TOST, the Holm families, ...): the docs' glossary, named by its path in the repository
+GLOSSARY = "docs/reference/glossary.md"
+GLOSSARY_LINE = f"The words (fork ids, late and scratch, target KL, δ, MDE, TOST, Holm families): {GLOSSARY}."
 
 
 @dataclass(frozen=True)
@@ -106,14 +110,19 @@ class Table:
     terminal: tuple[str, ...] = ()
 
     def plain(self) -> str:
-        """The table as aligned plain text: its title, the key and the ``terminal`` columns."""
+        """The table as aligned plain text: its title, the key and the ``terminal`` columns (a
+        title that lists columns is cut to its name when some are left out: it names those shown)."""
         columns = [c for c in self.columns if not self.terminal or c.header in self.terminal]
+        title = self.title
+        if len(columns) < len(self.columns):
+            title = (f"{self.title.split(':')[0]} (the columns shown here: {', '.join(c.header for c in columns)}; "
+                     "report.md has every column)")
         grid = [[self.key_header] + [c.header for c in columns]]
         grid += [[str(row[self.key])] + [c.cell(row) for c in columns] for row in self.rows]
         widths = [max(len(r[i]) for r in grid) for i in range(len(grid[0]))]
         lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in grid]
         lines.insert(1, "  ".join("-" * w for w in widths))
-        return "\n".join([_plain(self.title), *lines])
+        return "\n".join([_plain(title), *lines])
 
     def markdown(self) -> str:
         spec = ",".join(c.spec() for c in self.columns)
@@ -210,7 +219,7 @@ class Section:
         h = "#" * level
         parts = [f"{h} {self.title}"]
         parts += self.text
-        tables = [t.markdown() for t in self.tables]
+        tables = [t.markdown() for t in self.tables if t.rows]  # no empty table: nothing to read
         figures = []
         for figure in self.figures:
             if isinstance(figure, Figure):
@@ -247,14 +256,15 @@ def terminal_summary(sections: list[Section], runtime: str = "") -> str:
     parts = ["\n".join(_plain(x) for x in answer)] if answer else []
     for s in (s for s in sections if s.lead):
         parts.append(f"== {_plain(s.title)} ==")
-        parts += [t.plain() for t in s.tables] if s.tables else [_plain(x) for x in s.text]
+        tables = [t for t in s.tables if t.rows]
+        parts += [t.plain() for t in tables] if tables else [_plain(x) for x in s.text]
     if len(parts) <= (1 if answer else 0):
         for s in sections:
             for c in s.claims:
                 parts.append(_plain(f"- {c.paper}\n  this run: {c.measured} Direction: {c.verdict}."))
         if parts:
             parts.insert(1 if answer else 0, "== Claims of the paper, checked ==")
-    return "\n\n".join(parts)
+    return "\n\n".join(parts + [GLOSSARY_LINE] if parts else parts)
 
 
 def merge_rows(rows: list[dict], key: str = "model") -> list[dict]:
@@ -383,7 +393,7 @@ def report_header(doc: str, command: str, scale: str, study, wall: float) -> lis
         lines.append(f"What the paper reports: {expected}")
     lines.append("Every claim sentence below is computed from `results.csv` by the recipe; intervals are 95%. "
                  "\"Agrees\" means the interval excludes 0 on the paper's side, \"agrees in direction\" that only "
-                 "the point estimate does.")
+                 "the point estimate does. " + GLOSSARY_LINE)
     if scale == "smoke":
         lines.append("**Scale `smoke` checks the pipeline only: models of a few dozen steps, measures of a few "
                      "dozen samples. Its numbers mean nothing.**")

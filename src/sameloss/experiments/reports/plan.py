@@ -182,4 +182,27 @@ def plan_text(job, device: str, workers: int = 1, cpu_peak: float | None = None,
     notes = recipe.hook("plan_notes")  # what the recipe adds: isoloss's budget forecast, pooled MDEs
     extra, ceiling = ([], "") if notes is None else notes(recipe.preset(job.scale, languages, job.budget), device,
                                                           workers, cpu_peak)
-    return format_plan(e, runs, "\n\n".join(extra), ceiling)
+    missing = missing_launcher_note(job.experiment, device, workers)
+    return format_plan(e, runs, "\n\n".join(([missing] if missing else []) + extra), ceiling)
+
+
+def missing_launcher_note(experiment: str, device: str, workers: int) -> str:
+    """What a plan says when it forecasts one worker only because submitit, which runs the main
+    job's seeds on local workers, is not installed (``launch.main_job_options``): the
+    forecast would otherwise be read as the machine's."""
+    import importlib.util
+    import os
+
+    import torch
+
+    from ..engine.launch import default_workers
+    from ..engine.orchestrate import DEFAULT_EXPERIMENT
+
+    if experiment != DEFAULT_EXPERIMENT or device != "cpu" or workers != 1:
+        return ""
+    could = default_workers(torch.get_num_threads(), 0, os.cpu_count())
+    if could <= 1 or importlib.util.find_spec("submitit") is not None:
+        return ""
+    return (f"note: submitit is not installed, so `sameloss reproduce` would run {experiment}'s seeds one after "
+            f"another and this forecast is for one worker; with it (pip install submitit) they run on {could} local "
+            f"workers at once: `sameloss plan --workers {could}` forecasts that")

@@ -16,6 +16,7 @@ from ...languages.base import Language
 from ...models import gradnorms
 from ...models.label_gradients import fisher_label_values, ghost_linears
 from ...training.data import MaskedBatch, step_generator
+from .._compat import FISHER_CONTEXTS, old_keywords
 from .base import (STREAM_DRAWS, Blocks, CurvatureResult, SelectedParameters, block_table, grads_or_zeros,
                    map_in_chunks, measuring, parameter_blocks, resolve_engine, sample_contexts, select_parameters)
 from .estimators import _mean_and_stderr_table
@@ -230,6 +231,8 @@ class FisherContexts:
     hooks: bool = True
 
 
+@old_keywords("contexts", 2, FisherContexts, FISHER_CONTEXTS,
+              rename={"contexts": ("batch", lambda v: not isinstance(v, FisherContexts))})
 def trace_fisher(model: nn.Module, language: Language, contexts: FisherContexts = FisherContexts(), *,
                  n_labels: int | None = 50, repeats: int = 1, by_block: bool = False) -> CurvatureResult:
     """The paper's estimate of the trace of the Hessian (App. B.1), which is exactly the

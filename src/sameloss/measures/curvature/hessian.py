@@ -15,6 +15,7 @@ from torch import nn
 from ...errors import UserError
 from ...languages.base import Language
 from ...training.data import MaskedBatch, step_generator
+from .._compat import FIXED_BATCH, old_keywords
 from .base import (STREAM_DRAWS, CurvatureResult, batch_loss, block_table, grads_or_zeros, loss_batch, measuring,
                    parameter_blocks, select_parameters)
 from .estimators import (TRACE_ESTIMATORS, check_probes, lanczos_top_eigenvalue, mean_and_stderr,
@@ -57,6 +58,7 @@ class FixedBatch:
         return LossHessian(model, batch, params=self.params, engine=self.engine, micro_batch=self.micro_batch)
 
 
+@old_keywords("fixed", 2, FixedBatch, FIXED_BATCH)
 def trace_hutchinson(model: nn.Module, language: Language, fixed: FixedBatch = FixedBatch(), *,
                      n_probes: int = 100, distribution: str = "rademacher", probe_chunk: int = 8,
                      estimator: str = "hutchinson", by_block: bool = False) -> CurvatureResult:
@@ -107,6 +109,7 @@ def trace_hutchinson(model: nn.Module, language: Language, fixed: FixedBatch = F
                            time.perf_counter() - start, settings, extra)
 
 
+@old_keywords("fixed", 2, FixedBatch, FIXED_BATCH)
 def top_eigenvalue(model: nn.Module, language: Language, fixed: FixedBatch = FixedBatch(), *,
                    max_iter: int = 100, tol: float = 1e-6, basis_size: int = 20,
                    basis_device: str | None = None) -> CurvatureResult:

@@ -141,24 +141,27 @@ def _curves(records, section: Section, p: IsolossPreset, results: list[dict], se
         series.setdefault(labels.get(fork, fork), []).extend({"step": s, f"kl_{pt}": v} for s, v in sorted(kl.items()))
     for name in series:
         series[name].sort(key=lambda r: r["step"])
+    # the base first and plain: a solid dark line without markers, under the forks it starts
+    series = {**({"base": series.pop("base")} if "base" in series else {}), **series}
     probed = {}  # the measured checkpoints' KL range per fork point: where the targets lie
     for r in first["rows"]:
         probed.setdefault(r["point"], []).append(float(r["kl"]))
     curve_panels = []
     for k in sorted(p.fork_points, reverse=True):
         pt = p.point_name(k)
-        target = tuple(Ref(v, f"seed {seeds[0]}'s measured KL range: {what}", color="0.3", style=":")
-                       for v, what in ((min(probed[pt]), "lowest"), (max(probed[pt]), "highest"))) \
-            if pt in probed else ()
+        # both ends of the range in one legend entry: two entries drawn alike told nothing apart
+        target = tuple(Ref(v, f"seed {seeds[0]}'s measured KL range (its lowest and highest)", color="0.3",
+                           style=":") for v in (min(probed[pt]), max(probed[pt]))) if pt in probed else ()
         curve_panels.append(Panel(f"kl_{pt}", f"exact KL, fork point {pt} (nats)", log=True, refs=target))
-    fig = series_plot(series, "step", curve_panels, f"Seed {seeds[0]}: exact KL of the base and its forks")
+    fig = series_plot(series, "step", curve_panels, f"Seed {seeds[0]}: exact KL of the base and its forks",
+                      styles={"base": {"color": "0.15", "marker": "", "style": "-", "width": 1.8}})
     section.figures.append(records.figure(
         fig, stem + "curves",
         shows=f"Training curves of seed {seeds[0]}: the exact KL to the true conditionals (log axis; held-out set of "
               f"{p.eval_sentences} sentences) against step, for the base and every fork, one panel per fork point; "
-              "KL is evaluated only where it is read (the base's evaluations; each fork's stretch at "
-              f"{p.schedule.final_lr_factor:g} × lr, every {p.schedule.match_every} steps on this seed: a fork's "
-              "line is its stretch); "
+              "KL is evaluated only where it is read (the base, a solid dark line: its evaluations; each fork's "
+              f"stretch at {p.schedule.final_lr_factor:g} × lr, every {p.schedule.match_every} steps on this seed: "
+              "a fork's line is its stretch, a few of its points marked); "
               "dotted: the lowest and highest KL of the seed's measured checkpoints (every comparison's target "
               "lies between them)",
         sample=f"1 seed ({seeds[0]}) of {len(seeds)}: {len(first['curves'])} runs",

@@ -7,12 +7,13 @@ spread along it (runs whose lines coincide stay distinguishable)."""
 from __future__ import annotations
 
 from . import layout
-from .panel import Ref, _AxisSettings, _ends, _Panel, _Points
+from .panel import Ref, _AxisSettings, _ends, _Panel, _Points, marks_along
 from .quantities import _error, _finite, _value
 from .style import LINESTYLES, MARKERS, styled
 
 PANEL_HEIGHT = 2.0  # inches
 MARKS_PER_LINE = 6
+
 
 @styled
 def curves_plot(runs: dict[str, list[dict]], title: str, *, subsets: dict[str, int] | None = None,
@@ -52,7 +53,7 @@ def curves_plot(runs: dict[str, list[dict]], title: str, *, subsets: dict[str, i
             low, high = _ends(ys, [_error(r, key) for r in recs])
             pnl.add(_Points(name, xs, ys, [None] * len(xs), [None] * len(xs), low, high, f"C{i % 10}",
                             MARKERS[i % len(MARKERS)], line=True, size=_size(i), style=_dashes(i),
-                            markevery=_marks(len(xs), i, len(runs)), width=_width(i)))
+                            markevery=marks_along(len(xs), i, len(runs), MARKS_PER_LINE), width=_width(i)))
             drawn_in.setdefault(name, []).append(letter)
         pnl.span["x"] = [min(steps), max(steps)] if steps else []  # one step range in every panel
         if key == "train_loss":
@@ -66,7 +67,6 @@ def curves_plot(runs: dict[str, list[dict]], title: str, *, subsets: dict[str, i
                for i, name in enumerate(runs) if name in drawn_in]
     layout.finish(fig, [("run", entries), (None, layout.ref_entries(built)), ("error bars", layout.bar_entries(fig))])
     return fig
-
 
 
 def _optima(exact: dict[str, list[dict]]) -> list[tuple[float, str]]:
@@ -95,17 +95,6 @@ def _width(i: int) -> float:
 
 def _size(i: int) -> float:
     return max(2.8, 5.0 - 0.6 * i)
-
-
-def _marks(n: int, i: int, runs: int) -> list[int] | None:
-    """Which of a line's ``n`` points carry its marker: all of a short line, else about
-    ``MARKS_PER_LINE`` spread along it, each run's shifted so that coinciding lines show
-    every run's marker."""
-    if n <= MARKS_PER_LINE * 2:
-        return None
-    step = n / MARKS_PER_LINE
-    shift = step * i / max(1, runs)
-    return sorted({min(n - 1, int(shift + k * step)) for k in range(MARKS_PER_LINE)})
 
 
 __all__ = ["curves_plot"]

@@ -41,6 +41,17 @@ class _Points:
     dodge: list[float] = field(default_factory=list)  # points of horizontal offset per point (``finish``)
 
 
+def marks_along(n: int, index: int, count: int, per_line: int = 6) -> list[int] | None:
+    """Which of a line's ``n`` points carry its marker: all of a short line, else about
+    ``per_line`` spread along it, the ``index``-th of ``count`` lines' shifted so that lines
+    which coincide still show every line's marker (one marker a point hides the others)."""
+    if n <= per_line * 2:
+        return None
+    step = n / per_line
+    shift = step * index / max(1, count)
+    return sorted({min(n - 1, int(shift + k * step)) for k in range(per_line)})
+
+
 @dataclass(frozen=True)
 class Ref:
     """A reference line: ``axis`` "y" = horizontal at ``value`` (shown units), "x" = vertical."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from . import layout
-from .panel import Band, Ref, _AxisSettings, _ends, _Panel, _Points
+from .panel import Band, Ref, _AxisSettings, _ends, _Panel, _Points, marks_along
 from .quantities import _error, _value
 from .style import LINESTYLES, MARKERS, PALETTE, styled
 
@@ -45,9 +45,10 @@ class XAxis:
 
 
 def series_style(i: int, name: str, styles: dict[str, dict]) -> dict:
-    """The n-th series' colour, marker and dash pattern (``styles[name]`` overrides)."""
+    """The n-th series' colour, marker, dash pattern and line width (``styles[name]``
+    overrides; a ``marker`` of "" draws the line alone)."""
     return {"color": PALETTE[i % len(PALETTE)], "marker": MARKERS[i % len(MARKERS)], "filled": True,
-            "style": LINESTYLES[i % len(LINESTYLES)], **styles.get(name, {})}
+            "style": LINESTYLES[i % len(LINESTYLES)], "width": 1.0, **styles.get(name, {})}
 
 
 @styled
@@ -75,8 +76,11 @@ def series_plot(series: dict[str, list[dict]], x: str, panels: Sequence[Panel], 
             ys = [_value(r, panel.key) for r in rows]
             low, high = _ends(ys, [_error(r, panel.key) for r in rows])
             xs = [_value(r, x) for r in rows]
+            # a long line carries a few markers, spread and shifted per series: one on every point would
+            # hide the lines under it (a fork's stretch evaluated every few steps)
             pnl.add(_Points(name, xs, ys, [None] * len(xs), [None] * len(xs), low, high, style["color"],
-                            style["marker"], style["filled"], line=True, style=style["style"]))
+                            style["marker"], style["filled"], line=True, style=style["style"],
+                            markevery=marks_along(len(xs), i, len(series)), width=style["width"]))
             drawn_in.setdefault(name, []).append(letter)
         for r in (*panel.refs, *x_axis.refs):
             pnl.ref(r)
@@ -94,7 +98,7 @@ def series_plot(series: dict[str, list[dict]], x: str, panels: Sequence[Panel], 
         where = drawn_in[name]
         label = name if len(where) == len(panels) else f"{name} (panel {', '.join(w for w in where if w)})"
         entries.append((layout.entry_marker(style["color"], style["marker"], style["filled"], line=True,
-                                            style_=style["style"]), label))
+                                            style_=style["style"], width=style["width"]), label))
     layout.finish(fig, [(None, entries), (None, layout.ref_entries(built) + layout.band_entries(built)),
                         ("error bars", layout.bar_entries(fig))])
     return fig
