@@ -31,8 +31,9 @@ def test_rows_and_runs_are_found_by_their_tags(tmp_path):
     assert values == {"acc": 0.5, "seed": 99} and t == {"seed": 0, "role": "gate", "of": "trained"}
     assert [info for _, info in records.runs(role="base")] == ["info-r0", "info-r1"]
     assert [t["run"] for t, _ in records.runs(seed=0)] == ["r0", "r0-fork"]
-    # what the units were declared with, held, not inherited
-    assert (records.seed, records.workers, records.planning) == (7, 3, False)
+    # what the units were declared with: its ``setup``, held, not forwarded member by member
+    assert (records.setup.seed, records.setup.workers, records.setup.planning) == (7, 3, False)
+    assert not any(hasattr(records, name) for name in ("seed", "root", "workers", "planning", "log", "data"))
 
 
 def test_the_tidy_tables_carry_each_row_its_unit_and_tags(tmp_path):

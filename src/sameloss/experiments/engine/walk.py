@@ -310,10 +310,11 @@ class Setup:
 
 
 class Records:
-    """What the report reads (module docstring): every unit's record, the study's figures
-    and log. It trains and measures nothing. It holds the ``Setup`` the units were declared
-    with (``setup``: the seed, folder, workers and prepared data a report may read again)
-    and answers queries over the tidy tables (``rows``, ``runs``, ``cost_rows``)."""
+    """What the report reads (module docstring): every unit's record and the study's
+    figures. It trains and measures nothing. ``setup`` is the ``Setup`` the units were
+    declared with (the seed, folder, workers and prepared data a report may read again:
+    ``records.setup.seed``); the queries run over the tidy tables (``rows``, ``runs``,
+    ``cost_rows``)."""
 
     def __init__(self, setup: Setup, study, records: dict[str, UnitRecord]):
         self.setup, self.study, self.units = setup, study, records
@@ -322,29 +323,6 @@ class Records:
         for r in records.values():
             self._runs.update({(r.study, k): v for k, v in r.runs.items()})
             self._gates.update({(r.study, k): v for k, v in r.gates.items()})
-
-    # what the units were declared with (``Setup``)
-    @property
-    def seed(self) -> int:
-        return self.setup.seed
-
-    @property
-    def root(self) -> Path:
-        return self.setup.root
-
-    @property
-    def workers(self) -> int:
-        return self.setup.workers
-
-    @property
-    def planning(self) -> bool:
-        return self.setup.planning
-
-    def log(self, message: str) -> None:
-        self.setup.log(message)
-
-    def data(self, name: str, make: Callable, planned: Callable | None = None, *args):
-        return self.setup.data(name, make, planned, *args)
 
     # the records, by name
     def unit(self, name: str) -> UnitRecord:
