@@ -1,4 +1,4 @@
-"""Launchers (``experiments/launch.py``): the same results in this process, in local worker
+"""Launchers (``experiments/engine/launch.py``): the same results in this process, in local worker
 processes and through the Slurm path (submitit's DebugExecutor); a GPU per worker (on a
 mocked device count); the threads policy in every worker; the Slurm submission built from
 the flags (the sbatch text submitit writes, sent to a stand-in ``sbatch``); a preempted unit
@@ -24,7 +24,9 @@ import torch
 from sameloss.cli import main
 from sameloss.errors import UserError
 from sameloss.experiments import reproduce
-from sameloss.experiments.engine.core import RunSpec, Study, StudySettings, execute_unit
+from sameloss.experiments.engine.core import Study, StudySettings
+from sameloss.experiments.engine.dispatch import execute_job
+from sameloss.experiments.engine.runspec import RunSpec
 from sameloss.experiments.engine.declare import run_unit
 from sameloss.experiments.engine.dispatch import run_units
 from sameloss.experiments.engine.launch import (LaunchOptions, Local, Slurm, WorkerJob, default_workers,
@@ -512,8 +514,8 @@ def test_a_preempted_unit_is_resubmitted_and_resumes_bit_identically(tmp_path):
 
     def job(root: Path) -> WorkerJob:
         unit = run_unit(spec, mspec)
-        return WorkerJob(functools.partial(execute_unit, unit, root, StudySettings(progress=False, device="cpu")), threads=1,
-                         name=unit.name)
+        return WorkerJob(functools.partial(execute_job, [unit], root, StudySettings(progress=False, device="cpu")),
+                         threads=1, name=unit.name)
 
     whole = job(tmp_path / "whole")()
     # the preempted task was killed after step 5's checkpoint (as a kill would leave it)...
@@ -522,8 +524,8 @@ def test_a_preempted_unit_is_resubmitted_and_resumes_bit_identically(tmp_path):
     delayed = job(tmp_path / "preempted").checkpoint()
     assert isinstance(delayed.function, WorkerJob) and delayed.args == ()
     again = delayed.result()
-    assert again.error is None and again.value.runs["r"].status == "resumed"
-    assert whole.value.runs["r"].status == "trained"
+    assert again.error is None and again.value[0].runs["r"].status == "resumed"
+    assert whole.value[0].runs["r"].status == "trained"
     a = load_checkpoint(complete_checkpoints(tmp_path / "whole" / "runs" / "r")[-1]).model.state_dict()
     b = load_checkpoint(complete_checkpoints(tmp_path / "preempted" / "runs" / "r")[-1]).model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)

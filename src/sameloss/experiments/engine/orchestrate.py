@@ -192,7 +192,7 @@ def _whole(job: Job, p: Any, root: Path, opts: Options) -> Path:
     launcher = _launcher(job.experiment, root, opts.launch)  # a launcher that cannot run: one line, before any file
     recipe, workers = job.recipe, workers_of(launcher)
     # the Study holds the experiment folder's lock for the whole call (files.folder_lock);
-    # its units hold their own folders' locks (core.execute_unit)
+    # its units hold their own folders' locks (dispatch.execute)
     with _study(p, root, job, opts, launcher) as study:
         study.log(f"reproduce {job.experiment} --scale {job.scale} (seed {job.seed}) in {root}")
         if job.budget is not None and recipe.hook("forecast") is not None:  # before anything trains
