@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sameloss.errors import UserError
-from sameloss.experiments import reproduce
+from sameloss.experiments import Job, Options, reproduce
 from sameloss.experiments.engine.declare import Checkpoint, Measure, Run, Unit
 from sameloss.experiments.engine.dispatch import chunks, unit_outcomes
 from sameloss.experiments.engine.ensembles import parse_ensemble
@@ -98,12 +98,12 @@ def _records(run: Path) -> list[dict]:
 def test_a_recipe_with_ensembles_gives_the_same_results(tmp_path, capsys):
     from sameloss.experiments.engine.launch import LaunchOptions
 
-    reproduce("algorithms", "smoke", out=tmp_path / "one", progress=False)
-    reproduce("algorithms", "smoke", out=tmp_path / "ens", progress=False, ensemble=8)
+    reproduce(Job("algorithms", "smoke", out=tmp_path / "one"), Options(progress=False))
+    reproduce(Job("algorithms", "smoke", out=tmp_path / "ens"), Options(progress=False, ensemble=8))
     assert "ensemble of 2 runs (loop)" in capsys.readouterr().out
     # two local workers, each walking its share of the units together
-    reproduce("algorithms", "smoke", out=tmp_path / "local", progress=False, ensemble=8,
-              launch=LaunchOptions("local", 2))
+    reproduce(Job("algorithms", "smoke", out=tmp_path / "local"),
+              Options(progress=False, ensemble=8, launch=LaunchOptions("local", 2)))
     assert "units together: done" in capsys.readouterr().out
     one = tmp_path / "one" / "algorithms-smoke"
     runs = sorted(p.name for p in (one / "runs").iterdir())
