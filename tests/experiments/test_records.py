@@ -69,7 +69,7 @@ def test_an_optional_measure_not_made_is_found_by_its_tags_with_why(tmp_path):
 def test_a_runs_measures_are_tagged_with_their_step_and_the_last_checkpoints_with_none_of_its_own():
     # a tag wins over a value of its name (Records.rows): a "step" tag of None on the measure of
     # a run's last checkpoint would hide the step its row measured, in rows() and measured.csv
-    from sameloss.experiments.engine.core import RunSpec
+    from sameloss.experiments.engine.runspec import RunSpec
     from sameloss.experiments.engine.declare import measured
 
     mspec = MeasureSpec(loss=True)

@@ -62,8 +62,7 @@ from . import layout
 from ...training.checkpoint import checkpoint_dir
 from ...training.config import PretrainConfig
 from .declare import Embedded, Unit
-from .runspec import RunInfo, RunSpec, Setting  # noqa: F401 (recipes import them from here)
-from .runspec import _fingerprint, spec_fingerprint  # noqa: F401 (one home: runspec.py)
+from .runspec import RunInfo, RunSpec, _fingerprint, spec_fingerprint
 from ...training import runfolder
 from ...training.loop import pretrain
 from ...training.runio import read_metrics, read_summary
@@ -71,14 +70,6 @@ from ...training.tracking import check_tracker, log_measured, mirror_run
 
 MEASUREMENTS = experiment_folder.MEASUREMENTS
 FRESH_HINT = "pass --fresh to redo the experiment"  # how a refused run folder is redone (``runfolder.plan``)
-
-
-def recipe(name: str):
-    """The module of recipe ``name`` (``sameloss.registry``): how one recipe composes others
-    (``figure1``) without importing them."""
-    from ... import registry
-
-    return registry.recipe(name)
 
 
 @dataclass

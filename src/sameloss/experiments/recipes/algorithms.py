@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from ..reports.claims import POINTS, difference_claim, fmt
 from ..presets.common import (COMMON, LanguagePart, Preset, base_settings, languages_of, measured_columns,
     measured_runs, reference_run, run_name)
-from ..engine.core import RunSpec
+from ..engine.runspec import RunSpec
 from ..engine.declare import Measure, Reference, run_unit, tags
 from ..reports.plots import TRACE_FISHER, Panel, dots_plot, error_labels, majority_ref
 from ..reports.document import Column, Section, Table

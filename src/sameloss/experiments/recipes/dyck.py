@@ -56,7 +56,7 @@ from ...measures.fewshot import CountRegression, View
 from ...measures.run import MeasureSpec
 from ..reports.claims import fmt, trend_claim
 from ..presets.common import COMMON, MeasuredRun, Preset, Shape, base_settings, measure_spec, measured_runs, run_name
-from ..engine.core import RunSpec, Setting
+from ..engine.runspec import RunSpec, Setting
 from ..engine.declare import run_unit
 from ..reports.plots import TRACE_FISHER, XY, Encoding, Ref, error_labels, scatter_plot
 from ..reports.document import Claim, Column, Section, Table

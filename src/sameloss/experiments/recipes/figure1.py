@@ -46,7 +46,8 @@ import numpy as np
 
 from ..reports.claims import fmt
 from ..presets.common import COMMON, Preset, measure_spec, quantity_column
-from ..engine.core import RunSpec, recipe
+from ... import registry
+from ..engine.runspec import RunSpec
 from ..reports.plots import TRACE_FISHER, XY, Encoding, Ref, error_labels, majority_ref, scatter_plot
 from ..reports.document import Claim, Column, Section, Table, merge_rows
 from ..stats.inference import Interval, bootstrap_ci, kendall_tau, spearman_rho, verdict
@@ -72,15 +73,15 @@ class Figure1Preset(Preset):
 
     def parts(self) -> list[tuple[object, Preset]]:
         """Each part's recipe (through the core's registry) and preset."""
-        return [(recipe(name), getattr(self, name)) for name in PARTS]
+        return [(registry.recipe(name), getattr(self, name)) for name in PARTS]
 
 
 PRESETS: dict[str, Figure1Preset] = {
     scale: Figure1Preset(**COMMON[scale].common(), use=("pcfg",), task="B", n_boot=2000,
-                         steps=recipe("steps").PRESETS[scale],
+                         steps=registry.recipe("steps").PRESETS[scale],
                          # Figure 1 is the transformers': the LSTM family stays in `sizes`
-                         sizes=dataclasses.replace(recipe("sizes").PRESETS[scale], lstms=(), lstm_use=()),
-                         algorithms=recipe("algorithms").PRESETS[scale])
+                         sizes=dataclasses.replace(registry.recipe("sizes").PRESETS[scale], lstms=(), lstm_use=()),
+                         algorithms=registry.recipe("algorithms").PRESETS[scale])
     for scale in COMMON
 }
 

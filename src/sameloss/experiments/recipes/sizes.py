@@ -63,7 +63,7 @@ from ..reports.claims import POINTS, difference_claim, fmt
 from ..presets.causal import CAUSAL
 from ..presets.common import (COMMON, LanguagePart, MeasuredRun, Preset, Shape, base_settings, language_parts,
     measured_columns, measured_runs, quantity_column, reference_run, run_name)
-from ..engine.core import RunSpec
+from ..engine.runspec import RunSpec
 from ..engine.declare import Checkpoint, Embedded, Measure, run_unit, tags
 from ..reports.plots import TRACE_FISHER, Panel, Ref, XAxis, error_labels, majority_ref, series_plot
 from ..reports.document import Column, Section, Table

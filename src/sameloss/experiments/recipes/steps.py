@@ -59,7 +59,7 @@ from ..reports.claims import POINTS, difference_claim, trend_claim
 from ..presets.causal import CAUSAL
 from ..presets.common import (COMMON, LanguagePart, Preset, base_settings, language_parts, measured_columns,
     measured_runs, reference_run, run_name)
-from ..engine.core import RunSpec
+from ..engine.runspec import RunSpec
 from ..engine.declare import run_unit
 from ..engine.walk import metrics
 from ..reports.plots import TRACE_FISHER, Panel, Ref, XAxis, curves_plot, error_labels, majority_ref, series_plot

@@ -50,7 +50,7 @@ from ...measures.glue import glue_label
 from ...measures.run import MeasureSpec
 from ..reports.claims import POINTS, difference_claim, fmt
 from ..presets.common import Shape, measured_runs, quantity_column
-from ..engine.core import RunSpec
+from ..engine.runspec import RunSpec
 from ..engine.declare import run_unit
 from ..reports.plots import TRACE_FISHER, Panel, dots_plot, error_labels, majority_ref
 from ..reports.document import Column, Section, Table

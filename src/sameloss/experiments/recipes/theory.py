@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from ...measures.run import MeasureSpec
 from ..reports.claims import difference_claim, fmt, trend_claim, zero_claim
 from ..presets.common import COMMON, Preset, Shape, base_settings, measured_runs, run_name
-from ..engine.core import RunSpec
+from ..engine.runspec import RunSpec
 from ..engine.declare import Checkpoint, Measure, Unit, measured_run, tags
 from ..engine.layout import run_folder
 from ..reports.plots import TRACE_FISHER, Panel, XAxis, error_labels, series_plot

@@ -11,7 +11,7 @@ import dataclasses
 from ....measures.run import MeasureSpec
 from ....models.sizes import TRANSFORMER_SIZES
 from ...presets.common import base_settings, measure_spec
-from ...engine.core import RunSpec, Setting
+from ...engine.runspec import RunSpec, Setting
 from ...engine.declare import (Checkpoint, CostPart, Embedded, Gate, Later, Measure, Reference, Run, cost_rows,
     seed_unit, tags)
 from ...engine import layout
