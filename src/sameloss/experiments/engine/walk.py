@@ -289,11 +289,11 @@ def keep_first_cost(root: Path, record: UnitRecord, log: Callable[[str], None]) 
     path = Path(root) / COST_FILE
     try:
         saved = json.loads(path.read_text())
-        cpu = cost_parts(saved["rows"] if "rows" in saved else saved["parts"])  # "parts": 2026-11's key
+        cpu = cost_parts(saved["rows"])
         return dataclasses.replace(record, cpu=cpu, cpu_seconds=float(saved["cpu_seconds"]))
     except FileNotFoundError:
         pass
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError):
         log(f"note: {path} is unreadable; this call's CPU is kept instead")
     with storage_errors(path):
         atomic_write_json(path, {"rows": cost_rows(record.cpu), "cpu_seconds": record.cpu_seconds}, indent=1)

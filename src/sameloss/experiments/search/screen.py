@@ -517,8 +517,8 @@ class Costs:
         self.path = Path(root) / COSTS_FILE
         try:
             saved = json.loads(self.path.read_text(encoding="utf-8")) if self.path.is_file() else []
-            self.seen = {(r["stage"], r["spec"], str(r["detail"])): float(r["cpu_s"]) for r in _cost_rows(saved)}
-        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
+            self.seen = {(r["stage"], r["spec"], str(r["detail"])): float(r["cpu_s"]) for r in saved}
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):  # unreadable: this call's costs
             self.seen = {}
 
     def __call__(self, stage: str, spec: str, detail, row: dict) -> dict:
@@ -534,13 +534,6 @@ class Costs:
                 record_output(self.path)
                 files.atomic_write_json(self.path, rows, indent=1)
         return {**row, "cpu_s": self.seen[key]}
-
-
-def _cost_rows(saved) -> list[dict]:
-    """``costs.json``'s rows; also 2026-11's layout, ``{"stage|spec|detail": seconds}``."""
-    if isinstance(saved, list):
-        return saved
-    return [dict(zip(("stage", "spec", "detail"), key.split("|", 2)), cpu_s=v) for key, v in saved.items()]
 
 
 __all__ = ["Draws", "Range", "SearchDesign", "SearchOutput", "draws", "parse_settings", "run_search"]
