@@ -295,8 +295,9 @@ def add_plan_parser(commands) -> argparse.ArgumentParser:
                     "(training, exact-KL evaluation, trace, probes) from the hardware's peak FLOP/s and a stated "
                     "utilisation per stage, and the peak memory per measure; --runs adds one row per run. cpu: this "
                     "machine's float32 matmul peak per worker, measured when the command runs; h100 / a100: NVIDIA's published "
-                    "peaks, with the least time a training step takes there (src/sameloss/experiments/plan.py and "
-                    "hardware.py say what is counted and where each number comes from). The defaults plan the main job as "
+                    "peaks, with the least time a training step takes there (src/sameloss/experiments/engine/plan.py "
+                    "says what is counted, engine/calibration.toml where each number comes from). The defaults plan "
+                    "the main job as "
                     "`sameloss reproduce` runs it here.",
         epilog=_epilog("sameloss plan                                  # the main job, on this machine's workers",
                        "sameloss plan isoloss --scale tiny --hardware h100 --workers 8"))
