@@ -336,36 +336,32 @@ def run_search(draw: Draws, design: SearchDesign = SearchDesign(), output: Searc
     ``"gate"`` rows), the specs that pass and the text printed."""
     from ..recipes.isoloss import DEFAULT_TASKS, PRESETS
 
-    family, texts, task, size, n, seed = draw.family, list(draw.texts), draw.task, draw.size, draw.n, draw.seed
-    out, progress, device, log = output.out, output.progress, output.device, output.log
-    register, command, registered = output.register, output.command, output.registered
-
     if design.scale not in PRESETS:
         raise UserError(f"--scale {design.scale!r}: isoloss has no such scale; choose from {', '.join(PRESETS)}")
-    settings = parse_settings(family, texts)
-    task = task or DEFAULT_TASKS.get(family)
+    settings = parse_settings(draw.family, list(draw.texts))
+    task = draw.task or DEFAULT_TASKS.get(draw.family)
     if task is None:
-        raise UserError(f"language search: say which task to probe (--task: one of {family}'s tasks with a span "
-                        "and a posterior)")
+        raise UserError(f"language search: say which task to probe (--task: one of {draw.family}'s tasks with a "
+                        "span and a posterior)")
     from ... import registry
 
-    if size not in registry.languages()[family].sizes:
-        raise UserError(f"--size {size!r}: {family} has no such size; its sizes: "
-                        f"{', '.join(registry.languages()[family].sizes)}")
+    if draw.size not in registry.languages()[draw.family].sizes:
+        raise UserError(f"--size {draw.size!r}: {draw.family} has no such size; its sizes: "
+                        f"{', '.join(registry.languages()[draw.family].sizes)}")
     if design.gate_seeds and design.screen_only:
         raise UserError("--gate-seeds trains bases: it cannot go with --screen-only")
-    if register is not None:
-        _check_register(register, family, design)
-    candidates = draws(family, size, task, settings, n, seed)
+    if output.register is not None:
+        _check_register(output.register, draw.family, design)
+    candidates = draws(draw.family, draw.size, task, settings, draw.n, draw.seed)
     refused = {c.spec: why for c in candidates if (why := build(c)) is not None}
     if len(refused) == len(candidates):
         first = next(iter(refused.values()))
         raise UserError(f"language search: none of the {len(candidates)} draws can be studied; the first: {first}")
-    log(f"language search: {family} ({size}) task {task}, {len(candidates)} distinct draws of "
-        f"{' '.join(s.text for s in settings) or 'the size'} (seed {seed}), {len(refused)} refused; "
-        f"isoloss scale {design.scale}")
+    output.log(f"language search: {draw.family} ({draw.size}) task {task}, {len(candidates)} distinct draws of "
+               f"{' '.join(s.text for s in settings) or 'the size'} (seed {draw.seed}), {len(refused)} refused; "
+               f"isoloss scale {design.scale}")
     result = {"screen": [], "train": [], "gate": [], "passed": []}
-    with _open(Path(out), design, progress, device, log) as study:
+    with _open(Path(output.out), design, output.progress, output.device, output.log) as study:
         cost = Costs(study.root)
         t0 = time.perf_counter()
         for i, c in enumerate(candidates):
@@ -374,20 +370,22 @@ def run_search(draw: Draws, design: SearchDesign = SearchDesign(), output: Searc
                 continue
             row = cost("screen", c.spec, f"{design.screen_subsets}x{design.screen_test}", screen(study, c, design))
             result["screen"].append({"spec": c.spec, **row, "promising": row["gap"] >= design.min_gap})
-            log(f"screened {i + 1}/{len(candidates)} ({time.perf_counter() - t0:.0f} s): {c.spec}: "
-                f"look-up {row['lookup']:.1f}, random-init {row['random_init']:.1f}, oracle {row['oracle']:.1f}, "
-                f"gap {row['gap']:.1f}")
+            output.log(f"screened {i + 1}/{len(candidates)} ({time.perf_counter() - t0:.0f} s): {c.spec}: "
+                       f"look-up {row['lookup']:.1f}, random-init {row['random_init']:.1f}, oracle "
+                       f"{row['oracle']:.1f}, gap {row['gap']:.1f}")
         # in drawing order, not largest gap first: the largest gaps come with the hardest languages,
         # whose trained probe stays at the look-up table's level (module docstring)
         promising = [r for r in result["screen"] if r.get("promising")]
         shortlist = [] if design.screen_only else [next(c for c in candidates if c.spec == r["spec"])
                                                    for r in promising[:design.train_top]]
         for i, c in enumerate(shortlist):
-            log(f"training {i + 1}/{len(shortlist)}: {c.spec} (seed 0: the study's base and its adamw fork)")
+            output.log(f"training {i + 1}/{len(shortlist)}: {c.spec} (seed 0: the study's base and its adamw "
+                       "fork)")
             row = cost("train", c.spec, 0, gate(study, c, design, 0, fork=True))
             result["train"].append({"spec": c.spec, **row})
-            log(f"  seed 0: trained {row['trained']:.1f} (look-up {row['lookup']:.1f}, random-init "
-                f"{row['random_init']:.1f}, oracle {row['oracle']:.1f}): gate {'passed' if row['ok'] else 'FAILED'}")
+            output.log(f"  seed 0: trained {row['trained']:.1f} (look-up {row['lookup']:.1f}, random-init "
+                       f"{row['random_init']:.1f}, oracle {row['oracle']:.1f}): gate "
+                       f"{'passed' if row['ok'] else 'FAILED'}")
         winners = [c for c, r in zip(shortlist, result["train"]) if r["ok"]]
         if design.gate_seeds > 1:
             for c, first in zip(winners, [r for r in result["train"] if r["ok"]]):
@@ -398,18 +396,20 @@ def run_search(draw: Draws, design: SearchDesign = SearchDesign(), output: Searc
                         break
                     row = cost("gate", c.spec, s, gate(study, c, design, s))
                     rows.append({"spec": c.spec, **row})
-                    log(f"  {c.spec} seed {s}: trained {row['trained']:.1f}, margins {row['above_lookup']:+.1f} / "
-                        f"{row['above_random_init']:+.1f} / {row['below_oracle']:+.1f}: "
-                        f"{'passed' if row['ok'] else 'FAILED'} ({sum(r['ok'] for r in rows)} of {len(rows)})")
+                    output.log(f"  {c.spec} seed {s}: trained {row['trained']:.1f}, margins "
+                               f"{row['above_lookup']:+.1f} / {row['above_random_init']:+.1f} / "
+                               f"{row['below_oracle']:+.1f}: {'passed' if row['ok'] else 'FAILED'} "
+                               f"({sum(r['ok'] for r in rows)} of {len(rows)})")
                 result["gate"] += rows
                 if len(rows) == design.gate_seeds and sum(r["ok"] for r in rows) >= design.gate_pass * len(rows) - 1e-9:
                     result["passed"].append(c.spec)
         else:
             result["passed"] = [c.spec for c in winners]
-        result["text"] = tables(result, family, task, design)
+        result["text"] = tables(result, draw.family, task, design)
         write_files(study, result)
-    if register is not None:
-        result["registered"] = _register(result, register, command, design, registered, log)
+    if output.register is not None:
+        result["registered"] = _register(result, output.register, output.command, design, output.registered,
+                                         output.log)
     return result
 
 
