@@ -1,15 +1,13 @@
-"""Benchmark: the peak device memory of every curvature measure at the paper's sizes,
-before and after issue 26, from ``measures.curvature.memory.peak_bytes`` (the measures'
-own code on the meta device), and a check of that estimate against a real run's memory.
+"""Benchmark: the peak device memory of every curvature measure at the paper's sizes, from
+``measures.curvature.memory.peak_bytes`` (the measures' own code on the meta device), and a
+check of that estimate against a real run's memory.
 
 1. Table. Each measure at ``--sizes`` (Table 3 transformers with the paper's PCFG
    vocabulary, 203 tokens, and 32 positions), at ``sameloss measure``'s defaults (Hessian
    measures: 1024 sentences, 8 probes per product chunk; Lanczos: 100 products; Fisher:
    blocks of 256 contexts, 50 labels, per-sample gradients in 128 MB chunks):
-   ``before`` = the code before issue 26 (differs for the top eigenvalue only: it kept
-   the whole float64 basis and re-stacked it every product), ``after`` = now, and
-   ``after, micro_batch=64`` = the Hessian measures holding the graph of 64 sentences at
-   a time (``measure --micro-batch 64``). Per-block traces (``--trace-by block``) need
+   ``defaults``, and ``micro_batch=64`` = the Hessian measures holding the graph of 64
+   sentences at a time (``measure --micro-batch 64``). Per-block traces (``--trace-by block``) need
    the same memory as the total (per-block sums of a few numbers per probe).
 2. Check. ``trace_hutchinson`` run for real on the CPU at ``--check-size`` with
    ``--check-sentences`` sentences in a fresh process: the growth of its peak resident

@@ -57,7 +57,7 @@ from sameloss.measures import fewshot
 from sameloss.measures.builtin.fewshot import fewshot_data
 from sameloss.measures.builtin.rescaling import weight_norms
 from sameloss.measures.curvature import FisherContexts, adaptive_trace, trace_fisher
-from sameloss.measures.curvature.base import composite_layer_norms, measuring
+from sameloss.models.derivatives import composite_layer_norms, measuring
 from sameloss.measures.heads import HeadTraining, fit_linear_heads
 from sameloss.measures.representations import model_representation
 from sameloss.models import gradnorms

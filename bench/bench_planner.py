@@ -102,14 +102,14 @@ def main() -> None:
     print(f"load before: {os.getloadavg()[0]:.1f}; cpu float32 matmul peak {peak / 1e9:.1f} GFLOP/s (1 thread)",
           flush=True)
 
-    from sameloss.experiments import reproduce
+    from sameloss.experiments import Job, Options, reproduce
 
     clock = StageClock()
     tmp = tempfile.mkdtemp(prefix="bench-planner-")
     start_cpu, start_wall = time.process_time(), time.perf_counter()
     try:
         with patched(clock):
-            reproduce(args.experiment, args.scale, out=tmp, progress=False)
+            reproduce(Job(args.experiment, args.scale, out=tmp), Options(progress=False))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     total_cpu, wall = time.process_time() - start_cpu, time.perf_counter() - start_wall

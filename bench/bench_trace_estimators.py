@@ -29,7 +29,7 @@ import torch
 
 from sameloss import config as configlib
 from sameloss.measures.curvature import LossHessian, MatrixOperator, hutchinson_trace, hutchpp_trace, loss_batch
-from sameloss.measures.curvature.base import measuring
+from sameloss.models.derivatives import measuring
 from sameloss.training import PretrainConfig, load_checkpoint, pretrain
 from sameloss.training.checkpoint import complete_checkpoints
 

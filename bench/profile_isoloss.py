@@ -63,7 +63,8 @@ def main() -> None:
     parser.add_argument("--probe-test", type=int, default=None)
     args = parser.parse_args()
     configure_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    from sameloss.experiments.engine.core import StudySettings, execute_unit
+    from sameloss.experiments.engine.core import StudySettings
+    from sameloss.experiments.engine.dispatch import execute
     from sameloss.experiments.engine.declare import seed_unit
     from sameloss.experiments.engine.walk import Records, Setup
     from sameloss.experiments.recipes import isoloss
@@ -90,7 +91,9 @@ def main() -> None:
     try:
         with patched(clock):
             unit = seed_unit(args.seed, isoloss.seed_study(p, args.seed), p.tag)
-            done = execute_unit(unit, Path(tmp), StudySettings(progress=False, device="cpu"))
+            (done,) = execute([unit], Path(tmp), StudySettings(progress=False, device="cpu"))
+            if isinstance(done, Exception):  # the UserError that stopped the unit
+                raise done
             records = Records(Setup(Path(tmp), 0, lambda m: None), None, {unit.name: done.value})
             out = isoloss.seed_result(records, p, args.seed)
             counts = dict(done.counts)

@@ -45,7 +45,7 @@ PRESETS = {"smoke": ToyPreset(steps=4)}
 
 
 def runs(p, language, seed):
-    from sameloss.experiments.engine.core import RunSpec
+    from sameloss.experiments.engine.runspec import RunSpec
 
     return [RunSpec(f"{language}-run", (("language.name", language), ("language.size", "small"), ("steps", p.steps),
                                         ("batch_size", 8), ("eval.n_sentences", 16), ("model.size", "micro"),

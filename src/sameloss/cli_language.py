@@ -1,5 +1,5 @@
 """``sameloss language``: ``describe`` (a language, or a registered one with its gate) and
-``search`` (draws screened, trained and gated: ``experiments/search.py``)."""
+``search`` (draws screened, trained and gated: ``experiments/search/screen.py``)."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def add_language_parser(commands) -> None:
 
 
 def add_search_parser(language_commands) -> None:
-    """``sameloss language search`` (``experiments/search.py``)."""
+    """``sameloss language search`` (``experiments/search/screen.py``)."""
     from .registry import languages
 
     families = [n for n, e in languages().items() if "params" in e.settings and "seed" in e.settings]

@@ -13,7 +13,7 @@ import pytest
 
 from sameloss.cli import main
 from sameloss.errors import UserError
-from sameloss.experiments import reproduce
+from sameloss.experiments import Job, Options, reproduce
 from sameloss.experiments.stats.allocation import afford, allocate, needed_seeds, pooled_forecast
 from sameloss.experiments.recipes import isoloss
 from sameloss.experiments.stats.pooling import pooled_mde
@@ -98,7 +98,7 @@ def test_an_adaptive_study_runs_its_pilot_then_only_the_forks_still_short(tmp_pa
     monkeypatch.setattr(files, "atomic_write_json", lambda path, *a, **k: (
         written.append(path.name) if str(path).endswith("allocation.json") else None, real_write(path, *a, **k))[1])
     # a shard asking for a later seed runs the pilot first (the plan needs it)
-    assert reproduce("isoloss", "smoke", out=tmp_path, progress=False, seeds=[2]).name == "isoloss-smoke"
+    assert reproduce(Job("isoloss", "smoke", out=tmp_path), Options(progress=False, seeds=[2])).name == "isoloss-smoke"
     assert written == ["allocation.json"]
     root = tmp_path / "isoloss-smoke"
     for seed in (0, 1):
@@ -111,7 +111,7 @@ def test_an_adaptive_study_runs_its_pilot_then_only_the_forks_still_short(tmp_pa
     assert saved["key"]["pilot"] == 2 and set(saved["sds"]) == {f"{c.name} @ {pt}" for c, pt in
                                                                   isoloss.PRESETS["smoke"].tests()}
     # the report (reuses every seed): the plan with each comparison's seeds, the tests on them
-    reproduce("isoloss", "smoke", out=tmp_path, progress=False)
+    reproduce(Job("isoloss", "smoke", out=tmp_path), Options(progress=False))
     report = (root / "report.md").read_text()
     assert "Seeds where the answer is open: a pilot of 2 seeds" in report
     assert report.split("\n")[2].startswith(("**Decided ", "**No verdict"))  # the answer opens the report

@@ -10,7 +10,7 @@ from experiments.test_reproduce import check_tables, run_cli
 from helpers.figures import check_report_figures
 
 from sameloss.errors import UserError
-from sameloss.experiments import reproduce
+from sameloss.experiments import Job, Options, reproduce
 from sameloss.experiments.presets.causal import CAUSAL, GENERATOR_ENV
 from sameloss.experiments.recipes import figure1, sizes, steps
 from sameloss.languages.lm_generated import CausalLM
@@ -53,13 +53,13 @@ def test_smoke_runs_the_causal_language_end_to_end(experiment, tmp_path, monkeyp
     assert data.kept_fraction == 1.0 and len(data.test) > 0
     # a second call reuses the generator, the runs and the rows
     stamp = (generator / "model.safetensors").stat().st_mtime_ns
-    reproduce(experiment, "smoke", out=tmp_path, progress=False)
+    reproduce(Job(experiment, "smoke", out=tmp_path), Options(progress=False))
     assert (generator / "model.safetensors").stat().st_mtime_ns == stamp
     with (root / "runs.csv").open(newline="") as f:
         assert {r["status"] for r in csv.DictReader(f)} == {"reused"}
     # a copied experiment folder still names a generator that exists: its runs are reused
     shutil.copytree(root, tmp_path / "copy" / root.name)
-    reproduce(experiment, "smoke", out=tmp_path / "copy", progress=False)
+    reproduce(Job(experiment, "smoke", out=tmp_path / "copy"), Options(progress=False))
     with (tmp_path / "copy" / root.name / "runs.csv").open(newline="") as f:
         assert {r["status"] for r in csv.DictReader(f)} == {"reused"}
 

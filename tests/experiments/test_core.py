@@ -86,7 +86,7 @@ def test_presets_are_checked_when_built():
 
 
 def test_run_spec_writes_overrides_and_refuses_unknown_keys():
-    from sameloss.experiments.engine.core import RunSpec
+    from sameloss.experiments.engine.runspec import RunSpec
 
     spec = RunSpec("r", (("language.size", "micro"), ("checkpoints", (8, 12)), ("optim.lr", 0.05),
                          ("sam.adaptive", True), ("steps", 12)))

@@ -1,6 +1,7 @@
 """A unit's CPU per part as tidy rows (issue 49, item 1): ``declare.CostPart`` tags each part
 (fork point, fork, stage); ``cost.json`` and ``allocation.json`` keep rows of those tags and
-the seconds, and the layout of earlier versions (``"point|fork|stage"`` keys) still reads."""
+the seconds, and read nothing else (joined ``"point|fork|stage"`` keys, a layout no release
+wrote, are unreadable)."""
 
 from __future__ import annotations
 
@@ -28,11 +29,15 @@ def test_the_first_call_keeps_its_cost_as_rows_and_later_calls_read_it_back(tmp_
     assert all(isinstance(k, CostPart) for k in later.cpu)
 
 
-def test_a_cost_file_of_earlier_versions_reads_as_the_same_parts(tmp_path):
+def test_a_cost_file_of_joined_keys_is_unreadable_and_replaced(tmp_path):
     (tmp_path / COST_FILE).write_text(json.dumps({"parts": {"|base|train+gate": 12.5, "late|noreg|train": 3.25,
                                                             "late|noreg|measure": 1.0}, "cpu_seconds": 16.75}))
-    got = keep_first_cost(tmp_path, UnitRecord("u"), print)
-    assert got.cpu == PARTS and got.cpu_seconds == 16.75
+    notes = []
+    got = keep_first_cost(tmp_path, UnitRecord("u", cpu={CostPart("late", "noreg", "train"): 1.0}, cpu_seconds=1.0),
+                          notes.append)
+    assert got.cpu == {CostPart("late", "noreg", "train"): 1.0} and got.cpu_seconds == 1.0
+    assert len(notes) == 1 and "unreadable" in notes[0]
+    assert json.loads((tmp_path / COST_FILE).read_text())["rows"] == cost_rows(got.cpu)
 
 
 def test_an_unreadable_cost_file_is_replaced_by_this_calls_with_a_note(tmp_path):
@@ -47,7 +52,7 @@ def test_a_part_is_a_row_of_its_tags():
                                                              "cpu_seconds": 2.0}
 
 
-def test_the_allocation_file_keeps_costs_as_rows_and_reads_the_old_keys(tmp_path, monkeypatch):
+def test_the_allocation_file_keeps_costs_as_rows_and_refuses_joined_keys(tmp_path, monkeypatch):
     from sameloss.experiments.recipes.isoloss import PRESETS, allocation
 
     p = PRESETS["smoke"]
@@ -59,10 +64,8 @@ def test_the_allocation_file_keeps_costs_as_rows_and_reads_the_old_keys(tmp_path
     assert isinstance(rows, list) and len(rows) == 3
     assert allocation._saved_allocation(None, p)["costs"] == PARTS
     old = json.loads(path.read_text())
-    old["costs"] = {"|".join(k): v for k, v in PARTS.items()}  # the 2026-11 layout
-    path.write_text(json.dumps(old))
-    assert allocation._saved_allocation(None, p)["costs"] == PARTS
-    old["costs"] = [{"point": "late"}]
-    path.write_text(json.dumps(old))
-    with pytest.raises(UserError, match="costs cannot be read"):
-        allocation._saved_allocation(None, p)
+    for bad in ({"|".join(k): v for k, v in PARTS.items()}, [{"point": "late"}]):  # joined keys; a row short
+        old["costs"] = bad
+        path.write_text(json.dumps(old))
+        with pytest.raises(UserError, match="costs cannot be read"):
+            allocation._saved_allocation(None, p)

@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 
 from sameloss.errors import UserError
-from sameloss.experiments import reproduce
+from sameloss.experiments import Job, Options, reproduce
 from sameloss.experiments.engine.declare import Checkpoint, Measure, Run, Unit
-from sameloss.experiments.engine.ensembles import chunks, parse_ensemble, unit_outcomes, walk_together
+from sameloss.experiments.engine.dispatch import chunks, unit_outcomes
+from sameloss.experiments.engine.ensembles import parse_ensemble
 from sameloss.experiments.engine.launch import Outcome
 from sameloss.experiments.engine.runspec import RunSpec
+from sameloss.experiments.engine.walk import walk_units
 from sameloss.measures.run import MeasureSpec
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -77,7 +79,7 @@ def test_units_walk_in_lockstep_and_a_failed_run_stops_only_its_unit():
         batches.append(names)
         return [(UserError(f"{n} diverged") if n == "b2" else n, 1.0, 2.0) for n in names]
 
-    records = walk_together(units, actors, train)
+    records = walk_units(units, actors, train)
     # every unit's first group together; then (after their measures) their late runs together
     assert batches == [["a1", "a2", "b1", "b2", "c1"], ["a-late", "c-late"]]
     assert log == ["measure a1", "measure a2", "measure c1"]
@@ -96,12 +98,12 @@ def _records(run: Path) -> list[dict]:
 def test_a_recipe_with_ensembles_gives_the_same_results(tmp_path, capsys):
     from sameloss.experiments.engine.launch import LaunchOptions
 
-    reproduce("algorithms", "smoke", out=tmp_path / "one", progress=False)
-    reproduce("algorithms", "smoke", out=tmp_path / "ens", progress=False, ensemble=8)
+    reproduce(Job("algorithms", "smoke", out=tmp_path / "one"), Options(progress=False))
+    reproduce(Job("algorithms", "smoke", out=tmp_path / "ens"), Options(progress=False, ensemble=8))
     assert "ensemble of 2 runs (loop)" in capsys.readouterr().out
     # two local workers, each walking its share of the units together
-    reproduce("algorithms", "smoke", out=tmp_path / "local", progress=False, ensemble=8,
-              launch=LaunchOptions("local", 2))
+    reproduce(Job("algorithms", "smoke", out=tmp_path / "local"),
+              Options(progress=False, ensemble=8, launch=LaunchOptions("local", 2)))
     assert "units together: done" in capsys.readouterr().out
     one = tmp_path / "one" / "algorithms-smoke"
     runs = sorted(p.name for p in (one / "runs").iterdir())

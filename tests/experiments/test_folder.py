@@ -14,7 +14,8 @@ import pytest
 from sameloss import files
 from sameloss.cli import main
 from sameloss.errors import UserError
-from sameloss.experiments.engine.core import RunSpec, Study, StudySettings
+from sameloss.experiments.engine.core import Study, StudySettings
+from sameloss.experiments.engine.runspec import RunSpec
 from helpers.processes import ENV, Holder, error_lines, run_cli
 
 STEPS = ["reproduce", "steps", "--scale", "smoke", "--no-progress"]

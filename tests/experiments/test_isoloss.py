@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from sameloss.experiments import reproduce
+from sameloss.experiments import Job, Options, reproduce
 from sameloss.experiments.stats import paired
 from sameloss.experiments.stats.paired import Comparison, Design, UNINFORMATIVE
 from sameloss.experiments.recipes import isoloss
@@ -275,7 +275,7 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
     assert len(read(root / "runtime.csv")) == len(p.seeds)
 
     # a second call reuses every run and measurement
-    reproduce("isoloss", "smoke", out=tmp_path, progress=False)
+    reproduce(Job("isoloss", "smoke", out=tmp_path), Options(progress=False))
     assert "0 rows measured" in (root / "report.md").read_text()
 
 
@@ -290,7 +290,7 @@ def test_without_headroom_the_study_stops_before_the_forks(tmp_path, monkeypatch
     original = measure_run.measure_reference
     monkeypatch.setattr(measure_run, "measure_reference", lambda kind, *a, **kw: probed.append(kind)
                         or original(kind, *a, **kw))
-    reproduce("isoloss", "smoke", out=tmp_path, progress=False)
+    reproduce(Job("isoloss", "smoke", out=tmp_path), Options(progress=False))
     root = tmp_path / "isoloss-smoke"
     # the look-up and oracle representations do not depend on the seed: kept in the study's own
     # measurements.json, one row per seed's probe draw (each seed draws its own probe subsets)

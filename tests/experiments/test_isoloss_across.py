@@ -12,7 +12,7 @@ import dataclasses
 import pytest
 
 from sameloss.cli import main
-from sameloss.experiments import reproduce
+from sameloss.experiments import Job, Options, reproduce
 from sameloss.experiments.recipes import isoloss
 from sameloss.experiments.recipes.isoloss import across, design
 from sameloss.experiments.recipes.isoloss.settings import SeedDesign
@@ -139,7 +139,7 @@ def test_the_languages_scale_runs_end_to_end_at_smoke(tmp_path, monkeypatch, cap
                                 settings=design.SMOKE_DESIGN)
     assert {f.name for f in p.forks} == {"adamw", "noreg"} and p.seeds == (0, 1) and p.fork_points == (30,)
     monkeypatch.setitem(isoloss.PRESETS, "languages", p)
-    reproduce("isoloss", "languages", out=tmp_path / "runs", progress=False)
+    reproduce(Job("isoloss", "languages", out=tmp_path / "runs"), Options(progress=False))
     root = tmp_path / "runs" / "isoloss-languages-hmm-test-a+hmm-test-b"
     report = (root / "report.md").read_text()
     assert report.index("## Verdicts — hmm:micro:seed=11") < report.index("## Verdicts — hmm:micro:seed=12") \

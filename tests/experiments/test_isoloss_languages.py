@@ -18,7 +18,7 @@ import torch
 from sameloss.cli import main
 from sameloss.errors import UserError
 from sameloss.experiments.stats import paired
-from sameloss.experiments import reproduce
+from sameloss.experiments import Job, Options, reproduce
 from sameloss.experiments.stats.paired import UNINFORMATIVE
 from sameloss.experiments.stats.replication import (REPLICATION_UNINFORMATIVE, agreement, replication,
     replication_verdict)
@@ -314,8 +314,8 @@ def test_a_held_out_language_without_headroom_says_so(tmp_path, monkeypatch):
     p = dataclasses.replace(smoke, verdicts=dataclasses.replace(smoke.verdicts, headroom_margin=60.0,
                                                                 on_no_headroom="stop"))
     monkeypatch.setitem(isoloss.PRESETS, "smoke", p)
-    reproduce("isoloss", "smoke", out=tmp_path, progress=False,
-              languages=["hmm:micro:seed=11,task=task-3", "pcfg:headroom"])
+    reproduce(Job("isoloss", "smoke", out=tmp_path, languages=["hmm:micro:seed=11,task=task-3", "pcfg:headroom"]),
+              Options(progress=False))
     root = tmp_path / "isoloss-smoke-hmm-micro-seed11-task-3+pcfg-headroom"
     report = (root / "report.md").read_text()
     assert report.count("**No verdict: no headroom**") == 2

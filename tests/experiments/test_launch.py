@@ -1,4 +1,4 @@
-"""Launchers (``experiments/launch.py``): the same results in this process, in local worker
+"""Launchers (``experiments/engine/launch.py``): the same results in this process, in local worker
 processes and through the Slurm path (submitit's DebugExecutor); a GPU per worker (on a
 mocked device count); the threads policy in every worker; the Slurm submission built from
 the flags (the sbatch text submitit writes, sent to a stand-in ``sbatch``); a preempted unit
@@ -23,8 +23,10 @@ import torch
 
 from sameloss.cli import main
 from sameloss.errors import UserError
-from sameloss.experiments import reproduce
-from sameloss.experiments.engine.core import RunSpec, Study, StudySettings, execute_unit
+from sameloss.experiments import Job, Options, reproduce
+from sameloss.experiments.engine.core import Study, StudySettings
+from sameloss.experiments.engine.dispatch import execute_job
+from sameloss.experiments.engine.runspec import RunSpec
 from sameloss.experiments.engine.declare import run_unit
 from sameloss.experiments.engine.dispatch import run_units
 from sameloss.experiments.engine.slurm import Slurm
@@ -157,11 +159,11 @@ def test_an_interrupted_local_study_leaves_no_worker_behind(tmp_path):
 
 # ---- the same results through every launcher ---------------------------------------------
 def test_dyck_gives_the_same_results_in_process_in_local_workers_and_through_the_slurm_path(tmp_path):
-    reproduce("dyck", "smoke", out=tmp_path / "inprocess", progress=False)
-    reproduce("dyck", "smoke", out=tmp_path / "local", progress=False, tracker="tensorboard",
-              launch=LaunchOptions("local", workers=2))
-    reproduce("dyck", "smoke", out=tmp_path / "slurm", progress=False,
-              launch=LaunchOptions("slurm", slurm_cluster="debug", slurm_partition="gpu"))
+    reproduce(Job("dyck", "smoke", out=tmp_path / "inprocess"), Options(progress=False))
+    reproduce(Job("dyck", "smoke", out=tmp_path / "local"),
+              Options(progress=False, tracker="tensorboard", launch=LaunchOptions("local", workers=2)))
+    reproduce(Job("dyck", "smoke", out=tmp_path / "slurm"),
+              Options(progress=False, launch=LaunchOptions("slurm", slurm_cluster="debug", slurm_partition="gpu")))
     expected = results(tmp_path / "inprocess" / "dyck-smoke" / "results.csv")
     assert len(expected) >= 3
     measured = re.search(r"(\d+) rows measured", (tmp_path / "inprocess" / "dyck-smoke" / "report.md").read_text())
@@ -218,7 +220,7 @@ def test_a_recipes_units_leave_its_report_nothing_to_train_or_measure(tmp_path, 
     # a recipe checked earlier in this process holds the report it had then (recipe._LOADED):
     # without a fresh check the patch above is not what runs, whatever ran before this test
     monkeypatch.setattr(recipe_module, "_LOADED", {})
-    reproduce(experiment, "smoke", out=tmp_path, progress=False)
+    reproduce(Job(experiment, "smoke", out=tmp_path), Options(progress=False))
     assert at_report["trained"] > 0 and at_report["measured"] > 0
     assert work == at_report
 
@@ -247,7 +249,7 @@ def two_seed_results(tmp_path_factory):
     out = tmp_path_factory.mktemp("isoloss_two_seeds")
     with pytest.MonkeyPatch.context() as mp:
         _two_seed_smoke(mp)
-        reproduce("isoloss", "smoke", out=out, progress=False)
+        reproduce(Job("isoloss", "smoke", out=out), Options(progress=False))
     return results(out / "isoloss-smoke" / "results.csv")
 
 
@@ -287,10 +289,10 @@ def test_isoloss_shards_then_a_local_report_give_the_in_process_results(tmp_path
     proc, release = _hold(tmp_path, root, root / "seeds" / "seed1")
     try:
         with pytest.raises(UserError, match=r"seeds/seed1 is in use by another sameloss process .*pid"):
-            reproduce("isoloss", "smoke", out=tmp_path / "b", progress=False, seeds=[1])
+            reproduce(Job("isoloss", "smoke", out=tmp_path / "b"), Options(progress=False, seeds=[1]))
         with pytest.raises(UserError, match=r"isoloss-smoke is in use by another sameloss process"):
-            reproduce("isoloss", "smoke", out=tmp_path / "b", progress=False)
-        assert reproduce("isoloss", "smoke", out=tmp_path / "b", progress=False, seeds=[0]) == root
+            reproduce(Job("isoloss", "smoke", out=tmp_path / "b"), Options(progress=False))
+        assert reproduce(Job("isoloss", "smoke", out=tmp_path / "b"), Options(progress=False, seeds=[0])) == root
     finally:
         release.write_text("go")
         proc.wait()
@@ -298,7 +300,8 @@ def test_isoloss_shards_then_a_local_report_give_the_in_process_results(tmp_path
     assert (root / "seeds" / "seed0" / "runs" / "hmm-s0-base" / "summary.json").exists()
 
     # the report: seed 0 reused, the missing seed 1 run by a local worker
-    reproduce("isoloss", "smoke", out=tmp_path / "b", progress=False, launch=LaunchOptions("local", workers=2))
+    reproduce(Job("isoloss", "smoke", out=tmp_path / "b"),
+              Options(progress=False, launch=LaunchOptions("local", workers=2)))
     assert results(root / "results.csv") == expected
     status = statuses(root)
     assert {s for run, s in status.items() if "-s0-" in run} == {"reused"}
@@ -307,11 +310,11 @@ def test_isoloss_shards_then_a_local_report_give_the_in_process_results(tmp_path
 
 def test_seeds_are_refused_where_they_mean_nothing(tmp_path):
     with pytest.raises(UserError, match="dyck has no per-seed units"):
-        reproduce("dyck", "smoke", out=tmp_path, progress=False, seeds=[0])
+        reproduce(Job("dyck", "smoke", out=tmp_path), Options(progress=False, seeds=[0]))
     with pytest.raises(UserError, match=r"--seeds 7-9: not seeds of this study \(its seeds: 0-2\)"):
-        reproduce("isoloss", "smoke", out=tmp_path, progress=False, seeds=[1, 7, 8, 9])
+        reproduce(Job("isoloss", "smoke", out=tmp_path), Options(progress=False, seeds=[1, 7, 8, 9]))
     with pytest.raises(UserError, match="--fresh deletes the whole experiment"):
-        reproduce("isoloss", "smoke", out=tmp_path, progress=False, seeds=[1], fresh=True)
+        reproduce(Job("isoloss", "smoke", out=tmp_path), Options(progress=False, seeds=[1], fresh=True))
     assert parse_seeds("0-3,8, 5") == [0, 1, 2, 3, 5, 8] and format_seeds([0, 1, 2, 3, 5, 8]) == "0-3,5,8"
     with pytest.raises(ValueError):
         parse_seeds("3-1")
@@ -551,8 +554,8 @@ def test_a_preempted_unit_is_resubmitted_and_resumes_bit_identically(tmp_path):
 
     def job(root: Path) -> WorkerJob:
         unit = run_unit(spec, mspec)
-        return WorkerJob(functools.partial(execute_unit, unit, root, StudySettings(progress=False, device="cpu")), threads=1,
-                         name=unit.name)
+        return WorkerJob(functools.partial(execute_job, [unit], root, StudySettings(progress=False, device="cpu")),
+                         threads=1, name=unit.name)
 
     whole = job(tmp_path / "whole")()
     # the preempted task was killed after step 5's checkpoint (as a kill would leave it)...
@@ -561,8 +564,8 @@ def test_a_preempted_unit_is_resubmitted_and_resumes_bit_identically(tmp_path):
     delayed = job(tmp_path / "preempted").checkpoint()
     assert isinstance(delayed.function, WorkerJob) and delayed.args == ()
     again = delayed.result()
-    assert again.error is None and again.value.runs["r"].status == "resumed"
-    assert whole.value.runs["r"].status == "trained"
+    assert again.error is None and again.value[0].runs["r"].status == "resumed"
+    assert whole.value[0].runs["r"].status == "trained"
     a = load_checkpoint(complete_checkpoints(tmp_path / "whole" / "runs" / "r")[-1]).model.state_dict()
     b = load_checkpoint(complete_checkpoints(tmp_path / "preempted" / "runs" / "r")[-1]).model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)

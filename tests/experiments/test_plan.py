@@ -324,3 +324,25 @@ def test_the_budget_forecast_prices_a_later_seed_as_the_allocation_does(monkeypa
     own_parts = costs[CostPart("", "base", "train")] + costs[CostPart("", "base", "measure")] + sum(
         v for k, v in costs.items() if (k.point, k.fork) in {("scratch", "noreg"), ("scratch", "adamw")})
     assert priced["seed"](scratch_only) == pytest.approx(own_parts + costs[CostPart("late", "adamw", "train")])
+
+
+def test_the_devices_numbers_are_one_calibration_record_each_with_its_source():
+    """What the planner knows of a device is read from ``engine/calibration.toml`` (no number
+    measured on a machine lives in code): every device's peaks and stage shares, the step
+    floors and the ensemble step come from it, and each carries where it comes from."""
+    import tomllib
+
+    record = tomllib.loads(hardware.CALIBRATION.read_text())
+    assert hardware.UTILISATION == {d: {s: shares[s] for s in hardware.STAGES}
+                                    for d, shares in record["utilisation"].items()}
+    assert set(hardware.UTILISATION) == set(hardware.STEP_FLOOR_S) == {"cpu", *hardware.DEVICES}
+    assert hardware.DEVICES["h100"]["bf16"] == record["devices"]["h100"]["bf16"]
+    assert hardware.ENSEMBLE_STEP_S["h100"] == (record["ensemble_step"]["h100"]["fixed"],
+                                                record["ensemble_step"]["h100"]["per_member"])
+    assert hardware.REFERENCE_CPU_PEAK == record["reference_cpu"]["peak"]
+    for section in (*record["devices"].values(), *record["utilisation"].values(), record["step_floor"],
+                    record["reference_cpu"], record["workers_per_gpu"]):
+        assert section["source"].strip()
+    assert record["ensemble_step_source"]["text"] == hardware.ENSEMBLE_SOURCE
+    from sameloss.experiments.engine.launch import WORKERS_PER_GPU
+    assert WORKERS_PER_GPU == record["workers_per_gpu"]["value"]

@@ -31,8 +31,9 @@ def test_rows_and_runs_are_found_by_their_tags(tmp_path):
     assert values == {"acc": 0.5, "seed": 99} and t == {"seed": 0, "role": "gate", "of": "trained"}
     assert [info for _, info in records.runs(role="base")] == ["info-r0", "info-r1"]
     assert [t["run"] for t, _ in records.runs(seed=0)] == ["r0", "r0-fork"]
-    # what the units were declared with, held, not inherited
-    assert (records.seed, records.workers, records.planning) == (7, 3, False)
+    # what the units were declared with: its ``setup``, held, not forwarded member by member
+    assert (records.setup.seed, records.setup.workers, records.setup.planning) == (7, 3, False)
+    assert not any(hasattr(records, name) for name in ("seed", "root", "workers", "planning", "log", "data"))
 
 
 def test_the_tidy_tables_carry_each_row_its_unit_and_tags(tmp_path):
@@ -68,7 +69,7 @@ def test_an_optional_measure_not_made_is_found_by_its_tags_with_why(tmp_path):
 def test_a_runs_measures_are_tagged_with_their_step_and_the_last_checkpoints_with_none_of_its_own():
     # a tag wins over a value of its name (Records.rows): a "step" tag of None on the measure of
     # a run's last checkpoint would hide the step its row measured, in rows() and measured.csv
-    from sameloss.experiments.engine.core import RunSpec
+    from sameloss.experiments.engine.runspec import RunSpec
     from sameloss.experiments.engine.declare import measured
 
     mspec = MeasureSpec(loss=True)

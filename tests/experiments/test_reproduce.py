@@ -16,7 +16,7 @@ import pytest
 from helpers.figures import check_journal_files, check_report_figures, read_data
 
 from sameloss.errors import UserError
-from sameloss.experiments import reproduce
+from sameloss.experiments import Job, Options, reproduce
 from sameloss.experiments.cli import add_reproduce_parser
 
 NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
@@ -172,7 +172,7 @@ def test_figure1_smoke_end_to_end(tmp_path):
 
     # an interrupted run (checkpoints, no summary.json) is resumed, not retrained
     (root / "runs" / "pcfg-micro-noreg" / "summary.json").unlink()
-    reproduce("figure1", "smoke", out=tmp_path, progress=False)
+    reproduce(Job("figure1", "smoke", out=tmp_path), Options(progress=False))
     with (root / "runs.csv").open(newline="") as f:
         status = {r["run"]: r["status"] for r in csv.DictReader(f)}
     assert status["pcfg-micro-noreg"] == "resumed"
@@ -209,18 +209,18 @@ def test_steps_smoke_report_figures_keep_the_style(steps_smoke):
 
 
 def test_changed_config_of_a_finished_run_is_refused(tmp_path):
-    reproduce("sizes", "smoke", out=tmp_path, progress=False)
+    reproduce(Job("sizes", "smoke", out=tmp_path), Options(progress=False))
     cfg = tmp_path / "sizes-smoke" / "runs" / "pcfg-d8-adamw" / "config.toml"
     cfg.write_text(cfg.read_text().replace("batch_size = 32", "batch_size = 16"))
     with pytest.raises(UserError, match="another config.*--fresh"):
-        reproduce("sizes", "smoke", out=tmp_path, progress=False)
+        reproduce(Job("sizes", "smoke", out=tmp_path), Options(progress=False))
 
 
 def test_unknown_experiment_or_scale():
     with pytest.raises(UserError, match="unknown experiment"):
-        reproduce("figure9", "smoke")
+        reproduce(Job("figure9", "smoke"))
     with pytest.raises(UserError, match="unknown scale"):
-        reproduce("steps", "huge")
+        reproduce(Job("steps", "huge"))
 
 
 def test_the_cli_lists_every_recipe_and_scale():

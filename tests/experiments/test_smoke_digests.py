@@ -56,7 +56,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sameloss.experiments import reproduce
+from sameloss.experiments import Job, Options, reproduce
 
 PINNED_DIR = Path(__file__).parent / "smoke_results"
 PINNED = ("algorithms", "dyck", "figure1", "sizes", "steps", "theory")
@@ -167,7 +167,7 @@ def test_smoke_results_are_unchanged(recipe, tmp_path, steps_smoke):
         out = steps_smoke
     else:
         out = tmp_path
-        reproduce(recipe, "smoke", out=out, progress=False)
+        reproduce(Job(recipe, "smoke", out=out), Options(progress=False))
     assert_as_pinned(recipe, out / f"{recipe}-smoke" / "results.csv")
 
 

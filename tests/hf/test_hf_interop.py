@@ -314,7 +314,7 @@ def test_other_architectures_through_the_adapter(kind, mask_form, tmp_path):
 def test_a_model_that_torch_func_cannot_batch_is_measured_with_autograd():
     from torch import nn
 
-    from sameloss.measures.curvature.base import resolve_engine
+    from sameloss.models.derivatives import resolve_engine
 
     model = nn.Linear(2, 2)
     assert resolve_engine(model, "auto") == "func"

@@ -15,8 +15,8 @@ from sameloss.cli import main
 from sameloss.errors import UserError
 from sameloss.languages import make_language
 from sameloss.languages.base import entropy_of
-from sameloss.languages.lm_generated import (CausalLM, CausalSettings, LoadSettings, expected_token_counts,
-                                             tokens_filename)
+from sameloss.languages.lm_generated import CausalLM, CausalSettings, LoadSettings, expected_token_counts
+from sameloss.languages.lm_tokens import tokens_filename
 from sameloss.training import PretrainConfig, pretrain
 
 transformers = pytest.importorskip("transformers")

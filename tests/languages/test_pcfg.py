@@ -26,6 +26,25 @@ def layered(seed: int) -> Grammar:
                                        emit_prob=0.3, words_per_emission=2, words_per_last_symbol=3), seed=seed)
 
 
+def test_a_random_grammar_is_drawn_as_pinned_and_leaves_the_global_generator_alone():
+    """``random_layered``'s draws (Dirichlet weights from torch's public Gamma sampler, every draw
+    from the global generator seeded with the grammar's seed and restored after) pinned: seed 0
+    of ``layered``'s shape as the code drawing from its own generator gave it."""
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    g = layered(0)
+    assert torch.equal(torch.get_rng_state(), before)
+    assert g.rule_left.tolist() == [3, 5, 6, 6, 8, 8, 8, 8, 6, 7, 8]
+    assert g.rule_right.tolist() == [5, 4, 7, 6, 6, 8, 7, 6, 7, 8, 6]
+    pinned = [1.0, 1.0, 0.431699681639, 0.138380940854, 0.129919377506, 0.369376321987, 0.143967107138,
+              0.186656570875, 0.016202614756, 0.123995595613, 0.55980178963]
+    assert g.rule_prob.tolist() == pytest.approx(pinned, abs=1e-12)
+    emitted = [0.181787372799, 0.118212627201, 0.240167087237, 0.059832912763, 0.100327824015, 0.199672175985,
+               0.113332588539, 0.282721932332, 0.603945479129, 0.374050744235, 0.320880502087, 0.305068753678,
+               0.441261738389, 0.211537226032, 0.347201035579]
+    assert g.emission[g.emission > 0].tolist() == pytest.approx(emitted, abs=1e-12)
+
+
 GRAMMARS = {
     "layered0": (lambda: layered(0), 4),
     "layered1": (lambda: layered(1), 4),

@@ -18,7 +18,8 @@ from sameloss import cli
 from sameloss.errors import InputFileError, UserError
 from sameloss.languages import inside_outside, pcfg, pcfg_grammar, pcfg_lengths
 from sameloss.languages.pcfg import PCFG
-from sameloss.languages.pcfg_grammar import Grammar, Progress
+from sameloss.languages.pcfg_grammar import Grammar
+from sameloss.progress import Progress
 from sameloss.languages.pcfg_random import GrammarShape, random_layered
 
 ANCHOR = Path(__file__).resolve().parents[3] / "shared" / "anchors" / "rule_deep_mlm.txt"

@@ -11,7 +11,8 @@ import torch
 
 from sameloss.errors import UserError
 from sameloss.measures.curvature import MatrixOperator
-from sameloss.measures.curvature.base import Blocks, block_name
+from sameloss.models.derivatives import Blocks
+from sameloss.measures.curvature.base import block_name
 from sameloss.measures.curvature.estimators import (hutchinson_trace, hutchpp_trace, lanczos_top_eigenvalue,
                                                     sketched_diagonal)
 

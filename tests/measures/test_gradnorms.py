@@ -14,7 +14,7 @@ from torch import nn
 
 from sameloss.languages import make_language
 from sameloss.measures.curvature import FisherContexts, sample_contexts, trace_fisher
-from sameloss.measures.curvature.base import composite_layer_norms, measuring, select_parameters
+from sameloss.models.derivatives import composite_layer_norms, measuring, select_parameters
 from sameloss.models.label_gradients import fisher_label_values, ghost_linears
 from sameloss.models import LSTMConfig, LSTMMLM, TransformerConfig, TransformerMLM, gradnorms
 
@@ -160,7 +160,7 @@ def test_the_hook_norms_differentiate_as_the_vmap_ones(language):
 
 
 def _whole(sel):
-    from sameloss.measures.curvature.base import Blocks
+    from sameloss.models.derivatives import Blocks
 
     return Blocks.whole(sel.sizes)
 

@@ -12,7 +12,8 @@ import torch
 
 from sameloss.cli import main
 from sameloss.errors import UserError
-from sameloss.languages.lm_generated import CausalLM, tokens_filename
+from sameloss.languages.lm_generated import CausalLM
+from sameloss.languages.lm_tokens import tokens_filename
 from sameloss.languages.lm_train import GeneratorTraining, train_generator
 from sameloss.measures.glue import encode_causal, glue_task_data
 

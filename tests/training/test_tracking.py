@@ -284,7 +284,8 @@ def records_of(run_dir) -> list[dict]:
 
 
 def test_a_reused_run_gets_its_metrics_in_a_tracker_that_lacks_them(tmp_path):
-    from sameloss.experiments.engine.core import RunSpec, Study, StudySettings
+    from sameloss.experiments.engine.core import Study, StudySettings
+    from sameloss.experiments.engine.runspec import RunSpec
 
     spec = RunSpec("r", (("steps", 12), ("batch_size", 32), ("model.size", "micro"), ("eval.every", 6),
                          ("eval.n_sentences", 64), ("save_every", 4), ("log_every", 3), ("optim.warmup_steps", 3),

@@ -305,8 +305,9 @@ def add_plan_parser(commands) -> argparse.ArgumentParser:
                     "(training, exact-KL evaluation, trace, probes) from the hardware's peak FLOP/s and a stated "
                     "utilisation per stage, and the peak memory per measure; --runs adds one row per run. cpu: this "
                     "machine's float32 matmul peak per worker, measured when the command runs; h100 / a100: NVIDIA's published "
-                    "peaks, with the least time a training step takes there (src/sameloss/experiments/plan.py and "
-                    "hardware.py say what is counted and where each number comes from). The defaults plan the main job as "
+                    "peaks, with the least time a training step takes there (src/sameloss/experiments/engine/plan.py "
+                    "says what is counted, engine/calibration.toml where each number comes from). The defaults plan "
+                    "the main job as "
                     "`sameloss reproduce` runs it here.",
         epilog=_epilog("sameloss plan                                  # the main job, on this machine's workers",
                        "sameloss plan isoloss --scale tiny --hardware h100 --workers 8"))
@@ -342,14 +343,20 @@ def add_plan_parser(commands) -> argparse.ArgumentParser:
     return plan
 
 
-def _plan(args) -> None:
+def _job(args):
+    """The job ``reproduce`` and ``plan`` are given (``orchestrate.Job``), built once from their flags."""
     from .engine.orchestrate import Job, main_job
-    from .reports.plan import plan_text
 
     experiment, scale = main_job(args.experiment, args.scale)
-    workers = args.workers or _plan_workers(experiment, args.hardware)
-    job = Job(experiment, scale, args.out, args.seed, tuple(args.languages or ()), args.budget,
-              dropout_draws=args.dropout_draws)
+    return Job(experiment, scale, args.out, args.seed, args.languages, args.budget, getattr(args, "even", False),
+               args.dropout_draws)
+
+
+def _plan(args) -> None:
+    from .reports.plan import plan_text
+
+    job = _job(args)
+    workers = args.workers or _plan_workers(job.experiment, args.hardware)
     print(plan_text(job, args.hardware, workers, None if args.cpu_peak is None else args.cpu_peak * 1e9,
                     args.ensemble, runs=args.runs))
 
@@ -374,17 +381,12 @@ def _plan_workers(experiment: str, hardware: str) -> int:
 
 
 def _reproduce(args) -> None:
-    from .engine.orchestrate import main_job, reproduce, reproduce_command
+    from .engine.orchestrate import Options, reproduce
 
-    experiment, scale = main_job(args.experiment, args.scale)
-    command = reproduce_command(experiment, scale, args.seed, args.languages, args.budget, args.even,
-                                args.dropout_draws)
-    launch = _launch_options(args, _given(args))
-    path = reproduce(experiment, scale, out=args.out, seed=args.seed, fresh=args.fresh,
-                     progress=not args.no_progress, device=args.device, command=command, launch=launch,
-                     seeds=args.seeds, tracker=args.tracker, formats=args.formats, languages=args.languages,
-                     figure_width=args.figure_width, budget=args.budget, even=args.even, ensemble=args.ensemble,
-                     dropout_draws=args.dropout_draws)
+    options = Options(fresh=args.fresh, progress=not args.no_progress, device=args.device,
+                      launch=_launch_options(args, _given(args)), seeds=args.seeds, tracker=args.tracker,
+                      formats=args.formats, figure_width=args.figure_width, ensemble=args.ensemble)
+    path = reproduce(_job(args), options)
     if path is not None:  # (--dry-run printed the job script and wrote nothing)
         print(path)
 

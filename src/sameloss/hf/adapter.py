@@ -87,7 +87,7 @@ class HFMaskedLM(nn.Module):
         that runs under ``vmap``. The 4-D additive mask suits BERT, RoBERTa, DistilBERT,
         ALBERT, ELECTRA, MPNet, ModernBERT; DeBERTa reads a 4-D mask as 0/1 and needs
         the 2-D one. If neither runs under ``vmap``, ``vmap_safe`` is False and the
-        curvature measures use plain autograd (``curvature.base.resolve_engine``)."""
+        curvature measures use plain autograd (``models.derivatives.resolve_engine``)."""
         from torch.func import functional_call, vmap
         from torch.nn.attention import SDPBackend, sdpa_kernel
 

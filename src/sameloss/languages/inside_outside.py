@@ -38,7 +38,8 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import UserError
-from .pcfg_grammar import Grammar, Progress
+from ..progress import Progress
+from .pcfg_grammar import Grammar
 
 # Refuse a grammar whose dense rule blocks (all span lengths together) would exceed this.
 MAX_BLOCK_BYTES = 2 * 2**30

@@ -61,8 +61,7 @@ from sameloss.libraries import quiet_transformers
 from sameloss.languages.base import Batch, Language, Task
 from sameloss.languages.lm_generator import (cache_keyword, check_causal, kv_pairs, make_cache, parse_device,
                                              parse_dtype, require_transformers, returned_cache)
-from sameloss.languages.lm_tokens import (TOKENIZER_FILES, frequent_tokens, load_tokens, save_tokens,  # noqa: F401
-                                          tokenizer_words, tokens_filename)  # (tokens_filename: re-exported)
+from sameloss.languages.lm_tokens import TOKENIZER_FILES, frequent_tokens, load_tokens, save_tokens, tokenizer_words
 
 # the registry reads this from the file (``sameloss.registry``)
 LANGUAGE = {"name": "causal", "build": "build", "settings": ("generator", "k", "length", "pool", "device"),

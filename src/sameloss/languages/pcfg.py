@@ -41,22 +41,10 @@ PRESETS: dict[str, dict] = {
     # 12 words, 2 roots, 3 levels of 3 symbols, sentences of 2..8 tokens.
     "micro": dict(n_words=12, n_roots=2, n_levels=3, symbols_per_level=3,
                   binary_rules_per_symbol=2, emit_prob=0.2, words_per_last_symbol=4),
-    # The winner of a search for probe headroom (issue 24; now `sameloss language search`,
-    # experiments/search.py's docstring summarises its rounds). 6 words, 2 roots, 2 levels of 4 symbols, 3 binary rules
-    # each, emission 0.3 above the last level, 5 words per last-level symbol, peaked rules
-    # (Dirichlet 0.5), grammar seed 6 (PRESET_SEEDS); sentences of 2..4 words. Measured with
-    # the ~0.1M `tiny` transformer trained as the isoloss tiny study's AdamW fork (constant
-    # lr 1e-3 after 200 warm-up steps to step 1100, linear decay over 200 steps to lr x 0.05,
-    # 300 steps there), model seeds 0/1/2: exact KL < 0.01 first at step 1400/1300/1500
-    # (0.0093/0.0079/0.0095 at step 1600). Task span-1 (HEADROOM_TASK: the symbol over the
-    # first word), probes at n = 200 (40 subsets, 20,000 test sentences): majority 55.0 %,
-    # random-init 80.6-80.7, look-up 81.3, oracle 98.8; trained 91.7/90.8/91.7 at the base
-    # step 1000 (where the study's gate reads it) and 89.8/88.3/92.1 at step 1600: 7.0-10.7
-    # points above the look-up table, 7.7-11.4 above the random encoder and 6.8-10.5 below
-    # the oracle in every seed and at both steps. But over the isoloss tiny study's 16 seeds
-    # the margin below the oracle is marginal: the bases of seeds 7 and 10 probe 94.5/94.1 %
-    # at step 1000 (4.3/4.7 points below), so that study's gate stops it. (Size `headroom`
-    # before 2026-11-24 was grammar seed 0 of 3 symbols per level: 2.6-4.8 points below.)
+    # The winner of a search for probe headroom (issue 24): 6 words, 2 roots, 2 levels of 4
+    # symbols, 3 binary rules each, emission 0.3 above the last level, 5 words per last-level
+    # symbol, peaked rules (Dirichlet 0.5), grammar seed 6 (PRESET_SEEDS); sentences of 2..4
+    # words. How it was found and what it measures: docs/results/pcfg.md.
     "headroom": dict(n_words=6, n_roots=2, n_levels=2, symbols_per_level=4, binary_rules_per_symbol=3,
                      emit_prob=0.3, words_per_last_symbol=5, concentration=0.5),
 }

@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 
 from ..errors import InputFileError, UserError
-from ..progress import Progress  # noqa: F401 (the parsers report through it; inside_outside too)
+from ..progress import Progress
 from . import pcfg_lengths
 from .pcfg_lengths import LengthReport
 

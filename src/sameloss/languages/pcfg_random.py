@@ -40,42 +40,51 @@ def random_layered(shape: GrammarShape = GrammarShape(), seed: int = 0) -> Gramm
     symbols emit ``words_per_last_symbol`` words. Sentences have between 2 and
     ``2**n_levels`` words, trees depth at most ``n_levels + 2`` (S, S_i, levels, word).
     """
+    for name in ("n_words", "n_roots", "n_levels", "symbols_per_level", "binary_rules_per_symbol",
+                 "words_per_emission", "words_per_last_symbol"):
+        if getattr(shape, name) < 1:
+            raise UserError(f"random grammar: {name} must be >= 1, got {getattr(shape, name)}")
+    if not 0.0 <= shape.emit_prob < 1.0:
+        raise UserError(f"random grammar: emit_prob must be in [0, 1), got {shape.emit_prob}")
+    if shape.binary_rules_per_symbol > shape.symbols_per_level**2:
+        raise UserError("random grammar: binary_rules_per_symbol exceeds the number of symbol pairs")
+    if max(shape.words_per_emission, shape.words_per_last_symbol) > shape.n_words:
+        raise UserError("random grammar: a symbol cannot emit more distinct words than n_words")
+    if 2 * shape.n_roots < shape.symbols_per_level:
+        raise UserError("random grammar: 2 * n_roots must be >= symbols_per_level so every symbol is reachable")
+    # every draw from torch's global generator, seeded with ``seed`` and restored after
+    # (``fork_rng``): torch's Gamma sampler takes no generator of its own
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        words, lines = _draw(shape)
+    grammar = Grammar.from_text("\n".join(lines), source="<random grammar>")
+    return _with_word_order(grammar, words)
+
+
+def _draw(shape: GrammarShape) -> tuple[list[str], list[str]]:
+    """The words and the rules (text lines) of ``random_layered``'s grammar, drawn from torch's
+    global generator."""
     n_words, n_roots, n_levels = shape.n_words, shape.n_roots, shape.n_levels
     symbols_per_level, binary_rules_per_symbol = shape.symbols_per_level, shape.binary_rules_per_symbol
     emit_prob, words_per_emission = shape.emit_prob, shape.words_per_emission
     words_per_last_symbol, concentration = shape.words_per_last_symbol, shape.concentration
-    for name, value in [("n_words", n_words), ("n_roots", n_roots), ("n_levels", n_levels),
-                        ("symbols_per_level", symbols_per_level),
-                        ("binary_rules_per_symbol", binary_rules_per_symbol),
-                        ("words_per_emission", words_per_emission),
-                        ("words_per_last_symbol", words_per_last_symbol)]:
-        if value < 1:
-            raise UserError(f"random grammar: {name} must be >= 1, got {value}")
-    if not 0.0 <= emit_prob < 1.0:
-        raise UserError(f"random grammar: emit_prob must be in [0, 1), got {emit_prob}")
-    if binary_rules_per_symbol > symbols_per_level**2:
-        raise UserError("random grammar: binary_rules_per_symbol exceeds the number of symbol pairs")
-    if max(words_per_emission, words_per_last_symbol) > n_words:
-        raise UserError("random grammar: a symbol cannot emit more distinct words than n_words")
-    if 2 * n_roots < symbols_per_level:
-        raise UserError("random grammar: 2 * n_roots must be >= symbols_per_level so every symbol is reachable")
-    gen = torch.Generator().manual_seed(seed)
 
     def dirichlet(k: int) -> list[float]:
-        g = torch._standard_gamma(torch.full((k,), concentration, dtype=torch.float64), generator=gen)
+        alpha = torch.full((k,), concentration, dtype=torch.float64)
+        g = torch.distributions.Gamma(alpha, 1.0, validate_args=False).sample()
         return (g / g.sum()).tolist()
 
     def pick(k: int, n: int) -> list[int]:
-        return torch.randperm(n, generator=gen)[:k].tolist()
+        return torch.randperm(n)[:k].tolist()
 
     words = [f"w{i}" for i in range(n_words)]
     lines = ["root S"]
     for i, p in enumerate(dirichlet(n_roots)):
         lines.append(f"S -> S{i + 1} {p!r}")
     # every level-1 symbol gets used by some root (when there are enough root slots)
-    slots = torch.randperm(symbols_per_level, generator=gen).tolist()
-    slots += torch.randint(symbols_per_level, (max(2 * n_roots - len(slots), 0),), generator=gen).tolist()
-    slots = [slots[i] for i in torch.randperm(len(slots), generator=gen).tolist()]
+    slots = torch.randperm(symbols_per_level).tolist()
+    slots += torch.randint(symbols_per_level, (max(2 * n_roots - len(slots), 0),)).tolist()
+    slots = [slots[i] for i in torch.randperm(len(slots)).tolist()]
     for i in range(n_roots):
         lines.append(f"S{i + 1} -> L1_{slots[2 * i]} L1_{slots[2 * i + 1]} 1.0")
     for level in range(1, n_levels):
@@ -91,8 +100,7 @@ def random_layered(shape: GrammarShape = GrammarShape(), seed: int = 0) -> Gramm
     for s in range(symbols_per_level):
         for w, p in zip(pick(words_per_last_symbol, n_words), dirichlet(words_per_last_symbol)):
             lines.append(f'L{n_levels}_{s} -> "{words[w]}" {p!r}')
-    grammar = Grammar.from_text("\n".join(lines), source="<random grammar>")
-    return _with_word_order(grammar, words)
+    return words, lines
 
 
 def _ensure_every_child_used(rule_pairs: list[list[int]], k: int) -> None:

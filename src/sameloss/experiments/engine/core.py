@@ -1,10 +1,10 @@
 """The machinery under the engine: ``RunSpec`` (a run, turned into a ``PretrainConfig``
 here and only here) and ``Study`` (one experiment folder: train a run or reuse / resume it,
 measure a checkpoint or a reference representation (look-up table, random-init encoder,
-oracle) or reuse the cached row, embed a checkpoint), and ``execute_unit``: one unit walked
-by ``engine.walk`` on a ``Study`` in its worker. Handing a study's units to a launcher —
-``launch.py``: in this process, in local worker processes or on Slurm — is
-``dispatch.run_units`` (which imports this module, never the other way round).
+oracle) or reuse the cached row, embed a checkpoint; record a run, absorb what a unit ran
+elsewhere). Handing a study's units to a launcher — ``launch.py``: in this process, in local
+worker processes or on Slurm — and walking them in a worker is ``dispatch.py`` (which imports
+this module, never the other way round).
 A recipe never trains or measures by hand, nor calls a ``Study``: it declares its runs,
 forks and measures (``declare.py``) and the engine does them on a ``Study``.
 
@@ -35,7 +35,7 @@ experiment folder first — only when everything in it is sameloss's (``folder.p
 folder is marked, and nothing is ever deleted without sameloss's marker). A ``Study``
 holds the folder's lock (``files.folder_lock``) from its creation to ``close()`` (it is a
 context manager), so two ``reproduce`` calls never write one experiment; the study of a
-unit (``execute_unit``) or of a shard (``reproduce --seeds``) is opened with
+unit (``dispatch.execute``) or of a shard (``reproduce --seeds``) is opened with
 ``lock=False`` and its process locks the unit's own folder instead (``runs/<run>`` or
 ``seeds/seed<N>``), so units run in several processes at once and two never run one unit.
 """
@@ -62,22 +62,14 @@ from . import layout
 from ...training.checkpoint import checkpoint_dir
 from ...training.config import PretrainConfig
 from .declare import Embedded, Unit
-from .runspec import RunInfo, RunSpec, Setting  # noqa: F401 (recipes import them from here)
-from .runspec import _fingerprint, spec_fingerprint  # noqa: F401 (one home: runspec.py)
+from .runspec import RunInfo, RunSpec, _fingerprint, spec_fingerprint
 from ...training import runfolder
 from ...training.loop import pretrain
 from ...training.runio import read_metrics, read_summary
 from ...training.tracking import check_tracker, log_measured, mirror_run
 
 MEASUREMENTS = experiment_folder.MEASUREMENTS
-
-
-def recipe(name: str):
-    """The module of recipe ``name`` (``sameloss.registry``): how one recipe composes others
-    (``figure1``) without importing them."""
-    from ... import registry
-
-    return registry.recipe(name)
+FRESH_HINT = "pass --fresh to redo the experiment"  # how a refused run folder is redone (``runfolder.plan``)
 
 
 @dataclass
@@ -111,25 +103,6 @@ class StudySettings:
         return StudySettings(progress=self.progress, device=self.device, tracker=self.tracker)
 
 
-def execute_unit(unit: Unit, root: Path, settings: StudySettings, study: Study | None = None) -> UnitResult:
-    """Walk ``unit`` of the experiment in ``root`` (``engine.walk``; a launcher's worker
-    calls this; the in-process launcher passes its own ``study`` for the experiment's
-    units, whose evaluators and task data it then shares). Holds the lock of the unit's
-    folder. A seed unit's CPU is the first call's (``engine.keep_first_cost``)."""
-    from .walk import Execute, keep_first_cost, walk
-
-    with files.folder_lock(Path(root) / unit.folder, "unit"):
-        if study is not None and not unit.study:
-            return UnitResult(walk(unit, Execute(study)))
-        # the unit's folder is locked above: its study does not lock the experiment, which the
-        # process that started the units holds (or, for ``reproduce --seeds``, nobody does)
-        with Study(Path(root) / unit.study, settings.for_unit(), lock=False, shared=root) as sub:
-            record = walk(unit, Execute(sub))
-            if unit.study:
-                record = keep_first_cost(sub.root, record, sub.log)
-        return UnitResult(record, sub.runs, sub.timings, sub.counts)
-
-
 # references that do not depend on the run's seed (the language's look-up table, its true
 # conditionals and posteriors): a unit's study measures them once per experiment (``shared``)
 SEED_FREE_REFERENCES = frozenset({"lookup-table", "lookup", "oracle"})
@@ -155,14 +128,14 @@ class Study:
 
     def __init__(self, root: str | Path, settings: StudySettings | None = None, *, fresh: bool = False,
                  lock: bool = True, shared: str | Path | None = None, launcher=None, log=None):
-        self._bar = None
+        self._bars: list = []  # progress bars shown, newest last: a log line is written above them
         self.settings = settings if settings is not None else StudySettings()
         # a unit's study: the experiment's folder, whose measurements.json holds the
         # references that do not depend on the seed, measured once for all its units
         self.shared = None if shared is None else Path(shared)
         self.root = Path(root)
         # the folder's lock, held until close() (or, for a Study nobody closes, until it is
-        # garbage-collected); ``lock=False``: a unit's study (``execute_unit``) or a shard's
+        # garbage-collected); ``lock=False``: a unit's study (``dispatch.execute``) or a shard's
         # (``reproduce --seeds``), whose process holds the lock of the unit's folder instead
         self._held = contextlib.ExitStack()
         if lock:
@@ -184,14 +157,14 @@ class Study:
             self.close()
             raise
         self.runs_dir = self.root / layout.RUNS
-        check_tracker(self.tracker)
+        check_tracker(self.settings.tracker)
         self._mirrored: set[Path] = set()  # reused runs whose tracker output this call wrote (``_mirror``)
         self._said_tracked = False
         if launcher is None:
             from .launch import InProcess
             launcher = InProcess()
         self.launcher = launcher
-        self.done: dict[str, Any] = {}  # unit name -> what it returned, in this call
+        self.done: dict[str, Any] = {}  # unit name -> what it returned, in this call (``absorb``)
         self._log = log or say  # stdout, or stderr while a terminal: an error stays one line
         self.cache_path = self.root / MEASUREMENTS
         self.cache: dict = {}
@@ -206,14 +179,6 @@ class Study:
         self.runs: dict[str, RunInfo] = {}
         self.timings: dict[str, float] = {"train": 0.0, "measure": 0.0}
         self.counts: dict[str, int] = {"measured": 0, "cached": 0, "earlier": 0}
-
-    # the settings' fields, read where the study trains, measures and draws
-    progress = property(lambda self: self.settings.progress)
-    device = property(lambda self: self.settings.device)
-    tracker = property(lambda self: self.settings.tracker)
-    figure_formats = property(lambda self: self.settings.figure_formats)
-    ensemble = property(lambda self: self.settings.ensemble)
-    dropout_draws = property(lambda self: self.settings.dropout_draws)
 
     def close(self) -> None:
         """Release the experiment folder's lock."""
@@ -232,16 +197,27 @@ class Study:
         from ..reports.plots import save_figure
         from ..reports.document import Figure
 
-        saved = save_figure(fig, self.root, stem, self.figure_formats)
+        saved = save_figure(fig, self.root, stem, self.settings.figure_formats)
         return Figure(saved.files[0], shows=shows, bars=saved.bars, sample=sample, claim=claim, data=saved.data,
                       other=saved.files[1:])
 
     def log(self, msg: str) -> None:
-        bar = self._bar if self._bar is not None else getattr(self, "_units_bar", None)
-        if bar is not None:
-            bar.write(msg, file=stream())
+        if self._bars:
+            self._bars[-1].write(msg, file=stream())
         else:
             self._log(msg)
+
+    @contextlib.contextmanager
+    def showing(self, bar):
+        """Log lines written above ``bar`` — a progress bar over this study's units, passed in
+        by whoever shows it (``dispatch.run_units``; ``None``: none) — while the block runs."""
+        if bar is not None:
+            self._bars.append(bar)
+        try:
+            yield
+        finally:
+            if bar is not None:
+                self._bars.remove(bar)
 
     def bar(self, items: list, desc: str):
         """A progress bar over the checkpoints being measured (a plain list when off). It
@@ -249,10 +225,10 @@ class Study:
         leaves the total instead (its "rate" — thousands per second — means nothing)."""
         from ...progress import progress_bar
 
-        if not self.progress or len(items) < 2:
+        if not self.settings.progress or len(items) < 2:
             return items
         bar = progress_bar(total=len(items), desc=desc, unit="checkpoint", leave=False)
-        self._bar = bar
+        self._bars.append(bar)
 
         def gen():
             try:
@@ -265,7 +241,7 @@ class Study:
                         bar.total -= 1
             finally:
                 bar.close()
-                self._bar = None
+                self._bars.remove(bar)
         return gen()
 
     # ---- training ---------------------------------------------------------------------
@@ -282,37 +258,55 @@ class Study:
         # runfolder.plan decides (reuse, extend, resume, train or refuse) under the run's lock,
         # and pretrain carries that decision out under the same lock
         with files.folder_lock(run_dir, "run"):
-            plan = runfolder.plan(run_dir, cfg, "auto", fresh_hint="pass --fresh to redo the experiment")
+            plan = runfolder.plan(run_dir, cfg, "auto", fresh_hint=FRESH_HINT)
             if plan.action != "reuse":
                 self.log(plan.message)
-                pretrain(cfg, run_dir, progress=self.progress, plan=plan, tracker=self.tracker)
-            elif self.tracker != "none":
-                self._mirror(cfg, run_dir)
-            status = plan.status
-        seconds = time.perf_counter() - start
+                pretrain(cfg, run_dir, progress=self.settings.progress, plan=plan, tracker=self.settings.tracker)
+            return self.record(spec, cfg, plan.status, time.perf_counter() - start)
+
+    def record(self, spec: RunSpec, cfg: PretrainConfig, status: str, seconds: float) -> RunInfo:
+        """A run trained here (``train``) or with others as one ensemble (``ensembles.py``),
+        resumed or reused, recorded in this study: its ``RunInfo`` (its summary read back),
+        its wall seconds counted; a reused run's metrics mirrored to ``--tracker``."""
+        run_dir = layout.run_dir(self.root, spec.name)
+        if status == "reused" and self.settings.tracker != "none":
+            self._mirror(cfg, run_dir)
         self.timings["train"] += seconds
-        summary = read_summary(run_dir) or {}
-        info = RunInfo(spec, cfg, run_dir, status, seconds, summary)
+        info = RunInfo(spec, cfg, run_dir, status, seconds, read_summary(run_dir) or {})
         self.runs[spec.name] = info
         return info
+
+    def absorb(self, unit: str, result: UnitResult) -> None:
+        """What unit ``unit`` returned, run in another study (a seed's) or another process: its
+        value kept (``done``), and the runs, timings and counts of the study it ran in added."""
+        self.done[unit] = result.value
+        self.runs.update(result.runs)
+        for k, v in result.timings.items():
+            self.timings[k] += v
+        for k, v in result.counts.items():
+            self.counts[k] += v
+
+    def reread(self) -> None:
+        """The rows other processes measured meanwhile (the launchers' workers) read into the cache."""
+        self.cache.update(self._read_cache())
 
     def run_config(self, spec: RunSpec) -> PretrainConfig:
         """``spec``'s config as this study trains it (its ``--device``)."""
         cfg = spec.config()
-        if self.device != "auto" and cfg.device != self.device:
-            cfg = dataclasses.replace(cfg, device=self.device)
+        if self.settings.device != "auto" and cfg.device != self.settings.device:
+            cfg = dataclasses.replace(cfg, device=self.settings.device)
         return cfg
 
     def _mirror(self, cfg, run_dir: Path) -> None:
         """A reused run and ``--tracker``: its ``metrics.jsonl`` and config go to the tracker
         when the run holds no output of it yet (its measured rows follow, from the cache too:
         ``measure``); else one line (per study) says where they are."""
-        if mirror_run(self.tracker, run_dir, run_dir.name, read_metrics(run_dir), configlib.to_dict(cfg)):
+        if mirror_run(self.settings.tracker, run_dir, run_dir.name, read_metrics(run_dir), configlib.to_dict(cfg)):
             self._mirrored.add(run_dir)
         elif not self._said_tracked:
             self._said_tracked = True
-            self.log(f"--tracker {self.tracker}: reused runs (e.g. {run_dir.name}) already hold their metrics from the "
-                     "call that trained them; they are not written twice")
+            self.log(f"--tracker {self.settings.tracker}: reused runs (e.g. {run_dir.name}) already hold their metrics "
+                     "from the call that trained them; they are not written twice")
 
     def checkpoint(self, info: RunInfo, step: int | None = None) -> Path:
         """The checkpoint at ``step`` of a trained run (``None``: its last)."""
@@ -392,12 +386,12 @@ class Study:
                                      self._state(spec))
             row["checkpoint"] = rel
             if files.is_run_dir(run_dir):  # not an embedded checkpoint: the run's tracker gets the row
-                log_measured(self.tracker, run_dir, run_dir.name, row)
+                log_measured(self.settings.tracker, run_dir, run_dir.name, row)
             fresh.append(True)
             return row
         row = self._memo("checkpoint", rel, spec, _fingerprint(meta), compute)
         if not fresh and run_dir in self._mirrored:  # a reused run's tracker gets its cached rows too
-            log_measured(self.tracker, run_dir, run_dir.name, row)
+            log_measured(self.settings.tracker, run_dir, run_dir.name, row)
         return row
 
     def reference(self, kind: str, cfg: PretrainConfig, spec) -> dict:
@@ -450,7 +444,7 @@ class Study:
 
     def _device_name(self) -> str:
         from ...training.runio import resolve_device
-        return str(resolve_device(self.device))
+        return str(resolve_device(self.settings.device))
 
 
 def _json_default(obj):

@@ -95,13 +95,12 @@ def cost_rows(cpu: dict) -> list[dict]:
     return [part.row(seconds) for part, seconds in cpu.items()]
 
 
-def cost_parts(saved) -> dict:
-    """``cost_rows``' rows read back as CPU seconds by ``CostPart``; also the layout of 2026-11
-    versions, a mapping ``{"point|fork|stage": seconds}``. A malformed entry raises ``KeyError``,
-    ``TypeError``, ``ValueError`` or ``AttributeError`` (the callers say which file)."""
-    if isinstance(saved, list):
-        return {CostPart(r["point"], r["fork"], r["stage"]): float(r["cpu_seconds"]) for r in saved}
-    return {CostPart(*key.split("|")): float(seconds) for key, seconds in saved.items()}
+def cost_parts(rows: list[dict]) -> dict:
+    """``cost_rows``' rows read back as CPU seconds by ``CostPart``. Anything else raises
+    ``KeyError``, ``TypeError`` or ``ValueError`` (the callers say which file)."""
+    if not isinstance(rows, list):
+        raise TypeError(f"cost rows are a list, not {type(rows).__name__}")
+    return {CostPart(r["point"], r["fork"], r["stage"]): float(r["cpu_seconds"]) for r in rows}
 
 
 Tags = tuple  # ((name, value), ...): what a declared item is in its study (``tags``)

@@ -239,7 +239,7 @@ def check_report(root: Path) -> None:
 
 
 def unit_folders(root: Path) -> list[tuple[Path, str]]:
-    """The folders the units of an experiment lock (``core.execute_unit``), with what
+    """The folders the units of an experiment lock (``dispatch.execute``), with what
     their locks are called: its seed sub-studies (``"unit"``) and run folders (``"run"``),
     the seed sub-studies' included — what ``--fresh`` locks before it deletes."""
     root = Path(root)

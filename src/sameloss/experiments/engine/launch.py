@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ...errors import UserError
+from .hardware import WORKERS_PER_GPU
 from .study_log import WorkerStages
 
 LAUNCHERS = ("inprocess", "local", "slurm")
@@ -144,12 +145,6 @@ def worker_devices(workers: int, environ=None, device_count: int | None = None) 
     return [ids[k % len(ids)] for k in range(workers)]
 
 
-# Worker processes a GPU takes by default. A small model leaves a card idle between kernel
-# launches, so processes sharing it add up: the isoloss tiny model trained 115 steps/s in one
-# process and 637 in 8 on an H100 (5.5×; bench/gpu_workers.py, 2026-11-27); on an H200 5
-# workers each stepped at 75/s against one process's 88 (4.3×, the study's bases,
-# 2026-11-28). More than 8 was not measured.
-WORKERS_PER_GPU = 8
 
 
 def default_workers(threads: int, device_count: int, cpu_count: int | None) -> int:

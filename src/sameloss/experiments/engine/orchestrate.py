@@ -1,17 +1,16 @@
 """``sameloss reproduce``: one recipe at one scale, run through the engine and reported.
 
-``reproduce(experiment, scale, out, seed, **options)`` reads the job (``Job``: what is
-computed, hence the experiment folder) and how it runs (``Options``), declares the study
-(the recipe's ``units``), runs it stage by stage through a launcher (``run_declaration``,
-``engine.run_stages``) and writes the report from what the engine recorded
-(``engine.Records``; ``report.write_report``). ``seeds=[...]`` runs only those seeds' units
-and writes no report (``_shard``); a Slurm ``--dry-run`` prints the job script of the first
-stage (``_dry_run``). The package's docstring (``experiments/__init__.py``) tells the whole.
+``reproduce(job, options)`` takes the job (``Job``: what is computed, hence the experiment
+folder) and how it runs (``Options``), both built once by the caller (the CLI: from its
+flags), declares the study (the recipe's ``units``), runs it stage by stage through a launcher
+(``run_declaration``, ``engine.run_stages``) and writes the report from what the engine
+recorded (``engine.Records``; ``report.write_report``). ``options.seeds`` runs only those
+seeds' units and writes no report (``_shard``); a Slurm ``--dry-run`` prints the job script of
+the first stage (``_dry_run``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from dataclasses import dataclass
@@ -66,9 +65,11 @@ def _cuda() -> bool:
 
 @dataclass(frozen=True)
 class Job:
-    """What a study computes, hence its folder: the recipe at a scale, ``--seed`` (added to
-    every seed of the study), the ``--language`` specs (``with_languages``), the ``--budget``
-    minutes (``with_budget``), ``--even`` (``with_even``) and ``--dropout-draws``."""
+    """What a study computes, hence its folder: the recipe at a scale (``main_job``: the
+    defaults), ``out`` (the parent folder of the experiment's, ``OUT/EXPERIMENT-SCALE``),
+    ``--seed`` (added to every seed of the study; another seed is its own folder), the
+    ``--language`` specs (``with_languages``), the ``--budget`` minutes (``with_budget``),
+    ``--even`` (``with_even``) and ``--dropout-draws``."""
 
     experiment: str
     scale: str
@@ -78,6 +79,10 @@ class Job:
     budget: float | None = None
     even: bool = False
     dropout_draws: str = "global"
+
+    def __post_init__(self):  # a folder given as text, languages as a list: the types the job keeps
+        object.__setattr__(self, "out", Path(self.out))
+        object.__setattr__(self, "languages", tuple(self.languages or ()))
 
     @property
     def recipe(self) -> Recipe:
@@ -115,7 +120,7 @@ class Options:
     fresh: delete the experiment's folder first (only what sameloss wrote).
     progress: show progress bars.
     device: ``auto``, ``cpu`` or ``cuda`` (default: the preset's).
-    command: the command line the report names (default: ``Job.command``).
+    command: the command line the report names (default: the job's, ``Job.command``).
     launch: a ``launch.LaunchOptions`` (default: every unit in this process).
     seeds: run only these seeds' units and write no report (a shard).
     tracker: ``none``, ``tensorboard`` or ``wandb`` (``training.tracking``).
@@ -137,50 +142,26 @@ class Options:
     ensemble: int | None = None
 
 
-_JOB_FIELDS = {f.name for f in dataclasses.fields(Job)} - {"experiment", "scale", "out", "seed"}
-_OPTION_FIELDS = {f.name for f in dataclasses.fields(Options)}
-
-
-def reproduce(experiment: str | None = None, scale: str | None = None, out: str | Path = "runs", seed: int = 0,
-              **options: Any) -> Path | None:
-    """Run one recipe at one scale: train its runs (reusing finished ones, resuming
-    interrupted ones), measure them (cached) and write its report (``sameloss reproduce``).
-
-    Args:
-        experiment: a recipe's name (``experiments()``); ``None``: the main job's, isoloss.
-        scale: one of the recipe's scales; ``None``: ``main_job``'s default (isoloss:
-            ``quick``, every other recipe: ``tiny``).
-        out: the parent folder of the experiment's folder, ``OUT/EXPERIMENT-SCALE``.
-        seed: added to every seed of the study (another seed is its own folder).
-        **options: the fields of ``Job`` (``languages``, ``budget``, ``even``,
-            ``dropout_draws``) and of ``Options`` (``fresh``, ``progress``, ``device``,
-            ``command``, ``launch``, ``seeds``, ``tracker``, ``formats``, ``figure_width``,
-            ``ensemble``).
+def reproduce(job: Job, options: Options = Options()) -> Path | None:
+    """Run ``job``: train its runs (reusing finished ones, resuming interrupted ones), measure
+    them (cached) and write its report (``sameloss reproduce``), as ``options`` say.
 
     Returns:
-        the path of ``report.md``; with ``seeds``, the experiment folder; with a Slurm
-        ``--dry-run``, ``None`` (the job script was printed).
+        the path of ``report.md``; with ``options.seeds``, the experiment folder; with a
+        Slurm ``--dry-run``, ``None`` (the job script was printed).
     """
-    unknown = sorted(set(options) - _JOB_FIELDS - _OPTION_FIELDS)
-    if unknown:
-        raise TypeError(f"reproduce() got unexpected keyword arguments {', '.join(unknown)}")
-    experiment, scale = main_job(experiment, scale)
-    job_fields = {k: v for k, v in options.items() if k in _JOB_FIELDS}
-    job_fields["languages"] = tuple(job_fields.get("languages") or ())
-    job = Job(experiment, scale, Path(out), seed, **job_fields)
-    opts = Options(**{k: v for k, v in options.items() if k in _OPTION_FIELDS})
     p = job.preset()
     if job.out.exists() and not job.out.is_dir():
         raise UserError(f"--out {job.out} is not a folder; pass the folder to write experiments in")
     root = job.root(p)
-    if opts.launch is not None and opts.launch.dry_run:
-        return _dry_run(job, p, root, opts)
-    if opts.seeds is not None:
-        if opts.fresh:
+    if options.launch is not None and options.launch.dry_run:
+        return _dry_run(job, p, root, options)
+    if options.seeds is not None:
+        if options.fresh:
             raise UserError("--fresh deletes the whole experiment; with --seeds, remove the seeds' folders "
                             f"(under {root / layout.SEEDS}) yourself")
-        return _shard(job, p, root, opts)
-    return _whole(job, p, root, opts)
+        return _shard(job, p, root, options)
+    return _whole(job, p, root, options)
 
 
 def _whole(job: Job, p: Any, root: Path, opts: Options) -> Path:
@@ -196,7 +177,7 @@ def _whole(job: Job, p: Any, root: Path, opts: Options) -> Path:
     check_report(root)  # a report a user added lines to: kept, and one line before anything runs
     recipe, workers = job.recipe, workers_of(launcher)
     # the Study holds the experiment folder's lock for the whole call (files.folder_lock);
-    # its units hold their own folders' locks (core.execute_unit)
+    # its units hold their own folders' locks (dispatch.execute)
     with _study(p, root, job, opts, launcher) as study:
         study.log(f"reproduce {job.experiment} --scale {job.scale} (seed {job.seed}) in {root}")
         if job.budget is not None and recipe.hook("forecast") is not None:  # before anything trains
@@ -208,7 +189,7 @@ def _whole(job: Job, p: Any, root: Path, opts: Options) -> Path:
         sections = result if isinstance(result, list) else [result]
         wall = time.perf_counter() - start
         runs = runs_section(study, sections)
-        command = opts.command or reproduce_command(job.experiment, job.scale, job.seed)
+        command = opts.command or job.command()
         header = report_header(recipe.doc, command, job.scale, study, wall)
         # a section marked ``lead`` (a study's verdicts) comes before the Runs table
         ordered = [*(s for s in sections if s.lead), runs, *(s for s in sections if not s.lead)]
@@ -353,10 +334,3 @@ def _shard(job: Job, p: Any, root: Path, opts: Options) -> Path:
               + (f" (it runs the seeds not given here, {format_seeds(missing)}, unless another shard has "
                  "finished them)" if missing else ""))
     return root
-
-
-def reproduce_command(experiment: str, scale: str, seed: int = 0, languages: list[str] | None = None,
-                      budget: float | None = None, even: bool = False, dropout_draws: str = "global") -> str:
-    """The command line that runs this experiment again (``Job.command``)."""
-    return Job(experiment, scale, seed=seed, languages=tuple(languages or ()), budget=budget, even=even,
-               dropout_draws=dropout_draws).command()

@@ -108,7 +108,8 @@ class Record:
             return dataclasses.replace(at, of=self._resolved(at.of))
         return Checkpoint(at.run, self._step(at))
 
-    def _path(self, at) -> Path:
+    def path(self, at, record=None) -> Path:
+        """The folder the checkpoint ``at`` would be in (an embedded one: where it would be written)."""
         from ...training.checkpoint import checkpoint_dir
 
         if isinstance(at, Embedded):
@@ -117,11 +118,11 @@ class Record:
 
     def train(self, run, record):
         from .runspec import RunInfo
-        from .walk import with_start
+        from .walk import start_spec
 
         key = (self.study, run.name)
         if key not in self.plan.trained:
-            spec = run.spec if run.start is None else with_start(run.spec, self._path(run.start))
+            spec = start_spec(run, self, record)
             cfg = spec.config()
             start = self._step(run.start) if run.start is not None and cfg.init_step == "continue" else 0
             self.plan.runs.append(PlannedRun(run.name, self.study, cfg, start))

@@ -1,11 +1,15 @@
 """The one engine that executes a declared study (``declare.py``).
 
-``walk(unit, actor)`` goes through a unit's items in order and hands each to an actor:
-``Execute`` trains and measures on a ``core.Study`` (``reproduce``, in any launcher's
-worker: ``core.execute_unit``), ``plan.Record`` records what would be trained and measured
-(``sameloss plan``). Either way the walk is the same: a ``Gate`` asks the actor
+``walk_units(units, actors, train)`` goes through each unit's items in order and hands each to
+its actor: ``Execute`` trains and measures on a ``core.Study`` (``reproduce``, in any
+launcher's worker: ``dispatch.execute``), ``plan.Record`` records what would be trained and
+measured (``sameloss plan``). Either way the walk is the same: a ``Gate`` asks the actor
 (``Execute`` runs its check on the measured rows; a plan passes it), a fork's start is
-resolved by the actor (a checkpoint folder, or the embedded checkpoint it writes first).
+resolved by the actor (``start_spec``: a checkpoint folder, or the embedded checkpoint it
+writes first). The units go in lockstep, so that the runs they ask for at once may train
+together (``train``: one after another, ``one_by_one``, or as ensembles,
+``ensembles.train_together``); one unit is the case of one (``walk``). Each unit's wall and
+CPU seconds are charged as it goes (``UnitRecord.charge``).
 
 ``run_stages(declaration, run, resolve)`` runs the declared units stage by stage: the
 units declared up front, then each ``Later`` stage once the units it reads have run
@@ -70,6 +74,15 @@ class UnitRecord:
     measured: list = field(default_factory=list)
     trained: list = field(default_factory=list)
 
+    def charge(self, cpu: float, wall: float = 0.0, part=None, total: bool = True) -> None:
+        """``cpu`` seconds charged to ``part`` (a ``CostPart``; ``None``: to none), and with
+        ``total`` the CPU and ``wall`` seconds to the unit's."""
+        if part:
+            self.cpu[part] = self.cpu.get(part, 0.0) + cpu
+        if total:
+            self.cpu_seconds += cpu
+            self.seconds += wall
+
     def row(self, measure: Measure) -> dict:
         return dict(self.rows[measure_key(measure)])
 
@@ -90,45 +103,86 @@ def cpu_time() -> float:
 
 
 # ---- the walk -----------------------------------------------------------------------------
+def walk_units(units: list[Unit], actors: list, train: Callable[[list], list] | None = None) -> list:
+    """Walk ``units``, each with its actor, in lockstep: each walk (``steps``) goes on —
+    measuring, gating — until it asks for a group of consecutive runs; once every unit not
+    finished waits so, all the runs asked for are trained by one call of ``train(requests)``
+    (a request: ``(actor, Run, record)``; per request ``(RunInfo or the UserError that
+    stopped it, CPU seconds, wall seconds)``: ``one_by_one``, the default, or
+    ``ensembles.train_together``, runs of several units trained as ensembles). Per unit its
+    ``UnitRecord`` — its wall and CPU seconds charged as it goes, a run's CPU also to the
+    run's ``cost`` part — or the ``UserError`` that stopped it."""
+    train = train or one_by_one
+    records = [UnitRecord(u.name, u.study, seed=u.seed) for u in units]
+    walks = [steps(u.items, a, r) for u, a, r in zip(units, actors, records)]
+    outcome: list = [None] * len(units)
+    pending: dict[int, list] = {}
+
+    def advance(i: int, infos: list | None = None) -> None:
+        wall, cpu = time.perf_counter(), cpu_time()
+        error = next((x for x in infos or () if isinstance(x, UserError)), None)
+        try:
+            pending[i] = walks[i].throw(error) if error is not None else walks[i].send(infos)
+        except StopIteration:
+            outcome[i] = records[i]
+        except UserError as exc:
+            outcome[i] = exc
+        records[i].charge(cpu_time() - cpu, time.perf_counter() - wall)
+
+    for i in range(len(units)):
+        advance(i)
+    while pending:
+        asked = list(pending.items())
+        pending.clear()
+        done = iter(train([(actors[i], run, records[i]) for i, runs in asked for run in runs]))
+        for i, runs in asked:
+            infos = []
+            for run in runs:
+                info, cpu, wall = next(done)
+                records[i].charge(cpu, wall, run.cost)
+                infos.append(info)
+            advance(i, infos)
+    return outcome
+
+
 def walk(unit: Unit, actor) -> UnitRecord:
-    """The items of ``unit`` through ``actor`` (module docstring), its runs trained one after
-    another (``actor.train``)."""
-    record = UnitRecord(unit.name, unit.study, seed=unit.seed)
-    start, cpu = time.perf_counter(), cpu_time()
-
-    def one_by_one(runs: list[Run]) -> list[tuple[Any, float]]:
-        out = []
-        for run in runs:
-            spent = cpu_time()
-            out.append((actor.train(run, record), cpu_time() - spent))
-        return out
-
-    drive(steps(unit.items, actor, record), one_by_one, record)
-    record.seconds, record.cpu_seconds = time.perf_counter() - start, cpu_time() - cpu
+    """One unit walked (``walk_units``), its runs trained one after another: its record, or
+    the ``UserError`` that stopped it raised."""
+    (record,) = walk_units([unit], [actor])
+    if isinstance(record, UserError):
+        raise record
     return record
 
 
-def drive(walking, train: Callable[[list[Run]], list], record: UnitRecord) -> None:
-    """Run a walk (``steps``) to its end: each list of runs it asks for trained by ``train``,
-    which returns ``(info, CPU seconds)`` per run (runs trained together,
-    ``experiments.ensembles``: each its share), counted to the run's ``cost``."""
+def one_by_one(requests: list) -> list[tuple[Any, float, float]]:
+    """``walk_units``' default ``train``: each run by its own actor (``actor.train``), one
+    after another; a unit's runs after the one that stopped it are not trained."""
+    out, stopped = [], set()
+    for actor, run, record in requests:
+        if id(record) in stopped:
+            out.append((None, 0.0, 0.0))
+            continue
+        out.append(timed(actor.train, run, record))
+        if isinstance(out[-1][0], UserError):
+            stopped.add(id(record))
+    return out
+
+
+def timed(train: Callable, *args) -> tuple[Any, float, float]:
+    """``train(*args)`` — a run trained — or the ``UserError`` that stopped it, with the CPU
+    and wall seconds it took."""
+    wall, cpu = time.perf_counter(), cpu_time()
     try:
-        runs = next(walking)
-        while True:
-            done = train(runs)
-            for run, (_, cpu) in zip(runs, done):
-                if run.cost:
-                    record.cpu[run.cost] = record.cpu.get(run.cost, 0.0) + cpu
-            runs = walking.send([info for info, _ in done])
-    except StopIteration:
-        pass
+        info = train(*args)
+    except UserError as exc:
+        info = exc
+    return info, cpu_time() - cpu, time.perf_counter() - wall
 
 
 def steps(items, actor, record: UnitRecord):
     """The walk of ``items`` as a generator: it measures and gates through ``actor`` and
     yields each group of consecutive runs to train (a list of ``Run``), taking back their
-    infos (``send``) — so that a driver may train several units' runs together (``drive``,
-    ``experiments.ensembles``)."""
+    infos (``send``) — so that several units' runs may train together (``walk_units``)."""
     for group in _groups(items):
         if isinstance(group, Gate):
             rows = [record.rows[measure_key(m)] for m in group.reads]
@@ -152,8 +206,7 @@ def steps(items, actor, record: UnitRecord):
                 if not item.optional:
                     raise
                 record.skipped.append((dict(item.tags), str(exc)))
-            if item.cost:
-                record.cpu[item.cost] = record.cpu.get(item.cost, 0.0) + cpu_time() - spent
+            record.charge(cpu_time() - spent, part=item.cost, total=False)
 
 
 def _groups(items) -> list:
@@ -199,8 +252,7 @@ class Execute:
         return record.runs[run] if run in record.runs else self.study.runs[run]
 
     def train(self, run: Run, record: UnitRecord):
-        spec = run.spec if run.start is None else with_start(run.spec, self.path(run.start, record))
-        return self.study.train(spec)
+        return self.study.train(start_spec(run, self, record))
 
     def measure(self, m: Measure, record: UnitRecord) -> dict:
         if isinstance(m.of, Reference):
@@ -214,6 +266,12 @@ class Execute:
         ok, text = gate.check(rows, *gate.args)
         self.study.log(text)
         return ok, text
+
+
+def start_spec(run: Run, actor, record: UnitRecord):
+    """The spec ``run`` trains: its own, forked from its start when it has one (``with_start``;
+    the start's checkpoint folder as the actor resolves it: ``actor.path``)."""
+    return run.spec if run.start is None else with_start(run.spec, actor.path(run.start, record))
 
 
 def with_start(spec, path: Path):
@@ -231,11 +289,11 @@ def keep_first_cost(root: Path, record: UnitRecord, log: Callable[[str], None]) 
     path = Path(root) / COST_FILE
     try:
         saved = json.loads(path.read_text())
-        cpu = cost_parts(saved["rows"] if "rows" in saved else saved["parts"])  # "parts": 2026-11's key
+        cpu = cost_parts(saved["rows"])
         return dataclasses.replace(record, cpu=cpu, cpu_seconds=float(saved["cpu_seconds"]))
     except FileNotFoundError:
         pass
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError):
         log(f"note: {path} is unreadable; this call's CPU is kept instead")
     with storage_errors(path):
         atomic_write_json(path, {"rows": cost_rows(record.cpu), "cpu_seconds": record.cpu_seconds}, indent=1)
@@ -310,10 +368,11 @@ class Setup:
 
 
 class Records:
-    """What the report reads (module docstring): every unit's record, the study's figures
-    and log. It trains and measures nothing. It holds the ``Setup`` the units were declared
-    with (``setup``: the seed, folder, workers and prepared data a report may read again)
-    and answers queries over the tidy tables (``rows``, ``runs``, ``cost_rows``)."""
+    """What the report reads (module docstring): every unit's record and the study's
+    figures. It trains and measures nothing. ``setup`` is the ``Setup`` the units were
+    declared with (the seed, folder, workers and prepared data a report may read again:
+    ``records.setup.seed``); the queries run over the tidy tables (``rows``, ``runs``,
+    ``cost_rows``)."""
 
     def __init__(self, setup: Setup, study, records: dict[str, UnitRecord]):
         self.setup, self.study, self.units = setup, study, records
@@ -322,29 +381,6 @@ class Records:
         for r in records.values():
             self._runs.update({(r.study, k): v for k, v in r.runs.items()})
             self._gates.update({(r.study, k): v for k, v in r.gates.items()})
-
-    # what the units were declared with (``Setup``)
-    @property
-    def seed(self) -> int:
-        return self.setup.seed
-
-    @property
-    def root(self) -> Path:
-        return self.setup.root
-
-    @property
-    def workers(self) -> int:
-        return self.setup.workers
-
-    @property
-    def planning(self) -> bool:
-        return self.setup.planning
-
-    def log(self, message: str) -> None:
-        self.setup.log(message)
-
-    def data(self, name: str, make: Callable, planned: Callable | None = None, *args):
-        return self.setup.data(name, make, planned, *args)
 
     # the records, by name
     def unit(self, name: str) -> UnitRecord:

@@ -46,7 +46,7 @@ from ...models.sizes import TRANSFORMER_SIZES
 from ..engine.recipe import SCALE_NAMES
 from ...measures.rows import error_column
 from .causal import CausalScale
-from ..engine.core import RunInfo, RunSpec, Setting
+from ..engine.runspec import RunInfo, RunSpec, Setting
 from ..reports.document import Column
 
 def _check(ok: bool, what: str) -> None:

@@ -8,5 +8,5 @@ typed settings per scale: smoke, tiny, small, paper), ``runs(preset, language, s
 units of runs, forks and measures, which the engine runs, plans or shards) and
 ``report(records, preset)`` (the report's sections from what the units measured:
 ``engine.Records``; it trains and measures nothing). What recipes share lives in
-``presets/common.py``; a recipe never imports another (``figure1`` takes the others through
-``core.recipe``) nor anything of ``training/``."""
+``presets/common.py``; a recipe never imports another (``figure1`` takes the others by
+name: ``sameloss.registry.recipe``) nor anything of ``training/``."""

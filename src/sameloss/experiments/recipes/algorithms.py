@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from ..reports.claims import POINTS, difference_claim, fmt
 from ..presets.common import (COMMON, LanguagePart, Preset, base_settings, languages_of, measured_columns,
     measured_runs, reference_run, run_name)
-from ..engine.core import RunSpec
+from ..engine.runspec import RunSpec
 from ..engine.declare import Measure, Reference, run_unit, tags
 from ..reports.plots import TRACE_FISHER, Panel, dots_plot, error_labels, majority_ref
 from ..reports.document import Column, Section, Table
@@ -160,7 +160,7 @@ def report(records, p: AlgorithmsPreset, languages: tuple[str, ...] | None = Non
     section.text.append(
         "Each row is the last checkpoint of one algorithm (same model shape and steps), plus the look-up "
         "table (a probe on the true conditionals: loss = entropy, no trace).")
-    for lang in languages_of(p, records.seed, languages):
+    for lang in languages_of(p, records.setup.seed, languages):
         rows: dict[str, dict] = {}  # group → row
         for run in measured_runs(records, "algorithms", language=lang.name):
             section.runs.append(run.info)
@@ -202,7 +202,7 @@ def _figure(records, section: Section, lang: LanguagePart, rows: list[dict], mai
               "start), (b) the trace of Hessian by the paper's estimator (the look-up table has none), "
               f"{probes} linear-probe accuracy per task (dotted: the majority class); the adversary aims at task "
               f"{main}",
-        sample=f"{len(rows) - 1} models, one run each (seed {records.seed}), and the look-up table; each probe "
+        sample=f"{len(rows) - 1} models, one run each (seed {records.setup.seed}), and the look-up table; each probe "
                f"trained with {len(lang.measure.seeds)} seeds",
         claim="at (almost) the same loss AdamW transfers better than the adversarial objective and the look-up "
               "table, and is flatter than the adversarial model; without dropout and weight decay accuracy falls "

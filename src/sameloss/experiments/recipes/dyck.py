@@ -56,7 +56,7 @@ from ...measures.fewshot import CountRegression, View
 from ...measures.run import MeasureSpec
 from ..reports.claims import fmt, trend_claim
 from ..presets.common import COMMON, MeasuredRun, Preset, Shape, base_settings, measure_spec, measured_runs, run_name
-from ..engine.core import RunSpec, Setting
+from ..engine.runspec import RunSpec, Setting
 from ..engine.declare import run_unit
 from ..reports.plots import TRACE_FISHER, XY, Encoding, Ref, error_labels, scatter_plot
 from ..reports.document import Claim, Column, Section, Table
@@ -225,7 +225,7 @@ def _degenerate_note(records, section: Section, rows: list[dict]) -> None:
 
     kl = [float(r["kl"]) for r in rows]
     tr = [float(r["trace_fisher"]) for r in rows]
-    iv = bootstrap_ci(kendall_tau, kl, tr, seed=records.seed)
+    iv = bootstrap_ci(kendall_tau, kl, tr, seed=records.setup.seed)
     section.notes.append(
         "The masked bracket is determined by the other brackets (the optimal loss is 0), so a model nears zero loss "
         "only by growing its logits, and its Hessian and Fisher vanish with its KL: over all "
@@ -253,7 +253,7 @@ def _figure(records, section: Section, p: DyckPreset, rows: list[dict]) -> None:
     shown = [dict(r, **{f"{k}_std": r[f"{k}_se"] for k in keys}) for r in rows]
     variance = sum(float(r["target_variance"]) for r in rows) / len(rows)
     mean_variance = (Ref(variance, "var g*: the MSE of predicting the mean", color="0.55", style=":"),)
-    errors = {**error_labels(measure_spec(p, (), records.seed)),
+    errors = {**error_labels(measure_spec(p, (), records.setup.seed)),
               "down_mse": f"± SE over {d.draws} draws of the n = {n_lo} examples"}
     fig = scatter_plot(
         shown, [XY("trace_fisher", TRACE_FISHER, keys[0], f"downstream MSE, mean-pooled, n = {n_lo}",
@@ -269,8 +269,8 @@ def _figure(records, section: Section, p: DyckPreset, rows: list[dict]) -> None:
         shows=f"dyck: the test MSE of the mismatch count g* learned by a minimum-norm linear head from n = {n_lo} "
               "examples, on (a) mean-pooled and (b) first-position features, against the trace of Hessian by the "
               "paper's estimator; colour = model size, marker = training recipe; dotted: var g*",
-        sample=f"{len(rows)} solutions, the last checkpoint of one run each (seed {records.seed}); {d.draws} draws "
-               f"of the n examples, tested on {d.n_test} strings",
+        sample=f"{len(rows)} solutions, the last checkpoint of one run each (seed {records.setup.seed}); "
+               f"{d.draws} draws of the n examples, tested on {d.n_test} strings",
         claim="Theorem 5.1: at ~zero loss the flattest solution learns g* from the fewest examples (the trace "
               "and the downstream error rise together)"))
 
@@ -294,7 +294,7 @@ def _claims(records, section: Section, p: DyckPreset, rows: list[dict]) -> None:
             what = f"dyck, {pooling} features, n = {n}"
             claim, _ = trend_claim("Theorem 5.1: at ~zero loss, flatter solutions transfer better (τ(trace, "
                                    "downstream MSE) > 0).", f"{what}, {len(near)} solutions", traces,
-                                   [float(r[key]) for r in near], +1, seed=records.seed)
+                                   [float(r[key]) for r in near], +1, seed=records.setup.seed)
             section.claims.append(claim)
             others = [r for r in near if r is not flattest]
             best = min(others, key=lambda r: float(r[key]))

@@ -46,7 +46,8 @@ import numpy as np
 
 from ..reports.claims import fmt
 from ..presets.common import COMMON, Preset, measure_spec, quantity_column
-from ..engine.core import RunSpec, recipe
+from ... import registry
+from ..engine.runspec import RunSpec
 from ..reports.plots import TRACE_FISHER, XY, Encoding, Ref, error_labels, majority_ref, scatter_plot
 from ..reports.document import Claim, Column, Section, Table, merge_rows
 from ..stats.inference import Interval, bootstrap_ci, kendall_tau, spearman_rho, verdict
@@ -72,15 +73,15 @@ class Figure1Preset(Preset):
 
     def parts(self) -> list[tuple[object, Preset]]:
         """Each part's recipe (through the core's registry) and preset."""
-        return [(recipe(name), getattr(self, name)) for name in PARTS]
+        return [(registry.recipe(name), getattr(self, name)) for name in PARTS]
 
 
 PRESETS: dict[str, Figure1Preset] = {
     scale: Figure1Preset(**COMMON[scale].common(), use=("pcfg",), task="B", n_boot=2000,
-                         steps=recipe("steps").PRESETS[scale],
+                         steps=registry.recipe("steps").PRESETS[scale],
                          # Figure 1 is the transformers': the LSTM family stays in `sizes`
-                         sizes=dataclasses.replace(recipe("sizes").PRESETS[scale], lstms=(), lstm_use=()),
-                         algorithms=recipe("algorithms").PRESETS[scale])
+                         sizes=dataclasses.replace(registry.recipe("sizes").PRESETS[scale], lstms=(), lstm_use=()),
+                         algorithms=registry.recipe("algorithms").PRESETS[scale])
     for scale in COMMON
 }
 
@@ -134,7 +135,7 @@ def report(records, p: Figure1Preset, languages: tuple[str, ...] | None = None) 
         if len(same) < 3:
             section.notes.append(f"{language}: fewer than 3 models within the tolerance; no correlations.")
             continue
-        _correlations(section, p, language, same, records.seed)
+        _correlations(section, p, language, same, records.setup.seed)
     return [*parts, section]
 
 
@@ -160,7 +161,7 @@ def _models_text_figure_table(records, section: Section, p: Figure1Preset, langu
         encoding=Encoding(colour_by="parameters", marker_by=_recipe_name, hollow=lambda r: float(r["kl"]) > tol,
                           hollow_label=f"KL > {tol:g} nats (not the same loss)",
                           join_by=lambda r: str(r.get("run") or r["model"])),
-        errors=error_labels(_measure_spec(p, language, records.seed)))
+        errors=error_labels(_measure_spec(p, language, records.setup.seed)))
     runs = {r.get("run") for r in models}
     section.figures.append(records.figure(
         fig, f"figure1-{language}",
@@ -169,8 +170,8 @@ def _models_text_figure_table(records, section: Section, p: Figure1Preset, langu
               "+ KL, the optimum at KL → 0), (b) probe accuracy against the trace of Hessian by the paper's "
               "estimator, (c) the trace against the KL; colour = model size, marker = training recipe, a run's "
               "checkpoints joined in step order; hollow markers lie outside the same-loss tolerance (dashed)",
-        sample=f"{len(models)} models from {len(runs)} runs (seed {records.seed}), {len(same)} within the tolerance; "
-               f"each probe trained with {len(p.measure.seeds)} seeds",
+        sample=f"{len(models)} models from {len(runs)} runs (seed {records.setup.seed}), {len(same)} within the "
+               f"tolerance; each probe trained with {len(p.measure.seeds)} seeds",
         claim="among models of almost the same loss, the trace of Hessian ranks downstream accuracy and the loss "
               "does not (Fig. 1; the rank correlations are in the table below)"))
     cols = [Column("parameters", "parameters", fmt="d"), Column("step", "step", fmt="d"),

@@ -63,7 +63,7 @@ from ..reports.claims import POINTS, difference_claim, fmt
 from ..presets.causal import CAUSAL
 from ..presets.common import (COMMON, LanguagePart, MeasuredRun, Preset, Shape, base_settings, language_parts,
     measured_columns, measured_runs, quantity_column, reference_run, run_name)
-from ..engine.core import RunSpec
+from ..engine.runspec import RunSpec
 from ..engine.declare import Checkpoint, Embedded, Measure, run_unit, tags
 from ..reports.plots import TRACE_FISHER, Panel, Ref, XAxis, error_labels, majority_ref, series_plot
 from ..reports.document import Column, Section, Table
@@ -203,7 +203,7 @@ def report(records, p: SizesPreset, languages: tuple[str, ...] | None = None) ->
         "loss of the embedded model as a check that the function is unchanged. The embedding keeps the function "
         "but not the trace: a group of parameters replicated m times and scaled by α has its Fisher trace "
         "multiplied by 1/(α²m) (`models/embed.py`), so a small model's embedded trace is usually below its own.")
-    for q, lang in language_parts(records, p, languages):
+    for q, lang in language_parts(records.setup, p, languages):
         sizes = measured_runs(records, "sizes", language=lang.name, group="size")
         rows = [_size_row(records, section, run, lang) for run in _smallest_first(sizes)]
         section.rows += rows
@@ -297,8 +297,8 @@ def _saturation_text(rows: list[dict], tol: float) -> str:
 
 
 def _size_sample(records, rows: list[dict], lang: LanguagePart, what: str) -> str:
-    return (f"{len(rows)} {what}, the last checkpoint of one run each (seed {records.seed}); each probe trained with "
-            f"{len(lang.measure.seeds)} seeds")
+    return (f"{len(rows)} {what}, the last checkpoint of one run each (seed {records.setup.seed}); "
+            f"each probe trained with {len(lang.measure.seeds)} seeds")
 
 
 def _figure(records, section: Section, p: SizesPreset, lang: LanguagePart, rows: list[dict], into: str) -> None:

@@ -59,7 +59,7 @@ from ..reports.claims import POINTS, difference_claim, trend_claim
 from ..presets.causal import CAUSAL
 from ..presets.common import (COMMON, LanguagePart, Preset, base_settings, language_parts, measured_columns,
     measured_runs, reference_run, run_name)
-from ..engine.core import RunSpec
+from ..engine.runspec import RunSpec
 from ..engine.declare import run_unit
 from ..engine.walk import metrics
 from ..reports.plots import TRACE_FISHER, Panel, Ref, XAxis, curves_plot, error_labels, majority_ref, series_plot
@@ -136,7 +136,7 @@ def report(records, p: StepsPreset, languages: tuple[str, ...] | None = None) ->
         "MLM loss (entropy of the true conditionals + KL), ± std over 5 held-out subsets; tr(H) = trace of "
         "Hessian by the paper's estimator (App. B.1: labels sampled from the model), ± its standard error; "
         "probe = linear-probe test accuracy, ± std over seeds.")
-    for _, lang in language_parts(records, p, languages):
+    for _, lang in language_parts(records.setup, p, languages):
         series: dict[str, list[dict]] = {}  # run label → its checkpoints' rows
         infos = {}
         for run in measured_runs(records, "steps", language=lang.name):
@@ -150,7 +150,7 @@ def report(records, p: StepsPreset, languages: tuple[str, ...] | None = None) ->
         _curves(records, section, lang, infos)
         _figure(records, section, p, lang, series, _main_task(p, lang))
         for name, rows in series.items():
-            _run_claims(section, p, lang, name, rows, records.seed)
+            _run_claims(section, p, lang, name, rows, records.setup.seed)
     return section
 
 
@@ -172,7 +172,7 @@ def _curves(records, section: Section, lang: LanguagePart, infos: dict) -> None:
               "conditionals, dashed), the exact KL of its held-out evaluations (log axis) and the learning rate, "
               "against the training step",
         sample=", ".join(f"{label}: {n} evaluations of {infos[label].config.eval.n_sentences} held-out sentences"
-                         for label, n in evals.items()) + f" (seed {records.seed})",
+                         for label, n in evals.items()) + f" (seed {records.setup.seed})",
         claim="the loss converges (Fig. 2: it approaches its minimum as training goes on) before the stretch where "
               "the trace and the accuracy are compared"))
 
@@ -205,7 +205,7 @@ def _figure(records, section: Section, p: StepsPreset, lang: LanguagePart, serie
               f"trace of Hessian by the paper's estimator, (c) linear-probe accuracy on task {main}, at every "
               "measured checkpoint of each run, against the training step; "
               + _saturation_text(saturation, never, already, tol),
-        sample=f"{len(rows)} checkpoints of {len(series)} runs (seed {records.seed}); each probe trained with "
+        sample=f"{len(rows)} checkpoints of {len(series)} runs (seed {records.setup.seed}); each probe trained with "
                f"{seeds} seeds",
         claim="after the loss converges, the trace of Hessian keeps falling and downstream accuracy keeps rising "
               "(Figs. 2 and 4, Theorem 3.3)"))

@@ -50,7 +50,7 @@ from ...measures.glue import glue_label
 from ...measures.run import MeasureSpec
 from ..reports.claims import POINTS, difference_claim, fmt
 from ..presets.common import Shape, measured_runs, quantity_column
-from ..engine.core import RunSpec
+from ..engine.runspec import RunSpec
 from ..engine.declare import run_unit
 from ..reports.plots import TRACE_FISHER, Panel, dots_plot, error_labels, majority_ref
 from ..reports.document import Column, Section, Table
@@ -341,7 +341,7 @@ def _figure(records, section: Section, p: TextPreset, rows: list[dict], tasks: d
         shows=f"{', '.join(p.corpus.sources)}: for each pre-training algorithm, (a) the held-out masked-token "
               "cross-entropy (the optimum is unknown on real text: there is no KL), (b) the trace of Hessian by "
               "the paper's estimator, then the fine-tuning dev accuracy per task (dotted: the majority class)",
-        sample=f"{len(rows)} models, the last checkpoint of one run each (seed {records.seed}); each fine-tuned "
+        sample=f"{len(rows)} models, the last checkpoint of one run each (seed {records.setup.seed}); each fine-tuned "
                f"with {len(mspec.seeds)} seeds",
         claim="at about the same loss, removing dropout and weight decay lowers fine-tuning accuracy and raises "
               "the trace, and SAM recovers both (Tables 1–2, BookCorpus rows)"))
@@ -379,7 +379,7 @@ def units(setup, p: TextPreset) -> list:
 
 def report(records, p: TextPreset) -> Section:
     section = Section(TITLE)
-    corpus, tasks = records.data("text", prepare_data, planned_data, p)
+    corpus, tasks = records.setup.data("text", prepare_data, planned_data, p)
     meta = json.loads((corpus / "meta.json").read_text())
     train = meta["splits"]["train"]
     section.text.append(
@@ -388,7 +388,7 @@ def report(records, p: TextPreset) -> Section:
         f"held out: {meta['splits']['heldout']['documents']} documents. Tasks: "
         + ", ".join(f"{k} ({v.split('=')[0][5:]} format)" for k, v in tasks.items())
         + ". Loss is the held-out masked-token cross-entropy; there is no KL on real text.")
-    mspec = measure_spec(p, tasks, records.seed)
+    mspec = measure_spec(p, tasks, records.setup.seed)
     rows: dict[str, dict] = {}
     for run in measured_runs(records, "text", language="corpus"):
         section.runs.append(run.info)

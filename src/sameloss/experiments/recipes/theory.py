@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from ...measures.run import MeasureSpec
 from ..reports.claims import difference_claim, fmt, trend_claim, zero_claim
 from ..presets.common import COMMON, Preset, Shape, base_settings, measured_runs, run_name
-from ..engine.core import RunSpec
+from ..engine.runspec import RunSpec
 from ..engine.declare import Checkpoint, Measure, Unit, measured_run, tags
 from ..engine.layout import run_folder
 from ..reports.plots import TRACE_FISHER, Panel, XAxis, error_labels, series_plot
@@ -271,14 +271,14 @@ def _lemma_report(records, section: Section, p: TheoryPreset, lang: str, rows: l
               "(with the true tokens, and in the well-specified case of model-sampled labels) at each checkpoint, "
               "against the exact KL; both axes logarithmic"
               + (f"; {dropped} estimates at or below 0 cannot be drawn on the log axis" if dropped else ""),
-        sample=f"{len(rows)} checkpoints of one AdamW run (seed {records.seed})",
+        sample=f"{len(rows)} checkpoints of one AdamW run (seed {records.setup.seed})",
         claim="Lemma 3.2: the Hessian approaches the Fisher as KL → 0, so |tr H − tr F| shrinks with the KL; with "
               "model-sampled labels the gap is 0 in expectation"))
     kls = [float(r["kl"]) for r in rows]
     claim, _ = trend_claim("Lemma 3.2: the Hessian approaches the Fisher as the model approaches the true "
                            "conditionals, so |tr H − tr F| shrinks as KL → 0 (τ(KL, |gap|) > 0).",
                            f"{lang}, |gap| against KL over {len(rows)} checkpoints", kls,
-                           [float(r["trace_abs_gap"]) for r in rows], +1, seed=records.seed)
+                           [float(r["trace_abs_gap"]) for r in rows], +1, seed=records.setup.seed)
     section.claims.append(claim)
     first, last = max(rows, key=lambda r: r["kl"]), min(rows, key=lambda r: r["kl"])
     section.claims.append(difference_claim(
@@ -315,7 +315,7 @@ def _sgd_continuations(records, section: Section, p: TheoryPreset, lang: str) ->
     """The plain-SGD continuations from the converged checkpoint: their rows (table and file) and
     figure in ``section``; returns each continuation's rows by label, its start first."""
     s = p.sgd
-    mspec = _sgd_spec(p, records.seed)
+    mspec = _sgd_spec(p, records.setup.seed)
     ((_, start_row),) = records.tagged(experiment="theory", language=lang, role="start")
     series: dict[str, list[dict]] = {}
     rows = []
@@ -345,7 +345,7 @@ def _sgd_continuations(records, section: Section, p: TheoryPreset, lang: str) ->
               f"plain-SGD continuation from the converged checkpoint (step {start_row['step']}), against η·steps/B "
               "(step 0: the start, shared)",
         sample=f"{len(s.runs)} continuations of {s.steps} steps, {len(s.checkpoints)} kept steps each (seed "
-               f"{records.seed})",
+               f"{records.setup.seed})",
         claim="Theorem 3.3: near the minimum SGD lowers the trace at a rate ∝ η/B while the KL stays, so the trace "
               "curves fall and collapse against η·steps/B"))
     return series

@@ -1,79 +1,18 @@
-"""Languages with headroom, found by search (issue 36): ``sameloss language search``.
-
-    sameloss language search hmm n_states=4..8 n_words=6..12 concentration=0.1..0.5 --draws 40
-    sameloss language search pcfg symbols_per_level=3..5 emit_prob=0.1..0.4 --task span-1-sampled
-    sameloss language search hmm seed=11 n_states=5 --draws 1 --gate-seeds 16   # one language, 16 seeds
+"""Languages with headroom, found by search (issue 36): ``sameloss language search``
+(how to run it, its stages, costs and history: docs/how-to/other-languages.md).
 
 A study's verdict is about a language only where a trained model has room to differ from
 what needs no training and from what knows the answer (``isoloss``'s headroom gate). Which
-languages have that room is measured here, for any draw of a family's random constructor,
-never chosen by hand. Each ``KEY=LO..HI`` is a range of one constructor setting of the family
-(``language.params``: ``HMM.random`` / ``PCFG.random``'s keywords; ``seed`` is the draw of the
-language itself), ``KEY=V`` fixes it; integer settings take integer ranges. Every draw
-samples each range uniformly (integers inclusive, decimals to 3 significant digits) from
-``--seed``; a draw without ``seed=`` gets a language seed in 0..999. The settings go over the
-family's size ``--size`` (default ``headroom``), so a draw is a ``--language`` spec:
-``hmm:headroom:seed=…,n_states=…,task=task-5``.
-
-Three stages, cheapest first, each in the isoloss study's own terms (``--scale``, default
-``tiny``: ``recipes/isoloss.py``'s ``PRESETS``):
-
-1. **screen** (no training): per draw, the task's (``--task``, default ``DEFAULT_TASKS``)
-   majority class, random-init encoder (the study's seed-0 base run as initialised), look-up
-   table (true conditionals) and oracle (true posterior) at the study's primary endpoint — a
-   converged L-BFGS probe at the task's span, n = ``probes.primary_size`` (200) from its
-   ``probes.pool`` with its ``probes.l2`` — on a smaller design (``--screen-subsets`` 10 subsets, ``--screen-test``
-   2000 test sentences). Its *gap* is oracle − max(look-up, random-init): a trained model can
-   pass the gate only if the gap is at least twice the margin (5 + 5 points); draws with a gap
-   ≥ ``--min-gap`` (15) are promising.
-2. **train** (not with ``--screen-only``): the first ``--train-top`` (3) promising draws, in
-   drawing order, are trained exactly as the study trains seed 0 — its base run
-   (``isoloss.base_run``: AdamW, 1000 steps at ``tiny``) and its ``adamw`` fork continued from
-   it (``isoloss.fork_run``: recipe steps, the decay, the stretch at the final lr) — and the
-   base is gated by the study's own rule (``isoloss.headroom_gate``: ≥
-   ``verdicts.headroom_margin`` = 5 points above the look-up table and the random-init encoder and ≥ 5 below the oracle) on the
-   study's own probe design for that seed (``probes.pool``, ``probes.test`` = 20,000 sentences,
-   its 40 subsets of n = 200: the numbers the study's gate reads, to the digit). The table adds
-   the base's exact KL, the fork's lowest KL on its stretch and the trained model's accuracy at
-   the fork's end. Not the largest gaps first: those come with the hardest languages (measured:
-   the two largest of 40 HMM draws, 8 states, gaps 43 and 41 points, fitted the language — exact
-   KL 0.010 at step 1000 — but their trained probe sat at the look-up table's level, 50.0 against
-   48.8 %: a linear probe on 200 examples does not read 8 states out of 64 features), so the
-   shortlist is a random sample of the promising draws.
-3. **gate** (``--gate-seeds N``): each draw that passed on seed 0 is gated on the bases of
-   seeds 0..N−1 (the bases of ``reproduce isoloss --scale tiny``'s first N seeds), until it
-   cannot reach ``--gate-pass`` (15/16) of them. A study gives a verdict on a language only if
-   every seed's base passes, so the share measured here is the share of seeds a study keeps.
-
-The output is each stage's table (markdown; also ``search.md`` and ``search.csv`` in the
-folder) and the ``--language`` specs that pass — or a line saying that none do. The folder
-(``--out``, default ``runs/language-search``) is a sameloss experiment folder (a ``Study``:
-marked, locked, runs reused or resumed, every measurement cached in ``measurements.json``), of
-one scale (``search.json``); a rerun — the same search, or another over it — reuses every
-finished candidate, and an interrupted one resumes. It refuses a folder it did not make.
-
-Cost per candidate at ``tiny`` (measured: CPU seconds of one thread, ``costs.json`` of the searches
-recorded in the README, on the 2-core CPU shared with other jobs at load 5-16, where wall time is
-2-8 times the CPU time): **screened** HMM 0.7-3.3 s (40 draws of 4-8 states), PCFG 1.8-4.6 s
-(40 two-level grammars); **trained** (seed 0's base and adamw fork, measured) HMM 115 s, PCFG
-76 s; **gated**, per further seed (its base, measured) HMM 63-66 s, PCFG 48 s — 16 seeds of one
-language about 13 (PCFG) to 18 (HMM) CPU minutes. A whole search of 40 draws, 3 trained, the winner gated on 16 seeds:
-about 20 CPU minutes.
-
-History. The PCFG search before this command (issue 24, ``bench/pcfg_headroom_search.py``,
-157 layered grammars screened and 18 trained in 9 rounds, about 2.5 h): span tasks labelled by
-the posterior argmax (``span-k``) have an oracle of 98.8-99.9 % in every grammar (the argmax
-of a posterior is a linear function of it), so a trained model that fits the language sits
-within 5 points of it. Rounds 1-8 (constant lr, 2000 steps) found no grammar meeting all four
-margins in every model seed: most span tasks over two or more words sit at the ceiling for
-every representation; three-level grammars with room fitted too slowly (KL ≥ 0.025 at step
-2000); the best two-level ones missed the oracle margin by 0.2-1.6 points. Round 9 (the
-isoloss schedule: the decay ends the plateau) found w6-r2-l2-s4-b3-e0.3-lw5-c0.5 grammar seed
-6, registered as PCFG size ``headroom`` (span-1 at n = 200: look-up 81.3, random-init 80.6,
-trained 90.8-91.7 at step 1000, oracle 98.8), which then passed the gate on 14 of the isoloss
-tiny study's 16 seeds (seeds 7 and 10: 4.3 and 4.7 points below the oracle). The way out is a
-task whose oracle leaves room: ``span-k-sampled`` (the symbol the sampler drew, ``languages.pcfg``),
-searched here.
+languages have that room is measured here, for any draw of a family's random constructor
+(``draws``: ranges of its settings, ``KEY=LO..HI``, sampled uniformly from ``--seed``), in
+the isoloss study's own terms (its preset at ``--scale``), cheapest first: ``screen`` (no
+training: majority, random-init encoder, look-up table and oracle at the study's primary
+probe, on a smaller design; the *gap* oracle − max(look-up, random-init)), ``gate`` (the
+first promising draws trained as the study trains seed 0, its base gated by the study's own
+rule on the study's own probe design: a declared unit walked by the engine), and the gate on
+more seeds' bases. The folder is a sameloss experiment folder (a ``Study``) of one scale
+(``search.json``): a rerun reuses every finished candidate, an interrupted one resumes; the
+first CPU cost of each candidate is kept (``costs.json``, ``Costs``).
 """
 
 from __future__ import annotations
@@ -397,36 +336,32 @@ def run_search(draw: Draws, design: SearchDesign = SearchDesign(), output: Searc
     ``"gate"`` rows), the specs that pass and the text printed."""
     from ..recipes.isoloss import DEFAULT_TASKS, PRESETS
 
-    family, texts, task, size, n, seed = draw.family, list(draw.texts), draw.task, draw.size, draw.n, draw.seed
-    out, progress, device, log = output.out, output.progress, output.device, output.log
-    register, command, registered = output.register, output.command, output.registered
-
     if design.scale not in PRESETS:
         raise UserError(f"--scale {design.scale!r}: isoloss has no such scale; choose from {', '.join(PRESETS)}")
-    settings = parse_settings(family, texts)
-    task = task or DEFAULT_TASKS.get(family)
+    settings = parse_settings(draw.family, list(draw.texts))
+    task = draw.task or DEFAULT_TASKS.get(draw.family)
     if task is None:
-        raise UserError(f"language search: say which task to probe (--task: one of {family}'s tasks with a span "
-                        "and a posterior)")
+        raise UserError(f"language search: say which task to probe (--task: one of {draw.family}'s tasks with a "
+                        "span and a posterior)")
     from ... import registry
 
-    if size not in registry.languages()[family].sizes:
-        raise UserError(f"--size {size!r}: {family} has no such size; its sizes: "
-                        f"{', '.join(registry.languages()[family].sizes)}")
+    if draw.size not in registry.languages()[draw.family].sizes:
+        raise UserError(f"--size {draw.size!r}: {draw.family} has no such size; its sizes: "
+                        f"{', '.join(registry.languages()[draw.family].sizes)}")
     if design.gate_seeds and design.screen_only:
         raise UserError("--gate-seeds trains bases: it cannot go with --screen-only")
-    if register is not None:
-        _check_register(register, family, design)
-    candidates = draws(family, size, task, settings, n, seed)
+    if output.register is not None:
+        _check_register(output.register, draw.family, design)
+    candidates = draws(draw.family, draw.size, task, settings, draw.n, draw.seed)
     refused = {c.spec: why for c in candidates if (why := build(c)) is not None}
     if len(refused) == len(candidates):
         first = next(iter(refused.values()))
         raise UserError(f"language search: none of the {len(candidates)} draws can be studied; the first: {first}")
-    log(f"language search: {family} ({size}) task {task}, {len(candidates)} distinct draws of "
-        f"{' '.join(s.text for s in settings) or 'the size'} (seed {seed}), {len(refused)} refused; "
-        f"isoloss scale {design.scale}")
+    output.log(f"language search: {draw.family} ({draw.size}) task {task}, {len(candidates)} distinct draws of "
+               f"{' '.join(s.text for s in settings) or 'the size'} (seed {draw.seed}), {len(refused)} refused; "
+               f"isoloss scale {design.scale}")
     result = {"screen": [], "train": [], "gate": [], "passed": []}
-    with _open(Path(out), design, progress, device, log) as study:
+    with _open(Path(output.out), design, output.progress, output.device, output.log) as study:
         cost = Costs(study.root)
         t0 = time.perf_counter()
         for i, c in enumerate(candidates):
@@ -435,20 +370,22 @@ def run_search(draw: Draws, design: SearchDesign = SearchDesign(), output: Searc
                 continue
             row = cost("screen", c.spec, f"{design.screen_subsets}x{design.screen_test}", screen(study, c, design))
             result["screen"].append({"spec": c.spec, **row, "promising": row["gap"] >= design.min_gap})
-            log(f"screened {i + 1}/{len(candidates)} ({time.perf_counter() - t0:.0f} s): {c.spec}: "
-                f"look-up {row['lookup']:.1f}, random-init {row['random_init']:.1f}, oracle {row['oracle']:.1f}, "
-                f"gap {row['gap']:.1f}")
+            output.log(f"screened {i + 1}/{len(candidates)} ({time.perf_counter() - t0:.0f} s): {c.spec}: "
+                       f"look-up {row['lookup']:.1f}, random-init {row['random_init']:.1f}, oracle "
+                       f"{row['oracle']:.1f}, gap {row['gap']:.1f}")
         # in drawing order, not largest gap first: the largest gaps come with the hardest languages,
         # whose trained probe stays at the look-up table's level (module docstring)
         promising = [r for r in result["screen"] if r.get("promising")]
         shortlist = [] if design.screen_only else [next(c for c in candidates if c.spec == r["spec"])
                                                    for r in promising[:design.train_top]]
         for i, c in enumerate(shortlist):
-            log(f"training {i + 1}/{len(shortlist)}: {c.spec} (seed 0: the study's base and its adamw fork)")
+            output.log(f"training {i + 1}/{len(shortlist)}: {c.spec} (seed 0: the study's base and its adamw "
+                       "fork)")
             row = cost("train", c.spec, 0, gate(study, c, design, 0, fork=True))
             result["train"].append({"spec": c.spec, **row})
-            log(f"  seed 0: trained {row['trained']:.1f} (look-up {row['lookup']:.1f}, random-init "
-                f"{row['random_init']:.1f}, oracle {row['oracle']:.1f}): gate {'passed' if row['ok'] else 'FAILED'}")
+            output.log(f"  seed 0: trained {row['trained']:.1f} (look-up {row['lookup']:.1f}, random-init "
+                       f"{row['random_init']:.1f}, oracle {row['oracle']:.1f}): gate "
+                       f"{'passed' if row['ok'] else 'FAILED'}")
         winners = [c for c, r in zip(shortlist, result["train"]) if r["ok"]]
         if design.gate_seeds > 1:
             for c, first in zip(winners, [r for r in result["train"] if r["ok"]]):
@@ -459,18 +396,20 @@ def run_search(draw: Draws, design: SearchDesign = SearchDesign(), output: Searc
                         break
                     row = cost("gate", c.spec, s, gate(study, c, design, s))
                     rows.append({"spec": c.spec, **row})
-                    log(f"  {c.spec} seed {s}: trained {row['trained']:.1f}, margins {row['above_lookup']:+.1f} / "
-                        f"{row['above_random_init']:+.1f} / {row['below_oracle']:+.1f}: "
-                        f"{'passed' if row['ok'] else 'FAILED'} ({sum(r['ok'] for r in rows)} of {len(rows)})")
+                    output.log(f"  {c.spec} seed {s}: trained {row['trained']:.1f}, margins "
+                               f"{row['above_lookup']:+.1f} / {row['above_random_init']:+.1f} / "
+                               f"{row['below_oracle']:+.1f}: {'passed' if row['ok'] else 'FAILED'} "
+                               f"({sum(r['ok'] for r in rows)} of {len(rows)})")
                 result["gate"] += rows
                 if len(rows) == design.gate_seeds and sum(r["ok"] for r in rows) >= design.gate_pass * len(rows) - 1e-9:
                     result["passed"].append(c.spec)
         else:
             result["passed"] = [c.spec for c in winners]
-        result["text"] = tables(result, family, task, design)
+        result["text"] = tables(result, draw.family, task, design)
         write_files(study, result)
-    if register is not None:
-        result["registered"] = _register(result, register, command, design, registered, log)
+    if output.register is not None:
+        result["registered"] = _register(result, output.register, output.command, design, output.registered,
+                                         output.log)
     return result
 
 
@@ -517,8 +456,8 @@ class Costs:
         self.path = Path(root) / COSTS_FILE
         try:
             saved = json.loads(self.path.read_text(encoding="utf-8")) if self.path.is_file() else []
-            self.seen = {(r["stage"], r["spec"], str(r["detail"])): float(r["cpu_s"]) for r in _cost_rows(saved)}
-        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
+            self.seen = {(r["stage"], r["spec"], str(r["detail"])): float(r["cpu_s"]) for r in saved}
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):  # unreadable: this call's costs
             self.seen = {}
 
     def __call__(self, stage: str, spec: str, detail, row: dict) -> dict:
@@ -534,13 +473,6 @@ class Costs:
                 record_output(self.path)
                 files.atomic_write_json(self.path, rows, indent=1)
         return {**row, "cpu_s": self.seen[key]}
-
-
-def _cost_rows(saved) -> list[dict]:
-    """``costs.json``'s rows; also 2026-11's layout, ``{"stage|spec|detail": seconds}``."""
-    if isinstance(saved, list):
-        return saved
-    return [dict(zip(("stage", "spec", "detail"), key.split("|", 2)), cpu_s=v) for key, v in saved.items()]
 
 
 __all__ = ["Draws", "Range", "SearchDesign", "SearchOutput", "draws", "parse_settings", "run_search"]

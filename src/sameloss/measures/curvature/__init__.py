@@ -96,18 +96,9 @@ engines), ``label_gradients`` (``fisher_label_values``) and ``hessian_products``
 (``LossHessian``, the probes).
 """
 
-from .base import (
-    Blocks,
-    CurvatureResult,
-    SelectedParameters,
-    block_name,
-    loss_batch,
-    map_in_chunks,
-    parameter_blocks,
-    sample_contexts,
-    select_parameters,
-)
+from ...models.derivatives import Blocks, SelectedParameters, select_parameters
 from .adaptive import adaptive_trace
+from .base import CurvatureResult, block_name, loss_batch, map_in_chunks, parameter_blocks, sample_contexts
 from .estimators import LanczosResult, TraceEstimate, hutchinson_trace, hutchpp_trace, lanczos_top_eigenvalue
 from .fisher import FisherContexts, trace_fisher
 from .hessian import FixedBatch, sam_sharpness, top_eigenvalue, trace_hessian_gap, trace_hutchinson

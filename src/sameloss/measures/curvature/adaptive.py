@@ -50,8 +50,9 @@ from ...errors import UserError
 from ...languages.base import Language
 from ...models import gradnorms
 from ...training.data import step_generator
-from .base import (STREAM_DRAWS, Blocks, CurvatureResult, SelectedParameters, grads_or_zeros, measuring,
-                   parameter_blocks, resolve_engine, sample_contexts, select_parameters)
+from ...models.derivatives import (Blocks, SelectedParameters, grads_or_zeros, measuring, resolve_engine,
+                                   select_parameters)
+from .base import STREAM_DRAWS, CurvatureResult, parameter_blocks, sample_contexts
 from . import fisher
 from .estimators import _mean_and_stderr_table
 from .fisher import FisherContexts, _context_values, _extra, _HookedBlock, _VmapBlock

@@ -1,7 +1,7 @@
 """What every curvature measure shares: its result, the parameter blocks, the loss batch
 and the contexts, and a chunked map. The parameter selection, the measuring mode and the
 engine live in ``models.derivatives`` (the training-time flatness penalty differentiates
-through them too); they are imported here, where the measures have always found them."""
+through them too), where the measures import them from."""
 
 from __future__ import annotations
 
@@ -14,15 +14,7 @@ import torch
 
 from ...errors import UserError
 from ...languages.base import Language
-from ...models.derivatives import (ENGINES, Blocks, SelectedParameters, composite_layer_norms, grads_or_zeros,
-                                   measuring, resolve_engine, select_parameters)
-from ...models.hessian_products import batch_loss
-
-# (re-exported: the measures import the shared arithmetic from here)
-__all__ = ["ENGINES", "STREAM_CONTEXTS", "STREAM_DRAWS", "STREAM_LOSS_BATCH", "Blocks", "CurvatureResult",
-           "SelectedParameters", "batch_loss", "block_name", "block_table", "composite_layer_norms", "grads_or_zeros",
-           "loss_batch", "map_in_chunks", "measuring", "parameter_blocks", "resolve_engine", "sample_contexts",
-           "select_parameters"]
+from ...models.derivatives import Blocks, SelectedParameters
 from ...training.data import MaskedBatch, mask_batch, step_generator
 
 # Random streams of ``step_generator`` (the training stream is 0, held-out evaluation 1).

@@ -19,7 +19,7 @@ import torch
 
 from ...errors import UserError
 from ...models.hessian_products import probe_vectors
-from .base import Blocks
+from ...models.derivatives import Blocks
 from .operators import LinearOperator
 
 DISTRIBUTIONS = ("rademacher", "gaussian")

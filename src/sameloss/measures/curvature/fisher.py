@@ -17,8 +17,9 @@ from ...models import gradnorms
 from ...models.label_gradients import fisher_label_values, ghost_linears
 from ...training.data import MaskedBatch, step_generator
 from .._compat import FISHER_CONTEXTS, old_keywords
-from .base import (STREAM_DRAWS, Blocks, CurvatureResult, SelectedParameters, block_table, grads_or_zeros,
-                   map_in_chunks, measuring, parameter_blocks, resolve_engine, sample_contexts, select_parameters)
+from ...models.derivatives import (Blocks, SelectedParameters, grads_or_zeros, measuring, resolve_engine,
+                                   select_parameters)
+from .base import STREAM_DRAWS, CurvatureResult, block_table, map_in_chunks, parameter_blocks, sample_contexts
 from .estimators import _mean_and_stderr_table
 
 

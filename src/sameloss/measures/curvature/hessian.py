@@ -16,8 +16,9 @@ from ...errors import UserError
 from ...languages.base import Language
 from ...training.data import MaskedBatch, step_generator
 from .._compat import FIXED_BATCH, old_keywords
-from .base import (STREAM_DRAWS, CurvatureResult, batch_loss, block_table, grads_or_zeros, loss_batch, measuring,
-                   parameter_blocks, select_parameters)
+from ...models.derivatives import grads_or_zeros, measuring, select_parameters
+from ...models.hessian_products import batch_loss
+from .base import STREAM_DRAWS, CurvatureResult, block_table, loss_batch, parameter_blocks
 from .estimators import (TRACE_ESTIMATORS, check_probes, lanczos_top_eigenvalue, mean_and_stderr,
                          probe_vectors)
 from .operators import Difference, LossGaussNewton, LossHessian

@@ -15,9 +15,7 @@ Where a measure's memory is linear in a setting, the run is short and the rest i
 arithmetic: Hutchinson's peak is that of one chunk of probes (later chunks free the
 earlier ones), the Fisher estimator's that of one block of contexts, and Lanczos' is
 measured with a 2-vector basis and one restart, plus ``(basis_size − 2)`` parameter-sized
-vectors. ``legacy=True`` gives the top eigenvalue as the code before issue 26 held it:
-the whole float64 basis (``max_iter`` vectors) and a stacked copy of it, re-made at every
-product, besides the operator's working memory.
+vectors.
 
 Not counted: workspace inside single kernels, the allocator's slack (caching,
 fragmentation) and the CUDA context — on the CPU, a real Hutchinson run's peak resident
@@ -34,8 +32,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._python_dispatch import TorchDispatchMode  # (no public home in torch: ``__torch_dispatch__`` modes)
 
 from ...errors import UserError
 from ...training.data import MaskedBatch
@@ -65,7 +62,7 @@ DEFAULTS: dict[str, dict] = {
 @dataclass
 class MemoryEstimate:
     """``bytes``: the device peak of one measure; ``parts``: what it is made of
-    (``weights``, the measure's ``working`` peak, and for the legacy Lanczos its basis);
+    (``weights``, the measure's ``working`` peak, and for Lanczos its basis beyond 2 vectors);
     ``host_bytes``: the probes drawn on the host at a time."""
 
     measure: str
@@ -102,20 +99,30 @@ class StorageTracker(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         fresh = []
-        for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor) and t.device.type == self.device_type:
+        for t in _tensors(out):
+            if t.device.type == self.device_type:
                 storage = t.untyped_storage()
-                if storage._cdata not in self.live:
-                    fresh.append(storage)
+                ref = StorageWeakRef(storage)  # its ``cdata``: the storage's identity, shared by its views
+                if ref.cdata not in self.live:
+                    fresh.append((ref, storage.nbytes()))
         if fresh:
             for key in [k for k, (ref, _) in self.live.items() if ref.expired()]:
                 self.current -= self.live.pop(key)[1]
-            for storage in fresh:
-                if storage._cdata not in self.live:
-                    self.live[storage._cdata] = (StorageWeakRef(storage), storage.nbytes())
-                    self.current += storage.nbytes()
+            for ref, nbytes in fresh:
+                if ref.cdata not in self.live:
+                    self.live[ref.cdata] = (ref, nbytes)
+                    self.current += nbytes
             self.peak = max(self.peak, self.current)
         return out
+
+
+def _tensors(out) -> Iterator[torch.Tensor]:
+    """The tensors an op returned: itself, or those in its tuple or list."""
+    if isinstance(out, torch.Tensor):
+        yield out
+    elif isinstance(out, (tuple, list)):
+        for x in out:
+            yield from _tensors(x)
 
 
 @contextlib.contextmanager
@@ -259,13 +266,12 @@ def _sentences(s: dict) -> int:
     return s["n_sentences"] if micro is None else min(s["n_sentences"], 2 * micro)
 
 
-def peak_bytes(measure: str, model_config, settings: dict | None = None, legacy: bool = False) -> MemoryEstimate:
+def peak_bytes(measure: str, model_config, settings: dict | None = None) -> MemoryEstimate:
     """The device memory that ``measure`` (one of ``MEASURES``) needs on the model of
     ``model_config`` (a ``TransformerConfig`` / ``LSTMConfig``, e.g.
     ``models.transformer_config("t3-1024", vocab_size, max_len)``), with ``settings``
     (the measure's keyword arguments and fields of its ``FixedBatch`` / ``FisherContexts``,
-    over ``DEFAULTS[measure]``). ``legacy``: the top eigenvalue as the code before issue 26
-    held it (see the module docstring)."""
+    over ``DEFAULTS[measure]``)."""
     from .fisher import FisherContexts, trace_fisher
     from .hessian import FixedBatch, sam_sharpness, top_eigenvalue, trace_hutchinson
 
@@ -293,15 +299,9 @@ def peak_bytes(measure: str, model_config, settings: dict | None = None, legacy:
         host = s["probe_chunk"] * n_params * itemsize
     elif measure == "top_eigenvalue":
         fixed = FixedBatch(batch=stand_in_batch(model_config, _sentences(s)), micro_batch=s["micro_batch"])
-        if legacy:
-            # the operator and one product (a basis of 2, no restart), then the old basis
-            parts["working"] = _working_peak(lambda: top_eigenvalue(model, None, fixed, max_iter=1, basis_size=2))
-            parts["basis (float64, max_iter vectors)"] = s["max_iter"] * n_params * 8
-            parts["re-stacked copy of the basis"] = s["max_iter"] * n_params * 8
-        else:
-            # a 2-vector basis through one restart, then the basis_size − 2 vectors more
-            parts["working"] = _working_peak(lambda: top_eigenvalue(model, None, fixed, max_iter=4, basis_size=2))
-            parts["basis beyond 2 vectors"] = (s["basis_size"] - 2) * n_params * itemsize
+        # a 2-vector basis through one restart, then the basis_size − 2 vectors more
+        parts["working"] = _working_peak(lambda: top_eigenvalue(model, None, fixed, max_iter=4, basis_size=2))
+        parts["basis beyond 2 vectors"] = (s["basis_size"] - 2) * n_params * itemsize
         host = n_params * 8  # the float64 start vector
     elif measure == "sam_sharpness":
         batch = stand_in_batch(model_config, s["n_sentences"])
@@ -352,9 +352,8 @@ def forward_bytes(model_config, n_sentences: int) -> int:
 
 def memory_table(sizes: tuple[str, ...] = ("t3-256", "t3-768", "t3-1024"), vocab_size: int = 203,
                  max_len: int = 32, settings: dict[str, dict] | None = None) -> list[dict]:
-    """Rows ``{size, measure, variant, gib}`` for every measure at every size: ``before``
-    (the code before issue 26, where it differs), ``after`` (the defaults), and, for the
-    Hessian measures, ``after, micro_batch=64``. The vocabulary and length default to the
+    """Rows ``{size, measure, variant, gib}`` for every measure at every size: ``defaults``
+    and, for the Hessian measures, ``micro_batch=64``. The vocabulary and length default to the
     paper's PCFG (200 words + 3 specials, 32 tokens)."""
     from ...models import transformer_config
 
@@ -363,13 +362,11 @@ def memory_table(sizes: tuple[str, ...] = ("t3-256", "t3-768", "t3-1024"), vocab
         cfg = transformer_config(size, vocab_size, max_len, dropout=0.0, attn_dropout=0.0)
         for measure in MEASURES:
             given = (settings or {}).get(measure, {})
-            variants = [("after", given, False)]
-            if measure == "top_eigenvalue":
-                variants.insert(0, ("before", given, True))
+            variants = [("defaults", given)]
             if "micro_batch" in DEFAULTS[measure]:
-                variants.append(("after, micro_batch=64", {**given, "micro_batch": 64}, False))
-            for variant, s, legacy in variants:
-                est = peak_bytes(measure, cfg, s, legacy=legacy)
+                variants.append(("micro_batch=64", {**given, "micro_batch": 64}))
+            for variant, s in variants:
+                est = peak_bytes(measure, cfg, s)
                 rows.append({"size": size, "measure": measure, "variant": variant, "gib": est.gib,
                              "n_params": est.n_params, "parts_gib": {k: v / 2**30 for k, v in est.parts.items()}})
     return rows

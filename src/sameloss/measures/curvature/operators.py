@@ -17,7 +17,7 @@ from torch.func import vjp, vmap
 
 from ...models.hessian_products import LinearOperator, LossHessian
 from ...training.data import MaskedBatch
-from .base import measuring, select_parameters
+from ...models.derivatives import measuring, select_parameters
 
 __all__ = ["Difference", "LinearOperator", "LossGaussNewton", "LossHessian", "MatrixOperator"]
 

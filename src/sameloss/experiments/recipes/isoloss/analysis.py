@@ -46,7 +46,7 @@ def run_seeds(records, p: IsolossPreset) -> tuple[list[dict], Allocation | None]
     ran), and the allocation an adaptive study's later stage planned its seeds by (as it
     recorded it: ``allocation.json``)."""
     results = seed_results(records, p)
-    return results, (recorded_allocation(records, p) if p.seed_design.pilot_seeds else None)
+    return results, (recorded_allocation(records.setup, p) if p.seed_design.pilot_seeds else None)
 
 
 def language_report(records, p: IsolossPreset) -> tuple[Section, Section, dict]:
@@ -77,7 +77,7 @@ def language_report(records, p: IsolossPreset) -> tuple[Section, Section, dict]:
                          "the headroom table below says by how much).")
         return lead, section, {"language": p.choice.spec, "tag": p.tag, "ok": False, "diffs": [],
                                "tests": [f"{c.name} @ {pt}" for c, pt in p.tests()]}
-    pilot = tuple(study_seeds(records, p)[:p.seed_design.pilot_seeds]) if alloc is not None else ()
+    pilot = tuple(study_seeds(records.setup, p)[:p.seed_design.pilot_seeds]) if alloc is not None else ()
     design = p.design(headroom=ok, pilot=pilot)
     rows = [r for res in results for r in res["rows"]]
     for res in results:

@@ -15,7 +15,7 @@ from ....errors import UserError
 from ....measures.fewshot import FewShot, View
 from ....measures.headroom import span_view
 from ...presets.common import COMMON, Preset
-from ...engine.core import Setting
+from ...engine.runspec import Setting
 from ...stats.paired import Comparison, Design
 from .language import LanguageChoice, parse_language, task_span
 from .settings import Adversary, ForkSchedule, Probes, SeedDesign, VerdictRules

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ....errors import UserError
 from ....measures.headroom import span_task
-from ...engine.core import Setting
+from ...engine.runspec import Setting
 
 # the task probed on a language named without ``task=``: the one its headroom size was made for
 DEFAULT_TASKS = {"hmm": "task-5", "pcfg": "span-1"}

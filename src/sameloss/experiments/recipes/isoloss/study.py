@@ -11,7 +11,7 @@ import dataclasses
 from ....measures.run import MeasureSpec
 from ....models.sizes import TRANSFORMER_SIZES
 from ...presets.common import base_settings, measure_spec
-from ...engine.core import RunSpec, Setting
+from ...engine.runspec import RunSpec, Setting
 from ...engine.declare import (Checkpoint, CostPart, Embedded, Gate, Later, Measure, Reference, Run, cost_rows,
     seed_unit, tags)
 from ...engine import layout
@@ -391,8 +391,8 @@ def later_units(records, p: IsolossPreset) -> list:
     pilot = seed_results(records, p)
     if not forks_ran(p, pilot):
         return []
-    alloc = allocation_of(records, p, pilot)  # recorded in allocation.json, which the report reads
-    return [seed_unit(seed, seed_study(p, seed, only), p.tag) for seed, only in later_seeds(records, p, alloc)]
+    alloc = allocation_of(records.setup, p, pilot)  # recorded in allocation.json, which the report reads
+    return [seed_unit(seed, seed_study(p, seed, only), p.tag) for seed, only in later_seeds(records.setup, p, alloc)]
 
 
 def planned_later_units(setup, p: IsolossPreset) -> list:

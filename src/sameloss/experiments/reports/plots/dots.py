@@ -44,8 +44,7 @@ def dots_plot(rows: list[dict], label: str, panels: Sequence[Panel], title: str,
     letters = layout.letters(len(panels))
     for k, (ax, panel) in enumerate(zip(axes, panels)):
         pnl = _Panel(ax, k, panel.key, None, panel.label, "",
-                     _AxisSettings(xlog=panel.is_log, categories=names, errors=errors))
-        pnl.category_labels = ticks
+                     _AxisSettings(xlog=panel.is_log, categories=names, ticks=ticks, errors=errors))
         xs = [_value(r, panel.key) for r in rows]
         low, high = _ends(xs, [_error(r, panel.key) for r in rows])
         n = len(rows)

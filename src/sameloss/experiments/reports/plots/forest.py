@@ -68,8 +68,7 @@ def forest_plot(rows: list[dict], label: str, panels: Sequence[Forest], title: s
     letters = layout.letters(len(panels))
     any_mde = False
     for k, (ax, f) in enumerate(zip(axes, panels)):
-        pnl = _Panel(ax, k, None, None, f.label, "", _AxisSettings(categories=names, x_error=f.interval))
-        pnl.category_labels = ticks
+        pnl = _Panel(ax, k, None, None, f.label, "", _AxisSettings(categories=names, ticks=ticks, x_error=f.interval))
         pnl.x = f"difference of {f.key}"
         est = [_float(r.get(f.key)) for r in rows]
         low = [_float(r.get(f.low or f"{f.key}_low")) for r in rows]

@@ -134,14 +134,16 @@ _FIELDS = ("xs", "ys", "x_low", "x_high", "y_low", "y_high")
 @dataclass(frozen=True)
 class _AxisSettings:
     """How a panel's axes are drawn: log axes, integer ticks on x (steps), ``categories``
-    as the rows of a categorical y axis (dots and forest plots), what its error bars are
-    (``errors``: quantity → words, ``describe_error``; ``x_error`` / ``y_error``: the words
-    themselves), and whether coincident markers are set side by side (scatter plots)."""
+    as the rows of a categorical y axis (dots and forest plots; ``ticks``: as the ticks show
+    them, broken into lines, where the data file keeps ``categories``), what its error bars
+    are (``errors``: quantity → words, ``describe_error``; ``x_error`` / ``y_error``: the
+    words themselves), and whether coincident markers are set side by side (scatter plots)."""
 
     xlog: bool = False
     ylog: bool = False
     integer_x: bool = False
     categories: list[str] | None = None
+    ticks: list[str] | None = None
     errors: dict[str, str] | None = None
     x_error: str | None = None
     y_error: str | None = None
@@ -156,15 +158,10 @@ class _Panel:
     def __init__(self, ax, index: int, x: str | None, y: str | None, xlabel: str, ylabel: str,
                  settings: _AxisSettings = _AxisSettings()):
         self.ax, self.index, self.x, self.y = ax, index, x, y
+        self.axes = settings
         self.xq, self.yq = quantity(x), quantity(y)
-        categories = settings.categories
-        self.xlabel, self.ylabel = with_unit(xlabel, x), (with_unit(ylabel, y) if categories is None else ylabel)
-        self.xlog, self.ylog, self.integer_x = settings.xlog, settings.ylog, settings.integer_x
-        self.categories = categories
-        self.category_labels = categories  # as the ticks show them (broken into lines); the data file keeps ``categories``
-        self.x_error = settings.x_error or (describe_error(x, settings.errors) if x else None)
-        self.y_error = settings.y_error or (describe_error(y, settings.errors) if y else None)
-        self.dodge = settings.dodge  # set coincident markers side by side (scatter plots)
+        self.xlabel = with_unit(xlabel, x)
+        self.ylabel = with_unit(ylabel, y) if settings.categories is None else ylabel
         self.letter: str | None = None
         self.points: list[_Points] = []
         self.refs: list[Ref] = []
@@ -178,8 +175,16 @@ class _Panel:
         self.span: dict[str, list[float]] = {"x": [], "y": []}  # values the limits must include besides the data
         self.lanes: dict[str, object] = {}  # series → colour of its strip (``Band.series``)
 
+    def _log(self, axis: str) -> bool:
+        return self.axes.xlog if axis == "x" else self.axes.ylog
+
+    def _error(self, axis: str) -> str | None:
+        """What the bars along ``axis`` are: the words given, else the quantity's (``describe_error``)."""
+        given, key = (self.axes.x_error, self.x) if axis == "x" else (self.axes.y_error, self.y)
+        return given or (describe_error(key, self.axes.errors) if key else None)
+
     def add(self, p: _Points) -> None:
-        if self.xlog:  # a value <= 0 cannot be drawn on a log axis: named at the axis's start instead
+        if self.axes.xlog:  # a value <= 0 cannot be drawn on a log axis: named at the axis's start instead
             keep = [i for i, x in enumerate(p.xs) if not (math.isfinite(x) and x <= 0)]
             self.offaxis += [(p.series, p.xs[i], p.ys[i], p.color) for i in range(len(p.xs)) if i not in keep]
             for name in _FIELDS:
@@ -221,7 +226,7 @@ class _Panel:
             out += getattr(p, f"{axis}s")
             out += [v for v in getattr(p, f"{axis}_low") + getattr(p, f"{axis}_high") if v is not None]
         out = [v for v in out + self.span[axis] if math.isfinite(v)]
-        log = self.xlog if axis == "x" else self.ylog
+        log = self._log(axis)
         out += [v for b in self.bands if b.axis == axis for v in (b.low, b.high) if not (log and v <= 0)]
         for r in self.refs:
             if r.axis != axis or r.in_extent is False or (log and r.value <= 0):
@@ -232,11 +237,11 @@ class _Panel:
 
     def _limits(self, axis: str) -> tuple[float, float] | None:
         ax, q = self.ax, (self.xq if axis == "x" else self.yq)
-        log = self.xlog if axis == "x" else self.ylog
-        if axis == "y" and self.categories is not None:
-            n = len(self.categories)
+        log = self._log(axis)
+        if axis == "y" and self.axes.categories is not None:
+            n = len(self.axes.categories)
             ax.set_ylim(n - 0.5, -0.5)  # the first row on top
-            ax.set_yticks(range(n), self.category_labels)
+            ax.set_yticks(range(n), self.axes.ticks or self.axes.categories)
             return None
         extent = self._extent(axis)
         if log:
@@ -265,7 +270,7 @@ class _Panel:
             share = LANE * len(self.lanes) + 0.01
             lo = max(lo - (hi - lo) * share / (1 - share), q.lo)  # (never past the quantity's range)
         (ax.set_xlim if axis == "x" else ax.set_ylim)(lo, hi)
-        if axis == "x" and self.integer_x:
+        if axis == "x" and self.axes.integer_x:
             from matplotlib.ticker import MaxNLocator
             ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=5, steps=[1, 2, 2.5, 5, 10]))
         return lo, hi
@@ -274,7 +279,7 @@ class _Panel:
         """Markers that would cover each other (closer than a marker's width in both
         directions, lines not joining them) are set side by side, ``DODGE`` points apart;
         the data file keeps their true values."""
-        if not self.dodge:
+        if not self.axes.dodge:
             return
         fig = self.ax.figure
         to_px = self.ax.transData.transform
@@ -356,7 +361,7 @@ class _Panel:
             band.set_gid("band")
         for f in self.fits:
             lo, hi = ax.get_xlim()
-            xs = [lo * (hi / lo) ** (k / 50) for k in range(51)] if self.xlog else [lo, hi]
+            xs = [lo * (hi / lo) ** (k / 50) for k in range(51)] if self.axes.xlog else [lo, hi]
             (line,) = ax.plot(xs, [f.intercept + f.slope * x for x in xs], color="0.2", linewidth=0.9,
                               linestyle="-", zorder=1.5, scalex=False, scaley=False)
             line.set_gid("fit")
@@ -367,14 +372,14 @@ class _Panel:
         for x, y, text in self.texts:  # beside its point, on the side with more room
             lo, hi = ax.get_xlim()
             at = lo if x is None else x
-            right = x is None or (math.log(at / lo) / math.log(hi / lo) if self.xlog and at > 0
+            right = x is None or (math.log(at / lo) / math.log(hi / lo) if self.axes.xlog and at > 0
                                   else (at - lo) / (hi - lo)) < 0.5
             ax.annotate(text, (at, y), xytext=(4 if right else -4, 0), textcoords="offset points", va="center",
                         ha="left" if right else "right", fontsize=NOTE_FONT, color="0.3",
                         annotation_clip=False).set_gid("note")
         ax.set_xlabel(self.xlabel)
-        ax.set_ylabel(self.ylabel if self.categories is None else "")
-        if self.categories is not None:
+        ax.set_ylabel(self.ylabel if self.axes.categories is None else "")
+        if self.axes.categories is not None:
             ax.grid(False, axis="y")
         if letter:
             ax.set_title(f"({letter})", loc="left", fontweight="bold")
@@ -423,22 +428,22 @@ class _Panel:
         rec.rows.append({"panel": self.index, "kind": "axes", "x_low": xlim[0], "x_high": xlim[1],
                          "y_low": min(ylim), "y_high": max(ylim), "x_quantity": self.x or "",
                          "x_scale": ax.get_xscale(), "x_label": self.xlabel,
-                         "y_quantity": self.y or ("category" if self.categories else ""),
-                         "y_scale": "category" if self.categories else ax.get_yscale(), "y_label": self.ylabel})
+                         "y_quantity": self.y or ("category" if self.axes.categories else ""),
+                         "y_scale": "category" if self.axes.categories else ax.get_yscale(), "y_label": self.ylabel})
         for s, p in enumerate(self.points):
             for i in range(len(p.xs)):
-                y = self.categories[int(p.ys[i])] if self.categories is not None else p.ys[i]
+                y = self.axes.categories[int(p.ys[i])] if self.axes.categories is not None else p.ys[i]
                 rec.rows.append({"panel": self.index, "kind": "point", "series": p.series, "x": p.xs[i], "y": y,
                                  "x_low": p.x_low[i], "x_high": p.x_high[i], "y_low": p.y_low[i],
                                  "y_high": p.y_high[i], "cut": " ".join(self.cuts.get((s, i), [])),
                                  "note": f"drawn {p.dodge[i]:+g} pt aside (another point at the same place)"
                                  if p.dodge and p.dodge[i] else ""})
         for series, x, y, _ in self.offaxis:
-            y = self.categories[int(y)] if self.categories is not None else y
+            y = self.axes.categories[int(y)] if self.axes.categories is not None else y
             rec.rows.append({"panel": self.index, "kind": "offaxis", "series": series, "x": x, "y": y,
                              "note": "at or below 0: not drawable on the log axis, named at its start"})
         for x, y, text in self.texts:
-            y = self.categories[int(y)] if self.categories is not None else y
+            y = self.axes.categories[int(y)] if self.axes.categories is not None else y
             rec.rows.append({"panel": self.index, "kind": "text", "x": x, "y": y, "note": text})
         for r in self.refs:
             rec.rows.append({"panel": self.index, "kind": f"ref-{r.axis}", "series": r.label, r.axis: r.value,
@@ -454,10 +459,10 @@ class _Panel:
                              "note": f"slope {f.slope!r}, intercept {f.intercept!r}"})
         from .quantities import _stem
         if self.drew_x_bars:
-            rec.bars.setdefault(_stem(self.xlabel), self.x_error)
+            rec.bars.setdefault(_stem(self.xlabel), self._error("x"))
             rec.bar_axes.setdefault(_stem(self.xlabel), set()).add("x")
         if self.drew_y_bars:
-            rec.bars.setdefault(_stem(self.ylabel), self.y_error)
+            rec.bars.setdefault(_stem(self.ylabel), self._error("y"))
             rec.bar_axes.setdefault(_stem(self.ylabel), set()).add("y")
 
 
