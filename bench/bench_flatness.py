@@ -39,7 +39,7 @@ import torch
 from sameloss.experiments.recipes.isoloss import PRESETS, base_run
 from sameloss.training import loop, runio
 from sameloss.training.config import FlatnessConfig
-from sameloss.training.flatness import FlatnessPenalty
+from sameloss.training.objectives.flatness import FlatnessPenalty
 from sameloss.training.optim import build_optimizer
 
 

@@ -13,7 +13,7 @@ What a measured checkpoint of the ``quick`` isoloss study costs (``study._probe_
 * the Fisher trace (the design's contexts, labels and repeats): old — the ``vmap`` path
   (``FisherContexts(hooks=False)``), new — per-example norms from hooks (``hooks=True``);
 * the flatness penalty's differentiable Fisher terms on its slice (issue 45 item 2's
-  input): ``training.flatness.fisher_terms`` (vmap) against ``models.gradnorms.fisher_squares
+  input): ``training.objectives.flatness.fisher_terms`` (vmap) against ``models.gradnorms.fisher_squares
   (create_graph=True)``, forward and backward.
 
 Checkpoints: ``--run CHECKPOINT ...`` (checkpoint folders), else the quick design's model
@@ -52,7 +52,7 @@ from sameloss.measures.heads import HeadTraining, fit_linear_heads
 from sameloss.measures.representations import model_representation
 from sameloss.models import gradnorms
 from sameloss.training import loop, runio
-from sameloss.training.flatness import fisher_terms
+from sameloss.training.objectives.flatness import fisher_terms
 from sameloss.training.optim import build_optimizer
 
 

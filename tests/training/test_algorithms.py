@@ -8,9 +8,9 @@ import torch
 from sameloss.errors import UserError
 from sameloss.languages import PCFG
 from sameloss.training import pretrain
-from sameloss.training.adversarial import AdversarialObjective
+from sameloss.training.objectives.adversarial import AdversarialObjective
 from sameloss.training.checkpoint import complete_checkpoints
-from sameloss.training.sam import SAM
+from sameloss.training.objectives.sam import SAM
 
 from training.test_pretrain import small_config, weights
 

@@ -20,7 +20,7 @@ from sameloss.models import build_model
 from sameloss.training import PretrainConfig, pretrain
 from sameloss.training.config import FlatnessConfig
 from sameloss.training.data import global_batch, mask_batch, step_generator
-from sameloss.training.flatness import (FlatnessPenalty, fisher_surrogate, fisher_terms, sample_labels,
+from sameloss.training.objectives.flatness import (FlatnessPenalty, fisher_surrogate, fisher_terms, sample_labels,
                                         signed_fisher, signed_gradient)
 from sameloss.training.runio import build_language
 from training.test_pretrain import _ddp_worker, _free_port, small_config, weights, weights_at_init

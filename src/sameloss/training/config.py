@@ -167,7 +167,7 @@ class AdversarialConfig:
         return 3.0 * self.batch_size if self.weight > 0 else 0.0
 
 
-# The flatness penalty's cost per step (``training.flatness``) in forward passes of one sentence,
+# The flatness penalty's cost per step (``training.objectives.flatness``) in forward passes of one sentence,
 # per sentence of its slice and per label it differentiates (Fisher: ``flatness.labels``
 # drawn, or every label — the vocabulary — for 0) or per probe (Hutchinson): per-context
 # gradients differentiated once more have no clean matmul count, so these are measured
@@ -184,7 +184,7 @@ FLATNESS_SIGNS_FORWARDS = 7.0
 
 @dataclass(frozen=True)
 class FlatnessConfig:
-    """A flatness penalty (``training.flatness``): ``weight`` × an estimate of the trace of the
+    """A flatness penalty (``training.objectives.flatness``): ``weight`` × an estimate of the trace of the
     Hessian of the MLM loss on a slice of each step's batch, added to the training loss —
     flatness as the treatment."""
 

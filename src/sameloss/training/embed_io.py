@@ -131,7 +131,7 @@ def _embedded_optimizer_state(small, large, plan, cfg, large_cfg, small_dir: Pat
     ``models.embed``: moments of gradients map as gradients, of squared gradients as their
     squares; entries of added blocks start at zero), its schedule and RNG state."""
     from ..models.embed import embed_gradient, embed_map, embed_second_moment
-    from .sam import SAM
+    from .objectives.sam import SAM
 
     saved = ckpt.load_state(small_dir)
     small_opt, _ = build_optimizer(cfg, small)

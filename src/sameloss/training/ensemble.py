@@ -70,13 +70,13 @@ from ..errors import UserError
 from ..progress import progress_bar
 from . import checkpoint as ckpt
 from . import keyed, loop, runfolder, runio, stacked
-from .adversarial import AdversarialObjective
+from .objectives.adversarial import AdversarialObjective
 from .config import PretrainConfig
 from .evaluate import make_evaluator
-from .flatness import FlatnessPenalty
+from .objectives.flatness import FlatnessPenalty
 from .fork import init_from_checkpoint
 from .optim import build_optimizer
-from .sam import SAM
+from .objectives.sam import SAM
 from .tracking import open_tracker
 from .ensemble_step import Member, StackedWindow, step_members
 

@@ -25,7 +25,7 @@ from torch.nn.utils.stateless import _reparametrize_module
 from . import keyed, loop, stacked
 from .data import global_batch, step_generator
 from .loop import LogWindow
-from .sam import SAM
+from .objectives.sam import SAM
 
 
 @dataclass

@@ -29,7 +29,7 @@ import torch
 from ..errors import UserError
 from . import checkpoint as ckpt
 from .config import PretrainConfig
-from .sam import SAM
+from .objectives.sam import SAM
 
 
 def init_from_checkpoint(cfg: PretrainConfig, model: torch.nn.Module, optimizer, schedule) -> int:

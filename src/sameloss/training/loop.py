@@ -41,14 +41,14 @@ from ..progress import progress_bar
 from . import checkpoint as ckpt
 from . import distributed as dist
 from . import keyed, runfolder, runio
-from .adversarial import AdversarialObjective
+from .objectives.adversarial import AdversarialObjective
 from .config import PretrainConfig
 from .data import global_batch
 from .evaluate import make_evaluator
-from .flatness import FlatnessPenalty
+from .objectives.flatness import FlatnessPenalty
 from .fork import init_from_checkpoint
 from .optim import build_optimizer
-from .sam import SAM
+from .objectives.sam import SAM
 from .tracking import Tracker, check_tracker, open_tracker, record_scalars
 
 class TrainingDiverged(UserError):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from .config import PretrainConfig
-from .sam import SAM
+from .objectives.sam import SAM
 
 
 def make_optimizer(cfg: PretrainConfig, model: torch.nn.Module) -> torch.optim.Optimizer:

@@ -37,7 +37,7 @@ from torch.func import functional_call, stack_module_state, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import keyed
-from .sam import SAM
+from .objectives.sam import SAM
 
 
 def _per(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

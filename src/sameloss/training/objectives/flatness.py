@@ -74,12 +74,12 @@ import contextlib
 import torch
 from torch import nn
 
-from ..errors import UserError
-from ..models.derivatives import Blocks, composite_layer_norms, measuring, resolve_engine, select_parameters
-from ..models.hessian_products import LossHessian, probe_vectors
-from ..models.label_gradients import fisher_label_values, ghost_linears
-from .config import FlatnessConfig
-from .data import MaskedBatch, shard_bounds, step_generator
+from ...errors import UserError
+from ...models.derivatives import Blocks, composite_layer_norms, measuring, resolve_engine, select_parameters
+from ...models.hessian_products import LossHessian, probe_vectors
+from ...models.label_gradients import fisher_label_values, ghost_linears
+from ..config import FlatnessConfig
+from ..data import MaskedBatch, shard_bounds, step_generator
 
 STREAM_FLATNESS = 5  # the penalty's draws (training 0, evaluation 1, adversarial 3 and 4)
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..errors import UserError
-from ..languages.base import Language
-from .data import step_generator
+from ...errors import UserError
+from ...languages.base import Language
+from ..data import step_generator
 
 
 class AdversarialObjective:

@@ -1,0 +1,1 @@
+"""Training objectives: what a step trains on besides the plain masked-language-model loss."""
