@@ -1,12 +1,11 @@
-"""The optimiser of a run: AdamW or SGD with weight decay on matrices only, the
-learning-rate schedule of the config, and SAM wrapped around them when ``sam.rho > 0``."""
+"""The optimiser of a run: torch's AdamW or SGD with weight decay on matrices only, and the
+learning-rate schedule of the config (SAM is an objective of the step, ``objectives.sam``)."""
 
 from __future__ import annotations
 
 import torch
 
 from .config import PretrainConfig
-from .objectives.sam import SAM
 
 
 def make_optimizer(cfg: PretrainConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
@@ -25,11 +24,6 @@ def make_optimizer(cfg: PretrainConfig, model: torch.nn.Module) -> torch.optim.O
 
 
 def build_optimizer(cfg: PretrainConfig, model: torch.nn.Module):
-    """``(optimizer, schedule)``: the base optimiser and its ``LambdaLR`` schedule; with
-    ``sam.rho > 0`` the returned optimiser is the SAM wrapper around the base one (the
-    schedule drives the base optimiser's learning rate)."""
+    """``(optimizer, schedule)``: the optimiser and its ``LambdaLR`` schedule."""
     optimizer = make_optimizer(cfg, model)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, cfg.lr_factor)
-    if cfg.sam.rho > 0:
-        optimizer = SAM(model.parameters(), optimizer, cfg.sam.rho, cfg.sam.adaptive)
-    return optimizer, schedule
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, cfg.lr_factor)

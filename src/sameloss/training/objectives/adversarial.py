@@ -6,6 +6,11 @@ linear head is fitted on ``D1``'s features in closed form (ridge regression onto
 labels, solved in the dual so it costs an ``|D1| × |D1|`` solve and stays differentiable
 in the features), and the encoder is pushed to make that head fail on ``D2``. It is the
 paper's way of producing models with (almost) the same MLM loss but worse features.
+
+The labelled batch of ``step`` is a pure function of ``(seed, step)`` (stream 4; the pool
+of examples it draws from, stream 3), so forks of one seed draw the same. Per member: λ
+(``adversarial.weight``); shared: the task, the batch and pool sizes, the ridge. A ``vmap``
+stack computes every member's features in one batched pass.
 """
 
 from __future__ import annotations
@@ -14,27 +19,36 @@ import torch
 import torch.nn.functional as F
 
 from ...errors import UserError
-from ...languages.base import Language
+from .. import keyed
 from ..data import step_generator
+from .base import Objective, register, swapped
 
 
-class AdversarialObjective:
-    def __init__(self, language: Language, task: str, weight: float, batch_size: int = 256,
-                 pool_size: int = 10_000, ridge: float = 1e-2, seed: int = 0):
+@register
+class Adversarial(Objective):
+    """``(−λ · downstream loss, downstream loss)`` of each step's labelled examples."""
+
+    name, order, per_member = "adversarial", 20, ("weight",)
+    logs, window = "adversarial_downstream_loss", "downstream"
+
+    def __init__(self, cfg, language, rank: int = 0, world_size: int = 1):
+        super().__init__(cfg, language, rank, world_size)
+        a = self.settings
+        if world_size > 1:
+            raise UserError("the adversarial objective does not support DDP yet; run it in one process")
         tasks = language.tasks
-        if task not in tasks:
-            raise UserError(f"adversarial.task {task!r} is not a task of {language.name}; "
+        if a.task not in tasks:
+            raise UserError(f"adversarial.task {a.task!r} is not a task of {language.name}; "
                             f"choose from {', '.join(tasks)}")
-        if batch_size < 4:
+        if a.batch_size < 4:
             raise UserError("adversarial.batch_size must be >= 4 (two halves of at least 2)")
-        t = tasks[task]
-        gen = step_generator(seed, 0, stream=3)
-        sample = (t.sample or language.sample)(pool_size, gen)
+        t = tasks[a.task]
+        sample = (t.sample or language.sample)(a.pool_size, step_generator(cfg.seed, 0, stream=3))
         labels = t.label(sample)
         keep = labels >= 0
         self.tokens, self.labels = sample.tokens[keep], labels[keep]
         self.n_classes = t.n_classes
-        self.weight, self.batch_size, self.ridge, self.seed = weight, batch_size, ridge, seed
+        self.weight, self.batch_size, self.ridge, self.seed = a.weight, a.batch_size, a.ridge, cfg.seed
 
     def downstream_loss(self, features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Squared loss on the second half of a head ridge-fitted on the first half (in
@@ -60,10 +74,35 @@ class AdversarialObjective:
         pred = (x2 @ x1.T) @ alpha
         return (pred - y2).pow(2).sum(dim=1).mean()
 
-    def loss(self, model: torch.nn.Module, step: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(−λ · downstream loss, downstream loss)`` for this step's examples."""
+    def examples(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The labelled examples of ``step`` (host tensors)."""
         gen = step_generator(self.seed, step, stream=4)
         idx = torch.randperm(self.tokens.shape[0], generator=gen)[: self.batch_size]
-        features = model.features(self.tokens[idx].to(device))
-        d2 = self.downstream_loss(features, self.labels[idx].to(device))
+        return self.tokens[idx], self.labels[idx]
+
+    def loss(self, run, batch, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        tokens, labels = self.examples(step)
+        with run.draws(step, keyed.PASS_ADVERSARIAL):
+            features = run.model.features(tokens.to(run.device))
+        d2 = self.downstream_loss(features, labels.to(run.device))
         return -self.weight * d2, d2.detach()
+
+    @classmethod
+    def losses(cls, objectives: list, stack, batches: list, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        drawn: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        for o in objectives:  # one draw per seed
+            if o.seed not in drawn:
+                drawn[o.seed] = o.examples(step)
+        if len({drawn[o.seed][0].shape for o in objectives}) > 1:
+            raise ValueError("the members' adversarial pools are too small for one batch size")
+        tokens = torch.stack([drawn[o.seed][0] for o in objectives]).to(stack.device)
+        labels = torch.stack([drawn[o.seed][1] for o in objectives]).to(stack.device)
+        weights = torch.tensor([o.weight for o in objectives], device=stack.device)
+        first = objectives[0]  # (the ridge and the classes: shared)
+
+        def one(params, tok, lab):
+            features = swapped(stack.template, params, lambda model, t: model.features(t), tok)
+            return first.downstream_loss(features, lab)
+
+        d2 = stack.vmapped(one, step, keyed.PASS_ADVERSARIAL, tokens, labels)
+        return -weights * d2, d2.detach()
