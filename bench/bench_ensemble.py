@@ -41,8 +41,7 @@ import torch
 
 from sameloss import config as configlib
 from sameloss.training import PretrainConfig, ensemble, member, runfolder, runio
-from sameloss.training.stack import Stack, make
-from sameloss.training.step import train_step
+from sameloss.training.step import Stack, make, train_step
 
 
 def config(size: str, batch: int, seed: int, dropout: float, draws: str, device: str) -> PretrainConfig:

@@ -39,8 +39,7 @@ import torch
 from sameloss.experiments.recipes.isoloss import PRESETS, base_run
 from sameloss.training import member, runfolder, runio
 from sameloss.training.config import FlatnessConfig
-from sameloss.training.stack import Members
-from sameloss.training.step import train_step
+from sameloss.training.step import Members, train_step
 
 
 def make_run(cfg, run_dir: Path) -> Members:

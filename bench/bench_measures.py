@@ -53,8 +53,7 @@ from sameloss.measures.representations import model_representation
 from sameloss.models import gradnorms
 from sameloss.training import member, runfolder, runio
 from sameloss.training.objectives.flatness import fisher_terms
-from sameloss.training.stack import Members
-from sameloss.training.step import train_step
+from sameloss.training.step import Members, train_step
 
 
 def trained_checkpoints(cfg, steps: int, count: int) -> tuple[list[torch.nn.Module], object]:

@@ -65,7 +65,7 @@ def _build(name: str, overrides: list[list[str]], root: Path):
     strategy = "vmap" if name.startswith("vmap") else "loop"
     if importlib.util.find_spec("sameloss.training.step") is not None:  # this tree: the one trainer
         from sameloss.training import member, runfolder, runio
-        from sameloss.training.stack import make
+        from sameloss.training.step import make
         from sameloss.training.step import train_step
 
         shared = member.Shared(runio.build_language(cfgs[0]), runio.resolve_device("cpu"))

@@ -170,3 +170,29 @@ def test_update_half_resumes_bit_identically(tmp_path):
     pretrain(cfg, tmp_path / "split", progress=False, resume=True)
     a, b = weights(tmp_path / "whole"), weights(tmp_path / "split")
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("settings", [{"optim.weight_decay": 0.01}, {"optim.name": "sgd", "optim.momentum": 0.9,
+                                                                        "optim.weight_decay": 0.1}])
+def test_the_multi_tensor_step_is_the_single_tensor_step_bit_for_bit(settings):
+    """``optim`` asks torch for its ``foreach`` step, which must not change a run's numbers."""
+    from sameloss.training.optim import make_optimizer
+    from sameloss.training.runio import build_language, init_model
+
+    cfg = small_config(**settings)
+    language = build_language(cfg)
+    got = []
+    for foreach in (True, False):
+        torch.manual_seed(0)
+        model = init_model(cfg, language)
+        optimizer = make_optimizer(cfg, model)
+        assert all(g["foreach"] for g in optimizer.param_groups)
+        for group in optimizer.param_groups:
+            group["foreach"] = foreach
+        gen = torch.Generator().manual_seed(1)
+        for step in range(30):
+            for p in model.parameters():
+                p.grad = torch.randn(p.shape, generator=gen) * 10.0 ** (step % 5 - 2)
+            optimizer.step()
+        got.append([p.detach() for p in model.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*got))

@@ -321,9 +321,12 @@ def adamw_heads(groups: list[HeadGroup], n_classes: int, how: HeadTraining) -> l
 def _adamw_loop(theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, sched: torch.Tensor, heads_at: torch.Tensor,
                 how: HeadTraining) -> None:
     """AdamW on ``theta [K, C, D+1]`` in place: at step ``t`` the first ``heads_at[t]``
-    heads take the minibatch ``x[sched[t, h]]``; torch's AdamW update (``_single_tensor_adam``,
-    decoupled weight decay on the weights, not the bias column) with the closed-form
-    gradient of each head's mean cross-entropy over its real rows."""
+    heads take the minibatch ``x[sched[t, h]]``; torch's single-tensor AdamW update
+    (decoupled weight decay on the weights, not the bias column) with the closed-form
+    gradient of each head's mean cross-entropy over its real rows. Written out by hand for
+    speed: torch's functional ``torch.optim.adam.adam`` in its place gives the same bits but
+    fits the study's heads slower (its per-step Python overhead on small tensors;
+    ``bench/bench_batched_adamw.py`` prints the ratio)."""
     beta1, beta2, eps, lr = 0.9, 0.999, 1e-8, how.lr
     m, v = torch.zeros_like(theta), torch.zeros_like(theta)
     decay = torch.full((theta.shape[2],), 1 - lr * how.weight_decay, dtype=theta.dtype, device=theta.device)

@@ -321,7 +321,7 @@ class PretrainConfig:
     flatness: FlatnessConfig = field(default_factory=FlatnessConfig)
     # the settings of training objectives without a field here (a plugin's), by name:
     # ``objectives.NAME.KEY=VALUE``, parsed into the dataclass ``register_objective`` gave
-    objectives: dict = field(default_factory=dict)
+    objectives: dict = field(default_factory=dict, metadata={"omit_empty": True})
 
     def __post_init__(self):
         object.__setattr__(self, "objectives", _objective_settings(self.objectives))
@@ -433,10 +433,3 @@ def _objective_settings(given: dict) -> dict:
         out[name] = value if isinstance(value, cls) else configlib.from_dict(cls, value, f"objectives.{name}.")
     return out
 
-
-def check_objectives(cfg: PretrainConfig, registered) -> None:
-    """``UserError`` for settings in ``cfg.objectives`` of no registered training objective."""
-    missing = [name for name in cfg.objectives if name not in registered]
-    if missing:
-        raise UserError(f"objectives.{missing[0]}: no training objective {missing[0]!r} is registered "
-                        "(training.objectives.register)")

@@ -1,46 +1,28 @@
 """S runs of one model shape trained as one computation: ``train_ensemble(cfgs, run_dirs)``.
 
 A study's models are small and many (a tiny seed is 19 runs, a decisive study 16–48 seeds):
-trained one at a time, each step of each run is a few hundred small kernel launches that
-leave a GPU idle. An ensemble is the training call of a run alone (``loop.train``) with S
-members: one set-up per member (``member.build``), one step for the stack
-(``step.train_step``), one loop that logs, evaluates and saves each member as its run alone
-would. Two back-ends compute the stack's step (``training.stack``):
+trained one at a time, each step of each run is a few hundred small kernel launches that leave
+a GPU idle. An ensemble is the training call of a run alone (``loop.train``) with S members:
+one set-up each (``member.build``), one step for the stack (``step.train_step``), one loop
+that logs, evaluates and saves each member as its run alone would. ``strategy``: ``vmap`` (the
+default on a GPU) computes every member's passes as one batched computation — dropout must be
+keyed (``batchable``), and each member equals its run alone within float32 rounding —;
+``loop`` (the default elsewhere) computes each member as its run alone, bit for bit (on the
+CPU a batched pass gains nothing: ``bench/bench_ensemble.py``).
 
-* ``vmap`` (the default on a GPU) — every member's forward and backward pass as one batched
-  computation. A member with dropout needs ``dropout_draws = "keyed"`` (``training.keyed``):
-  the global RNG's stream cannot be drawn batched. Each member's trajectory equals its run
-  alone's within float32 rounding (batched matmuls sum in another order);
-* ``loop`` (the default elsewhere) — member by member, each the computation of its run
-  alone, global-RNG dropout drawn from the member's own RNG state. Every number is the run
-  alone's, bit for bit on the CPU — so an ensemble of runs a recipe declares reproduces its
-  pinned results — and its cost is one run's per member (on the CPU a batched pass gains
-  nothing: ``bench/bench_ensemble.py``).
-
-Every member keeps its own numbers (its data stream — batch ``step`` of its seed; forks of
-one seed draw it once —, dropout masks, clipping, SAM perturbation, adversarial batch and
-flatness penalty, learning-rate schedule, weight decay, dropout, ρ, λ:
-``tests/training/test_ensemble.py``, per kind and back-end), its own run folder (written as
-its run alone writes it, so ``--resume``, reuse, ``measure``, plots, reports and the HF export
-read a member as any run, and a member can be resumed alone, or a run trained alone resumed
-inside an ensemble) and its own fate (a member whose loss becomes NaN or infinite, or that
-cannot be set up, fails alone with its run's error, ``Failure``; the others go on).
-
-Members with different step counts are grouped by time, not masked: a member joins the stack
-at its first step and leaves after its last (``loop.Trainer``). The engine
-(``experiments/engine/ensembles.py``) puts members that start together into one ensemble.
-
-What members share (``ensemble_key``): the language, the model's kind and shape, the batch
-(size, masking), precision and device, the optimiser's kind and constants (betas, eps,
-momentum), which objectives train and their shared settings (``training.objectives``: the
-adversarial task and batch, the flatness estimator, SAM adaptive or not, ``update_half``) —
-everything but ``PER_MEMBER``. ``batchable`` says why a config cannot join a ``vmap``
-ensemble (dropout from the global RNG).
-
-Resuming is bit for bit: a killed ensemble restarted with the same members continues from
-each member's newest checkpoint to the same weights as the uninterrupted one (under ``vmap``,
-the batched kernels then see the same stack; under ``loop``, always). The caller's global RNG
-is left as it was. DDP trains one run (``pretrain`` under ``torchrun``), not an ensemble.
+Every member keeps its own numbers (data stream, dropout masks, clipping, SAM perturbation,
+adversarial batch, flatness penalty, schedule, weight decay, ρ, λ:
+``tests/training/test_ensemble.py``), its own run folder (written as its run alone writes it:
+``--resume``, reuse, ``measure``, plots and the HF export read it as any run; a member can be
+resumed alone, a run alone resumed in an ensemble) and its own fate (a member that cannot be
+set up or whose loss is no longer finite fails alone with its run's error, ``Failure``).
+Members with different step counts join the stack at their first step and leave after their
+last (``loop.Trainer``); the engine (``experiments/engine/ensembles.py``) puts runs that start
+together into one ensemble. They share (``ensemble_key``) everything but ``PER_MEMBER``: the
+language, the model's kind and shape, the batch, precision and device, the optimiser's kind and
+constants, which objectives train and their shared settings. A killed ensemble resumes bit for
+bit; the caller's global RNG is left as it was; DDP trains one run (``pretrain``), not an
+ensemble.
 """
 
 from __future__ import annotations

@@ -1,31 +1,24 @@
-"""The training loop: ``pretrain(cfg, run_dir)`` behind ``sameloss pretrain``, a run trained
-alone — the training call of one member (``train``), whose loop an ensemble shares.
+"""The training loop: ``pretrain(cfg, run_dir)`` behind ``sameloss pretrain`` trains a run alone,
+the training call (``train``) of one member; an ensemble (``training.ensemble``) is the same
+call with S members.
 
-``train`` builds each run's member (``member.build``: the one set-up), then steps a global
-counter from the earliest member's first step to the latest member's last (``Trainer``):
-
-* **join and leave** — a member joins the stack (``training.stack``) at its first step (a
-  fork continues from its checkpoint's step, a resumed run from its newest checkpoint) and
-  leaves after its last, or when its loss is no longer finite; the stack only ever holds
-  members that step now (no compute is spent on a masked member, at the price of rebuilding
-  the stack, at most twice per member);
-* **step** — ``step.train_step`` on the stack: batch ``step`` of each member's stream,
-  forward and backward passes with every objective, clipping, optimiser and schedule;
-* **log window** — train loss, tokens/s and steps/s over the steps since the member's last
-  log line, the learning rate and the gradient norm of the log step's update, each
-  objective's logged mean (``training.window``); the exact held-out loss every
-  ``eval.every`` steps (``evaluate.make_evaluator``: exact on a synthetic language,
-  cross-entropy on a corpus); appended to ``metrics.jsonl`` and mirrored to the run's
-  tracker (``tracking``: TensorBoard or W&B);
-* **save** — checkpoints that make ``resume=True`` continue a killed run to bit-identical
-  weights on CPU, and ``summary.json`` at the end.
+``train`` builds each run's member (``member.build``, the one set-up), then steps a global
+counter from the earliest member's first step to the latest member's last (``Trainer``): a
+member joins the stack at its first step (a fork's continues from its checkpoint, a resumed
+run's from its newest checkpoint) and leaves after its last or when its loss is no longer
+finite, so the stack only holds members that step now (no compute for a masked member, at
+the price of rebuilding the stack at most twice per member); each step is
+``step.train_step``; at a member's log step its window's means (``training.window``) and, every
+``eval.every`` steps, the exact held-out loss (``evaluate.make_evaluator``) go to
+``metrics.jsonl`` and its tracker (``tracking``); its checkpoints let ``resume=True`` continue a
+killed run to bit-identical weights on the CPU; ``summary.json`` ends it.
 
 A run alone raises its errors (``TrainingDiverged``: its loss became NaN or infinite) and
-leaves the global RNG as its run left it; in an ensemble a member that fails leaves with the
-line its run alone would raise (``Failure``) and the others go on, and the caller's global
-RNG is restored. Under ``torchrun`` the one run trains data-parallel (DDP): each process
-takes a slice of the same global batch and the loss is normalised by the global number of
-targets, so the update equals the single-process one; rank 0 writes.
+leaves the global RNG as its run left it; an ensemble member that fails leaves with the line
+its run alone would raise (``Failure``), the others go on, and the caller's global RNG is
+restored. Under ``torchrun`` the one run trains data-parallel (DDP): each process takes a slice
+of the same global batch and the loss is normalised by the global number of targets, so the
+update equals the single-process one; rank 0 writes.
 """
 
 from __future__ import annotations
@@ -43,8 +36,7 @@ from . import distributed as dist
 from . import runfolder, runio
 from .config import PretrainConfig
 from .member import Member, Shared, build, diverged_message
-from .stack import make
-from .step import train_step
+from .step import make, train_step
 from .tracking import check_tracker
 from .window import Windows
 
@@ -111,7 +103,7 @@ def pretrain(cfg: PretrainConfig, run_dir: str | Path, resume: bool = False, pro
 class Options:
     """How a training call runs: ``progress`` bar; ``stop_after``: end after that step's
     checkpoints, as if killed (tests of resuming); ``strategy``: the stack's back-end
-    (``loop`` or ``vmap``, ``training.stack``); ``tracker``: the members' tracker kind;
+    (``loop`` or ``vmap``, ``training.step``); ``tracker``: the members' tracker kind;
     ``alone``: a run trained alone (its errors raised, the global RNG left as its run's)."""
 
     progress: bool = True

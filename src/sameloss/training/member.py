@@ -1,20 +1,14 @@
 """One member of a training call: a run's objects, built by the one set-up (``build``), and
 what it writes — its log line (``log``), its checkpoint (``save``) and its summary.
 
-A run trained alone (``pretrain``: a training call of one member) and every member of an
-ensemble (``train_ensemble``) are built here, in the order a run has always been built (its
-RNG draws then match): the run's global RNG seeded with its seed, the model, torch's
-optimiser and schedule (``optim``), the objectives its config turns on (each checks its
-settings), the evaluator; then, by the folder's plan (``runfolder.plan``), the newest
-checkpoint that loads (``--resume``: weights, optimiser, schedule, RNG state, the open log
-window) or a fork's start (``init_from``); keyed dropout; the run folder (its marker and
-resolved config); the tracker. Under ``torchrun`` rank 0 alone writes and evaluates.
-
-What a member writes is a run's, whatever trains it: ``config.toml``, ``metrics.jsonl``,
-checkpoints (weights, torch's optimiser and schedule state, the RNG state of its run, its
-open log window) and ``summary.json`` — so ``--resume``, reuse, ``measure``, plots, reports
-and the HF export read it as any run, and a member can be resumed alone, or a run trained
-alone resumed inside an ensemble.
+A run trained alone and every member of an ensemble are built here, in the order a run has
+always been built (its RNG draws then match): its seed, the model, torch's optimiser and
+schedule (``optim``), the objectives its config turns on (each checks its settings), the
+evaluator; then, by the folder's plan (``runfolder.plan``), the newest checkpoint that loads
+(``--resume``: weights, optimiser, schedule, RNG state, the open log window) or a fork's start
+(``init_from``); keyed dropout; the run folder; the tracker. What a member writes is a run's,
+whatever trains it (``config.toml``, ``metrics.jsonl``, checkpoints, ``summary.json``). Under
+``torchrun`` rank 0 alone writes and evaluates.
 """
 
 from __future__ import annotations
@@ -64,7 +58,7 @@ class Shared:
         return self.evaluators[key]
 
 
-@dataclass
+@dataclass(eq=False)
 class Member:
     """One run of a training call (module docstring). ``model`` is the module whose weights
     are saved; ``train_model`` the one the MLM loss runs through (DDP's wrapper under
@@ -115,29 +109,20 @@ class Member:
     @contextlib.contextmanager
     def own_rng(self):
         """The global RNG set to the run's state while its global-RNG dropout draws, and the
-        state it leaves taken back (nothing to swap without such dropout)."""
+        state it leaves taken back (nothing to swap without such dropout; the training call
+        restores the caller's state at its end)."""
         if not self.global_dropout:
             yield
             return
-        with self._rng():
-            try:
-                yield
-            finally:
-                self.rng = torch.get_rng_state()
-                if self.cuda_rng is not None:
-                    self.cuda_rng = torch.cuda.get_rng_state()
-
-    @contextlib.contextmanager
-    def _rng(self):
-        """The global RNG set to the run's state, the caller's restored after."""
-        before = torch.get_rng_state()
         torch.set_rng_state(self.rng)
         if self.cuda_rng is not None:
             torch.cuda.set_rng_state(self.cuda_rng)
         try:
             yield
         finally:
-            torch.set_rng_state(before)
+            self.rng = torch.get_rng_state()
+            if self.cuda_rng is not None:
+                self.cuda_rng = torch.cuda.get_rng_state()
 
     def draws(self, step: int, pass_: int):
         """The context of a forward pass's keyed dropout masks (``training.keyed``); nothing

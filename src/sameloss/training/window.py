@@ -59,18 +59,15 @@ class Windows:
 
     def regroup(self, keep: list[int], joining: list[dict]) -> Windows:
         """The windows of members ``keep`` (their indices here) then of ``joining`` (saved states)."""
-        out = Windows.of([{}] * len(keep) + joining, self.diverged.device)
-        for j, i in enumerate(keep):
-            for k in self.keys:
-                out.sums[k][j] = self.sums[k][i]
-            out.diverged[j] = self.diverged[i]
-            out.tokens[j], out.targets[j], out.steps[j] = self.tokens[i], self.targets[i], self.steps[i]
-            out.started[j], out.has_norm[j] = self.started[i], self.has_norm[i]
-            if self.has_norm[i]:
-                if out.grad_norm is None:
-                    out.grad_norm = torch.full((len(out.tokens),), float("nan"), dtype=self.grad_norm.dtype,
-                                               device=self.grad_norm.device)
-                out.grad_norm[j] = self.grad_norm[i]
+        out, n = Windows.of([{}] * len(keep) + joining, self.diverged.device), len(keep)
+        index = torch.tensor(keep, dtype=torch.long, device=self.diverged.device)
+        for k in self.keys:
+            out.sums[k][:n] = self.sums[k][index]
+        out.diverged[:n] = self.diverged[index]
+        for name in ("tokens", "targets", "steps", "started", "has_norm"):
+            getattr(out, name)[:n] = [getattr(self, name)[i] for i in keep]
+        if self.grad_norm is not None:
+            out.grad_norm = torch.cat([self.grad_norm[index], self.grad_norm.new_full((len(joining),), float("nan"))])
         return out
 
     def read(self) -> dict:

@@ -3,15 +3,15 @@
 The update pass of a step (``training.step``) computes, for every member of a stack, a sum
 of *terms* in the objectives' ``order``: the masked-language-model loss (``mlm.MLM``, every
 run's), then the term of each objective the run's config turns on — the adversarial
-objective (``adversarial.Adversarial``), the flatness penalty (``flatness.Flatness``). An
-objective may also act around the update instead (``sam.SAM``: the ascent before it, the
-return to the weights before the optimiser). Each class holds:
+objective (``adversarial.Adversarial``), the flatness penalty (``flatness.FlatnessPenalty``).
+An objective may also act around the update instead (``sam.SAM``: the ascent before it, the
+return to the weights before the optimiser). Each class (``base.Objective``) holds:
 
 * **its loss** — ``loss(run, batch, step)``: one member's term on its own module, the
-  computation of a run trained alone (the ``members`` back-end calls it: bit for bit);
+  computation of a run trained alone (the ``Members`` back-end calls it: bit for bit);
 * **its batched form** — ``losses(objectives, stack, batches, step)``: the term of every
-  member of a ``vmap`` stack (``training.stack``) at once; by default member by member,
-  each member's stacked weights swapped into its module (``Stack.call``);
+  member of a ``vmap`` stack (``training.step``) at once; by default member by member,
+  each member's stacked weights swapped into its module (``Vmapped.call``);
 * **its per-member settings** — ``per_member``: the keys of its settings that may differ
   between the members of one ensemble (the others they share: ``ensemble.ensemble_key``);
 * **its cost** — ``cost(cfg, vocab)``: what it adds to a step, in full-length sentence
