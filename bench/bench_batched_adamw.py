@@ -1,6 +1,7 @@
-"""Why ``measures/batched_heads.py`` writes its AdamW step out by hand: the same update through
-torch's own functional Adam (``torch.optim.adam.adam``, the decoupled weight decay on the weight
-columns, as torch's AdamW applies it) gives the same bits, and costs more per fit.
+"""Why ``measures/batched_heads.py`` writes its AdamW step out by hand (``_adamw_update``): the
+same update through torch's own functional Adam (``torch.optim.adam.adam``, the decoupled weight
+decay on the weight columns, as torch's AdamW applies it) gives the same bits, and costs more per
+fit.
 
 The few-shot heads of the isoloss study's AdamW endpoints (``pos`` and ``all`` views) step
 hundreds of times on small tensors, so a step's Python overhead is a share of its time; both
@@ -26,30 +27,15 @@ from sameloss.measures import batched_heads
 from sameloss.measures.batched_heads import HeadGroup, adamw_heads
 from sameloss.measures.heads import HeadTraining
 
-HAND = batched_heads._adamw_loop
+HAND = batched_heads._adamw_update
 
 
-def torch_adam_loop(theta, x, y, sched, heads_at, how) -> None:
-    """``batched_heads._adamw_loop`` with its update through ``torch.optim.adam.adam``."""
-    beta1, beta2, eps, lr = 0.9, 0.999, 1e-8, how.lr
-    m, v = torch.zeros_like(theta), torch.zeros_like(theta)
-    step = torch.tensor(0.0)
-    D = theta.shape[2] - 1
-    pad = x.shape[0] - 1
-    B, D1 = sched.shape[2], x.shape[1]
-    minus_one = torch.full((theta.shape[0], 1, B), -1.0, dtype=theta.dtype, device=theta.device)
-    for t, K in enumerate(heads_at.tolist()):
-        idx = sched[t, :K]
-        xb = x.index_select(0, idx.reshape(-1)).view(K, B, D1)
-        real = (idx != pad).to(theta.dtype)
-        th = theta[:K]
-        p = torch.softmax(torch.bmm(th, xb.transpose(1, 2)), dim=1)
-        p.scatter_add_(1, y[idx][:, None, :], minus_one[:K])
-        p.mul_((real / real.sum(dim=1, keepdim=True))[:, None, :])
-        grad = torch.bmm(p, xb)
-        th[:, :, :D].mul_(1 - lr * how.weight_decay)  # AdamW's decoupled decay: the weights, not the bias
-        adam([th], [grad], [m[:K]], [v[:K]], [], [step], foreach=False, amsgrad=False, beta1=beta1, beta2=beta2,
-             lr=lr, weight_decay=0.0, eps=eps, maximize=False)
+def torch_adam_update(theta, grad, m, v, step, lr, decay) -> None:
+    """``batched_heads._adamw_update`` through ``torch.optim.adam.adam``: AdamW's decoupled
+    decay on the weight columns as torch applies it, then torch's Adam step."""
+    theta[:, :, :-1].mul_(decay[0])
+    adam([theta], [grad], [m], [v], [], [torch.tensor(float(step - 1))], foreach=False, amsgrad=False, beta1=0.9,
+         beta2=0.999, lr=lr, weight_decay=0.0, eps=1e-8, maximize=False)
 
 
 def groups(width: int, sizes: list[tuple[int, int]]) -> list[HeadGroup]:
@@ -74,12 +60,12 @@ def main() -> None:
     gs, how = groups(a.width, sizes), HeadTraining("adamw", epochs=a.epochs, batch_size=32)
     fitted, seconds = {}, {"by hand": [], "torch.optim.adam.adam": []}
     for r in range(a.rounds):
-        for name, loop in (("by hand", HAND), ("torch.optim.adam.adam", torch_adam_loop))[:: 1 if r % 2 else -1]:
-            batched_heads._adamw_loop = loop
+        for name, update in (("by hand", HAND), ("torch.optim.adam.adam", torch_adam_update))[:: 1 if r % 2 else -1]:
+            batched_heads._adamw_update = update
             start = time.process_time()
             fitted[name] = adamw_heads(gs, 4, how)
             seconds[name].append(time.process_time() - start)
-    batched_heads._adamw_loop = HAND
+    batched_heads._adamw_update = HAND
     same = all(torch.equal(a_.W, b_.W) and torch.equal(a_.b, b_.b)
                for a_, b_ in zip(fitted["by hand"], fitted["torch.optim.adam.adam"]))
     ratio = statistics.median(t / h for t, h in zip(seconds["torch.optim.adam.adam"], seconds["by hand"]))

@@ -1,8 +1,8 @@
 """Ensembles (``training.ensemble``): each member's run folder equals its one-model run's —
 weights at every checkpoint, the KL curve, the log, the optimiser state — per kind of run:
 within float32 rounding under the ``vmap`` strategy (batched matmuls sum in another order),
-bit for bit under ``loop`` (the one-model computation member by member, the update
-stacked); resuming is bit for bit; a diverging member fails alone."""
+bit for bit under ``loop`` (member by member, each its run alone's computation); resuming is
+bit for bit; a diverging member fails alone."""
 
 from __future__ import annotations
 

@@ -1,41 +1,29 @@
 """The one training step: ``train_step(stack, step)`` trains every member of a stack — a run
 alone is a stack of one — on batch ``step`` of its stream, with one of two back-ends.
 
-In order, as a run has always stepped: the members' batches (each its seed's batch
-``step``, ``data.global_batch``, drawn once per seed: forks of one seed share it; or drawn
-ahead by workers, ``drawn``); ``update_half``: the update on the second half of each batch;
-each objective's ``before_update`` (SAM: the ascent on the first halves, the update on the
-second); the update pass — the MLM loss plus every objective's term (``training.objectives``),
-its backward pass —; gradient-norm clipping (or the log step's norms); each objective's
-``before_optimizer`` (SAM: back to the weights); each member's optimiser and schedule.
-Nothing in a step waits for the device: what it leaves for the log (``StepOut``) stays there
-until a log line reads it (``training.window``).
+In order, as a run has always stepped: each member's batch (its seed's batch ``step``, drawn
+once per seed, or ahead by workers: ``drawn``); ``update_half``: the second half of it; each
+objective's ``before_update`` (SAM: the ascent on the first halves, the update on the
+second); the update pass — the MLM loss plus every objective's term (``training.objectives``)
+and its backward pass —; clipping (or the log step's norms); each objective's
+``before_optimizer`` (SAM: back to the weights); each member's optimiser and schedule — its
+own, torch's (``optim``). Nothing waits for the device: ``StepOut`` stays there until a log
+line reads it (``training.window``).
 
-The back-ends (``make``):
-
-``Members`` (``strategy = "loop"``, the default off a GPU) — member by member, each on its
-own module: every objective's ``loss``, its own backward pass, ``clip_grad_norm_``, SAM's
-own arithmetic: the computation of each run alone, so its numbers are the run's, bit for bit
-(on the CPU: the pinned results of every recipe). Global-RNG dropout draws from the member's
-own RNG state (swapped in around its passes). Under ``torchrun`` the one member of a DDP run:
-its wrapper, its shard of the batch, ``no_sync`` for SAM's ascent (``local``).
-
-``Vmapped`` (``strategy = "vmap"``, the default on a GPU) — every member's forward and
-backward pass as one batched computation: the weights stacked along a members axis
+``Members`` (``strategy = "loop"``, the default off a GPU) computes member by member, each on
+its own module (every objective's ``loss``, its backward pass, ``clip_grad_norm_``, SAM's own
+arithmetic): the computation of each run alone, so its numbers are the run's bit for bit;
+global-RNG dropout draws from the member's own RNG state; under ``torchrun`` the one member's
+DDP wrapper, shard and ``no_sync`` (``local``). ``Vmapped`` (``strategy = "vmap"``, the default
+on a GPU) computes every member at once: the weights stacked along a members axis
 (``torch.func.stack_module_state``), each objective's batched form (``losses``) under
-``torch.func.vmap`` and ``functional_call`` over a weightless template of the model; norms,
-clipping and SAM's move batched over the members axis. ``torch.func`` rather than modules
-whose weights carry a members axis: the models stay written once (``models/``) and every
-kind and shape batches (the embedded larger transformer, the LSTM unrolled). Attention runs on
-SDPA's math backend inside ``vmap`` (the fused CPU kernel has no batching rule) and dropout is
-keyed (``training.keyed``). A member's numbers equal its run's within float32 rounding
-(batched matmuls and norms sum in another order).
-
-Both update with each member's own optimiser — torch's AdamW or SGD as ``optim`` built it, and
-its schedule — so a checkpoint holds torch's own state. Under ``vmap`` the members' parameters
-are views of the stacked weights: the optimisers step the stack in place, and a member's
-module holds its current weights for its log line, evaluation and checkpoint without a copy;
-``release`` gives them their own storage again when the stack is rebuilt.
+``torch.func.vmap`` and ``functional_call`` over a weightless template of the model (the
+models stay written once, every kind and shape batches), norms, clipping and SAM's move over
+the members axis; attention on SDPA's math backend (the fused CPU kernel has no batching
+rule), dropout keyed (``training.keyed``); a member's numbers are its run's within float32
+rounding. Its members' parameters are views of the stacked weights: their optimisers step the
+stack in place, and a member's module holds its weights for its log line and checkpoint
+without a copy (``release`` gives them their own storage again).
 """
 
 from __future__ import annotations

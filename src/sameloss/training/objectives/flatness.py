@@ -17,8 +17,8 @@ this module and the measures both import:
     ``G`` by one backward pass of the slice's logits; ``E‖G‖² = T`` and, the signs not
     depending on θ, ``E ∇‖G‖² = ∇T`` (``signed_gradient``). No per-example gradient: the
     penalty costs about what a forward, a backward kept for differentiation and its
-    backward of the slice cost — ~1.3× a plain step at the tiny design, against ~2.3× for
-    the per-example estimator below (``bench/bench_flatness.py``). Its estimate of ``T``
+    backward of the slice cost — less than the per-example estimator below
+    (``bench/bench_flatness.py`` prints both against a plain step). Its estimate of ``T``
     per step is noisier (cross terms between contexts average out over the signs); the
     penalty's expected gradient is the same.
     ``flatness.estimator = "per-example"``: each context's label gradients through
