@@ -94,7 +94,8 @@ def worker() -> None:
     torch.set_num_threads(1)
     a = json.loads(sys.stdin.readline())
     with tempfile.TemporaryDirectory() as tmp:
-        steps = {name: _build(name, cfgs, Path(tmp) / f"p{i}") for i, (name, cfgs) in enumerate(_configs(a).items())}
+        steps = {name: _build(name, cfgs, Path(tmp) / f"p{i}") for i, (name, cfgs) in enumerate(_configs(a).items())
+                 if name in a.get("paths", [name])}
         counter = {name: 1 for name in steps}
         for name, step in steps.items():  # warm-up, not timed (the first vmap of a shape traces)
             for _ in range(2):
@@ -141,6 +142,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--size", default="tiny")
     ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--paths", help="comma-separated paths to time (default: every one)")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--json")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -158,7 +160,9 @@ def main(argv=None) -> int:
     print(f"baseline {a.baseline}, this tree {here}; {a.size} batch {a.batch}, {a.rounds} rounds × {a.steps} steps, "
           f"one thread per tree; load {load[0]:.2f}", flush=True)
     trees = {"baseline": Tree(a.baseline, spec), "this": Tree(here, spec)}
-    times: dict[str, dict[str, list[float]]] = {p: {"baseline": [], "this": []} for p in _configs(spec)}
+    wanted = a.paths.split(",") if a.paths else list(_configs(spec))
+    spec["paths"] = wanted
+    times: dict[str, dict[str, list[float]]] = {p: {"baseline": [], "this": []} for p in wanted}
     for r in range(a.rounds):
         for name in times:
             order = ("baseline", "this") if r % 2 == 0 else ("this", "baseline")

@@ -71,9 +71,9 @@ def test_the_extension_guide_runs_as_written(tmp_path):
     assert re.search(r"^toy: 3 words, tasks ", out, flags=re.M), out
     # the training objective: logged alone; in a loop ensemble its member equals the run alone
     # (the same config but its name), bit for bit; under vmap to float32 rounding; λ matters
-    alone = re.search(r"^alone: weight_norm (\S+), KL (\S+)$", out, flags=re.M)
-    loop = re.search(r"^loop: weight_norm (\S+) and (\S+), KL (\S+)$", out, flags=re.M)
-    vmap = re.search(r"^vmap: weight_norm (\S+) and (\S+), KL (\S+)$", out, flags=re.M)
+    alone = re.search(r"^alone: matrix_l2 (\S+), KL (\S+)$", out, flags=re.M)
+    loop = re.search(r"^loop: matrix_l2 (\S+) and (\S+), KL (\S+)$", out, flags=re.M)
+    vmap = re.search(r"^vmap: matrix_l2 (\S+) and (\S+), KL (\S+)$", out, flags=re.M)
     assert alone and loop and vmap, out
     assert (loop.group(1), loop.group(3)) == alone.groups() and float(loop.group(2)) < float(loop.group(1))
     assert abs(float(vmap.group(3)) - float(alone.group(2))) <= 1e-4 * float(alone.group(2))

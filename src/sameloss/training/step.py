@@ -124,13 +124,16 @@ class Members(Stack):
         MLM loss alone; ``local``: DDP's gradients kept in this process) and its backward
         pass; the logged values by window key, ``[S]``."""
         logged: dict[str, list] = {}
+        losses = []
         for m, batch in zip(self.members, batches):
-            with m.own_rng():
-                with dist.no_sync(m.train_model) if local else contextlib.nullcontext():
-                    loss, values = self._loss(m, batch, step, pass_, terms)
-                loss.backward()
+            with m.own_rng(), dist.no_sync(m.train_model) if local else contextlib.nullcontext():
+                loss, values = self._loss(m, batch, step, pass_, terms)
+            losses.append(loss)
             for key, value in values.items():
                 logged.setdefault(key, []).append(value)
+        # one backward pass for the members (no member's loss depends on another's weights:
+        # each member's gradient is its run alone's, bit for bit, and the engine runs once)
+        (losses[0] if len(losses) == 1 else torch.stack(losses).sum()).backward()
         return {key: torch.stack(values) for key, values in logged.items()}
 
     @staticmethod
