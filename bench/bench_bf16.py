@@ -27,7 +27,7 @@ import torch
 from sameloss import config as configlib
 from sameloss.training import PretrainConfig, pretrain, runio
 from sameloss.training.data import global_batch
-from sameloss.training.loop import mlm_loss
+from sameloss.training.objectives.mlm import mlm_loss
 from sameloss.training.optim import build_optimizer
 
 

@@ -2,9 +2,9 @@
 (issue 47): the no-regression check on the CPU and the GPU's ensemble MFU (issue 51).
 
 The model and batch are the isoloss tiny preset's (the ``tiny`` transformer on the micro HMM,
-batch 256, AdamW). One model steps with the training loop's own ``loop._step``; an ensemble
-of S members (seeds 0..S−1) with ``ensemble_step.step_members`` on its stack. Both draw their
-batches on the host inside the step, as training does. On the CPU the time is this process's
+batch 256, AdamW). One model (a stack of one member, as ``pretrain`` trains it) and an
+ensemble of S members (seeds 0..S−1) step with the one step, ``step.train_step``. Both draw
+their batches on the host inside the step, as training does. On the CPU the time is this process's
 CPU time (one thread: the work itself, not the other processes of a shared machine); on a GPU
 the synchronised wall time. Rounds interleave the two paths (one model's k steps, then the
 ensemble's k steps, for every S), so what comes and goes falls on both; the table gives per S
@@ -40,9 +40,8 @@ from pathlib import Path
 import torch
 
 from sameloss import config as configlib
-from sameloss.training import PretrainConfig, loop
-from sameloss.training import ensemble
-from sameloss.training.ensemble_step import step_members
+from sameloss.training import PretrainConfig, ensemble, member, runfolder, runio
+from sameloss.training.step import Stack, make, train_step
 
 
 def config(size: str, batch: int, seed: int, dropout: float, draws: str, device: str) -> PretrainConfig:
@@ -52,15 +51,11 @@ def config(size: str, batch: int, seed: int, dropout: float, draws: str, device:
         "log_every=100000", "save_every=100000", f"model.dropout={dropout}", f"dropout_draws={draws}"])
 
 
-def members(cfgs: list[PretrainConfig], root: Path, strategy: str = "loop") -> ensemble._Loop:
-    """An ensemble's loop with its stack built (run folders under ``root``)."""
-    dirs = [root / c.name for c in cfgs]
-    results: list = [None] * len(cfgs)
-    plans = [ensemble.runfolder.plan(d, c, "new") for d, c in zip(dirs, cfgs)]
-    found = ensemble._members(cfgs, dirs, plans, results, "none")
-    lp = ensemble._Loop(found, results, False, None, strategy)
-    lp._restack(found, 1)
-    return lp
+def members(cfgs: list[PretrainConfig], root: Path, strategy: str = "loop") -> Stack:
+    """A stack of the members of ``cfgs``, built as a training call builds them (run folders under ``root``)."""
+    shared = member.Shared(runio.build_language(cfgs[0]), runio.resolve_device(cfgs[0].device))
+    plan = runfolder.Plan("train", "trained", "")
+    return make([member.build(i, c, root / c.name, plan, shared) for i, c in enumerate(cfgs)], strategy)
 
 
 def timed(fn, k: int, device: str) -> float:
@@ -85,32 +80,31 @@ class Paths:
     def __init__(self, a, root: Path):
         draws = "keyed" if a.dropout > 0 and a.strategy == "vmap" else "global"
         self.device, self.step = a.device, 1
-        self.one = members([config(a.size, a.batch, 0, a.dropout, draws, a.device)], root / "one").active[0].run
+        self.one = members([config(a.size, a.batch, 0, a.dropout, draws, a.device)], root / "one")
         self.glob = None
         if a.dropout > 0:  # the recipes' runs now: global-RNG dropout, one model
             self.glob = members([config(a.size, a.batch, 0, a.dropout, "global", a.device)], root / "glob")
-            self.glob = self.glob.active[0].run
         self.ens = {s: members([config(a.size, a.batch, i, a.dropout, draws, a.device) for i in range(s)],
                                root / f"s{s}", a.strategy) for s in a.sizes}
 
-    def one_step(self, run) -> None:
+    def one_step(self, one: Stack) -> None:
         self.step += 1
-        loop._step(run, self.step)
+        train_step(one, self.step)
 
     def ens_step(self, s: int) -> None:
         self.step += 1
-        lp = self.ens[s]
-        step_members(lp.st, lp.template, lp.active, self.step, False, lp.strategy)
+        train_step(self.ens[s], self.step)
 
 
-def _draw_seconds(run, n: int = 20) -> float:
+def _draw_seconds(one: Stack, n: int = 20) -> float:
     """CPU seconds to draw one member's batch of a step."""
     from sameloss.training.data import global_batch
 
-    cfg = run.cfg
+    m = one.members[0]
+    cfg = m.cfg
     start = time.process_time()
     for step in range(n):
-        global_batch(run.language, cfg.seed, step + 1, cfg.batch_size, run.rate, cfg.mask_replace)
+        global_batch(m.language, cfg.seed, step + 1, cfg.batch_size, m.rate, cfg.mask_replace)
     return (time.process_time() - start) / n
 
 
@@ -159,7 +153,7 @@ def main(argv=None) -> int:
                 glob.append(timed(lambda: paths.one_step(paths.glob), a.steps, a.device))
             print(f"round {r + 1}: one {one[-1] * 1e3:.1f} ms; " + ", ".join(
                 f"S={s} {per[s][-1][0] * 1e3:.1f} ms ({per[s][-1][1]:.2f}×)" for s in a.sizes), flush=True)
-        flops = flops_per_member_step(paths.one.cfg)
+        flops = flops_per_member_step(paths.one.members[0].cfg)
         draw = _draw_seconds(paths.one)
     rows = _rows(a, one, glob, per, flops)
     _table(a, rows, os.getloadavg())

@@ -2,7 +2,7 @@
 
 The design of the tiny isoloss study (``PRESETS["tiny"]`` of ``experiments/recipes/isoloss.py``:
 its base run's config — the HMM ``headroom`` language, the ``tiny`` transformer, batch
-256, AdamW) on the CPU, one training step (``loop._step``: batch, forward, backward,
+256, AdamW) on the CPU, one training step (``step.train_step``: batch, forward, backward,
 optimiser) timed with and without ``flatness.weight``, for each estimator:
 
 * ``plain``: no penalty (λ = 0);
@@ -37,22 +37,16 @@ from pathlib import Path
 import torch
 
 from sameloss.experiments.recipes.isoloss import PRESETS, base_run
-from sameloss.training import loop, runio
+from sameloss.training import member, runfolder, runio
 from sameloss.training.config import FlatnessConfig
-from sameloss.training.flatness import FlatnessPenalty
-from sameloss.training.optim import build_optimizer
+from sameloss.training.step import Members, train_step
 
 
-def make_run(cfg, run_dir: Path) -> loop.Run:
-    """A ``loop.Run`` of ``cfg`` built as ``pretrain`` builds one (the same seed: the same
-    initial weights for every variant), without a run folder, evaluator or tracker."""
-    language = runio.build_language(cfg)
-    torch.manual_seed(cfg.seed)
-    model = runio.init_model(cfg, language, "cpu")
-    optimizer, schedule = build_optimizer(cfg, model)
-    flatness = (FlatnessPenalty(cfg.flatness, language.vocab_size, cfg.seed) if cfg.flatness.weight != 0 else None)
-    return loop.Run(cfg, run_dir, language, model, model, optimizer, schedule, None, None, torch.device("cpu"), 0, 1,
-                    loop.LogWindow(), flatness=flatness)
+def make_run(cfg, run_dir: Path) -> Members:
+    """A stack of the one member of ``cfg`` built as ``pretrain`` builds it (the same seed: the
+    same initial weights for every variant), in a folder of its own, without a tracker."""
+    shared = member.Shared(runio.build_language(cfg), torch.device("cpu"))
+    return Members([member.build(0, cfg, run_dir, runfolder.Plan("train", "trained", ""), shared)])
 
 
 def main() -> None:
@@ -74,18 +68,19 @@ def main() -> None:
         "fisher K=2, whole batch": FlatnessConfig(weight=0.01, measure="fisher", sentences=base.batch_size, labels=2),
     }
     with tempfile.TemporaryDirectory() as tmp:
-        runs = {name: make_run(dataclasses.replace(base, flatness=f), Path(tmp)) for name, f in variants.items()}
+        runs = {name: make_run(dataclasses.replace(base, flatness=f), Path(tmp) / f"v{i}")
+                for i, (name, f) in enumerate(variants.items())}
         step = {name: 1 for name in runs}
         for name, run in runs.items():  # warm-up, not timed
             for _ in range(2):
-                loop._step(run, step[name])
+                train_step(run, step[name])
                 step[name] += 1
         per_step: dict[str, list[float]] = {name: [] for name in runs}
         for _ in range(args.rounds):
             for name, run in runs.items():
                 t0 = time.perf_counter()
                 for _ in range(args.steps):
-                    loop._step(run, step[name])
+                    train_step(run, step[name])
                     step[name] += 1
                 per_step[name].append((time.perf_counter() - t0) / args.steps)
     m = runio.init_model(base, runio.build_language(base)).config

@@ -13,7 +13,7 @@ What a measured checkpoint of the ``quick`` isoloss study costs (``study._probe_
 * the Fisher trace (the design's contexts, labels and repeats): old — the ``vmap`` path
   (``FisherContexts(hooks=False)``), new — per-example norms from hooks (``hooks=True``);
 * the flatness penalty's differentiable Fisher terms on its slice (issue 45 item 2's
-  input): ``training.flatness.fisher_terms`` (vmap) against ``models.gradnorms.fisher_squares
+  input): ``training.objectives.flatness.fisher_terms`` (vmap) against ``models.gradnorms.fisher_squares
   (create_graph=True)``, forward and backward;
 * the rescaling guards (issue 58 item 3) beside the Fisher trace, on the same contexts and
   labels: ``curvature.adaptive_trace`` (``tr(T F T)``, its batched path: the Fisher trace's
@@ -61,26 +61,24 @@ from sameloss.models.derivatives import composite_layer_norms, measuring
 from sameloss.measures.heads import HeadTraining, fit_linear_heads
 from sameloss.measures.representations import model_representation
 from sameloss.models import gradnorms
-from sameloss.training import loop, runio
-from sameloss.training.flatness import fisher_terms
-from sameloss.training.optim import build_optimizer
+from sameloss.training import member, runfolder, runio
+from sameloss.training.objectives.flatness import fisher_terms
+from sameloss.training.step import Members, train_step
 
 
 def trained_checkpoints(cfg, steps: int, count: int) -> tuple[list[torch.nn.Module], object]:
     """The design's model trained ``steps`` steps, copies at ``count`` evenly spread steps."""
     language = runio.build_language(cfg)
-    torch.manual_seed(cfg.seed)
-    model = runio.init_model(cfg, language, "cpu")
-    optimizer, schedule = build_optimizer(cfg, model)
     with tempfile.TemporaryDirectory() as tmp:
-        run = loop.Run(cfg, Path(tmp), language, model, model, optimizer, schedule, None, None, torch.device("cpu"),
-                       0, 1, loop.LogWindow())
+        one = member.build(0, cfg, Path(tmp) / "run", runfolder.Plan("train", "trained", ""),
+                           member.Shared(language, torch.device("cpu")))
+        run = Members([one])
         marks = {round(steps * (i + 1) / count) for i in range(count)}
         out = []
         for step in range(1, steps + 1):
-            loop._step(run, step)
+            train_step(run, step)
             if step in marks:
-                out.append(copy.deepcopy(model).eval())
+                out.append(copy.deepcopy(one.model).eval())
     return out, language
 
 

@@ -64,11 +64,11 @@ class StageClock:
 def patched(clock: StageClock):
     from sameloss.experiments.engine import core
     from sameloss.measures import curvature, run as measure_run
-    from sameloss.training import evaluate, loop
+    from sameloss.training import evaluate, member
 
     targets = [(core, "pretrain", "training"), (evaluate.ExactEvaluator, "evaluate", "exact-KL evaluation"),
                (evaluate.ExactEvaluator, "__init__", "held-out set (not planned)"),
-               (loop, "make_evaluator", "held-out set (not planned)"),
+               (member, "make_evaluator", "held-out set (not planned)"),
                (measure_run, "make_evaluator", "held-out set (not planned)")]
     for name in ("trace_fisher", "trace_hutchinson", "trace_hessian_gap", "top_eigenvalue", "sam_sharpness"):
         targets.append((curvature, name, "trace"))

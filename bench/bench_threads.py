@@ -39,7 +39,7 @@ from sameloss import config as configlib  # noqa: E402
 from sameloss.threads import configure_threads  # noqa: E402
 from sameloss.training import PretrainConfig  # noqa: E402
 from sameloss.training.data import global_batch  # noqa: E402
-from sameloss.training.loop import mlm_loss  # noqa: E402
+from sameloss.training.objectives.mlm import mlm_loss  # noqa: E402
 from sameloss.training.optim import build_optimizer  # noqa: E402
 from sameloss.training.runio import build_language, init_model  # noqa: E402
 

@@ -31,7 +31,7 @@ from sameloss.measures.curvature import memory
 from sameloss.training import PretrainConfig
 from sameloss.training import runio
 from sameloss.training.data import global_batch
-from sameloss.training.loop import mlm_loss
+from sameloss.training.objectives.mlm import mlm_loss
 from sameloss.training.optim import build_optimizer
 
 # scale -> (model size, HMM size, batch): experiments/presets/common.py's reference shapes

@@ -31,8 +31,8 @@ def page_blocks() -> tuple[dict[str, str], str]:
 
 def test_the_page_has_a_block_for_each_extension():
     files, script = page_blocks()
-    assert {"mymeasure.py", "myrecipe.py"} <= set(files)
-    for call in ("Fork(", "Comparison(", "measure_path(", "reproduce(", "dry_plan("):
+    assert {"mymeasure.py", "myrecipe.py", "myobjective.py"} <= set(files)
+    for call in ("Fork(", "Comparison(", "measure_path(", "reproduce(", "dry_plan(", "train_ensemble("):
         assert call in script, call
     # the names the page used to give, which no longer exist
     text = PAGE.read_text(encoding="utf-8")
@@ -69,3 +69,12 @@ def test_the_extension_guide_runs_as_written(tmp_path):
     assert re.search(r"^planned: 2 runs, \S+ FLOPs of evaluation$", out, flags=re.M), out
     # the language
     assert re.search(r"^toy: 3 words, tasks ", out, flags=re.M), out
+    # the training objective: logged alone; in a loop ensemble its member equals the run alone
+    # (the same config but its name), bit for bit; under vmap to float32 rounding; λ matters
+    alone = re.search(r"^alone: matrix_l2 (\S+), KL (\S+)$", out, flags=re.M)
+    loop = re.search(r"^loop: matrix_l2 (\S+) and (\S+), KL (\S+)$", out, flags=re.M)
+    vmap = re.search(r"^vmap: matrix_l2 (\S+) and (\S+), KL (\S+)$", out, flags=re.M)
+    assert alone and loop and vmap, out
+    assert (loop.group(1), loop.group(3)) == alone.groups() and float(loop.group(2)) < float(loop.group(1))
+    assert abs(float(vmap.group(3)) - float(alone.group(2))) <= 1e-4 * float(alone.group(2))
+    assert abs(float(vmap.group(1)) - float(alone.group(1))) <= 1e-3 * float(alone.group(1))

@@ -153,14 +153,20 @@ def flatten(data: dict, prefix: str = "") -> dict:
 
 
 def to_dict(config) -> dict:
-    return dataclasses.asdict(config)
+    """``dataclasses.asdict``, less the empty fields marked ``omit_empty`` (an extension's table,
+    ``PretrainConfig.objectives``: a config without one reads as it did before it existed)."""
+    out = dataclasses.asdict(config)
+    for f in dataclasses.fields(config):
+        if f.metadata.get("omit_empty") and not out[f.name]:
+            del out[f.name]
+    return out
 
 
 def to_toml(config) -> str:
     """TOML text of a config. TOML has no null: a ``None`` value is shown as a comment
     line ``# key = None (unset)``, so every key is listed and the text loads back as the
     same config."""
-    return dict_to_toml(dataclasses.asdict(config))
+    return dict_to_toml(to_dict(config))
 
 
 def dict_to_toml(data: dict) -> str:

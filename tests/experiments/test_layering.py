@@ -26,7 +26,7 @@ CLI_MODULES = {"cli", "cli_text", "cli_language"}
 FORBIDDEN_NAMES = {"backward", "zero_grad", "LBFGS", "AdamW", "Adam", "SGD", "functional_call", "grad", "vjp", "jvp",
                    "vmap", "build_optimizer", "make_optimizer", "mlm_loss", "global_batch", "clip_grad_norm_"}
 FORBIDDEN_MODULES = ("torch.optim", "torch.autograd", "torch.func", "sameloss.training.optim",
-                     "sameloss.training.sam", "sameloss.training.data")
+                     "sameloss.training.objectives.sam", "sameloss.training.data")
 
 
 # ---- the layers -------------------------------------------------------------------------------

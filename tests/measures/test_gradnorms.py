@@ -138,7 +138,7 @@ def test_a_module_run_twice_is_an_error_not_a_wrong_number(language):
 
 def test_the_hook_norms_differentiate_as_the_vmap_ones(language):
     """``create_graph=True``: the gradient (double backward) of a weighted sum of squared
-    norms and log-probabilities equals the ``vmap`` path's (``training.flatness``'s)."""
+    norms and log-probabilities equals the ``vmap`` path's (``training.objectives.flatness``'s)."""
     model = micro(language)
     ctx = sample_contexts(language, 5, seed=4)
     positions = ctx.masked.long().argmax(dim=1)

@@ -8,9 +8,10 @@ import torch
 from sameloss.errors import UserError
 from sameloss.languages import PCFG
 from sameloss.training import pretrain
-from sameloss.training.adversarial import AdversarialObjective
-from sameloss.training.checkpoint import complete_checkpoints
-from sameloss.training.sam import SAM
+from sameloss.training.checkpoint import complete_checkpoints, load_state
+from sameloss.training.config import AdversarialConfig, PretrainConfig
+from sameloss.training.objectives import sam
+from sameloss.training.objectives.adversarial import Adversarial
 
 from training.test_pretrain import small_config, weights
 
@@ -31,33 +32,51 @@ def _quadratic():
 def test_sam_step_is_the_base_step_with_the_gradient_at_the_ascent_point(adaptive):
     w, loss = _quadratic()
     start = w.detach().clone()
-    opt = SAM([w], torch.optim.SGD([w], lr=0.1), rho=0.05, adaptive=adaptive)
+    opt = torch.optim.SGD([w], lr=0.1)
     loss(w).backward()
     g = w.grad.clone()
-    opt.ascend()
+    eps = sam.ascend([w], 0.05, adaptive)
     t = start.abs() if adaptive else torch.ones_like(start)
-    eps = 0.05 * t * t * g / (t * g).norm()
-    assert torch.allclose(w.detach() - start, eps, atol=1e-14)
+    want = 0.05 * t * t * g / (t * g).norm()
+    assert torch.allclose(w.detach() - start, want, atol=1e-14) and torch.allclose(eps[0], want, atol=1e-14)
     if not adaptive:
         assert (w.detach() - start).norm().item() == pytest.approx(0.05, abs=1e-12)
     opt.zero_grad()
     loss(w).backward()
     g_at_ascent = w.grad.clone()
+    sam.descend([w], eps)
     opt.step()
     assert torch.allclose(w.detach(), start - 0.1 * g_at_ascent, atol=1e-14)
 
 
-def test_sam_state_round_trips():
-    w, loss = _quadratic()
-    opt = SAM([w], torch.optim.AdamW([w], lr=0.1), rho=0.07, adaptive=True)
-    loss(w).backward()
-    opt.ascend()
-    opt.step()
-    w2, _ = _quadratic()
-    opt2 = SAM([w2], torch.optim.AdamW([w2], lr=0.1), rho=0.05)
-    opt2.load_state_dict(opt.state_dict())
-    assert opt2.rho == 0.07 and opt2.adaptive
-    assert torch.equal(opt2.base.state_dict()["state"][0]["exp_avg"], opt.base.state_dict()["state"][0]["exp_avg"])
+def test_the_stacked_ascent_is_each_members_own():
+    """``ascend_stacked`` moves each member of a stack as ``ascend`` moves it alone (its own
+    norm and radius), and ``descend`` brings both back."""
+    torch.manual_seed(1)
+    a, b = torch.randn(3, 4, 5, dtype=torch.float64), torch.randn(3, 7, dtype=torch.float64)
+    ga, gb = torch.randn_like(a), torch.randn_like(b)
+    rho = torch.tensor([0.05, 0.2, 0.0], dtype=torch.float64)
+    for adaptive in (False, True):
+        params = {"a": a.clone(), "b": b.clone()}
+        params["a"].grad, params["b"].grad = ga, gb
+        eps = sam.ascend_stacked(params, rho, adaptive)
+        for i in range(3):
+            alone = [a[i].clone(), b[i].clone()]
+            alone[0].grad, alone[1].grad = ga[i], gb[i]
+            sam.ascend(alone, float(rho[i]), adaptive)
+            assert torch.allclose(params["a"][i], alone[0], atol=1e-15) and torch.allclose(params["b"][i], alone[1])
+        sam.descend(params, eps)
+        assert torch.allclose(params["a"], a, atol=1e-15) and torch.allclose(params["b"], b, atol=1e-15)
+
+
+def test_a_sam_checkpoint_keeps_its_optimiser_state_as_sam_runs_saved_it(tmp_path):
+    cfg = small_config(steps=4, **{"sam.rho": 0.07, "sam.adaptive": "true", "model.dropout": 0.0})
+    pretrain(cfg, tmp_path / "sam", progress=False)
+    saved = load_state(complete_checkpoints(tmp_path / "sam")[-1])["optimizer"]
+    assert set(saved) == {"base", "rho", "adaptive"} and saved["rho"] == 0.07 and saved["adaptive"] is True
+    assert sam.base_state(saved) is saved["base"] and "exp_avg" in saved["base"]["state"][0]
+    plain = {"state": {}, "param_groups": []}
+    assert sam.base_state(plain) is plain
 
 
 def test_sam_pretraining_resumes_bit_identically(tmp_path):
@@ -76,7 +95,8 @@ def test_sam_pretraining_resumes_bit_identically(tmp_path):
 
 def test_closed_form_head_is_the_ridge_solution_and_differentiable():
     lang = PCFG.preset("tiny")
-    adv = AdversarialObjective(lang, "A", weight=1.0, pool_size=200, ridge=0.1)
+    adv = Adversarial(PretrainConfig(adversarial=AdversarialConfig(weight=1.0, task="A", pool_size=200, ridge=0.1)),
+                      lang)
     torch.manual_seed(0)
     feats = torch.randn(40, 3, 4, dtype=torch.float64, requires_grad=True)
     labels = torch.randint(0, 3, (40,))
@@ -106,22 +126,22 @@ def test_adversarial_pretraining_runs_and_logs_the_downstream_loss(tmp_path):
 def test_adversarial_task_must_exist():
     from sameloss.errors import UserError
     with pytest.raises(UserError, match="adversarial.task 'Z' is not a task of pcfg"):
-        AdversarialObjective(PCFG.preset("tiny"), "Z", 1.0)
+        Adversarial(PretrainConfig(adversarial=AdversarialConfig(weight=1.0, task="Z")), PCFG.preset("tiny"))
 
 
 def test_update_half_updates_on_exactly_the_half_batch_sam_updates_on(tmp_path, monkeypatch):
     """The control of SAM's batch: the update sees SAM's update half (the second half of
     the step's batch, the same sentences and masks) and nothing else, once per step."""
-    from sameloss.training import loop
+    from sameloss.training.objectives import mlm
 
     seen = []
-    real = loop.mlm_loss
+    real = mlm.mlm_loss
 
     def recording(model, batch, n_targets_global, world_size):
         seen.append((batch.inputs.clone(), batch.targets.clone(), batch.masked.clone(), n_targets_global))
         return real(model, batch, n_targets_global, world_size)
 
-    monkeypatch.setattr(loop, "mlm_loss", recording)
+    monkeypatch.setattr(mlm, "mlm_loss", recording)
     noreg = {"model.dropout": 0.0, "optim.weight_decay": 0.0}
     pretrain(small_config(steps=4, **noreg, **{"sam.rho": 0.05}), tmp_path / "sam", progress=False)
     sam_calls, seen[:] = list(seen), []
@@ -150,3 +170,29 @@ def test_update_half_resumes_bit_identically(tmp_path):
     pretrain(cfg, tmp_path / "split", progress=False, resume=True)
     a, b = weights(tmp_path / "whole"), weights(tmp_path / "split")
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("settings", [{"optim.weight_decay": 0.01}, {"optim.name": "sgd", "optim.momentum": 0.9,
+                                                                        "optim.weight_decay": 0.1}])
+def test_the_multi_tensor_step_is_the_single_tensor_step_bit_for_bit(settings):
+    """``optim`` asks torch for its ``foreach`` step, which must not change a run's numbers."""
+    from sameloss.training.optim import make_optimizer
+    from sameloss.training.runio import build_language, init_model
+
+    cfg = small_config(**settings)
+    language = build_language(cfg)
+    got = []
+    for foreach in (True, False):
+        torch.manual_seed(0)
+        model = init_model(cfg, language)
+        optimizer = make_optimizer(cfg, model)
+        assert all(g["foreach"] for g in optimizer.param_groups)
+        for group in optimizer.param_groups:
+            group["foreach"] = foreach
+        gen = torch.Generator().manual_seed(1)
+        for step in range(30):
+            for p in model.parameters():
+                p.grad = torch.randn(p.shape, generator=gen) * 10.0 ** (step % 5 - 2)
+            optimizer.step()
+        got.append([p.detach() for p in model.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*got))

@@ -1,8 +1,8 @@
 """Ensembles (``training.ensemble``): each member's run folder equals its one-model run's —
 weights at every checkpoint, the KL curve, the log, the optimiser state — per kind of run:
 within float32 rounding under the ``vmap`` strategy (batched matmuls sum in another order),
-bit for bit under ``loop`` (the one-model computation member by member, the update
-stacked); resuming is bit for bit; a diverging member fails alone."""
+bit for bit under ``loop`` (member by member, each its run alone's computation); resuming is
+bit for bit; a diverging member fails alone."""
 
 from __future__ import annotations
 
@@ -240,7 +240,6 @@ def test_groups_by_key_under_a_cap():
 
 
 def test_batches_drawn_ahead_by_workers_are_the_batches(tmp_path, monkeypatch):
-    from sameloss.training import ensemble
     from sameloss.training.data import global_batch
     from sameloss.training.ensemble_data import Ahead
     from sameloss.training.runio import build_language
@@ -256,13 +255,17 @@ def test_batches_drawn_ahead_by_workers_are_the_batches(tmp_path, monkeypatch):
             assert torch.equal(batch.inputs, want.inputs) and torch.equal(batch.masked, want.masked)
     assert ahead.get(10) is None and ahead.get(11) is None  # past its last step: the loop draws inline
     # an ensemble whose batches are drawn ahead (as on CUDA) is the same ensemble
-    from sameloss.training import ensemble_step
-
-    monkeypatch.setattr(ensemble, "DRAW_AHEAD", ("cpu",))
+    from sameloss.training import loop, step
 
     def inline(*args):
         raise AssertionError("a batch drawn inline")
 
-    monkeypatch.setattr(ensemble_step, "global_batch", inline)
     cfgs = [small(name="a", seed=0), small(name="b", seed=1, steps=9)]
-    ensemble_and_alone(tmp_path, cfgs, "vmap")
+    with monkeypatch.context() as patched:
+        patched.setattr(loop, "DRAW_AHEAD", ("cpu",))
+        patched.setattr(step, "global_batch", inline)
+        results = train_ensemble(cfgs, [tmp_path / "ens" / c.name for c in cfgs], progress=False, strategy="vmap")
+    for cfg, got in zip(cfgs, results):
+        alone = pretrain(cfg, tmp_path / "one" / cfg.name, progress=False)
+        _close(got["kl"], alone["kl"], KL_RTOL, cfg.name)
+        compare_runs(tmp_path / "ens" / cfg.name, tmp_path / "one" / cfg.name)

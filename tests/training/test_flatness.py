@@ -20,7 +20,7 @@ from sameloss.models import build_model
 from sameloss.training import PretrainConfig, pretrain
 from sameloss.training.config import FlatnessConfig
 from sameloss.training.data import global_batch, mask_batch, step_generator
-from sameloss.training.flatness import (FlatnessPenalty, fisher_surrogate, fisher_terms, sample_labels,
+from sameloss.training.objectives.flatness import (FlatnessPenalty, fisher_surrogate, fisher_terms, sample_labels,
                                         signed_fisher, signed_gradient)
 from sameloss.training.runio import build_language
 from training.test_pretrain import _ddp_worker, _free_port, small_config, weights, weights_at_init
@@ -47,7 +47,7 @@ def micro_lstm():
 
 def _penalty(model, batch, **settings):
     cfg = FlatnessConfig(weight=1.0, **settings)
-    return FlatnessPenalty(cfg, model.config.vocab_size, seed=0).loss(model, batch, step=3)
+    return FlatnessPenalty(cfg, model.config.vocab_size, seed=0).penalty(model, batch, step=3)
 
 
 def _directional(model, fn, direction, eps):
@@ -261,7 +261,7 @@ def test_the_processes_parts_add_up_to_the_single_process_penalty(micro, setting
     _, model, batch = micro
     cfg = FlatnessConfig(weight=0.5, **settings)
     params = list(model.parameters())
-    whole, whole_estimate = FlatnessPenalty(cfg, 11, seed=0).loss(model, batch, step=3)
+    whole, whole_estimate = FlatnessPenalty(cfg, 11, seed=0).penalty(model, batch, step=3)
     want = torch.autograd.grad(whole, params)
     penalty = _SummedElsewhere if settings is SIGNS else FlatnessPenalty
     if settings is SIGNS:
@@ -269,7 +269,7 @@ def test_the_processes_parts_add_up_to_the_single_process_penalty(micro, setting
         with FlatnessPenalty.context(model, torch.device("cpu"), composite=False):
             grads = signed_gradient(model, batch, signs[batch.masked])
         _SummedElsewhere.total = torch.cat([g.detach().reshape(-1) for g in grads])
-    parts = [penalty(cfg, 11, seed=0, rank=r, world_size=3).loss(model, batch, step=3) for r in range(3)]
+    parts = [penalty(cfg, 11, seed=0, rank=r, world_size=3).penalty(model, batch, step=3) for r in range(3)]
     total = sum(p for p, _ in parts) / 3
     got = torch.autograd.grad(total, params)
     assert float(total.detach()) == pytest.approx(float(whole.detach()), rel=1e-12)
@@ -301,13 +301,13 @@ def test_the_penalty_takes_its_slice_from_the_batch_the_update_uses(tmp_path, mo
     """The penalty gets the step's batch that the update uses — its second half under
     ``update_half`` — and the step's number (its slice and draws are taken from them)."""
     seen = []
-    real = FlatnessPenalty.loss
+    real = FlatnessPenalty.penalty
 
     def recording(self, model, batch, step):
         seen.append((step, batch.inputs.clone()))
         return real(self, model, batch, step)
 
-    monkeypatch.setattr(FlatnessPenalty, "loss", recording)
+    monkeypatch.setattr(FlatnessPenalty, "penalty", recording)
     cfg = small_config(steps=2, **{"flatness.weight": 0.1, "flatness.sentences": 5})
     for half in (False, True):
         seen.clear()

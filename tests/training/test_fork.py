@@ -82,7 +82,7 @@ def test_a_restarted_fork_is_plain_sgd_from_the_checkpoints_weights(tmp_path):
     data stream from the checkpoint's weights, bit-identical to a hand-written plain-SGD loop
     (what ``reproduce theory`` ran as its own loop before it became forks)."""
     from sameloss.training.data import global_batch
-    from sameloss.training.loop import mlm_loss
+    from sameloss.training.objectives.mlm import mlm_loss
 
     pretrain(small_config(steps=6, checkpoints="[]"), tmp_path / "base", progress=False)  # AdamW
     start = checkpoint_dir(tmp_path / "base", 6)

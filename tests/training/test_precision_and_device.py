@@ -3,8 +3,8 @@
 The meta device holds tensors without values: reading one (``.item()``, ``float(t)``,
 ``bool(t)``, ``.tolist()``, ``x[mask]`` with a data-dependent size) raises there. So a
 loop that runs on it has no host round trip; only the designated read points (the log
-window's ``check``/``close``/``state``, the evaluator, the checkpoint) may read, once per
-log line, evaluation or checkpoint.
+windows' ``read``, the evaluator, the checkpoint) may read, once per log line, evaluation
+or checkpoint.
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ import torch
 from sameloss import config as configlib
 from sameloss.errors import UserError
 from sameloss.training import PretrainConfig, pretrain
-from sameloss.training import loop, runio
+from sameloss.training import runio
 from sameloss.training.evaluate import ExactEvaluator
+from sameloss.training.member import Member
+from sameloss.training.window import Windows
 from training.test_pretrain import small_config, weights
 
 
@@ -103,28 +105,36 @@ def test_the_training_loop_runs_on_the_meta_device_reading_only_at_log_lines(tmp
         pytest.importorskip("tensorboard")
     reads = []
     monkeypatch.setattr(runio, "resolve_device", lambda name: torch.device("meta"))
+    real_record = Windows.record
 
-    def check(self, run_dir):
-        assert self.loss.device.type == "meta" and self.tokens.device.type == "meta"  # summed on the device
-        reads.append(("check", self.steps))
+    def read(self):
+        # the sums stay on the device until a log line, evaluation or checkpoint reads them once
+        assert all(v.device.type == "meta" for v in self.sums.values()) and self.diverged.device.type == "meta"
+        # the log step's gradient norm is kept on the device too
+        assert self.grad_norm is None or self.grad_norm.device.type == "meta"
+        if self._host is None:
+            reads.append(("read", self.steps[0]))
+            host = {k: torch.zeros(v.shape, dtype=v.dtype) for k, v in self.sums.items()}
+            host["diverged"] = torch.full(self.diverged.shape, float("nan"), dtype=torch.float64)
+            if self.grad_norm is not None:
+                host["grad_norm"] = torch.zeros(self.grad_norm.shape)
+            self._host = host
+        return self._host
 
-    def close(self, step, lr, adversarial, flatness=False):
-        # the log step's gradient norm is kept on the device, for close to read
-        assert self.grad_norm is not None and self.grad_norm.device.type == "meta"
-        reads.append(("close", step))
-        self.__init__()
-        return {"step": step}
+    def record(self, i, step, lr, logs):
+        reads.append(("record", step))
+        return real_record(self, i, step, lr, logs)
 
-    monkeypatch.setattr(loop.LogWindow, "check", check)
-    monkeypatch.setattr(loop.LogWindow, "close", close)
-    monkeypatch.setattr(loop, "_save", lambda run, step: reads.append(("save", step)))
+    monkeypatch.setattr(Windows, "read", read)
+    monkeypatch.setattr(Windows, "record", record)
+    monkeypatch.setattr(Member, "save", lambda self, step, window: reads.append(("save", step)))
     monkeypatch.setattr(ExactEvaluator, "evaluate", lambda self, model, device: reads.append(("eval", None)) or {})
     monkeypatch.setattr(runio, "write_summary", lambda *args: None)
     cfg = small_config(steps=10, log_every=5, save_every=10, **{"eval.every": 0}, **extra)
     pretrain(cfg, tmp_path / "r", progress=False, tracker=tracker)
     # the loop read nothing else (any read on the meta device raises); the reads happen
-    # at the log lines, the final evaluation and the checkpoint only
-    assert reads == [("check", 5), ("close", 5), ("check", 5), ("close", 10), ("eval", None), ("save", 10)]
+    # at the log lines, the final evaluation and the checkpoint only, once each
+    assert reads == [("read", 5), ("record", 5), ("read", 5), ("record", 10), ("eval", None), ("save", 10)]
 
 
 def test_exact_evaluation_runs_on_the_device_and_reads_back_once():

@@ -180,8 +180,9 @@ def test_bad_config_values_are_one_line_errors():
 def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch, bad_step,
                                                                                value):
     from sameloss.training import loop
+    from sameloss.training.objectives import mlm
 
-    real = loop.mlm_loss
+    real = mlm.mlm_loss
     calls = {"n": 0}
 
     def poisoned(*args):
@@ -191,7 +192,7 @@ def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(
             return loss * float(value), summed * float(value)
         return loss, summed
 
-    monkeypatch.setattr(loop, "mlm_loss", poisoned)
+    monkeypatch.setattr(mlm, "mlm_loss", poisoned)
     with pytest.raises(loop.TrainingDiverged,
                        match=rf"became {value} at step {bad_step}; the last good checkpoint is .*step_0000004"):
         pretrain(small_config(), tmp_path / "r", progress=False)

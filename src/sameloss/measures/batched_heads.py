@@ -321,12 +321,10 @@ def adamw_heads(groups: list[HeadGroup], n_classes: int, how: HeadTraining) -> l
 def _adamw_loop(theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, sched: torch.Tensor, heads_at: torch.Tensor,
                 how: HeadTraining) -> None:
     """AdamW on ``theta [K, C, D+1]`` in place: at step ``t`` the first ``heads_at[t]``
-    heads take the minibatch ``x[sched[t, h]]``; torch's AdamW update (``_single_tensor_adam``,
-    decoupled weight decay on the weights, not the bias column) with the closed-form
+    heads take the minibatch ``x[sched[t, h]]``; ``_adamw_update`` with the closed-form
     gradient of each head's mean cross-entropy over its real rows."""
-    beta1, beta2, eps, lr = 0.9, 0.999, 1e-8, how.lr
     m, v = torch.zeros_like(theta), torch.zeros_like(theta)
-    decay = torch.full((theta.shape[2],), 1 - lr * how.weight_decay, dtype=theta.dtype, device=theta.device)
+    decay = torch.full((theta.shape[2],), 1 - how.lr * how.weight_decay, dtype=theta.dtype, device=theta.device)
     decay[-1] = 1.0  # the bias column: no weight decay
     pad = x.shape[0] - 1
     B, D1 = sched.shape[2], x.shape[1]
@@ -341,10 +339,19 @@ def _adamw_loop(theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, sched: to
         p = torch.softmax(torch.bmm(th, xb.transpose(1, 2)), dim=1)
         p.scatter_add_(1, y[idx][:, None, :], minus_one[:K])
         p.mul_((real / real.sum(dim=1, keepdim=True))[:, None, :])
-        grad = torch.bmm(p, xb)
-        step = t + 1
-        th.mul_(decay)
-        m[:K].lerp_(grad, 1 - beta1)
-        v[:K].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        denom = (v[:K].sqrt() / (1 - beta2 ** step) ** 0.5).add_(eps)
-        th.addcdiv_(m[:K], denom, value=-lr / (1 - beta1 ** step))
+        _adamw_update(th, torch.bmm(p, xb), m[:K], v[:K], t + 1, how.lr, decay)
+
+
+def _adamw_update(theta: torch.Tensor, grad: torch.Tensor, m: torch.Tensor, v: torch.Tensor, step: int, lr: float,
+                  decay: torch.Tensor) -> None:
+    """torch's single-tensor AdamW update (betas 0.9, 0.999, eps 1e-8), in place, with the
+    decoupled weight decay ``decay`` per column (1 on the bias column). Written out by hand
+    for speed: torch's functional ``torch.optim.adam.adam`` in its place gives the same bits
+    but fits the study's heads slower (its per-step Python overhead on small tensors;
+    ``bench/bench_batched_adamw.py`` prints the ratio)."""
+    beta1, beta2, eps = 0.9, 0.999, 1e-8
+    theta.mul_(decay)
+    m.lerp_(grad, 1 - beta1)
+    v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    denom = (v.sqrt() / (1 - beta2 ** step) ** 0.5).add_(eps)
+    theta.addcdiv_(m, denom, value=-lr / (1 - beta1 ** step))

@@ -6,7 +6,7 @@ made of elementary operations (``composite_layer_norms``) and the engine a model
 
 It sits in ``models`` (below ``training`` and ``measures``, as ``gradnorms`` does) because
 both the curvature measures (``measures.curvature``) and the training-time flatness
-penalty (``training.flatness``) differentiate through it.
+penalty (``training.objectives.flatness``) differentiate through it.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class SelectedParameters:
     ``live=True``: ``values`` and the others are the live parameters themselves, so that
     what the transforms compute stays differentiable by ordinary autograd in every
     parameter — the selected ones and the others, which the transforms hold constant (a
-    training penalty built from a measure: ``training.flatness``).
+    training penalty built from a measure: ``training.objectives.flatness``).
     """
 
     def __init__(self, model: nn.Module, params: str | None, live: bool = False):
@@ -157,7 +157,7 @@ def composite_layer_norms(model: nn.Module) -> Iterator[None]:
     from elementary operations instead of the fused ``layer_norm`` kernel: the same
     function, to rounding. Needed wherever a ``torch.func``-transformed backward pass is
     itself differentiated (a gradient of per-sample gradient norms or of Hessian-vector
-    products: ``training.flatness``): the batching rule of ``layer_norm``'s backward
+    products: ``training.objectives.flatness``): the batching rule of ``layer_norm``'s backward
     gives wrong derivatives there (pytorch/functorch#534, still open) — measured on the
     micro transformer in float64, the gradient of the exact Fisher trace was 2e-5 off
     relative to finite differences (6 % for a single LayerNorm), and exact with this.

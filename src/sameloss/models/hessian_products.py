@@ -4,7 +4,7 @@ first), and the random probes estimators apply it to (``probe_vectors``).
 
 The curvature measures (``measures.curvature``: Hutchinson, Lanczos, the Lemma 3.2 gap)
 estimate traces and eigenvalues from these products; the training-time flatness penalty
-(``training.flatness``, its Hutchinson estimator) differentiates ``vᵀ∇²L v`` once more
+(``training.objectives.flatness``, its Hutchinson estimator) differentiates ``vᵀ∇²L v`` once more
 (``live=True``). It sits in ``models`` so that both layers import it.
 
 Vectors are flat, of length ``dim``. ``matmat`` takes a batch of them *as rows*
@@ -107,7 +107,7 @@ class LossHessian(LinearOperator):
     (``memory.peak_bytes`` states them). The same operator, up to float rounding.
 
     ``live``: products differentiable in the parameters (``SelectedParameters``; engine
-    ``func`` only), e.g. ``vᵀ∇²L v`` as a training penalty (``training.flatness``).
+    ``func`` only), e.g. ``vᵀ∇²L v`` as a training penalty (``training.objectives.flatness``).
     """
 
     def __init__(self, model: nn.Module, batch, *, params: str | None = None, engine: str = "auto",

@@ -3,7 +3,7 @@
 context, ghost norms for the linear layers), differentiable again in the weights.
 
 The paper's Fisher-trace measure (``measures.curvature.fisher``) sums them; the
-training-time flatness penalty (``training.flatness``, its per-example estimator)
+training-time flatness penalty (``training.objectives.flatness``, its per-example estimator)
 differentiates them. It sits in ``models`` beside ``gradnorms`` (the same norms from
 hooked batched passes, for the transformer) so that both layers above import it.
 """
@@ -98,7 +98,7 @@ def fisher_label_values(model: nn.Module, sel: SelectedParameters, tokens: torch
     Differentiable in the selection's values when they are live (``select_parameters(...,
     live=True)``): every step below is a ``torch.func`` transform or a plain tensor
     operation, so the outer autograd differentiates through them (double backward) — the
-    training-time flatness penalty (``training.flatness``) is this function's gradient.
+    training-time flatness penalty (``training.objectives.flatness``) is this function's gradient.
 
     Sharing the forward pass. For one context, ``∂ log softmax(z)_y / ∂z = e_y − f``, so
     the gradient of every label is a vector-Jacobian product of the *same* logits

@@ -9,6 +9,10 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Literal
 
+from .. import config as configlib
+from .. import registry
+from ..errors import UserError
+
 
 @dataclass(frozen=True)
 class LanguageConfig:
@@ -167,7 +171,7 @@ class AdversarialConfig:
         return 3.0 * self.batch_size if self.weight > 0 else 0.0
 
 
-# The flatness penalty's cost per step (``training.flatness``) in forward passes of one sentence,
+# The flatness penalty's cost per step (``training.objectives.flatness``) in forward passes of one sentence,
 # per sentence of its slice and per label it differentiates (Fisher: ``flatness.labels``
 # drawn, or every label — the vocabulary — for 0) or per probe (Hutchinson): per-context
 # gradients differentiated once more have no clean matmul count, so these are measured
@@ -184,7 +188,7 @@ FLATNESS_SIGNS_FORWARDS = 7.0
 
 @dataclass(frozen=True)
 class FlatnessConfig:
-    """A flatness penalty (``training.flatness``): ``weight`` × an estimate of the trace of the
+    """A flatness penalty (``training.objectives.flatness``): ``weight`` × an estimate of the trace of the
     Hessian of the MLM loss on a slice of each step's batch, added to the training loss —
     flatness as the treatment."""
 
@@ -268,6 +272,8 @@ class PretrainConfig:
         sam: SAM (``sam.rho > 0`` turns it on).
         adversarial: the adversarial meta-learning objective (``adversarial.weight > 0``).
         flatness: the flatness penalty (``flatness.weight``: λ × the trace; λ < 0 sharpens).
+        objectives: the settings of the training objectives that have no field here (a
+            plugin's, ``training.objectives``), by name.
     """
 
     name: str = "pretrain"
@@ -313,8 +319,12 @@ class PretrainConfig:
     sam: SAMConfig = field(default_factory=SAMConfig)
     adversarial: AdversarialConfig = field(default_factory=AdversarialConfig)
     flatness: FlatnessConfig = field(default_factory=FlatnessConfig)
+    # the settings of training objectives without a field here (a plugin's), by name:
+    # ``objectives.NAME.KEY=VALUE``, parsed into the dataclass ``register_objective`` gave
+    objectives: dict = field(default_factory=dict, metadata={"omit_empty": True})
 
     def __post_init__(self):
+        object.__setattr__(self, "objectives", _objective_settings(self.objectives))
         # the run folder is <out>/<name>: one plain folder name, never a path elsewhere
         if (not self.name or self.name in (".", "..") or any(c in self.name for c in "/\\\0")
                 or self.name != self.name.strip()):
@@ -348,9 +358,9 @@ class PretrainConfig:
 
     def treatments(self) -> tuple:
         """The settings of this run that declare what they add to a training step: every field
-        with ``step_forwards`` (``sam``, ``adversarial``, ``flatness``; a new objective's config
-        with that method joins them, and the planner prices it)."""
-        return tuple(v for v in (getattr(self, f.name) for f in fields(self))
+        with ``step_forwards`` (``sam``, ``adversarial``, ``flatness``), then the settings of
+        ``objectives`` that have it (a plugin objective's: the planner prices it too)."""
+        return tuple(v for v in (*(getattr(self, f.name) for f in fields(self)), *self.objectives.values())
                      if callable(getattr(v, "step_forwards", None)))
 
     @property
@@ -392,3 +402,34 @@ class PretrainConfig:
         if self.eval.at_checkpoints:
             steps |= set(self.checkpoint_steps())
         return sorted(steps | {self.steps})
+
+
+# the settings classes of training objectives without a field in ``PretrainConfig`` (a
+# plugin's), by objective name; torch-free, so that a config loads before torch does
+OBJECTIVE_SETTINGS: dict[str, type] = {}
+
+
+def register_objective(name: str, settings: type) -> None:
+    """Make ``objectives.NAME.*`` the settings of training objective ``name``: ``settings`` is
+    a frozen dataclass (its fields the keys, with defaults) with ``step_forwards(batch_size,
+    vocab)``, its cost (``training.objectives``). A name taken by another class is refused."""
+    taken = OBJECTIVE_SETTINGS.get(name)
+    if taken is not None and taken is not settings:
+        raise UserError(f"two training objectives' settings are named {name!r} ({taken.__module__} and "
+                        f"{settings.__module__}); rename one")
+    OBJECTIVE_SETTINGS[name] = settings
+
+
+def _objective_settings(given: dict) -> dict:
+    """``PretrainConfig.objectives`` with each table parsed into its objective's settings."""
+    if given and any(name not in OBJECTIVE_SETTINGS for name in given):
+        registry.load_plugins()  # (a plugin registers its objective's settings when imported)
+    out = {}
+    for name, value in given.items():
+        if name not in OBJECTIVE_SETTINGS:
+            known = ", ".join(OBJECTIVE_SETTINGS) or "none registered"
+            raise UserError(f"unknown training objective {name!r} (objectives.{name}); known: {known}")
+        cls = OBJECTIVE_SETTINGS[name]
+        out[name] = value if isinstance(value, cls) else configlib.from_dict(cls, value, f"objectives.{name}.")
+    return out
+

@@ -131,19 +131,14 @@ def _embedded_optimizer_state(small, large, plan, cfg, large_cfg, small_dir: Pat
     ``models.embed``: moments of gradients map as gradients, of squared gradients as their
     squares; entries of added blocks start at zero), its schedule and RNG state."""
     from ..models.embed import embed_gradient, embed_map, embed_second_moment
-    from .sam import SAM
+    from .objectives.sam import base_state
 
     saved = ckpt.load_state(small_dir)
-    small_opt, _ = build_optimizer(cfg, small)
-    base = small_opt.base if isinstance(small_opt, SAM) else small_opt
-    opt_state = saved["optimizer"]
-    if "base" in opt_state and "rho" in opt_state:  # a SAM run's checkpoint
-        opt_state = opt_state["base"]
-    base.load_state_dict(opt_state)
+    base, _ = build_optimizer(cfg, small)
+    base.load_state_dict(base_state(saved["optimizer"]))  # (a SAM run's checkpoint: unwrapped)
     names = {id(p): n for n, p in small.named_parameters()}
     per_name = {names[id(p)]: st for p, st in base.state.items()}
-    large_opt, large_schedule = build_optimizer(large_cfg, large)
-    large_base = large_opt.base if isinstance(large_opt, SAM) else large_opt
+    large_base, large_schedule = build_optimizer(large_cfg, large)
     m = embed_map(small, plan.width_factor, plan.extra_layers, plan.n_heads, plan.d_inter)
     shapes = {n: p.shape for n, p in large.named_parameters()}
     params = dict(large.named_parameters())

@@ -1,13 +1,14 @@
 """The members' batches drawn ahead, in worker processes, for an ensemble on a GPU.
 
 Drawing batch ``step`` of one seed (``data.global_batch``: sentences and masks, on the host)
-takes about a millisecond for the tiny preset (1.1 ms on this project's CPU); an ensemble of S
-seeds needs S of them per step, which on a GPU would take longer than the batched step itself.
+takes about a millisecond for the tiny preset (``bench/bench_ensemble.py`` prints it); an
+ensemble of S seeds needs S of them per step, which on a GPU would take longer than the
+batched step itself.
 Batches are a pure function of ``(seed, step)``, so worker processes (``torch.utils.data``'s
 ``DataLoader`` over an iterable of steps, worker k drawing steps ``first + k``, ``first + k + n``,
 …, handed back in step order) draw them ahead while the GPU trains: the same batches, sooner.
 
-Used by ``ensemble._Loop`` under the ``vmap`` strategy on CUDA (on the CPU there is nothing to
+Used by ``loop.Trainer`` under the ``vmap`` strategy on CUDA (on the CPU there is nothing to
 overlap: one thread computes both). A stream is made for one set of seeds and steps and
 replaced when members join or leave; if its workers fail (a language that cannot be drawn in
 a forked process), the loop draws inline, as without it (``get`` returns ``None``).

@@ -6,7 +6,7 @@ state come from the checkpoint; the data stream is the base's when the seed is t
 (batch ``step`` is a pure function of ``(seed, step)``), so forks of one base compared at
 one step saw the same batches. What the fork's config sets is the fork's own: dropout,
 weight decay (written into the loaded parameter groups, which would otherwise keep the
-base's), SAM (wrapping the loaded base optimiser), the adversarial objective, and the
+base's), SAM (around the loaded optimiser), the adversarial objective, and the
 learning rate — the schedule continues at the fork's ``lr_factor`` of the checkpoint's
 step (after the warm-up: the fork's constant lr).
 
@@ -29,7 +29,7 @@ import torch
 from ..errors import UserError
 from . import checkpoint as ckpt
 from .config import PretrainConfig
-from .sam import SAM
+from .objectives.sam import base_state
 
 
 def init_from_checkpoint(cfg: PretrainConfig, model: torch.nn.Module, optimizer, schedule) -> int:
@@ -60,12 +60,8 @@ def init_from_checkpoint(cfg: PretrainConfig, model: torch.nn.Module, optimizer,
                             f"optim.name = {cfg.optim.name!r}; fork with the base's optimiser or set "
                             "init_optimizer = false")
         state = ckpt.load_state(path)
-        base = optimizer.base if isinstance(optimizer, SAM) else optimizer
-        saved = state["optimizer"]
-        if "base" in saved and "rho" in saved:  # the checkpoint of a SAM run
-            saved = saved["base"]
         try:
-            base.load_state_dict(saved)
+            optimizer.load_state_dict(base_state(state["optimizer"]))  # (a SAM run's: unwrapped)
         except (ValueError, KeyError) as exc:
             raise UserError(f"init_from: the checkpoint's optimiser state does not fit ({exc}); "
                             "the fork needs the base's optimiser (optim.name) or init_optimizer = false") from None
@@ -84,7 +80,7 @@ def init_from_checkpoint(cfg: PretrainConfig, model: torch.nn.Module, optimizer,
             group["eps"] = o.eps
         if "momentum" in group:
             group["momentum"] = o.momentum
-    schedule.base_lrs = [o.lr] * len(optimizer.param_groups)
-    schedule.last_epoch = step
-    schedule._last_lr = [lr] * len(optimizer.param_groups)
+    n = len(optimizer.param_groups)
+    schedule.load_state_dict({**schedule.state_dict(), "base_lrs": [o.lr] * n, "last_epoch": step,
+                              "_last_lr": [lr] * n})  # (torch's own keys of a LambdaLR's state)
     return step + 1

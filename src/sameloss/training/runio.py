@@ -47,9 +47,9 @@ def resolve_device(name: str) -> torch.device:
 def resolve_precision(precision: str, device: torch.device | str) -> torch.dtype:
     """The dtype the training passes compute in: ``"bf16"`` → ``torch.bfloat16`` (under
     ``torch.autocast``), ``"fp32"`` → ``torch.float32``; ``"auto"`` is bfloat16 on CUDA
-    (its tensor cores: the issue measured the tiny step 1.3–1.5× faster in bf16 even on
-    a CPU) and float32 on the CPU, where the tiny models here gain less and the
-    project's published numbers were taken in float32."""
+    (its tensor cores; ``bench/bench_bf16.py`` times the two) and float32 on the CPU, where
+    the tiny models here gain less and the project's published numbers were taken in
+    float32."""
     if precision == "auto":
         return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
     if precision == "bf16":

@@ -48,11 +48,9 @@ from ..errors import UserError
 TRACKERS = ("none", "tensorboard", "wandb")
 TENSORBOARD_DIR = "tb"
 
-# metrics.jsonl record key -> tracker name (the training window's values)
-_TRAIN = (("train_loss", "train/loss"), ("lr", "train/lr"), ("grad_norm", "train/grad_norm"),
-          ("steps_per_s", "train/steps_per_s"), ("tokens_per_s", "train/tokens_per_s"), ("epoch", "train/epoch"),
-          ("adversarial_downstream_loss", "train/adversarial_downstream_loss"),
-          ("flatness_trace", "train/flatness_trace"))
+# a metrics.jsonl record's keys that are not ``train/<key>`` to a tracker (the training window's
+# values: the loss, lr, gradient norm, speeds, epoch and each objective's logged mean)
+_TRAIN = {"train_loss": "train/loss", "step": None, "eval": None}
 # the exact held-out evaluation (a corpus: cross-entropy, train loss and their gap; no KL)
 _EVAL = ("loss", "kl", "log_kl", "entropy", "train_loss", "gap")
 # a measured row's fields that are not measurements
@@ -69,9 +67,9 @@ def _number(value) -> float | None:
 def record_scalars(record: dict) -> dict[str, float]:
     """The values of a ``metrics.jsonl`` record, named as the trackers show them."""
     out = {}
-    for key, name in _TRAIN:
-        value = _number(record.get(key))
-        if value is not None:
+    for key, value in record.items():
+        value, name = _number(value), _TRAIN.get(key, f"train/{key}")
+        if value is not None and name is not None:
             out[name] = value
     evaluation = record.get("eval") or {}
     for key in _EVAL:

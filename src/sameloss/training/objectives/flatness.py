@@ -17,8 +17,8 @@ this module and the measures both import:
     ``G`` by one backward pass of the slice's logits; ``E‖G‖² = T`` and, the signs not
     depending on θ, ``E ∇‖G‖² = ∇T`` (``signed_gradient``). No per-example gradient: the
     penalty costs about what a forward, a backward kept for differentiation and its
-    backward of the slice cost — ~1.3× a plain step at the tiny design, against ~2.3× for
-    the per-example estimator below (``bench/bench_flatness.py``). Its estimate of ``T``
+    backward of the slice cost — less than the per-example estimator below
+    (``bench/bench_flatness.py`` prints both against a plain step). Its estimate of ``T``
     per step is noisier (cross terms between contexts average out over the signs); the
     penalty's expected gradient is the same.
     ``flatness.estimator = "per-example"``: each context's label gradients through
@@ -59,7 +59,7 @@ stream is: a resumed run draws exactly what the uninterrupted one drew, and the 
 slice and keeps its own rows' (the signs, the labels) or uses the same probes (the signs'
 ``G`` are summed over the processes before the square: ``_fisher_signs``), and its part is
 normalised by the slice's global number of targets times the world size — as the loss is
-(``loop.mlm_loss``) — so the averaged gradient equals the single-process one.
+(``objectives.mlm.mlm_loss``) — so the averaged gradient equals the single-process one.
 
 Cost: per step one forward and one backward pass of the slice, differentiated once more
 (Fisher, signs); one forward and K backward passes per context, differentiated once more
@@ -74,12 +74,13 @@ import contextlib
 import torch
 from torch import nn
 
-from ..errors import UserError
-from ..models.derivatives import Blocks, composite_layer_norms, measuring, resolve_engine, select_parameters
-from ..models.hessian_products import LossHessian, probe_vectors
-from ..models.label_gradients import fisher_label_values, ghost_linears
-from .config import FlatnessConfig
-from .data import MaskedBatch, shard_bounds, step_generator
+from ...errors import UserError
+from ...models.derivatives import Blocks, composite_layer_norms, measuring, resolve_engine, select_parameters
+from ...models.hessian_products import LossHessian, probe_vectors
+from ...models.label_gradients import fisher_label_values, ghost_linears
+from ..config import FlatnessConfig
+from ..data import MaskedBatch, shard_bounds, step_generator
+from .base import Objective, register
 
 STREAM_FLATNESS = 5  # the penalty's draws (training 0, evaluation 1, adversarial 3 and 4)
 
@@ -159,14 +160,29 @@ def signed_fisher(model: nn.Module, batch: MaskedBatch, signs: torch.Tensor, par
     return sum(g.square().sum() for g in signed_gradient(model, batch, signs, params))
 
 
-class FlatnessPenalty:
-    """``loss(model, batch, step)`` → ``(λ × this process's part of the trace estimate,
-    the estimate)``: add the first to the training loss (its gradient is the penalty's),
-    log the second (detached)."""
+@register
+class FlatnessPenalty(Objective):
+    """The penalty as an objective: ``penalty(model, batch, step)`` → ``(λ × this process's
+    part of the trace estimate, the estimate)``, the first added to the training loss (its
+    gradient is the penalty's), the second logged (detached) as ``flatness_trace``. Per
+    member: λ (``flatness.weight``); shared: the estimator and its settings. A ``vmap``
+    stack computes it member by member (``Objective.losses``: the estimators' machinery is
+    per model), each member's stacked weights swapped into its module."""
+
+    name, order, per_member, autocast = "flatness", 30, ("weight",), False
+    logs, window = "flatness_trace", "flatness"
 
     def __init__(self, cfg: FlatnessConfig, vocab_size: int, seed: int, rank: int = 0, world_size: int = 1):
-        self.cfg, self.vocab_size, self.seed, self.rank, self.world_size = cfg, vocab_size, seed, rank, world_size
+        self.settings = self.cfg = cfg
+        self.vocab_size, self.seed, self.rank, self.world_size = vocab_size, seed, rank, world_size
         self._linears: dict[int, dict[str, nn.Linear]] = {}
+
+    @classmethod
+    def build(cls, cfg, language, rank: int = 0, world_size: int = 1) -> FlatnessPenalty:
+        return cls(cfg.flatness, language.vocab_size, cfg.seed, rank, world_size)
+
+    def loss(self, run, batch: MaskedBatch, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.penalty(run.model, batch, step)
 
     @staticmethod
     @contextlib.contextmanager
@@ -190,7 +206,7 @@ class FlatnessPenalty:
             raise UserError("the flatness penalty needs a model torch.func can transform (the transformer or "
                             "the LSTM MLM)")
 
-    def loss(self, model: nn.Module, batch: MaskedBatch, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def penalty(self, model: nn.Module, batch: MaskedBatch, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``batch``: the step's whole (global, host) update batch; this process takes its rows
         of the slice."""
         piece = batch.rows(0, min(self.cfg.sentences, batch.inputs.shape[0]))
