@@ -39,11 +39,11 @@ SEED_HELP = ("added to every seed of the study: its runs, measures and probe dra
 def _add_experiment_arguments(parser: argparse.ArgumentParser) -> list[str]:
     """``EXPERIMENT`` and ``--scale``, the same for ``reproduce`` and ``plan``: both default to
     the main job. Returns the scales (every one ``reproduce`` accepts)."""
-    from .engine.orchestrate import ACROSS_SCALE, DEFAULT_EXPERIMENT, MAIN_SCALE, experiments
+    from .engine.orchestrate import ACROSS_SCALE, DEFAULT_EXPERIMENT, MAIN_SCALE, PILOT_SCALE, experiments
     from .engine.recipe import SCALE_NAMES
 
     names = list(experiments())
-    scales = [SCALE_NAMES[0], MAIN_SCALE, *SCALE_NAMES[1:], ACROSS_SCALE]
+    scales = [SCALE_NAMES[0], MAIN_SCALE, *SCALE_NAMES[1:], ACROSS_SCALE, PILOT_SCALE]
     parser.add_argument("experiment", nargs="?", default=None, choices=names, metavar="EXPERIMENT",
                         help=f"one of {', '.join(names)} (default {DEFAULT_EXPERIMENT}, the main job)")
     parser.add_argument("--scale", default=None, choices=scales,

@@ -30,6 +30,8 @@ DEFAULT_EXPERIMENT = "isoloss"
 MAIN_SCALE = "quick"
 # isoloss's other scale of its own: the study across the registered languages (``recipes/isoloss/across.py``)
 ACROSS_SCALE = "languages"
+# the isoloss pilot that measured the designs' prior paired SDs (its own seeds: no design re-runs them)
+PILOT_SCALE = "pilot"
 DEFAULT_SCALE = "tiny"
 
 

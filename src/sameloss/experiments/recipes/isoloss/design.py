@@ -454,6 +454,11 @@ SMOKE_DESIGN = dict(
 TINY_SEEDS = SeedDesign(exempt=("adv",), prior_sds=TINY_PRIOR_SDS)
 TINY_DESIGN = dict(_TINY, seeds=tuple(range(48)), seed_design=TINY_SEEDS)
 
+# The pilot that measures the designs' prior paired SDs (``sameloss reproduce isoloss --scale pilot``):
+# tiny's schedule, every late fork (the flatness forks among them), 5 checkpoints each, on seeds
+# 900-907 — disjoint from every scale's seeds, so no study re-runs the seeds whose spread planned it
+PILOT_SEEDS = tuple(range(900, 908))
+
 PRESETS: dict[str, IsolossPreset] = {
     "smoke": _preset("smoke", **SMOKE_DESIGN),
     # the main job: tiny's design cut to what 25 minutes on 2 cores can decide (``QUICK_PLAN``)
@@ -467,6 +472,8 @@ PRESETS: dict[str, IsolossPreset] = {
     # (± 0.02): a pilot of 6 is too few for Stein's t on k − 1 at α/5, the cap does not bind
     "tiny": _preset("tiny", **{**TINY_DESIGN, "seed_design": dataclasses.replace(TINY_SEEDS, pilot_seeds=10,
                                                                                    budget_minutes=180.0)}),
+    "pilot": _preset("tiny", **{**_TINY, "seeds": PILOT_SEEDS, "fork_points": (1000,),
+                                "schedule": dataclasses.replace(_TINY["schedule"], probe_points=5)}),
     "small": _preset(
         "small", seeds=tuple(range(8)), base_steps=20_000, fork_points=(20_000, 0),
         schedule=ForkSchedule(recipe_steps=2000, decay_steps=2000, final_lr_factor=0.05, final_steps=3000,
