@@ -84,15 +84,10 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
                                 "languages is its own folder, OUT/isoloss-SCALE-<languages> (hmm:headroom alone: "
                                 "OUT/isoloss-SCALE, the default)")
     reproduce.add_argument("--budget", type=positive_float, default=None, metavar="MINUTES",
-                           help="isoloss at an adaptive scale (tiny): the wall minutes the study may take; before "
-                                "training it says what they buy (from the planner's cost model), after its pilot it "
-                                "plans the later seeds' forks within them (from the pilot's measured cost per fork), "
-                                "and the report lists the comparisons decided and those still open with the seeds "
-                                "they need (default: the scale's own budget)")
-    reproduce.add_argument("--even", action="store_true",
-                           help="isoloss: every seed runs every fork on the scale's first 16 seeds, no pilot and no "
-                                "budget (the even design the adaptive one is measured against; its own folder, "
-                                "OUT/isoloss-SCALE-even)")
+                           help="isoloss at quick or tiny: choose the design again by the claims-first rule for "
+                                "this many wall minutes on 2 cores (the planner's cost model; its own folder, "
+                                "OUT/isoloss-SCALE-budgetMINUTES); `sameloss plan` says first which claims it is "
+                                "expected to decide (default: the scale's own design)")
     reproduce.add_argument("--fresh", action="store_true",
                            help="delete the experiment's folder first and redo everything (only when all it "
                                 "holds is what sameloss wrote, inside its run folders too: a user's file there is "
@@ -319,10 +314,9 @@ def add_plan_parser(commands) -> argparse.ArgumentParser:
     plan.add_argument("--language", dest="languages", action="append", default=None, metavar="SPEC",
                       help="the --language reproduce would use (isoloss; repeat for several)")
     plan.add_argument("--budget", type=positive_float, default=None, metavar="MINUTES",
-                      help="isoloss at an adaptive scale: the wall minutes reproduce --budget would be given "
-                           "(default: the scale's own budget, tiny's 180); the forecast says what they buy (seeds "
-                           "after the pilot, and the comparisons expected to reach their MDE target with the "
-                           "preset's prior paired SDs)")
+                      help="isoloss at quick or tiny: the wall minutes reproduce --budget would be given "
+                           "(default: the scale's own design, chosen for 25 and 180 minutes); the plan says first "
+                           "which claims that budget's design is expected to decide, and at what power")
     plan.add_argument("--ensemble", type=_ensemble, default=None, metavar="N|off",
                       help="the --ensemble reproduce would use: runs trained as ensembles of at most N (default off)")
     plan.add_argument("--dropout-draws", choices=["global", "keyed"], default="global",
@@ -367,13 +361,12 @@ def _reproduce(args) -> None:
     from .engine.orchestrate import main_job, reproduce, reproduce_command
 
     experiment, scale = main_job(args.experiment, args.scale)
-    command = reproduce_command(experiment, scale, args.seed, args.languages, args.budget, args.even,
-                                args.dropout_draws)
+    command = reproduce_command(experiment, scale, args.seed, args.languages, args.budget, args.dropout_draws)
     launch = _launch_options(args, _given(args))
     path = reproduce(experiment, scale, out=args.out, seed=args.seed, fresh=args.fresh,
                      progress=not args.no_progress, device=args.device, command=command, launch=launch,
                      seeds=args.seeds, tracker=args.tracker, formats=args.formats, languages=args.languages,
-                     figure_width=args.figure_width, budget=args.budget, even=args.even, ensemble=args.ensemble,
+                     figure_width=args.figure_width, budget=args.budget, ensemble=args.ensemble,
                      dropout_draws=args.dropout_draws)
     if path is not None:  # (--dry-run printed the job script and wrote nothing)
         print(path)

@@ -70,7 +70,7 @@ def _cuda() -> bool:
 class Job:
     """What a study computes, hence its folder: the recipe at a scale, ``--seed`` (added to
     every seed of the study), the ``--language`` specs (``with_languages``), the ``--budget``
-    minutes (``with_budget``), ``--even`` (``with_even``) and ``--dropout-draws``."""
+    minutes (``with_budget``) and ``--dropout-draws``."""
 
     experiment: str
     scale: str
@@ -78,7 +78,6 @@ class Job:
     seed: int = 0
     languages: tuple[str, ...] = ()
     budget: float | None = None
-    even: bool = False
     dropout_draws: str = "global"
 
     @property
@@ -86,15 +85,9 @@ class Job:
         return load_recipe(self.experiment)
 
     def preset(self) -> Any:
-        """The preset this job runs (``Recipe.preset``, then ``with_even``); ``UserError`` for
-        an option the recipe does not take."""
-        recipe = self.recipe
-        p = recipe.preset(self.scale, list(self.languages), self.budget)
-        if self.even:
-            if self.budget is not None:
-                raise UserError("--even runs every fork on a fixed number of seeds: it takes no --budget")
-            p = recipe.needs("with_even")(p)
-        return p
+        """The preset this job runs (``Recipe.preset``); ``UserError`` for an option the recipe
+        does not take."""
+        return self.recipe.preset(self.scale, list(self.languages), self.budget)
 
     def root(self, p: Any) -> Path:
         """The experiment folder (``layout.experiment_dir``)."""
@@ -106,7 +99,7 @@ class Job:
         return (f"sameloss reproduce {self.experiment} --scale {self.scale}" + (f" --seed {self.seed}" if self.seed
                                                                                else "")
                 + "".join(f" --language {x}" for x in self.languages)
-                + (f" --budget {self.budget:g}" if self.budget else "") + (" --even" if self.even else "")
+                + (f" --budget {self.budget:g}" if self.budget else "")
                 + (f" --dropout-draws {self.dropout_draws}" if self.dropout_draws != "global" else ""))
 
 
@@ -154,7 +147,7 @@ def reproduce(experiment: str | None = None, scale: str | None = None, out: str 
             ``quick``, every other recipe: ``tiny``).
         out: the parent folder of the experiment's folder, ``OUT/EXPERIMENT-SCALE``.
         seed: added to every seed of the study (another seed is its own folder).
-        **options: the fields of ``Job`` (``languages``, ``budget``, ``even``,
+        **options: the fields of ``Job`` (``languages``, ``budget``,
             ``dropout_draws``) and of ``Options`` (``fresh``, ``progress``, ``device``,
             ``command``, ``launch``, ``seeds``, ``tracker``, ``formats``, ``figure_width``,
             ``ensemble``).
@@ -344,7 +337,7 @@ def _shard(job: Job, p: Any, root: Path, opts: Options) -> Path:
 
 
 def reproduce_command(experiment: str, scale: str, seed: int = 0, languages: list[str] | None = None,
-                      budget: float | None = None, even: bool = False, dropout_draws: str = "global") -> str:
+                      budget: float | None = None, dropout_draws: str = "global") -> str:
     """The command line that runs this experiment again (``Job.command``)."""
-    return Job(experiment, scale, seed=seed, languages=tuple(languages or ()), budget=budget, even=even,
+    return Job(experiment, scale, seed=seed, languages=tuple(languages or ()), budget=budget,
                dropout_draws=dropout_draws).command()
