@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,7 +21,6 @@ from sameloss.experiments import reproduce
 from sameloss.experiments.stats.paired import UNINFORMATIVE
 from sameloss.experiments.stats.replication import NOT_POOLED, REPLICATION_UNINFORMATIVE, agreement, replication
 from sameloss.experiments.recipes import isoloss
-from sameloss.experiments.reports.document import Section
 from sameloss.experiments.stats.inference import (DEGENERATE, DETECTED, DETECTED_AGAINST, EQUIVALENT, INCONCLUSIVE,
     paired_difference)
 from sameloss.experiments.stats.pooling import pool_inverse_variance, stratified
@@ -295,17 +293,18 @@ def test_the_study_on_two_languages_end_to_end(tmp_path):
     root = tmp_path / "isoloss-smoke-hmm-headroom+pcfg-headroom"
     p = isoloss.PRESETS["smoke"]
     report = (root / "report.md").read_text()
-    # each language's verdicts, then the replication table that pools them, all before the Runs table
-    assert report.index("## Verdicts — hmm:headroom") < report.index("## Verdicts — pcfg:headroom") \
-        < report.index("## Replication across languages") < report.index("## Runs")
+    # the pooled answer and table first, before the Runs table; then each language's verdicts and study
+    assert report.index("## Across the languages") < report.index("## Runs") \
+        < report.index("## Verdicts — hmm:headroom") < report.index("## Verdicts — pcfg:headroom")
     assert "--language hmm:headroom --language pcfg:headroom" in report
     assert check_tables(root) > 300  # every printed number against its file
     for tag in ("hmm-headroom", "pcfg-headroom"):
         assert sorted(d.name for d in (root / "seeds" / tag).iterdir()) == [f"seed{s}" for s in p.seeds]
         for stem in ("forest", "scatter", "curves"):
             assert (root / f"{tag}-{stem}.png").exists() and (root / f"{tag}-{stem}.data.csv").exists()
-    # the replication table reads each language's own differences
+    # the replication table reads each language's own differences and pairs
     rep = {r["test"]: r for r in read(root / "replication.csv")}
+    assert all(r["pooled_verdict"] for r in rep.values())
     for tag in ("hmm-headroom", "pcfg-headroom"):
         primary = [r for r in read(root / f"{tag}-differences.csv") if r["family"] == "primary"]
         assert len(primary) == len(rep)
@@ -347,8 +346,8 @@ def test_a_held_out_language_without_headroom_says_so(tmp_path, monkeypatch):
     report = (root / "report.md").read_text()
     assert report.count("**No verdict: no headroom**") == 2
     rep = read(root / "replication.csv")
-    assert rep and {r["replication"] for r in rep} == {f"pooled: {REPLICATION_UNINFORMATIVE} — 2 of 2 languages "
-                                                      "without headroom"}
+    assert rep and {r["pooled_verdict"] for r in rep} == {REPLICATION_UNINFORMATIVE}
+    assert {r["agreement"] for r in rep} == {"2 of 2 languages without headroom"}
     assert {r["hmm-micro-seed11-task-3_verdict"] for r in rep} == {UNINFORMATIVE}
     assert all(r["pooled"] == "" or math.isnan(float(r["pooled"])) for r in rep)
     # each language's seeds trained their base and nothing else
@@ -360,8 +359,8 @@ def test_a_held_out_language_without_headroom_says_so(tmp_path, monkeypatch):
     assert paired.UNINFORMATIVE in report
     # read back by `sameloss replicate`: both languages there, both without headroom
     studies = isoloss.finished_studies(root)
-    assert [(o["tag"], o["ok"], o["diffs"]) for o in studies] == [("hmm-micro-seed11-task-3", False, []),
-                                                                    ("pcfg-headroom", False, [])]
+    assert [(o["tag"], o["ok"], o["diffs"], o["pairs"]) for o in studies] == [
+        ("hmm-micro-seed11-task-3", False, [], []), ("pcfg-headroom", False, [], [])]
 
 
 def test_the_planner_takes_the_languages():
@@ -376,53 +375,53 @@ def test_the_planner_takes_the_languages():
 
 
 # ---- sameloss replicate: studies run apart ----------------------------------------------------------
-def _study(folder, diffs, results_language=None, gate=True):
+def _write(path, rows):
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _study(folder, language, results_language=None, gate=True):
     """A finished one-language study folder as `reproduce isoloss` leaves it (the files
-    replicate reads): ``diffs`` None is a study the gate stopped (its gate table says so)."""
+    replicate reads: the report, headroom, gate, differences and pairs): ``language`` (a
+    ``_language`` dict) None is a study the gate stopped (its gate table says so)."""
     folder.mkdir(parents=True)
     (folder / "report.md").write_text("# isoloss\n")
     (folder / "headroom.csv").write_text("baseline,pos_lbfgs_n200\nmajority class,0.4\n")
     if gate:
-        passed = diffs is not None
+        passed = language is not None
         (folder / "gate.csv").write_text(f"seed,trained,ok\n0,0.8,True\n1,0.8,{passed}\n")
-    if diffs is not None:
-        with (folder / "differences.csv").open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(diffs[0]))
-            w.writeheader()
-            w.writerows(diffs)
+    if language is not None:
+        _write(folder / "differences.csv", language["diffs"])
+        _write(folder / "pairs.csv", language["pairs"])
     if results_language:
         (folder / "results.csv").write_text(f"model,language\nm0,{results_language}\nm1,{results_language}\n")
     return folder
 
 
 def test_replicate_combines_studies_run_apart(tmp_path, capsys):
-    a = _study(tmp_path / "a", [_diff("size", "late", 1.0, 0.8, 16, DETECTED),
-                                _diff("noreg", "late", 0.1, 0.4, 16, EQUIVALENT)], "hmm:headroom:task=task-5")
-    b = _study(tmp_path / "b", [_diff("size", "late", 0.6, 1.2, 9, DETECTED),
-                                _diff("noreg", "late", -0.3, 0.6, 9, INCONCLUSIVE)])
+    rng = np.random.default_rng(12)
+    one, two = _language("hmm", rng.normal(1.5, 0.6, 8)), _language("pcfg", rng.normal(1.0, 0.9, 8))
+    a = _study(tmp_path / "a", one, "hmm:headroom:task=task-5")
+    b = _study(tmp_path / "b", two)
     out = tmp_path / "rep.csv"
     assert main(["replicate", str(a), f"pcfg={b}", "--csv", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "## Replication across languages" in printed and f"pcfg ← {b}" in printed
+    assert printed.startswith("**Across the languages (2 pooled):**")
+    assert "## Across the languages" in printed and f"pcfg ← {b}" in printed
     rows = {r["test"]: r for r in read(out)}
-    # a by the language its results.csv names (tagged as a joint study tags it); b by its label;
-    # the numbers as the joint study computes them
+    # a by the language its results.csv names (tagged as a joint study tags it); b by its label; the
+    # numbers as the joint study computes them, from the files read back
     assert "hmm-headroom_verdict" in next(iter(rows.values()))
-    want = {r["test"]: r for r in replication(Section(""), [
-        {"language": "hmm-headroom", "tag": "hmm-headroom", "ok": True,
-         "diffs": read(a / "differences.csv")},
-        {"language": "pcfg", "tag": "pcfg", "ok": True, "diffs": read(b / "differences.csv")}])}
-    assert rows.keys() == want.keys() == {"size @ late", "noreg @ late"}
-    assert rows["size @ late"]["replication"] == want["size @ late"]["replication"]
-    assert rows["size @ late"]["replication"].endswith("2 of 2 languages detect it in the paper's direction")
-    assert float(rows["size @ late"]["pooled"]) == pytest.approx(want["size @ late"]["pooled"])
-    assert float(rows["noreg @ late"]["pcfg_mean"]) == -0.3
+    want = replication([dict(one, tag="hmm-headroom"), dict(two, tag="pcfg")])[0]
+    assert float(rows["size @ late"]["pooled"]) == pytest.approx(want["pooled"])
+    assert rows["size @ late"]["pooled_verdict"] == want["pooled_verdict"]
     # a study the gate stopped (headroom table only) is there, uninformative, never pooled
     c = _study(tmp_path / "c", None)
     assert main(["replicate", str(a), f"held-out={c}", "--csv", str(tmp_path / "rep2.csv")]) == 0
     size = {r["test"]: r for r in read(tmp_path / "rep2.csv")}["size @ late"]
-    assert size["held-out_verdict"] == UNINFORMATIVE
-    assert size["replication"].startswith(f"pooled: {REPLICATION_UNINFORMATIVE} — ")
+    assert size["held-out_verdict"] == UNINFORMATIVE and size["pooled_verdict"] == REPLICATION_UNINFORMATIVE
     assert size["pooled_languages"] == "1" and math.isnan(float(size["pooled"]))
     # its own --csv is replaced; a user's file only with --force
     assert main(["replicate", str(a), f"pcfg={b}", "--csv", str(tmp_path / "rep2.csv")]) == 0
@@ -450,22 +449,34 @@ def test_replicate_combines_studies_run_apart(tmp_path, capsys):
     # a missing file is never read as "no headroom"
     (["{tmp}/nogate", "{tmp}/a"], "no gate.csv"),
     (["{tmp}/lost", "{tmp}/a"], "every seed passed the headroom gate but differences.csv is missing"),
+    # a cut, empty or folder differences.csv, or no pairs, is never read as an answer (issue 63 item 3)
+    (["{tmp}/cut", "{tmp}/a"], "cut short"),
+    (["{tmp}/empty", "{tmp}/a"], "differences.csv: empty"),
+    (["{tmp}/folder", "{tmp}/a"], "cannot be read"),
+    (["{tmp}/nopairs", "{tmp}/a"], "pairs.csv: missing, empty or cut short"),
 ])
 def test_replicate_refuses_in_one_line(tmp_path, capsys, args, words):
     lang = "hmm:headroom:task=task-5"
-    _study(tmp_path / "a", [_diff("size", "late", 1.0, 0.8, 16, DETECTED)], lang)
-    _study(tmp_path / "a2", [_diff("size", "late", 0.5, 0.8, 16, DETECTED)], lang)
+    good = _language("hmm", [1.0, 1.5, 0.7, 1.2])
+    _study(tmp_path / "a", good, lang)
+    _study(tmp_path / "a2", _language("hmm", [0.5, 0.8, 0.2, 0.4]), lang)
     (tmp_path / "unfinished").mkdir()
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "report.md").write_text("# figure1\n")
-    _study(tmp_path / "bad", [{"comparison": "size", "mean": 1.0}])
+    _study(tmp_path / "bad", {"diffs": [{"comparison": "size", "mean": 1.0}], "pairs": good["pairs"]})
     (tmp_path / "mine.csv").write_text("a user's file")
     (tmp_path / "link.csv").symlink_to(tmp_path / "mine.csv")
     _study(tmp_path / "garbled", None)
     (tmp_path / "garbled" / "differences.csv").write_bytes(bytes(range(128, 256)))
-    _study(tmp_path / "nogate", [_diff("size", "late", 1.0, 0.8, 16, DETECTED)], gate=False)
-    _study(tmp_path / "lost", [_diff("size", "late", 1.0, 0.8, 16, DETECTED)])
+    _study(tmp_path / "nogate", good, gate=False)
+    _study(tmp_path / "lost", good)
     (tmp_path / "lost" / "differences.csv").unlink()
+    text = (_study(tmp_path / "cut", good) / "differences.csv").read_text()
+    (tmp_path / "cut" / "differences.csv").write_text(text[:len(text) * 2 // 3])
+    (_study(tmp_path / "empty", good) / "differences.csv").write_text("")
+    (_study(tmp_path / "folder", good) / "differences.csv").unlink()
+    (tmp_path / "folder" / "differences.csv").mkdir()
+    (_study(tmp_path / "nopairs", good) / "pairs.csv").unlink()
     assert main(["replicate", *(a.format(tmp=tmp_path) for a in args)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0], err

@@ -308,6 +308,7 @@ def test_dose_response_by_arm_recovers_the_trend_the_wald_ratio_and_drops_no_pai
     assert late_row["slope"] == pytest.approx(0.5, abs=0.1) and late_row["verdict"] == DETECTED
     # the Wald ratio: accuracy per unit of relative trace change = 0.5 / −0.13
     assert late_row["wald"] == pytest.approx(0.5 / -0.13, rel=0.25) and late_row["wald_low"] < late_row["wald_high"]
+    assert late_row["wald_interval"] == ""
     assert wald([p for p in pts if p["point"] == "late"])["wald_seeds"] == 10
     arm = {(c["fork"], c["point"]): c for c in changes}
     for fork in ("flat", "sharp"):

@@ -62,8 +62,8 @@ def test_a_malformed_recipe_is_refused_when_loaded():
         check_recipe("fake", _module(with_budget=lambda p: p))
     with pytest.raises(UserError, match=r"^recipe fake: units does not take the arguments of units\(setup, preset\)"):
         check_recipe("fake", _module(units=lambda setup: []))
-    good = check_recipe("fake", _module(with_even=lambda p: p))
-    assert set(good.hooks) == {"with_even"}
+    good = check_recipe("fake", _module(with_languages=lambda p, specs: p))
+    assert set(good.hooks) == {"with_languages"}
 
 
 def test_a_hook_imported_from_elsewhere_is_not_a_misspelt_one():

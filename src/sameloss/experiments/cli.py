@@ -424,7 +424,7 @@ def _replicate(args) -> None:
             raise UserError(f"--csv {csv_path}: no folder {csv_path.parent} to write it in")
     section = replication_section(outcomes)
     section.text.insert(0, "Studies: " + "; ".join(f"{o['tag']} ← {o['folder']}" for o in outcomes) + ".")
-    print(section.markdown())
+    print("\n".join(section.answer) + "\n\n" + section.markdown())
     if csv_path is not None:
         try:
             files.write_output(csv_path, csv_text(section.files["replication.csv"]), args.force, "--csv")

@@ -161,7 +161,10 @@ def wald(points: list[dict]) -> dict:
     a = np.array([ys[s] for s in seeds], dtype=float)
     b = np.array([xs[s] for s in seeds], dtype=float)
     ratio, low, high = fieller(a, b)
-    return {"wald": ratio, "wald_low": low, "wald_high": high, "wald_seeds": len(seeds),
+    bounded = math.isfinite(low) and math.isfinite(high)
+    return {"wald": ratio, "wald_low": low if bounded else math.nan, "wald_high": high if bounded else math.nan,
+            "wald_interval": "" if bounded or not math.isfinite(ratio) else
+            "unbounded: the trace's trend is within its noise", "wald_seeds": len(seeds),
             "trace_trend": float(b.mean()) if b.size else math.nan}
 
 

@@ -24,8 +24,21 @@ LANGUAGES_WORKERS = 2
 # ``choose_design(tiny, planned_costs(...), 180 min, 2 workers, languages=4)``, pinned before any
 # data (tests/experiments/test_isoloss_across.py checks it): per test the seeds each language
 # runs; the tests it leaves out, with what each would need
-LANGUAGES_PLAN: tuple[tuple[str, int], ...] = (("longer @ late", 3), ("flat @ late", 3), ("sharp @ late", 3),
-                                              ("adv @ late", 3))
+LANGUAGES_PLAN: tuple[tuple[str, int], ...] = (
+    ('longer @ late', 3),
+    ('noreg @ late', 3),
+    ('sam05 @ late', 4),
+    ('sam05-half @ late', 3),
+    ('adv @ late', 6),
+    ('size @ late', 3),
+    ('flat @ late', 3),
+    ('flatter @ late', 3),
+    ('sharp @ late', 3),
+    ('noreg @ scratch', 3),
+    ('sam05 @ scratch', 3),
+    ('sam05-half @ scratch', 3),
+    ('size @ scratch', 3),
+)
 LANGUAGES_LEFT: tuple[tuple[str, str], ...] = ()
 # the headroom HMM (the main job's language) joins the registered ones; its seeds are the study's
 HEADROOM = LanguageChoice("hmm", "headroom", DEFAULT_TASKS["hmm"])

@@ -157,8 +157,11 @@ def decided_forecast(p: IsolossPreset, languages: int = 1) -> list[str]:
     alpha = 0.05 / max(len(mine), 1)
     out = []
     for c in mine:
+        each = " a language" if languages > 1 and c.pooled else ""
+        if not (math.isfinite(c.sd) and c.sd > 0):
+            out.append(f"{c.test} ({plan[c.test]} seeds{each}; δ {c.margin:g}; no prior SD: its power is unknown)")
+            continue
         detect, null = decide_power(c, plan[c.test], alpha, languages)
-        each = " a language" if languages > 1 else ""
         role = "positive control: " if c.control else ""
         out.append(f"{c.test} ({role}{plan[c.test]} seeds{each}; δ {c.margin:g}, prior SD {c.sd:.2f}: power "
                    f"{detect:.2f} to detect {c.effect:g}" + ("" if c.control else f", {null:.2f} to show none "

@@ -250,7 +250,7 @@ class IsolossPreset(Preset):
     def design(self, headroom: bool = True) -> Design:
         """What every verdict of the study shares, fixed here before any data."""
         v = self.verdicts
-        return Design(v.trace_margin, v.extrapolation_limit, headroom, (), self.schedule.probe_points, self.claims,
+        return Design(v.trace_margin, v.extrapolation_limit, headroom, self.schedule.probe_points, self.claims,
                       v.secondary_margin)
 
     def comparison(self, name: str) -> Comparison:
@@ -447,12 +447,34 @@ TINY_DESIGN = dict(_TINY, seeds=tuple(range(48)), seed_design=TINY_SEEDS)
 # per test the seeds it runs on; the tests left out, with what each would need.
 QUICK_BUDGET_MINUTES = 25.0
 TINY_BUDGET_MINUTES = 180.0
-QUICK_PLAN: tuple[tuple[str, int], ...] = (("longer @ late", 7), ("flat @ late", 5), ("sharp @ late", 5),
-                                          ("adv @ late", 3))
-QUICK_LEFT: tuple[tuple[str, str], ...] = ()
-TINY_PLAN: tuple[tuple[str, int], ...] = (("longer @ late", 8), ("noreg @ scratch", 10), ("sam05-half @ scratch", 8),
-                                         ("size @ scratch", 9), ("flat @ late", 6), ("sharp @ late", 6),
-                                         ("adv @ late", 3))
+QUICK_PLAN: tuple[tuple[str, int], ...] = (
+    ('noreg @ late', 4),
+    ('adv @ late', 5),
+    ('flat @ late', 6),
+    ('flatter @ late', 7),
+    ('sharp @ late', 6),
+)
+QUICK_LEFT: tuple[tuple[str, str], ...] = (
+    ('longer @ late', '7 seeds, +9 min: beyond the budget'),
+    ('noreg @ scratch', '10 seeds, +11 min: beyond the budget'),
+    ('sam05-half @ scratch', '9 seeds, +17 min: beyond the budget'),
+    ('size @ scratch', '9 seeds, +20 min: beyond the budget'),
+)
+TINY_PLAN: tuple[tuple[str, int], ...] = (
+    ('longer @ late', 8),
+    ('noreg @ late', 4),
+    ('sam05 @ late', 13),
+    ('sam05-half @ late', 5),
+    ('adv @ late', 6),
+    ('size @ late', 5),
+    ('flat @ late', 7),
+    ('flatter @ late', 7),
+    ('sharp @ late', 7),
+    ('noreg @ scratch', 11),
+    ('sam05 @ scratch', 11),
+    ('sam05-half @ scratch', 10),
+    ('size @ scratch', 10),
+)
 TINY_LEFT: tuple[tuple[str, str], ...] = ()
 # What ``sameloss plan`` quotes beside its forecast: each scale's measured end-to-end run
 # (the command, the machine, the load, the date), so a forecast is never read as a measurement.

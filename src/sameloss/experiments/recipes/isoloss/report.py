@@ -148,10 +148,10 @@ def finished_studies(folder: str | Path, label: str | None = None) -> list[dict]
         if not gates or "ok" not in gates[0]:
             raise UserError(f"{gate_path}: not an isoloss gate table (no seeds, or no 'ok' column)")
         ok = all(g["ok"] == "True" for g in gates)
-        if ok and not path.is_file():
+        if ok and not path.exists():
             raise UserError(f"{folder}: every seed passed the headroom gate but {path.name} is missing: the study "
                             "is incomplete or the file was removed; rerun it to its end")
-        diffs = rows(path) if path.is_file() else []
+        diffs = rows(path) if path.exists() else []
         if ok and not diffs:
             raise UserError(f"{path}: empty — every seed passed the headroom gate, so the study wrote its differences "
                             "there; rerun it to its end")
@@ -161,7 +161,7 @@ def finished_studies(folder: str | Path, label: str | None = None) -> list[dict]
         if any(None in r.values() or None in r for r in diffs):
             raise UserError(f"{path}: a row is cut short (the file was truncated); rerun the study to its end")
         pairs_path = path.with_name(path.name.replace("differences.csv", "pairs.csv"))
-        pairs = rows(pairs_path) if ok else []
+        pairs = rows(pairs_path) if ok and pairs_path.exists() else []
         if ok and (not pairs or any(None in r.values() or None in r for r in pairs)):
             raise UserError(f"{pairs_path}: missing, empty or cut short (the pooled analysis reads every pair); "
                             "rerun the study to its end")
@@ -304,13 +304,13 @@ def flatness_tables(section: Section, trend: list[dict], changes: list[dict], po
     section.files["dose_points.csv"] = points
     has = {k for c in changes for k in c}
     columns = [Column("λ (1e-4)", "lam", fmt=".2g"),
-               Column("trace change [95%]", "trace_change", ci=("trace_low", "trace_high"), fmt=".1%")]
+               Column("trace change (%) [95%]", "trace_change", ci=("trace_low", "trace_high"), scale=100, fmt=".1f")]
     if "weight_norm_sq_change" in has:
-        columns.append(Column("weight norm² change [95%]", "weight_norm_sq_change",
-                              ci=("weight_norm_sq_low", "weight_norm_sq_high"), fmt=".1%"))
+        columns.append(Column("weight norm² change (%) [95%]", "weight_norm_sq_change",
+                              ci=("weight_norm_sq_low", "weight_norm_sq_high"), scale=100, fmt=".1f"))
     if "adaptive_trace_change" in has:
-        columns.append(Column("adaptive trace change [95%]", "adaptive_trace_change",
-                              ci=("adaptive_trace_low", "adaptive_trace_high"), fmt=".1%"))
+        columns.append(Column("adaptive trace change (%) [95%]", "adaptive_trace_change",
+                              ci=("adaptive_trace_low", "adaptive_trace_high"), scale=100, fmt=".1f"))
     section.tables.append(Table(
         "Flatness arms: what each penalty weight λ did at the target KL, relative to AdamW (arm ÷ AdamW − 1, mean "
         "over seeds, 95% t interval): the trace of the Hessian — and, where measured, the squared weight norm and "
@@ -328,8 +328,9 @@ def flatness_tables(section: Section, trend: list[dict], changes: list[dict], po
          Column("trend [95%]", "slope", ci=("low", "high"), fmt=".2f"), Column("δ per λ", "margin", fmt=".2f"),
          Column("p Holm", "holm_p", fmt=".2g"), Column("verdict", "verdict", text=True),
          Column("after Holm", "after_holm", text=True),
-         Column("trace per λ", "trace_trend", fmt=".1%"),
-         Column("accuracy per unit trace (Wald) [95%]", "wald", ci=("wald_low", "wald_high"), fmt=".2f")],
+         Column("trace change per λ (%)", "trace_trend", scale=100, fmt=".1f"),
+         Column("accuracy per unit trace (Wald) [95%]", "wald", ci=("wald_low", "wald_high"), fmt=".2f"),
+         Column("its interval", "wald_interval", text=True)],
         trend, source="flatness_trend.csv", key="test", key_header="test"))
 
 
