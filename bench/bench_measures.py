@@ -14,7 +14,12 @@ What a measured checkpoint of the ``quick`` isoloss study costs (``study._probe_
   (``FisherContexts(hooks=False)``), new — per-example norms from hooks (``hooks=True``);
 * the flatness penalty's differentiable Fisher terms on its slice (issue 45 item 2's
   input): ``training.flatness.fisher_terms`` (vmap) against ``models.gradnorms.fisher_squares
-  (create_graph=True)``, forward and backward.
+  (create_graph=True)``, forward and backward;
+* the rescaling guards (issue 58 item 3) beside the Fisher trace, on the same contexts and
+  labels: ``curvature.adaptive_trace`` (``tr(T F T)``, its batched path: the Fisher trace's
+  hooked passes, per-example linear-layer gradients formed) and ``weight_norms``, their CPU
+  seconds over the Fisher trace's (hooks, the study's path; and the vmap path), with the
+  labels drawn checked equal (gradient counts).
 
 Checkpoints: ``--run CHECKPOINT ...`` (checkpoint folders), else the quick design's model
 trained ``--steps`` steps from its seed, snapshotted at ``--checkpoints`` points evenly
@@ -27,6 +32,10 @@ to one call per checkpoint, the traces' relative difference (≤ 1e-6), the labe
 move with it, ratios taken in one run much less.
 
     python bench/bench_measures.py [--steps 300] [--checkpoints 3] [--threads 1] [--run DIR ...]
+                                   [--traces-only]
+
+``--traces-only``: the Fisher trace (both paths), the adaptive trace and the weight norms
+only (no few-shot heads, no penalty terms).
 """
 
 from __future__ import annotations
@@ -46,7 +55,8 @@ from sameloss.experiments.recipes.isoloss import PRESETS
 from sameloss.experiments.recipes.isoloss.study import _probe_spec, base_run
 from sameloss.measures import fewshot
 from sameloss.measures.builtin.fewshot import fewshot_data
-from sameloss.measures.curvature import FisherContexts, trace_fisher
+from sameloss.measures.builtin.rescaling import weight_norms
+from sameloss.measures.curvature import FisherContexts, adaptive_trace, trace_fisher
 from sameloss.measures.curvature.base import composite_layer_norms, measuring
 from sameloss.measures.heads import HeadTraining, fit_linear_heads
 from sameloss.measures.representations import model_representation
@@ -135,12 +145,51 @@ def penalty_terms(model, language, sentences: int = 32, labels: int = 2) -> dict
     return out
 
 
+def trace_parts(model, language, spec, add) -> tuple[tuple, dict]:
+    """The Fisher trace by the vmap path (old) and the hooks (new), the adaptive trace and the
+    weight norms on one checkpoint at the design's contexts, labels and repeats: CPU seconds
+    to ``add``, the traces' check and the guards' values."""
+    contexts = FisherContexts(n_contexts=spec.n_contexts, seed=spec.seed)
+    kw = dict(n_labels=spec.n_labels, repeats=spec.repeats)
+    old_tr, t_old = cpu(lambda: trace_fisher(model, language, dataclasses.replace(contexts, hooks=False), **kw))
+    new_tr, t_new = cpu(lambda: trace_fisher(model, language, contexts, **kw))
+    adaptive, t_adaptive = cpu(lambda: adaptive_trace(model, language, contexts, **kw))
+    norms, t_norms = cpu(lambda: weight_norms(model))
+    add("trace (old)", t_old)
+    add("trace (new)", t_new)
+    add("adaptive trace", t_adaptive)
+    add("weight norms", t_norms)
+    check = ("trace", abs(new_tr.estimate / old_tr.estimate - 1), old_tr.extra["n_gradients"] ==
+             new_tr.extra["n_gradients"], new_tr.settings["hooks"])
+    guards = {"trace_fisher": new_tr.estimate, "adaptive_trace": adaptive.estimate,
+              "adaptive_trace_se": adaptive.stderr, "weight_norm_sq": norms["weight_norm_sq"],
+              "same_labels": adaptive.extra["n_gradients"] == new_tr.extra["n_gradients"]}
+    return check, guards
+
+
+def report_guards(times, guards: list[dict], spec) -> None:
+    """The adaptive trace's and the weight norms' cost over the Fisher trace's."""
+    fisher, vmap = float(np.mean(times["trace (new)"])), float(np.mean(times["trace (old)"]))
+    adaptive, norms = float(np.mean(times["adaptive trace"])), float(np.mean(times["weight norms"]))
+    print(f"rescaling guards ({spec.n_contexts} contexts x {spec.repeats} repeats, {spec.n_labels} labels drawn; "
+          f"CPU-s per checkpoint, mean):")
+    print(f"  Fisher trace {fisher:.3f} (hooks; vmap path {vmap:.3f}), adaptive trace {adaptive:.3f}: "
+          f"{adaptive / fisher:.2f}x the Fisher trace ({adaptive / vmap:.2f}x its vmap path); "
+          f"weight norms {norms * 1e3:.2f} ms")
+    for i, g in enumerate(guards):
+        print(f"  checkpoint {i}: trace_fisher {g['trace_fisher']:.4g}, adaptive_trace {g['adaptive_trace']:.4g} "
+              f"± {g['adaptive_trace_se']:.2g}, weight_norm_sq {g['weight_norm_sq']:.4g}, "
+              f"same labels as the Fisher trace: {g['same_labels']}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=300, help="training steps of the benchmark's model")
     ap.add_argument("--checkpoints", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--run", nargs="*", default=[], help="checkpoint folders instead of training")
+    ap.add_argument("--traces-only", action="store_true",
+                    help="only the Fisher trace, the adaptive trace and the weight norms")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     p = PRESETS["quick"]
@@ -152,13 +201,23 @@ def main() -> None:
         models, language = trained_checkpoints(cfg, args.steps, args.checkpoints)
     spec = _probe_spec(p, 0)
     design = spec.fewshot
-    data = fewshot_data({}, language, cfg, design)
     times: dict[str, list[float]] = {}
 
     def add(part, seconds):
         times.setdefault(part, []).append(seconds)
 
-    reps, checks = [], []
+    if args.traces_only:
+        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+        checks, guards = zip(*(trace_parts(model, language, spec, add) for model in models))
+        print(f"quick isoloss design, {len(models)} checkpoint(s), {torch.get_num_threads()} thread(s), load average "
+              f"{load} before, {' '.join(f'{x:.2f}' for x in os.getloadavg())} after")
+        report_guards(times, list(guards), spec)
+        worst = max(c[1] for c in checks)
+        print(f"  Fisher trace, hooks against vmap: relative difference at most {worst:.1e}, same labels "
+              f"{all(c[2] for c in checks)}")
+        return
+    data = fewshot_data({}, language, cfg, design)
+    reps, checks, guards = [], [], []
     for model in models:
         (pool_h, test_h), t = cpu(lambda: (model_representation(model, data.train.tokens),
                                            model_representation(model, data.test.tokens)))
@@ -179,20 +238,16 @@ def main() -> None:
                 diff = np.abs(np.array(old[f"{key}_subsets"]) - np.array(new[f"{key}_subsets"])) * design.test
                 checks.append((key, int((diff > 0.5).sum()), len(diff), float(diff.max()),
                                old.get(f"{key}_grad"), new.get(f"{key}_grad"), abs(old[key] - new[key])))
-        contexts = FisherContexts(n_contexts=spec.n_contexts, seed=spec.seed)
-        kw = dict(n_labels=spec.n_labels, repeats=spec.repeats)
-        old_tr, t_old = cpu(lambda: trace_fisher(model, language, dataclasses.replace(contexts, hooks=False), **kw))
-        new_tr, t_new = cpu(lambda: trace_fisher(model, language, contexts, **kw))
-        add("trace (old)", t_old)
-        add("trace (new)", t_new)
-        checks.append(("trace", abs(new_tr.estimate / old_tr.estimate - 1),
-                       old_tr.extra["n_gradients"] == new_tr.extra["n_gradients"], new_tr.settings["hooks"]))
+        check, guard = trace_parts(model, language, spec, add)
+        checks.append(check)
+        guards.append(guard)
         reps[-1] = (pool_h, test_h, new_row)
     many, t_many = cpu(lambda: fewshot.fewshot_probes_many([(a, b) for a, b, _ in reps], data.train.labels,
                                                            data.test.labels, data.n_classes, design))
     many_equal = all(m == row for m, (_, _, row) in zip(many, reps))
     penalty = penalty_terms(models[-1], language)
     report(times, checks, len(models), t_many, many_equal, penalty, args)
+    report_guards(times, guards, spec)
 
 
 def report(times, checks, count, t_many, many_equal, penalty, args) -> None:

@@ -130,7 +130,15 @@ def _add_measure_choices(measure) -> None:
                               "spectrum decays; keeps 2/3 of --probes vectors in memory); repeatable")
     measure.add_argument("--trace-by", choices=["block"],
                          help="also each trace per block of parameters: embedding, layer0, layer1, ..., head "
-                              "(columns trace_<estimator>_<block>, summing to the total)")
+                              "(columns trace_<estimator>_<block>, summing to the total; likewise "
+                              "adaptive_trace_<block> and weight_norm_sq_<block>)")
+    measure.add_argument("--adaptive-trace", action="store_true",
+                         help="the adaptive trace tr(T F T), T = diag(|weights|): the Fisher trace of the "
+                              "weight-scaled gradients, a sharpness no function-preserving rescaling changes (with "
+                              "the Fisher trace's --contexts, --labels and draws; column adaptive_trace)")
+    measure.add_argument("--weight-norms", action="store_true",
+                         help="squared L2 norm of the weights (weight_norm_sq) and of the LayerNorms' gains and "
+                              "biases (weight_norm_sq_layernorm), over --params")
     measure.add_argument("--top-eig", action="store_true",
                          help="largest Hessian eigenvalue (thick-restart Lanczos, --lanczos-basis vectors)")
     measure.add_argument("--micro-batch", type=_positive_int, metavar="N",
@@ -155,7 +163,7 @@ def _add_measure_settings(measure) -> None:
     """The settings of ``sameloss measure``'s measures (their sizes, seeds and methods)."""
     measure.add_argument("--params", metavar="REGEX", help="only parameters whose name matches (default: all)")
     measure.add_argument("--contexts", type=_positive_int, default=1000,
-                         help="contexts for the Fisher trace (default 1000; paper 10000)")
+                         help="contexts for the Fisher trace and --adaptive-trace (default 1000; paper 10000)")
     measure.add_argument("--labels", type=_positive_int, default=50, help="labels per context (paper 50)")
     measure.add_argument("--probes", type=_positive_int, default=100,
                          help="Hessian-vector products of hutchinson / hutchpp (default 100)")
@@ -231,7 +239,9 @@ def _measure(args) -> None:
         task_train=args.task_size, task_validation=max(args.task_size // 4, 1),
         task_test=max(args.task_size // 2, 1), probe_method=args.probe_method, probe_epochs=args.probe_epochs,
         finetune_epochs=args.finetune_epochs, seeds=tuple(range(args.probe_seeds)), seed=args.seed,
-        device=str(resolve_device(args.device)))
+        device=str(resolve_device(args.device)),
+        extra={name: {} for name, asked in (("adaptive_trace", args.adaptive_trace),
+                                            ("weight_norms", args.weight_norms)) if asked})
     if args.out:
         check_output(args.out, args.force)
     skipped: list[str] = []

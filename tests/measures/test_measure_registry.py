@@ -81,7 +81,8 @@ def test_each_builtin_measure_writes_the_columns_it_declares(loaded):
     spec = MeasureSpec(loss=True, traces=("fisher",), hessian_gap=True, top_eig=True, sharpness=True,
                        probe=("task-5",), lookup=("task-5",), fewshot=design, loss_sentences=16, n_contexts=4,
                        n_labels=2, repeats=2, n_probes=3, lanczos_basis=3, curvature_sentences=8, gap_batches=2,
-                       task_train=16, task_validation=8, task_test=8, seeds=(0,), probe_epochs=1)
+                       task_train=16, task_validation=8, task_test=8, seeds=(0,), probe_epochs=1,
+                       extra={"adaptive_trace": {}, "weight_norms": {}})
     cache: dict = {}
     for measure in measures_of(spec):
         job = Job(model, language, cfg, spec, cache, {"trace_fisher": 1.0, "trace_fisher_se": 0.1})

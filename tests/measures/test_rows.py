@@ -10,6 +10,8 @@ def test_each_quantity_names_its_error_column_and_spread():
     assert rows.error_column("probe_B") == "probe_B_std"
     assert rows.error_column("kl") == "kl_std"
     assert rows.spread_of("trace_hutchinson") is None  # already a standard error
+    assert rows.error_column("adaptive_trace") == "adaptive_trace_se" and rows.spread_of("adaptive_trace") is None
+    assert rows.error_column("adaptive_trace_layer0") == "adaptive_trace_layer0_se"
     assert rows.spread_of("finetune_task-5") == "seeds"
     assert rows.spread_of("lookup_C") == "seeds"
     assert rows.spread_of("loss") == "subsets"

@@ -7,7 +7,8 @@ means is decided once.
 A quantity ``key`` may have an error column beside it, ``error_column(key)``:
 
 * ``<key>_se`` — the standard error of the estimate itself: the trace estimators
-  (``trace_fisher``, ``trace_hutchinson``, ``trace_embedded``, or a plotted ``trace``);
+  (``trace_fisher``, ``trace_hutchinson``, ``trace_embedded``, ``adaptive_trace``, or a
+  plotted ``trace``);
 * ``<key>_std`` — the standard deviation of the values the quantity averages: over the
   seeds for ``probe_*`` / ``finetune_*`` / ``lookup_*`` (accuracies in [0, 1]), over the
   held-out subsets for ``loss`` / ``kl`` (``spread_of(key)`` says which).
@@ -26,7 +27,7 @@ NATS_KEYS = frozenset({"loss", "kl", "entropy", "embedded_loss", "train_loss"})
 
 
 def _is_trace(key: str) -> bool:
-    return key == "trace" or key.startswith("trace_")
+    return key == "trace" or key.startswith(("trace_", "adaptive_trace"))
 
 
 def error_column(key: str) -> str:

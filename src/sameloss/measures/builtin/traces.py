@@ -29,8 +29,8 @@ class Traces(Measure):
             raise UserError(f"unknown trace estimator {bad[0]!r}; choose from {', '.join(TRACES)}")
         if spec.trace_by not in (None, "block"):
             raise UserError(f"--trace-by must be 'block', got {spec.trace_by!r}")
-        if spec.trace_by and not spec.traces:
-            raise UserError("--trace-by block needs a --trace estimator to split")
+        if spec.trace_by and not (spec.traces or {"adaptive_trace", "weight_norms"} & set(spec.extra)):
+            raise UserError("--trace-by block needs a --trace estimator (or --adaptive-trace, --weight-norms) to split")
         if "hutchpp" in spec.traces and spec.n_probes < 3:
             raise UserError(f"Hutch++ needs at least 3 products (--probes), got {spec.n_probes}")
 

@@ -1,9 +1,9 @@
 """How flat is a trained MLM? Curvature of its pre-training loss (paper §3–4, App. B.1).
 
-The paper's flatness measure is the trace of the Hessian of the MLM loss. Five views are
+The paper's flatness measure is the trace of the Hessian of the MLM loss. Six views are
 offered, each a function ``(model, language, ...) -> CurvatureResult`` (the fixed batch
 of ``trace_hutchinson`` and ``top_eigenvalue`` is a ``FixedBatch``, the contexts of
-``trace_fisher`` a ``FisherContexts``):
+``trace_fisher`` and ``adaptive_trace`` a ``FisherContexts``):
 
 ``trace_fisher``
     The paper's estimator (App. B.1). Near saturation the model's conditional equals the
@@ -12,6 +12,12 @@ of ``trace_hutchinson`` and ``top_eigenvalue`` is a ``FixedBatch``, the contexts
     language, labels *sampled from the model*. Every term is a squared norm, so the
     estimate is positive and its relative variance small. Away from saturation it
     measures the trace of the Fisher (Gauss–Newton) matrix, not of the Hessian.
+``adaptive_trace``
+    ``tr(T F T)`` with ``T = diag(|θ|)``: the Fisher trace of the weight-scaled gradients
+    ``|θ| ⊙ ∇_θ log f_θ(x₋ₜ)_y``, on ``trace_fisher``'s contexts and labels — the
+    second-order average-case adaptive sharpness (Kwon et al. 2021; Andriushchenko et al.
+    2023), which a function-preserving rescaling of the weights leaves unchanged while the
+    trace moves (``adaptive.py``).
 ``trace_hutchinson``
     ``E_v vᵀ∇²L v`` with Rademacher (or Gaussian) probes on the loss of a fixed batch with
     its *true* tokens — what the authors' released script computes. Exact in
@@ -83,8 +89,8 @@ paper's 50 labels per context, and about 10× faster with 2: its variance is mos
 spread between contexts, so labels beyond a few per context buy little.
 
 Layout: ``base`` (results, parameter blocks, batches), ``operators``, ``estimators``,
-``fisher`` (the paper's estimator), ``hessian`` (the fixed-batch measures: Hutchinson, top
-eigenvalue, SAM sharpness). The arithmetic the training-time flatness penalty shares with
+``fisher`` (the paper's estimator), ``adaptive`` (the same on weight-scaled gradients),
+``hessian`` (the fixed-batch measures: Hutchinson, top eigenvalue, SAM sharpness). The arithmetic the training-time flatness penalty shares with
 them lives below, in ``models``: ``derivatives`` (parameter selection, measuring mode,
 engines), ``label_gradients`` (``fisher_label_values``) and ``hessian_products``
 (``LossHessian``, the probes).
@@ -101,6 +107,7 @@ from .base import (
     sample_contexts,
     select_parameters,
 )
+from .adaptive import adaptive_trace
 from .estimators import LanczosResult, TraceEstimate, hutchinson_trace, hutchpp_trace, lanczos_top_eigenvalue
 from .fisher import FisherContexts, trace_fisher
 from .hessian import FixedBatch, sam_sharpness, top_eigenvalue, trace_hessian_gap, trace_hutchinson
@@ -110,6 +117,7 @@ __all__ = [
     "Blocks",
     "CurvatureResult",
     "TraceEstimate",
+    "adaptive_trace",
     "block_name",
     "hutchpp_trace",
     "parameter_blocks",

@@ -45,7 +45,7 @@ from ...training.data import MaskedBatch
 # that sizes its work to the device divides the memory it may use by this.
 ALLOCATOR_SLACK = 1.5
 
-MEASURES = ("trace_fisher", "trace_hutchinson", "trace_hutchpp", "top_eigenvalue", "sam_sharpness")
+MEASURES = ("trace_fisher", "trace_hutchinson", "trace_hutchpp", "top_eigenvalue", "sam_sharpness", "adaptive_trace")
 
 # the settings of ``sameloss measure`` (``MeasureSpec``) and of the measures' defaults
 DEFAULTS: dict[str, dict] = {
@@ -57,6 +57,8 @@ DEFAULTS: dict[str, dict] = {
                       "micro_batch": None},
     "top_eigenvalue": {"n_sentences": 1024, "max_iter": 100, "basis_size": 20, "micro_batch": None},
     "sam_sharpness": {"n_sentences": 1024},
+    "adaptive_trace": {"n_labels": 50, "block_size": 256, "max_chunk_bytes": 2**27, "by_block": False,
+                       "hooks": True},
 }
 
 
@@ -304,6 +306,15 @@ def peak_bytes(measure: str, model_config, settings: dict | None = None, legacy:
     elif measure == "sam_sharpness":
         batch = stand_in_batch(model_config, s["n_sentences"])
         parts["working"] = _working_peak(lambda: sam_sharpness(model, None, batch=batch))
+    elif measure == "adaptive_trace":  # as the Fisher trace: one block of contexts
+        from .adaptive import adaptive_trace
+
+        contexts = FisherContexts(batch=stand_in_batch(model_config, s["block_size"]), block_size=s["block_size"],
+                                  max_chunk_bytes=s["max_chunk_bytes"], hooks=s["hooks"])
+        parts["working"] = _fisher_working_peak(lambda: adaptive_trace(
+            model, None, contexts, n_labels=s["n_labels"], by_block=s["by_block"]),
+            slots=_label_slots(model, s["n_labels"]))
+        notes.append("labels: as many distinct ones per context as the vocabulary and n_labels allow")
     else:  # trace_fisher: one block of contexts is the steady state
         contexts = FisherContexts(batch=stand_in_batch(model_config, s["block_size"]), block_size=s["block_size"],
                                   max_chunk_bytes=s["max_chunk_bytes"], ghost_norms=s["ghost_norms"])
