@@ -55,9 +55,27 @@ from .report import finished_studies, replication_section  # noqa: E402
 from .study import (all_seeds, base_run, fork_run, headroom_gate, large_shape, runs, seed_result,  # noqa: E402
                     seed_study, study_seeds, units)
 
-# the study across the registered languages (``across``): its design pinned there, its languages
-# read from ``languages/registered/`` when the recipe is imported
-PRESETS["languages"] = languages_preset()
+
+
+class _Presets(dict):
+    """The scales' presets, the study across the registered languages (``across``) built when it
+    is first asked for: its languages are read from ``languages/registered/``, so a damaged record
+    stops that scale alone, not every isoloss command."""
+
+    def __missing__(self, scale: str):
+        if scale != "languages":
+            raise KeyError(scale)
+        self[scale] = languages_preset()
+        return self[scale]
+
+    def __contains__(self, scale) -> bool:
+        return scale == "languages" or super().__contains__(scale)
+
+    def __iter__(self):
+        return iter([*super().__iter__(), *(() if super().__contains__("languages") else ("languages",))])
+
+
+PRESETS = _Presets(PRESETS)
 
 __all__ = ["CLAIMS", "COMPARISONS", "CONTROLS", "DEFAULT_TASKS", "EMBED_KL_TOLERANCE", "ENDPOINTS", "FLATNESS_TINY",
            "HALF_BATCH", "LANGUAGES_PLAN", "MEASURED", "MEASURED_RUNTIMES", "NOREG", "PILOT_SEEDS", "PRESETS",

@@ -84,15 +84,14 @@ def language_report(records, p: IsolossPreset) -> tuple[Section, Section, dict]:
     comparisons = {c.name: c for c in (*p.comparisons, HALF_BATCH)}
     section.text.append(design_text(p, seeds, gate_text, ok))
     accuracies = [(f"{v}_{m}_n{n}", f"probe {v} {m} n={n}") for v, m in ENDPOINTS for n in p.probes.sizes]
-    extra = [k for k in EXTRA_QUANTITIES if rows and all(k in r and r[k] not in (None, "") for r in rows)]
-    quantities = [key for key, _ in accuracies] + ["trace_fisher", *extra]
+    quantities = [key for key, _ in accuracies] + ["trace_fisher"]
     pairs = paired.estimate_pairs(rows, tests, quantities, design)
     diffs = paired.differences(pairs, tests, accuracies, p.primary_key, design)
     points = point_names(p)
     half_tests = [(HALF_BATCH, pt) for pt in points]
     half = paired.differences(paired.estimate_pairs(rows, half_tests, [p.primary_key, "trace_fisher"], design),
                               half_tests, [(p.primary_key, "primary probe")], p.primary_key, design)
-    flat = flatness(section, p, pairs, design, points)
+    flat = flatness(section, p, rows, design, points)
     verdict_table(lead, p, diffs, seeds, ok)
     decided(lead, p, diffs, pairs, flat)
     margins_table(section, comparisons, [f"{c.name} @ {pt}" for c, pt in tests], p.claims)
@@ -115,18 +114,23 @@ def language_report(records, p: IsolossPreset) -> tuple[Section, Section, dict]:
                            "tests": [f"{c.name} @ {pt}" for c, pt in tests]}
 
 
-def flatness(section: Section, p: IsolossPreset, pairs: list[dict], design: paired.Design,
+def flatness(section: Section, p: IsolossPreset, rows: list[dict], design: paired.Design,
              points: list[str]) -> dict:
     """Flatness by assigned arm (``stats.dose_response``): the trend over λ and the Wald ratio
-    per fork point, the change each arm achieved; their tables (``report.flatness_tables``)."""
+    per fork point, the change each arm achieved — in the trace, and in the weight norm and the
+    adaptive trace where the arms and AdamW measured them —; their tables
+    (``report.flatness_tables``)."""
     arms = [c for c in p.comparisons if c.recipe in flatness_forks(p) and c.reference == "adamw"]
-    tests = p.tests()
-    at = [pt for pt in points if any((c, pt) in tests for c in arms)]
-    if not arms or not at:
+    tests = [(c, pt) for c, pt in p.tests() if c in arms]
+    at = [pt for pt in points if any(pt == x for _, x in tests)]
+    if not tests:
         return {"trend": [], "changes": [], "points": []}
+    mine = [r for r in rows if r["fork"] in {"adamw", *flatness_forks(p)}]
+    extra = [k for k in EXTRA_QUANTITIES if all(r.get(k) not in (None, "") for r in mine)]
+    pairs = paired.estimate_pairs(rows, tests, [p.primary_key, "trace_fisher", *extra], design)
     margin = max(c.margin for c in arms)
-    trend, changes, every = dose_response(pairs, [c for c in arms if any((c, pt) in tests for pt in at)], at,
-                                          p.primary_key, design, flatness_weights(p), margin)
+    trend, changes, every = dose_response(pairs, list(dict.fromkeys(c for c, _ in tests)), at, p.primary_key,
+                                          design, flatness_weights(p), margin)
     flatness_tables(section, trend, changes, every)
     return {"trend": trend, "changes": changes, "points": every}
 

@@ -27,7 +27,8 @@ NOREG = (("model.dropout", 0.0), ("optim.weight_decay", 0.0))
 # paper's AdamW probe only (the convex probe on 8 × 64 features costs most of the time)
 ENDPOINTS = (("pos", "lbfgs"), ("pos", "adamw"), ("all", "adamw"))
 # the measured columns of a model's row besides its probes
-MEASURED = ("trace_fisher", "trace_fisher_se", "parameters", "measure_seconds")
+MEASURED = ("trace_fisher", "trace_fisher_se", "parameters", "measure_seconds", "weight_norm_sq",
+            "weight_norm_sq_layernorm", "adaptive_trace", "adaptive_trace_se")
 # the tolerance of "exactly the base's function" at a size fork's start
 EMBED_KL_TOLERANCE = 1e-6
 

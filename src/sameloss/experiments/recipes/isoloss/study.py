@@ -15,7 +15,7 @@ from ...engine.declare import (Checkpoint, CostPart, Embedded, Gate, Measure, Re
     seed_unit, tags)
 from ...engine import layout
 from ...engine.walk import eval_history
-from .design import EMBED_KL_TOLERANCE, MEASURED, Fork, IsolossPreset, forks_of, language_studies
+from .design import EMBED_KL_TOLERANCE, MEASURED, Fork, IsolossPreset, flatness_forks, forks_of, language_studies
 
 
 # ---- runs ---------------------------------------------------------------------------------
@@ -88,6 +88,21 @@ def _probe_spec(p: IsolossPreset, seed: int) -> MeasureSpec:
     """The measures of a measured checkpoint: the Fisher trace and the few-shot probes (its
     KL is the run's own evaluation at the candidate: no second evaluation)."""
     return dataclasses.replace(measure_spec(p, (), seed), loss=False, probe=(), fewshot=p.fewshot(seed))
+
+
+# the guards of the flatness arms (and of their AdamW reference): "flatter" is not a rescaling of
+# the weights when the weight norm and the reparametrisation-invariant adaptive trace move with it
+RESCALING = {"weight_norms": {}, "adaptive_trace": {}}
+
+
+def _arm_spec(p: IsolossPreset, seed: int, fork: Fork) -> MeasureSpec:
+    """A measured checkpoint's spec: ``_probe_spec``, and for a flatness arm and the AdamW fork it
+    is compared with, the weight norms and the adaptive trace beside the trace."""
+    spec = _probe_spec(p, seed)
+    arms = flatness_forks(p)
+    if arms and (fork.name in arms or fork.name == "adamw"):
+        return dataclasses.replace(spec, extra={**spec.extra, **RESCALING})
+    return spec
 
 
 def _fewshot_spec(p: IsolossPreset, seed: int) -> MeasureSpec:
@@ -217,7 +232,8 @@ def probe_measures(p: IsolossPreset, seed: int, point: str, fork: Fork, spec: Ru
         extra = () if big is None else (Measure(Embedded(ck, width_factor=big.width_factor,
                                                          extra_layers=big.extra_layers), _trace_spec(p, seed), cost,
                                                 tags=_tags(p, seed, role="probe-embedded", **at)),)
-        out.append((step, (Measure(ck, _probe_spec(p, seed), cost, tags=_tags(p, seed, role="probe", **at)), *extra)))
+        out.append((step, (Measure(ck, _arm_spec(p, seed, fork), cost, tags=_tags(p, seed, role="probe", **at)),
+                           *extra)))
     return out
 
 
