@@ -44,6 +44,10 @@ def report(records, p: IsolossPreset) -> list[Section]:
         sections.append(section)
         outcomes.append(outcome)
     rep = replication_section(outcomes)
+    from .across import gate_selection
+
+    rep.text.append("The seeds each language ran, and what its gate admitted: "
+                    + "; ".join(gate_selection(p.replicate, len(p.seeds))) + ".")
     return [rep, *leads, *sections]
 
 

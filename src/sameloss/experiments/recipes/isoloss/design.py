@@ -384,10 +384,11 @@ HALF_BATCH = Comparison("half-batch", "noreg-half", "noreg", +1, "a half-size up
                         margin_source="not in the paper (SAM's batch control): SAM's margin")
 
 # The pilot that measures the designs' prior paired SDs (``sameloss reproduce isoloss --scale pilot``):
-# tiny's schedule, every fork, 5 checkpoints each, on seeds 900-907 — disjoint from every scale's
-# seeds, so no study re-runs the seeds whose spread planned it
-PILOT_SEEDS = tuple(range(900, 908))
-PRIOR_SOURCE = ("the pilot (`sameloss reproduce isoloss --scale pilot`: seeds 900–907 of the HMM headroom language, "
+# tiny's schedule, every fork of a claim and of the other comparisons (the flattening arms late only:
+# from scratch they are no test of the design's), 5 checkpoints each, on seeds 900-905 — disjoint from
+# every scale's seeds, so no study re-runs the seeds whose spread planned it
+PILOT_SEEDS = tuple(range(900, 906))
+PRIOR_SOURCE = ("the pilot (`sameloss reproduce isoloss --scale pilot`: seeds 900–905 of the HMM headroom language, "
                 "every fork, 5 checkpoints each; docs/results/isoloss.md)")
 # that pilot's effective paired SDs of the primary accuracy (points) at the target KL
 PRIOR_SDS = (
@@ -521,7 +522,9 @@ PRESETS: dict[str, IsolossPreset] = {
     # the full study: tiny's design cut to what 180 minutes on 2 cores decide, claims first (``TINY_PLAN``)
     "tiny": planned("tiny", TINY_DESIGN, TINY_PLAN, TINY_LEFT, TINY_BUDGET_MINUTES),
     "pilot": _preset("tiny", **{**_TINY, "seeds": PILOT_SEEDS,
-                                "schedule": dataclasses.replace(_TINY["schedule"], probe_points=5)}),
+                                "schedule": dataclasses.replace(_TINY["schedule"], probe_points=5),
+                                "forks": tuple(dataclasses.replace(f, late_only=True) if f.name in ("flat", "flatter")
+                                               else f for f in _TINY["forks"])}),
     "small": _preset(
         "small", seeds=tuple(range(8)), base_steps=20_000, fork_points=(20_000, 0),
         schedule=ForkSchedule(recipe_steps=2000, decay_steps=2000, final_lr_factor=0.05, final_steps=3000,
