@@ -574,3 +574,33 @@ def test_the_answer_is_one_sentence_then_the_claims_decided_after_holm():
     diffs[3] = dict(diffs[3], decided=False, after_holm="does not survive")
     lines = answer(p, diffs, decided(Section("x", lead=True), p, diffs, [], flat), [], flat)
     assert lines[1].startswith("**Decided 2 of 4 claims**") and "before Holm, not after" in lines[0]
+
+
+def test_the_flatness_arms_measure_and_report_the_rescaling_guards():
+    """At tiny the flatness arms and AdamW measure the weight norms and the adaptive trace beside
+    the trace (the other forks do not); their change at the target KL is in the arms' table, next
+    to the trace's, so that a lower trace is not a rescaling of the weights alone."""
+    from sameloss.experiments.recipes.isoloss.analysis import flatness
+    from sameloss.experiments.recipes.isoloss.study import RESCALING, _arm_spec
+
+    p = isoloss.PRESETS["tiny"]
+    forks = {f.name: f for f in p.forks}
+    for name in ("adamw", "flat", "sharp"):
+        assert set(RESCALING) <= set(_arm_spec(p, 0, forks[name]).extra), name
+    assert not set(RESCALING) & set(_arm_spec(p, 0, forks["noreg"]).extra)
+    assert not _arm_spec(isoloss.PRESETS["smoke"], 0, forks["adamw"]).extra  # smoke: off (its numbers are pinned)
+    rows = []
+    for seed in range(4):
+        for fork, scale in (("adamw", 1.0), ("flat", 0.7), ("sharp", 1.3)):
+            for i, kl in enumerate((0.010, 0.009, 0.008)):
+                rows.append({"seed": seed, "point": "late", "fork": fork, "kl": kl + 1e-5 * seed, "model": f"{fork}{i}",
+                             "run": f"r-{fork}", "step": i, p.primary_key: 0.8, "trace_fisher": 10.0 * scale,
+                             "weight_norm_sq": 50.0 * (1 + 0.01 * seed), "adaptive_trace": 4.0 * scale})
+    section = Section("")
+    flat = flatness(section, p, rows, p.design(), ["late"])
+    arms = {c["fork"]: c for c in flat["changes"]}
+    assert arms["flat"]["trace_change"] == pytest.approx(-0.3) and arms["flat"]["adaptive_trace_change"] == \
+        pytest.approx(-0.3)
+    assert arms["sharp"]["weight_norm_sq_change"] == pytest.approx(0.0, abs=1e-12)
+    headers = [c.header for c in section.tables[0].columns]
+    assert "weight norm² change (%) [95%]" in headers and "adaptive trace change (%) [95%]" in headers

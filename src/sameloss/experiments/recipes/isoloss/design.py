@@ -92,6 +92,9 @@ class IsolossPreset(Preset):
     # power after Holm (``CLAIMS``; those the scale lacks are left out); the other comparisons are a
     # family of their own
     claims: tuple[str, ...] = ()
+    # the flatness arms and AdamW measure the weight norms and the adaptive trace beside the trace
+    # (``study.RESCALING``: "flatter" is not a rescaling); off at smoke, whose numbers are pinned
+    rescaling: bool = True
 
     def __post_init__(self):
         super().__post_init__()
@@ -513,7 +516,7 @@ SMOKE_DESIGN = dict(
     forks=_forks(20, flatness={"sharp": -1e-3}),
     probes=Probes(sizes=(8, 16), subsets=(3, 3), pool=40, test=64, epochs=3, l2=0.1, primary_size=16),
     kl_tolerance=10.0, verdicts=VerdictRules(extrapolation_limit=math.inf, headroom_margin=0.0, on_no_headroom="mark"),
-    adversary=Adversary(batch_size=32, pool_size=256))
+    adversary=Adversary(batch_size=32, pool_size=256), rescaling=False)
 
 PRESETS: dict[str, IsolossPreset] = {
     "smoke": _preset("smoke", **SMOKE_DESIGN),

@@ -100,7 +100,7 @@ def _arm_spec(p: IsolossPreset, seed: int, fork: Fork) -> MeasureSpec:
     is compared with, the weight norms and the adaptive trace beside the trace."""
     spec = _probe_spec(p, seed)
     arms = flatness_forks(p)
-    if arms and (fork.name in arms or fork.name == "adamw"):
+    if p.rescaling and arms and (fork.name in arms or fork.name == "adamw"):
         return dataclasses.replace(spec, extra={**spec.extra, **RESCALING})
     return spec
 
