@@ -169,7 +169,7 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
                 y = np.array([float(r[col]) for r in of[f]])
                 want = np.polyval(np.polyfit(kl[f], y, 1), target) if np.ptp(kl[f]) > 0 else y.mean()
                 assert float(pr[f"{side}_{q}"]) == pytest.approx(want, rel=1e-9, abs=1e-12), (pr["test"], side, q)
-        assert pr["used"] == "True"  # smoke's limit (inf nats) uses every pair
+        assert pr["used"] == "True"  # smoke's limit (1 nat) uses every pair
         lev = sum(1 / len(kl[f]) + (target - kl[f].mean()) ** 2 / ((kl[f] - kl[f].mean()) ** 2).sum() for f in kl)
         assert float(pr["leverage"]) == pytest.approx(lev, rel=1e-9)
     # each difference is the weighted estimate over the used pairs (from pairs.csv alone)

@@ -7,7 +7,6 @@ language itself: ``language.py``). Everything here is fixed before any data."""
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -515,7 +514,7 @@ SMOKE_DESIGN = dict(
     # dear, sharp and flat together made the smoke study 50 % longer (+18 % with sharp alone)
     forks=_forks(20, flatness={"sharp": -1e-3}),
     probes=Probes(sizes=(8, 16), subsets=(3, 3), pool=40, test=64, epochs=3, l2=0.1, primary_size=16),
-    kl_tolerance=10.0, verdicts=VerdictRules(extrapolation_limit=math.inf, headroom_margin=0.0, on_no_headroom="mark"),
+    kl_tolerance=10.0, verdicts=VerdictRules(extrapolation_limit=1.0, headroom_margin=0.0, on_no_headroom="mark"),
     adversary=Adversary(batch_size=32, pool_size=256), rescaling=False)
 
 PRESETS: dict[str, IsolossPreset] = {

@@ -45,6 +45,10 @@ def _labels(p: IsolossPreset) -> dict[str, str]:
     return {f.name: f.label for f in p.forks}
 
 
+def _points_word(m: float) -> str:
+    return "point" if m == 1 else "points"
+
+
 def _points(p: IsolossPreset) -> list[str]:
     return [p.point_name(k) for k in sorted(p.fork_points, reverse=True)]
 
@@ -66,7 +70,8 @@ def _forest(records, section: Section, p: IsolossPreset, diffs: list[dict], seed
     for r in primary:
         by_margin.setdefault(float(r["margin"]), []).append(r["comparison"])
     margins = sorted(by_margin, reverse=True)
-    margin = tuple(Ref(s * m, (f"±δ = {m:g} points ({', '.join(dict.fromkeys(by_margin[m]))})" if s > 0 else ""),
+    margin = tuple(Ref(s * m, (f"±δ = {m:g} {_points_word(m)} ({', '.join(dict.fromkeys(by_margin[m]))})" if s > 0
+                               else ""),
                        axis="x", color=str(0.35 + 0.2 * i), style="--")
                    for i, m in enumerate(margins) for s in (-1, 1))
     interval = "95 % t interval over the seeds' pairs, each fork estimated at the pair's target KL"
@@ -80,7 +85,7 @@ def _forest(records, section: Section, p: IsolossPreset, diffs: list[dict], seed
               "KL of (a) the primary probe accuracy (points) and (b) the trace of Hessian (Fisher estimator); a "
               "solid line at 0 (no difference), a light band over ± the row's minimum detectable effect (80 % "
               "power), in (a) dashed lines at ± each claim's margin δ ("
-              + "; ".join(f"{m:g} points: {', '.join(dict.fromkeys(by_margin[m]))}" for m in margins) + ")",
+              + "; ".join(f"{m:g} {_points_word(m)}: {', '.join(dict.fromkeys(by_margin[m]))}" for m in margins) + ")",
         sample=f"{len(seeds)} seeds; per row the pairs used (n in the row's name: every pair unless a fork's "
                f"estimate lies more than {p.verdicts.extrapolation_limit:.1e} nats outside its measured KL range)",
         claim="training recipes change downstream accuracy and the trace at the same pre-training loss, with the "
