@@ -281,14 +281,19 @@ def _language(p: IsolossPreset) -> tuple[str, str, str]:
 # AdamW fork's longer stretch. Calibrated at tiny only: another model size has another trace
 # scale, so small and paper leave them out until calibrated there.
 FLATNESS_TINY = {"sharp": -1e-4, "flat": 2e-4, "flatter": 3e-4}
+# The forks whose target must lie outside their measured KL range in many pairs (the pilot:
+# scripts/isoloss_priors.py), measured at 5 checkpoints of their stretch instead of 3 — enough to
+# test their line for curvature; the others at the schedule's 3
+CHECKPOINTS: dict[str, int] = {}
 
 
 def _forks(long_steps: int, short_final: int | None = None, *, sam02: bool = True, width_factor: int = 2,
            extra_layers: int = 1, adv_late_only: bool = False, stretch: dict[str, int] | None = None,
-           flatness: dict[str, float] | None = None) -> tuple[Fork, ...]:
+           flatness: dict[str, float] | None = None, checkpoints: dict[str, int] | None = None) -> tuple[Fork, ...]:
     """The forks; ``stretch``: a fork's own steps at the final lr (``final_steps``) by name
     (``STRETCH``), ``short_final`` the short fork's; ``flatness``: the flatness forks' λ by
-    name (``FLATNESS_TINY``)."""
+    name (``FLATNESS_TINY``); ``checkpoints``: a fork's own measured checkpoints by name
+    (``CHECKPOINTS``)."""
     large = ("2× wider and one more block" if (width_factor, extra_layers) == (2, 1)
              else f"{width_factor}× wider and {extra_layers} more blocks" if width_factor > 1
              else f"{extra_layers} more blocks")
@@ -306,7 +311,9 @@ def _forks(long_steps: int, short_final: int | None = None, *, sam02: bool = Tru
              *(Fork(name, f"trace penalty λ {weight:g}" + (" (sharpens)" if weight < 0 else ""),
                     (("flatness.weight", weight), ("flatness.measure", "fisher")), late_only=weight < 0)
                for name, weight in (flatness or {}).items()))
-    return tuple(dataclasses.replace(f, final_steps=stretch[f.name]) if f.name in (stretch or {}) else f
+    forks = tuple(dataclasses.replace(f, final_steps=stretch[f.name]) if f.name in (stretch or {}) else f
+                  for f in forks)
+    return tuple(dataclasses.replace(f, checkpoints=checkpoints[f.name]) if f.name in (checkpoints or {}) else f
                  for f in forks)
 
 
@@ -436,7 +443,7 @@ _TINY = dict(
     schedule=ForkSchedule(recipe_steps=100, decay_steps=200, final_lr_factor=0.05, final_steps=300, match_every=20),
     eval_sentences=4000,
     forks=_forks(400, sam02=False, width_factor=1, extra_layers=2, adv_late_only=True, stretch=stretches(300),
-                 flatness=FLATNESS_TINY),
+                 flatness=FLATNESS_TINY, checkpoints=CHECKPOINTS),
     probes=Probes(sizes=(50, 200, 1000), subsets=(20, 40, 10), pool=2000, test=20_000, epochs=50, l2=1e-2,
                   primary_size=200),
     kl_tolerance=3e-4, verdicts=VerdictRules(extrapolation_limit=LIMIT_TINY),
