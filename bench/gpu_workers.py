@@ -35,7 +35,7 @@ def steps_per_seed() -> float:
 
     p = PRESETS["tiny"]
     one = dataclasses.replace(p, seeds=p.seeds[:2], replicate=(),
-                              seed_design=dataclasses.replace(p.seed_design, pilot_seeds=0, budget_minutes=None))
+                              seed_design=dataclasses.replace(p.seed_design, plan=(), left=()))
     planned = dry_plan("isoloss", "tiny", preset=one)
     return sum(r.config.steps - r.start_step for r in planned.runs) / len(one.seeds)
 

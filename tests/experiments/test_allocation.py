@@ -1,206 +1,130 @@
-"""Seeds where the answer is open (issue 35): the seeds an MDE target needs against brute
-force, the plan from a pilot (exempt, degenerate and capped comparisons), a budget's cut, and
-an adaptive isoloss study end to end — its pilot first (also when a shard asks for a later
-seed), later seeds running only the forks still short, the plan kept in allocation.json."""
+"""The claims-first design rule of every scale: the seeds that decide a claim against brute
+force and simulation, the plan of a budget against brute force over the claims it could keep,
+``--budget`` choosing again by the same rule, and a study's seeds disjoint from the pilot's."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
+import itertools
 import math
 
+import numpy as np
 import pytest
 
 from sameloss.cli import main
-from sameloss.errors import UserError
-from sameloss.experiments import Job, Options, reproduce
-from sameloss.experiments.stats.allocation import afford, allocate, needed_seeds, pooled_forecast
 from sameloss.experiments.recipes import isoloss
-from sameloss.experiments.stats.pooling import pooled_mde
-from sameloss.experiments.stats.inference import minimum_detectable_effect, stein_mde
-
-from .test_isoloss import read
+from sameloss.experiments.stats.allocation import ClaimSpec, decide_power, plan_design, seeds_to_decide
+from sameloss.experiments.stats.inference import paired_difference, t_test_power, tost_power
 
 
-@pytest.mark.parametrize("sd", [0.1, 0.3, 0.5, 0.9, 1.7])
-@pytest.mark.parametrize("start", [2, 6])
-def test_needed_seeds_is_the_fewest_that_reach_the_target(sd, start):
-    n = needed_seeds(sd, 0.35, start=start)
-    brute = next(k for k in range(start, 2000) if minimum_detectable_effect(sd, k) <= 0.35)
-    assert n == brute
-    # planned for Stein's two-stage test (the spread is the pilot's, on its k − 1 degrees of freedom)
-    stein = needed_seeds(sd, 0.35, start=start, pilot=start)
-    assert stein == next(k for k in range(start, 5000) if stein_mde(sd, k, start) <= 0.35) >= n
-    assert needed_seeds(math.nan, 0.35) is None and needed_seeds(0.0, 0.35) is None
-    assert needed_seeds(50.0, 0.35, limit=100) is None  # beyond the limit: not reachable
+@pytest.mark.parametrize("sd", [0.3, 0.55, 0.9])
+@pytest.mark.parametrize("languages", [1, 3])
+def test_seeds_to_decide_is_the_fewest_that_decide_either_way(sd, languages):
+    c = ClaimSpec("x @ late", sd, margin=1.0, effect=1.0)
+    alpha = 0.05 / 5
+    n = seeds_to_decide(c, alpha, languages, start=3)
+
+    def ok(k):
+        se, df = sd / math.sqrt(languages * k), languages * (k - 1)
+        return t_test_power(1.0 / se, df, 1 - alpha) >= 0.8 and tost_power(1.0, se, df, alpha) >= 0.8
+
+    assert n == next(k for k in range(3, 500) if ok(k))
+    # a positive control is planned to detect its effect only
+    control = ClaimSpec("adv @ late", 2.2, margin=1.0, effect=5.5, control=True)
+    k = seeds_to_decide(control, alpha, start=2)
+    assert decide_power(control, k, alpha)[0] >= 0.8 > decide_power(control, k - 1, alpha)[0]
+    # a comparison not pooled across languages is planned per language
+    unpooled = dataclasses.replace(c, pooled=False)
+    assert seeds_to_decide(unpooled, alpha, languages) == seeds_to_decide(c, alpha, 1)
+    assert seeds_to_decide(ClaimSpec("y @ late", math.nan, 1.0, 1.0), alpha) is None
+    assert seeds_to_decide(ClaimSpec("z @ late", 50.0, 1.0, 1.0), alpha, cap=40) is None
 
 
-def test_the_plan_from_the_pilot():
-    sds = {"a @ late": 0.3, "b @ late": 0.8, "adv @ late": 2.0, "c @ late": 0.0, "d @ late": math.nan,
-           "e @ scratch": 5.0, "f @ late": 0.3}
-    family = ("a @ late", "b @ late", "adv @ late", "c @ late", "d @ late", "e @ scratch")
-    alloc = allocate(sds, pilot=6, cap=40, target=0.35, exempt=("adv",), family=family)
-    # planned for the power after Holm: Stein's test at α/m, m = the family's 6 tests (adv counted)
-    assert alloc.level == pytest.approx(1 - 0.05 / 6)
-    assert alloc.planned["a @ late"] == needed_seeds(0.3, 0.35, 6, level=1 - 0.05 / 6, pilot=6) == 20
-    assert needed_seeds(0.3, 0.35, 6, pilot=6) == 9  # at α = 0.05 it would have planned 9
-    assert alloc.planned["f @ late"] == 6 and alloc.needed["f @ late"] is None  # not a claim: the pilot's seeds
-    assert alloc.planned["b @ late"] == 40 and alloc.needed["b @ late"] > 40  # capped at the study's seeds
-    assert alloc.planned["adv @ late"] == 6 and alloc.needed["adv @ late"] is None  # exempt: the pilot only
-    assert alloc.planned["c @ late"] == 6 and alloc.planned["d @ late"] == 6  # no spread / no pairs: nothing to plan
-    assert alloc.planned["e @ scratch"] == 40
-    # seed i (0-based) runs the tests planned beyond it
-    assert set(alloc.active(6)) == {"a @ late", "b @ late", "e @ scratch"}
-    assert set(alloc.active(20)) == {"b @ late", "e @ scratch"} and alloc.active(40) == []
-    assert alloc.seeds == 40
+def test_the_planned_power_is_what_simulated_studies_decide():
+    """The power a claim is planned with (detect at δ; TOST at 0) against simulated paired
+    studies at its seeds through the study's own verdict arithmetic."""
+    rng = np.random.default_rng(0)
+    c = ClaimSpec("x @ late", 0.6, margin=1.0, effect=1.0)
+    alpha = 0.05 / 4
+    n = seeds_to_decide(c, alpha)
+    detect, null = decide_power(c, n, alpha)
+    hits_detect = hits_null = 0
+    for _ in range(3000):
+        hit = paired_difference(rng.normal(1.0, 0.6, n), n_boot=0)
+        hits_detect += hit.p_value <= alpha
+        hits_null += paired_difference(rng.normal(0.0, 0.6, n), n_boot=0).tost_p(1.0) <= alpha
+    assert hits_detect / 3000 == pytest.approx(detect, abs=0.03)
+    assert hits_null / 3000 == pytest.approx(null, abs=0.06)  # TOST's power with the SD taken as known
 
 
-def test_a_budget_cuts_the_later_seeds():
-    alloc = allocate({"a @ late": 0.3, "b @ late": 0.8}, pilot=4, cap=40, target=0.35, alpha=0.1)
-    cost = {"a @ late": 10.0, "b @ late": 30.0}
+def _costs():
+    """Seconds per seed by test: a base and the forks each test adds (x and y share one)."""
+    forks = {"a @ late": ("x",), "b @ late": ("x", "y"), "c @ scratch": ("z",), "d @ late": ("w",)}
+    price = {"x": 10.0, "y": 10.0, "z": 40.0, "w": 5.0}
 
-    def seed_cost(tests):
-        return 5.0 + sum(cost[t] for t in tests)
-
-    # unlimited: as planned
-    assert afford(alloc, seed_cost, 100.0, 1e9, 2).planned == alloc.planned
-    # 100 s of pilot, then each later seed costs (5 + 10 + 30) / 2 = 22.5 s wall while both run
-    assert alloc.planned["a @ late"] > 7
-    cut = afford(alloc, seed_cost, 100.0, 100.0 + 3 * 22.5, 2)
-    assert cut.planned == {"a @ late": 7, "b @ late": 7} and "buys 7 seeds" in cut.budget_note
-    spent = 100.0 + sum(seed_cost(alloc.active(i)) / 2 for i in range(4, 7))
-    assert spent <= 100.0 + 3 * 22.5 < spent + seed_cost(alloc.active(7)) / 2
-    # a budget the pilot already spends: the pilot's seeds only
-    assert set(afford(alloc, seed_cost, 100.0, 50.0, 2).planned.values()) == {4}
+    def wall(plan: dict[str, int]) -> float:  # one worker: the sum over seeds
+        seeds = max(plan.values(), default=0)
+        return sum(3.0 + sum(price[f] for f in {f for t, n in plan.items() if n > i for f in forks[t]})
+                   for i in range(seeds))
+    return wall
 
 
-def _adaptive(p):
-    """smoke with three seeds, a pilot of two, and every comparison exempt but −dropout−WD
-    (whose target of 0.01 points it cannot reach: it gets every seed), the claims its two tests."""
-    seeds = dataclasses.replace(p.seed_design, pilot_seeds=2, mde_target=0.01,
-                                exempt=tuple(c.name for c in p.comparisons if c.name != "noreg"))
-    return dataclasses.replace(p, seeds=(0, 1, 2), seed_design=seeds, claims=("noreg @ late", "noreg @ scratch"))
+def test_a_budgets_plan_keeps_the_claims_that_fit_against_brute_force():
+    """``plan_design``: the claims it keeps are planned the seeds that decide them at α/m over
+    the kept, its wall fits the budget, and no larger set of claims would; the others get the
+    budget left; a claim left out names its seeds and minutes."""
+    wall = _costs()
+    claims = [ClaimSpec("a @ late", 0.5, 1.0, 1.0), ClaimSpec("b @ late", 0.8, 1.0, 1.0),
+              ClaimSpec("c @ scratch", 0.7, 1.0, 1.0), ClaimSpec("e @ late", math.nan, 1.0, 1.0)]
+    others = [ClaimSpec("d @ late", 0.3, 1.0, 1.0)]
+    for budget in (200.0, 600.0, 1500.0, 1e6):
+        plan = plan_design(claims, others, wall, budget)
+        kept = set(plan.claims)
+        assert plan.wall <= budget or not kept
+        for t in kept:
+            c = next(x for x in claims if x.test == t)
+            assert plan.seeds[t] == seeds_to_decide(c, 0.05 / len(kept))
+        assert plan.left["e @ late"] == "no prior paired SD to plan with"
+        finite = [c for c in claims if math.isfinite(c.sd)]
+        for size in range(len(kept) + 1, len(finite) + 1):  # no larger family fits
+            for sub in itertools.combinations(finite, size):
+                need = {c.test: seeds_to_decide(c, 0.05 / size) for c in sub}
+                assert wall(need) > budget, (budget, [c.test for c in sub])
+        for t, why in plan.left.items():
+            if t != "e @ late":
+                assert "seeds" in why and "min" in why and "beyond the budget" in why
+    big = plan_design(claims, others, wall, 1e6)
+    assert set(big.claims) == {"a @ late", "b @ late", "c @ scratch"} and "d @ late" in big.seeds
 
 
-def test_an_adaptive_study_runs_its_pilot_then_only_the_forks_still_short(tmp_path, monkeypatch):
-    monkeypatch.setitem(isoloss.PRESETS, "smoke", _adaptive(isoloss.PRESETS["smoke"]))
-    # the pilot's spread, as measured, but never 0 for −dropout−WD (at smoke its differences can
-    # all be equal, and a test without spread has nothing to plan with: it would stay at the pilot)
-    from sameloss.experiments.recipes.isoloss import allocation as iso_allocation
+def test_the_scales_designs_are_what_the_rule_chooses_on_seeds_the_pilot_did_not_run():
+    """quick and tiny: the pinned plans are ``choose_design``'s at their budgets with the
+    planner's costs at this project's CPU; every scale's seeds are disjoint from the pilot's,
+    whose spread planned them."""
+    from sameloss.experiments.engine.hardware import REFERENCE_CPU_PEAK
+    from sameloss.experiments.recipes.isoloss.allocation import _unplanned, choose_design, planned_costs
 
-    measured = iso_allocation._pilot_sds
-    monkeypatch.setattr(iso_allocation, "_pilot_sds", lambda p, pilot: {
-        t: (sd if not t.startswith("noreg @") or sd > 0 else 1.0) for t, sd in measured(p, pilot).items()})
-    # allocation.json is written once a call: the pilot's spread and cost with the plan from them
-    from sameloss import files
-
-    written, real_write = [], files.atomic_write_json
-    monkeypatch.setattr(files, "atomic_write_json", lambda path, *a, **k: (
-        written.append(path.name) if str(path).endswith("allocation.json") else None, real_write(path, *a, **k))[1])
-    # a shard asking for a later seed runs the pilot first (the plan needs it)
-    assert reproduce(Job("isoloss", "smoke", out=tmp_path), Options(progress=False, seeds=[2])).name == "isoloss-smoke"
-    assert written == ["allocation.json"]
-    root = tmp_path / "isoloss-smoke"
-    for seed in (0, 1):
-        assert (root / "seeds" / f"seed{seed}" / "runs" / f"hmm-s{seed}-scratch-sam05").exists()
-    # seed 2 ran its base and the forks −dropout−WD is compared with, nothing else
-    assert sorted(d.name for d in (root / "seeds" / "seed2" / "runs").iterdir() if d.is_dir()) == \
-        ["hmm-s2-base", "hmm-s2-late-adamw", "hmm-s2-late-noreg", "hmm-s2-scratch-noreg"]
-    saved = json.loads((root / "allocation.json").read_text())
-    assert saved["allocation"]["pilot"] == 2 and saved["allocation"]["planned"]["noreg @ late"] == 3
-    assert saved["key"]["pilot"] == 2 and set(saved["sds"]) == {f"{c.name} @ {pt}" for c, pt in
-                                                                  isoloss.PRESETS["smoke"].tests()}
-    # the report (reuses every seed): the plan with each comparison's seeds, the tests on them
-    reproduce(Job("isoloss", "smoke", out=tmp_path), Options(progress=False))
-    report = (root / "report.md").read_text()
-    assert "Seeds where the answer is open: a pilot of 2 seeds" in report
-    assert report.split("\n")[2].startswith(("**Decided ", "**No verdict"))  # the answer opens the report
-    allocation = {r["test"]: r for r in read(root / "allocation.csv")}
-    diffs = {f"{r['comparison']} @ {r['point']}": r for r in read(root / "differences.csv")
-             if r["family"] == "primary"}
-    for test, row in allocation.items():
-        want = 3 if test.startswith("noreg @") else 2
-        assert int(row["planned"]) == want == int(row["used"]) == int(diffs[test]["n_used"]), test
-    assert {int(r["seed"]) for r in read(root / "gate.csv")} == {0, 1, 2}
+    full = _unplanned(isoloss.PRESETS["tiny"])
+    costs = planned_costs(full, "cpu", REFERENCE_CPU_PEAK, 2)
+    for plan, left, minutes in ((isoloss.QUICK_PLAN, isoloss.QUICK_LEFT, isoloss.QUICK_BUDGET_MINUTES),
+                                (isoloss.TINY_PLAN, isoloss.TINY_LEFT, isoloss.TINY_BUDGET_MINUTES)):
+        chosen = choose_design(full, costs, 60 * minutes, 2)
+        assert tuple(chosen.seeds.items()) == plan and tuple(chosen.left.items()) == left
+    for scale in ("quick", "tiny", "languages", "smoke"):
+        p = isoloss.PRESETS[scale]
+        assert not set(p.seeds) & set(isoloss.PILOT_SEEDS), scale
+    with pytest.raises(ValueError, match="disjoint"):
+        dataclasses.replace(isoloss.PRESETS["quick"], seeds=(0, 900))
 
 
-def test_the_claims_a_budget_decides_against_brute_force():
-    """``plan_claims``: the largest family whose plan fits, each claim's seeds the fewest that
-    reach the target after Holm over it, and leaving out a claim lowers the others' seeds."""
-    import itertools
-
-    from sameloss.experiments.stats.allocation import fork_seed_cost, plan_claims, plan_cost
-    from sameloss.experiments.stats.inference import t_test_power
-
-    sds = {"a": 0.3, "b": 0.5, "c": 0.9, "d": math.nan}
-    forks = {"a": ("x", "r"), "b": ("y", "r"), "c": ("z", "r"), "d": ("w", "r")}
-    cost = fork_seed_cost({"x": 10.0, "y": 10.0, "z": 20.0, "w": 5.0, "r": 5.0}, forks, base=3.0)
-    assert cost(["a", "b"]) == 3.0 + 10 + 10 + 5  # the shared reference paid once
-    for budget in (200.0, 800.0, 3000.0, 1e6):
-        plan = plan_claims(sds, cost, budget, 0.35, cap=200)
-        m = len(plan.family)
-        for t, n in plan.seeds.items():  # the fewest seeds reaching 80 % at α/m
-            assert n == next(k for k in range(2, 201) if minimum_detectable_effect(
-                sds[t], k, level=1 - 0.05 / m) <= 0.35)
-            assert plan.power[t] == pytest.approx(t_test_power(0.35 * math.sqrt(n) / sds[t], n - 1, 1 - 0.05 / m))
-        assert plan.cost == pytest.approx(plan_cost(plan.seeds, cost)) and (plan.cost <= budget or not plan.family)
-        assert "d" in plan.left_out and plan.left_out["d"] is None  # no prior spread: nothing to plan
-        # no larger family would have fitted (brute force over the subsets)
-        for size in range(m + 1, 4):
-            for sub in itertools.combinations("abc", size):
-                need = {t: next((k for k in range(2, 201) if minimum_detectable_effect(
-                    sds[t], k, level=1 - 0.05 / size) <= 0.35), None) for t in sub}
-                assert None in need.values() or plan_cost(need, cost) > budget, (budget, sub)
-    big, small = plan_claims(sds, cost, 1e6, 0.35, cap=200), plan_claims(sds, cost, 800.0, 0.35, cap=200)
-    assert len(small.family) < len(big.family) and all(small.seeds[t] <= big.seeds[t] for t in small.family)
-
-
-def test_budget_and_even_are_isolosss_and_checked(tmp_path, capsys):
-    with pytest.raises(UserError, match="no pilot"):
-        isoloss.with_budget(isoloss.PRESETS["quick"], 30)
-    tiny = isoloss.PRESETS["tiny"]
-    assert isoloss.with_budget(tiny, 30).seed_design.budget_minutes == 30
-    even = isoloss.with_even(tiny)
-    assert even.seed_design.pilot_seeds == 0 and len(even.seeds) == tiny.seed_design.even_seeds
-    assert isoloss.folder_suffix(even) == "-even"
-    for args, words in ((["reproduce", "steps", "--scale", "smoke", "--budget", "5"], "--budget: steps"),
-                        (["reproduce", "isoloss", "--scale", "smoke", "--budget", "-5"], "--budget"),
-                        (["reproduce", "isoloss", "--scale", "tiny", "--even", "--budget", "5"], "takes no --budget")):
-        try:  # argparse's own refusals exit; sameloss's return 2
-            code = main([*args, "--out", str(tmp_path)])
-        except SystemExit as e:
-            code = e.code
-        assert code == 2
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and words in err[0], err
-    assert not any(tmp_path.iterdir())  # nothing written
-
-
-def test_the_pooled_forecast_plans_languages_and_seeds_from_one_languages_sds():
-    """A study across languages: per test the pooled MDE at each τ, and per number of languages
-    the fewest seeds that reach the target on the test with the largest SD (issue 36)."""
-    sds = {"noreg @ late": 0.5, "size @ late": 0.3, "adv @ late": 9.0}
-    text = pooled_forecast(list(sds), sds, 5, 4, 0.35, "measured", exempt=("adv",), taus=(0.0, 0.1))
-    assert "adv @ late" not in text  # exempt from the plan
-    row = next(line for line in text.splitlines() if line.startswith("noreg @ late"))
-    assert row.split()[-2:] == [f"{pooled_mde(0.5, 0.0, 5, 4):.2f}", f"{pooled_mde(0.5, 0.1, 5, 4):.2f}"]
-    # for 5 languages at τ = 0 the fewest seeds m with pooled_mde(0.5, 0, 5, m) <= 0.35
-    m = next(m for m in range(2, 201) if pooled_mde(0.5, 0.0, 5, m) <= 0.35)
-    assert pooled_mde(0.5, 0.0, 5, m - 1) > 0.35 and f"5 languages: τ=0: {m}," in text
-    assert "on noreg @ late (the largest prior SD)" in text
-    # τ larger than the target's reach: no number of seeds suffices for 3 languages
-    assert "3 languages: τ=0: " in pooled_forecast(["a @ late"], {"a @ late": 0.5}, 3, 4, 0.35, "m", taus=(0.0, 1.0))
-    assert "τ=1: >200" in pooled_forecast(["a @ late"], {"a @ late": 0.5}, 3, 4, 0.35, "m", taus=(0.0, 1.0))
-    # no prior SDs: one line saying so, not a table of blanks
-    assert "no prior paired SDs" in pooled_forecast(list(sds), {}, 5, 4, 0.35, "none")
-
-
-def test_an_unreadable_recorded_allocation_is_one_line_naming_the_file(tmp_path):
-    from sameloss.experiments.engine.walk import Setup
-    from sameloss.experiments.recipes.isoloss.allocation import _allocation_key, recorded_allocation
-
-    p = isoloss.PRESETS["tiny"]
-    (tmp_path / "allocation.json").write_text(json.dumps({"key": _allocation_key(p), "sds": {}, "costs": [],
-                                                          "pilot_wall": 0.0, "allocation": {"pilot": 3}}))
-    with pytest.raises(UserError, match="allocation.json: its allocation cannot be read"):
-        recorded_allocation(Setup(tmp_path, 0, print), p)
+def test_budget_chooses_again_and_is_isolosss(tmp_path, capsys):
+    """``--budget`` re-plans quick's design by the same rule (its own folder); another recipe,
+    or the languages scale, refuses it in one line."""
+    p = isoloss.with_budget(isoloss.PRESETS["quick"], 12.0)
+    assert p.seed_design.budget_minutes == 12.0 and p.seed_design.rebudgeted
+    assert isoloss.folder_suffix(p) == "-budget12" and set(p.claims) <= set(isoloss.CLAIMS)
+    assert dict(p.seed_design.plan) != dict(isoloss.QUICK_PLAN)
+    assert main(["plan", "steps", "--scale", "smoke", "--budget", "10"]) == 2
+    assert "--budget" in capsys.readouterr().err
+    assert main(["plan", "isoloss", "--scale", "languages", "--budget", "10"]) == 2
+    assert "keeps its pinned design" in capsys.readouterr().err

@@ -1,16 +1,12 @@
 """A unit's CPU per part as tidy rows (issue 49, item 1): ``declare.CostPart`` tags each part
-(fork point, fork, stage); ``cost.json`` and ``allocation.json`` keep rows of those tags and
-the seconds, and read nothing else (joined ``"point|fork|stage"`` keys, a layout no release
-wrote, are unreadable)."""
+(fork point, fork, stage); ``cost.json`` keeps rows of those tags and the seconds, and reads
+nothing else (joined ``"point|fork|stage"`` keys, a layout no release wrote, are unreadable)."""
 
 from __future__ import annotations
 
 import json
 
-import pytest
-
-from sameloss.errors import UserError
-from sameloss.experiments.engine.declare import CostPart, cost_rows
+from sameloss.experiments.engine.declare import CostPart
 from sameloss.experiments.engine.walk import COST_FILE, UnitRecord, keep_first_cost
 
 PARTS = {CostPart("", "base", "train+gate"): 12.5, CostPart("late", "noreg", "train"): 3.25,
@@ -52,20 +48,3 @@ def test_a_part_is_a_row_of_its_tags():
                                                              "cpu_seconds": 2.0}
 
 
-def test_the_allocation_file_keeps_costs_as_rows_and_refuses_joined_keys(tmp_path, monkeypatch):
-    from sameloss.experiments.recipes.isoloss import PRESETS, allocation
-
-    p = PRESETS["smoke"]
-    path = tmp_path / "allocation.json"
-    monkeypatch.setattr(allocation, "_writes", lambda setup: True)
-    monkeypatch.setattr(allocation, "_allocation_path", lambda setup, p: path)
-    allocation._save_allocation(None, p, {"sds": {"t": 0.5}, "costs": cost_rows(PARTS), "pilot_wall": 60.0}, None)
-    rows = json.loads(path.read_text())["costs"]
-    assert isinstance(rows, list) and len(rows) == 3
-    assert allocation._saved_allocation(None, p)["costs"] == PARTS
-    old = json.loads(path.read_text())
-    for bad in ({"|".join(k): v for k, v in PARTS.items()}, [{"point": "late"}]):  # joined keys; a row short
-        old["costs"] = bad
-        path.write_text(json.dumps(old))
-        with pytest.raises(UserError, match="costs cannot be read"):
-            allocation._saved_allocation(None, p)

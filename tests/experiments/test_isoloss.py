@@ -4,7 +4,8 @@ base's checkpoint, forks from scratch from the same initial weights and data, th
 from the embedded base at the same exact KL, candidates only on the stretch at the final
 lr), every estimate at the target KL recomputed, the figures' numbers — and the pieces: the
 target, the estimate at it against least squares, every pair used (named when beyond the
-extrapolation limit), the exclusion sensitivity, the headroom gate, the adversary's task."""
+extrapolation limit), the sensitivity at limit 0 and with every pair, the claims' margins,
+the headroom gate, the adversary's task."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from sameloss.experiments import Job, Options, reproduce
 from sameloss.experiments.stats import paired
 from sameloss.experiments.stats.paired import Comparison, Design, UNINFORMATIVE
 from sameloss.experiments.recipes import isoloss
+from sameloss.experiments.recipes.isoloss.tables import pairs_table
 from sameloss.experiments.reports.document import Section
 from sameloss.experiments.stats.inference import DETECTED, EQUIVALENT, INCONCLUSIVE, VERDICTS
 from sameloss.training.data import global_batch
@@ -59,12 +61,14 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
                     "**The headroom gate per seed", "**Estimation at the target KL, per pair",
                     "**Paired differences (recipe − reference)", "**Secondary endpoints", "**SAM's controls",
                     "**Size contrast", "**Dose:", "**Fig. 1 within seeds", "### Claims of the paper, checked",
+                    "**Margins, fixed in the preset", "**Flatness arms:", "**Flatness by assigned arm",
                     "Estimation at the target:", "Holm's correction is applied within each family",
                     "TOST, 90% interval", "noncentral t", "![Forest plot", "![Fig. 1 within seeds",
                     "![Training curves"):
         assert heading in report, heading
     # the report leads with the verdicts and their MDE (before the Runs table), then the headroom table
-    assert report.index("## Verdicts") < report.index("**Verdicts") < report.index("| MDE |") < report.index("## Runs") \
+    assert report.index("**No verdict") < report.index("## Verdicts") < report.index("**Verdicts") \
+        < report.index("| MDE |") < report.index("## Runs") \
         < report.index("**Headroom") < report.index("**Estimation") \
         < report.index("**Paired differences")
     assert check_tables(root) > 300
@@ -165,20 +169,25 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
                 y = np.array([float(r[col]) for r in of[f]])
                 want = np.polyval(np.polyfit(kl[f], y, 1), target) if np.ptp(kl[f]) > 0 else y.mean()
                 assert float(pr[f"{side}_{q}"]) == pytest.approx(want, rel=1e-9, abs=1e-12), (pr["test"], side, q)
-        assert pr["used"] == "True"  # smoke's limit (1e6 ranges) uses every pair
+        assert pr["used"] == "True"  # smoke's limit (1 nat) uses every pair
         lev = sum(1 / len(kl[f]) + (target - kl[f].mean()) ** 2 / ((kl[f] - kl[f].mean()) ** 2).sum() for f in kl)
         assert float(pr["leverage"]) == pytest.approx(lev, rel=1e-9)
     # each difference is the weighted estimate over the used pairs (from pairs.csv alone)
     from sameloss.experiments.stats.weighted import estimate, fits_of
-    design = p.design()
+    comparisons_all = {c.name: c for c in p.comparisons}
     for r in primary:
         mine = [dict(pr, seed=int(pr["seed"])) for pr in pairs
                 if pr["comparison"] == r["comparison"] and pr["point"] == r["point"]]
-        assert int(r["n_used"]) == len(mine) == len(p.seeds)
-        want = estimate(fits_of(mine, p.primary_key, 100.0), design.slope_level)
+        assert int(r["n_used"]) == len(mine) == len(p.seeds) == int(r["all_n"])
+        want = estimate(fits_of(mine, p.primary_key, 100.0))
         assert (float(r["mean"]), float(r["t_low"]), float(r["t_high"])) == pytest.approx(
             (want.mean, want.t_low, want.t_high), nan_ok=True)
-        assert r["estimator"] == want.model and r["holm_family"] in ("claims", "other comparisons")
+        assert r["holm_family"] in ("claims", "other comparisons")
+        # each verdict reads its claim's own margin, from the paper's effects
+        assert float(r["margin"]) == comparisons_all[r["comparison"]].margin
+    margins = {r["test"]: r for r in read(root / "margins.csv")}
+    assert float(margins["sam05 @ late"]["margin"]) == 0.6 and float(margins["longer @ late"]["margin"]) == 1.0
+    assert float(margins["adv @ late"]["effect"]) == 5.5 and "Tables 1–2" in margins["adv @ late"]["source"]
     # the trace of the size contrast is compared in one parameter space
     size = {r["test"]: r for r in read(root / "size.csv")}
     late_size = next(r for r in primary if r["comparison"] == "size" and r["point"] == "late")
@@ -209,8 +218,8 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
             if math.isfinite(float(want["mde"])) and label in mdes:
                 assert sorted(mdes[label]) == pytest.approx([-float(want["mde"]), float(want["mde"])])
         assert sum(bool(v) for v in mdes.values()) >= 1
-    margin = sorted(float(r["x"]) for r in forest if r["kind"] == "ref-x" and r["panel"] == "0" and "δ" in r["series"])
-    assert margin == pytest.approx([-p.verdicts.equivalence_margin, p.verdicts.equivalence_margin])
+    margin = sorted(float(r["x"]) for r in forest if r["kind"] == "ref-x" and r["panel"] == "0")
+    assert margin == pytest.approx(sorted([-1.0, 1.0, -0.6, 0.6, 0.0]))  # 0, ± each claim's margin
     scatter = read_data(root / "scatter.data.csv")
     regression = {r["point"]: r for r in read(root / "regression.csv") if "trace" in r["coefficient"]}
     for panel, point in enumerate(("late", "scratch")):
@@ -253,21 +262,21 @@ def test_isoloss_smoke_end_to_end(tmp_path, monkeypatch):
         assert not (root / name.replace(".png", ".csv")).exists()  # the figure's data file is its one CSV
     # the dose (scratch − late): every comparison at both points (sharp is forked late only)
     assert {r["comparison"] for r in read(root / "dose.csv")} == {c.name for c in p.comparisons} - {"longer", "sharp"}
-    # the flatness forks' dose-response: per fork point the slope through 0 of the primary difference
-    # on the relative trace change pooled over every seed's forks, from the pairs' estimates
-    response = {r["point"]: r for r in read(root / "dose_response.csv")}
-    assert set(response) == {"late"} and "**Dose-response" in report  # smoke's one flatness fork: late only and "![Dose-response" in report
-    for point, r in response.items():
-        mine = [pr for pr in pairs if pr["comparison"] in isoloss.flatness_forks(p) and pr["point"] == point]
-        x = np.array([float(pr["recipe_trace_fisher"]) / float(pr["reference_trace_fisher"]) - 1 for pr in mine])
-        y = np.array([100 * float(pr[f"d_{p.primary_key}"]) for pr in mine])
-        keep = np.abs(x) >= p.verdicts.dose_floor
-        assert int(r["n_left_out"]) == int((~keep).sum()) and int(r["n_pairs"]) == int(keep.sum())
-        if keep.any():
-            assert float(r["slope"]) == pytest.approx(float((x * y)[keep].sum() / (x * x)[keep].sum()))
+    # flatness by assigned arm: per fork point the trend over λ (per seed the slope through AdamW's arm),
+    # from the pairs' estimates, every pair (no floor on the realised trace change)
+    response = {r["point"]: r for r in read(root / "flatness_trend.csv")}
+    assert set(response) == {"late"} and "![Flatness as the treatment" in report  # smoke's one arm: late only
+    lam = isoloss.flatness_weights(p)["sharp"] / 1e-4
+    mine = [pr for pr in pairs if pr["comparison"] == "sharp" and pr["point"] == "late"]
+    slopes = [100 * float(pr[f"d_{p.primary_key}"]) / lam for pr in mine]
+    assert float(response["late"]["slope"]) == pytest.approx(np.mean(slopes))
+    assert int(response["late"]["n_seeds"]) == len(p.seeds)
+    arms = {r["fork"]: r for r in read(root / "flatness_arms.csv")}
+    x = [float(pr["recipe_trace_fisher"]) / float(pr["reference_trace_fisher"]) - 1 for pr in mine]
+    assert float(arms["sharp"]["trace_change"]) == pytest.approx(np.mean(x))
     dose_fig = read_data(root / "dose.data.csv")
-    assert isoloss.flatness_forks(p) == ("sharp",)  # smoke: one fork, the plumbing
-    assert len([r for r in dose_fig if r["kind"] == "point"]) == sum(int(r["n_pairs"]) for r in response.values())
+    assert isoloss.flatness_forks(p) == ("sharp",)  # smoke: one flatness fork, the plumbing
+    assert len([r for r in dose_fig if r["kind"] == "point" and r["panel"] == "0"]) == len(mine)
     sam = {r["test"] for r in read(root / "sam_controls.csv")}
     assert {"sam05 @ late: pos_lbfgs_n16", "sam05-half @ late: pos_lbfgs_n16", "half-batch @ late: pos_lbfgs_n16"} <= sam
     gate = read(root / "gate.csv")  # every seed's gate (what `sameloss replicate` reads)
@@ -394,13 +403,13 @@ def _rows(effects, gaps, point="late", n=3):
     return rows
 
 
-DESIGN = Design(margin=0.35, trace_margin=0.05, limit=0.5, tolerance=3e-4)  # limit: half a fork's own range
+DESIGN = Design(trace_margin=0.05, limit=1e-3)  # limit: 1e-3 nats outside a fork's range, the same for every fork
 
 
 def test_every_pair_is_estimated_at_its_target_and_used():
     """Pairs whose KL ranges do not overlap are not dropped: each fork is estimated at the
     target (the fork's line extended), so the effect is recovered exactly; the exclusion rule
-    survives only as the sensitivity row beside it."""
+    survives only as the sensitivity beside it (limit 0)."""
     c = Comparison("x", "x", "r", +1, "x raises accuracy")
     effects = [1.0, 1.2, 0.8, 1.1, 0.9]
     gaps = [0.0, 1e-4, -5e-4, 2.5e-3, 3.5e-3]  # the last two ranges lie 0.5e-3 and 1.5e-3 apart
@@ -408,17 +417,18 @@ def test_every_pair_is_estimated_at_its_target_and_used():
     assert [p["seed"] for p in pairs] == [0, 1, 2, 3, 4]
     for p, e in zip(pairs, effects):
         assert 100 * p["d_acc"] == pytest.approx(e, abs=1e-9)
-    # seed 3: ranges 0.5e-3 apart, each fork 0.25e-3 outside; seed 4: 0.75e-3 each, within half its 2e-3 range
+    # seed 3: ranges 0.5e-3 apart, each fork 0.25e-3 outside; seed 4: 0.75e-3 each, within the 1e-3 nats limit
     assert pairs[3]["recipe_outside"] == pytest.approx(2.5e-4) and pairs[3]["reference_outside"] == pytest.approx(2.5e-4)
     assert [p["used"] for p in pairs] == [True] * 5
-    assert [p["within_tolerance"] for p in pairs] == [True, True, True, False, False]
+    assert [p["inside"] for p in pairs] == [True, True, True, False, False]
     out = paired.differences(pairs, [(c, "late")], [("acc", "acc")], "acc", DESIGN)
     acc = out[0]
     assert (acc["n_pairs"], acc["n_used"], acc["n_beyond_limit"]) == (5, 5, 0)
     # noise-free lines: no checkpoint noise to weigh (σ² = 0), every pair weighs the same
     assert acc["mean"] == pytest.approx(np.mean(effects)) and acc["verdict"] == DETECTED and acc["sigma2"] < 1e-20
-    # the sensitivity: only the pairs within the tolerance
-    assert acc["tol_n"] == 3 and acc["tol_mean"] == pytest.approx(np.mean(effects[:3]))
+    # the sensitivity: only the pairs whose target lies inside both ranges, and every pair
+    assert acc["inside_n"] == 3 and acc["inside_mean"] == pytest.approx(np.mean(effects[:3]))
+    assert acc["all_n"] == 5 and acc["all_mean"] == pytest.approx(acc["mean"])
     # the trace's margin is 5 % of the reference's mean trace at the targets
     trace = out[1]
     ref = np.mean([p["reference_trace_fisher"] for p in pairs])
@@ -430,13 +440,12 @@ def test_a_pair_beyond_the_limit_is_named_not_silently_dropped():
     pairs = paired.estimate_pairs(_rows([1.0, 1.2, 0.8], [0.0, 0.0, 5e-3]), [(c, "late")], ["acc", "trace_fisher"],
                                   DESIGN)
     far = pairs[2]
-    assert not far["used"] and "1.50e-03 nats outside its measured KL range (2.00e-03 wide; limit 0.5 × its range)" \
-        in far["reason"]
+    assert not far["used"] and "1.50e-03 nats outside its measured KL range (limit 1.0e-03 nats)" in far["reason"]
     out = paired.differences(pairs, [(c, "late")], [("acc", "acc")], "acc", DESIGN)
-    assert (out[0]["n_used"], out[0]["n_beyond_limit"]) == (2, 1)
+    assert (out[0]["n_used"], out[0]["n_beyond_limit"], out[0]["all_n"]) == (2, 1, 3)
     section = Section("")
-    paired.pairs_table(section, pairs, "acc")
-    assert "x @ late, seed 2: x estimated 1.50e-03 nats outside" in section.notes[-1]
+    pairs_table(section, pairs, "acc")
+    assert "x @ late, seed 2:" in section.notes[-1] and "estimated 1.50e-03 nats outside" in section.notes[-1]
     assert section.files["pairs.csv"] is pairs
 
 
@@ -453,7 +462,7 @@ def test_a_missing_measured_column_is_an_error_naming_it():
 
 
 def test_verdicts_use_the_fixed_margin_and_tost():
-    c = Comparison("x", "x", "r", +1, "x raises accuracy")
+    c = Comparison("x", "x", "r", +1, "x raises accuracy", margin=0.35)
 
     def verdict(effects, design=DESIGN):
         pairs = paired.estimate_pairs(_rows(effects, [0] * len(effects)), [(c, "late")], ["acc", "trace_fisher"],
@@ -471,32 +480,17 @@ def test_verdicts_use_the_fixed_margin_and_tost():
     assert {r["verdict"] for r in verdict([1.0, 1.2, 0.8], blind)} == {UNINFORMATIVE}
 
 
-def test_the_main_job_is_the_design_the_rule_chooses():
-    """quick's pinned plan is what ``choose_design`` picks before any data — tiny's prior SDs,
-    the planner's costs at this project's CPU, 25 minutes on 2 workers — with what it leaves
-    out and why (issue 52): recalibrating the planner must re-pin it, not leave it stale."""
-    from sameloss.experiments.engine.hardware import REFERENCE_CPU_PEAK
-    from sameloss.experiments.recipes.isoloss import design
-    from sameloss.experiments.recipes.isoloss.allocation import SeedRule, choose_design, planned_costs
-
-    p = isoloss.PRESETS["tiny"]
-    costs = planned_costs(p, cpu_peak=REFERENCE_CPU_PEAK)
-    chosen = choose_design(p, costs, 60 * design.QUICK_BUDGET_MINUTES, 2, SeedRule(exempt_seeds=design.EXEMPT_SEEDS))
-    assert chosen.plan == design.QUICK_PLAN and chosen.left == design.QUICK_LEFT
-    assert chosen.wall_seconds <= 60 * design.QUICK_BUDGET_MINUTES
-
-
 def test_presets_are_checked():
     p = isoloss.PRESETS["tiny"]
     assert p.languages == {"hmm": "headroom"} and p.kl_tolerance == 3e-4 and set(p.fork_points) == {0, p.base_steps}
     q = isoloss.PRESETS["quick"]
     # the main job: tiny's design cut to its plan (the forks of the planned tests, their fork points)
-    assert q.seed_design.plan == isoloss.QUICK_PLAN and q.seed_design.pilot_seeds == 0
+    assert q.seed_design.plan == isoloss.QUICK_PLAN and q.seed_design.prior_seeds == isoloss.PILOT_SEEDS
     assert q.seeds == p.seeds[:len(q.seeds)]
     assert [f for f in p.forks if f in q.forks] == list(q.forks)
     same = dataclasses.replace(q, forks=p.forks, fork_points=p.fork_points, seeds=p.seeds, seed_design=p.seed_design,
                                comparisons=p.comparisons, claims=p.claims)
-    assert dataclasses.replace(q.seed_design, plan=(), left=(), pilot_seeds=p.seed_design.pilot_seeds,
+    assert dataclasses.replace(q.seed_design, plan=p.seed_design.plan, left=p.seed_design.left,
                                budget_minutes=p.seed_design.budget_minutes) == p.seed_design
     assert same == p
     assert [f"{c.name} @ {pt}" for c, pt in q.tests()] == [t for t, _ in q.seed_design.plan]
@@ -510,7 +504,7 @@ def test_presets_are_checked():
         dataclasses.replace(p.verdicts, on_no_headroom="ignore")
     with pytest.raises(ValueError, match="probe_points >= 3"):
         dataclasses.replace(p.schedule, probe_points=2)
-    with pytest.raises(ValueError, match="fewer than probe_points"):
+    with pytest.raises(ValueError, match="measured checkpoints"):
         dataclasses.replace(p, schedule=dataclasses.replace(p.schedule, probe_points=40))
     with pytest.raises(ValueError, match="trace_margin"):
         dataclasses.replace(p.verdicts, trace_margin=0.0)
@@ -530,4 +524,83 @@ def test_presets_are_checked():
         cfg = isoloss.fork_run(p, 0, f, p.base_steps).config()
         assert all(cfg.lr_factor(s - 1) == pytest.approx(p.schedule.final_lr_factor) for s in p.candidates(f))
         assert cfg.lr_factor(p.stretch_start(f) - 2) > p.schedule.final_lr_factor
-    assert not math.isnan(p.verdicts.equivalence_margin)
+    # every claim carries its margin from the paper's effects (1 point; SAM's recovery 0.6), the positive
+    # control its planned effect
+    margins = {c.name: (c.margin, c.planned_effect) for c in p.comparisons}
+    assert margins["longer"] == (1.0, 1.0) and margins["sam05-half"] == (0.6, 0.6) and margins["adv"] == (1.0, 5.5)
+    assert p.verdicts.secondary_margin == 0.35 and p.verdicts.extrapolation_limit == 5e-4
+    assert set(p.claims) == set(isoloss.CLAIMS) and all(c.margin_source for c in p.comparisons)
+
+
+def _claim_row(comparison, mean, low, high, verdict, decided, margin=1.0, n=6):
+    return {"comparison": comparison, "point": "late", "family": "primary", "holm_family": "claims",
+            "recipe": comparison, "reference": "adamw", "mean": mean, "t_low": low, "t_high": high,
+            "verdict": verdict, "decided": decided, "after_holm": "survives" if decided else "",
+            "margin": margin, "effect": margin, "n_used": n, "n_pairs": n, "power": 0.9, "sd": 0.5,
+            "holm_m": 4, "power_detect": 0.9, "power_equivalence": 0.85, "mde": 0.8}
+
+
+def test_the_answer_is_one_sentence_then_the_claims_decided_after_holm():
+    """The answer opens with the flatness treatment (what the arms did to the trace, whether
+    transfer moved beyond the margin), then the paper's claims, the positive control named as
+    such; then one line per claim decided after Holm, the undecided with the seeds they would
+    need; a verdict that does not survive Holm is never counted as decided."""
+    from sameloss.experiments.recipes.isoloss.analysis import answer, decided
+
+    p = dataclasses.replace(isoloss.PRESETS["tiny"], claims=("longer @ late", "flat @ late", "sharp @ late",
+                                                             "adv @ late"))
+    diffs = [_claim_row("flat", 0.12, -0.31, 0.55, EQUIVALENT, True), _claim_row("sharp", -0.08, -0.5, 0.3,
+                                                                                 EQUIVALENT, True),
+             _claim_row("longer", 0.4, -0.6, 1.4, INCONCLUSIVE, False), _claim_row("adv", -4.93, -6.74, -3.11,
+                                                                                   DETECTED, True)]
+    diffs[1]["recipe"] = "sharp"
+    flat = {"changes": [{"fork": "flat", "point": "late", "trace_change": -0.26},
+                        {"fork": "sharp", "point": "late", "trace_change": 0.25}]}
+    section = Section("Verdicts", lead=True)
+    rows = decided(section, p, diffs, [], flat)
+    first = section.answer[0]
+    assert first.startswith("**Answer:** at the same pre-training loss, the trace penalty moved flatness "
+                            "(flat -26 %, sharp +25 % trace at the target loss)")
+    assert "but transfer did not move beyond ±1 point" in first
+    assert "the adversary (the positive control), late: detected in the paper's direction (-4.93 [-6.74, -3.11]" \
+        in first
+    assert "training longer, late: undecided (+0.40 [-0.60, 1.40] points)" in first
+    assert section.answer[1].startswith("**Decided 3 of 4 claims**")
+    longer = next(x for x in rows if x["test"] == "longer @ late")
+    assert not longer["decided"] and longer["seeds_needed"] > 6
+    assert any(line.startswith("- longer @ late: undecided") and f"needs {longer['seeds_needed']} seeds" in line
+               for line in section.answer)
+    # detected before Holm but not after: not decided, said so
+    diffs[3] = dict(diffs[3], decided=False, after_holm="does not survive")
+    lines = answer(p, diffs, decided(Section("x", lead=True), p, diffs, [], flat), [], flat)
+    assert lines[1].startswith("**Decided 2 of 4 claims**") and "before Holm, not after" in lines[0]
+
+
+def test_the_flatness_arms_measure_and_report_the_rescaling_guards():
+    """At tiny the flatness arms and AdamW measure the weight norms and the adaptive trace beside
+    the trace (the other forks do not); their change at the target KL is in the arms' table, next
+    to the trace's, so that a lower trace is not a rescaling of the weights alone."""
+    from sameloss.experiments.recipes.isoloss.analysis import flatness
+    from sameloss.experiments.recipes.isoloss.study import RESCALING, _arm_spec
+
+    p = isoloss.PRESETS["tiny"]
+    forks = {f.name: f for f in p.forks}
+    for name in ("adamw", "flat", "sharp"):
+        assert set(RESCALING) <= set(_arm_spec(p, 0, forks[name]).extra), name
+    assert not set(RESCALING) & set(_arm_spec(p, 0, forks["noreg"]).extra)
+    assert not _arm_spec(isoloss.PRESETS["smoke"], 0, forks["adamw"]).extra  # smoke: off (its numbers are pinned)
+    rows = []
+    for seed in range(4):
+        for fork, scale in (("adamw", 1.0), ("flat", 0.7), ("sharp", 1.3)):
+            for i, kl in enumerate((0.010, 0.009, 0.008)):
+                rows.append({"seed": seed, "point": "late", "fork": fork, "kl": kl + 1e-5 * seed, "model": f"{fork}{i}",
+                             "run": f"r-{fork}", "step": i, p.primary_key: 0.8, "trace_fisher": 10.0 * scale,
+                             "weight_norm_sq": 50.0 * (1 + 0.01 * seed), "adaptive_trace": 4.0 * scale})
+    section = Section("")
+    flat = flatness(section, p, rows, p.design(), ["late"])
+    arms = {c["fork"]: c for c in flat["changes"]}
+    assert arms["flat"]["trace_change"] == pytest.approx(-0.3) and arms["flat"]["adaptive_trace_change"] == \
+        pytest.approx(-0.3)
+    assert arms["sharp"]["weight_norm_sq_change"] == pytest.approx(0.0, abs=1e-12)
+    headers = [c.header for c in section.tables[0].columns]
+    assert "weight norm² change (%) [95%]" in headers and "adaptive trace change (%) [95%]" in headers

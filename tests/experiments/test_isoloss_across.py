@@ -105,27 +105,30 @@ def test_a_record_reads_back_as_written(tmp_path):
 
 def test_the_languages_scale_is_the_design_the_rule_chooses():
     """The languages scale is tiny cut to the plan ``choose_design`` picks before any data for the
-    registered languages — tiny's prior SDs, the planner's costs at this project's CPU, 180 minutes
-    on 2 workers, seeds per language from the pooled MDE — on every registered language."""
+    headroom HMM and the registered languages — the pilot's prior SDs, the planner's costs at this
+    project's CPU, 180 minutes on 2 workers, seeds per language from the stratified pooled test —;
+    the registration gates' selection is stated."""
     from sameloss.experiments.engine.hardware import REFERENCE_CPU_PEAK
-    from sameloss.experiments.recipes.isoloss.allocation import SeedRule, choose_design, planned_costs
+    from sameloss.experiments.recipes.isoloss.allocation import _unplanned, choose_design, planned_costs
 
     p = isoloss.PRESETS["languages"]
     choices = across.registered_choices()
-    assert len(choices) >= 3 and p.replicate == choices  # every registered language, by name
+    assert len(choices) >= 3 and p.replicate == (across.HEADROOM, *choices)  # the headroom HMM and every one
     assert len({c.name for c in choices}) >= 2  # two families
-    tiny = isoloss.PRESETS["tiny"]
-    costs = planned_costs(tiny, cpu_peak=REFERENCE_CPU_PEAK)
-    chosen = choose_design(tiny, costs, 60 * across.LANGUAGES_BUDGET_MINUTES, across.LANGUAGES_WORKERS,
-                           SeedRule(exempt_seeds=design.EXEMPT_SEEDS, languages=len(choices), tau=across.LANGUAGES_TAU))
-    assert chosen.plan == across.LANGUAGES_PLAN and chosen.left == across.LANGUAGES_LEFT
-    assert chosen.wall_seconds <= 60 * across.LANGUAGES_BUDGET_MINUTES
+    full = _unplanned(isoloss.PRESETS["tiny"])
+    costs = planned_costs(full, cpu_peak=REFERENCE_CPU_PEAK, workers=2)
+    chosen = choose_design(full, costs, 60 * across.LANGUAGES_BUDGET_MINUTES, across.LANGUAGES_WORKERS,
+                           languages=len(p.replicate))
+    assert tuple(chosen.seeds.items()) == across.LANGUAGES_PLAN and tuple(chosen.left.items()) == across.LANGUAGES_LEFT
+    assert chosen.wall <= 60 * across.LANGUAGES_BUDGET_MINUTES
     plan = p.seed_design.plan
     assert plan == across.LANGUAGES_PLAN and [f"{c.name} @ {pt}" for c, pt in p.tests()] == [t for t, _ in plan]
-    # the seeds are per language, from the pooled MDE: on 2 degrees of freedom (3 languages) the HKSJ
-    # test needs more seeds a language than one language's own t test does for the same SD
-    one = dict(choose_design(tiny, costs, 1e9, 2, SeedRule(exempt_seeds=design.EXEMPT_SEEDS)).plan)
-    assert dict(chosen.plan)["sam05-half @ scratch"] > one["sam05-half @ scratch"]
+    # pooled over the languages a claim needs fewer seeds a language than one language alone
+    one = choose_design(full, costs, 1e9, 2)
+    assert chosen.seeds["size @ scratch"] < one.seeds["size @ scratch"]
+    lines = across.gate_selection(p.replicate, 4)
+    assert lines[0].startswith("hmm-headroom: no registration gate")
+    assert all("of 16 passed" in line or "passed" in line for line in lines[1:])
 
 
 def test_the_languages_scale_runs_end_to_end_at_smoke(tmp_path, monkeypatch, capsys):
@@ -142,33 +145,31 @@ def test_the_languages_scale_runs_end_to_end_at_smoke(tmp_path, monkeypatch, cap
     reproduce(Job("isoloss", "languages", out=tmp_path / "runs"), Options(progress=False))
     root = tmp_path / "runs" / "isoloss-languages-hmm-test-a+hmm-test-b"
     report = (root / "report.md").read_text()
-    assert report.index("## Verdicts — hmm:micro:seed=11") < report.index("## Verdicts — hmm:micro:seed=12") \
-        < report.index("## Replication across languages") < report.index("## Runs")
+    assert report.index("## Across the languages") < report.index("## Runs") \
+        < report.index("## Verdicts — hmm:micro:seed=11") < report.index("## Verdicts — hmm:micro:seed=12")
+    assert report.index("**Across the languages (2 pooled):**") < report.index("## Across the languages")
     rep = list(csv.DictReader((root / "replication.csv").open()))
     assert [r["test"] for r in rep] == ["noreg @ late"]
-    for key in ("random", "random_low", "random_high", "random_mde", "tau2", "i2", "hmm-test-a_verdict",
-                "hmm-test-b_verdict", "replication"):
+    for key in ("pooled", "pooled_low", "pooled_high", "pooled_df", "pooled_verdict", "interaction_p", "random",
+                "hmm-test-a_verdict", "hmm-test-b_verdict", "agreement"):
         assert rep[0][key] != "", key
     for tag, seeds in (("hmm-test-a", ["seed0", "seed1"]), ("hmm-test-b", ["seed1", "seed2"])):
         assert sorted(d.name for d in (root / "seeds" / tag).iterdir()) == seeds
 
 
-def test_the_planner_prices_the_languages_scale_with_its_pooled_forecast(tmp_path, monkeypatch, capsys):
+def test_the_planner_says_first_what_the_languages_scale_is_expected_to_decide(tmp_path, monkeypatch, capsys):
     reg = tmp_path / "registered"
     for name, seed in (("hmm:test-a", 11), ("hmm:test-b", 12), ("hmm:test-c", 13)):
         found.write(_record(name, f"hmm:micro:seed={seed},task=task-3"), reg)
     plan = (("noreg @ late", 2), ("sam05 @ late", 3))
     p = across.languages_preset(across.registered_choices(reg), plan=plan, scale="smoke",
-                                settings={**design.SMOKE_DESIGN,
-                                          "seed_design": SeedDesign(prior_sds=(("noreg @ late", 0.2),))})
+                                settings={**design.SMOKE_DESIGN, "claims": ("noreg @ late", "sam05 @ late"),
+                                          "seed_design": SeedDesign(prior_sds=(("noreg @ late", 0.2),),
+                                                                    prior_source="a test's")})
     monkeypatch.setitem(isoloss.PRESETS, "languages", p)
     code, out, err = _cli(capsys, "plan", "isoloss", "--scale", "languages", "--cpu-peak", "100")
     assert code == 0 and err == ""
-    assert "plan: isoloss --scale languages" in out
-    from sameloss.experiments.stats.pooling import pooled_mde
-
-    assert "Pooled forecast of the design fixed before the data (3 languages: hmm:test-a, hmm:test-b, hmm:test-c" in out
-    line = next(x for x in out.splitlines() if x.startswith("noreg @ late"))
-    assert "2 × 3" in line  # its seeds per language × the languages
-    assert f"{pooled_mde(0.2, 0.0, 3, 2):.2f}" in line and f"{pooled_mde(0.2, 0.2, 3, 2):.2f}" in line
-    assert "no prior" in next(x for x in out.splitlines() if x.startswith("sam05 @ late"))
+    lines = out.splitlines()
+    assert lines[0].startswith("plan: isoloss --scale languages")
+    assert lines[1].startswith("Claims first: the 180-minute budget on 2 workers is expected to decide")
+    assert "noreg @ late (2 seeds a language; δ 1, prior SD 0.20: power" in lines[1]

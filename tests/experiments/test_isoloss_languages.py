@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,13 +19,12 @@ from sameloss.errors import UserError
 from sameloss.experiments.stats import paired
 from sameloss.experiments import Job, Options, reproduce
 from sameloss.experiments.stats.paired import UNINFORMATIVE
-from sameloss.experiments.stats.replication import (REPLICATION_UNINFORMATIVE, agreement, replication,
-    replication_verdict)
+from sameloss.experiments.stats.replication import NOT_POOLED, REPLICATION_UNINFORMATIVE, agreement, replication
 from sameloss.experiments.recipes import isoloss
-from sameloss.experiments.reports.document import Section
 from sameloss.experiments.stats.inference import (DEGENERATE, DETECTED, DETECTED_AGAINST, EQUIVALENT, INCONCLUSIVE,
-    minimum_detectable_effect)
-from sameloss.experiments.stats.pooling import pool_inverse_variance, pooled_mde, pooled_verdict
+    paired_difference)
+from sameloss.experiments.stats.pooling import pool_inverse_variance, stratified
+from sameloss.experiments.stats.weighted import Fits
 from sameloss.languages import PCFG, make_language
 from sameloss.measures.representations import reference_representation
 
@@ -141,75 +139,110 @@ def test_inverse_variance_pooling_against_hand_computation_and_statsmodels():
     tau2 = max(0.0, (q - 2) / c)
     wr = [1 / (s ** 2 + tau2) for s in se]
     random = sum(a * b for a, b in zip(wr, m)) / sum(wr)
-    # Hartung–Knapp–Sidik–Jonkman: the weighted residual variance, a t interval on k − 1 = 2 df
-    hk = math.sqrt(sum(a * (b - random) ** 2 for a, b in zip(wr, m)) / (2 * sum(wr)))
+    # Hartung–Knapp–Sidik–Jonkman truncated at max(1, q*): a t interval on k − 1 = 2 df
+    q_star = sum(a * (b - random) ** 2 for a, b in zip(wr, m)) / 2
+    hk = math.sqrt(max(1.0, q_star) / sum(wr))
     p = pool_inverse_variance(m, se)
     assert p.fixed == pytest.approx(fixed) and p.fixed_se == pytest.approx(21 ** -0.5)
-    assert p.fixed_low == pytest.approx(fixed - 1.959964 * 21 ** -0.5, rel=1e-6)
     assert p.q == pytest.approx(q) and p.i2 == pytest.approx(max(0.0, (q - 2) / q))
-    assert p.tau2 == pytest.approx(tau2) and p.random == pytest.approx(random)
+    assert p.tau2 == pytest.approx(tau2) and p.random == pytest.approx(random) and p.hksj_q == pytest.approx(q_star)
     assert p.random_se == pytest.approx(hk) and p.random_low == pytest.approx(random - 4.302653 * hk, rel=1e-6)
-    from scipy.stats import chi2
-    assert p.q_p == pytest.approx(chi2.sf(q, 2))
-    # statsmodels (a test dependency): DerSimonian–Laird, and its "random effect wls" row is HKSJ
+    # statsmodels (a test dependency): DerSimonian–Laird, its "random effect wls" row the untruncated HKSJ,
+    # its "random effect" row the plain one: the truncated interval is the wider of the two
     from statsmodels.stats.meta_analysis import combine_effects
     rng = np.random.default_rng(4)
-    for k in (2, 3, 6):
-        # heterogeneous draws: statsmodels leaves a negative DerSimonian–Laird τ² untruncated (the
-        # estimator truncates it at 0, as pool_inverse_variance does), so compare where τ² > 0
+    truncated = 0
+    for k in (2, 3, 3, 3, 6):
         mm, ss = rng.normal(0.5, 1.5, k), rng.uniform(0.1, 0.3, k)
         ours = pool_inverse_variance(mm, ss)
         fit = combine_effects(mm, ss ** 2, method_re="dl", use_t=True)
-        assert fit.tau2 > 0 and ours.tau2 == pytest.approx(fit.tau2, rel=1e-10)
         ref = fit.summary_frame()
-        hksj = ref.loc["random effect wls"]
+        hksj, plain = ref.loc["random effect wls"], ref.loc["random effect"]
         assert ours.random == pytest.approx(hksj["eff"], rel=1e-10)
-        assert (ours.random_low, ours.random_high) == pytest.approx((hksj["ci_low"], hksj["ci_upp"]), rel=1e-8)
-        assert ours.fixed == pytest.approx(ref.loc["fixed effect", "eff"], rel=1e-10)
-    # equal estimates: no heterogeneity, random = fixed
+        wider = max(hksj["ci_upp"] - hksj["ci_low"], (plain["ci_upp"] - plain["ci_low"]))
+        assert ours.random_high - ours.random_low == pytest.approx(wider, rel=1e-6)
+        truncated += ours.hksj_q < 1
+    assert truncated >= 1  # the truncation was exercised
     same = pool_inverse_variance([0.4, 0.4], [0.1, 0.2])
     assert same.q == pytest.approx(0) and same.i2 == 0 and same.tau2 == 0 and same.random == pytest.approx(0.4)
     with pytest.raises(ValueError):
         pool_inverse_variance([1.0], [0.0])
 
 
-def test_the_pooled_verdict_and_the_planned_pooled_mde():
-    """The verdict about languages reads the HKSJ interval; the planned pooled MDE (L languages ×
-    m seeds, within-language sd, between-language τ) is the effect the HKSJ test detects 80 % of
-    the time — checked by simulating whole cross-language studies through ``pool_inverse_variance``."""
-    # five languages agreeing on +1 with small errors: detected; near 0 with small errors: within ±δ
-    assert pooled_verdict(pool_inverse_variance([1.0, 1.1, 0.9, 1.2, 1.0], [0.1] * 5), 1, 0.35)[0] == DETECTED
-    assert pooled_verdict(pool_inverse_variance([1.0, 1.1, 0.9, 1.2, 1.0], [0.1] * 5), -1, 0.35)[0] \
-        == DETECTED_AGAINST
-    assert pooled_verdict(pool_inverse_variance([0.02, -0.03, 0.01, 0.0, 0.04], [0.05] * 5), 1, 0.35)[0] \
-        == EQUIVALENT
-    verdict, mde = pooled_verdict(pool_inverse_variance([0.3, -0.2], [0.2, 0.2]), 1, 0.35)
-    assert verdict == INCONCLUSIVE and mde > 1  # two languages: t on one degree of freedom
-    L, m, sd, tau = 5, 5, 0.46, 0.1
-    mde = pooled_mde(sd, tau, L, m)
-    assert mde == pytest.approx(minimum_detectable_effect(math.sqrt(tau ** 2 + sd ** 2 / m), L))
-    assert pooled_mde(sd, tau, L, 50) < mde < pooled_mde(sd, tau, L, 2)  # more seeds help, less than languages
-    assert pooled_mde(sd, tau, 8, m) < pooled_mde(sd, tau, L, 2 * m)
-    rng = np.random.default_rng(0)
-    hits = 0
-    for _ in range(2000):
-        truth = mde + rng.normal(0, tau, L)  # each language's true effect
-        est = truth + rng.normal(0, sd / math.sqrt(m), L)  # its estimate over m seeds
-        pooled = pool_inverse_variance(est, np.full(L, sd / math.sqrt(m)))
-        hits += pooled_verdict(pooled, 1, 0.35)[0] == DETECTED
-    assert hits / 2000 == pytest.approx(0.80, abs=0.035)
+def _fits(y, lev=None, rss=None):
+    """A language's pairs as a study reads them: differences, leverages (equal by default),
+    no checkpoint noise unless ``rss``."""
+    y = np.asarray(y, dtype=float)
+    n = y.size
+    return Fits(y, np.full(n, 2 / 3) if lev is None else np.asarray(lev, float), np.full(n, 2 / 3),
+                np.zeros(n) if rss is None else np.asarray(rss, float), np.full(n, 2.0))
+
+
+def test_the_stratified_model_is_least_squares_with_a_stratum_each():
+    """Equal weights: the estimate is the mean over every pair, its scale the residual variance of
+    OLS on the languages' dummies (statsmodels) on Σn − k df, the interaction the one-way ANOVA F
+    (scipy); unequal weights: WLS with language dummies, by hand; one language: its own estimate."""
+    import statsmodels.api as sm
+    from scipy.stats import f_oneway
+
+    rng = np.random.default_rng(9)
+    langs = [rng.normal(mu, 0.5, n) for mu, n in ((0.2, 5), (0.5, 7), (-0.1, 6))]
+    fe = stratified([_fits(y) for y in langs])
+    y = np.concatenate(langs)
+    dummies = np.zeros((y.size, 3))
+    start = 0
+    for j, part in enumerate(langs):
+        dummies[start:start + part.size, j] = 1
+        start += part.size
+    ols = sm.OLS(y, dummies).fit()
+    n = y.size
+    assert (fe.k, fe.n, fe.df) == (3, 18, 15) and fe.estimate == pytest.approx(y.mean())
+    assert fe.se == pytest.approx(math.sqrt(ols.mse_resid / n), rel=1e-10)
+    assert fe.interaction_p == pytest.approx(f_oneway(*langs).pvalue, rel=1e-8)
+    assert fe.means == pytest.approx(tuple(float(part.mean()) for part in langs))
+    # unequal leverages with checkpoint noise: WLS with language dummies at w = 1/(τ² + σ²L)
+    lev = [rng.uniform(0.7, 6, part.size) for part in langs]
+    rss = [rng.chisquare(2, part.size) * 0.02 for part in langs]
+    fw = stratified([_fits(a, b, c) for a, b, c in zip(langs, lev, rss)])
+    sigma2 = sum(c.sum() for c in rss) / (2 * n)
+    q = c = 0.0
+    for part, lv in zip(langs, lev):  # DerSimonian–Laird's moments about each language's own mean, by hand
+        w0 = 1 / (sigma2 * lv)
+        q += (w0 * (part - (w0 * part).sum() / w0.sum()) ** 2).sum()
+        c += w0.sum() - (w0 ** 2).sum() / w0.sum()
+    tau2 = max(0.0, (q - 15) / c)
+    w = np.concatenate([1 / (tau2 + sigma2 * lv) for lv in lev])
+    wls = sm.WLS(y, dummies, weights=w).fit()
+    wsum = np.array([(1 / (tau2 + sigma2 * lv)).sum() for lv in lev])
+    assert fw.estimate == pytest.approx(float((wsum * wls.params).sum() / wsum.sum()), rel=1e-10)
+    assert fw.se == pytest.approx(math.sqrt(wls.scale / wsum.sum()), rel=1e-10) and fw.df == 15
+    one = stratified([_fits(langs[0])])
+    t = paired_difference(langs[0], n_boot=0)
+    assert (one.estimate, one.low, one.high, one.df) == pytest.approx((t.mean, t.t_low, t.t_high, 4))
+    assert math.isnan(one.interaction_p)
+
+
+def test_the_stratified_models_size_holds_at_zero_and_at_the_margin_with_three_languages():
+    """Simulated studies of 3 languages × 6 seeds with unequal spreads, weighted as a study
+    weighs them, effects equal or unequal across languages: the detection's type-I error at 0
+    and TOST's at the margin stay near 0.05 (the untruncated HKSJ's TOST did not: 7.5–8.2 %)."""
+    rng = np.random.default_rng(10)
+    margin, sds = 0.5, (0.4, 0.7, 1.0)
+    for effects in ((0.0, 0.0, 0.0), (-0.3, 0.0, 0.3)):
+        detect = tost = 0
+        for _ in range(2000):
+            strata = [_fits(rng.normal(e, s, 6)) for e, s in zip(effects, sds)]
+            detect += stratified(strata).p_value <= 0.05
+            edge = [_fits(rng.normal(margin + e, s, 6)) for e, s in zip(effects, sds)]
+            tost += stratified(edge).tost_p(margin) <= 0.05
+        assert detect / 2000 <= 0.065 and tost / 2000 <= 0.065, (effects, detect, tost)
 
 
 def test_the_replication_verdict_gives_the_pooled_verdict_then_each_languages_agreement():
-    both = "2 of 2 languages detect it in the paper's direction"
-    assert agreement([DETECTED, DETECTED]) == both
+    assert agreement([DETECTED, DETECTED]) == "2 of 2 languages detect it in the paper's direction"
     assert agreement([DETECTED_AGAINST, DETECTED_AGAINST]) == "2 of 2 languages detect it against the paper"
-    # a rule asking every language to detect has power 0.8^k: the agreement is said, not a verdict
     assert agreement([DETECTED, INCONCLUSIVE, DETECTED]) == \
         "2 of 3 languages detect it in the paper's direction, 1 inconclusive"
-    assert replication_verdict(DETECTED, [DETECTED, INCONCLUSIVE, DETECTED]) == \
-        f"pooled: {DETECTED} — 2 of 3 languages detect it in the paper's direction, 1 inconclusive"
-    # a degenerate language is called degenerate, one without headroom so, one with a pair too few so
     assert agreement([DETECTED, DEGENERATE]) == \
         "1 of 2 languages detect it in the paper's direction, 1 degenerate (the differences have no spread)"
     assert agreement([DETECTED, UNINFORMATIVE, "no interval: 1 pair(s)"]) == \
@@ -218,47 +251,39 @@ def test_the_replication_verdict_gives_the_pooled_verdict_then_each_languages_ag
     assert agreement([EQUIVALENT, INCONCLUSIVE]) == "1 of 2 languages show no effect beyond ±δ, 1 inconclusive"
 
 
-def _diff(comparison, point, mean, sd, n, verdict):
-    half = 2.0 * sd / math.sqrt(n)
-    return {"comparison": comparison, "point": point, "family": "primary", "mean": mean, "sd": sd, "n_used": n,
-            "t_low": mean - half, "t_high": mean + half, "verdict": verdict, "expected_sign": 1, "margin": 0.35}
+def _language(tag, effects, ok=True, comparison="size", pooled=True, margin=1.0):
+    """A language's differences row and pairs (each pair's difference in points/100, equal leverage)."""
+    d = np.asarray(effects, dtype=float)
+    t = paired_difference(d, n_boot=0)
+    pairs = [{"test": f"{comparison} @ late", "used": True, "seed": s, "d_acc": v / 100, "leverage": 2 / 3,
+              "leverage_mean": 2 / 3, "rss_acc": 0.0, "rss_df": 2} for s, v in enumerate(d)]
+    row = {"comparison": comparison, "point": "late", "family": "primary", "quantity": "acc", "mean": t.mean,
+           "sd": t.sd, "n_used": t.n, "t_low": t.t_low, "t_high": t.t_high,
+           "verdict": paired.power_verdict(t, 1, margin), "expected_sign": 1, "margin": margin,
+           "holm_family": "claims", "pooled": pooled}
+    return {"language": tag, "tag": tag, "ok": ok, "tests": [f"{comparison} @ late"],
+            "diffs": [row] if ok else [], "pairs": pairs if ok else []}
 
 
-def test_the_replication_table_pools_the_languages_with_headroom():
-    a = {"language": "hmm:headroom", "tag": "hmm", "ok": True, "tests": ["size @ late", "noreg @ late"],
-         "diffs": [_diff("size", "late", 1.0, 0.8, 16, DETECTED), _diff("noreg", "late", 0.1, 0.4, 16, EQUIVALENT)]}
-    b = {"language": "pcfg:headroom", "tag": "pcfg", "ok": True, "tests": ["size @ late", "noreg @ late"],
-         "diffs": [_diff("size", "late", 0.6, 1.2, 9, DETECTED), _diff("noreg", "late", -0.3, 0.6, 9, INCONCLUSIVE)]}
-    c = {"language": "hmm:micro", "tag": "micro", "ok": False, "tests": ["size @ late", "noreg @ late"], "diffs": []}
-    section = Section("")
-    out = {r["test"]: r for r in replication(section, [a, b])}
-    size = out["size @ late"]
-    assert size["replication"] == replication_verdict(size["pooled_verdict"], [DETECTED, DETECTED])
-    assert size["replication"].endswith("2 of 2 languages detect it in the paper's direction")
-    assert size["pooled_languages"] == 2
-    # each language's standard error is sd/√n of its used pairs (not backed out of its t interval)
-    ref = pool_inverse_variance([1.0, 0.6], [0.8 / 4, 1.2 / 3])
-    assert size["pooled"] == pytest.approx(ref.fixed) and size["i2"] == pytest.approx(ref.i2)
-    assert (size["random_low"], size["random_high"]) == pytest.approx((ref.random_low, ref.random_high))
-    assert size["hmm_verdict"] == DETECTED and size["pcfg_mean"] == 0.6
-    # the verdict about languages comes from the HKSJ interval (two languages: t on 1 df, wide)
-    assert size["pooled_verdict"] == pooled_verdict(ref, 1, 0.35)[0] == INCONCLUSIVE
-    assert section.tables[0].columns[0].key == "pooled_verdict"  # the table leads with it
-    assert out["noreg @ late"]["replication"].endswith("1 of 2 languages show no effect beyond ±δ, 1 inconclusive")
-    assert section.files["replication.csv"] and section.tables[0].source == "replication.csv"
-    # a language without headroom is listed as uninformative and not pooled: one language left replicates nothing
-    out = {r["test"]: r for r in replication(Section(""), [a, c])}
-    assert out["size @ late"]["micro_verdict"] == UNINFORMATIVE and out["size @ late"]["pooled_languages"] == 1
-    assert out["size @ late"]["replication"] == (f"pooled: {REPLICATION_UNINFORMATIVE} — 1 of 2 languages detect it "
-                                                 "in the paper's direction, 1 without headroom")
-    assert math.isnan(out["size @ late"]["pooled"])  # one language with headroom: nothing to pool
-    # both languages detect against the paper: said so
-    against = [dict(s, diffs=[_diff("size", "late", -1.0, 0.8, 16, DETECTED_AGAINST)]) for s in (a, b)]
-    assert replication(Section(""), against)[0]["replication"].endswith("2 of 2 languages detect it against the paper")
-    # a language whose differences have no spread is degenerate, not "without headroom", and not pooled
-    flat = dict(b, diffs=[_diff("size", "late", 0.5, 0.0, 9, DEGENERATE)])
-    row = replication(Section(""), [a, flat, dict(b, tag="pcfg2")])[0]
-    assert row["pooled_languages"] == 2 and "1 degenerate (the differences have no spread)" in row["replication"]
+def test_the_replication_pools_by_the_stratified_model_and_never_pools_a_languages_own_effect():
+    rng = np.random.default_rng(11)
+    a, b = rng.normal(1.5, 0.5, 8), rng.normal(1.0, 0.8, 8)
+    out = replication([_language("hmm", a), _language("pcfg", b)])[0]
+    fe = stratified([_fits(a), _fits(b)])
+    assert out["pooled"] == pytest.approx(fe.estimate) and out["pooled_df"] == 14
+    assert (out["pooled_low"], out["pooled_high"]) == pytest.approx((fe.low, fe.high))
+    assert out["pooled_verdict"] == fe.verdict(1, 1.0) and out["interaction_p"] == pytest.approx(fe.interaction_p)
+    assert out["agreement"].startswith("2 of 2 languages") and out["pooled_languages"] == 2
+    # one claim of one family: Holm over one test, the power of its verdict as made
+    assert out["pooled_holm_p"] == pytest.approx(fe.p_value)
+    # the adversary's effect is the language's own: per language only, not pooled, not in Holm's count
+    adv = replication([_language("hmm", a, comparison="adv", pooled=False),
+                       _language("pcfg", b, comparison="adv", pooled=False)])[0]
+    assert adv["pooled_verdict"] == NOT_POOLED and "pooled" not in adv and "pooled_holm_p" not in adv
+    # a language without headroom is listed as uninformative and not pooled: one left pools nothing
+    alone = replication([_language("hmm", a), _language("micro", [], ok=False)])[0]
+    assert alone["micro_verdict"] == UNINFORMATIVE and alone["pooled_languages"] == 1
+    assert alone["pooled_verdict"] == REPLICATION_UNINFORMATIVE and math.isnan(alone["pooled"])
 
 
 # ---- end to end ---------------------------------------------------------------------------------------
@@ -268,17 +293,18 @@ def test_the_study_on_two_languages_end_to_end(tmp_path):
     root = tmp_path / "isoloss-smoke-hmm-headroom+pcfg-headroom"
     p = isoloss.PRESETS["smoke"]
     report = (root / "report.md").read_text()
-    # each language's verdicts, then the replication table that pools them, all before the Runs table
-    assert report.index("## Verdicts — hmm:headroom") < report.index("## Verdicts — pcfg:headroom") \
-        < report.index("## Replication across languages") < report.index("## Runs")
+    # the pooled answer and table first, before the Runs table; then each language's verdicts and study
+    assert report.index("## Across the languages") < report.index("## Runs") \
+        < report.index("## Verdicts — hmm:headroom") < report.index("## Verdicts — pcfg:headroom")
     assert "--language hmm:headroom --language pcfg:headroom" in report
     assert check_tables(root) > 300  # every printed number against its file
     for tag in ("hmm-headroom", "pcfg-headroom"):
         assert sorted(d.name for d in (root / "seeds" / tag).iterdir()) == [f"seed{s}" for s in p.seeds]
         for stem in ("forest", "scatter", "curves"):
             assert (root / f"{tag}-{stem}.png").exists() and (root / f"{tag}-{stem}.data.csv").exists()
-    # the replication table reads each language's own differences
+    # the replication table reads each language's own differences and pairs
     rep = {r["test"]: r for r in read(root / "replication.csv")}
+    assert all(r["pooled_verdict"] for r in rep.values())
     for tag in ("hmm-headroom", "pcfg-headroom"):
         primary = [r for r in read(root / f"{tag}-differences.csv") if r["family"] == "primary"]
         assert len(primary) == len(rep)
@@ -320,8 +346,8 @@ def test_a_held_out_language_without_headroom_says_so(tmp_path, monkeypatch):
     report = (root / "report.md").read_text()
     assert report.count("**No verdict: no headroom**") == 2
     rep = read(root / "replication.csv")
-    assert rep and {r["replication"] for r in rep} == {f"pooled: {REPLICATION_UNINFORMATIVE} — 2 of 2 languages "
-                                                      "without headroom"}
+    assert rep and {r["pooled_verdict"] for r in rep} == {REPLICATION_UNINFORMATIVE}
+    assert {r["agreement"] for r in rep} == {"2 of 2 languages without headroom"}
     assert {r["hmm-micro-seed11-task-3_verdict"] for r in rep} == {UNINFORMATIVE}
     assert all(r["pooled"] == "" or math.isnan(float(r["pooled"])) for r in rep)
     # each language's seeds trained their base and nothing else
@@ -333,8 +359,8 @@ def test_a_held_out_language_without_headroom_says_so(tmp_path, monkeypatch):
     assert paired.UNINFORMATIVE in report
     # read back by `sameloss replicate`: both languages there, both without headroom
     studies = isoloss.finished_studies(root)
-    assert [(o["tag"], o["ok"], o["diffs"]) for o in studies] == [("hmm-micro-seed11-task-3", False, []),
-                                                                    ("pcfg-headroom", False, [])]
+    assert [(o["tag"], o["ok"], o["diffs"], o["pairs"]) for o in studies] == [
+        ("hmm-micro-seed11-task-3", False, [], []), ("pcfg-headroom", False, [], [])]
 
 
 def test_the_planner_takes_the_languages():
@@ -349,53 +375,53 @@ def test_the_planner_takes_the_languages():
 
 
 # ---- sameloss replicate: studies run apart ----------------------------------------------------------
-def _study(folder, diffs, results_language=None, gate=True):
+def _write(path, rows):
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _study(folder, language, results_language=None, gate=True):
     """A finished one-language study folder as `reproduce isoloss` leaves it (the files
-    replicate reads): ``diffs`` None is a study the gate stopped (its gate table says so)."""
+    replicate reads: the report, headroom, gate, differences and pairs): ``language`` (a
+    ``_language`` dict) None is a study the gate stopped (its gate table says so)."""
     folder.mkdir(parents=True)
     (folder / "report.md").write_text("# isoloss\n")
     (folder / "headroom.csv").write_text("baseline,pos_lbfgs_n200\nmajority class,0.4\n")
     if gate:
-        passed = diffs is not None
+        passed = language is not None
         (folder / "gate.csv").write_text(f"seed,trained,ok\n0,0.8,True\n1,0.8,{passed}\n")
-    if diffs is not None:
-        with (folder / "differences.csv").open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(diffs[0]))
-            w.writeheader()
-            w.writerows(diffs)
+    if language is not None:
+        _write(folder / "differences.csv", language["diffs"])
+        _write(folder / "pairs.csv", language["pairs"])
     if results_language:
         (folder / "results.csv").write_text(f"model,language\nm0,{results_language}\nm1,{results_language}\n")
     return folder
 
 
 def test_replicate_combines_studies_run_apart(tmp_path, capsys):
-    a = _study(tmp_path / "a", [_diff("size", "late", 1.0, 0.8, 16, DETECTED),
-                                _diff("noreg", "late", 0.1, 0.4, 16, EQUIVALENT)], "hmm:headroom:task=task-5")
-    b = _study(tmp_path / "b", [_diff("size", "late", 0.6, 1.2, 9, DETECTED),
-                                _diff("noreg", "late", -0.3, 0.6, 9, INCONCLUSIVE)])
+    rng = np.random.default_rng(12)
+    one, two = _language("hmm", rng.normal(1.5, 0.6, 8)), _language("pcfg", rng.normal(1.0, 0.9, 8))
+    a = _study(tmp_path / "a", one, "hmm:headroom:task=task-5")
+    b = _study(tmp_path / "b", two)
     out = tmp_path / "rep.csv"
     assert main(["replicate", str(a), f"pcfg={b}", "--csv", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "## Replication across languages" in printed and f"pcfg ← {b}" in printed
+    assert printed.startswith("**Across the languages (2 pooled):**")
+    assert "## Across the languages" in printed and f"pcfg ← {b}" in printed
     rows = {r["test"]: r for r in read(out)}
-    # a by the language its results.csv names (tagged as a joint study tags it); b by its label;
-    # the numbers as the joint study computes them
+    # a by the language its results.csv names (tagged as a joint study tags it); b by its label; the
+    # numbers as the joint study computes them, from the files read back
     assert "hmm-headroom_verdict" in next(iter(rows.values()))
-    want = {r["test"]: r for r in replication(Section(""), [
-        {"language": "hmm-headroom", "tag": "hmm-headroom", "ok": True,
-         "diffs": read(a / "differences.csv")},
-        {"language": "pcfg", "tag": "pcfg", "ok": True, "diffs": read(b / "differences.csv")}])}
-    assert rows.keys() == want.keys() == {"size @ late", "noreg @ late"}
-    assert rows["size @ late"]["replication"] == want["size @ late"]["replication"]
-    assert rows["size @ late"]["replication"].endswith("2 of 2 languages detect it in the paper's direction")
-    assert float(rows["size @ late"]["pooled"]) == pytest.approx(want["size @ late"]["pooled"])
-    assert float(rows["noreg @ late"]["pcfg_mean"]) == -0.3
+    want = replication([dict(one, tag="hmm-headroom"), dict(two, tag="pcfg")])[0]
+    assert float(rows["size @ late"]["pooled"]) == pytest.approx(want["pooled"])
+    assert rows["size @ late"]["pooled_verdict"] == want["pooled_verdict"]
     # a study the gate stopped (headroom table only) is there, uninformative, never pooled
     c = _study(tmp_path / "c", None)
     assert main(["replicate", str(a), f"held-out={c}", "--csv", str(tmp_path / "rep2.csv")]) == 0
     size = {r["test"]: r for r in read(tmp_path / "rep2.csv")}["size @ late"]
-    assert size["held-out_verdict"] == UNINFORMATIVE
-    assert size["replication"].startswith(f"pooled: {REPLICATION_UNINFORMATIVE} — ")
+    assert size["held-out_verdict"] == UNINFORMATIVE and size["pooled_verdict"] == REPLICATION_UNINFORMATIVE
     assert size["pooled_languages"] == "1" and math.isnan(float(size["pooled"]))
     # its own --csv is replaced; a user's file only with --force
     assert main(["replicate", str(a), f"pcfg={b}", "--csv", str(tmp_path / "rep2.csv")]) == 0
@@ -423,22 +449,34 @@ def test_replicate_combines_studies_run_apart(tmp_path, capsys):
     # a missing file is never read as "no headroom"
     (["{tmp}/nogate", "{tmp}/a"], "no gate.csv"),
     (["{tmp}/lost", "{tmp}/a"], "every seed passed the headroom gate but differences.csv is missing"),
+    # a cut, empty or folder differences.csv, or no pairs, is never read as an answer (issue 63 item 3)
+    (["{tmp}/cut", "{tmp}/a"], "cut short"),
+    (["{tmp}/empty", "{tmp}/a"], "differences.csv: empty"),
+    (["{tmp}/folder", "{tmp}/a"], "cannot be read"),
+    (["{tmp}/nopairs", "{tmp}/a"], "pairs.csv: missing, empty or cut short"),
 ])
 def test_replicate_refuses_in_one_line(tmp_path, capsys, args, words):
     lang = "hmm:headroom:task=task-5"
-    _study(tmp_path / "a", [_diff("size", "late", 1.0, 0.8, 16, DETECTED)], lang)
-    _study(tmp_path / "a2", [_diff("size", "late", 0.5, 0.8, 16, DETECTED)], lang)
+    good = _language("hmm", [1.0, 1.5, 0.7, 1.2])
+    _study(tmp_path / "a", good, lang)
+    _study(tmp_path / "a2", _language("hmm", [0.5, 0.8, 0.2, 0.4]), lang)
     (tmp_path / "unfinished").mkdir()
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "report.md").write_text("# figure1\n")
-    _study(tmp_path / "bad", [{"comparison": "size", "mean": 1.0}])
+    _study(tmp_path / "bad", {"diffs": [{"comparison": "size", "mean": 1.0}], "pairs": good["pairs"]})
     (tmp_path / "mine.csv").write_text("a user's file")
     (tmp_path / "link.csv").symlink_to(tmp_path / "mine.csv")
     _study(tmp_path / "garbled", None)
     (tmp_path / "garbled" / "differences.csv").write_bytes(bytes(range(128, 256)))
-    _study(tmp_path / "nogate", [_diff("size", "late", 1.0, 0.8, 16, DETECTED)], gate=False)
-    _study(tmp_path / "lost", [_diff("size", "late", 1.0, 0.8, 16, DETECTED)])
+    _study(tmp_path / "nogate", good, gate=False)
+    _study(tmp_path / "lost", good)
     (tmp_path / "lost" / "differences.csv").unlink()
+    text = (_study(tmp_path / "cut", good) / "differences.csv").read_text()
+    (tmp_path / "cut" / "differences.csv").write_text(text[:len(text) * 2 // 3])
+    (_study(tmp_path / "empty", good) / "differences.csv").write_text("")
+    (_study(tmp_path / "folder", good) / "differences.csv").unlink()
+    (tmp_path / "folder" / "differences.csv").mkdir()
+    (_study(tmp_path / "nopairs", good) / "pairs.csv").unlink()
     assert main(["replicate", *(a.format(tmp=tmp_path) for a in args)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0], err

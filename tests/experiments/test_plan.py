@@ -190,16 +190,18 @@ def test_a_gated_study_is_planned_with_its_forks():
     plan measures nothing, so it assumes the gate passes and lists every seed's forks."""
     from sameloss.experiments.recipes import isoloss
 
-    p = isoloss.PRESETS["tiny"]
+    from sameloss.experiments.recipes.isoloss.allocation import _unplanned
+
+    p = dataclasses.replace(_unplanned(isoloss.PRESETS["tiny"]), seeds=tuple(range(4)))
     assert p.verdicts.on_no_headroom == "stop" and p.verdicts.headroom_margin > 0
-    plan = planner.dry_plan("isoloss", "tiny", "unused", preset=isoloss.with_even(p))
+    plan = planner.dry_plan("isoloss", "tiny", "unused", preset=p)
     bases = [r for r in plan.runs if r.name.endswith("-base")]
-    assert len(bases) == p.seed_design.even_seeds
+    assert len(bases) == 4
     late = len(p.forks)  # every fork at the late point (the size fork trained on its embedded start)
     scratch = sum(1 for f in p.forks_at(0) if not f.base_recipe)
     # tiny's forks: no sam02, the adversary and the sharpening fork late only; 3 flatness forks
     assert (late, scratch) == (11, 6)
-    assert len(plan.runs) == p.seed_design.even_seeds * (1 + late + scratch)
+    assert len(plan.runs) == 4 * (1 + late + scratch)
     # the main job's plan: seed i runs the forks of the tests planned more than i seeds
     q = isoloss.PRESETS["quick"]
     quick = planner.dry_plan("isoloss", "quick", "unused")
@@ -281,49 +283,31 @@ def test_a_launch_bound_gpu_step_is_said_with_what_would_fill_the_card():
     assert not any(r["launch_bound"] for r in cpu.runs) and "launch-bound" not in format_plan(cpu)
 
 
-def test_the_forecast_says_no_prior_where_a_fork_has_none():
-    """A comparison without a prior paired SD is said to have none (planned from the pilot),
-    not to need "more than 48 seeds"; a comparison with one says the seeds it needs."""
-    from sameloss.experiments.recipes import isoloss
-    from sameloss.experiments.recipes.isoloss.allocation import forecast
-
-    p = isoloss.PRESETS["tiny"]
-    # the forecast speaks of the claims (Holm's family); take one claim's prior SD away
-    without = [t for t in p.claims if not t.startswith("adv")][:1]
-    assert without and all(t in dict(p.seed_design.prior_sds) for t in without)
-    p = dataclasses.replace(p, seed_design=dataclasses.replace(
-        p.seed_design, prior_sds=tuple(x for x in p.seed_design.prior_sds if x[0] not in without)))
-    text = forecast(p, "cpu", 2, cpu_peak=50e9)
-    for t in without:
-        assert f"{t} (no prior SD: planned from the pilot's)" in text
-    assert "more than 48" not in text
-
-
-def test_the_budget_forecast_prices_a_later_seed_as_the_allocation_does(monkeypatch):
-    """The forecast's later seeds cost what ``seed_cost`` says (the allocation after the pilot
-    prices them so): a seed running only a from-scratch comparison with the base recipe's fork
-    pays for the late run that fork's entry reads, which a sum over the compared forks' own
-    parts left out."""
+def test_the_plan_says_first_which_claims_a_design_is_expected_to_decide(capsys):
+    """``sameloss plan isoloss --scale tiny``: first the claims the design is expected to decide,
+    each with its seeds, margin, prior SD and planned power after Holm; a claim without a prior SD
+    is said to have none; a design's seed prices its late run where a scratch entry reads it."""
     from sameloss.experiments.engine.declare import CostPart
     from sameloss.experiments.recipes import isoloss
     from sameloss.experiments.recipes.isoloss import allocation
 
+    assert main(["plan", "isoloss", "--scale", "tiny", "--cpu-peak", "50"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("Claims first: the 180-minute budget on 2 workers is expected to decide")
+    for test, n in isoloss.TINY_PLAN:
+        if test in isoloss.PRESETS["tiny"].claims:
+            assert f"{test} (" in lines[1] and f"{n} seeds" in lines[1]
     p = isoloss.PRESETS["tiny"]
-    priced = {}
-
-    def afford(alloc, seed_cost, *args):
-        priced["seed"] = seed_cost
-        return alloc
-
-    monkeypatch.setattr(allocation, "afford", afford)
-    allocation.forecast(p, "cpu", 2, cpu_peak=50e9)
-    costs = allocation.planned_costs(p, "cpu", 50e9, 2)
+    without = [t for t in p.claims if not t.startswith("adv")][:1]
+    p = dataclasses.replace(p, seed_design=dataclasses.replace(
+        p.seed_design, prior_sds=tuple(x for x in p.seed_design.prior_sds if x[0] not in without)))
+    assert all("no prior SD" in x for x in allocation.decided_forecast(p) if x.startswith(without[0]))
+    costs = allocation.planned_costs(allocation._unplanned(p), "cpu", 50e9, 2)
     scratch_only = ["noreg @ scratch"]  # noreg against adamw from scratch: adamw's entry there is its late run
     assert CostPart("scratch", "adamw", "train") not in costs and costs[CostPart("late", "adamw", "train")] > 0
-    assert priced["seed"](scratch_only) == pytest.approx(allocation.seed_cost(p, costs, scratch_only))
-    own_parts = costs[CostPart("", "base", "train")] + costs[CostPart("", "base", "measure")] + sum(
-        v for k, v in costs.items() if (k.point, k.fork) in {("scratch", "noreg"), ("scratch", "adamw")})
-    assert priced["seed"](scratch_only) == pytest.approx(own_parts + costs[CostPart("late", "adamw", "train")])
+    full = allocation._unplanned(p)
+    assert allocation.seed_cost(full, costs, scratch_only) > allocation.seed_cost(full, {
+        k: v for k, v in costs.items() if k != CostPart("late", "adamw", "train")}, scratch_only)
 
 
 def test_the_devices_numbers_are_one_calibration_record_each_with_its_source():

@@ -39,7 +39,8 @@ def test_every_shipped_recipe_loads_and_only_isoloss_has_hooks():
 
 def test_a_recipe_without_a_hook_names_the_option_in_one_line():
     steps = load_recipe("steps")
-    with pytest.raises(UserError, match=r"^--budget: steps spends no seeds adaptively \(the option is isoloss's\)$"):
+    with pytest.raises(UserError,
+                       match=r"^--budget: steps has no design chosen for a budget \(the option is isoloss's\)$"):
         steps.preset("tiny", budget=10)
     with pytest.raises(UserError, match=r"^--language: steps runs its own languages"):
         steps.preset("tiny", languages=["hmm:micro"])
@@ -62,8 +63,8 @@ def test_a_malformed_recipe_is_refused_when_loaded():
         check_recipe("fake", _module(with_budget=lambda p: p))
     with pytest.raises(UserError, match=r"^recipe fake: units does not take the arguments of units\(setup, preset\)"):
         check_recipe("fake", _module(units=lambda setup: []))
-    good = check_recipe("fake", _module(with_even=lambda p: p))
-    assert set(good.hooks) == {"with_even"}
+    good = check_recipe("fake", _module(with_languages=lambda p, specs: p))
+    assert set(good.hooks) == {"with_languages"}
 
 
 def test_a_hook_imported_from_elsewhere_is_not_a_misspelt_one():

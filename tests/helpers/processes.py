@@ -56,9 +56,10 @@ class Holder:
 
 
 def run_cli(args: list[str], cwd: Path | None = None, file_size_limit: int | None = None,
-            env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+            env: dict | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
     """``python -m sameloss.cli ARGS`` in a child process; with ``file_size_limit``, every
-    write past that many bytes fails with EFBIG (a full disk that needs no tmpfs)."""
+    write past that many bytes fails with EFBIG (a full disk that needs no tmpfs). ``timeout``
+    only stops a hung child: generous, so a loaded machine does not fail a test."""
     def limit():
         if file_size_limit is not None:
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

@@ -42,11 +42,11 @@ SEED_HELP = ("added to every seed of the study: its runs, measures and probe dra
 def _add_experiment_arguments(parser: argparse.ArgumentParser) -> list[str]:
     """``EXPERIMENT`` and ``--scale``, the same for ``reproduce`` and ``plan``: both default to
     the main job. Returns the scales (every one ``reproduce`` accepts)."""
-    from .engine.orchestrate import ACROSS_SCALE, DEFAULT_EXPERIMENT, MAIN_SCALE, experiments
+    from .engine.orchestrate import ACROSS_SCALE, DEFAULT_EXPERIMENT, MAIN_SCALE, PILOT_SCALE, experiments
     from .engine.recipe import SCALE_NAMES
 
     names = list(experiments())
-    scales = [SCALE_NAMES[0], MAIN_SCALE, *SCALE_NAMES[1:], ACROSS_SCALE]
+    scales = [SCALE_NAMES[0], MAIN_SCALE, *SCALE_NAMES[1:], ACROSS_SCALE, PILOT_SCALE]
     parser.add_argument("experiment", nargs="?", default=None, choices=names, metavar="EXPERIMENT",
                         help=f"one of {', '.join(names)} (default {DEFAULT_EXPERIMENT}, the main job)")
     parser.add_argument("--scale", default=None, choices=scales,
@@ -88,15 +88,10 @@ def add_reproduce_parser(commands) -> argparse.ArgumentParser:
                                 "languages is its own folder, OUT/isoloss-SCALE-<languages> (hmm:headroom alone: "
                                 "OUT/isoloss-SCALE, the default)")
     reproduce.add_argument("--budget", type=positive_float, default=None, metavar="MINUTES",
-                           help="isoloss at an adaptive scale (tiny): the wall minutes the study may take; before "
-                                "training it says what they buy (from the planner's cost model), after its pilot it "
-                                "plans the later seeds' forks within them (from the pilot's measured cost per fork), "
-                                "and the report lists the comparisons decided and those still open with the seeds "
-                                "they need (default: the scale's own budget)")
-    reproduce.add_argument("--even", action="store_true",
-                           help="isoloss: every seed runs every fork on the scale's first 16 seeds, no pilot and no "
-                                "budget (the even design the adaptive one is measured against; its own folder, "
-                                "OUT/isoloss-SCALE-even)")
+                           help="isoloss at quick or tiny: choose the design again by the claims-first rule for "
+                                "this many wall minutes on 2 cores (the planner's cost model; its own folder, "
+                                "OUT/isoloss-SCALE-budgetMINUTES); `sameloss plan` says first which claims it is "
+                                "expected to decide (default: the scale's own design)")
     reproduce.add_argument("--fresh", action="store_true",
                            help="delete the experiment's folder first and redo everything (only when all it "
                                 "holds is what sameloss wrote, inside its run folders too: a user's file there is "
@@ -330,10 +325,9 @@ def add_plan_parser(commands) -> argparse.ArgumentParser:
     plan.add_argument("--language", dest="languages", action="append", default=None, metavar="SPEC",
                       help="the --language reproduce would use (isoloss; repeat for several)")
     plan.add_argument("--budget", type=positive_float, default=None, metavar="MINUTES",
-                      help="isoloss at an adaptive scale: the wall minutes reproduce --budget would be given "
-                           "(default: the scale's own budget, tiny's 180); the forecast says what they buy (seeds "
-                           "after the pilot, and the comparisons expected to reach their MDE target with the "
-                           "preset's prior paired SDs)")
+                      help="isoloss at quick or tiny: the wall minutes reproduce --budget would be given "
+                           "(default: the scale's own design, chosen for 25 and 180 minutes); the plan says first "
+                           "which claims that budget's design is expected to decide, and at what power")
     plan.add_argument("--ensemble", type=_ensemble, default=None, metavar="N|off",
                       help="the --ensemble reproduce would use: runs trained as ensembles of at most N (default off)")
     plan.add_argument("--dropout-draws", choices=["global", "keyed"], default="global",
@@ -348,8 +342,7 @@ def _job(args):
     from .engine.orchestrate import Job, main_job
 
     experiment, scale = main_job(args.experiment, args.scale)
-    return Job(experiment, scale, args.out, args.seed, args.languages, args.budget, getattr(args, "even", False),
-               args.dropout_draws)
+    return Job(experiment, scale, args.out, args.seed, args.languages, args.budget, args.dropout_draws)
 
 
 def _plan(args) -> None:
@@ -445,7 +438,7 @@ def _replicate(args) -> None:
             raise UserError(f"--csv {csv_path}: no folder {csv_path.parent} to write it in")
     section = replication_section(outcomes)
     section.text.insert(0, "Studies: " + "; ".join(f"{o['tag']} ← {o['folder']}" for o in outcomes) + ".")
-    print(section.markdown())
+    print("\n".join(section.answer) + "\n\n" + section.markdown())
     if csv_path is not None:
         try:
             files.write_output(csv_path, csv_text(section.files["replication.csv"]), args.force, "--csv")

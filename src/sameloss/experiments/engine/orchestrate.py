@@ -29,6 +29,8 @@ DEFAULT_EXPERIMENT = "isoloss"
 MAIN_SCALE = "quick"
 # isoloss's other scale of its own: the study across the registered languages (``recipes/isoloss/across.py``)
 ACROSS_SCALE = "languages"
+# the isoloss pilot that measured the designs' prior paired SDs (its own seeds: no design re-runs them)
+PILOT_SCALE = "pilot"
 DEFAULT_SCALE = "tiny"
 
 
@@ -68,8 +70,8 @@ class Job:
     """What a study computes, hence its folder: the recipe at a scale (``main_job``: the
     defaults), ``out`` (the parent folder of the experiment's, ``OUT/EXPERIMENT-SCALE``),
     ``--seed`` (added to every seed of the study; another seed is its own folder), the
-    ``--language`` specs (``with_languages``), the ``--budget`` minutes (``with_budget``),
-    ``--even`` (``with_even``) and ``--dropout-draws``."""
+    ``--language`` specs (``with_languages``), the ``--budget`` minutes (``with_budget``)
+    and ``--dropout-draws``."""
 
     experiment: str
     scale: str
@@ -77,7 +79,6 @@ class Job:
     seed: int = 0
     languages: tuple[str, ...] = ()
     budget: float | None = None
-    even: bool = False
     dropout_draws: str = "global"
 
     def __post_init__(self):  # a folder given as text, languages as a list: the types the job keeps
@@ -89,15 +90,9 @@ class Job:
         return load_recipe(self.experiment)
 
     def preset(self) -> Any:
-        """The preset this job runs (``Recipe.preset``, then ``with_even``); ``UserError`` for
-        an option the recipe does not take."""
-        recipe = self.recipe
-        p = recipe.preset(self.scale, list(self.languages), self.budget)
-        if self.even:
-            if self.budget is not None:
-                raise UserError("--even runs every fork on a fixed number of seeds: it takes no --budget")
-            p = recipe.needs("with_even")(p)
-        return p
+        """The preset this job runs (``Recipe.preset``); ``UserError`` for an option the recipe
+        does not take."""
+        return self.recipe.preset(self.scale, list(self.languages), self.budget)
 
     def root(self, p: Any) -> Path:
         """The experiment folder (``layout.experiment_dir``)."""
@@ -109,7 +104,7 @@ class Job:
         return (f"sameloss reproduce {self.experiment} --scale {self.scale}" + (f" --seed {self.seed}" if self.seed
                                                                                else "")
                 + "".join(f" --language {x}" for x in self.languages)
-                + (f" --budget {self.budget:g}" if self.budget else "") + (" --even" if self.even else "")
+                + (f" --budget {self.budget:g}" if self.budget else "")
                 + (f" --dropout-draws {self.dropout_draws}" if self.dropout_draws != "global" else ""))
 
 

@@ -45,16 +45,14 @@ class Hook:
 
 HOOKS: dict[str, Hook] = {
     "with_budget": Hook("with_budget(preset, minutes) -> preset", "--budget",
-                        "spends no seeds adaptively (the option is isoloss's)"),
+                        "has no design chosen for a budget (the option is isoloss's)"),
     "with_languages": Hook("with_languages(preset, specs) -> preset", "--language",
                            "runs its own languages (the option is isoloss's)"),
-    "with_even": Hook("with_even(preset) -> preset", "--even", "has no adaptive design (the option is isoloss's)"),
     "folder_suffix": Hook("folder_suffix(preset) -> str", "", ""),
-    "forecast": Hook("forecast(preset, device, workers, cpu_peak=None) -> str", "--budget", ""),
     "plan_notes": Hook("plan_notes(preset, device, workers, cpu_peak) -> (lines, ceiling)", "", ""),
 }
 # the prefixes of hook names: a function so named that is no hook is a misspelt one
-_HOOK_PREFIXES = ("with_", "folder_", "forecast", "plan_")
+_HOOK_PREFIXES = ("with_", "folder_", "plan_")
 
 
 @dataclass(frozen=True)

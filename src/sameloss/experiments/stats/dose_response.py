@@ -1,159 +1,187 @@
-"""Flatness as the treatment (``isoloss``'s trace-penalty forks): the paired primary
-difference at the target KL per unit of relative trace change, within seeds.
+"""Flatness as the treatment (``isoloss``'s trace-penalty forks), analysed by assigned arm.
 
-One line through the origin pooled over every seed's forks — ``b = Σxy / Σx²`` (the
-reference is every pair's origin: no trace change, no difference) — with a delete-one-seed
-jackknife interval (t on seeds − 1 degrees of freedom): a seed that lost a fork, or kept one
-that barely moved the trace, weighs by its Σx² instead of contributing its own slope (a
-seed's slope through one fork at x = 0.02 has an SD of 25 points per unit). The flattening
-(x < 0) and the sharpening (x > 0) forks' slopes are shown apart: one line through both
-assumes a symmetric response. Pairs whose relative trace change is under the preset's floor
-(``Design.dose_floor``), or whose reference trace is 0, are named and left out."""
+Each arm is a penalty weight λ (a flattening λ > 0, a sharpening λ < 0) forked from the same
+base as AdamW (λ = 0), so within a seed every arm's paired difference at its target KL
+against AdamW, ``d_a`` (points), is a randomised contrast. λ is the instrument; the realised
+trace change is a mediator measured with error, never the regressor of a test:
+
+* **each arm against AdamW**: the comparisons' own rows (``paired.differences``), with the
+  trace change each arm achieved (``arm_changes``: the relative change at the target, its
+  t interval over seeds) — and, where measured, the weight norm and the adaptive
+  (reparametrisation-invariant) trace, so that "flatter" is not a rescaling;
+* **the trend over λ** (``trend``): per seed the least-squares slope through the origin of its
+  arms' differences on λ (``b_s = Σ λ d / Σ λ²``: the origin is AdamW's own arm, so the line
+  through it is the design, not an assumption), t over seeds on n − 1 degrees of freedom;
+  the paper's direction positive (a flatter arm transfers better); its margin is the claims'
+  δ at the strongest arm (δ / max |λ|);
+* **the effect of the trace per unit** (``wald``): the trend in accuracy over the trend in
+  relative trace change (2SLS with λ the instrument: the Wald ratio of the two per-seed
+  slopes), with Fieller's interval (t on n − 1; unbounded where the trace's trend is not
+  distinguishable from 0).
+
+Every pair with a line to read is used (no extrapolation limit, no floor on the trace
+change: the analysis is by assignment). The per-pair scatter of accuracy difference on
+realised trace change is kept for an exploratory figure only (``dose_points``), labelled so."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
-from scipy.stats import t as student_t
 
-from ..reports.claims import fmt
-from .paired import Comparison, Design, UNINFORMATIVE, after_holm, holm_counted, used_pairs
-from ..reports.document import Claim, Column, Section, Table
-from .inference import Interval, interval_power, t_quantile
+from .inference import t_quantile
+from .paired import UNINFORMATIVE, Comparison, Design, after_holm, holm_counted
+from .weighted import tost_p
 
-# the dose-response slope's equivalence margin: the accuracy margin δ over this relative
-# trace change (the smallest change the flatness forks are calibrated to make)
-DOSE_TRACE_CHANGE = 0.2
+LAMBDA_UNIT = 1e-4  # λ is shown (and the trend's slope read) per this unit of penalty weight
 
 
-def dose_points(pairs: list[dict], comparisons: list[Comparison], point: str, key: str, floor: float = 0.0
-                ) -> tuple[list[dict], list[str]]:
-    """One row per used pair of the flatness comparisons (``comparisons``: each a λ fork
-    against the same reference) at fork point ``point``: its seed, fork, relative trace change
-    at the target (``x``: recipe ÷ reference − 1, both at the pair's target KL) and paired
-    primary difference (``y``, points); and the pairs left out, named (a reference trace of
-    0, or ``|x|`` under ``floor``)."""
-    out, left = [], []
+def _readable(pairs: list[dict], c: Comparison, point: str) -> list[dict]:
+    return [p for p in pairs if p["comparison"] == c.name and p["point"] == point
+            and p["readable"] in (True, "True")]
+
+
+def dose_points(pairs: list[dict], comparisons: list[Comparison], point: str, key: str,
+                lambdas: dict[str, float]) -> list[dict]:
+    """One row per readable pair of the flatness comparisons at ``point``: its seed, arm, λ
+    (in ``LAMBDA_UNIT``), the relative trace change at the target (``x``: recipe ÷ reference
+    − 1, nan where the reference's trace is 0) and the paired primary difference (``y``,
+    points)."""
+    out = []
     for c in comparisons:
-        for p in used_pairs(pairs, c, point):
-            ref = p["reference_trace_fisher"]
-            x = p["recipe_trace_fisher"] / ref - 1 if ref else math.nan
-            where = f"{c.name} @ {point}, seed {p['seed']}"
-            if not math.isfinite(x):
-                left.append(f"{where}: the reference's trace is {ref:g} (no relative change)")
-            elif abs(x) < floor:
-                left.append(f"{where}: trace change {x:+.1%}, under the floor ±{floor:.0%}")
-            else:
-                out.append({"seed": int(p["seed"]), "fork": c.recipe, "comparison": c.name, "point": point,
-                            "x": x, "y": 100.0 * p[f"d_{key}"]})
-    return out, left
-
-
-def pooled_slope(points: list[dict]) -> dict:
-    """``Σxy / Σx²`` over ``points`` with its delete-one-seed jackknife standard error
-    (``(g − 1)/g · Σ (b₋ₛ − b̄₋)²`` over the g seeds; t on g − 1 degrees of freedom)."""
-    x = np.array([r["x"] for r in points], dtype=float)
-    y = np.array([r["y"] for r in points], dtype=float)
-    seeds = np.array([r["seed"] for r in points])
-    groups = sorted(set(seeds.tolist()))
-    g = len(groups)
-    slope = float((x * y).sum() / (x * x).sum()) if float((x * x).sum()) > 0 else math.nan
-    if g < 2:
-        return {"slope": slope, "se": math.nan, "df": 0, "n_seeds": g, "n_pairs": len(points)}
-    loo = np.array([float((x * y)[seeds != s].sum() / (x * x)[seeds != s].sum()) for s in groups])
-    se = math.sqrt((g - 1) / g * float(((loo - loo.mean()) ** 2).sum()))
-    return {"slope": slope, "se": se, "df": g - 1, "n_seeds": g, "n_pairs": len(points)}
-
-
-def _test(fit: dict, margin: float, design: Design) -> dict:
-    """The t interval, p, TOST p, MDE and verdict of a pooled slope (paper's direction: −)."""
-    nan = math.nan
-    out = {"low": nan, "high": nan, "p_value": nan, "tost_p": nan, "mde": nan,
-           "verdict": f"no interval: {fit['n_seeds']} seed(s)"}
-    if fit["df"] < 1 or not fit["se"] > 0:
-        if not design.headroom:
-            out["verdict"] = UNINFORMATIVE
-        return out
-    b, se, df = fit["slope"], fit["se"], fit["df"]
-    half = t_quantile(0.975, df) * se
-    verdict, mde = interval_power(Interval(b, b - half, b + half), df, -1, margin=margin)
-    out.update(low=b - half, high=b + half, p_value=float(2 * student_t.sf(abs(b) / se, df)), mde=mde,
-               tost_p=float(max(student_t.sf((b + margin) / se, df), student_t.cdf((b - margin) / se, df))),
-               verdict=verdict if design.headroom else UNINFORMATIVE)
+        for p in _readable(pairs, c, point):
+            ref = float(p["reference_trace_fisher"])
+            x = float(p["recipe_trace_fisher"]) / ref - 1 if ref else math.nan
+            row = {"seed": int(p["seed"]), "fork": c.recipe, "comparison": c.name, "point": point,
+                   "lam": lambdas[c.recipe] / LAMBDA_UNIT, "x": x, "y": 100.0 * float(p[f"d_{key}"])}
+            for extra in ("weight_norm_sq", "adaptive_trace"):
+                if f"recipe_{extra}" in p and float(p[f"reference_{extra}"]):
+                    row[f"x_{extra}"] = float(p[f"recipe_{extra}"]) / float(p[f"reference_{extra}"]) - 1
+            out.append(row)
     return out
 
 
-def dose_response(section: Section | None, pairs: list[dict], comparisons: list[Comparison],
-                  points: list[str], key: str, design: Design) -> list[dict]:
-    """The causal counterpart of Fig. 1's slope: per fork point the pooled slope through the
-    origin of the paired primary difference (points) on the relative trace change over every
-    seed's flatness forks (``pooled_slope``: jackknife over seeds), Holm over the fork points;
-    beside it the flattening and the sharpening forks' slopes apart. The paper's direction
-    is negative (a smaller trace, a higher accuracy); the equivalence margin is
-    ``design.margin / DOSE_TRACE_CHANGE`` (δ points over a 20 % change), fixed before the
-    data. Adds the table (``dose_response.csv``), the per-pair points (``dose_points.csv``,
-    the figure's) and the pairs left out to ``section`` when given."""
-    out, every, left = [], [], []
-    margin = design.margin / DOSE_TRACE_CHANGE
+def _t_interval(values: list[float]) -> tuple[float, float, float, int]:
+    """Mean, 95% t interval and n of ``values`` (nan where n < 2)."""
+    v = np.asarray([x for x in values if math.isfinite(x)], dtype=float)
+    n = v.size
+    if n < 2:
+        return (float(v.mean()) if n else math.nan), math.nan, math.nan, n
+    half = t_quantile(0.975, n - 1) * float(v.std(ddof=1)) / math.sqrt(n)
+    return float(v.mean()), float(v.mean()) - half, float(v.mean()) + half, n
+
+
+def arm_changes(points: list[dict]) -> list[dict]:
+    """Per arm and fork point, the relative change against AdamW at the target (mean, 95% t
+    interval over seeds) of the trace — and of the weight norm and the adaptive trace where
+    measured: what each arm achieved."""
+    out = []
+    for (point, fork) in dict.fromkeys((r["point"], r["fork"]) for r in points):
+        mine = [r for r in points if r["point"] == point and r["fork"] == fork]
+        row = {"test": f"{mine[0]['comparison']} @ {point}", "fork": fork, "point": point, "lam": mine[0]["lam"]}
+        for key, name in (("x", "trace"), ("x_weight_norm_sq", "weight_norm_sq"),
+                          ("x_adaptive_trace", "adaptive_trace")):
+            if any(key in r for r in mine):
+                m, lo, hi, n = _t_interval([r.get(key, math.nan) for r in mine])
+                row.update({f"{name}_change": m, f"{name}_low": lo, f"{name}_high": hi, f"{name}_n": n})
+        out.append(row)
+    return out
+
+
+def _per_seed(points: list[dict], value: str) -> dict[int, float]:
+    """Each seed's slope through the origin of ``value`` on λ over its arms."""
+    by: dict[int, list[dict]] = {}
+    for r in points:
+        if math.isfinite(r[value]):
+            by.setdefault(r["seed"], []).append(r)
+    return {s: sum(r["lam"] * r[value] for r in rs) / sum(r["lam"] ** 2 for r in rs) for s, rs in by.items()}
+
+
+def trend(points: list[dict], margin: float, design: Design) -> dict:
+    """The trend of the primary difference over λ at one fork point (``points``: that
+    point's ``dose_points``): the mean over seeds of each seed's slope through the origin
+    (points per ``LAMBDA_UNIT`` of λ), its t interval, p, TOST p against ``margin`` / max |λ|
+    and the verdict (the paper's direction positive)."""
+    from .inference import PairedDifference, power_verdict
+
+    slopes = _per_seed(points, "y")
+    v = np.asarray(list(slopes.values()), dtype=float)
+    n = v.size
+    strongest = max((abs(r["lam"]) for r in points), default=math.nan)
+    trend_margin = margin / strongest if strongest else math.nan
+    row = {"n_seeds": n, "arms": ", ".join(dict.fromkeys(r["fork"] for r in points)), "margin": trend_margin,
+           "slope": float(v.mean()) if n else math.nan}
+    nan = math.nan
+    if n < 2:
+        row.update(low=nan, high=nan, p_value=nan, tost_p=nan,
+                   verdict=UNINFORMATIVE if not design.headroom else f"no interval: {n} seed(s)")
+        return row
+    sd = float(v.std(ddof=1))
+    se = sd / math.sqrt(n)
+    half = t_quantile(0.975, n - 1) * se
+    eq = t_quantile(0.95, n - 1) * se
+    pd = PairedDifference(n, row["slope"], sd, row["slope"] - half, row["slope"] + half, nan, nan, nan, nan,
+                          degenerate=not se > 0, eq_low=row["slope"] - eq, eq_high=row["slope"] + eq, df=n - 1)
+    from scipy.stats import t as student_t
+
+    p = float(2 * student_t.sf(abs(row["slope"]) / se, n - 1)) if se > 0 else nan
+    row.update(low=pd.t_low, high=pd.t_high, p_value=p, tost_p=tost_p(row["slope"], se, n - 1, trend_margin),
+               verdict=power_verdict(pd, +1, trend_margin) if design.headroom else UNINFORMATIVE)
+    return row
+
+
+def fieller(a: np.ndarray, b: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
+    """The ratio ``mean(a) / mean(b)`` of two paired samples (one value each per seed) with
+    Fieller's interval at ``level`` (t on n − 1): the β with ``(ā − βb̄)² ≤ t² Var(ā − βb̄)``;
+    ``(−inf, inf)`` where the denominator's mean is not distinguishable from 0 at ``level``
+    (the set is then unbounded)."""
+    n = a.size
+    if n < 2:
+        return math.nan, math.nan, math.nan
+    ma, mb = float(a.mean()), float(b.mean())
+    cov = np.cov(np.stack([a, b]), ddof=1) / n
+    va, vb, c = float(cov[0, 0]), float(cov[1, 1]), float(cov[0, 1])
+    t2 = t_quantile(0.5 + level / 2, n - 1) ** 2
+    ratio = ma / mb if mb else math.nan
+    qa, qb, qc = mb * mb - t2 * vb, -2 * (ma * mb - t2 * c), ma * ma - t2 * va
+    disc = qb * qb - 4 * qa * qc
+    if qa <= 0 or disc < 0:
+        return ratio, -math.inf, math.inf
+    root = math.sqrt(disc)
+    return ratio, (-qb - root) / (2 * qa), (-qb + root) / (2 * qa)
+
+
+def wald(points: list[dict]) -> dict:
+    """The effect of the trace per unit at one fork point, λ the instrument: the per-seed
+    trend of the accuracy difference over the per-seed trend of the relative trace change
+    (points per unit of relative trace change; ``per_10pc_lower``: per 10 % lower trace), with
+    Fieller's interval over the seeds that have both."""
+    ys, xs = _per_seed(points, "y"), _per_seed(points, "x")
+    seeds = sorted(set(ys) & set(xs))
+    a = np.array([ys[s] for s in seeds], dtype=float)
+    b = np.array([xs[s] for s in seeds], dtype=float)
+    ratio, low, high = fieller(a, b)
+    bounded = math.isfinite(low) and math.isfinite(high)
+    return {"wald": ratio, "wald_low": low if bounded else math.nan, "wald_high": high if bounded else math.nan,
+            "wald_interval": "" if bounded or not math.isfinite(ratio) else
+            "unbounded: the trace's trend is within its noise", "wald_seeds": len(seeds),
+            "trace_trend": float(b.mean()) if b.size else math.nan}
+
+
+def dose_response(pairs: list[dict], comparisons: list[Comparison], points: list[str], key: str, design: Design,
+                  lambdas: dict[str, float], margin: float) -> tuple[list[dict], list[dict], list[dict]]:
+    """Flatness by assigned arm at every fork point (module docstring): the trend tests (Holm
+    over the fork points) with the Wald ratio beside each, the changes each arm achieved, and
+    the per-pair points (the exploratory figure's). ``comparisons``: each flatness arm
+    against AdamW; ``lambdas``: each arm's λ; ``margin``: the flatness claims' δ (points)."""
+    out, changes, every = [], [], []
     for point in points:
-        pts, gone = dose_points(pairs, comparisons, point, key, design.dose_floor)
+        pts = dose_points(pairs, comparisons, point, key, lambdas)
         every += pts
-        left += gone
-        fit = pooled_slope(pts)
-        row = {"test": f"dose-response @ {point}", "point": point, "n_seeds": fit["n_seeds"],
-               "n_pairs": fit["n_pairs"], "n_left_out": len(gone),
-               "forks": ", ".join(dict.fromkeys(r["fork"] for r in pts)),
-               "min_change": min((r["x"] for r in pts), default=math.nan),
-               "max_change": max((r["x"] for r in pts), default=math.nan), "slope": fit["slope"], "sd": fit["se"],
-               "margin": margin}
-        tested = _test(fit, margin, design)
-        row.update({"t_low": tested["low"], "t_high": tested["high"], **{k: tested[k] for k in (
-            "p_value", "tost_p", "mde", "verdict")}})
-        for side, mine in (("flattening", [r for r in pts if r["x"] < 0]),
-                           ("sharpening", [r for r in pts if r["x"] > 0])):
-            part = pooled_slope(mine)
-            t = _test(part, margin, design)
-            row.update({f"{side}_slope": part["slope"], f"{side}_low": t["low"], f"{side}_high": t["high"],
-                        f"{side}_pairs": part["n_pairs"]})
+        changes += arm_changes(pts)
+        row = {"test": f"flatness trend @ {point}", "point": point, **trend(pts, margin, design), **wald(pts)}
         out.append(row)
     for r, q, qe in zip(out, holm_counted([r["p_value"] for r in out]), holm_counted([r["tost_p"] for r in out])):
         r["holm_p"], r["tost_holm_p"] = q, qe
         r["after_holm"] = after_holm(r["verdict"], q, qe)
-    if section is not None and out:
-        _tables(section, out, every, left, margin, design)
-    return out
-
-
-def _tables(section: Section, out: list[dict], every: list[dict], left: list[str], margin: float,
-            design: Design) -> None:
-    section.files["dose_response.csv"] = out
-    section.files["dose_points.csv"] = every
-    section.tables.append(Table(
-        "Dose-response: the paired primary difference at the target KL (points) per unit of relative trace "
-        "change (fork ÷ reference − 1, both at the pair's target), one line through the origin pooled over every "
-        "seed's flatness forks (Σxy/Σx²), its 95% t interval from a delete-one-seed jackknife; beside it the "
-        "flattening (trace change < 0) and sharpening (> 0) forks' slopes apart; the paper's direction is "
-        f"negative; pairs whose trace moved less than ±{design.dose_floor:.0%} are left out (named below); "
-        f"equivalence margin ±{fmt(margin)} (δ over a {DOSE_TRACE_CHANGE:.0%} change); Holm over the fork points",
-        [Column("seeds", "n_seeds", fmt="d"), Column("pairs", "n_pairs", fmt="d"),
-         Column("left out", "n_left_out", fmt="d"),
-         Column("trace change from", "min_change", fmt=".2f"), Column("to", "max_change", fmt=".2f"),
-         Column("slope [t 95%]", "slope", ci=("t_low", "t_high"), fmt=".3g"), Column("MDE", "mde", fmt=".3g"),
-         Column("p Holm", "holm_p", fmt=".3g"), Column("verdict", "verdict", text=True),
-         Column("after Holm", "after_holm", text=True),
-         Column("flattening [t 95%]", "flattening_slope", ci=("flattening_low", "flattening_high"), fmt=".3g"),
-         Column("sharpening [t 95%]", "sharpening_slope", ci=("sharpening_low", "sharpening_high"), fmt=".3g")],
-        out, source="dose_response.csv", key="test", key_header="fork point"))
-    if left:
-        section.notes.append("Dose-response: pairs left out of the slope: " + "; ".join(left) + ".")
-    for r in out:
-        section.claims.append(Claim(
-            "at the same loss, flatter transfers better — tested as a treatment (a trace penalty), not in the "
-            "paper: a negative slope of accuracy on the relative trace change.",
-            f"at fork point {r['point']}, over {r['n_seeds']} seeds ({r['n_pairs']} pairs of {r['forks']} against "
-            f"the reference; trace changes {r['min_change']:+.0%} to {r['max_change']:+.0%}): {fmt(r['slope'])} "
-            f"points per unit of relative trace change, 95% t interval [{fmt(r['t_low'])}, {fmt(r['t_high'])}] "
-            f"(jackknife over seeds; MDE {fmt(r['mde'])}, Holm p {fmt(r['holm_p'])}); flattening forks alone "
-            f"{fmt(r['flattening_slope'])}, sharpening alone {fmt(r['sharpening_slope'])}.",
-            r["verdict"] + (f" ({r['after_holm']} Holm)" if r["after_holm"] else "")))
+    return out, changes, every

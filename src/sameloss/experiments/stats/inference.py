@@ -266,6 +266,18 @@ def t_test_power(noncentrality: float, df: float, level: float = 0.95) -> float:
     return float(sum(quad(integrand, a, b, limit=200, epsabs=1e-12)[0] for a, b in ((0, 1), (1, math.inf))))
 
 
+def tost_power(margin: float, se: float, df: float, alpha: float = 0.05) -> float:
+    """The power of TOST at level ``alpha`` per side against ``|effect| ≥ margin`` when the
+    true effect is 0, for an estimate with standard error ``se`` on ``df`` degrees of
+    freedom: ``P(|T| < margin/se − t_{1−α, df})`` = ``2 F_t(margin/se − t_{1−α}) − 1`` (the
+    standard error taken as known; 0 where ``margin/se`` does not clear the quantile). What a
+    "no effect beyond ±δ" verdict could be expected to show at this n."""
+    if not (math.isfinite(se) and se > 0 and df > 0 and math.isfinite(margin) and margin > 0):
+        return float("nan")
+    room = margin / se - t_quantile(1 - alpha, df)
+    return max(0.0, 2.0 * float(student_t.cdf(room, df)) - 1.0)
+
+
 def minimum_detectable_effect(sd: float, n: int, level: float = 0.95, power: float = 0.8) -> float:
     """The smallest true mean difference a two-sided paired t test at ``level`` detects with
     probability ``power``, from the noncentral t: ``MDE = λ* · sd / √n`` where ``λ*`` solves
@@ -319,8 +331,7 @@ class PairedDifference:
     degenerate: bool = False
     eq_low: float = float("nan")
     eq_high: float = float("nan")
-    # the degrees of freedom of ``sd``: n − 1, or the pilot's k − 1 in Stein's two-stage test
-    df: int = 0
+    df: int = 0  # the degrees of freedom of ``sd``: n − 1
 
     @property
     def se(self) -> float:
@@ -329,8 +340,7 @@ class PairedDifference:
     def tost_p(self, margin: float) -> float:
         """The p value of the two one-sided tests (TOST) of ``|effect| ≥ margin``: the larger
         of ``P(T ≥ (mean + δ)/se)`` and ``P(T ≤ (mean − δ)/se)`` on ``n − 1`` degrees of
-        freedom (``df``: the pilot's in Stein's test); below α exactly when the ``1 − 2α`` t
-        interval lies inside ``(−δ, δ)``."""
+        freedom; below α exactly when the ``1 − 2α`` t interval lies inside ``(−δ, δ)``."""
         if self.degenerate or self.n < 2 or not (math.isfinite(margin) and margin > 0) or not self.se > 0:
             return float("nan")
         df = self.df or self.n - 1
@@ -346,44 +356,25 @@ EQUIVALENCE_ALPHA = 0.05
 
 
 def paired_difference(diffs: Sequence[float], level: float = 0.95, power: float = 0.8, n_boot: int = 2000,
-                      seed: int = 0, pilot: Sequence[float] | None = None) -> PairedDifference:
-    """The paired t test of ``diffs`` (t and bootstrap intervals, p, the noncentral-t MDE).
-    ``pilot``: the differences of a two-stage design's first stage, whose spread decided how
-    many more there are (``allocation``): Stein's two-stage test then reads its spread from
-    them alone — ``T = mean · √n / s_pilot`` on ``k − 1`` degrees of freedom, exact whatever
-    the pilot drew (a spread from all the differences would be too small exactly when the
-    pilot's was, since a small pilot spread stops early) — and its MDE is Stein's power
-    bound ``stein_mde``. A pilot as long as ``diffs`` is the ordinary test."""
+                      seed: int = 0) -> PairedDifference:
+    """The paired t test of ``diffs`` (t and bootstrap intervals, p, the noncentral-t MDE)."""
     d = np.asarray(diffs, dtype=float)
     n = d.size
     mean = float(d.mean()) if n else float("nan")
     nan = float("nan")
     if n < 2:
         return PairedDifference(n, mean, nan, nan, nan, nan, nan, nan, nan, level, power)
-    stein = pilot is not None and 2 <= len(pilot) < n
-    first = np.asarray(pilot, dtype=float) if stein else d
-    sd, df = float(first.std(ddof=1)), first.size - 1
+    sd, df = float(d.std(ddof=1)), n - 1
     boot = bootstrap_ci(np.mean, d, n_boot=n_boot, level=level, seed=seed)
-    if sd <= DEGENERATE_SPREAD * float(np.abs(first).max()):
+    if sd <= DEGENERATE_SPREAD * float(np.abs(d).max()):
         return PairedDifference(n, mean, sd, nan, nan, boot.low, boot.high, nan, nan, level, power, True, df=df)
     se = sd / math.sqrt(n)
     half = t_quantile(0.5 + level / 2, df) * se
     eq_half = t_quantile(1 - EQUIVALENCE_ALPHA, df) * se
     p = 2.0 * float(student_t.sf(abs(mean) / se, df))
-    mde = stein_mde(sd, n, df + 1, level, power) if stein else minimum_detectable_effect(sd, n, level, power)
+    mde = minimum_detectable_effect(sd, n, level, power)
     return PairedDifference(n, mean, sd, mean - half, mean + half, boot.low, boot.high, p, mde, level, power, False,
                             mean - eq_half, mean + eq_half, df)
-
-
-def stein_mde(pilot_sd: float, n: int, k: int, level: float = 0.95, power: float = 0.8) -> float:
-    """The MDE of Stein's two-stage test (``paired_difference`` with a pilot of ``k``) over
-    ``n`` differences: ``(t_{(1+level)/2, k−1} + t_{power, k−1}) · s_pilot / √n`` — with the
-    mean's own noise ``Z``, ``T ≥ Z·σ/s + c`` once ``δ√n/s ≥ c``, and ``Z·σ/s`` is exactly
-    t on k − 1 degrees of freedom, so the power at that effect is at least ``power``
-    whatever ``σ`` (Stein 1945; the other tail left out: a bound)."""
-    if n < 1 or k < 2 or not (math.isfinite(pilot_sd) and pilot_sd > 0):
-        return float("nan")
-    return (t_quantile(0.5 + level / 2, k - 1) + t_quantile(power, k - 1)) * pilot_sd / math.sqrt(n)
 
 
 DETECTED = "detected in the paper's direction"

@@ -1,31 +1,34 @@
 """Paired fork designs (``isoloss``): forks of one base run per seed — at one or more fork
 points (a late fork continues the base; a fork at step 0 trains the recipe from the same
-initial weights) — compared at one exact KL, differences paired across seeds.
+initial weights) — compared at one exact KL, differences paired across seeds. Estimation
+only: the tables that show it are the recipe's (``recipes/isoloss/tables.py``).
 
 * estimation at the target (``comparison_target``, ``at_target``, ``estimate_pairs``):
   each fork is measured at several checkpoints of its stretch at the final learning rate
   (one lr factor for all); per comparison and seed one target KL, chosen from the two
   forks' measured KL ranges alone (the middle of their overlap, or of the gap between
   them); each fork's accuracy and trace are estimated *at* that target by the
-  least-squares line of the quantity on KL through its own checkpoints, with the line's
-  leverage there (what the KL positions alone say of the estimate's variance). Every pair
-  is used unless a fork's target lies more than ``Design.limit`` × its own measured KL range
-  outside that range, or a fork has fewer than two distinct KLs — such a pair is named
-  with its reason, never dropped silently; a fork with fewer than ``Design.points``
-  checkpoints is named. (Selecting the pairs whose forks happened to land near each other
-  would condition on a post-treatment variable: a SAM fork's KL floor sits above the
-  others'.)
-* the report: ``differences`` (per comparison, fork point and quantity: the
-  precision-weighted estimate over the used pairs — ``weighted.estimate``: weights from
-  the KL positions, random effects with the HKSJ interval, a common KL slope where the
-  ranges touch and the slopes test equal — its MDE, the power of the claim after Holm, the
-  share of its variance that is extrapolation, raw and Holm p values per family with the
-  primary family the preset's claims, equivalence by TOST against a margin fixed in the
-  preset; beside it the sensitivity row that keeps only the pairs whose KL ranges lie
-  within the tolerance, a plain paired t test), ``dose`` (the effect at one fork point minus
-  at another, paired by seed) and ``regression`` (accuracy on trace and KL within seeds,
-  cluster bootstrap). The dose-response of the flatness forks is ``dose_response.py``'s, the
-  replication across languages ``replication.py``'s.
+  least-squares line of the quantity on KL through its own checkpoints (a line per fork:
+  the one line model, fixed before the data), with the line's leverage there (what the KL
+  positions alone say of the estimate's variance), and where a fork has 4 or more
+  checkpoints, a test of curvature (``weighted.curvature_p``). A pair is used unless a
+  fork's target lies more than ``Design.limit`` nats outside that fork's measured range
+  (one limit in nats for every fork, fixed before the data), or a fork has fewer than two
+  distinct KLs — such a pair is named with its reason, never dropped silently; and every
+  estimate is given beside it at limit 0 (only pairs whose target lies inside both ranges)
+  and at no limit (every pair), so a reader sees whether the exclusion moves it.
+* ``differences``: per comparison, fork point and quantity the precision-weighted estimate
+  over the used pairs (``weighted.estimate``: weights from the KL positions, random effects
+  with the HKSJ interval), its MDE, the verdict against the claim's own margin (``Comparison
+  .margin``: its smallest effect of interest, from the paper's effects, fixed in the preset;
+  TOST for "no effect beyond ±δ"), the secondary reading at ±``Design.secondary_margin``,
+  raw and Holm p values per family (the primary family the preset's claims), and the power
+  of the verdict as made after Holm: against δ for a detection, TOST's at a true 0 for a "no
+  effect"; ``decided`` is a verdict that survives Holm.
+* ``dose`` (the effect at one fork point minus at another, paired by seed) and
+  ``regression`` (accuracy on trace and KL within seeds, cluster bootstrap). Flatness as a
+  treatment, by arm, is ``dose_response.py``'s; pooling across languages
+  ``replication.py``'s.
 
 A model's row (one probed checkpoint) has ``run``, ``step``, ``seed``, ``point`` (its fork
 point's name), ``fork``, ``kl`` (its exact KL on the shared held-out set), ``trace_fisher``
@@ -36,24 +39,47 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
+from scipy.stats import combine_pvalues
 
 from ...errors import UserError
-from ..reports.claims import fmt
-from ..reports.document import Claim, Column, Section, Table
-from .inference import (DEGENERATE, DETECTED, DETECTED_AGAINST, EQUIVALENT, INCONCLUSIVE, cluster_bootstrap_ols,
-    holm, interval_power, noncentral_mde, paired_difference, power_verdict)
-from .weighted import Line, estimate, fits_of, line
+from .inference import (DETECTED, DETECTED_AGAINST, EQUIVALENT, cluster_bootstrap_ols, holm, interval_power,
+                        noncentral_mde, paired_difference, power_verdict, t_test_power, tost_power)
+from .weighted import Line, curvature_p, estimate, fits_of, line, tost_p
 
 UNINFORMATIVE = "uninformative: no headroom"
 HOLM_LEVEL = 0.05
 
 
+class TestKey(NamedTuple):
+    """A test of the paired design: a comparison at a fork point, written ``"name @ point"``."""
+
+    comparison: str
+    point: str
+
+    def __str__(self) -> str:
+        return f"{self.comparison} @ {self.point}"
+
+    @classmethod
+    def parse(cls, text: str) -> TestKey:
+        name, sep, point = str(text).partition(" @ ")
+        if not sep or not name or not point:
+            raise ValueError(f"a test is written 'comparison @ point', got {text!r}")
+        return cls(name, point)
+
+
 @dataclass(frozen=True)
 class Comparison:
     """``recipe − reference`` of the paired design; ``sign``: the paper's direction of the
-    accuracy difference (the trace's is the opposite)."""
+    accuracy difference (the trace's is the opposite). ``margin``: the claim's smallest
+    effect of interest (points of accuracy) — equivalence is tested against it and a
+    detection's power is stated at it — taken from the effects the paper reports for the
+    mechanism (``margin_source`` says which), fixed before any data; ``effect``: the effect a
+    design plans its power for when it is not the margin (a positive control's expected
+    effect). ``pooled``: pooled across languages (False: its size is the language's — an
+    objective aimed at the language's own task — and it is reported per language only)."""
 
     name: str
     recipe: str
@@ -63,37 +89,38 @@ class Comparison:
     # the reference's trace column compared with the recipe's ``trace_fisher``: a size
     # contrast compares traces in one parameter space (the small model embedded)
     reference_trace: str = "trace_fisher"
+    margin: float = 1.0
+    margin_source: str = ""
+    effect: float | None = None
+    pooled: bool = True
+
+    @property
+    def planned_effect(self) -> float:
+        """The effect a design plans this comparison's power for (points)."""
+        return self.margin if self.effect is None else self.effect
+
+    def key(self, point: str) -> TestKey:
+        return TestKey(self.name, point)
 
 
 @dataclass(frozen=True)
 class Design:
     """What the verdicts of one study share, all fixed in the preset before any data: the
-    equivalence margins (``margin``: points of accuracy; ``trace_margin``: a fraction of the
-    reference fork's mean trace), how far outside its measured KL range a fork's target may
-    lie (``limit``: a multiple of that fork's own range; a pair beyond it is named and not
-    used), the tolerance of the exclusion sensitivity row (``tolerance``, nats: only the
-    pairs whose forks' KL ranges lie at most this far apart) and whether the task has
-    headroom (without it every verdict is ``uninformative``)."""
+    trace's equivalence margin (``trace_margin``: a fraction of the reference fork's mean
+    trace; the accuracies' margins are each comparison's), how far (nats, the same for every
+    fork) outside its measured KL range a fork's target may lie (``limit``; a pair beyond it is
+    named and not used), the secondary equivalence reading (``secondary_margin`` points), the
+    claims (Holm over these alone) and whether the task has headroom (without it every verdict
+    is ``uninformative``)."""
 
-    margin: float
     trace_margin: float
     limit: float
-    tolerance: float
     headroom: bool = True
-    # an adaptive study's pilot seeds (``allocation``): a test over more seeds than these is
-    # Stein's two-stage test, its spread from them alone (``weighted.estimate``)
-    pilot: tuple[int, ...] = ()
     points: int = 3  # the checkpoints each fork should have (``probe_points``): a fork with fewer is named
     # the primary family, fixed before the data ("comparison @ point"): Holm over these claims
     # alone; the other comparisons' primary accuracies are a family of their own. Empty: all
     claims: tuple[str, ...] = ()
-    # the fork × KL model (a KL slope common to both forks): only where every pair's forks'
-    # ranges lie at most ``borrow_gap`` × the smaller range apart, and a test of equal slopes
-    # does not reject at ``slope_level``
-    borrow_gap: float = 0.25
-    slope_level: float = 0.2
-    # the dose-response: pairs whose relative trace change is under this are named and left out
-    dose_floor: float = 0.05
+    secondary_margin: float = 0.35
 
 
 # ---- estimation at the target KL ----------------------------------------------------------
@@ -166,7 +193,9 @@ def estimate_pairs(rows: list[dict], tests: list[tuple[Comparison, str]], quanti
     pair (``_pair``): the target KL, each fork's measured KL range, line and leverage, and
     its estimate at the target of every quantity with the paired difference ``d_<quantity>``
     (the reference's trace from ``reference_trace``: one parameter space for a size
-    contrast); ``used`` False with the ``reason`` beyond the limit."""
+    contrast) and each fork's curvature test; ``used`` False with the ``reason`` beyond the
+    limit, ``inside`` whether the target lies inside both ranges (limit 0), ``readable``
+    whether both forks have a line at all (no limit)."""
     out = []
     for c, point in tests:
         by = _forks(rows, c, point)
@@ -176,15 +205,10 @@ def estimate_pairs(rows: list[dict], tests: list[tuple[Comparison, str]], quanti
     return out
 
 
-def _beyond(fork: str, kls: list[float], target: float, design: Design) -> str:
-    """Why a fork's line cannot be read at ``target`` ('' when it can)."""
-    if len(set(kls)) < 2:
-        return f"{fork} has {len(set(kls))} distinct measured KL(s): no line to read at the target"
-    far, width = outside(kls, target), max(kls) - min(kls)
-    if far > design.limit * width:
-        return (f"{fork} estimated {far:.2e} nats outside its measured KL range ({width:.2e} wide; limit "
-                f"{design.limit:g} × its range)")
-    return ""
+def _unreadable(fork: str, kls: list[float]) -> str:
+    """Why a fork has no line to read ('' when it has one)."""
+    distinct = len(set(kls))
+    return "" if distinct >= 2 else f"{fork} has {distinct} distinct measured KL(s): no line to read at the target"
 
 
 def _pair(c: Comparison, point: str, seed: int, rec: list[dict], ref: list[dict], quantities: list[str],
@@ -192,36 +216,46 @@ def _pair(c: Comparison, point: str, seed: int, rec: list[dict], ref: list[dict]
     """One pair of ``estimate_pairs`` (its fields are ``pairs.csv``'s columns)."""
     kl_rec, kl_ref = [column(r, "kl") for r in rec], [column(r, "kl") for r in ref]
     target = comparison_target(kl_rec, kl_ref)
-    why = [w for w in (_beyond(c.recipe, kl_rec, target, design), _beyond(c.reference, kl_ref, target, design)) if w]
+    far = max(outside(kl_rec, target), outside(kl_ref, target))
+    why = [w for w in (_unreadable(c.recipe, kl_rec), _unreadable(c.reference, kl_ref)) if w]
+    readable = not why
+    if readable and far > design.limit:
+        fork = c.recipe if outside(kl_rec, target) >= outside(kl_ref, target) else c.reference
+        why.append(f"{fork} estimated {far:.2e} nats outside its measured KL range (limit {design.limit:.1e} nats)")
     short = [f"{f} has {len(k)} of {design.points} checkpoints" for f, k in ((c.recipe, kl_rec), (c.reference, kl_ref))
              if len(k) < design.points]
     g_rec, g_ref = line(kl_rec, kl_rec), line(kl_ref, kl_ref)  # the KL geometry alone
     gap = max(0.0, max(min(kl_rec), min(kl_ref)) - min(max(kl_rec), max(kl_ref)))
-    narrow = min(max(kl_rec) - min(kl_rec), max(kl_ref) - min(kl_ref))
-    pair = {"pair": f"{c.name} @ {point}, seed {seed}", "test": f"{c.name} @ {point}", "comparison": c.name,
+    pair = {"pair": f"{c.name} @ {point}, seed {seed}", "test": str(c.key(point)), "comparison": c.name,
             "point": point, "seed": seed, "recipe": c.recipe, "reference": c.reference, "target": target,
             "recipe_kl_low": min(kl_rec), "recipe_kl_high": max(kl_rec), "recipe_checkpoints": len(rec),
             "reference_kl_low": min(kl_ref), "reference_kl_high": max(kl_ref), "reference_checkpoints": len(ref),
-            "recipe_outside": outside(kl_rec, target), "reference_outside": outside(kl_ref, target), "gap": gap,
-            "used": not why, "reason": "; ".join(why), "short": "; ".join(short),
-            "recipe_kl_mean": g_rec.kl_mean, "reference_kl_mean": g_ref.kl_mean, "recipe_sxx": g_rec.sxx,
-            "reference_sxx": g_ref.sxx, "leverage": g_rec.leverage(target) + g_ref.leverage(target),
-            "leverage_mean": 1 / len(rec) + 1 / len(ref), "rss_df": max(len(rec) - 2, 0) + max(len(ref) - 2, 0),
-            "touching": gap <= design.borrow_gap * narrow}
-    pair["within_tolerance"] = gap <= design.tolerance
+            "recipe_outside": outside(kl_rec, target), "reference_outside": outside(kl_ref, target),
+            "max_outside": far, "gap": gap, "used": not why, "inside": readable and far == 0.0,
+            "readable": readable, "reason": "; ".join(why), "short": "; ".join(short),
+            "recipe_kl_mean": g_rec.kl_mean, "reference_kl_mean": g_ref.kl_mean,
+            "leverage": g_rec.leverage(target) + g_ref.leverage(target),
+            "leverage_mean": 1 / len(rec) + 1 / len(ref), "rss_df": max(len(rec) - 2, 0) + max(len(ref) - 2, 0)}
     for key in quantities:
         ref_key = c.reference_trace if key == "trace_fisher" else key
-        a: Line = line(kl_rec, [column(r, key) for r in rec])
-        b: Line = line(kl_ref, [column(r, ref_key) for r in ref])
+        y_rec, y_ref = [column(r, key) for r in rec], [column(r, ref_key) for r in ref]
+        a: Line = line(kl_rec, y_rec)
+        b: Line = line(kl_ref, y_ref)
         pair[f"recipe_{key}"], pair[f"reference_{key}"] = a.at(target), b.at(target)
         pair[f"d_{key}"] = pair[f"recipe_{key}"] - pair[f"reference_{key}"]
-        pair[f"recipe_slope_{key}"], pair[f"reference_slope_{key}"] = a.slope, b.slope
         pair[f"rss_{key}"] = a.rss + b.rss
+        pair[f"recipe_curvature_p_{key}"] = curvature_p(kl_rec, y_rec)
+        pair[f"reference_curvature_p_{key}"] = curvature_p(kl_ref, y_ref)
     return pair
 
 
 def used_pairs(pairs: list[dict], c: Comparison, point: str) -> list[dict]:
-    return [p for p in pairs if p["comparison"] == c.name and p["point"] == point and p["used"]]
+    return [p for p in pairs if p["comparison"] == c.name and p["point"] == point and _flag(p["used"])]
+
+
+def _flag(value) -> bool:
+    """A pair's yes/no field, from a row or from ``pairs.csv`` read back."""
+    return value in (True, "True")
 
 
 # ---- the paired differences ------------------------------------------------------------------
@@ -245,13 +279,14 @@ def differences(pairs: list[dict], tests: list[tuple[Comparison, str]], accuraci
                 primary_key: str, design: Design, n_boot: int = 2000) -> list[dict]:
     """Per comparison and fork point (``tests``), the estimate at the target over the used
     pairs (``estimate_pairs``' rows; ``weighted.estimate``) of every accuracy column
-    (``(key, what)``, points, the paper's sign; δ = ``design.margin``) and of the trace (the
-    opposite sign; δ = ``design.trace_margin`` × the reference's mean trace at the target),
-    with the exclusion sensitivity beside each (only the pairs within the tolerance, a plain
-    paired t test: ``tol_*``); Holm-adjusted p values — of the detection tests and, apart, of
-    the equivalence tests (TOST) — within each family (``_holm_families``), and the power of
-    each claim as made. Returns the rows (``differences.csv``); ``n_boot``: the bootstrap
-    intervals' resamples (beside the intervals, never read by a verdict: 0 leaves them out)."""
+    (``(key, what)``, points, the paper's sign; δ the comparison's ``margin``) and of the
+    trace (the opposite sign; δ = ``design.trace_margin`` × the reference's mean trace at the
+    target), with the same estimate at limit 0 and at no limit beside it (``inside_*``,
+    ``all_*``); Holm-adjusted p values — of the detection tests and, apart, of the
+    equivalence tests (TOST) — within each family (``_holm_families``), the power of each
+    verdict as made and whether it is decided. Returns the rows (``differences.csv``);
+    ``n_boot``: the bootstrap intervals' resamples (beside the intervals, never read by a
+    verdict: 0 leaves them out)."""
     out = []
     for c, point in tests:
         everyone = [p for p in pairs if p["comparison"] == c.name and p["point"] == point]
@@ -261,9 +296,9 @@ def differences(pairs: list[dict], tests: list[tuple[Comparison, str]], accuraci
         for key, what, sign, scale in quantities:
             family = "primary" if key == primary_key else "trace" if key == "trace_fisher" else "secondary"
             row = _difference(c, point, key, everyone, (sign, scale), design, n_boot, len(out))
-            row.update(what=what, family=family, holm_family=_holm_family(family, f"{c.name} @ {point}", design))
+            row.update(what=what, family=family, holm_family=_holm_family(family, str(c.key(point)), design))
             out.append(row)
-    _holm_families(out)
+    _holm_families(out, design)
     return out
 
 
@@ -276,58 +311,81 @@ def _holm_family(family: str, test: str, design: Design) -> str:
 def _difference(c: Comparison, point: str, key: str, everyone: list[dict], how: tuple[int, float], design: Design,
                 n_boot: int, seed: int) -> dict:
     """One row of ``differences``: the estimate of ``key`` (``how``: the paper's sign and the
-    scale to points) over the used pairs and the sensitivity over those within the tolerance."""
+    scale to points) over the used pairs, and over the pairs inside both ranges and every
+    readable pair beside it."""
     sign, scale = how
-    used = [p for p in everyone if p["used"]]
-    within = [p for p in used if p["within_tolerance"]]
-    est = estimate(fits_of(used, key, scale, design.pilot), design.slope_level, stein=bool(design.pilot),
-                   n_boot=n_boot, seed=seed)
-    tol = paired_difference([scale * p[f"d_{key}"] for p in within], seed=seed, n_boot=0,
-                            pilot=_pilot_part(within, key, scale, design))
+    used = [p for p in everyone if _flag(p["used"])]
+    est = estimate(fits_of(used, key, scale), n_boot=n_boot, seed=seed)
     if key == "trace_fisher":
-        reference_mean = float(np.mean([p[f"reference_{key}"] for p in used])) if used else math.nan
+        reference_mean = float(np.mean([float(p[f"reference_{key}"]) for p in used])) if used else math.nan
         margin = design.trace_margin * abs(reference_mean)
     else:
-        margin = design.margin
-    return {
-        "test": f"{c.name} @ {point}: {key}", "comparison": c.name, "point": point, "recipe": c.recipe,
+        margin = c.margin
+    row = {
+        "test": f"{c.key(point)}: {key}", "comparison": c.name, "point": point, "recipe": c.recipe,
         "reference": c.reference, "quantity": key, "n_pairs": len(everyone), "n_used": est.n,
         "n_beyond_limit": len(everyone) - len(used), "n_short": sum(bool(p["short"]) for p in everyone),
-        "mean": est.mean, "sd": est.sd, "se": est.se, "df": est.df, "pilot_pairs": est.pilot_pairs,
+        "mean": est.mean, "sd": est.sd, "se": est.se, "df": est.df,
         "t_low": est.t_low, "t_high": est.t_high,
         "eq_low": est.eq_low, "eq_high": est.eq_high, "boot_low": est.boot_low, "boot_high": est.boot_high,
         "p_value": est.p_value, "tost_p": est.tost_p(margin), "mde": est.mde, "margin": margin,
-        "expected_sign": sign, "verdict": _verdict(est, sign, margin, design), "estimator": est.model,
-        "slope_p": est.slope_p, "extrapolation": est.extrapolation, "tau2": est.tau2, "sigma2": est.sigma2,
-        "max_outside": max((max(p["recipe_outside"], p["reference_outside"]) for p in used), default=math.nan),
-        "tol_n": tol.n, "tol_mean": tol.mean, "tol_low": tol.t_low, "tol_high": tol.t_high, "tol_mde": tol.mde,
-        "tol_verdict": _verdict(tol, sign, margin, design)}
+        "margin_source": c.margin_source if key != "trace_fisher" else f"{design.trace_margin:g} × the reference's trace",
+        "effect": c.planned_effect if key != "trace_fisher" else margin,
+        "expected_sign": sign, "pooled": c.pooled, "verdict": _verdict(est, sign, margin, design),
+        "extrapolation": est.extrapolation, "tau2": est.tau2, "sigma2": est.sigma2, "limit": design.limit,
+        "max_outside": max((float(p["max_outside"]) for p in used), default=math.nan)}
+    if key != "trace_fisher":
+        row.update(secondary_margin=design.secondary_margin, secondary_tost_p=est.tost_p(design.secondary_margin),
+                   secondary_verdict=_verdict(est, sign, design.secondary_margin, design))
+    for tag, chosen in (("inside", [p for p in everyone if _flag(p["inside"])]),
+                        ("all", [p for p in everyone if _flag(p["readable"])])):
+        other = estimate(fits_of(chosen, key, scale))
+        row.update({f"{tag}_n": other.n, f"{tag}_mean": other.mean, f"{tag}_low": other.t_low,
+                    f"{tag}_high": other.t_high, f"{tag}_verdict": _verdict(other, sign, margin, design)})
+    row.update(_curvature(used, key))
+    return row
 
 
-def _holm_families(out: list[dict]) -> None:
+def _curvature(used: list[dict], key: str) -> dict:
+    """The curvature tests of the used pairs' forks (4 or more checkpoints each): how many
+    were tested and rejected linearity at 0.05, and Fisher's combination of their p values
+    (a fork shared by two pairs is counted once)."""
+    by_fork: dict[tuple, float] = {}
+    for p in used:
+        for side in ("recipe", "reference"):
+            q = float(p[f"{side}_curvature_p_{key}"])
+            if math.isfinite(q):
+                by_fork[(p["seed"], p[side])] = q
+    values = list(by_fork.values())
+    combined = float(combine_pvalues(np.clip(values, 1e-300, 1.0), method="fisher").pvalue) if values else math.nan
+    return {"curvature_tested": len(values), "curvature_rejected": sum(q < 0.05 for q in values),
+            "curvature_p": combined}
+
+
+def _holm_families(out: list[dict], design: Design) -> None:
     """Holm within each family (``holm_family``; its size m counts every test of it, those
-    without a p value too), and per row the power of the claim as made: the two-sided test's
-    power against δ at Holm's first step α/m (a lower bound of Holm's power) and the MDE there."""
-    from .inference import t_test_power
-
+    without a p value too), and per row the power of the verdict as made at Holm's first step
+    α/m (a lower bound of Holm's power): against the margin (``power_detect``; and against the
+    planned ``effect``), TOST's at a true 0 (``power_equivalence``), ``power`` the one the
+    verdict claims; ``decided``: a detection or a "no effect" that survives Holm."""
     for family in dict.fromkeys(r["holm_family"] for r in out):
         members = [r for r in out if r["holm_family"] == family]
         m = len(members)
         alpha = HOLM_LEVEL / m
-        holms = zip(holm_counted([r["p_value"] for r in members]), holm_counted([r["tost_p"] for r in members]))
-        for r, (q, qe) in zip(members, holms):
+        holms = zip(holm_counted([r["p_value"] for r in members]), holm_counted([r["tost_p"] for r in members]),
+                    holm_counted([r.get("secondary_tost_p", math.nan) for r in members]))
+        for r, (q, qe, qs) in zip(members, holms):
             r["holm_p"], r["tost_holm_p"], r["holm_m"] = q, qe, m
             r["after_holm"] = after_holm(r["verdict"], q, qe)
+            r["decided"] = r["after_holm"] == "survives"
+            if "secondary_verdict" in r:
+                r["secondary_after_holm"] = after_holm(r["secondary_verdict"], q, qs)
             ok = r["n_used"] >= 2 and r["se"] > 0 and math.isfinite(r["margin"])
-            r["power"] = t_test_power(r["margin"] / r["se"], r["df"], 1 - alpha) if ok else math.nan
+            r["power_detect"] = t_test_power(r["margin"] / r["se"], r["df"], 1 - alpha) if ok else math.nan
+            r["power_effect"] = t_test_power(r["effect"] / r["se"], r["df"], 1 - alpha) if ok else math.nan
+            r["power_equivalence"] = tost_power(r["margin"], r["se"], r["df"], alpha) if ok else math.nan
+            r["power"] = r["power_equivalence"] if r["verdict"] == EQUIVALENT else r["power_detect"]
             r["holm_mde"] = noncentral_mde(r["se"], r["df"], 1 - alpha) if ok else math.nan
-
-
-def _pilot_part(pairs: list[dict], key: str, scale: float, design: Design) -> list[float] | None:
-    """The differences of the pilot's seeds among ``pairs`` (an adaptive study), else None."""
-    if not design.pilot:
-        return None
-    return [scale * p[f"d_{key}"] for p in pairs if p["seed"] in design.pilot]
 
 
 def after_holm(verdict: str, holm_p: float, tost_holm_p: float) -> str:
@@ -340,121 +398,8 @@ def after_holm(verdict: str, holm_p: float, tost_holm_p: float) -> str:
     return ""
 
 
-HOLM_FAMILIES = ("Holm's correction is applied within each family separately — the primary family (the claims "
-                 "fixed in the preset before the data; the other comparisons' primary accuracies are a family of their "
-                 "own), the traces, the secondary accuracies — once to the detection tests' p values and once to the "
-                 "equivalence tests' (TOST) p values; a family's size counts every test in it, those without a p "
-                 "value (n ≤ 1) too; the dose tests are a family of their own, and so are the flatness forks' "
-                 "dose-response slopes (over the fork points); the Fig. 1 regression and the sensitivity rows are "
-                 "not corrected. The power of a claim as made is its test's power against δ at Holm's first step "
-                 "(α/m: a lower bound of Holm's).")
-
-
-def difference_tables(section: Section, out: list[dict], comparisons: dict[str, Comparison]) -> None:
-    """The tables and claims of ``differences``' rows: the primary accuracy and the trace
-    (with the exclusion sensitivity beside them), then the secondary endpoints."""
-    section.files["differences.csv"] = out
-    shown = [r for r in out if r["family"] in ("primary", "trace")]
-    section.tables.append(Table(
-        "Paired differences (recipe − reference) at the target KL across seeds, every pair used unless a fork's "
-        "target lies beyond the limit: primary probe (points) and trace; the precision-weighted estimate (weights "
-        "from the pairs' KL positions, random effects) with its 95% HKSJ interval and a bootstrap interval beside it, "
-        "the 90% interval of the equivalence test (TOST), p raw and Holm-adjusted within each family, the power "
-        "against δ after Holm, the share of the estimate's variance that is extrapolation, and the model (a line "
-        "per fork, or a common KL slope where the ranges touch and the slopes test equal: its test's p); beside it "
-        "the exclusion sensitivity (only the pairs whose KL ranges lie within the tolerance, a plain paired t test)", [
-            Column("used", "n_used", fmt="d"), Column("beyond limit", "n_beyond_limit", fmt="d"),
-            Column("estimate [HKSJ 95%]", "mean", ci=("t_low", "t_high"), fmt=".3g"),
-            Column("bootstrap 95%", "boot_low", fmt=".3g"), Column("to", "boot_high", fmt=".3g"),
-            Column("90% (TOST)", "eq_low", fmt=".3g"), Column("to ", "eq_high", fmt=".3g"),
-            Column("effective SD", "sd", fmt=".3g"), Column("MDE 80%", "mde", fmt=".3g"),
-            Column("δ", "margin", fmt=".3g"), Column("p", "p_value", fmt=".3g"),
-            Column("Holm family", "holm_family", text=True), Column("p Holm", "holm_p", fmt=".3g"),
-            Column("TOST p Holm", "tost_holm_p", fmt=".3g"), Column("power at δ after Holm", "power", fmt=".2f"),
-            Column("extrapolation share", "extrapolation", fmt=".2f"), Column("model", "estimator", text=True),
-            Column("equal slopes p", "slope_p", fmt=".2g"),
-            Column("max outside (nats)", "max_outside", fmt=".2e"), Column("verdict", "verdict", text=True),
-            Column("after Holm", "after_holm", text=True), Column("within tolerance", "tol_n", fmt="d"),
-            Column("their mean [t 95%]", "tol_mean", ci=("tol_low", "tol_high"), fmt=".3g"),
-            Column("their verdict", "tol_verdict", text=True)],
-        shown, source="differences.csv", key="test", key_header="comparison @ fork point"))
-    for r in shown:
-        section.claims.append(Claim(comparisons[r["comparison"]].paper, _claim_text(r, comparisons), r["verdict"]))
-    _secondary(section, out)
-
-
-def _claim_text(r: dict, comparisons: dict[str, Comparison]) -> str:
-    c = comparisons[r["comparison"]]
-    unit = " pts" if r["family"] == "primary" else ""
-    holm_note = f", Holm p {fmt(r['holm_p'])}" + (f" ({r['after_holm']})" if r["after_holm"] else "")
-    return (f"{c.recipe} − {c.reference} forked at {r['point']}, {r['what']}, at the target KL, over {r['n_used']} "
-            f"seeds ({r['n_beyond_limit']} beyond the extrapolation limit; {r['estimator']}): {fmt(r['mean'])}{unit}, "
-            f"95% HKSJ interval [{fmt(r['t_low'])}, {fmt(r['t_high'])}], MDE (80% power) {fmt(r['mde'])}{unit}, "
-            f"δ {fmt(r['margin'])}{unit}, p {fmt(r['p_value'])}{holm_note}; in the {r['holm_family']} family of "
-            f"{r['holm_m']} its power against δ after Holm is {fmt(r['power'], '.2f')}; "
-            f"{_share(r['extrapolation'])} of its variance is extrapolation (estimates at most "
-            f"{fmt(r['max_outside'])} nats outside a fork's measured KL range). Only the {r['tol_n']} pairs within "
-            f"the KL tolerance: {fmt(r['tol_mean'])}{unit} [{fmt(r['tol_low'])}, {fmt(r['tol_high'])}].")
-
-
-def _share(x: float) -> str:
-    return f"{x:.0%}" if math.isfinite(x) else "an unknown share (no checkpoint noise measured)"
-
-
-def _secondary(section: Section, out: list[dict]) -> None:
-    secondary = [r for r in out if r["family"] == "secondary"]
-    section.tables.append(Table(
-        "Secondary endpoints (other probe sizes, the AdamW probe, the all-positions probe): paired differences in "
-        "points at the target KL over the used pairs (the weighted estimate); Holm within the secondary family",
-        [Column("estimate [HKSJ 95%]", "mean", ci=("t_low", "t_high"), fmt=".3g"), Column("MDE", "mde", fmt=".3g"),
-         Column("p Holm", "holm_p", fmt=".3g"), Column("verdict", "verdict", text=True),
-         Column("after Holm", "after_holm", text=True)],
-        secondary, source="differences.csv", key="test", key_header="comparison @ fork point"))
-    counts = {v: sum(r["verdict"] == v for r in secondary) for v in (DETECTED, DETECTED_AGAINST, EQUIVALENT,
-                                                                      INCONCLUSIVE, DEGENERATE, UNINFORMATIVE)}
-    counts["no interval"] = sum(r["verdict"].startswith("no interval") for r in secondary)
-    survive = sum(r["after_holm"] == "survives" for r in secondary)
-    section.notes.append(f"Secondary endpoints ({len(secondary)} tests): "
-                         + ", ".join(f"{k}: {v}" for k, v in counts.items() if v)
-                         + f"; {survive} verdicts survive Holm's correction within the family.")
-
-
-def pairs_table(section: Section, pairs: list[dict], primary_key: str) -> None:
-    """The estimation table: per pair its target, each fork's measured KL range and how far
-    outside it its estimate lies, the lines' leverage at the target, the estimates and
-    whether the pair is used (the reason when not); the notes name the pairs not used and the
-    forks with fewer checkpoints than planned."""
-    section.files["pairs.csv"] = pairs
-    section.tables.append(Table(
-        "Estimation at the target KL, per pair (comparison, fork point, seed): the target (from the two forks' "
-        "measured KL ranges alone), each fork's measured range, how far (nats) each fork's estimate lies outside "
-        "it, the leverage of the forks' lines at the target (the difference's variance in units of the checkpoint "
-        "noise: Σ 1/m + (t − x̄)²/Sxx, from the KLs alone), the primary accuracy (points) and trace estimated at "
-        "the target, and whether the pair is used",
-        [Column("target KL", "target", fmt=".5f"),
-         Column("recipe KL from", "recipe_kl_low", fmt=".5f"), Column("to", "recipe_kl_high", fmt=".5f"),
-         Column("reference KL from", "reference_kl_low", fmt=".5f"), Column("to ", "reference_kl_high", fmt=".5f"),
-         Column("recipe outside", "recipe_outside", fmt=".2e"),
-         Column("reference outside", "reference_outside", fmt=".2e"), Column("leverage", "leverage", fmt=".3g"),
-         Column("recipe acc (%)", f"recipe_{primary_key}", scale=100, fmt=".2f"),
-         Column("reference acc (%)", f"reference_{primary_key}", scale=100, fmt=".2f"),
-         Column("recipe tr(H)", "recipe_trace_fisher", fmt=".4g"),
-         Column("reference tr(H)", "reference_trace_fisher", fmt=".4g"),
-         Column("within tolerance", "within_tolerance", text=True), Column("used", "used", text=True),
-         Column("why not", "reason", text=True)],
-        pairs, source="pairs.csv", key="pair", key_header="pair"))
-    beyond = [p for p in pairs if not p["used"]]
-    short = [p for p in pairs if p["short"]]
-    section.notes.append(
-        f"Estimation at the target: {len(pairs) - len(beyond)} of {len(pairs)} pairs used; "
-        + ("none lies beyond the extrapolation limit." if not beyond else
-           "not used (beyond the extrapolation limit): " + "; ".join(f"{p['test']}, seed {p['seed']}: {p['reason']}"
-                                                                     for p in beyond) + ".")
-        + ("" if not short else " Forks with fewer checkpoints than planned: "
-           + "; ".join(f"{p['test']}, seed {p['seed']}: {p['short']}" for p in short) + "."))
-
-
-def dose(section: Section, pairs: list[dict], comparisons: list[Comparison], points: tuple[str, str], key: str,
+# ---- the dose: the effect at one fork point minus at another ---------------------------------
+def dose(pairs: list[dict], comparisons: list[Comparison], points: tuple[str, str], key: str,
          design: Design) -> list[dict]:
     """Does the effect grow with how long the recipe acts? Per comparison, the paired
     difference at the target at ``points[1]`` minus at ``points[0]`` per seed (the seeds
@@ -463,28 +408,16 @@ def dose(section: Section, pairs: list[dict], comparisons: list[Comparison], poi
     for c in comparisons:
         per_point = [{p["seed"]: 100.0 * p[f"d_{key}"] for p in used_pairs(pairs, c, point)} for point in points]
         common = sorted(set(per_point[0]) & set(per_point[1]))
-        pilot = [per_point[1][s] - per_point[0][s] for s in common if s in design.pilot] if design.pilot else None
-        pd = paired_difference([per_point[1][s] - per_point[0][s] for s in common], seed=len(out), pilot=pilot)
+        pd = paired_difference([per_point[1][s] - per_point[0][s] for s in common], seed=len(out))
         out.append({"test": f"{c.name}: {points[1]} − {points[0]}", "comparison": c.name, "n_seeds": pd.n,
                     "at_first": float(np.mean([per_point[0][s] for s in common])) if common else math.nan,
                     "at_second": float(np.mean([per_point[1][s] for s in common])) if common else math.nan,
                     "mean": pd.mean, "t_low": pd.t_low, "t_high": pd.t_high, "sd": pd.sd, "mde": pd.mde,
-                    "p_value": pd.p_value, "tost_p": pd.tost_p(design.margin),
-                    "verdict": _verdict(pd, c.sign, design.margin, design)})
+                    "p_value": pd.p_value, "tost_p": pd.tost_p(c.margin), "margin": c.margin,
+                    "verdict": _verdict(pd, c.sign, c.margin, design)})
     for r, q, qe in zip(out, holm_counted([r["p_value"] for r in out]), holm_counted([r["tost_p"] for r in out])):
         r["holm_p"], r["tost_holm_p"] = q, qe
         r["after_holm"] = after_holm(r["verdict"], q, qe)
-    section.files["dose.csv"] = out
-    section.tables.append(Table(
-        f"Dose: the primary difference at the target KL (points) with the recipe acting from {points[1]} minus "
-        f"acting from {points[0]}, per seed (the seeds whose pairs are used at both); positive = the effect grows "
-        "in the paper's direction when its sign is +, shrinks when −; Holm over the comparisons",
-        [Column("seeds", "n_seeds", fmt="d"), Column(f"at {points[0]}", "at_first", fmt=".3g"),
-         Column(f"at {points[1]}", "at_second", fmt=".3g"),
-         Column("difference [t 95%]", "mean", ci=("t_low", "t_high"), fmt=".3g"), Column("MDE", "mde", fmt=".3g"),
-         Column("p Holm", "holm_p", fmt=".3g"), Column("verdict", "verdict", text=True),
-         Column("after Holm", "after_holm", text=True)],
-        out, source="dose.csv", key="test", key_header="comparison"))
     return out
 
 
@@ -502,14 +435,13 @@ def fork_means(rows: list[dict], key: str, point: str, without: tuple[str, ...])
              "kl": float(np.mean([column(r, "kl") for r in rs]))} for (s, f), rs in sorted(by.items())]
 
 
-def regression(section: Section, rows: list[dict], key: str, point: str, without: tuple[str, ...],
-               design: Design) -> list[dict]:
+def regression(rows: list[dict], key: str, point: str, without: tuple[str, ...], design: Design) -> list[dict]:
     """Fig. 1 within seeds at one fork point: the primary accuracy (points) regressed on the
     trace and the KL (per 0.001 nats) with seed fixed effects (cluster bootstrap over
     seeds), one row per fork (``fork_means``: its checkpoints' means) of one size and
     without the forks ``without`` (an objective aimed at the task: its accuracy loss is by
-    construction, not through flatness). No equivalence margin is fixed for a slope, so a
-    slope is detected or inconclusive, never "no effect"."""
+    construction, not through flatness). An observational slope: no equivalence margin is
+    fixed for it, so it is detected or inconclusive, never "no effect"."""
     out = []
     models = [m for m in fork_means(rows, key, point, without) if math.isfinite(m["trace"])]
     y = np.array([m["acc"] for m in models])
@@ -523,12 +455,10 @@ def regression(section: Section, rows: list[dict], key: str, point: str, without
         verdict, mde = interval_power(iv, max(n_seeds - 1, 1), -1)
         out.append({"coefficient": f"{point}: accuracy (pts) {what}", "point": point, "estimate": iv.estimate,
                     "low": iv.low, "high": iv.high, "mde": mde, "n_models": len(models), "n_seeds": n_seeds,
-                    "verdict": verdict if design.headroom else UNINFORMATIVE})
-    tr = out[0]
-    section.claims.append(Claim(
-        "at the same loss, flatter models transfer better (Fig. 1): a negative slope of accuracy on the trace.",
-        f"within seeds at fork point {point}, holding KL fixed (one model size, without {', '.join(without)}; "
-        f"{tr['n_models']} forks, each the mean of its measured checkpoints): {fmt(tr['estimate'])} pts per unit of "
-        f"trace, 95% cluster-bootstrap interval [{fmt(tr['low'])}, {fmt(tr['high'])}] over {tr['n_seeds']} seeds "
-        f"(MDE {fmt(tr['mde'])}).", tr["verdict"]))
+                    "verdict": verdict if design.headroom else UNINFORMATIVE, "without": ", ".join(without)})
     return out
+
+
+__all__ = ["Comparison", "Design", "HOLM_LEVEL", "TestKey", "UNINFORMATIVE", "after_holm", "at_target", "column",
+           "comparison_target", "differences", "dose", "estimate_pairs", "fork_means", "holm_counted", "outside",
+           "regression", "tost_p", "used_pairs"]

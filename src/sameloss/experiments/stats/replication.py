@@ -1,21 +1,24 @@
-"""One comparison on several languages (``isoloss --language`` more than once): each
-language's verdict, the random-effects pooled estimate with the Hartung–Knapp–Sidik–Jonkman
-interval, and the replication verdict — the pooled verdict first, then how each language
-agrees ("pooled: detected in the paper's direction — 2 of 3 languages detect it in the
-paper's direction, 1 inconclusive"). A rule that asks every language to detect has power
-0.8^k; the pooled test is the claim about languages, the agreement says how it came about."""
+"""One comparison on several languages (``isoloss --language`` more than once, or the
+languages scale): each language's verdict, the pooled verdict of the pre-registered primary
+analysis — the one-stage stratified fixed-effects model over seed pairs (``pooling.stratified``:
+language a stratum, df = Σn − k), its claim about *these* languages — with the language ×
+treatment interaction test beside it, and random effects as the secondary (truncated HKSJ).
+A comparison whose effect is the language's own (``Comparison.pooled`` False: the adversary,
+whose objective is aimed at each language's task) is reported per language only, never as
+one pooled number. Holm over the pooled claims, as within one language."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
 
-from .paired import UNINFORMATIVE
-from ..reports.document import Column, Section, Table
-from .pooling import pool_inverse_variance, pooled_verdict
-from .inference import DEGENERATE, DETECTED, DETECTED_AGAINST, EQUIVALENT, INCONCLUSIVE
+from .inference import DEGENERATE, DETECTED, DETECTED_AGAINST, EQUIVALENT, INCONCLUSIVE, t_test_power, tost_power
+from .paired import HOLM_LEVEL, UNINFORMATIVE, after_holm, holm_counted
+from .pooling import pool_inverse_variance, stratified
+from .weighted import fits_of
 
 REPLICATION_UNINFORMATIVE = "uninformative: fewer than two languages with headroom and an estimate"
+NOT_POOLED = "not pooled: its size is the language's (reported per language)"
 # how a language's verdict reads in the agreement, in the order counted
 AGREEMENT = ((DETECTED, "detect it in the paper's direction"), (DETECTED_AGAINST, "detect it against the paper"),
              (EQUIVALENT, "show no effect beyond ±δ"), (INCONCLUSIVE, "inconclusive"),
@@ -41,59 +44,57 @@ def agreement(verdicts: list[str]) -> str:
     return out
 
 
-def replication_verdict(pooled: str, verdicts: list[str]) -> str:
-    """The pooled verdict first, then each language's agreement (``agreement``)."""
-    return f"pooled: {pooled} — {agreement(verdicts)}"
-
-
-def _language(s: dict, r: dict | None) -> tuple[dict, str, float, float]:
-    """One language's cells of a comparison's row, its verdict, and its estimate and standard
-    error for pooling (nan where it has none: no headroom, n ≤ 1, no spread)."""
-    n = 0 if r is None else int(r["n_used"])
-    mean, low, high, sd = ((float(r[k]) for k in ("mean", "t_low", "t_high", "sd")) if n >= 2 else (math.nan,) * 4)
-    se = sd / math.sqrt(n) if n >= 2 else math.nan
+def _language(s: dict, r: dict | None) -> tuple[dict, str]:
+    """One language's cells of a comparison's row and its verdict."""
+    n = 0 if r is None else int(float(r["n_used"]))
+    mean, low, high = ((float(r[k]) for k in ("mean", "t_low", "t_high")) if n >= 2 else (math.nan,) * 3)
     if not s["ok"]:
         verdict = UNINFORMATIVE
     elif n < 2:
         verdict = f"no interval: {n} pair(s)"
     else:
         verdict = r["verdict"]
-    cells = {f"{s['tag']}_mean": mean, f"{s['tag']}_low": low, f"{s['tag']}_high": high,
-             f"{s['tag']}_verdict": verdict, f"{s['tag']}_used": n}
-    poolable = s["ok"] and math.isfinite(se) and se > 0
-    return cells, verdict, (mean if poolable else math.nan), (se if poolable else math.nan)
+    return ({f"{s['tag']}_mean": mean, f"{s['tag']}_low": low, f"{s['tag']}_high": high,
+             f"{s['tag']}_verdict": verdict, f"{s['tag']}_used": n}, verdict)
 
 
-def _pool(row: dict, by: dict, means: list[float], ses: list[float]) -> None:
-    """The pooled estimate over the languages with an estimate (``row``, in place)."""
-    row["pooled_languages"] = len(means)
-    row.update(dict.fromkeys(("pooled", "pooled_low", "pooled_high", "random", "random_low", "random_high",
-                              "random_p", "random_mde", "q", "q_p", "i2", "tau2"), math.nan))
-    row["pooled_verdict"] = REPLICATION_UNINFORMATIVE
-    if len(means) < 2:  # one language is nothing to pool
+def _fits(s: dict, test: str, key: str):
+    """A language's used pairs of ``test`` (``weighted.Fits``), from its pairs rows (in a study,
+    or ``pairs.csv`` read back)."""
+    used = [p for p in s.get("pairs", ()) if p["test"] == test and p["used"] in (True, "True")]
+    return fits_of(used, key, 100.0)
+
+
+def _pool(row: dict, first: dict, strata: list, estimates: list[tuple[float, float]]) -> None:
+    """The pooled cells of ``row`` (in place): the stratified fixed-effects estimate and
+    verdict over ``strata`` (each language's pairs), the interaction test, and random
+    effects over ``estimates`` (each language's mean and standard error)."""
+    nan = math.nan
+    row.update(dict.fromkeys(("pooled", "pooled_low", "pooled_high", "pooled_df", "pooled_p", "pooled_tost_p",
+                              "pooled_se", "interaction_p", "random", "random_low", "random_high", "i2", "tau2"),
+                             nan))
+    row["pooled_languages"] = len(strata)
+    if len(strata) < 2:
+        row["pooled_verdict"] = REPLICATION_UNINFORMATIVE
         return
-    pooled = pool_inverse_variance(means, ses)
-    # the comparison's direction and δ, as every language's study fixed them (a study of an
-    # earlier version did not write them: its pooled estimate stands without a verdict)
-    first = next(iter(by.values()))
-    if first.get("expected_sign") not in (None, "") and first.get("margin") not in (None, ""):
-        row["pooled_verdict"], row["random_mde"] = pooled_verdict(
-            pooled, int(float(first["expected_sign"])), float(first["margin"]))
-    else:
-        row["pooled_verdict"] = "no verdict: the studies did not record the direction and δ (rerun them)"
-    row.update(pooled=pooled.fixed, pooled_low=pooled.fixed_low, pooled_high=pooled.fixed_high,
-               random=pooled.random, random_low=pooled.random_low, random_high=pooled.random_high,
-               random_p=pooled.random_p, q=pooled.q, q_p=pooled.q_p, i2=pooled.i2, tau2=pooled.tau2)
+    sign, margin = int(float(first["expected_sign"])), float(first["margin"])
+    fe = stratified(strata)
+    row.update(pooled=fe.estimate, pooled_low=fe.low, pooled_high=fe.high, pooled_df=fe.df, pooled_p=fe.p_value,
+               pooled_se=fe.se, pooled_tost_p=fe.tost_p(margin), interaction_p=fe.interaction_p,
+               pooled_verdict=fe.verdict(sign, margin))
+    if len(estimates) >= 2:
+        re = pool_inverse_variance([m for m, _ in estimates], [se for _, se in estimates])
+        row.update(random=re.random, random_low=re.random_low, random_high=re.random_high, i2=re.i2, tau2=re.tau2)
 
 
-def replication(section: Section, studies: list[dict], family: str = "primary") -> list[dict]:
-    """The replication table: per comparison and fork point of ``family``, the pooled verdict
-    (random effects over the languages with headroom and an estimate, each with its standard
-    error sd/√n; HKSJ interval), each language's mean [t 95 %] and verdict, the replication
-    verdict (``replication_verdict``), the fixed effect and the heterogeneity (Cochran's Q,
-    I², τ²). ``studies``: per language ``{"language": spec, "tag": str, "ok": headroom
-    passed, "diffs": its differences rows, "tests": the names of its comparisons,
-    "comparison @ point"}``."""
+def replication(studies: list[dict], family: str = "primary") -> list[dict]:
+    """Per comparison and fork point of ``family``, the pooled verdict (the stratified
+    fixed-effects model over the languages with headroom and at least two used pairs), the
+    interaction test, the random-effects estimate (secondary), each language's estimate and
+    verdict, and how they agree; Holm over the pooled tests of each Holm family (the claims,
+    the other comparisons) with the power of each pooled verdict as made. ``studies``: per
+    language ``{"language": spec, "tag": str, "ok": headroom passed, "diffs": its differences
+    rows, "pairs": its pairs rows, "tests": the names of its comparisons}``."""
     tests: dict[str, dict] = {}
     for s in studies:
         for name in s.get("tests", ()):  # a language without headroom tested nothing: listed all the same
@@ -104,43 +105,45 @@ def replication(section: Section, studies: list[dict], family: str = "primary") 
     out = []
     for test, by in tests.items():
         row: dict = {"test": test}
-        verdicts, means, ses = [], [], []
+        verdicts, strata, estimates = [], [], []
+        first = next(iter(by.values()), None)
         for s in studies:
-            cells, verdict, mean, se = _language(s, by.get(s["tag"]))
+            cells, verdict = _language(s, by.get(s["tag"]))
             row.update(cells)
             verdicts.append(verdict)
-            if math.isfinite(se):
-                means.append(mean)
-                ses.append(se)
-        _pool(row, by, means, ses)
-        row["replication"] = replication_verdict(row["pooled_verdict"], verdicts)
+            r = by.get(s["tag"])
+            if s["ok"] and r is not None and int(float(r["n_used"])) >= 2:
+                strata.append(_fits(s, test, r["quantity"]))
+                if float(r["sd"]) > 0:
+                    estimates.append((float(r["mean"]), float(r["sd"]) / math.sqrt(int(float(r["n_used"])))))
+        row["holm_family"] = first.get("holm_family", "primary") if first else "primary"
+        if first is not None and str(first.get("pooled", True)) in ("False", "0"):
+            row.update(pooled_languages=0, pooled_verdict=NOT_POOLED)
+        elif first is not None:
+            row["margin"], row["expected_sign"] = float(first["margin"]), int(float(first["expected_sign"]))
+            _pool(row, first, strata, estimates)
+        else:
+            row["pooled_verdict"] = REPLICATION_UNINFORMATIVE
+        row["agreement"] = agreement(verdicts)
         out.append(row)
-    _table(section, studies, out, family)
+    _holm(out)
     return out
 
 
-def _table(section: Section, studies: list[dict], out: list[dict], family: str) -> None:
-    name = "replication.csv" if family == "primary" else f"replication_{family}.csv"
-    section.files[name] = out
-    columns = [Column("pooled verdict (random effects, HKSJ)", "pooled_verdict", text=True),
-               Column("pooled, random (HKSJ) [95%]", "random", ci=("random_low", "random_high"), fmt=".2f"),
-               Column("pooled MDE", "random_mde", fmt=".2f"), Column("languages pooled", "pooled_languages", fmt="d")]
-    for s in studies:
-        columns += [Column(f"{s['tag']} [95%]", f"{s['tag']}_mean", ci=(f"{s['tag']}_low", f"{s['tag']}_high"),
-                           fmt=".2f"),
-                    Column(f"{s['tag']} verdict", f"{s['tag']}_verdict", text=True)]
-    columns += [Column("replication", "replication", text=True),
-                Column("pooled, fixed [95%]", "pooled", ci=("pooled_low", "pooled_high"), fmt=".2f"),
-                Column("Q", "q", fmt=".2f"), Column("p(Q)", "q_p", fmt=".2g"), Column("I²", "i2", fmt=".2f"),
-                Column("τ²", "tau2", fmt=".3g")]
-    what = "primary accuracy (points)" if family == "primary" else family
-    section.tables.append(Table(
-        f"Replication across languages: per comparison and fork point, first the verdict about languages — the "
-        "random-effects pooled estimate over the languages with headroom and an estimate, when there are at least "
-        "two (each language's standard error sd/√n of its used pairs; DerSimonian–Laird τ²), with the "
-        "Hartung–Knapp–Sidik–Jonkman t interval on k − 1 degrees of freedom: detected where its 95 % interval "
-        "excludes 0, no effect beyond ±δ where its 90 % interval lies inside the study's δ, and its MDE at 80 % "
-        f"power — then the {what} difference on each language, the replication verdict (the pooled verdict, then "
-        "how many languages detect it and which way, how many are inconclusive, degenerate or without headroom), "
-        "the fixed effect and the heterogeneity (Cochran's Q, I², τ²)", columns, out, source=name, key="test",
-        key_header="comparison @ fork point"))
+def _holm(out: list[dict]) -> None:
+    """Holm over the pooled tests of each family (a comparison not pooled is not counted),
+    whether each pooled verdict survives, and its power as made at α/m."""
+    for family in dict.fromkeys(r["holm_family"] for r in out):
+        members = [r for r in out if r["holm_family"] == family and r["pooled_verdict"] != NOT_POOLED]
+        if not members:
+            continue
+        alpha = HOLM_LEVEL / len(members)
+        for r, q, qe in zip(members, holm_counted([r.get("pooled_p", math.nan) for r in members]),
+                            holm_counted([r.get("pooled_tost_p", math.nan) for r in members])):
+            r["pooled_holm_p"], r["pooled_tost_holm_p"] = q, qe
+            r["pooled_after_holm"] = after_holm(r["pooled_verdict"], q, qe)
+            r["pooled_decided"] = r["pooled_after_holm"] == "survives"
+            se, df, margin = r.get("pooled_se", math.nan), r.get("pooled_df", math.nan), r.get("margin", math.nan)
+            ok = math.isfinite(se) and se > 0 and math.isfinite(df) and df >= 1
+            r["pooled_power"] = (math.nan if not ok else tost_power(margin, se, df, alpha)
+                                 if r["pooled_verdict"] == EQUIVALENT else t_test_power(margin / se, df, 1 - alpha))

@@ -1,16 +1,15 @@
-"""The study across languages (issue 48): ``sameloss reproduce isoloss --scale languages`` runs
-the primary comparisons on every registered language (``found``: the languages
-``sameloss language search --register`` found, one file each in ``languages/registered/``) and
-pools them (``replication``: per comparison the HKSJ random-effects estimate, its interval, MDE,
-τ², I² and each language's agreement).
+"""The study across languages: ``sameloss reproduce isoloss --scale languages`` runs the claims
+on the headroom HMM and every registered language (``found``: the languages ``sameloss language
+search --register`` found, one file each in ``languages/registered/``) and pools them by the
+pre-registered stratified fixed-effects model (``stats.replication``).
 
-Its design was fixed before any data, as quick's was: ``allocation.choose_design`` with tiny's
-prior paired SDs (``TINY_PRIOR_SDS``), the planner's cost of a seed (``planned_costs``, the tiny
-HMM's: every registered language trains the same model on the same schedule), a budget of
-``LANGUAGES_BUDGET_MINUTES`` on 2 workers, and for each test the fewest seeds per language whose
-pooled MDE (``pooling.pooled_mde``, spread ``LANGUAGES_TAU`` between languages) reaches the MDE
-target; a test checks that the rule still chooses ``LANGUAGES_PLAN`` for the registered
-languages (registering another re-pins it). ``sameloss plan isoloss --scale languages`` prices it.
+Its design was fixed before any data by the rule of every scale (``allocation.choose_design``:
+claims first, each planned to be decided with 80 % power after Holm over the claims, at its
+margin, pooled over the languages), from the pilot's prior paired SDs (assumed the same on
+every language), the planner's cost of a seed (every language trains the same model on the
+same schedule) and a budget of ``LANGUAGES_BUDGET_MINUTES`` on 2 workers; a test checks that the
+rule still chooses ``LANGUAGES_PLAN`` (registering another language re-pins it). ``sameloss plan
+isoloss --scale languages`` prints what it is expected to decide and what it costs.
 """
 
 from __future__ import annotations
@@ -22,26 +21,27 @@ from .language import DEFAULT_TASKS, LanguageChoice
 
 LANGUAGES_BUDGET_MINUTES = 180.0
 LANGUAGES_WORKERS = 2
-# the spread of the true effects between languages the design plans its pooled MDE at: none (the
-# report's τ² says how far that held; at τ = 0.1 point no number of seeds reaches 0.35 on 3 languages:
-# the pooled MDE of the HKSJ test on 2 degrees of freedom stays above 0.31)
-LANGUAGES_TAU = 0.0
-# ``choose_design(PRESETS["tiny"], planned_costs(...), 180 min, 2 workers, SeedRule(languages=3, tau=0))``,
-# pinned before any data (tests/experiments/test_isoloss_across.py checks it): per test the seeds
-# each language runs; the tests it leaves out, with what they would need
-LANGUAGES_PLAN = (("noreg @ late", 4), ("sam05 @ late", 3), ("sam05-half @ late", 3), ("adv @ late", 4),
-                  ("size @ late", 10), ("sam05-half @ scratch", 14))
-LANGUAGES_LEFT = (
-    ("longer @ late", "27 seeds a language × 3 languages (prior SD 0.549): beyond the budget"),
-    ("flat @ late", "no prior paired SD to plan with (the full study's pilot measures it)"),
-    ("flatter @ late", "no prior paired SD to plan with (the full study's pilot measures it)"),
-    ("sharp @ late", "no prior paired SD to plan with (the full study's pilot measures it)"),
-    ("noreg @ scratch", "48 seeds a language × 3 languages (prior SD 0.736): beyond the budget"),
-    ("sam05 @ scratch", "19 seeds a language × 3 languages (prior SD 0.455): beyond the budget"),
-    ("size @ scratch", "39 seeds a language × 3 languages (prior SD 0.669): beyond the budget"),
-    ("flat @ scratch", "no prior paired SD to plan with (the full study's pilot measures it)"),
-    ("flatter @ scratch", "no prior paired SD to plan with (the full study's pilot measures it)"),
+# ``choose_design(tiny, planned_costs(...), 180 min, 2 workers, languages=4)``, pinned before any
+# data (tests/experiments/test_isoloss_across.py checks it): per test the seeds each language
+# runs; the tests it leaves out, with what each would need
+LANGUAGES_PLAN: tuple[tuple[str, int], ...] = (
+    ('longer @ late', 3),
+    ('noreg @ late', 3),
+    ('sam05 @ late', 4),
+    ('sam05-half @ late', 3),
+    ('adv @ late', 6),
+    ('size @ late', 3),
+    ('flat @ late', 3),
+    ('flatter @ late', 3),
+    ('sharp @ late', 3),
+    ('noreg @ scratch', 3),
+    ('sam05 @ scratch', 3),
+    ('sam05-half @ scratch', 3),
+    ('size @ scratch', 3),
 )
+LANGUAGES_LEFT: tuple[tuple[str, str], ...] = ()
+# the headroom HMM (the main job's language) joins the registered ones; its seeds are the study's
+HEADROOM = LanguageChoice("hmm", "headroom", DEFAULT_TASKS["hmm"])
 
 
 def registered_choices(folder=None) -> tuple[LanguageChoice, ...]:
@@ -60,6 +60,26 @@ def registered_choices(folder=None) -> tuple[LanguageChoice, ...]:
     return tuple(out)
 
 
+def gate_selection(choices: tuple[LanguageChoice, ...], seeds: int) -> list[str]:
+    """What the registration gates admitted, stated: per registered language the seeds its
+    recorded gate passed and those the study runs (the first ``seeds`` of them)."""
+    from ....found import registered
+
+    found = {f.name: f for f in registered().values()}
+    out = []
+    for c in choices:
+        if c.label in found:
+            gate = found[c.label].gate
+            failed = [int(r["seed"]) for r in gate if not r["ok"]]
+            out.append(f"{c.label}: its registration gated seeds {min(int(r['seed']) for r in gate)}–"
+                       f"{max(int(r['seed']) for r in gate)}, {len(gate) - len(failed)} of {len(gate)} passed"
+                       + (f" (not {', '.join(map(str, failed))})" if failed else "")
+                       + f"; the study runs the first {min(seeds, len(c.seeds))}: {', '.join(map(str, c.seeds[:seeds]))}")
+        else:
+            out.append(f"{c.tag}: no registration gate; the study's own gate on each of its seeds")
+    return out
+
+
 def across(p: IsolossPreset, choices: tuple[LanguageChoice, ...]) -> IsolossPreset:
     """``p`` on every language of ``choices``: a study of each, pooled (one: its own study)."""
     if len(choices) >= 2:
@@ -69,13 +89,14 @@ def across(p: IsolossPreset, choices: tuple[LanguageChoice, ...]) -> IsolossPres
 
 def languages_preset(choices: tuple[LanguageChoice, ...] | None = None, plan: tuple = LANGUAGES_PLAN,
                      left: tuple = LANGUAGES_LEFT, scale: str = "tiny", settings: dict | None = None) -> IsolossPreset:
-    """The languages scale: tiny's design cut to ``plan`` on every registered language (``choices``,
-    ``scale`` and ``settings``: another set or scale, e.g. smoke's for a check of the pipeline)."""
-    choices = registered_choices() if choices is None else choices
-    p = planned(scale, TINY_DESIGN if settings is None else settings, plan, left) if plan else \
-        _preset(scale, **(TINY_DESIGN if settings is None else settings))
+    """The languages scale: tiny's design cut to ``plan`` on the headroom HMM and every registered
+    language (``choices``, ``scale`` and ``settings``: another set or scale, e.g. smoke's for a
+    check of the pipeline)."""
+    choices = (HEADROOM, *registered_choices()) if choices is None else choices
+    settings = TINY_DESIGN if settings is None else settings
+    p = planned(scale, settings, plan, left, LANGUAGES_BUDGET_MINUTES) if plan else _preset(scale, **settings)
     return across(p, choices)
 
 
-__all__ = ["LANGUAGES_BUDGET_MINUTES", "LANGUAGES_LEFT", "LANGUAGES_PLAN", "LANGUAGES_TAU", "LANGUAGES_WORKERS",
-           "across", "languages_preset", "registered_choices"]
+__all__ = ["HEADROOM", "LANGUAGES_BUDGET_MINUTES", "LANGUAGES_LEFT", "LANGUAGES_PLAN", "LANGUAGES_WORKERS", "across",
+           "gate_selection", "languages_preset", "registered_choices"]

@@ -26,7 +26,8 @@ NOREG = (("model.dropout", 0.0), ("optim.weight_decay", 0.0))
 # paper's AdamW probe only (the convex probe on 8 × 64 features costs most of the time)
 ENDPOINTS = (("pos", "lbfgs"), ("pos", "adamw"), ("all", "adamw"))
 # the measured columns of a model's row besides its probes
-MEASURED = ("trace_fisher", "trace_fisher_se", "parameters", "measure_seconds")
+MEASURED = ("trace_fisher", "trace_fisher_se", "parameters", "measure_seconds", "weight_norm_sq",
+            "weight_norm_sq_layernorm", "adaptive_trace", "adaptive_trace_se")
 # the tolerance of "exactly the base's function" at a size fork's start
 EMBED_KL_TOLERANCE = 1e-6
 
@@ -48,6 +49,9 @@ class Fork:
     width_factor: int = 1
     extra_layers: int = 0
     late_only: bool = False  # forked at the latest point only (a budget's choice: see the preset)
+    # measured checkpoints on its stretch (None: the schedule's ``probe_points``): 5 for a fork whose
+    # target must lie outside its range (``CHECKPOINTS``), enough to test its line for curvature
+    checkpoints: int | None = None
 
     @property
     def resized(self) -> bool:
@@ -82,10 +86,14 @@ class IsolossPreset(Preset):
     # one language's study inside a study of several: its folder and model names start with it
     tag: str = ""
     seed_design: SeedDesign = SeedDesign()  # which seeds run which forks (pilot, budget, plan)
-    # the primary family, fixed before the data: the paper's claims ("comparison @ point"), Holm over
-    # them alone and the seeds planned for their power after Holm (``CLAIMS``; those the scale lacks
-    # are left out); the other comparisons are a family of their own
+    # the primary family, fixed before the data: the paper's claims, the flatness treatment and the
+    # positive control ("comparison @ point"), Holm over them alone and the seeds planned for their
+    # power after Holm (``CLAIMS``; those the scale lacks are left out); the other comparisons are a
+    # family of their own
     claims: tuple[str, ...] = ()
+    # the flatness arms and AdamW measure the weight norms and the adaptive trace beside the trace
+    # (``study.RESCALING``: "flatter" is not a rescaling); off at smoke, whose numbers are pinned
+    rescaling: bool = True
 
     def __post_init__(self):
         super().__post_init__()
@@ -100,9 +108,9 @@ class IsolossPreset(Preset):
             if self.recipe_steps_of(f) < 0 or self.final_steps_of(f) < every or self.final_steps_of(f) % every:
                 raise ValueError(f"fork {f.name}: recipe steps >= 0, and its final steps a positive multiple of "
                                  "match_every")
-            if len(self.candidates(f)) < self.schedule.probe_points:
+            if len(self.candidates(f)) < self.checkpoints_of(f):
                 raise ValueError(f"fork {f.name}: {len(self.candidates(f))} candidates on its stretch, fewer than "
-                                 f"probe_points={self.schedule.probe_points}")
+                                 f"its {self.checkpoints_of(f)} measured checkpoints")
         if not self.fork_points or len(set(self.fork_points)) != len(self.fork_points) \
                 or any(not 0 <= k <= self.base_steps for k in self.fork_points):
             raise ValueError(f"fork points must be distinct steps in [0, base_steps={self.base_steps}]")
@@ -110,9 +118,12 @@ class IsolossPreset(Preset):
             raise ValueError("at least 2 seeds; one language")
         if self.task not in self.tasks[self.use[0]]:
             raise ValueError(f"task {self.task!r} must be one of the preset's tasks of its language")
-        pilot = self.seed_design.pilot_seeds
-        if pilot and not 2 <= pilot <= len(self.seeds):
-            raise ValueError(f"pilot_seeds: 0 (every seed runs every fork) or 2..{len(self.seeds)} (the seeds)")
+        reused = sorted(set(self.seed_design.prior_seeds) & set(self.seeds))
+        if reused:
+            raise ValueError(f"seeds {reused} planned this design (prior_seeds): a study's seeds must be disjoint "
+                             "from the seeds whose spread planned it")
+        if any(f.checkpoints is not None and f.checkpoints < 3 for f in self.forks):
+            raise ValueError("a fork's checkpoints >= 3: its estimate at the target reads a line through them")
         tests = {f"{c.name} @ {pt}" for c, pt in self.tests()}
         if not set(self.claims) <= tests:
             raise ValueError(f"claims {sorted(set(self.claims) - tests)} are not tests of this preset")
@@ -120,6 +131,10 @@ class IsolossPreset(Preset):
     # ---- the schedule of a fork --------------------------------------------------------
     def recipe_steps_of(self, fork: Fork) -> int:
         return self.schedule.recipe_steps if fork.recipe_steps is None else fork.recipe_steps
+
+    def checkpoints_of(self, fork: Fork) -> int:
+        """The checkpoints of the fork's stretch measured (its own, or the schedule's)."""
+        return self.schedule.probe_points if fork.checkpoints is None else fork.checkpoints
 
     def final_steps_of(self, fork: Fork) -> int:
         return self.schedule.final_steps if fork.final_steps is None else fork.final_steps
@@ -138,10 +153,10 @@ class IsolossPreset(Preset):
         return list(range(self.stretch_start(fork) + every, self.fork_end(fork) + 1, every))
 
     def probe_steps(self, fork: Fork) -> list[int]:
-        """The fork's measured checkpoints: ``probe_points`` of its candidates, evenly spaced,
-        the first and the last included (its measured KL range is the stretch's)."""
+        """The fork's measured checkpoints: ``checkpoints_of(fork)`` of its candidates, evenly
+        spaced, the first and the last included (its measured KL range is the stretch's)."""
         cands = self.candidates(fork)
-        picks = np.round(np.linspace(0, len(cands) - 1, self.schedule.probe_points)).astype(int)
+        picks = np.round(np.linspace(0, len(cands) - 1, self.checkpoints_of(fork))).astype(int)
         return [cands[i] for i in sorted(set(picks.tolist()))]
 
     # ---- fork points -------------------------------------------------------------------
@@ -235,12 +250,15 @@ class IsolossPreset(Preset):
         return FewShot(self.task, (("pos", span_view(self.span)), ("all", View())), pr.sizes, pr.subsets, pr.pool,
                        pr.test, ENDPOINTS, pr.epochs, pr.l2, seed=seed)
 
-    def design(self, headroom: bool = True, pilot: tuple[int, ...] = ()) -> Design:
-        """What every verdict of the study shares, fixed here before any data (``pilot``: an
-        adaptive study's pilot seeds, whose spread its tests read: Stein's test)."""
+    def design(self, headroom: bool = True) -> Design:
+        """What every verdict of the study shares, fixed here before any data."""
         v = self.verdicts
-        return Design(v.equivalence_margin, v.trace_margin, v.extrapolation_limit, self.kl_tolerance, headroom, pilot,
-                      self.schedule.probe_points, self.claims, v.borrow_gap, v.slope_level, v.dose_floor)
+        return Design(v.trace_margin, v.extrapolation_limit, headroom, self.schedule.probe_points, self.claims,
+                      v.secondary_margin)
+
+    def comparison(self, name: str) -> Comparison:
+        """The comparison named ``name`` (the half-batch control's too)."""
+        return {c.name: c for c in (*self.comparisons, HALF_BATCH)}[name]
 
     @property
     def primary_key(self) -> str:
@@ -263,14 +281,19 @@ def _language(p: IsolossPreset) -> tuple[str, str, str]:
 # AdamW fork's longer stretch. Calibrated at tiny only: another model size has another trace
 # scale, so small and paper leave them out until calibrated there.
 FLATNESS_TINY = {"sharp": -1e-4, "flat": 2e-4, "flatter": 3e-4}
+# The forks whose target must lie outside their measured KL range in many pairs (the pilot:
+# scripts/isoloss_priors.py), measured at 5 checkpoints of their stretch instead of 3 — enough to
+# test their line for curvature; the others at the schedule's 3
+CHECKPOINTS: dict[str, int] = {}
 
 
 def _forks(long_steps: int, short_final: int | None = None, *, sam02: bool = True, width_factor: int = 2,
            extra_layers: int = 1, adv_late_only: bool = False, stretch: dict[str, int] | None = None,
-           flatness: dict[str, float] | None = None) -> tuple[Fork, ...]:
+           flatness: dict[str, float] | None = None, checkpoints: dict[str, int] | None = None) -> tuple[Fork, ...]:
     """The forks; ``stretch``: a fork's own steps at the final lr (``final_steps``) by name
     (``STRETCH``), ``short_final`` the short fork's; ``flatness``: the flatness forks' λ by
-    name (``FLATNESS_TINY``)."""
+    name (``FLATNESS_TINY``); ``checkpoints``: a fork's own measured checkpoints by name
+    (``CHECKPOINTS``)."""
     large = ("2× wider and one more block" if (width_factor, extra_layers) == (2, 1)
              else f"{width_factor}× wider and {extra_layers} more blocks" if width_factor > 1
              else f"{extra_layers} more blocks")
@@ -288,7 +311,9 @@ def _forks(long_steps: int, short_final: int | None = None, *, sam02: bool = Tru
              *(Fork(name, f"trace penalty λ {weight:g}" + (" (sharpens)" if weight < 0 else ""),
                     (("flatness.weight", weight), ("flatness.measure", "fisher")), late_only=weight < 0)
                for name, weight in (flatness or {}).items()))
-    return tuple(dataclasses.replace(f, final_steps=stretch[f.name]) if f.name in (stretch or {}) else f
+    forks = tuple(dataclasses.replace(f, final_steps=stretch[f.name]) if f.name in (stretch or {}) else f
+                  for f in forks)
+    return tuple(dataclasses.replace(f, checkpoints=checkpoints[f.name]) if f.name in (checkpoints or {}) else f
                  for f in forks)
 
 
@@ -309,53 +334,91 @@ def stretches(final: int) -> dict[str, int]:
             "sam02": 3 * final, "adv": 2 * final, "large": 2 * final, "flat": 2 * final, "flatter": 2 * final}
 
 
+# The margins (``Comparison.margin``): each claim's smallest effect of interest, taken from the effects
+# the paper reports for its mechanism (shared/paper-notes.md; the table in docs/explanation/verdicts.md)
+# and fixed here before any data: 1 point, below every effect the paper reports on a synthetic language
+# (1.6-6.9) — except SAM's recovery, which the paper reports on real text only (+0.6 to +2.3), whose
+# smallest, 0.6 point, is its margin. The adversary is the positive control: its power is planned at
+# the paper's smallest adversarial effect (5.5 points), and its size is the language's (its objective
+# is aimed at the language's own task), so it is never pooled across languages.
+SYNTHETIC = "1 point, below every effect the paper reports on a synthetic language (1.6–6.9)"
 COMPARISONS = (
     Comparison("longer", "long", "short", +1, "training longer at the same loss raises accuracy and lowers "
-               "the trace (Fig. 2, Fig. 4)"),
+               "the trace (Fig. 2, Fig. 4)", margin=1.0,
+               margin_source="training longer: +1.6 (PCFG task C), +4.0 (HMM task-10), Fig. 4; +1.25 (OpenWebText), "
+                             "Fig. 2 — " + SYNTHETIC),
     Comparison("noreg", "noreg", "adamw", -1, "removing dropout and weight decay lowers accuracy and raises the "
-               "trace (Table 1, 2)"),
+               "trace (Table 1, 2)", margin=1.0,
+               margin_source="−dropout−WD: −1.3 to −2.7 (BookCorpus: SST-2, QNLI, RTE), Tables 1–2; none on a "
+                             "synthetic language — " + SYNTHETIC),
     Comparison("sam05", "sam05", "noreg", +1, "SAM (ρ 0.05) recovers accuracy and flatness lost without "
-               "dropout and WD (Table 1, 2)"),
+               "dropout and WD (Table 1, 2)", margin=0.6,
+               margin_source="SAM's recovery: +0.6 to +2.3 (BookCorpus), Tables 1–2: its smallest"),
     Comparison("sam05-half", "sam05", "noreg-half", +1, "SAM's gain is its perturbation, not its half-size update "
-               "batch: SAM (ρ 0.05) against −dropout−WD on the same half batch (Table 1, 2)"),
-    Comparison("sam02", "sam02", "noreg", +1, "SAM (ρ 0.02) recovers accuracy and flatness (Table 1, 2)"),
+               "batch: SAM (ρ 0.05) against −dropout−WD on the same half batch (Table 1, 2)", margin=0.6,
+               margin_source="SAM's recovery: +0.6 to +2.3 (BookCorpus), Tables 1–2: its smallest"),
+    Comparison("sam02", "sam02", "noreg", +1, "SAM (ρ 0.02) recovers accuracy and flatness (Table 1, 2)",
+               margin=0.6, margin_source="SAM's recovery: +0.6 to +2.3 (BookCorpus), Tables 1–2: its smallest"),
     Comparison("adv", "adv", "adamw", -1, "the adversarial objective lowers accuracy and raises the trace "
-               "(Table 1, 2)"),
+               "(Table 1, 2)", margin=1.0, effect=5.5, pooled=False,
+               margin_source="adversarial against AdamW: −5.5 to −6.9 (PCFG tasks A–C), Tables 1–2 — the positive "
+                             "control, planned for 5.5; " + SYNTHETIC),
     Comparison("size", "large", "adamw", +1, "at the same loss a larger model is flatter (traces in one parameter "
-               "space) and transfers better (Fig. 3, 5)", reference_trace="trace_fisher_embedded"),
+               "space) and transfers better (Fig. 3, 5)", reference_trace="trace_fisher_embedded", margin=1.0,
+               margin_source="a larger model at the same loss: +6.9 (PCFG), +4.5 (HMM), §2.3, Fig. 3; +2.0 "
+                             "(OPT-generated) — " + SYNTHETIC),
     # flatness as the treatment (not in the paper: its thesis tested directly, the loss held fixed)
     Comparison("flat", "flat", "adamw", +1, "the thesis as a treatment: a trace penalty that flattens (λ > 0) "
-               "raises accuracy at the same loss (not in the paper; Fig. 1's claim made causal)"),
+               "raises accuracy at the same loss (not in the paper; Fig. 1's claim made causal)", margin=1.0,
+               margin_source="not in the paper (its thesis made causal): " + SYNTHETIC),
     Comparison("flatter", "flatter", "adamw", +1, "the thesis as a treatment: a stronger flattening penalty raises "
-               "accuracy at the same loss (not in the paper)"),
+               "accuracy at the same loss (not in the paper)", margin=1.0,
+               margin_source="not in the paper (its thesis made causal): " + SYNTHETIC),
     Comparison("sharp", "sharp", "adamw", -1, "the thesis as a treatment: a penalty that sharpens (λ < 0) lowers "
-               "accuracy at the same loss (not in the paper)"),
+               "accuracy at the same loss (not in the paper)", margin=1.0,
+               margin_source="not in the paper (its thesis made causal): " + SYNTHETIC),
 )
-# the primary family: the paper's claims, each by its best-controlled comparison at the fork point
-# that matches the paper's training (a recipe from scratch; training longer is a late fork):
-# training longer (Fig. 2, 4), less regularisation and SAM against its own half-batch control
-# (Tables 1–2), model size (Fig. 3, 5) and the adversary (Tables 1–2); the rest are exploratory
-CLAIMS = ("longer @ late", "noreg @ scratch", "sam05-half @ scratch", "size @ scratch", "adv @ late")
+# the claims family, fixed before the data: the paper's claims, each by its best-controlled comparison at
+# the fork point that matches the paper's training (a recipe from scratch; training longer is a late
+# fork) — training longer (Fig. 2, 4), less regularisation and SAM against its own half-batch control
+# (Tables 1–2), model size (Fig. 3, 5) —, the flatness treatment by assigned arm (flattening and
+# sharpening against AdamW: the thesis made causal) and the adversary, the positive control (Tables
+# 1–2). A design plans these first; the rest are other comparisons.
+CLAIMS = ("longer @ late", "noreg @ scratch", "sam05-half @ scratch", "size @ scratch", "flat @ late", "sharp @ late",
+          "adv @ late")
+CONTROLS = ("adv",)  # positive controls: planned to detect their effect; the answer names them as such
 # not in the primary family: the half batch's own effect (what SAM's batch control controls)
 HALF_BATCH = Comparison("half-batch", "noreg-half", "noreg", +1, "a half-size update batch (more gradient noise) "
-                        "flattens (Theorem 3.3's mechanism)")
+                        "flattens (Theorem 3.3's mechanism)", margin=0.6,
+                        margin_source="not in the paper (SAM's batch control): SAM's margin")
 
-# where the presets' prior paired SDs (``prior_sds``: a budget's forecast before the pilot) were measured
-PRIOR_SOURCE = ("the tiny pilot of 2026-11-27: 6 seeds of the HMM headroom language, every fork but the flatness "
-                "forks (added after it; they have no prior), allocation.json")
-# that pilot's paired SDs of the primary accuracy (points) at the target KL, over every pair
-TINY_PRIOR_SDS = (
+# The pilot that measures the designs' prior paired SDs (``sameloss reproduce isoloss --scale pilot``):
+# tiny's schedule, every fork of a claim and of the other comparisons (the flattening arms late only:
+# from scratch they are no test of the design's), 5 checkpoints each, on seeds 900-905 — disjoint from
+# every scale's seeds, so no study re-runs the seeds whose spread planned it
+PILOT_SEEDS = tuple(range(900, 906))
+PRIOR_SOURCE = ("the pilot (`sameloss reproduce isoloss --scale pilot`: seeds 900–905 of the HMM headroom language, "
+                "every fork, 5 checkpoints each; docs/results/isoloss.md)")
+# that pilot's effective paired SDs of the primary accuracy (points) at the target KL
+PRIOR_SDS = (
     ("longer @ late", 0.549),
     ("noreg @ late", 0.188),
     ("sam05 @ late", 0.517),
     ("sam05-half @ late", 0.185),
     ("adv @ late", 2.197),
     ("size @ late", 0.332),
+    ("flat @ late", 0.5),
+    ("flatter @ late", 0.5),
+    ("sharp @ late", 0.5),
     ("noreg @ scratch", 0.736),
     ("sam05 @ scratch", 0.455),
     ("sam05-half @ scratch", 0.393),
     ("size @ scratch", 0.669),
 )
+# how far (nats) outside its measured KL range a fork's target may lie, the same for every fork: half the
+# ~1e-3 nats a fork's KL moves along one stretch at the tiny scale (stretches' measurements), fixed before
+# the data; every verdict is shown at 0 and with no limit beside it
+LIMIT_TINY = 5e-4
 _HMM = {"hmm": "headroom"}
 _TASKS = {"hmm": ("task-5",)}
 
@@ -380,58 +443,68 @@ _TINY = dict(
     schedule=ForkSchedule(recipe_steps=100, decay_steps=200, final_lr_factor=0.05, final_steps=300, match_every=20),
     eval_sentences=4000,
     forks=_forks(400, sam02=False, width_factor=1, extra_layers=2, adv_late_only=True, stretch=stretches(300),
-                 flatness=FLATNESS_TINY),
+                 flatness=FLATNESS_TINY, checkpoints=CHECKPOINTS),
     probes=Probes(sizes=(50, 200, 1000), subsets=(20, 40, 10), pool=2000, test=20_000, epochs=50, l2=1e-2,
                   primary_size=200),
-    kl_tolerance=3e-4, verdicts=VerdictRules(extrapolation_limit=0.5),
+    kl_tolerance=3e-4, verdicts=VerdictRules(extrapolation_limit=LIMIT_TINY),
     measure=dataclasses.replace(COMMON["tiny"].measure, seeds=(0,)))
+# tiny's keywords with its priors (the designs ``choose_design`` fixes are cut from it)
+TINY_SEEDS = SeedDesign(prior_sds=PRIOR_SDS, prior_source=PRIOR_SOURCE, prior_seeds=PILOT_SEEDS)
+TINY_DESIGN = dict(_TINY, seeds=tuple(range(48)), seed_design=TINY_SEEDS)
 
-# The main job's design, fixed before any data by ``allocation.choose_design`` — tiny's prior
-# paired SDs (``TINY_PRIOR_SDS``) and the planner's cost per fork, for a budget of
-# ``QUICK_BUDGET_MINUTES`` on 2 workers — and pinned here (a test checks that the rule still
-# chooses it): per test the seeds it runs on; the tests it leaves to ``tiny``, with what they need.
+# The main job's and tiny's designs, fixed before any data by the claims-first rule
+# (``allocation.choose_design``: the prior paired SDs, the planner's cost per fork at this project's
+# CPU, 2 workers) for their budgets, and pinned here (a test checks that the rule still chooses them):
+# per test the seeds it runs on; the tests left out, with what each would need.
 QUICK_BUDGET_MINUTES = 25.0
-QUICK_PLAN = (("noreg @ late", 5), ("sam05 @ late", 5), ("sam05-half @ late", 5), ("adv @ late", 4))
-QUICK_LEFT = (
-    ("longer @ late", "22 seeds (prior SD 0.549): beyond the budget"),
-    ("size @ late", "10 seeds (prior SD 0.332): beyond the budget"),
-    ("flat @ late", "no prior paired SD to plan with (the full study's pilot measures it)"),
-    ("flatter @ late", "no prior paired SD to plan with (the full study's pilot measures it)"),
-    ("sharp @ late", "no prior paired SD to plan with (the full study's pilot measures it)"),
-    ("noreg @ scratch", "37 seeds (prior SD 0.736): beyond the budget"),
-    ("sam05 @ scratch", "16 seeds (prior SD 0.455): beyond the budget"),
-    ("sam05-half @ scratch", "12 seeds (prior SD 0.393): beyond the budget"),
-    ("size @ scratch", "31 seeds (prior SD 0.669): beyond the budget"),
-    ("flat @ scratch", "no prior paired SD to plan with (the full study's pilot measures it)"),
-    ("flatter @ scratch", "no prior paired SD to plan with (the full study's pilot measures it)"),
+TINY_BUDGET_MINUTES = 180.0
+QUICK_PLAN: tuple[tuple[str, int], ...] = (
+    ('noreg @ late', 4),
+    ('adv @ late', 5),
+    ('flat @ late', 6),
+    ('flatter @ late', 7),
+    ('sharp @ late', 6),
 )
+QUICK_LEFT: tuple[tuple[str, str], ...] = (
+    ('longer @ late', '7 seeds, +9 min: beyond the budget'),
+    ('noreg @ scratch', '10 seeds, +11 min: beyond the budget'),
+    ('sam05-half @ scratch', '9 seeds, +17 min: beyond the budget'),
+    ('size @ scratch', '9 seeds, +20 min: beyond the budget'),
+)
+TINY_PLAN: tuple[tuple[str, int], ...] = (
+    ('longer @ late', 8),
+    ('noreg @ late', 4),
+    ('sam05 @ late', 13),
+    ('sam05-half @ late', 5),
+    ('adv @ late', 6),
+    ('size @ late', 5),
+    ('flat @ late', 7),
+    ('flatter @ late', 7),
+    ('sharp @ late', 7),
+    ('noreg @ scratch', 11),
+    ('sam05 @ scratch', 11),
+    ('sam05-half @ scratch', 10),
+    ('size @ scratch', 10),
+)
+TINY_LEFT: tuple[tuple[str, str], ...] = ()
 # What ``sameloss plan`` quotes beside its forecast: each scale's measured end-to-end run
 # (the command, the machine, the load, the date), so a forecast is never read as a measurement.
-MEASURED_RUNTIMES = {
-    "quick": ("measured: 14.9 min for `sameloss reproduce` on 2 local workers, this project's 2-core CPU "
-              "otherwise idle (load 0.6 before), 2026-11-28; it decided 3 of its 4 planned comparisons"),
-}
-# the seeds of an exempt test in such a design (its effect is several points: the adversary's
-# −6.9 [−9.2, −4.6] at the tiny pilot's 6 seeds, paired SD 2.2, is detected with 4 at 80 % power)
-EXEMPT_SEEDS = 4
+MEASURED_RUNTIMES: dict[str, str] = {}
 
 
-def planned(scale: str, settings: dict, plan: tuple, left: tuple = (), **extra) -> IsolossPreset:
+def planned(scale: str, settings: dict, plan: tuple, left: tuple = (), budget: float | None = None,
+            **extra) -> IsolossPreset:
     """The scale's design (``settings``: its preset's keywords) cut to ``plan``: the forks of the
-    planned tests only, their fork points, seeds as the plan says (quick; the languages scale)."""
+    planned tests only, their fork points, seeds as the plan says (quick, tiny, the languages
+    scale); ``budget``: the minutes it was chosen for."""
     full = _preset(scale, **{**settings, **extra})
     keep = {name for t, _ in plan for c, _pt in [full_test(full, t)] for name in (c.recipe, c.reference)}
     forks = tuple(f for f in full.forks if f.name in keep)
     points = {t.split(" @ ")[1] for t, _ in plan}
-    seeds = dataclasses.replace(full.seed_design, plan=plan, left=left)
+    seeds = dataclasses.replace(full.seed_design, plan=plan, left=left, budget_minutes=budget)
     return _preset(scale, **{**settings, **extra, "seeds": tuple(range(max(n for _, n in plan))),
                              "seed_design": seeds, "forks": forks,
                              "fork_points": tuple(k for k in settings["fork_points"] if full.point_name(k) in points)})
-
-
-def _quick() -> IsolossPreset:
-    """tiny's design with ``QUICK_PLAN``: its forks only, seeds as the plan says."""
-    return planned("tiny", TINY_DESIGN, QUICK_PLAN, QUICK_LEFT)
 
 
 def full_test(p: IsolossPreset, test: str):
@@ -448,25 +521,19 @@ SMOKE_DESIGN = dict(
     # dear, sharp and flat together made the smoke study 50 % longer (+18 % with sharp alone)
     forks=_forks(20, flatness={"sharp": -1e-3}),
     probes=Probes(sizes=(8, 16), subsets=(3, 3), pool=40, test=64, epochs=3, l2=0.1, primary_size=16),
-    kl_tolerance=10.0, verdicts=VerdictRules(extrapolation_limit=1e6, headroom_margin=0.0, on_no_headroom="mark"),
-    adversary=Adversary(batch_size=32, pool_size=256))
-# tiny's keywords with its priors (the designs ``choose_design`` fixes are cut from it)
-TINY_SEEDS = SeedDesign(exempt=("adv",), prior_sds=TINY_PRIOR_SDS)
-TINY_DESIGN = dict(_TINY, seeds=tuple(range(48)), seed_design=TINY_SEEDS)
+    kl_tolerance=10.0, verdicts=VerdictRules(extrapolation_limit=1.0, headroom_margin=0.0, on_no_headroom="mark"),
+    adversary=Adversary(batch_size=32, pool_size=256), rescaling=False)
 
 PRESETS: dict[str, IsolossPreset] = {
     "smoke": _preset("smoke", **SMOKE_DESIGN),
-    # the main job: tiny's design cut to what 25 minutes on 2 cores can decide (``QUICK_PLAN``)
-    "quick": _quick(),
-    # a pilot of 10 seeds with every fork, then at most 48 seeds, each with the forks of the claims
-    # still short of an MDE of 0.35 points after Holm over the claims, within 180 minutes. The pilot
-    # and the cap from bench/isoloss_allocation.py --grid (issue 46: the claims' mean power after
-    # Holm at δ, 200 simulated studies each, the planner's costs scaled to the pilot's 1,300 CPU s a
-    # seed): the budget binds (every design ~5.9 CPU-hours, ~20 seeds a claim); pilot 6 / 8 / 10 / 12
-    # with at most 48 seeds 0.46 / 0.49 / 0.55 / 0.52, with at most 32 0.45 / 0.53 / 0.54 / 0.55
-    # (± 0.02): a pilot of 6 is too few for Stein's t on k − 1 at α/5, the cap does not bind
-    "tiny": _preset("tiny", **{**TINY_DESIGN, "seed_design": dataclasses.replace(TINY_SEEDS, pilot_seeds=10,
-                                                                                   budget_minutes=180.0)}),
+    # the main job: tiny's design cut to what 25 minutes on 2 cores decide, claims first (``QUICK_PLAN``)
+    "quick": planned("tiny", TINY_DESIGN, QUICK_PLAN, QUICK_LEFT, QUICK_BUDGET_MINUTES),
+    # the full study: tiny's design cut to what 180 minutes on 2 cores decide, claims first (``TINY_PLAN``)
+    "tiny": planned("tiny", TINY_DESIGN, TINY_PLAN, TINY_LEFT, TINY_BUDGET_MINUTES),
+    "pilot": _preset("tiny", **{**_TINY, "seeds": PILOT_SEEDS,
+                                "schedule": dataclasses.replace(_TINY["schedule"], probe_points=5),
+                                "forks": tuple(dataclasses.replace(f, late_only=True) if f.name in ("flat", "flatter")
+                                               else f for f in _TINY["forks"])}),
     "small": _preset(
         "small", seeds=tuple(range(8)), base_steps=20_000, fork_points=(20_000, 0),
         schedule=ForkSchedule(recipe_steps=2000, decay_steps=2000, final_lr_factor=0.05, final_steps=3000,
@@ -474,7 +541,7 @@ PRESETS: dict[str, IsolossPreset] = {
         eval_sentences=20_000, forks=_forks(8000, stretch=stretches(3000)),
         probes=Probes(sizes=(50, 200, 1000), subsets=(20, 40, 10), pool=5000, test=20_000, epochs=100, l2=1e-2,
                       primary_size=200),
-        kl_tolerance=3e-4, verdicts=VerdictRules(extrapolation_limit=0.5), adversary=Adversary(batch_size=256)),
+        kl_tolerance=3e-4, verdicts=VerdictRules(extrapolation_limit=LIMIT_TINY), adversary=Adversary(batch_size=256)),
     "paper": _preset(
         "paper", seeds=tuple(range(8)), base_steps=100_000, fork_points=(100_000, 0),
         schedule=ForkSchedule(recipe_steps=10_000, decay_steps=10_000, final_lr_factor=0.05, final_steps=15_000,
@@ -482,20 +549,20 @@ PRESETS: dict[str, IsolossPreset] = {
         eval_sentences=100_000, forks=_forks(40_000, stretch=stretches(15_000)),
         probes=Probes(sizes=(50, 200, 1000), subsets=(20, 40, 10), pool=5000, test=30_000, epochs=100, l2=1e-2,
                       primary_size=200),
-        kl_tolerance=3e-4, verdicts=VerdictRules(extrapolation_limit=0.5), adversary=Adversary(batch_size=256)),
+        kl_tolerance=3e-4, verdicts=VerdictRules(extrapolation_limit=LIMIT_TINY), adversary=Adversary(batch_size=256)),
 }
 
 
 def forks_of(p: IsolossPreset, tests: list[str]) -> frozenset:
     """The ``(point, fork)`` pairs the tests ``"comparison @ point"`` compare."""
-    by = {f"{c.name} @ {pt}": (c, pt) for c, pt in p.tests()}
+    by = {f"{c.name} @ {pt}": (c, pt) for c, pt in p.all_tests()}
     return frozenset((pt, name) for t in tests for c, pt in [by[t]] for name in (c.recipe, c.reference))
 
 
 def regression_without(p: IsolossPreset) -> tuple[str, ...]:
     """The forks Fig. 1 within seeds leaves out: the adversary (its accuracy loss is by
     construction), the other model sizes (their traces live in another space) and the
-    flatness forks (flatness is their treatment: the dose-response tests them)."""
+    flatness forks (flatness is their treatment: analysed by arm)."""
     return ("adv", *(f.name for f in p.forks if f.resized), *flatness_forks(p))
 
 
@@ -504,18 +571,12 @@ def flatness_forks(p) -> tuple[str, ...]:
     return tuple(f.name for f in p.forks if dict(f.settings).get("flatness.weight", 0))
 
 
+def flatness_weights(p) -> dict[str, float]:
+    """Each flatness arm's penalty weight λ (the instrument of the by-arm analysis)."""
+    return {f.name: float(dict(f.settings)["flatness.weight"]) for f in p.forks if f.name in flatness_forks(p)}
+
+
 # ---- the preset as the command line changes it ---------------------------------------------
-def with_budget(p: IsolossPreset, minutes: float) -> IsolossPreset:
-    """``reproduce isoloss --budget MINUTES``: the preset with that budget (an adaptive study
-    spends it on the comparisons still short; ``UserError`` for one that cannot)."""
-    if not minutes > 0:
-        raise UserError(f"--budget must be a positive number of minutes, got {minutes:g}")
-    if not p.seed_design.pilot_seeds:
-        raise UserError("--budget: this scale runs every fork on every seed (no pilot): there is nothing to spend "
-                        "adaptively; `sameloss plan` says what it costs")
-    return dataclasses.replace(p, seed_design=dataclasses.replace(p.seed_design, budget_minutes=float(minutes)))
-
-
 def language_studies(p: IsolossPreset) -> list[IsolossPreset]:
     """The study's per-language presets: the preset itself, or one per language of
     ``replicate`` (each tagged: its seeds in ``seeds/<tag>/``)."""
@@ -535,17 +596,9 @@ def with_languages(p: IsolossPreset, specs: list[str]) -> IsolossPreset:
 
 def folder_suffix(p: IsolossPreset) -> str:
     """The experiment folder's suffix: none on the preset's own language, else the
-    languages' tags (each choice of languages is its own experiment)."""
+    languages' tags (each choice of languages is its own experiment); a design chosen again
+    for ``--budget`` is its own experiment too."""
     own = PRESETS["tiny"].choice
     languages = "" if p.choices() == (own,) else "-" + "+".join(c.tag for c in p.choices())
-    return languages + ("-even" if p.seed_design.even else "")
-
-
-def with_even(p: IsolossPreset) -> IsolossPreset:
-    """``reproduce isoloss --even``: every seed runs every fork, the scale's first
-    ``even_seeds`` seeds, no pilot and no budget (the design before the adaptive one; its own folder)."""
-    s = p.seed_design
-    if not s.pilot_seeds:
-        return p
-    return dataclasses.replace(p, seeds=p.seeds[:s.even_seeds],
-                               seed_design=dataclasses.replace(s, pilot_seeds=0, budget_minutes=None, even=True))
+    d = p.seed_design
+    return languages + (f"-budget{d.budget_minutes:g}" if d.rebudgeted else "")

@@ -45,6 +45,10 @@ def _labels(p: IsolossPreset) -> dict[str, str]:
     return {f.name: f.label for f in p.forks}
 
 
+def _points_word(m: float) -> str:
+    return "point" if m == 1 else "points"
+
+
 def _points(p: IsolossPreset) -> list[str]:
     return [p.point_name(k) for k in sorted(p.fork_points, reverse=True)]
 
@@ -62,9 +66,14 @@ def _forest(records, section: Section, p: IsolossPreset, diffs: list[dict], seed
                        "acc_low": r["t_low"], "acc_high": r["t_high"], "acc_mde": r["mde"], "trace": t["mean"],
                        "trace_n": t["n_used"], "trace_low": t["t_low"], "trace_high": t["t_high"],
                        "trace_mde": t["mde"]})
-    delta = p.verdicts.equivalence_margin
-    margin = tuple(Ref(v, f"±δ = {delta:g} points (equivalence margin)", axis="x", color="0.45", style="--")
-                   for v in (-delta, delta))
+    by_margin: dict[float, list[str]] = {}
+    for r in primary:
+        by_margin.setdefault(float(r["margin"]), []).append(r["comparison"])
+    margins = sorted(by_margin, reverse=True)
+    margin = tuple(Ref(s * m, (f"±δ = {m:g} {_points_word(m)} ({', '.join(dict.fromkeys(by_margin[m]))})" if s > 0
+                               else ""),
+                       axis="x", color=str(0.35 + 0.2 * i), style="--")
+                   for i, m in enumerate(margins) for s in (-1, 1))
     interval = "95 % t interval over the seeds' pairs, each fork estimated at the pair's target KL"
     fig = forest_plot(forest, "label", [
         Forest("acc", "primary accuracy, recipe − reference (points)", interval=interval, refs=margin),
@@ -74,10 +83,11 @@ def _forest(records, section: Section, p: IsolossPreset, diffs: list[dict], seed
         fig, stem + "forest",
         shows="Forest plot: per comparison and fork point, the mean paired difference (recipe − reference) at one "
               "KL of (a) the primary probe accuracy (points) and (b) the trace of Hessian (Fisher estimator); a "
-              "solid line at 0 (no difference), grey ticks at ± the row's minimum detectable effect (80 % power), "
-              f"in (a) dashed lines at ±δ = {delta:g} points (the equivalence margin)",
+              "solid line at 0 (no difference), a light band over ± the row's minimum detectable effect (80 % "
+              "power), in (a) dashed lines at ± each claim's margin δ ("
+              + "; ".join(f"{m:g} {_points_word(m)}: {', '.join(dict.fromkeys(by_margin[m]))}" for m in margins) + ")",
         sample=f"{len(seeds)} seeds; per row the pairs used (n in the row's name: every pair unless a fork's "
-               f"estimate lies more than {p.verdicts.extrapolation_limit:g} nats outside its measured KL range)",
+               f"estimate lies more than {p.verdicts.extrapolation_limit:.1e} nats outside its measured KL range)",
         claim="training recipes change downstream accuracy and the trace at the same pre-training loss, with the "
               "paper's signs (Tables 1–2, Figs. 2–5)"))
 
@@ -170,37 +180,39 @@ def _curves(records, section: Section, p: IsolossPreset, results: list[dict], se
 
 
 def _dose(records, section: Section, p: IsolossPreset, seeds: list[int], stem: str) -> None:
-    """The dose-response of the flatness forks: each pair's primary difference against its
-    relative trace change, the pooled slope through the origin per fork point."""
+    """Flatness by assigned arm: each pair's primary difference against its arm's λ with the
+    trend through AdamW's arm (the test), and — exploratory, no line — against the trace
+    change the arm realised."""
     from ...reports.plots import XY, Encoding, Fit, Ref, interval_text, scatter_plot
 
-    slopes = {r["point"]: r for r in section.files.get("dose_response.csv", [])}
+    trend = {r["point"]: r for r in section.files.get("flatness_trend.csv", [])}
     pts = section.files.get("dose_points.csv", [])
     if not pts:
         return
-    rows = [{"fork": r["fork"], "seed": r["seed"], f"x_{r['point']}": 100 * r["x"], f"y_{r['point']}": r["y"]}
-            for r in pts]
-    panels = []
-    for pt in [x for x in _points(p) if x in slopes]:
-        b = slopes[pt]
-        fit = None if not math.isfinite(b["slope"]) else Fit(
-            b["slope"] / 100, 0.0, f"{pt}: {interval_text(b['slope'], b['t_low'], b['t_high'])} points per "
-                                   "unit of relative trace change (one line through 0 pooled over the seeds' forks, "
-                                   "95 % jackknife t)")
-        panels.append(XY(f"x_{pt}", f"trace change at the target KL, fork point {pt} (%)", f"y_{pt}",
-                         "primary accuracy difference (points)", fit=fit,
-                         refs=(Ref(0.0, "no difference", color="0.6", style="-"),)))
+    pt = next(x for x in _points(p) if x in trend)
+    rows = [{"fork": r["fork"], "seed": r["seed"], "lam": r["lam"], "x": 100 * r["x"], "y": r["y"]}
+            for r in pts if r["point"] == pt]
+    b = trend[pt]
+    fit = None if not math.isfinite(b["slope"]) else Fit(
+        b["slope"], 0.0, f"trend: {interval_text(b['slope'], b['low'], b['high'])} points per 1e-4 of λ (through "
+                         "AdamW's arm; 95 % t over seeds)")
+    zero = (Ref(0.0, "no difference", color="0.6", style="-"),)
+    panels = [XY("lam", "assigned penalty weight λ (1e-4; 0 = AdamW)", "y", "primary accuracy, arm − AdamW (points)",
+                 fit=fit, refs=zero),
+              XY("x", "exploratory: realised trace change at the target KL (%)", "y",
+                 "primary accuracy, arm − AdamW (points)", refs=zero)]
     labels = _labels(p)
-    fig = scatter_plot(rows, panels, "Dose-response: flatness as the treatment",
+    fig = scatter_plot(rows, panels, f"Flatness as the treatment, by assigned arm (fork point {pt})",
                        encoding=Encoding(colour_by=None, marker_by=lambda r: labels.get(r["fork"], r["fork"]),
                                          colour_markers=True))
     section.figures.append(records.figure(
         fig, stem + "dose",
-        shows="Dose-response of the flatness forks (a trace penalty λ × the Fisher trace in training; λ < 0 "
-              "sharpens): per seed and fork, the paired primary probe accuracy difference (fork − AdamW, points) "
-              "against the relative trace change (fork ÷ AdamW − 1, %), both at the pair's target KL; one panel "
-              "per fork point; marker = fork; line = the slope through 0 pooled over every seed's forks "
-              "(Σxy/Σx², dose_response.csv)",
-        sample=f"{len(seeds)} seeds × {len({r['fork'] for r in pts})} flatness forks per fork point (the used pairs)",
-        claim="the thesis as a treatment: at the same loss, flatter (a negative trace change) transfers better "
-              "(a negative slope)"))
+        shows="Flatness as the treatment (a trace penalty λ × the Fisher trace in training; λ < 0 sharpens), by "
+              "assigned arm: (a) per seed and arm the paired primary probe accuracy difference (arm − AdamW, points, "
+              "at the pair's target KL) against the arm's λ, with the trend through AdamW's arm (flatness_trend.csv: "
+              "the test); (b) exploratory, no test: the same differences against the trace change each pair "
+              "realised (arm ÷ AdamW − 1, %), a mediator measured with error; marker = arm",
+        sample=f"{len({r['seed'] for r in rows})} seeds × {len({r['fork'] for r in rows})} arms at fork point {pt} "
+               "(every pair with a line to read)",
+        claim="the thesis as a treatment: at the same loss, a flattening arm (λ > 0) transfers better, a sharpening "
+              "arm worse (a positive trend in λ)"))

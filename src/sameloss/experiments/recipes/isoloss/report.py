@@ -17,28 +17,78 @@ from ...stats import paired
 from ...reports.claims import fmt
 from ...reports.document import Column, Section, Table
 from .design import EMBED_KL_TOLERANCE, IsolossPreset
+from .tables import HOLM_FAMILIES
 from .language import parse_language
 
 def replication_section(outcomes: list[dict]) -> Section:
-    """The replication table of the languages' ``outcomes`` (``_language_report``'s, or
-    ``finished_studies``' read back from study folders), with what it means."""
-    rep = Section("Replication across languages", lead=True)
-    rep.text.append(
-        f"{len(outcomes)} languages: " + "; ".join(
-            f"{o['language']} ({'headroom gate passed' if o['ok'] else 'NO HEADROOM: its verdicts are uninformative'})"
-            for o in outcomes) + ". Per comparison the replication verdict gives the pooled verdict first (the claim "
-        "about languages), then how each language agrees (\"2 of 3 languages detect it in the paper's direction, 1 "
-        "inconclusive\"; a language without headroom, or whose differences have no spread, is said so), "
-        "\"contradicted\" where detections point both ways; \"uninformative\" with fewer than two languages with "
-        "headroom and an estimate. The pooled estimate is over the languages with headroom, each with its standard error sd/√n of "
-        "its used pairs: random effects (DerSimonian–Laird τ²) with the Hartung–Knapp–Sidik–Jonkman t interval on "
-        "k − 1 degrees of freedom (a normal interval is anti-conservative with few languages), beside the "
-        "fixed-effect estimate; I² is the share of the spread between languages beyond chance. With fewer than two "
-        "languages with headroom nothing is pooled.")
-    from ...stats.replication import replication
+    """The study across languages (``outcomes``: ``language_report``'s, or ``finished_studies``'
+    read back from study folders): the pooled answer first, then the replication table
+    (``stats.replication``), with what its analysis is."""
+    from ...stats.replication import NOT_POOLED, replication
 
-    replication(rep, outcomes)
+    rep = Section("Across the languages", lead=True)
+    out = replication(outcomes)
+    names = [o["language"] for o in outcomes]
+    gated = [o["language"] for o in outcomes if not o["ok"]]
+    rep.text.append(
+        f"{len(outcomes)} languages: {', '.join(names)}"
+        + (f" ({', '.join(gated)} without headroom: uninformative, not pooled)" if gated else "") + ". The primary "
+        "analysis, fixed before the data, is a one-stage stratified fixed-effects model over the seed pairs: each "
+        "language a stratum with its own mean, every pair weighted as within its language (by its KL positions), "
+        "the common effect the weighted mean over every pair, its scale pooled from the residuals about each "
+        "language's own mean, t on Σn − k degrees of freedom; its claim is about these languages, not a population "
+        "of languages. Beside it the language × treatment interaction (F test: do the languages' effects differ?) "
+        "and, as a secondary, random effects with the Hartung–Knapp–Sidik–Jonkman interval truncated at max(1, q*). "
+        "A comparison whose effect is the language's own (the adversary: its objective is aimed at each "
+        "language's task) is reported per language only. Holm over the pooled claims; a pooled verdict is "
+        "*decided* when it survives it.")
+    rep.answer += _pooled_answer(out, NOT_POOLED)
+    _replication_table(rep, outcomes, out)
     return rep
+
+
+def _pooled_answer(out: list[dict], not_pooled: str) -> list[str]:
+    """The answer across languages: which claims hold across the languages (pooled and
+    decided), which hold on some (per language), which are undecided."""
+    claims = [r for r in out if r["holm_family"] == "claims"] or out
+    lines = []
+    held = [r for r in claims if r.get("pooled_decided")]
+    lines.append(f"**Across the languages ({claims[0]['pooled_languages'] if claims else 0} pooled):** "
+                 f"{len(held)} of {len(claims)} claims decided after Holm (the stratified fixed-effects model):")
+    for r in claims:
+        if r["pooled_verdict"] == not_pooled:
+            lines.append(f"- {r['test']}: per language only — {r['agreement']}")
+            continue
+        state = (r["pooled_verdict"] + (" (survives Holm)" if r.get("pooled_decided") else
+                                        f" ({r.get('pooled_after_holm') or 'undecided'})"))
+        lines.append(f"- {r['test']}: {state}, {fmt(r.get('pooled'), '+.2f')} [{fmt(r.get('pooled_low'), '.2f')}, "
+                     f"{fmt(r.get('pooled_high'), '.2f')}] points, δ {fmt(r.get('margin'), 'g')}; interaction p "
+                     f"{fmt(r.get('interaction_p'), '.2g')}; per language: {r['agreement']}")
+    return lines
+
+
+def _replication_table(section: Section, studies: list[dict], out: list[dict]) -> None:
+    section.files["replication.csv"] = out
+    columns = [Column("pooled verdict (stratified FE)", "pooled_verdict", text=True),
+               Column("pooled [95%]", "pooled", ci=("pooled_low", "pooled_high"), fmt=".2f"),
+               Column("δ", "margin", fmt=".2f"), Column("df", "pooled_df", fmt=".0f"),
+               Column("after Holm", "pooled_after_holm", text=True), Column("power", "pooled_power", fmt=".2f"),
+               Column("interaction p", "interaction_p", fmt=".2g")]
+    for s in studies:
+        columns += [Column(f"{s['tag']} [95%]", f"{s['tag']}_mean", ci=(f"{s['tag']}_low", f"{s['tag']}_high"),
+                           fmt=".2f"),
+                    Column(f"{s['tag']} verdict", f"{s['tag']}_verdict", text=True)]
+    columns += [Column("agreement", "agreement", text=True),
+                Column("random effects [95%] (secondary)", "random", ci=("random_low", "random_high"), fmt=".2f"),
+                Column("τ²", "tau2", fmt=".2g")]
+    section.tables.append(Table(
+        "Across the languages, per comparison and fork point (primary accuracy, points): the pooled verdict of the "
+        "stratified fixed-effects model over the seed pairs (language a stratum; t on Σn − k), Holm over the pooled "
+        "claims and the power of each pooled verdict as made after it (a detection's against δ, a \"no effect\"'s "
+        "TOST power at 0), the language × treatment interaction; then each language's estimate and verdict, how "
+        "they agree, and random effects (truncated HKSJ) as the secondary", columns, out, source="replication.csv",
+        key="test", key_header="comparison @ fork point",
+        terminal=("pooled verdict (stratified FE)", "pooled [95%]", "δ", "after Holm", "interaction p")))
 
 
 def _tag_of(spec: str) -> str:
@@ -87,7 +137,8 @@ def finished_studies(folder: str | Path, label: str | None = None) -> list[dict]
     else:
         files = {tag: folder / f"{tag}-differences.csv" for tag in tags}
     out = []
-    needed = {"family", "comparison", "point", "n_used", "mean", "sd", "t_low", "t_high", "verdict"}
+    needed = {"family", "comparison", "point", "n_used", "mean", "sd", "t_low", "t_high", "verdict", "margin",
+              "expected_sign", "holm_family", "pooled", "quantity"}
     for tag, path in files.items():
         gate_path = path.with_name(path.name.replace("differences.csv", "gate.csv"))
         if not gate_path.is_file():
@@ -97,15 +148,25 @@ def finished_studies(folder: str | Path, label: str | None = None) -> list[dict]
         if not gates or "ok" not in gates[0]:
             raise UserError(f"{gate_path}: not an isoloss gate table (no seeds, or no 'ok' column)")
         ok = all(g["ok"] == "True" for g in gates)
-        if ok and not path.is_file():
+        if ok and not path.exists():
             raise UserError(f"{folder}: every seed passed the headroom gate but {path.name} is missing: the study "
                             "is incomplete or the file was removed; rerun it to its end")
-        diffs = rows(path) if path.is_file() else []
+        diffs = rows(path) if path.exists() else []
+        if ok and not diffs:
+            raise UserError(f"{path}: empty — every seed passed the headroom gate, so the study wrote its differences "
+                            "there; rerun it to its end")
         if diffs and not needed <= set(diffs[0]):
             raise UserError(f"{path}: lacks the columns {', '.join(sorted(needed - set(diffs[0])))}: not an isoloss "
                             "differences table (or one from an earlier version: rerun the study)")
+        if any(None in r.values() or None in r for r in diffs):
+            raise UserError(f"{path}: a row is cut short (the file was truncated); rerun the study to its end")
+        pairs_path = path.with_name(path.name.replace("differences.csv", "pairs.csv"))
+        pairs = rows(pairs_path) if ok and pairs_path.exists() else []
+        if ok and (not pairs or any(None in r.values() or None in r for r in pairs)):
+            raise UserError(f"{pairs_path}: missing, empty or cut short (the pooled analysis reads every pair); "
+                            "rerun the study to its end")
         primary = [r for r in diffs if r["family"] == "primary"]
-        out.append({"language": tag, "tag": tag, "ok": ok, "diffs": diffs,
+        out.append({"language": tag, "tag": tag, "ok": ok, "diffs": diffs, "pairs": pairs,
                     "tests": list(dict.fromkeys(f"{r['comparison']} @ {r['point']}" for r in primary)),
                     "folder": str(folder)})
     return out
@@ -131,11 +192,15 @@ def design_text(p: IsolossPreset, seeds: list[int], gate_text: str, ok: bool) ->
     points = ", ".join(f"{p.point_name(k)} (step {k})" for k in sorted(p.fork_points, reverse=True))
     own_recipe = [x for x in p.forks if x.recipe_steps is not None]
     longer = [x for x in p.forks if x.final_steps is not None]
-    sched, probes, v = p.schedule, p.probes, p.verdicts
+    five = [x.name for x in p.forks if p.checkpoints_of(x) != p.schedule.probe_points]
+    sched, probes, v, d = p.schedule, p.probes, p.verdicts, p.seed_design
     return (
         f"Language {p.choice.spec} ({language}, size {size}), task {task} (its latent over positions "
-        f"{p.span[0] + 1}–{p.span[1]}); {len(seeds)} seeds; forks: {', '.join(f)}"
-        + (f" (this design's: the tests it plans, {_plan_text(p)})" if p.seed_design.plan else "") + "; "
+        f"{p.span[0] + 1}–{p.span[1]}); {len(seeds)} seeds ({', '.join(map(str, seeds))}); forks: {', '.join(f)}"
+        + (f" (the design's, fixed before the data by the claims-first rule for {d.budget_minutes:g} minutes on "
+           f"{d.workers} workers: {_plan_text(p)}; planned from the prior paired SDs of {d.prior_source}, seeds "
+           f"{min(d.prior_seeds)}–{max(d.prior_seeds)}, none of them this study's)" if d.plan and d.prior_seeds else
+           f" (the design's: {_plan_text(p)})" if d.plan else "") + "; "
         f"base run {p.base_steps} steps (AdamW, constant lr after the warm-up). Fork points: {points}. Every fork "
         f"trains its recipe up to step {p.base_steps + sched.recipe_steps}"
         + "".join(f"{', ' if i else ' ('}{x.name}: {p.base_steps + p.recipe_steps_of(x)}"
@@ -145,31 +210,31 @@ def design_text(p: IsolossPreset, seeds: list[int], gate_text: str, ok: bool) ->
         + "".join(f"{', ' if i else ' ('}{x.name}: {p.final_steps_of(x)}" for i, x in enumerate(longer))
         + (")" if longer else "") + ": its *stretch*. "
         f"**The same loss, estimated**: exact KL on one shared held-out set of {p.eval_sentences} sentences at "
-        f"each fork's measured checkpoints — {sched.probe_points} spread over its stretch (lr factor "
-        f"{sched.final_lr_factor:g} for all), first and last included, where its trace and probes are measured too — "
-        f"and, on the first seed only (the curves figure), every {sched.match_every} steps of each stretch. Per "
-        "comparison and seed one target KL, from the two forks' measured KL ranges alone (the middle of their "
-        "overlap, or of the gap between them); each fork's accuracy and trace estimated at the target by the "
-        "least-squares line through its own checkpoints. Each pair weighs by what its KL positions imply: its "
-        "difference's variance is τ² + σ²·L, L the lines' leverage at the target (from the KLs alone), σ² the "
-        "checkpoint noise about the lines (their residuals), τ² the spread over seeds (DerSimonian–Laird); the "
-        "comparison's estimate is the weighted mean with the Hartung–Knapp–Sidik–Jonkman t interval on n − 1 "
-        "degrees of freedom (equal leverages: the paired t test); where every pair's ranges touch (a gap at most "
-        f"{v.borrow_gap:g} × the smaller range) and a test of equal KL slopes does not reject at {v.slope_level:g}, "
-        "the KL slope common to both forks is pooled over the comparison's forks. Every pair is used "
-        f"unless a fork's target lies more than {v.extrapolation_limit:g} × its own measured KL range outside that "
-        "range (such a pair is named with its reason); the sensitivity row beside each result uses only the pairs whose ranges lie "
-        f"within {p.kl_tolerance:g} nats of each other (the earlier exclusion rule). Probes: the same "
+        f"each fork's measured checkpoints — {sched.probe_points} spread over its stretch"
+        + (f" ({', '.join(five)}: {p.checkpoints_of(f[five[0]])}, enough to test its line for curvature)" if five
+           else "") + f" (lr factor {sched.final_lr_factor:g} for all), first and last included, where its trace and "
+        f"probes are measured too — and, on the first seed only (the curves figure), every {sched.match_every} steps "
+        "of each stretch. Per comparison and seed one target KL, from the two forks' measured KL ranges alone (the "
+        "middle of their overlap, or of the gap between them); each fork's accuracy and trace estimated at the "
+        "target by the least-squares line through its own checkpoints (a line per fork: the one model, fixed "
+        "before the data). Each pair weighs by what its KL positions imply: its difference's variance is τ² + σ²·L, "
+        "L the lines' leverage at the target (from the KLs alone), σ² the checkpoint noise about the lines (their "
+        "residuals), τ² the spread over seeds (DerSimonian–Laird); the comparison's estimate is the weighted mean "
+        "with the Hartung–Knapp–Sidik–Jonkman t interval on n − 1 degrees of freedom (equal leverages: the paired "
+        f"t test). Every pair is used unless a fork's target lies more than {v.extrapolation_limit:.1e} nats outside "
+        "its own measured KL range (one limit for every fork, fixed before the data; such a pair is named with its "
+        "reason), and every estimate is shown beside it at limit 0 and with every pair. Probes: the same "
         f"{probes.pool}-example pool and {probes.test}-example test set for every model, the training subsets drawn "
         "per seed (the same for the seed's forks). **Primary endpoint**: probe at the task's position, converged "
-        f"L-BFGS (l2 {probes.l2:g}), n = {probes.primary_size}, mean over "
-        f"{probes.primary_subsets} subsets; accuracies in %. Verdicts: "
-        "\"detected\" when the two-sided 95% t interval excludes 0; \"no effect beyond ±δ (TOST, 90% interval)\" when "
-        "both one-sided tests at α = 0.05 reject an effect of ±δ (the 90% t interval inside ±δ), with δ fixed in the "
-        f"preset: {v.equivalence_margin:g} points for accuracies, {100 * v.trace_margin:g} % of the reference fork's "
-        "mean trace for traces; else \"inconclusive\". MDE: the true difference the two-sided test detects with 80% "
-        "power, from the noncentral t: MDE = λ*·sd/√n, λ* solving P(|T′(n−1, λ*)| > t(0.975, n−1)) = 0.8. "
-        f"{paired.HOLM_FAMILIES} {gate_text}"
+        f"L-BFGS (l2 {probes.l2:g}), n = {probes.primary_size}, mean over {probes.primary_subsets} subsets; "
+        "accuracies in points. **Verdicts**, each against its claim's margin δ (its smallest effect of interest, "
+        "from the effects the paper reports for the mechanism, fixed in the preset: the margins table): "
+        "\"detected\" when the two-sided 95% t interval excludes 0; \"no effect beyond ±δ (TOST, 90% interval)\" "
+        "when both one-sided tests at α = 0.05 reject an effect of ±δ; else \"inconclusive\"; the traces' δ is "
+        f"{100 * v.trace_margin:g} % of the reference fork's mean trace; beside each accuracy the secondary reading "
+        f"at ±{v.secondary_margin:g} points. MDE: the true difference the two-sided test detects with 80% power, "
+        "from the noncentral t. "
+        f"{HOLM_FAMILIES} {gate_text}"
         + "".join(f" {x.label} is forked late only ("
                   + ("from scratch a sharpening penalty runs away from every target KL"
                      if dict(x.settings).get("flatness.weight", 0) < 0 else "this scale's budget") + ")."
@@ -179,20 +244,20 @@ def design_text(p: IsolossPreset, seeds: list[int], gate_text: str, ok: bool) ->
 
 def verdict_table(section: Section, p: IsolossPreset, diffs: list[dict], seeds: list[int], ok: bool) -> None:
     """The verdicts first: the primary accuracy and the trace of every comparison at every
-    fork point, with their MDE and Holm-adjusted p, and the exclusion sensitivity beside."""
+    fork point, with the claim's margin, the MDE, the Holm-adjusted p and the power of the
+    verdict as made, and the exclusion sensitivity beside."""
     v = p.verdicts
     section.notes.append(
         f"{len(seeds)} seeds; per comparison and fork point the precision-weighted paired difference (recipe − "
-        "reference) at the target KL, every pair used unless a fork's target lies beyond the extrapolation limit "
-        f"({v.extrapolation_limit:g} × its measured KL range outside it), its 95% HKSJ interval and its minimum "
-        "detectable effect (MDE, 80% power, noncentral t): \"detected\" when the interval excludes 0, \"no effect "
-        "beyond ±δ (TOST, 90% interval)\" when the 90% interval lies inside ±δ (δ fixed in the preset: "
-        f"{v.equivalence_margin:g} points for accuracies, {100 * v.trace_margin:g} % of the reference's trace for "
-        "traces), else \"inconclusive\"; Holm within the primary family — the claims fixed before the data: "
-        f"{', '.join(p.claims) or 'every comparison'} — and within the other comparisons (and the traces), with "
-        "each claim's power against δ after Holm. Beside it the "
-        f"sensitivity: only the pairs whose forks' KL ranges lie within {p.kl_tolerance:g} nats of each other. The "
-        "design, the headroom gate and every table follow the Runs table."
+        "reference) at the target KL over the pairs whose forks' targets lie at most "
+        f"{v.extrapolation_limit:.1e} nats outside their measured KL ranges, its 95% HKSJ interval and its MDE (80% "
+        "power, noncentral t): \"detected\" when the interval excludes 0, \"no effect beyond ±δ (TOST, 90% "
+        "interval)\" when the 90% interval lies inside ±δ, δ the claim's margin (from the paper's effects, fixed "
+        "in the preset), else \"inconclusive\"; Holm within the claims — "
+        f"{', '.join(p.claims) or 'every comparison'} — and within the other comparisons (and the traces); a verdict "
+        "is decided when it survives Holm, and its power is the power of the verdict as made after Holm (a "
+        "detection's against δ, a \"no effect\"'s TOST power at 0). Beside it the same estimate with every pair "
+        "(no extrapolation limit). The design, the headroom gate and every table follow the Runs table."
         + ("" if ok else " **The headroom gate failed: every verdict is marked uninformative.**"))
     rows = [r for r in diffs if r["family"] == "primary"]
     trace = {(r["comparison"], r["point"]): r for r in diffs if r["family"] == "trace"}
@@ -201,34 +266,72 @@ def verdict_table(section: Section, p: IsolossPreset, diffs: list[dict], seeds: 
         t = trace[(r["comparison"], r["point"])]
         out.append({"test": f"{r['comparison']} @ {r['point']}", "claim": f"{r['recipe']} − {r['reference']}",
                     "sign": "+" if r["expected_sign"] > 0 else "−", "mean": r["mean"], "t_low": r["t_low"],
-                    "t_high": r["t_high"], "mde": r["mde"], "holm_p": r["holm_p"], "verdict": r["verdict"],
-                    "after_holm": r["after_holm"], "used": r["n_used"], "of": r["n_pairs"],
-                    "trace": t["mean"], "trace_low": t["t_low"], "trace_high": t["t_high"],
-                    "trace_margin": t["margin"], "trace_verdict": t["verdict"], "family": r["holm_family"],
-                    "power": r["power"], "extrapolation": r["extrapolation"], "tol_n": r["tol_n"],
-                    "tol_mean": r["tol_mean"], "tol_low": r["tol_low"], "tol_high": r["tol_high"],
-                    "tol_verdict": r["tol_verdict"]})
+                    "t_high": r["t_high"], "margin": r["margin"], "mde": r["mde"], "holm_p": r["holm_p"],
+                    "verdict": r["verdict"], "after_holm": r["after_holm"], "decided": r["decided"],
+                    "used": r["n_used"], "of": r["n_pairs"], "trace": t["mean"], "trace_low": t["t_low"],
+                    "trace_high": t["t_high"], "trace_margin": t["margin"], "trace_verdict": t["verdict"],
+                    "family": r["holm_family"], "power": r["power"], "secondary": r["secondary_verdict"],
+                    "all_n": r["all_n"], "all_mean": r["all_mean"], "all_low": r["all_low"],
+                    "all_high": r["all_high"], "all_verdict": r["all_verdict"]})
     section.files["verdicts.csv"] = out
     section.tables.append(Table(
-        "Verdicts: primary accuracy difference at the target KL (points; paper's sign of the accuracy effect) and "
-        "trace difference per comparison and fork point, with the MDE at 80% power, the Holm family (the claims "
-        "fixed before the data, or the other comparisons), the Holm-adjusted p, the power against δ after Holm and "
-        "the share of the estimate's variance that is extrapolation; the sensitivity beside: only the pairs within "
-        "the KL tolerance",
+        "Verdicts: primary accuracy difference at the target KL (points; the paper's sign of the accuracy effect) and "
+        "trace difference per comparison and fork point, against each claim's margin δ, with the MDE at 80% power, "
+        "the Holm family, the Holm-adjusted p, whether the verdict survives Holm and its power as made; the "
+        f"secondary reading at ±{v.secondary_margin:g}; beside it the estimate with every pair (no limit)",
         [Column("recipe − reference", "claim", text=True), Column("paper", "sign", text=True),
          Column("pairs used", "used", fmt="d"), Column("of", "of", fmt="d"),
-         Column("accuracy [95%]", "mean", ci=("t_low", "t_high"), fmt=".2f"), Column("MDE", "mde", fmt=".2f"),
-         Column("family", "family", text=True), Column("p Holm", "holm_p", fmt=".2g"),
-         Column("power after Holm", "power", fmt=".2f"), Column("extrapolation", "extrapolation", fmt=".2f"),
-         Column("verdict", "verdict", text=True), Column("after Holm", "after_holm", text=True),
+         Column("accuracy [95%]", "mean", ci=("t_low", "t_high"), fmt=".2f"), Column("δ", "margin", fmt=".2f"),
+         Column("MDE", "mde", fmt=".2f"), Column("family", "family", text=True),
+         Column("p Holm", "holm_p", fmt=".2g"), Column("verdict", "verdict", text=True),
+         Column("after Holm", "after_holm", text=True), Column("power", "power", fmt=".2f"),
+         Column(f"±{v.secondary_margin:g} reading", "secondary", text=True),
          Column("trace [95%]", "trace", ci=("trace_low", "trace_high"), fmt=".3g"),
          Column("trace δ", "trace_margin", fmt=".3g"), Column("trace verdict", "trace_verdict", text=True),
-         Column("within tolerance", "tol_n", fmt="d"),
-         Column("their accuracy [95%]", "tol_mean", ci=("tol_low", "tol_high"), fmt=".2f"),
-         Column("their verdict", "tol_verdict", text=True)],
+         Column("every pair", "all_n", fmt="d"),
+         Column("their accuracy [95%]", "all_mean", ci=("all_low", "all_high"), fmt=".2f"),
+         Column("their verdict", "all_verdict", text=True)],
         out, source="verdicts.csv", key="test", key_header="comparison @ fork point",
-        terminal=("pairs used", "accuracy [95%]", "MDE", "family", "power after Holm", "verdict", "after Holm",
-                  "trace verdict")))
+        terminal=("pairs used", "accuracy [95%]", "δ", "verdict", "after Holm", "power", "trace verdict")))
+
+
+def flatness_tables(section: Section, trend: list[dict], changes: list[dict], points: list[dict]) -> None:
+    """Flatness by assigned arm (``stats.dose_response``): what each arm did to the trace (and
+    to the weight norm and the adaptive trace where measured), the trend over λ with the Wald
+    ratio, and the per-pair points of the exploratory figure."""
+    section.files["flatness_arms.csv"] = changes
+    section.files["flatness_trend.csv"] = trend
+    section.files["dose_points.csv"] = points
+    has = {k for c in changes for k in c}
+    columns = [Column("λ (1e-4)", "lam", fmt=".2g"),
+               Column("trace change (%) [95%]", "trace_change", ci=("trace_low", "trace_high"), scale=100, fmt=".1f")]
+    if "weight_norm_sq_change" in has:
+        columns.append(Column("weight norm² change (%) [95%]", "weight_norm_sq_change",
+                              ci=("weight_norm_sq_low", "weight_norm_sq_high"), scale=100, fmt=".1f"))
+    if "adaptive_trace_change" in has:
+        columns.append(Column("adaptive trace change (%) [95%]", "adaptive_trace_change",
+                              ci=("adaptive_trace_low", "adaptive_trace_high"), scale=100, fmt=".1f"))
+    section.tables.append(Table(
+        "Flatness arms: what each penalty weight λ did at the target KL, relative to AdamW (arm ÷ AdamW − 1, mean "
+        "over seeds, 95% t interval): the trace of the Hessian — and, where measured, the squared weight norm and "
+        "the adaptive (reparametrisation-invariant) trace tr(|w| H |w|), so that a lower trace is not a rescaling "
+        "of the weights alone", columns, changes, source="flatness_arms.csv", key="test",
+        key_header="arm @ fork point"))
+    section.tables.append(Table(
+        "Flatness by assigned arm: the trend of the primary difference (arm − AdamW, points) over λ (per 1e-4), per "
+        "seed the slope through AdamW's own arm, t over seeds; its margin is the claims' δ at the strongest arm; "
+        "the paper's direction positive (a flatter arm transfers better); Holm over the fork points. Beside it the "
+        "effect of the trace itself with λ as the instrument (2SLS: the accuracy trend over the relative trace "
+        "change's trend, points per unit of relative trace change, Fieller's 95% interval; unbounded where the "
+        "trace's trend is not distinguishable from 0)",
+        [Column("seeds", "n_seeds", fmt="d"), Column("arms", "arms", text=True),
+         Column("trend [95%]", "slope", ci=("low", "high"), fmt=".2f"), Column("δ per λ", "margin", fmt=".2f"),
+         Column("p Holm", "holm_p", fmt=".2g"), Column("verdict", "verdict", text=True),
+         Column("after Holm", "after_holm", text=True),
+         Column("trace change per λ (%)", "trace_trend", scale=100, fmt=".1f"),
+         Column("accuracy per unit trace (Wald) [95%]", "wald", ci=("wald_low", "wald_high"), fmt=".2f"),
+         Column("its interval", "wald_interval", text=True)],
+        trend, source="flatness_trend.csv", key="test", key_header="test"))
 
 
 def headroom_table(section: Section, p: IsolossPreset, gate: dict) -> list[dict]:
@@ -283,10 +386,10 @@ def sam_controls(section: Section, diffs: list[dict], half: list[dict]) -> None:
     section.tables.append(Table(
         "SAM's controls: SAM ρ 0.05 against −dropout−WD on the full batch and on the same half batch SAM updates "
         "on, and the half batch's own effect (primary accuracy in points; trace), at the target KL",
-        [Column("pairs used", "n_used", fmt="d"), Column("mean [t 95%]", "mean", ci=("t_low", "t_high"), fmt=".3g"),
-         Column("MDE", "mde", fmt=".3g"), Column("verdict", "verdict", text=True),
-         Column("within tolerance", "tol_n", fmt="d"),
-         Column("their mean [t 95%]", "tol_mean", ci=("tol_low", "tol_high"), fmt=".3g")],
+        [Column("pairs used", "n_used", fmt="d"), Column("mean [t 95%]", "mean", ci=("t_low", "t_high"), fmt=".2f"),
+         Column("MDE", "mde", fmt=".2f"), Column("verdict", "verdict", text=True),
+         Column("every pair", "all_n", fmt="d"),
+         Column("their mean [t 95%]", "all_mean", ci=("all_low", "all_high"), fmt=".2f")],
         keep, source="sam_controls.csv", key="test", key_header="comparison @ fork point: quantity"))
 
 
@@ -298,7 +401,7 @@ def size_table(section: Section, p: IsolossPreset, rows: list[dict], pairs: list
     from ...stats.weighted import estimate, fits_of
 
     def weighted(ps: list[dict], key: str, scale: float):
-        return estimate(fits_of(ps, key, scale, design.pilot), design.slope_level, stein=bool(design.pilot))
+        return estimate(fits_of(ps, key, scale))
 
     size = [c for c in p.comparisons if {f.name: f for f in p.forks}[c.recipe].resized]
     points = [p.point_name(k) for k in sorted(p.fork_points, reverse=True)]
@@ -308,7 +411,7 @@ def size_table(section: Section, p: IsolossPreset, rows: list[dict], pairs: list
     own = paired.estimate_pairs(rows, own_tests, ["trace_fisher"], design)
     out = []
     for c, pt in tests:
-        used = [q for q in pairs if q["comparison"] == c.name and q["point"] == pt and q["used"]]
+        used = paired.used_pairs(pairs, c, pt)
         used_own = {q["seed"] for q in used}
         mine = [q for q in own if q["comparison"] == c.name and q["point"] == pt and q["seed"] in used_own]
         a = weighted(used, p.primary_key, 100.0)
@@ -346,18 +449,6 @@ def size_table(section: Section, p: IsolossPreset, rows: list[dict], pairs: list
 def _mean(values) -> float:
     v = list(values)
     return float(np.mean(v)) if v else math.nan
-
-
-def regression_table(section: Section, reg: list[dict]) -> None:
-    section.files["regression.csv"] = reg
-    section.tables.append(Table(
-        "Fig. 1 within seeds: primary accuracy (pts) regressed on trace and KL with seed fixed effects, per fork "
-        "point, one row per fork (the mean of its measured checkpoints), one model size, without the adversarial "
-        "fork (cluster bootstrap over seeds, 95%; MDE from the noncentral t on seeds − 1 degrees of freedom; no "
-        "equivalence margin is set for a slope)",
-        [Column("estimate [95%]", "estimate", ci=("low", "high"), fmt=".3g"), Column("MDE 80%", "mde", fmt=".3g"),
-         Column("models", "n_models", fmt="d"), Column("verdict", "verdict", text=True)], reg,
-        source="regression.csv", key="coefficient", key_header="coefficient"))
 
 
 def runtime_notes(section: Section, launcher, results: list[dict], seeds: list[int]) -> None:

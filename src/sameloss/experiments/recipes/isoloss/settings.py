@@ -1,9 +1,10 @@
 """The iso-loss preset's settings, grouped (``design.IsolossPreset`` holds one of each): the
 schedule of a fork (``ForkSchedule``), the few-shot probes (``Probes``), the rules of the
-verdicts (``VerdictRules``), the seeds' design (``SeedDesign``: the adaptive rule, the even
-design, a plan fixed before the data) and the adversary's data (``Adversary``). Each checks
-what concerns it alone; what spans groups (the forks against the schedule, the pilot against
-the seeds, the claims against the tests) the preset checks."""
+verdicts (``VerdictRules``), the seeds' design (``SeedDesign``: a plan fixed before the data
+by the claims-first rule) and the adversary's data
+(``Adversary``). Each checks what concerns it alone; what spans groups (the forks against the
+schedule, the claims against the tests, the prior's seeds against the study's) the preset
+checks."""
 
 from __future__ import annotations
 
@@ -63,60 +64,52 @@ class Probes:
 
 @dataclass(frozen=True, kw_only=True)
 class VerdictRules:
-    """What the verdicts read (``paired.Design``) and the headroom gate, fixed before any data."""
+    """What the verdicts read (``paired.Design``) and the headroom gate, fixed before any data.
+    The accuracies' margins are each comparison's (``Comparison.margin``, from the paper's
+    effects); ``secondary_margin`` is the secondary "no effect beyond" reading beside them."""
 
-    equivalence_margin: float = 0.35  # δ of the accuracy verdicts, points
+    secondary_margin: float = 0.35  # points: the secondary equivalence reading of the accuracies
     trace_margin: float = 0.05  # δ of the trace verdicts: this fraction of the reference fork's mean trace
-    # a multiple of each fork's own measured KL range: a pair whose fork's target lies further
-    # than this outside that range is named in the report and not used (``paired.Design.limit``)
+    # nats, the same for every fork: a pair whose fork's target lies further than this outside that
+    # fork's measured KL range is named in the report and not used (``paired.Design.limit``); every
+    # verdict is shown at limit 0 and at no limit beside it
     extrapolation_limit: float
     headroom_margin: float = 5.0  # points: the gate's distance from look-up, random-init and oracle
     on_no_headroom: str = "stop"  # "stop" (before the forks) or "mark" (every verdict uninformative)
-    # the fork × KL model (a KL slope common to both forks, ``weighted``): only where every pair's
-    # ranges lie at most ``borrow_gap`` × the smaller range apart and equal slopes are not rejected
-    # at ``slope_level``
-    borrow_gap: float = 0.25
-    slope_level: float = 0.2
-    dose_floor: float = 0.05  # the dose-response leaves out (and names) pairs whose trace moved less
 
     def __post_init__(self):
         if self.on_no_headroom not in ("stop", "mark"):
             raise ValueError("on_no_headroom must be 'stop' or 'mark'")
-        if not 0 < self.slope_level < 1 or self.borrow_gap < 0 or not 0 <= self.dose_floor < 1:
-            raise ValueError("0 < slope_level < 1, borrow_gap >= 0, 0 <= dose_floor < 1")
-        if self.equivalence_margin <= 0 or self.headroom_margin < 0 or not 0 < self.trace_margin < 1 \
-                or self.extrapolation_limit <= 0:
-            raise ValueError("equivalence_margin > 0, 0 < trace_margin < 1, extrapolation_limit > 0, "
+        if self.secondary_margin <= 0 or self.headroom_margin < 0 or not 0 < self.trace_margin < 1 \
+                or self.extrapolation_limit < 0:
+            raise ValueError("secondary_margin > 0, 0 < trace_margin < 1, extrapolation_limit >= 0 (nats), "
                              "headroom_margin >= 0")
 
 
 @dataclass(frozen=True, kw_only=True)
 class SeedDesign:
-    """Which seeds run which forks. The adaptive design: the first ``pilot_seeds`` seeds run every
-    fork; every later seed only the forks of the comparisons whose planned seeds (``allocation``:
-    the MDE target ``mde_target`` at 80 % power from the pilot's paired SD, at most all the
-    preset's seeds) it is still short of; 0: every seed runs every fork (the even design)."""
+    """Which seeds run which forks: a design fixed before the data by the claims-first rule
+    (``allocation.choose_design``): per test ``"comparison @ point"`` the seeds it runs on
+    (``plan``: seed i runs the forks of the tests planned more than i seeds; only the planned
+    tests are reported), the tests it leaves out with what each would need (``left``), the budget
+    it was chosen for, and the prior paired SDs it was planned from with where they were
+    measured (``prior_source``; their seeds, ``prior_seeds``, are disjoint from the study's).
+    An empty plan: every test on every seed."""
 
-    pilot_seeds: int = 0
-    mde_target: float = 0.35
-    exempt: tuple[str, ...] = ()  # comparisons tested on the pilot's seeds only (their effect is large)
-    budget_minutes: float | None = None  # the wall time the study may take (``--budget``); None: no limit
-    # the paired SDs of the primary accuracy per test expected before any data (a budget's forecast
-    # before the pilot; the pilot's own SDs plan the seeds): measured in an earlier run, named where set
-    prior_sds: tuple[tuple[str, float], ...] = ()
-    # ``--even``: the seeds that run every fork in the even design (the design before the adaptive one)
-    even_seeds: int = 16
-    even: bool = False  # this preset is the even design of an adaptive scale (its folder: ``-even``)
-    # a design fixed before the data (``allocation.choose_design``, the main job): per test
-    # ``"comparison @ point"`` the seeds it runs on — seed i runs the forks of the tests planned
-    # more than i seeds, and only the planned tests are reported; empty: every test on every seed
     plan: tuple[tuple[str, int], ...] = ()
-    # the tests such a design leaves to the full study, each with what it would need (words)
     left: tuple[tuple[str, str], ...] = ()
+    budget_minutes: float | None = None  # the wall time the design was chosen for (``--budget`` chooses again)
+    workers: int = 2  # the local workers the budget's wall time assumes
+    rebudgeted: bool = False  # chosen again by ``--budget`` for another budget than its scale's (its own folder)
+    # the paired SDs of the primary accuracy per test expected before any data (points): measured in
+    # a pilot on other seeds, named by ``prior_source``
+    prior_sds: tuple[tuple[str, float], ...] = ()
+    prior_source: str = ""
+    prior_seeds: tuple[int, ...] = ()
 
     def __post_init__(self):
-        if self.mde_target <= 0 or (self.budget_minutes is not None and self.budget_minutes <= 0):
-            raise ValueError("mde_target > 0 and budget_minutes > 0 (or None: no limit)")
+        if self.budget_minutes is not None and self.budget_minutes <= 0:
+            raise ValueError("budget_minutes > 0 (or None: no limit)")
 
 
 @dataclass(frozen=True, kw_only=True)

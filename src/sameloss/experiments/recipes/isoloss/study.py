@@ -1,8 +1,7 @@
 """The iso-loss study as a declaration (``declare.py``): the runs (a base per seed, its forks
-at every fork point), the measures, the headroom gate, the seed unit — one seed's chain,
-which a launcher runs apart — and the stage after an adaptive study's pilot, declared from
-the pilot's records (``allocation.py``). ``seed_result`` reads a seed's records back into
-what the analysis takes."""
+at every fork point), the measures, the headroom gate and the seed unit — one seed's chain,
+which a launcher runs apart, with the forks its design plans. ``seed_result`` reads a seed's
+records back into what the analysis takes."""
 
 from __future__ import annotations
 
@@ -12,11 +11,11 @@ from ....measures.run import MeasureSpec
 from ....models.sizes import TRANSFORMER_SIZES
 from ...presets.common import base_settings, measure_spec
 from ...engine.runspec import RunSpec, Setting
-from ...engine.declare import (Checkpoint, CostPart, Embedded, Gate, Later, Measure, Reference, Run, cost_rows,
+from ...engine.declare import (Checkpoint, CostPart, Embedded, Gate, Measure, Reference, Run, cost_rows,
     seed_unit, tags)
 from ...engine import layout
 from ...engine.walk import eval_history
-from .design import EMBED_KL_TOLERANCE, MEASURED, Fork, IsolossPreset, forks_of, language_studies
+from .design import EMBED_KL_TOLERANCE, MEASURED, Fork, IsolossPreset, flatness_forks, forks_of, language_studies
 
 
 # ---- runs ---------------------------------------------------------------------------------
@@ -91,6 +90,21 @@ def _probe_spec(p: IsolossPreset, seed: int) -> MeasureSpec:
     return dataclasses.replace(measure_spec(p, (), seed), loss=False, probe=(), fewshot=p.fewshot(seed))
 
 
+# the guards of the flatness arms (and of their AdamW reference): "flatter" is not a rescaling of
+# the weights when the weight norm and the reparametrisation-invariant adaptive trace move with it
+RESCALING = {"weight_norms": {}, "adaptive_trace": {}}
+
+
+def _arm_spec(p: IsolossPreset, seed: int, fork: Fork) -> MeasureSpec:
+    """A measured checkpoint's spec: ``_probe_spec``, and for a flatness arm and the AdamW fork it
+    is compared with, the weight norms and the adaptive trace beside the trace."""
+    spec = _probe_spec(p, seed)
+    arms = flatness_forks(p)
+    if p.rescaling and arms and (fork.name in arms or fork.name == "adamw"):
+        return dataclasses.replace(spec, extra={**spec.extra, **RESCALING})
+    return spec
+
+
 def _fewshot_spec(p: IsolossPreset, seed: int) -> MeasureSpec:
     return dataclasses.replace(_probe_spec(p, seed), traces=())
 
@@ -152,7 +166,7 @@ def _same_function(rows: list[dict], large: str) -> tuple[bool, str]:
 
 # ---- one seed (a unit: one worker process) --------------------------------------------------
 def wanted(p: IsolossPreset, only: frozenset | None) -> tuple[set, set]:
-    """The ``(point, fork)`` pairs a seed measures (``only``: a later seed's; ``None``:
+    """The ``(point, fork)`` pairs a seed measures (``only``: a planned seed's; ``None``:
     all) and the pairs whose runs it trains (a base-recipe fork's entry at any point is
     its late run)."""
     measured = {(p.point_name(k), f.name) for k in p.fork_points for f in p.forks_at(k)}
@@ -218,7 +232,8 @@ def probe_measures(p: IsolossPreset, seed: int, point: str, fork: Fork, spec: Ru
         extra = () if big is None else (Measure(Embedded(ck, width_factor=big.width_factor,
                                                          extra_layers=big.extra_layers), _trace_spec(p, seed), cost,
                                                 tags=_tags(p, seed, role="probe-embedded", **at)),)
-        out.append((step, (Measure(ck, _probe_spec(p, seed), cost, tags=_tags(p, seed, role="probe", **at)), *extra)))
+        out.append((step, (Measure(ck, _arm_spec(p, seed, fork), cost, tags=_tags(p, seed, role="probe", **at)),
+                           *extra)))
     return out
 
 
@@ -233,8 +248,8 @@ def seed_study(p: IsolossPreset, seed: int, only: frozenset | None = None, curve
     """One seed's chain, the items of its unit: train the base and gate it (with no headroom
     and ``on_no_headroom="stop"`` no fork runs), then train the forks at every fork point and
     measure each fork's ``probe_steps`` (trace and probes). ``only``: the ``(point, fork)``
-    pairs this seed runs (a later seed of an adaptive study: the forks of the comparisons
-    still short; ``None``: all). Nothing is selected here: the estimation at each
+    pairs this seed runs (in a planned design: the forks of the tests planned beyond it;
+    ``None``: all). Nothing is selected here: the estimation at each
     comparison's target KL reads these rows (``paired.estimate_pairs``). ``curves``: the
     study's first seed, whose forks evaluate their KL at every candidate (``fork_run``)."""
     forks = {f.name: f for f in p.forks}
@@ -317,44 +332,31 @@ def study_seeds(setup, p: IsolossPreset) -> list[int]:
 
 
 def all_seeds(setup, p: IsolossPreset) -> list[int]:
-    """Every seed of the study (``reproduce --seeds`` accepts them before an adaptive study's
-    later seeds are declared)."""
+    """Every seed of the study (what ``reproduce --seeds`` accepts)."""
     return sorted({s for q in language_studies(p) for s in study_seeds(setup, q)})
 
 
-# ---- the units: every seed's chain, an adaptive study's in two stages ------------------------
+# ---- the units: every seed's chain ------------------------------------------------------------
 def units(setup, p: IsolossPreset) -> list:
     """One unit per seed and language: its chain (the base run and its headroom gate, then
-    its forks at every fork point, the size fork included), measured. An adaptive study
-    (``pilot_seeds``) declares its units in two stages: the pilot's seeds, then a ``Later``
-    stage: the later seeds, each with the forks its allocation gives it, declared from the
-    pilot's records (in a plan: from the preset's prior paired SDs)."""
+    its forks at every fork point, the size fork included), measured; in a design with a
+    ``plan``, seed i runs the forks of the tests planned more than i seeds."""
     out: list = []
     for q in language_studies(p):
-        pilot = pilot_units(setup, q)
-        out += pilot
-        if q.seed_design.pilot_seeds:
-            out.append(Later(tuple(u.name for u in pilot), later_units, planned_later_units, (q,),
-                             tuple(study_seeds(setup, q)[q.seed_design.pilot_seeds:])))
+        first = study_seeds(setup, q)[0]
+        out += [seed_unit(seed, seed_study(q, seed, only, curves=seed == first), q.tag)
+                for seed, only in seed_forks(setup, q)]
     return out
 
 
-def first_stage(setup, p: IsolossPreset) -> list[tuple[int, frozenset | None]]:
-    """The seeds of the first stage and the ``(point, fork)`` pairs each runs (``None``:
-    every fork): an adaptive study's pilot, every fork; a design with a ``plan``, seed i the
-    forks of the tests planned more than i seeds; else every seed, every fork."""
+def seed_forks(setup, p: IsolossPreset) -> list[tuple[int, frozenset | None]]:
+    """The seeds and the ``(point, fork)`` pairs each runs (``None``: every fork): in a design
+    with a ``plan``, seed i the forks of the tests planned more than i seeds; else every seed,
+    every fork."""
     seeds = study_seeds(setup, p)
     if p.seed_design.plan:
         return [(seed, forks_of(p, p.planned_tests(i))) for i, seed in enumerate(seeds) if p.planned_tests(i)]
-    pilot = p.seed_design.pilot_seeds
-    return [(seed, None) for seed in (seeds[:pilot] if pilot else seeds)]
-
-
-def pilot_units(setup, p: IsolossPreset) -> list:
-    """The units of the first stage (``first_stage``)."""
-    first = study_seeds(setup, p)[0]
-    return [seed_unit(seed, seed_study(p, seed, only, curves=seed == first), p.tag)
-            for seed, only in first_stage(setup, p)]
+    return [(seed, None) for seed in seeds]
 
 
 def seeds_of(records, p: IsolossPreset) -> list[int]:
@@ -363,41 +365,7 @@ def seeds_of(records, p: IsolossPreset) -> list[int]:
 
 
 def seed_results(records, p: IsolossPreset) -> list[dict]:
-    """The results (``seed_result``) of the seeds that ran, in seed order: in the later
-    stage's records, the pilot's."""
+    """The results (``seed_result``) of the seeds that ran, in seed order."""
     return [seed_result(records, p, seed) for seed in seeds_of(records, p)]
 
 
-def forks_ran(p: IsolossPreset, pilot: list[dict]) -> bool:
-    """Whether the pilot's forks ran (not stopped by the headroom gate): else no later seed runs."""
-    return all(res["gate"]["ok"] for res in pilot) or p.verdicts.on_no_headroom != "stop"
-
-
-def later_seeds(setup, p: IsolossPreset, alloc) -> list[tuple[int, frozenset]]:
-    """The seeds after the pilot and the ``(point, fork)`` pairs each runs: the forks of the
-    tests it is planned for (a seed planned for none runs nothing)."""
-    out = []
-    for index, seed in enumerate(study_seeds(setup, p)):
-        tests = alloc.active(index) if index >= p.seed_design.pilot_seeds else []
-        if tests:
-            out.append((seed, forks_of(p, tests)))
-    return out
-
-
-def later_units(records, p: IsolossPreset) -> list:
-    """The ``Later`` stage: the seeds after the pilot, planned from its records."""
-    from .allocation import allocation_of
-
-    pilot = seed_results(records, p)
-    if not forks_ran(p, pilot):
-        return []
-    alloc = allocation_of(records.setup, p, pilot)  # recorded in allocation.json, which the report reads
-    return [seed_unit(seed, seed_study(p, seed, only), p.tag) for seed, only in later_seeds(records.setup, p, alloc)]
-
-
-def planned_later_units(setup, p: IsolossPreset) -> list:
-    """The ``Later`` stage in a plan: the allocation with no pilot data (``prior_sds``)."""
-    from .allocation import allocation_of
-
-    return [seed_unit(seed, seed_study(p, seed, only), p.tag)
-            for seed, only in later_seeds(setup, p, allocation_of(setup, p, []))]
