@@ -25,8 +25,6 @@ def test_a_label_without_a_folder_is_refused(tmp_path, capsys):
     assert "'hmm=': LABEL=FOLDER needs a folder after '='" in _one_line(capsys)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 63 item 3: finished_studies (experiments/recipes/isoloss/report.py, "
-                                       "being rewritten) reads a cut, empty or folder differences.csv as no rows")
 @pytest.mark.parametrize("damage", ["cut", "empty", "folder"])
 def test_a_damaged_differences_table_is_one_line(tmp_path, capsys, damage):
     """Item 3: a cut, empty or folder ``differences.csv`` of a finished study was taken

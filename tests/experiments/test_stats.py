@@ -191,50 +191,6 @@ def test_minimum_detectable_effect_has_the_stated_power(n):
         assert mde / normal_shift == pytest.approx(1.16, abs=0.01)
 
 
-def test_steins_two_stage_test_reads_the_pilots_spread_and_holds_its_size():
-    """A pilot whose spread plans the sample: the t test over every difference with the
-    pilot's spread on k − 1 degrees of freedom (Stein 1945) keeps its level; the ordinary t
-    test on the same data, with the spread of all the differences, does not."""
-    from sameloss.experiments.stats.allocation import needed_seeds
-
-    x = [0.3, -0.1, 0.4, 0.2, -0.3, 0.1, 0.5, 0.0]
-    d = stats.paired_difference(x, n_boot=0, pilot=x[:4])
-    s1 = float(np.std(x[:4], ddof=1))
-    assert (d.sd, d.df, d.mean) == (pytest.approx(s1), 3, pytest.approx(np.mean(x)))
-    half = stats.t_quantile(0.975, 3) * s1 / math.sqrt(8)
-    assert (d.t_low, d.t_high) == pytest.approx((np.mean(x) - half, np.mean(x) + half))
-    assert d.mde == pytest.approx((stats.t_quantile(0.975, 3) + stats.t_quantile(0.8, 3)) * s1 / math.sqrt(8))
-    # a pilot as long as the data is the ordinary test
-    assert stats.paired_difference(x, n_boot=0, pilot=x).df == 7
-    # simulated under the null: the pilot's spread plans the seeds (allocation.needed_seeds, in
-    # closed form here, vectorised), then each test's size over 100,000 studies
-    rng = np.random.default_rng(5)
-    k, sd, target, cap, reps = 6, 0.3, 0.35, 60, 100_000
-    y = rng.normal(0.0, sd, (reps, cap))
-    s1 = y[:, :k].std(axis=1, ddof=1)
-    c = stats.t_quantile(0.975, k - 1) + stats.t_quantile(0.8, k - 1)
-    n = np.clip(np.ceil((c * s1 / target) ** 2), k, cap).astype(int)
-    for i in range(30):  # the closed form is needed_seeds
-        assert n[i] == min(needed_seeds(float(s1[i]), target, k, pilot=k), cap)
-    mask = np.arange(cap)[None, :] < n[:, None]
-    mean = (y * mask).sum(axis=1) / n
-    sd_all = np.sqrt(((y - mean[:, None]) ** 2 * mask).sum(axis=1) / (n - 1))
-    t_stein = np.abs(mean) * np.sqrt(n) / s1
-    t_ordinary = np.abs(mean) * np.sqrt(n) / sd_all
-    from scipy.stats import t as student
-
-    stein = float((t_stein > stats.t_quantile(0.975, k - 1)).mean())
-    ordinary = float((t_ordinary > student.ppf(0.975, n - 1)).mean())
-    se = math.sqrt(0.05 * 0.95 / reps)
-    assert abs(stein - 0.05) < 3 * se  # exact
-    assert ordinary > 0.055  # the spread of all the data is too small exactly when the pilot's was
-    # paired_difference's verdict is that statistic's, study by study
-    for i in range(200):
-        got = stats.paired_difference(y[i, :n[i]], n_boot=0, pilot=y[i, :k])
-        detected = stats.power_verdict(got, 1, target) in (stats.DETECTED, stats.DETECTED_AGAINST)
-        assert detected == bool(t_stein[i] > stats.t_quantile(0.975, k - 1))
-
-
 def test_the_mde_and_power_agree_with_statsmodels():
     from statsmodels.stats import power  # a test dependency (pyproject's test extra)
 

@@ -91,7 +91,7 @@ class CostPart(NamedTuple):
 
 
 def cost_rows(cpu: dict) -> list[dict]:
-    """CPU seconds by ``CostPart`` as tidy rows (what ``cost.json`` and ``allocation.json`` keep)."""
+    """CPU seconds by ``CostPart`` as tidy rows (what ``cost.json`` keeps)."""
     return [part.row(seconds) for part, seconds in cpu.items()]
 
 

@@ -1,7 +1,7 @@
 """The design of the iso-loss study: its preset (``IsolossPreset``: seeds, fork points, forks,
 comparisons, and its settings grouped in ``settings.py``: the schedule of a fork, probes,
 verdicts' rules, the seeds' design, the adversary), the forks (``Fork``), the comparisons,
-and the preset as the command line changes it (``--budget``, ``--language``, ``--even``; the
+and the preset as the command line changes it (``--budget``, ``--language``; the
 language itself: ``language.py``). Everything here is fixed before any data."""
 
 from __future__ import annotations
