@@ -1,6 +1,6 @@
 """The isoloss designs the claims-first rule chooses (``allocation.choose_design``) from the
 preset's prior paired SDs and the planner's costs at this project's CPU, printed as the
-literals ``design.py`` and ``across.py`` pin (a test checks the pins are the rule's):
+literals ``pinned.py`` and ``across.py`` pin (a test checks the pins are the rule's):
 
     python scripts/isoloss_designs.py          # ~1 CPU-min: one dry plan for the costs
 """

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from sameloss.experiments.engine.declare import CostPart
+from sameloss.experiments.engine.declare import CostPart, cost_rows
 from sameloss.experiments.engine.walk import COST_FILE, UnitRecord, keep_first_cost
 
 PARTS = {CostPart("", "base", "train+gate"): 12.5, CostPart("late", "noreg", "train"): 3.25,

@@ -3,12 +3,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 from sameloss.cli import main
-from sameloss.experiments.stats.inference import DETECTED
 
-from .test_isoloss_languages import _diff, _study
+from .test_isoloss_languages import _language, _study
 
 
 def _one_line(capsys) -> str:
@@ -20,26 +17,9 @@ def _one_line(capsys) -> str:
 def test_a_label_without_a_folder_is_refused(tmp_path, capsys):
     """Item 7: ``hmm=`` read the empty path as ``.`` and said the current folder "is not a
     finished isoloss study"."""
-    a = _study(tmp_path / "a", [_diff("size", "late", 1.0, 0.8, 16, DETECTED)], "hmm:headroom:task=task-5")
+    a = _study(tmp_path / "a", _language("hmm", [1.0, 1.5, 0.7, 1.2]), "hmm:headroom:task=task-5")
     assert main(["replicate", "hmm=", str(a)]) == 2
     assert "'hmm=': LABEL=FOLDER needs a folder after '='" in _one_line(capsys)
 
 
-@pytest.mark.parametrize("damage", ["cut", "empty", "folder"])
-def test_a_damaged_differences_table_is_one_line(tmp_path, capsys, damage):
-    """Item 3: a cut, empty or folder ``differences.csv`` of a finished study was taken
-    silently (exit 0, every estimate shown as '–')."""
-    lang = "hmm:headroom:task=task-5"
-    a = _study(tmp_path / "a", [_diff("size", "late", 1.0, 0.8, 16, DETECTED)], lang)
-    b = _study(tmp_path / "b", [_diff("size", "late", 0.5, 0.8, 16, DETECTED)])
-    (b / "gate.csv").write_text("seed,trained,ok\n0,0.8,True\n1,0.8,False\n")  # a gate that stopped a seed
-    table = b / "differences.csv"
-    if damage == "cut":
-        table.write_bytes(table.read_bytes()[:-40])  # a row cut short (a kill, a full disk)
-    elif damage == "empty":
-        table.write_bytes(b"")
-    else:
-        table.unlink()
-        table.mkdir()
-    assert main(["replicate", str(a), f"pcfg={b}"]) == 2
-    assert str(table) in _one_line(capsys)
+# a cut, empty or folder differences.csv (item 3): test_isoloss_languages.test_replicate_refuses_in_one_line

@@ -93,7 +93,8 @@ def plan_design(claims: list[ClaimSpec], others: list[ClaimSpec], wall, budget: 
     """The claims first: every claim with a prior spread is planned the seeds that decide it
     (``seeds_to_decide``) at Holm's first step over the claims planned (α/m); while the plan's
     wall time (``wall(seeds)``: seconds of a plan ``{test: seeds}``) exceeds ``budget``, the
-    claim whose removal shortens it most is left out and the others are planned again at the
+    claim whose removal shortens it most is left out (a positive control, ``ClaimSpec.control``,
+    only once no other claim is left) and the others are planned again at the
     smaller family's level. Then, with the budget left, the other comparisons (``others``,
     planned alike within their own family), cheapest first. A test left out is named with the
     seeds it would need and the minutes it would add."""
@@ -113,7 +114,10 @@ def plan_design(claims: list[ClaimSpec], others: list[ClaimSpec], wall, budget: 
         need = {t: int(n) for t, n in found.items()}
         if wall(need) <= budget:
             break
-        drop = min(family, key=lambda c: (wall({t: n for t, n in need.items() if t != c.test}), -need[c.test]))
+        # a positive control is left out last: without it no null of the design can be read as the
+        # assay's (it shows that an effect of the paper's size is seen)
+        candidates = [c for c in family if not c.control] or family
+        drop = min(candidates, key=lambda c: (wall({t: n for t, n in need.items() if t != c.test}), -need[c.test]))
         family.remove(drop)
         dropped.append(drop)
     if not family:

@@ -27,9 +27,9 @@ LANGUAGES_WORKERS = 2
 LANGUAGES_PLAN: tuple[tuple[str, int], ...] = (
     ('longer @ late', 3),
     ('noreg @ late', 3),
-    ('sam05 @ late', 4),
+    ('sam05 @ late', 3),
     ('sam05-half @ late', 3),
-    ('adv @ late', 6),
+    ('adv @ late', 7),
     ('size @ late', 3),
     ('flat @ late', 3),
     ('flatter @ late', 3),

@@ -17,6 +17,7 @@ from ....measures.headroom import span_view
 from ...presets.common import COMMON, Preset
 from ...engine.runspec import Setting
 from ...stats.paired import Comparison, Design
+from .pinned import CHECKPOINTS, PILOT_SEEDS, PRIOR_SDS, PRIOR_SOURCE, QUICK_LEFT, QUICK_PLAN, TINY_LEFT, TINY_PLAN
 from .language import LanguageChoice, parse_language, task_span
 from .settings import Adversary, ForkSchedule, Probes, SeedDesign, VerdictRules
 
@@ -281,10 +282,6 @@ def _language(p: IsolossPreset) -> tuple[str, str, str]:
 # AdamW fork's longer stretch. Calibrated at tiny only: another model size has another trace
 # scale, so small and paper leave them out until calibrated there.
 FLATNESS_TINY = {"sharp": -1e-4, "flat": 2e-4, "flatter": 3e-4}
-# The forks whose target must lie outside their measured KL range in many pairs (the pilot:
-# scripts/isoloss_priors.py), measured at 5 checkpoints of their stretch instead of 3 — enough to
-# test their line for curvature; the others at the schedule's 3
-CHECKPOINTS: dict[str, int] = {}
 
 
 def _forks(long_steps: int, short_final: int | None = None, *, sam02: bool = True, width_factor: int = 2,
@@ -392,29 +389,6 @@ HALF_BATCH = Comparison("half-batch", "noreg-half", "noreg", +1, "a half-size up
                         "flattens (Theorem 3.3's mechanism)", margin=0.6,
                         margin_source="not in the paper (SAM's batch control): SAM's margin")
 
-# The pilot that measures the designs' prior paired SDs (``sameloss reproduce isoloss --scale pilot``):
-# tiny's schedule, every fork of a claim and of the other comparisons (the flattening arms late only:
-# from scratch they are no test of the design's), 5 checkpoints each, on seeds 900-905 — disjoint from
-# every scale's seeds, so no study re-runs the seeds whose spread planned it
-PILOT_SEEDS = tuple(range(900, 906))
-PRIOR_SOURCE = ("the pilot (`sameloss reproduce isoloss --scale pilot`: seeds 900–905 of the HMM headroom language, "
-                "every fork, 5 checkpoints each; docs/results/isoloss.md)")
-# that pilot's effective paired SDs of the primary accuracy (points) at the target KL
-PRIOR_SDS = (
-    ("longer @ late", 0.549),
-    ("noreg @ late", 0.188),
-    ("sam05 @ late", 0.517),
-    ("sam05-half @ late", 0.185),
-    ("adv @ late", 2.197),
-    ("size @ late", 0.332),
-    ("flat @ late", 0.5),
-    ("flatter @ late", 0.5),
-    ("sharp @ late", 0.5),
-    ("noreg @ scratch", 0.736),
-    ("sam05 @ scratch", 0.455),
-    ("sam05-half @ scratch", 0.393),
-    ("size @ scratch", 0.669),
-)
 # how far (nats) outside its measured KL range a fork's target may lie, the same for every fork: half the
 # ~1e-3 nats a fork's KL moves along one stretch at the tiny scale (stretches' measurements), fixed before
 # the data; every verdict is shown at 0 and with no limit beside it
@@ -454,39 +428,10 @@ TINY_DESIGN = dict(_TINY, seeds=tuple(range(48)), seed_design=TINY_SEEDS)
 
 # The main job's and tiny's designs, fixed before any data by the claims-first rule
 # (``allocation.choose_design``: the prior paired SDs, the planner's cost per fork at this project's
-# CPU, 2 workers) for their budgets, and pinned here (a test checks that the rule still chooses them):
-# per test the seeds it runs on; the tests left out, with what each would need.
+# CPU, 2 workers) for their budgets, and pinned in ``pinned.py`` (a test checks that the rule still chooses
+# them): per test the seeds it runs on; the tests left out, with what each would need.
 QUICK_BUDGET_MINUTES = 25.0
 TINY_BUDGET_MINUTES = 180.0
-QUICK_PLAN: tuple[tuple[str, int], ...] = (
-    ('noreg @ late', 4),
-    ('adv @ late', 5),
-    ('flat @ late', 6),
-    ('flatter @ late', 7),
-    ('sharp @ late', 6),
-)
-QUICK_LEFT: tuple[tuple[str, str], ...] = (
-    ('longer @ late', '7 seeds, +9 min: beyond the budget'),
-    ('noreg @ scratch', '10 seeds, +11 min: beyond the budget'),
-    ('sam05-half @ scratch', '9 seeds, +17 min: beyond the budget'),
-    ('size @ scratch', '9 seeds, +20 min: beyond the budget'),
-)
-TINY_PLAN: tuple[tuple[str, int], ...] = (
-    ('longer @ late', 8),
-    ('noreg @ late', 4),
-    ('sam05 @ late', 13),
-    ('sam05-half @ late', 5),
-    ('adv @ late', 6),
-    ('size @ late', 5),
-    ('flat @ late', 7),
-    ('flatter @ late', 7),
-    ('sharp @ late', 7),
-    ('noreg @ scratch', 11),
-    ('sam05 @ scratch', 11),
-    ('sam05-half @ scratch', 10),
-    ('size @ scratch', 10),
-)
-TINY_LEFT: tuple[tuple[str, str], ...] = ()
 # What ``sameloss plan`` quotes beside its forecast: each scale's measured end-to-end run
 # (the command, the machine, the load, the date), so a forecast is never read as a measurement.
 MEASURED_RUNTIMES: dict[str, str] = {}
