@@ -30,7 +30,7 @@ import math
 import numpy as np
 
 from .inference import t_quantile
-from .paired import UNINFORMATIVE, Comparison, Design, after_holm, holm_counted
+from .paired import UNINFORMATIVE, Comparison, Design, TestKey, after_holm, holm_counted
 from .weighted import tost_p
 
 LAMBDA_UNIT = 1e-4  # λ is shown (and the trend's slope read) per this unit of penalty weight
@@ -78,7 +78,7 @@ def arm_changes(points: list[dict]) -> list[dict]:
     out = []
     for (point, fork) in dict.fromkeys((r["point"], r["fork"]) for r in points):
         mine = [r for r in points if r["point"] == point and r["fork"] == fork]
-        row = {"test": f"{mine[0]['comparison']} @ {point}", "fork": fork, "point": point, "lam": mine[0]["lam"]}
+        row = {"test": str(TestKey(mine[0]['comparison'], point)), "fork": fork, "point": point, "lam": mine[0]["lam"]}
         for key, name in (("x", "trace"), ("x_weight_norm_sq", "weight_norm_sq"),
                           ("x_adaptive_trace", "adaptive_trace")):
             if any(key in r for r in mine):

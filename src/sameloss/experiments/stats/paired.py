@@ -63,6 +63,11 @@ class TestKey(NamedTuple):
         return f"{self.comparison} @ {self.point}"
 
     @classmethod
+    def of(cls, row: dict) -> TestKey:
+        """The test of a row that names its ``comparison`` and ``point``."""
+        return cls(row["comparison"], row["point"])
+
+    @classmethod
     def parse(cls, text: str) -> TestKey:
         name, sep, point = str(text).partition(" @ ")
         if not sep or not name or not point:

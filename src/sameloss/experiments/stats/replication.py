@@ -13,7 +13,7 @@ import math
 from collections import Counter
 
 from .inference import DEGENERATE, DETECTED, DETECTED_AGAINST, EQUIVALENT, INCONCLUSIVE, t_test_power, tost_power
-from .paired import HOLM_LEVEL, UNINFORMATIVE, after_holm, holm_counted
+from .paired import HOLM_LEVEL, UNINFORMATIVE, TestKey, after_holm, holm_counted
 from .pooling import pool_inverse_variance, stratified
 from .weighted import fits_of
 
@@ -101,7 +101,7 @@ def replication(studies: list[dict], family: str = "primary") -> list[dict]:
             tests.setdefault(name, {})
         for r in s["diffs"]:
             if r["family"] == family:
-                tests.setdefault(f"{r['comparison']} @ {r['point']}", {})[s["tag"]] = r
+                tests.setdefault(str(TestKey.of(r)), {})[s["tag"]] = r
     out = []
     for test, by in tests.items():
         row: dict = {"test": test}

@@ -66,7 +66,7 @@ def specs(p: IsolossPreset) -> tuple[list[ClaimSpec], list[ClaimSpec]]:
     prior = dict(p.seed_design.prior_sds)
     claims, others = [], []
     for c, pt in p.all_tests():
-        test = f"{c.name} @ {pt}"
+        test = str(c.key(pt))
         spec = ClaimSpec(test, float(prior.get(test, math.nan)), c.margin, c.planned_effect, c.name in CONTROLS,
                          c.pooled)
         (claims if test in p.claims else others).append(spec)
@@ -102,14 +102,14 @@ def choose_design(p: IsolossPreset, costs: dict[CostPart, float], budget_seconds
                          languages=languages, cap=cap)
     seeds = dict(chosen.seeds)
     for c, pt in p.all_tests():  # a test whose two forks run anyway is reported where both do
-        t = f"{c.name} @ {pt}"
+        t = str(c.key(pt))
         if t in seeds:
             continue
         both = sum(1 for i in range(max(seeds.values(), default=0))
                    if forks_of(p, [t]) <= forks_of(p, [x for x, n in seeds.items() if n > i]))
         if both >= 2:
             seeds[t] = both
-    order = [f"{c.name} @ {pt}" for c, pt in p.all_tests()]
+    order = [str(c.key(pt)) for c, pt in p.all_tests()]
     return dataclasses.replace(chosen, seeds={t: seeds[t] for t in order if t in seeds},
                                left={t: chosen.left[t] for t in order if t in chosen.left})
 

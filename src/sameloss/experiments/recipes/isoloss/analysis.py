@@ -79,7 +79,7 @@ def language_report(records, p: IsolossPreset) -> tuple[Section, Section, dict]:
         lead.answer.append(f"**No verdict: no headroom** ({len(failed)} of {len(gates)} seeds' bases failed the gate; "
                            "the headroom table below says by how much).")
         return lead, section, {"language": p.choice.spec, "tag": p.tag, "ok": False, "diffs": [], "pairs": [],
-                               "tests": [f"{c.name} @ {pt}" for c, pt in tests]}
+                               "tests": [str(c.key(pt)) for c, pt in tests]}
     design = p.design(headroom=ok)
     rows = [r for res in results for r in res["rows"]]
     for res in results:
@@ -98,7 +98,7 @@ def language_report(records, p: IsolossPreset) -> tuple[Section, Section, dict]:
     flat = flatness(section, p, rows, design, points)
     verdict_table(lead, p, diffs, seeds, ok)
     decided(lead, p, diffs, pairs, flat)
-    margins_table(section, comparisons, [f"{c.name} @ {pt}" for c, pt in tests], p.claims)
+    margins_table(section, comparisons, [str(c.key(pt)) for c, pt in tests], p.claims)
     pairs_table(section, pairs, p.primary_key)
     difference_tables(section, diffs, comparisons)
     sam_controls(section, diffs, half)
@@ -115,7 +115,7 @@ def language_report(records, p: IsolossPreset) -> tuple[Section, Section, dict]:
     figures(records, section, p, rows, diffs, results, seeds, lead)
     runtime_notes(section, records.launcher, results, seeds)
     return lead, section, {"language": p.choice.spec, "tag": p.tag, "ok": ok, "diffs": diffs, "pairs": pairs,
-                           "tests": [f"{c.name} @ {pt}" for c, pt in tests]}
+                           "tests": [str(c.key(pt)) for c, pt in tests]}
 
 
 def flatness(section: Section, p: IsolossPreset, rows: list[dict], design: paired.Design,
@@ -155,7 +155,7 @@ def decided(section: Section, p: IsolossPreset, diffs: list[dict], pairs: list[d
 
     out = []
     for r in (r for r in diffs if r["family"] == "primary"):
-        test = f"{r['comparison']} @ {r['point']}"
+        test = str(paired.TestKey.of(r))
         sd = r["sd"]
         need = None
         if not r["decided"] and math.isfinite(sd) and sd > 0:
@@ -221,7 +221,7 @@ def answer(p: IsolossPreset, diffs: list[dict], decided_rows: list[dict], pairs:
     control named as such —, then the claims decided after Holm, those undecided with the
     seeds they would need, and the tests this design did not run. Never a control's null as
     the answer."""
-    rows = {f"{r['comparison']} @ {r['point']}": r for r in diffs if r["family"] == "primary"}
+    rows = {str(paired.TestKey.of(r)): r for r in diffs if r["family"] == "primary"}
     if any(str(x["verdict"]).startswith("uninformative") for x in decided_rows):
         return [f"**No verdict: the headroom gate failed** (every verdict of the {len(decided_rows)} comparisons is "
                 "uninformative; the headroom table says by how much)."]
@@ -243,7 +243,7 @@ def answer(p: IsolossPreset, diffs: list[dict], decided_rows: list[dict], pairs:
             r = rows[x["test"]]
             power = (f"power {fmt(x['power'], '.2f')}" if x["decided"] else
                      f"needs {int(x['seeds_needed'])} seeds" if math.isfinite(x["seeds_needed"]) else
-                     _why_no_pairs(r, [q["reason"] for q in pairs if f"{q['comparison']} @ {q['point']}" == x["test"]
+                     _why_no_pairs(r, [q["reason"] for q in pairs if str(paired.TestKey.of(q)) == x["test"]
                                        and not q["used"]]))
             lines.append(f"- {x['test']}: {_state(r)}, {_interval(r)} points, δ {fmt(r['margin'], 'g')}, "
                          f"n = {r['n_used']}, {power}")

@@ -125,7 +125,7 @@ class IsolossPreset(Preset):
                              "from the seeds whose spread planned it")
         if any(f.checkpoints is not None and f.checkpoints < 3 for f in self.forks):
             raise ValueError("a fork's checkpoints >= 3: its estimate at the target reads a line through them")
-        tests = {f"{c.name} @ {pt}" for c, pt in self.tests()}
+        tests = {str(c.key(pt)) for c, pt in self.tests()}
         if not set(self.claims) <= tests:
             raise ValueError(f"claims {sorted(set(self.claims) - tests)} are not tests of this preset")
 
@@ -190,7 +190,7 @@ class IsolossPreset(Preset):
         forks is the same at every point, so it is reported at the latest only; in a design
         with a ``plan``, the planned tests only."""
         planned = dict(self.seed_design.plan)
-        return [(c, pt) for c, pt in self.all_tests() if not planned or f"{c.name} @ {pt}" in planned]
+        return [(c, pt) for c, pt in self.all_tests() if not planned or str(c.key(pt)) in planned]
 
     def planned_tests(self, index: int) -> list[str] | None:
         """The tests the seed at position ``index`` of the study's seeds runs in a design
@@ -286,11 +286,10 @@ FLATNESS_TINY = {"sharp": -1e-4, "flat": 2e-4, "flatter": 3e-4}
 
 def _forks(long_steps: int, short_final: int | None = None, *, sam02: bool = True, width_factor: int = 2,
            extra_layers: int = 1, adv_late_only: bool = False, stretch: dict[str, int] | None = None,
-           flatness: dict[str, float] | None = None, checkpoints: dict[str, int] | None = None) -> tuple[Fork, ...]:
+           flatness: dict[str, float] | None = None) -> tuple[Fork, ...]:
     """The forks; ``stretch``: a fork's own steps at the final lr (``final_steps``) by name
     (``STRETCH``), ``short_final`` the short fork's; ``flatness``: the flatness forks' λ by
-    name (``FLATNESS_TINY``); ``checkpoints``: a fork's own measured checkpoints by name
-    (``CHECKPOINTS``)."""
+    name (``FLATNESS_TINY``)."""
     large = ("2× wider and one more block" if (width_factor, extra_layers) == (2, 1)
              else f"{width_factor}× wider and {extra_layers} more blocks" if width_factor > 1
              else f"{extra_layers} more blocks")
@@ -308,9 +307,13 @@ def _forks(long_steps: int, short_final: int | None = None, *, sam02: bool = Tru
              *(Fork(name, f"trace penalty λ {weight:g}" + (" (sharpens)" if weight < 0 else ""),
                     (("flatness.weight", weight), ("flatness.measure", "fisher")), late_only=weight < 0)
                for name, weight in (flatness or {}).items()))
-    forks = tuple(dataclasses.replace(f, final_steps=stretch[f.name]) if f.name in (stretch or {}) else f
-                  for f in forks)
-    return tuple(dataclasses.replace(f, checkpoints=checkpoints[f.name]) if f.name in (checkpoints or {}) else f
+    return tuple(dataclasses.replace(f, final_steps=stretch[f.name]) if f.name in (stretch or {}) else f
+                 for f in forks)
+
+
+def _measured_at(forks: tuple[Fork, ...], checkpoints: dict[str, int]) -> tuple[Fork, ...]:
+    """``forks`` with a fork's own measured checkpoints by name (``CHECKPOINTS``)."""
+    return tuple(dataclasses.replace(f, checkpoints=checkpoints[f.name]) if f.name in checkpoints else f
                  for f in forks)
 
 
@@ -408,7 +411,7 @@ def _preset(scale: str, **kw) -> IsolossPreset:
     p = IsolossPreset(**common, **{**defaults, **kw})
     if "claims" in kw:
         return p
-    tests = {f"{c.name} @ {pt}" for c, pt in p.tests()}  # the claims this scale (or its plan) tests
+    tests = {str(c.key(pt)) for c, pt in p.tests()}  # the claims this scale (or its plan) tests
     return dataclasses.replace(p, claims=tuple(t for t in CLAIMS if t in tests))
 
 
@@ -416,8 +419,8 @@ _TINY = dict(
     base_steps=1000, fork_points=(1000, 0),
     schedule=ForkSchedule(recipe_steps=100, decay_steps=200, final_lr_factor=0.05, final_steps=300, match_every=20),
     eval_sentences=4000,
-    forks=_forks(400, sam02=False, width_factor=1, extra_layers=2, adv_late_only=True, stretch=stretches(300),
-                 flatness=FLATNESS_TINY, checkpoints=CHECKPOINTS),
+    forks=_measured_at(_forks(400, sam02=False, width_factor=1, extra_layers=2, adv_late_only=True,
+                              stretch=stretches(300), flatness=FLATNESS_TINY), CHECKPOINTS),
     probes=Probes(sizes=(50, 200, 1000), subsets=(20, 40, 10), pool=2000, test=20_000, epochs=50, l2=1e-2,
                   primary_size=200),
     kl_tolerance=3e-4, verdicts=VerdictRules(extrapolation_limit=LIMIT_TINY),
@@ -454,7 +457,7 @@ def planned(scale: str, settings: dict, plan: tuple, left: tuple = (), budget: f
 
 def full_test(p: IsolossPreset, test: str):
     """``(comparison, point)`` of ``"comparison @ point"`` among the preset's tests before a plan."""
-    return {f"{c.name} @ {pt}": (c, pt) for c, pt in p.all_tests()}[test]
+    return {str(c.key(pt)): (c, pt) for c, pt in p.all_tests()}[test]
 
 
 # the smoke scale's keywords (``planned`` cuts them to a plan: the languages scale's pipeline in seconds)
@@ -500,7 +503,7 @@ PRESETS: dict[str, IsolossPreset] = {
 
 def forks_of(p: IsolossPreset, tests: list[str]) -> frozenset:
     """The ``(point, fork)`` pairs the tests ``"comparison @ point"`` compare."""
-    by = {f"{c.name} @ {pt}": (c, pt) for c, pt in p.all_tests()}
+    by = {str(c.key(pt)): (c, pt) for c, pt in p.all_tests()}
     return frozenset((pt, name) for t in tests for c, pt in [by[t]] for name in (c.recipe, c.reference))
 
 

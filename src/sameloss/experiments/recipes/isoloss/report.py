@@ -167,7 +167,7 @@ def finished_studies(folder: str | Path, label: str | None = None) -> list[dict]
                             "rerun the study to its end")
         primary = [r for r in diffs if r["family"] == "primary"]
         out.append({"language": tag, "tag": tag, "ok": ok, "diffs": diffs, "pairs": pairs,
-                    "tests": list(dict.fromkeys(f"{r['comparison']} @ {r['point']}" for r in primary)),
+                    "tests": list(dict.fromkeys(str(paired.TestKey.of(r)) for r in primary)),
                     "folder": str(folder)})
     return out
 
@@ -264,7 +264,7 @@ def verdict_table(section: Section, p: IsolossPreset, diffs: list[dict], seeds: 
     out = []
     for r in rows:
         t = trace[(r["comparison"], r["point"])]
-        out.append({"test": f"{r['comparison']} @ {r['point']}", "claim": f"{r['recipe']} − {r['reference']}",
+        out.append({"test": str(paired.TestKey.of(r)), "claim": f"{r['recipe']} − {r['reference']}",
                     "sign": "+" if r["expected_sign"] > 0 else "−", "mean": r["mean"], "t_low": r["t_low"],
                     "t_high": r["t_high"], "margin": r["margin"], "mde": r["mde"], "holm_p": r["holm_p"],
                     "verdict": r["verdict"], "after_holm": r["after_holm"], "decided": r["decided"],
@@ -417,7 +417,7 @@ def size_table(section: Section, p: IsolossPreset, rows: list[dict], pairs: list
         a = weighted(used, p.primary_key, 100.0)
         t1 = weighted(used, "trace_fisher", 1.0)
         t0 = weighted(mine, "trace_fisher", 1.0)
-        out.append({"test": f"{c.name} @ {pt}", "n_used": a.n, "acc": a.mean, "acc_low": a.t_low,
+        out.append({"test": str(c.key(pt)), "n_used": a.n, "acc": a.mean, "acc_low": a.t_low,
                     "acc_high": a.t_high, "acc_mde": a.mde, "trace_one_space": t1.mean,
                     "trace_one_space_low": t1.t_low, "trace_one_space_high": t1.t_high,
                     "trace_own": t0.mean, "trace_own_low": t0.t_low, "trace_own_high": t0.t_high,
