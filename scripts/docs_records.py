@@ -520,6 +520,9 @@ def study_record(folder: Path, name: str, about: About = About()) -> dict:
         if missing:
             raise FactError(f"{folder / name} has no column {', '.join(missing)}")
         record.setdefault("tables", {})[name] = [{k: _value(r[k]) for k in keep} for r in rows]
+    answer = re.search(r"^\*\*Answer:\*\* (.*)$", report, re.M)
+    if answer:  # the report's one-sentence answer, as it opens the report
+        record["answer"] = answer.group(1)
     record["figures"] = _figures(report)
     return record
 

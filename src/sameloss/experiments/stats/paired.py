@@ -371,8 +371,9 @@ def _holm_families(out: list[dict], design: Design) -> None:
     """Holm within each family (``holm_family``; its size m counts every test of it, those
     without a p value too), and per row the power of the verdict as made at Holm's first step
     α/m (a lower bound of Holm's power): against the margin (``power_detect``; and against the
-    planned ``effect``), TOST's at a true 0 (``power_equivalence``), ``power`` the one the
-    verdict claims; ``decided``: a detection or a "no effect" that survives Holm."""
+    planned ``effect``, ``power_effect``), TOST's at a true 0 (``power_equivalence``), ``power``
+    the one the verdict claims (a detection's: at the planned effect, which is the margin but for
+    a positive control); ``decided``: a detection or a "no effect" that survives Holm."""
     for family in dict.fromkeys(r["holm_family"] for r in out):
         members = [r for r in out if r["holm_family"] == family]
         m = len(members)
@@ -389,7 +390,9 @@ def _holm_families(out: list[dict], design: Design) -> None:
             r["power_detect"] = t_test_power(r["margin"] / r["se"], r["df"], 1 - alpha) if ok else math.nan
             r["power_effect"] = t_test_power(r["effect"] / r["se"], r["df"], 1 - alpha) if ok else math.nan
             r["power_equivalence"] = tost_power(r["margin"], r["se"], r["df"], alpha) if ok else math.nan
-            r["power"] = r["power_equivalence"] if r["verdict"] == EQUIVALENT else r["power_detect"]
+            # a detection's power is to detect the effect it was planned for: the margin, or a positive
+            # control's planned effect (its margin is no effect anyone expects of it)
+            r["power"] = r["power_equivalence"] if r["verdict"] == EQUIVALENT else r["power_effect"]
             r["holm_mde"] = noncentral_mde(r["se"], r["df"], 1 - alpha) if ok else math.nan
 
 
