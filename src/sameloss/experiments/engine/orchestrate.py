@@ -185,7 +185,7 @@ def _whole(job: Job, p: Any, root: Path, opts: Options) -> Path:
         wall = time.perf_counter() - start
         runs = runs_section(study, sections)
         command = opts.command or job.command()
-        header = report_header(recipe.doc, command, job.scale, study, wall)
+        header = report_header(recipe.doc, command, job.scale, study, wall, any(s.claims for s in sections))
         # a section marked ``lead`` (a study's verdicts) comes before the Runs table
         ordered = [*(s for s in sections if s.lead), runs, *(s for s in sections if not s.lead)]
         runtime = _runtime_line(wall, launcher, job.scale)

@@ -364,10 +364,11 @@ def _doc_section(doc: str, heading: str) -> str:
     return " ".join(x for x in out if x)
 
 
-def report_header(doc: str, command: str, scale: str, study, wall: float) -> list[str]:
+def report_header(doc: str, command: str, scale: str, study, wall: float, claims: bool = True) -> list[str]:
     """The report's opening lines: the command, the machine, the wall time and what it went
     to (``study``: the ``core.Study`` that ran it), what the paper reports (the recipe's
-    docstring ``doc``, its "Expected result"), and how to read the claims."""
+    docstring ``doc``, its "Expected result"), and how to read the claims (the words of a
+    claim's direction only where the report has ``claims``)."""
     import os
     import platform
     from datetime import datetime, timezone
@@ -392,8 +393,8 @@ def report_header(doc: str, command: str, scale: str, study, wall: float) -> lis
     if expected:
         lines.append(f"What the paper reports: {expected}")
     lines.append("Every claim sentence below is computed from `results.csv` by the recipe; intervals are 95%. "
-                 "\"Agrees\" means the interval excludes 0 on the paper's side, \"agrees in direction\" that only "
-                 "the point estimate does. " + GLOSSARY_LINE)
+                 + ("\"Agrees\" means the interval excludes 0 on the paper's side, \"agrees in direction\" that "
+                    "only the point estimate does. " if claims else "") + GLOSSARY_LINE)
     if scale == "smoke":
         lines.append("**Scale `smoke` checks the pipeline only: models of a few dozen steps, measures of a few "
                      "dozen samples. Its numbers mean nothing.**")
