@@ -11,6 +11,7 @@ the first stage (``_dry_run``).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass

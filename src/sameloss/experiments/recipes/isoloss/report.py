@@ -53,7 +53,8 @@ def _pooled_answer(out: list[dict], not_pooled: str) -> list[str]:
     claims = [r for r in out if r["holm_family"] == "claims"] or out
     lines = []
     held = [r for r in claims if r.get("pooled_decided")]
-    lines.append(f"**Across the languages ({claims[0].get('pooled_languages', 0) if claims else 0} pooled):** "
+    pooled = max((int(r.get('pooled_languages') or 0) for r in out), default=0)  # languages with pairs to pool
+    lines.append(f"**Across the languages ({pooled} pooled):** "
                  f"{len(held)} of {len(claims)} claims decided after Holm (the stratified fixed-effects model):")
     for r in claims:
         if r["pooled_verdict"] == not_pooled:
