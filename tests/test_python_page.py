@@ -32,7 +32,7 @@ def test_the_python_page_plans_runs_reads_and_replicates(tmp_path, monkeypatch):
     assert sorted(p.name for p in folder.glob("*differences.csv")) == [
         "hmm-headroom-differences.csv", "pcfg-headroom-differences.csv"]
     assert text.startswith("plan: isoloss --scale smoke on cpu")
-    assert "\nNo verdict: the headroom gate failed" in text  # the answer's first line (the smoke scale's gate)
+    assert "no headroom" in text  # the smoke scale's gate: no verdict on either language
     assert "['hmm-headroom', 'pcfg-headroom']" in text and "run hmm-headroom-s0-base" not in text  # notes: stderr
     # the page shows what the code printed (scripts/docs_outputs.py), not a typed output
     shown = PAGE.read_text(encoding="utf-8").split("<!-- generated: python stdout -->")[1]

@@ -101,7 +101,7 @@ def test_a_user_error_in_a_worker_comes_back_as_its_one_line():
 
 
 def test_a_refused_unit_stops_the_study_with_its_name_and_line(tmp_path):
-    from sameloss.experiments.engine.launch import make_launcher
+    from sameloss.experiments.engine.launchers import make_launcher
 
     launcher = make_launcher(LaunchOptions("slurm", slurm_cluster="debug"), tmp_path, "test")
     study = Study(tmp_path, StudySettings(progress=False), launcher=launcher)
@@ -117,7 +117,7 @@ def test_several_refused_units_are_one_line_and_the_log_says_why_each(tmp_path):
     """Issue 63 (item 5): a full disk during an isoloss study printed a line per seed (3)
     where the safety page promises one. The first unit's line says how many more stopped;
     the launcher's log line of each unit gives its reason."""
-    from sameloss.experiments.engine.launch import make_launcher
+    from sameloss.experiments.engine.launchers import make_launcher
 
     launcher = make_launcher(LaunchOptions("slurm", slurm_cluster="debug"), tmp_path, "test")
     lines: list[str] = []

@@ -226,12 +226,13 @@ def test_unknown_experiment_or_scale():
 def test_the_cli_lists_every_recipe_and_scale():
     from sameloss import registry
     from sameloss.experiments import ACROSS_SCALE, MAIN_SCALE, SCALE_NAMES, experiments
+    from sameloss.experiments.engine.orchestrate import PILOT_SCALE
 
     assert set(experiments()) == {"steps", "sizes", "algorithms", "figure1", "isoloss", "text", "theory", "dyck"}
     for name in experiments():
         recipe = registry.recipe(name)
         assert experiments()[name] == recipe.SUMMARY, name  # read from the file as the module says
-        assert set(SCALE_NAMES) <= set(recipe.PRESETS) <= {*SCALE_NAMES, MAIN_SCALE, ACROSS_SCALE}, name
+        assert set(SCALE_NAMES) <= set(recipe.PRESETS) <= {*SCALE_NAMES, MAIN_SCALE, ACROSS_SCALE, PILOT_SCALE}, name
         doc = recipe.__doc__
         assert "sameloss reproduce" in doc and "Runtime" in doc and "Expected result" in doc, name
     parser = argparse.ArgumentParser()

@@ -32,7 +32,8 @@ from helpers.datacli import run_cli, start_cli, wait_for
 # the files of the smoke study free of wall-clock numbers (runs.csv, costs.csv, runtime.csv,
 # measured.csv and results.csv carry seconds)
 SAME = ("differences.csv", "verdicts.csv", "gate.csv", "headroom.csv", "pairs.csv", "decided.csv", "regression.csv",
-        "dose_response.csv", "sam_controls.csv", "size.csv", "forest.data.csv", "scatter.data.csv",
+        "dose.csv", "dose_points.csv", "flatness_arms.csv", "flatness_trend.csv", "margins.csv", "sam_controls.csv",
+        "size.csv", "forest.data.csv", "scatter.data.csv",
         "curves.data.csv")
 STUDY = ["reproduce", "isoloss", "--scale", "smoke", "--no-progress"]
 
@@ -120,7 +121,8 @@ def test_a_task_over_its_time_limit_is_reported_with_its_unit_and_log(tmp_path):
     """``--slurm-time 1``: submitit's warning signal (90 s before the end) comes at once, so
     the task is requeued (``--slurm-requeues 1``), then ends at the next; its unit's line
     names the limit and the task's log."""
-    from sameloss.experiments.engine.launch import LaunchOptions, WorkerJob, make_launcher
+    from sameloss.experiments.engine.launch import LaunchOptions, WorkerJob
+    from sameloss.experiments.engine.launchers import make_launcher
 
     launcher = make_launcher(LaunchOptions("slurm", slurm_time=1, slurm_requeues=1), tmp_path, "sameloss-test",
                              device="cpu")

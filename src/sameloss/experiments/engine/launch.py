@@ -452,36 +452,6 @@ def _ended(job, said: str) -> str:
     return f"{how}; log: {log}; run the same command again: it reuses what finished and resumes the rest"
 
 
-def make_launcher(options: LaunchOptions, root: Path, job_name: str, device: str = "auto"):
-    """The launcher ``options`` ask for; its submitit files under ``root/submitit``;
-    ``device``: the study's (``cpu``, ``cuda``, ``auto``), which the Slurm GPUs follow."""
-    import dataclasses
-
-    import torch
-
-    threads = torch.get_num_threads()  # this process's, by the threads policy: its workers' too
-    folder = Path(root).absolute() / SUBMITIT_DIR
-    if options.launcher == "inprocess":
-        return InProcess()
-    if options.launcher == "local":
-        count = torch.cuda.device_count()
-        workers = options.workers or default_workers(threads, count, os.cpu_count())
-        return Local(folder, workers, threads, worker_devices(workers, device_count=count))
-    if options.slurm_cluster == "slurm" and not options.dry_run:
-        from submitit import SlurmExecutor
-
-        if SlurmExecutor.affinity() < 0:  # before anything is written
-            raise UserError("--launcher slurm: no Slurm on this machine (srun not found); run reproduce on a "
-                            "cluster's login node, or use --launcher local")
-    from .slurm import Slurm, gpus_per_task
-
-    options = dataclasses.replace(options, slurm_gpus_per_task=gpus_per_task(options, device))
-    launcher = Slurm(folder, options, threads, job_name)
-    if options.slurm_cluster == "slurm" and not options.dry_run:
-        launcher.check()  # a partition, account or resource sbatch refuses: one line, before any file
-    return launcher
-
-
 def parse_seeds(text: str) -> list[int]:
     """``--seeds``: ``0-7``, ``0,2,5`` or a mix (``0-3,8``), as a sorted list."""
     seeds: set[int] = set()
@@ -509,4 +479,4 @@ def format_seeds(seeds: list[int]) -> str:
 
 __all__ = ["LAUNCHERS", "LaunchOptions", "Local", "InProcess", "Outcome", "StudyProgress", "WorkerJob",
            "check_options",
-           "default_workers", "format_seeds", "make_launcher", "parse_seeds", "worker_devices"]
+           "default_workers", "format_seeds", "parse_seeds", "worker_devices"]

@@ -258,7 +258,8 @@ def _dry_run(job: Job, p: Any, root: Path, opts: Options) -> None:
 
 
 def _launcher(experiment: str, root: Path, launch, device: str = "auto"):
-    from .launch import LaunchOptions, make_launcher
+    from .launch import LaunchOptions
+    from .launchers import make_launcher
 
     return make_launcher(launch or LaunchOptions(), root, f"sameloss-{experiment}", device)
 

@@ -16,7 +16,10 @@ the same rule across the registered languages, ``pilot`` the run that measured t
 paired SDs those designs read (on seeds none of them runs), ``smoke`` the pipeline in
 minutes (its numbers mean nothing), ``small``/``paper`` every fork on every seed at GPU
 sizes. ``sameloss plan`` prints first which claims a scale is expected to decide, and at
-what power; the measured runs are ``docs/results/isoloss.md`` and ``languages.md``.
+what power.
+
+Runtime: ``sameloss plan isoloss --scale SCALE`` forecasts it; each measured run, with its
+date, machine and load, is in ``docs/results/isoloss.md`` (from its record in ``docs/records/``).
 
 Expected result (paper): at the same loss, training longer lowers the trace and raises
 accuracy (Fig. 2, 4); −dropout−WD raises the trace and lowers accuracy and SAM recovers both

@@ -76,8 +76,10 @@ def language_report(records, p: IsolossPreset) -> tuple[Section, Section, dict]:
                             f"base failed the gate), **and no verdict is given.** {gate_text} On this language and "
                             "task the trained encoder cannot be told apart from the references, so no verdict would "
                             "mean anything (set `on_no_headroom=\"mark\"` in the preset to run the forks anyway).")
-        lead.answer.append(f"**No verdict: no headroom** ({len(failed)} of {len(gates)} seeds' bases failed the gate; "
-                           "the headroom table below says by how much).")
+        # the report's answer where this language is the study; else the first line of its section
+        (lead.answer if lead.lead else lead.text).insert(
+            0, f"**No verdict: no headroom** ({len(failed)} of {len(gates)} seeds' bases failed the gate; "
+               "the headroom table below says by how much).")
         return lead, section, {"language": p.choice.spec, "tag": p.tag, "ok": False, "diffs": [], "pairs": [],
                                "tests": [str(c.key(pt)) for c, pt in tests]}
     design = p.design(headroom=ok)

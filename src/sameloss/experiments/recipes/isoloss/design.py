@@ -437,7 +437,10 @@ QUICK_BUDGET_MINUTES = 25.0
 TINY_BUDGET_MINUTES = 180.0
 # What ``sameloss plan`` quotes beside its forecast: each scale's measured end-to-end run
 # (the command, the machine, the load, the date), so a forecast is never read as a measurement.
-MEASURED_RUNTIMES: dict[str, str] = {}
+MEASURED_RUNTIMES: dict[str, str] = {
+    "quick": "Measured (docs/records/isoloss-quick.json): 24.4 min on 2 idle cores of this project's CPU, "
+             "2026-11-29, 2 local workers; it decided 4 of its 4 claims.",
+}
 
 
 def planned(scale: str, settings: dict, plan: tuple, left: tuple = (), budget: float | None = None,
