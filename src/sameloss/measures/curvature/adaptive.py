@@ -50,7 +50,7 @@ from ...errors import UserError
 from ...languages.base import Language
 from ...models import gradnorms
 from ...training.data import step_generator
-from ...models.derivatives import (Blocks, SelectedParameters, grads_or_zeros, measuring, resolve_engine,
+from ...models.derivatives import (Blocks, SelectedParameters, measuring, resolve_engine,
                                    select_parameters)
 from .base import STREAM_DRAWS, CurvatureResult, parameter_blocks, sample_contexts
 from . import fisher
@@ -80,26 +80,6 @@ class ScaledSelection:
         return self.base.call(model, theta, tokens)
 
 
-def _scaled_values_autograd(model: nn.Module, sel: ScaledSelection, tokens: torch.Tensor, positions: torch.Tensor,
-                            labels: torch.Tensor, weights: torch.Tensor, linears: dict | None = None,
-                            blocks: Blocks | None = None) -> torch.Tensor:
-    """Per-context ``Σ_j w_j ‖s ⊙ ∇_θ log f_θ(x)_{y_j}‖²`` per block, with plain autograd: a
-    loop over contexts, one backward per distinct label (``fisher._fisher_values_autograd``
-    with each gradient scaled)."""
-    blocks = blocks or Blocks.whole(sel.sizes)
-    scales = torch.cat([sel.scales[n].reshape(-1) for n in sel.names])
-    out = torch.zeros(tokens.shape[0], len(blocks.names), dtype=torch.float64, device=tokens.device)
-    for i, (row_labels, row_weights) in enumerate(zip(labels.tolist(), weights.tolist())):
-        logp = torch.log_softmax(model(tokens[i:i + 1])[0, positions[i]], dim=-1)
-        for y, w in zip(row_labels, row_weights):
-            if w == 0:
-                continue
-            grads = grads_or_zeros(torch.autograd.grad(logp[y], sel.tensors, retain_graph=True, allow_unused=True),
-                                   sel.tensors)
-            out[i] += w * blocks.sums((scales * torch.cat([g.reshape(-1) for g in grads])).square()[None])[0]
-    return out
-
-
 class _ScaledBlock(_VmapBlock):
     """``fisher._VmapBlock`` on a ``ScaledSelection``: the same label draws (a no-grad
     forward per block of contexts, the seeded host generator), per-example gradients in
@@ -108,7 +88,7 @@ class _ScaledBlock(_VmapBlock):
     def __init__(self, model, sel: ScaledSelection, blocks: Blocks, one: torch.Tensor, engine: str, max_bytes: int):
         super().__init__(model, sel, blocks, one, "func", False, max_bytes)
         if engine == "autograd":
-            self.fn = _scaled_values_autograd
+            self.fn = fisher._fisher_values_autograd  # it scales each gradient by sel.scales
 
 
 # bytes of per-example linear-layer gradients formed at a time: small enough to stay in the

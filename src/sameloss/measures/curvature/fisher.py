@@ -64,8 +64,11 @@ def _fisher_values_autograd(model: nn.Module, sel: SelectedParameters, tokens: t
     """The same quantity with plain autograd: a loop over contexts, one backward per
     distinct label (the fallback for models torch.func cannot transform). The labels and
     weights are read to the host once (they pick which backward passes to run); the
-    squared norms are summed on the device."""
+    squared norms are summed on the device. A selection with per-entry ``scales``
+    (``adaptive.ScaledSelection``) has each gradient scaled first: ``‖s ⊙ ∇_θ‖²``."""
     blocks = blocks or Blocks.whole(sel.sizes)
+    scales = getattr(sel, "scales", None)
+    scale = 1.0 if scales is None else torch.cat([scales[n].reshape(-1) for n in sel.names])
     out = torch.zeros(tokens.shape[0], len(blocks.names), dtype=torch.float64, device=tokens.device)
     for i, (row_labels, row_weights) in enumerate(zip(labels.tolist(), weights.tolist())):
         logp = torch.log_softmax(model(tokens[i:i + 1])[0, positions[i]], dim=-1)
@@ -74,7 +77,7 @@ def _fisher_values_autograd(model: nn.Module, sel: SelectedParameters, tokens: t
                 continue
             grads = grads_or_zeros(torch.autograd.grad(logp[y], sel.tensors, retain_graph=True, allow_unused=True),
                                    sel.tensors)
-            out[i] += w * blocks.sums(torch.cat([g.reshape(-1) for g in grads]).square()[None])[0]
+            out[i] += w * blocks.sums((scale * torch.cat([g.reshape(-1) for g in grads])).square()[None])[0]
     return out
 
 
