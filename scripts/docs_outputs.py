@@ -483,6 +483,9 @@ def record_main(argv: list[str]) -> int:
                              "the facts a page quotes from it (only those columns, when given); repeatable")
     parser.add_argument("--no-figures", action="store_true",
                         help="keep none of its figures (a smoke run's: its numbers mean nothing)")
+    parser.add_argument("--figures", default="", metavar="STEM,...",
+                        help="keep only these of its figures (their file stems, e.g. pooled-forest,hmm-headroom-dose; "
+                             "default: every figure its report embeds)")
     args = parser.parse_args(argv)
     folder = Path(args.folder)
     if not (folder / "report.md").is_file():
@@ -490,7 +493,8 @@ def record_main(argv: list[str]) -> int:
         return 2
     try:
         about = records.About(args.load, args.commit, args.machine, args.cpu_s, tuple(args.csv))
-        path = records.write_record(folder, args.name, about, args.force, not args.no_figures)
+        path = records.write_record(folder, args.name, about, args.force, not args.no_figures,
+                                    tuple(filter(None, args.figures.split(","))))
     except records.FactError as exc:
         print(exc, file=sys.stderr)
         return 2

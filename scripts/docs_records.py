@@ -276,11 +276,24 @@ def trace_table(record: dict) -> str:
 
 
 def pooled_table(record: dict) -> str:
-    """A study across languages: per comparison the pooled estimate and each language's."""
+    """A study across languages: per comparison the pooled estimate and each language's (a
+    record of the stratified model: its verdict after Holm, δ, power and the interaction test;
+    an earlier record: random effects with its MDE and I²)."""
     rows = record.get("pooled") or []
     if not rows:
         raise FactError(f"record {record['name']!r} has no pooled rows")
     languages = [lang["name"] for lang in record.get("languages", [])]
+    if record.get("pooling") == "stratified":
+        head = ["comparison @ point", "pooled [95 %] (stratified FE)", "δ", "pooled verdict", "after Holm",
+                "power", "interaction p", *languages]
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in rows:
+            each = [r.get("each", {}).get(name, "–") for name in languages]
+            lines.append(f"| {r['test']}{' (claim)' if r.get('family') == 'claims' else ''} | {_ci(r)} | "
+                         f"{number(r.get('margin'), 'g')} | {r['verdict']} | {r.get('after_holm') or '–'} | "
+                         f"{number(r.get('power'), '.2f')} | {number(r.get('interaction_p'), '.2g')} | "
+                         + " | ".join(each) + " |")
+        return "\n".join(lines) + "\n"
     head = ["comparison @ point", "pooled [95 %]", "pooled MDE", "pooled verdict", *languages, "I²"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
@@ -429,15 +442,33 @@ def _figures(report: str) -> list[dict]:
 
 def _pooled(rows: list[dict]) -> dict:
     """A study across languages (``replication.csv``): its languages and, per comparison, the
-    pooled estimate (random effects, HKSJ), its MDE and verdict, I², each language's cell as the
-    table shows it (``each``) and its numbers for a sentence (``by_language[TAG].mean``, ...)."""
+    pooled estimate, verdict and each language's cell as the table shows it (``each``) and its
+    numbers for a sentence (``by_language[TAG].mean``, ...): the stratified fixed-effects model's
+    (its δ, df, verdict after Holm, power, interaction p; random effects beside it) where the
+    table has ``pooled_df``, else (an earlier study's) random effects with HKSJ, its MDE and I²."""
     tags = [c[:-len("_verdict")] for c in rows[0] if c.endswith("_verdict") and c != "pooled_verdict"]
 
     def cell(r: dict, tag: str) -> str:
         if _value(r.get(f"{tag}_mean")) is None:
             return r.get(f"{tag}_verdict") or "–"
-        return _ci(r, (f"{tag}_mean", f"{tag}_low", f"{tag}_high"))
+        return _ci(r, (f"{tag}_mean", f"{tag}_low", f"{tag}_high")) + f" ({_short(r.get(f'{tag}_verdict'))})"
 
+    def by_language(r: dict) -> dict:
+        return {t: {k: _value(r.get(f"{t}_{k}")) for k in ("mean", "low", "high", "used")}
+                | {"verdict": r.get(f"{t}_verdict")} for t in tags}
+
+    if "pooled_df" in rows[0]:
+        return {"pooling": "stratified", "languages": [{"name": t} for t in tags],
+                "pooled": [{"test": r["test"], "family": r.get("holm_family"), "mean": _value(r.get("pooled")),
+                            "t_low": _value(r.get("pooled_low")), "t_high": _value(r.get("pooled_high")),
+                            "df": _value(r.get("pooled_df")), "margin": _value(r.get("margin")),
+                            "verdict": r.get("pooled_verdict"), "after_holm": r.get("pooled_after_holm"),
+                            "decided": r.get("pooled_decided") == "True", "power": _value(r.get("pooled_power")),
+                            "interaction_p": _value(r.get("interaction_p")),
+                            "pooled_languages": _value(r.get("pooled_languages")), "agreement": r.get("agreement"),
+                            "random": _value(r.get("random")), "random_low": _value(r.get("random_low")),
+                            "random_high": _value(r.get("random_high")), "tau2": _value(r.get("tau2")),
+                            "each": {t: cell(r, t) for t in tags}, "by_language": by_language(r)} for r in rows]}
     return {"languages": [{"name": t} for t in tags],
             "pooled": [{"test": r["test"], "mean": _value(r.get("random")), "t_low": _value(r.get("random_low")),
                         "t_high": _value(r.get("random_high")), "mde": _value(r.get("random_mde")),
@@ -445,6 +476,11 @@ def _pooled(rows: list[dict]) -> dict:
                         "fixed": _value(r.get("pooled")), "each": {t: cell(r, t) for t in tags},
                         "by_language": {t: {k: _value(r.get(f"{t}_{k}")) for k in ("mean", "low", "high", "used")}
                                         | {"verdict": r.get(f"{t}_verdict")} for t in tags}} for r in rows]}
+
+
+def _short(verdict) -> str:
+    """A language's verdict in a table cell: its first words ("no effect beyond ±1")."""
+    return str(verdict or "–").split(":")[0].split(" (")[0]
 
 
 def _commit() -> str:
@@ -507,6 +543,17 @@ def study_record(folder: Path, name: str, about: About = About()) -> dict:
     pooled = _rows(folder / "replication.csv")
     if pooled:
         record.update(_pooled(pooled))
+        if record.get("pooling") == "stratified":  # what a study across languages decided: its pooled claims
+            claims = [r for r in record["pooled"] if r["family"] == "claims"]
+            record["decided"] = sum(r["decided"] for r in claims)
+            record["planned"] = len(claims)
+            record["decided_tests"] = [r["test"] for r in claims if r["decided"]]
+        for key, pattern in (("which_hold", r"^\*\*Which claims hold:\*\* (.*)$"),
+                             ("not_tested", r"^\*\*Not tested here:\*\* (.*)$"),
+                             ("gate_selection", r"The seeds each language ran, and what its gate admitted: (.*)$")):
+            found = re.search(pattern, report, re.M)
+            if found:
+                record[key] = found.group(1)
     claims = _claims(report)
     if claims:
         record["claims"] = claims
@@ -537,20 +584,28 @@ def _claims(report: str) -> list[dict]:
     return [{"paper": m["paper"], "this_run": m["run"], "direction": m["direction"]} for m in CLAIM.finditer(report)]
 
 
-def write_record(folder: Path, name: str, about: About = About(), force: bool = False, figures: bool = True) -> Path:
+def write_record(folder: Path, name: str, about: About = About(), force: bool = False, figures: bool = True,
+                 only: tuple[str, ...] = ()) -> Path:
     """``study_record`` written to ``docs/records/NAME.json``, its figures to ``docs/records/NAME/``
-    (none with ``figures=False``; an existing record is replaced only with ``force``)."""
+    (none with ``figures=False``; ``only``: those whose file stems are named; an existing record
+    is replaced only with ``force``)."""
     if not re.fullmatch(r"[a-z0-9][a-z0-9.+-]*", name):
         raise FactError(f"record name {name!r}: lower-case letters, digits, '.', '+' and '-'")
     path = record_path(name)
     if path.exists() and not force:
         raise FactError(f"{shown(path)} exists (--force replaces it)")
     record = study_record(folder, name, about)
+    stems = {Path(f["file"]).stem for f in record["figures"]}
+    unknown = [s for s in only if s not in stems]
+    if unknown:
+        raise FactError(f"{folder}/report.md embeds no figure {', '.join(unknown)} (it has {', '.join(sorted(stems))})")
     kept_in = RECORDS / name
     if kept_in.exists():
         shutil.rmtree(kept_in)
     kept = []
     for f in record["figures"] if figures else []:
+        if only and Path(f["file"]).stem not in only:
+            continue
         if (folder / f["file"]).exists():
             kept_in.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(folder / f["file"], kept_in / Path(f["file"]).name)

@@ -179,10 +179,56 @@ def test_a_record_is_written_from_a_finished_study(tmp_path, monkeypatch):
                                   "caption": "Figure 1. Forest plot: the data."}]
     assert (records.RECORDS / "quick" / "forest.png").read_bytes() == b"\x89PNG fake"
     assert docs.main(["record", str(study), "quick"]) == 2  # an existing record is replaced only with --force
+    # --figures keeps only the figures named; one the report does not embed is named, and nothing written
+    assert docs.main(["record", str(study), "quick2", "--figures", "curves"]) == 2
+    assert not (records.RECORDS / "quick2.json").exists()
     page = tmp_path / "docs" / "page.md"
     page.parent.mkdir()
     assert records.record_figures("quick", page) == ("![Forest plot](../records/quick/forest.png)\n\n"
                                                     "*Figure 1. Forest plot: the data.*\n")
+
+
+def test_a_record_of_a_study_across_languages_keeps_its_stratified_pooled_rows(tmp_path, monkeypatch):
+    """A languages study's record: per comparison the stratified model's estimate, verdict after
+    Holm, power and interaction p, each language's cell; its claims decided pooled; the answer's
+    sorting of the claims and the gates' selection; the table the results page shows."""
+    import json
+
+    docs, records = _records(tmp_path, monkeypatch)
+    study = tmp_path / "isoloss-languages"
+    study.mkdir()
+    (study / "report.md").write_text(
+        "# Iso-loss\n\n**Which claims hold:** across the languages (pooled, decided after Holm): size @ scratch "
+        "(no effect beyond ±1). On some languages: none. Undecided on every language and pooled: none.\n"
+        "**Not tested here:** none — the design planned every claim on every language.\n\n"
+        "Command: `sameloss reproduce isoloss --scale languages` — written 2026-11-29 16:00 UTC on x86_64.\n\n"
+        "The seeds each language ran, and what its gate admitted: hmm-a: seeds 0, 1; hmm-b: seeds 1, 2.\n",
+        encoding="utf-8")
+    head = ("test,holm_family,pooled,pooled_low,pooled_high,pooled_df,margin,pooled_verdict,pooled_after_holm,"
+            "pooled_decided,pooled_power,interaction_p,pooled_languages,agreement,random,random_low,random_high,"
+            "tau2,hmm-a_mean,hmm-a_low,hmm-a_high,hmm-a_verdict,hmm-a_used,hmm-b_mean,hmm-b_low,hmm-b_high,"
+            "hmm-b_verdict,hmm-b_used\n")
+    (study / "replication.csv").write_text(
+        head + "size @ scratch,claims,0.1,-0.2,0.4,4,1.0,no effect beyond ±1,survives,True,0.93,0.5,2,"
+        "2 of 2 languages show no effect beyond ±δ,0.1,-0.5,0.7,0,0.2,-0.3,0.7,no effect beyond ±1,3,0.0,-0.6,0.6,"
+        "no effect beyond ±1,3\n"
+        "noreg @ late,others,0.3,-0.9,1.5,4,1.0,inconclusive,undecided,False,nan,0.04,2,2 of 2 languages "
+        "inconclusive,0.3,-2,2.6,0.1,0.8,-1,2.6,inconclusive,3,-0.2,-1.5,1.1,inconclusive: n small,3\n",
+        encoding="utf-8")
+    assert docs.main(["record", str(study), "langs", "--commit", "abc1234"]) == 0
+    record = json.loads((records.RECORDS / "langs.json").read_text(encoding="utf-8"))
+    assert record["pooling"] == "stratified" and [g["name"] for g in record["languages"]] == ["hmm-a", "hmm-b"]
+    assert (record["decided"], record["planned"], record["decided_tests"]) == (1, 1, ["size @ scratch"])
+    first = record["pooled"][0]
+    assert (first["mean"], first["t_low"], first["df"], first["after_holm"], first["power"]) == (0.1, -0.2, 4,
+                                                                                                 "survives", 0.93)
+    assert record["pooled"][1]["power"] is None  # NaN: no power for an undecided verdict
+    assert record["which_hold"].startswith("across the languages (pooled, decided after Holm): size @ scratch")
+    assert record["gate_selection"] == "hmm-a: seeds 0, 1; hmm-b: seeds 1, 2."
+    table = records.record_block("langs", "pooled")
+    assert ("| size @ scratch (claim) | 0.10 [−0.20, 0.40] | 1 | no effect beyond ±1 | survives | 0.93 | 0.5 | "
+            "0.20 [−0.30, 0.70] (no effect beyond ±1) | 0.00 [−0.60, 0.60] (no effect beyond ±1) |") in table
+    assert "| noreg @ late | 0.30 [−0.90, 1.50] | 1 | inconclusive | undecided | – | 0.04 |" in table
 
 
 def test_the_report_lead_is_the_answer_above_the_header(tmp_path):

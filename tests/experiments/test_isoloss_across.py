@@ -157,6 +157,21 @@ def test_the_languages_scale_runs_end_to_end_at_smoke(tmp_path, monkeypatch, cap
         assert rep[0][key] != "", key
     for tag, seeds in (("hmm-test-a", ["seed0", "seed1"]), ("hmm-test-b", ["seed1", "seed2"])):
         assert sorted(d.name for d in (root / "seeds" / tag).iterdir()) == seeds
+    # the answer sorts the claims, and says what the design left out (nothing here)
+    assert "**Which claims hold:** across the languages (pooled, decided after Holm): " in report
+    assert "**Not tested here:** none — the design planned every claim on every language." in report
+    # the pooled forest: each language's row of the claim, then the pooled row, the numbers of replication.csv
+    plotted = [r for r in csv.DictReader((root / "pooled-forest.data.csv").open()) if r["kind"] == "point"]
+    labels = [r["y"] for r in plotted]
+    assert labels[0].startswith("noreg @ late · hmm-test-a · ") and labels[1].startswith("noreg @ late · hmm-test-b")
+    assert float(plotted[0]["x"]) == pytest.approx(float(rep[0]["hmm-test-a_mean"]))
+    # the pooled row, drawn where the stratified model has an estimate (smoke's micro languages may lack headroom)
+    if rep[0]["pooled"] != "nan":
+        assert labels[2] == f"noreg @ late · POOLED ({rep[0]['pooled_languages']} languages)"
+        assert float(plotted[2]["x"]) == pytest.approx(float(rep[0]["pooled"]))
+    else:
+        assert len(labels) == 2 and rep[0]["pooled_verdict"].startswith("uninformative")
+    assert "pooled-forest.png" in report
 
 
 def test_the_planner_says_first_what_the_languages_scale_is_expected_to_decide(tmp_path, monkeypatch, capsys):
@@ -175,3 +190,36 @@ def test_the_planner_says_first_what_the_languages_scale_is_expected_to_decide(t
     assert lines[0].startswith("plan: isoloss --scale languages")
     assert lines[1].startswith("Claims first: the 180-minute budget on 2 workers is expected to decide")
     assert "noreg @ late (2 seeds a language; δ 1, prior SD 0.20: power" in lines[1]
+
+
+def test_the_pooled_forest_draws_each_language_then_the_pooled_estimate(tmp_path):
+    """Per claim each language's row then the stratified model's (none for a comparison reported
+    per language only), from replication.csv's rows; the plotted numbers are the table's."""
+    from sameloss.experiments.reports.document import Figure, Section
+    from sameloss.experiments.reports.plots import save_figure
+    from sameloss.experiments.recipes.isoloss.figures import pooled_forest
+    from sameloss.experiments.stats.replication import NOT_POOLED
+
+    class Records:
+        def figure(self, fig, stem, *, shows, sample, claim):
+            saved = save_figure(fig, tmp_path, stem)
+            return Figure(saved.files[0], shows=shows, bars=saved.bars, sample=sample, claim=claim, data=saved.data)
+
+    def row(test, pooled, a, b, **more):
+        return {"test": test, "holm_family": "claims", "margin": 1.0, "pooled": pooled, "pooled_low": pooled - 0.5,
+                "pooled_high": pooled + 0.5, "pooled_languages": 2, "pooled_verdict": "no effect beyond ±1",
+                "a_mean": a, "a_low": a - 1, "a_high": a + 1, "a_used": 3,
+                "b_mean": b, "b_low": b - 1, "b_high": b + 1, "b_used": 2, **more}
+
+    section = Section("Across the languages")
+    section.files["replication.csv"] = [row("size @ scratch", 0.2, 0.1, 0.4),
+                                        row("adv @ late", float("nan"), -5.0, -2.0, pooled_verdict=NOT_POOLED),
+                                        {**row("noreg @ late", 9.0, 9.0, 9.0), "holm_family": "others"}]
+    pooled_forest(Records(), section, ["a", "b"])
+    assert [f.file for f in section.figures] == ["pooled-forest.png"]
+    points = [r for r in csv.DictReader((tmp_path / "pooled-forest.data.csv").open()) if r["kind"] == "point"]
+    assert [(r["y"], float(r["x"])) for r in points] == [
+        ("size @ scratch · a · 3 pairs", 0.1), ("size @ scratch · b · 2 pairs", 0.4),
+        ("size @ scratch · POOLED (2 languages)", 0.2),
+        ("adv @ late · a · 3 pairs", -5.0), ("adv @ late · b · 2 pairs", -2.0)]
+    assert [float(r["x_low"]) for r in points][2] == pytest.approx(-0.3)

@@ -45,6 +45,12 @@ def report(records, p: IsolossPreset) -> list[Section]:
         outcomes.append(outcome)
     rep = replication_section(outcomes)
     from .across import gate_selection
+    from .figures import pooled_forest
+
+    pooled_forest(records, rep, [o["tag"] for o in outcomes])
+    left = p.seed_design.left
+    rep.answer.append("**Not tested here:** " + ("; ".join(f"{t} ({why})" for t, why in left) if left else
+                                                "none — the design planned every claim on every language") + ".")
 
     rep.text.append("The seeds each language ran, and what its gate admitted: "
                     + "; ".join(gate_selection(p.replicate, len(p.seeds))) + ".")

@@ -216,3 +216,47 @@ def _dose(records, section: Section, p: IsolossPreset, seeds: list[int], stem: s
                "(every pair with a line to read)",
         claim="the thesis as a treatment: at the same loss, a flattening arm (λ > 0) transfers better, a sharpening "
               "arm worse (a positive trend in λ)"))
+
+
+def pooled_forest(records, section: Section, tags: list[str]) -> None:
+    """The study across languages as one forest: per claim each language's paired difference at
+    one KL and, below them, the pooled estimate of the stratified fixed-effects model (a
+    comparison reported per language only, the adversary, has no pooled row) — the rows of
+    ``replication.csv`` (``section.files``), the claims only (each language's forest has the rest)."""
+    from ...reports.plots import Forest, Ref, drawing, forest_plot
+    from ...stats.replication import NOT_POOLED
+
+    out = section.files.get("replication.csv", [])
+    claims = [r for r in out if r.get("holm_family") == "claims"] or out
+    rows = []
+    for r in claims:
+        for t in tags:
+            if f"{t}_mean" in r:
+                n = r.get(f"{t}_used", 0)
+                rows.append({"label": f"{r['test']} · {t} · {n} pair{'s' if n != 1 else ''}", "acc": r[f"{t}_mean"], "acc_low": r[f"{t}_low"],
+                             "acc_high": r[f"{t}_high"], "acc_n": r.get(f"{t}_used")})
+        if r.get("pooled_verdict") != NOT_POOLED:
+            rows.append({"label": f"{r['test']} · POOLED ({r.get('pooled_languages', 0)} languages)",
+                         "acc": r.get("pooled"), "acc_low": r.get("pooled_low"), "acc_high": r.get("pooled_high")})
+    if not rows:
+        return
+    margins = sorted({float(r["margin"]) for r in claims if math.isfinite(float(r.get("margin", math.nan)))},
+                     reverse=True)
+    refs = tuple(Ref(s * m, f"±δ = {m:g} {_points_word(m)}" if s > 0 else "", axis="x", color=str(0.35 + 0.2 * i),
+                     style="--") for i, m in enumerate(margins) for s in (-1, 1))
+    with drawing():
+        fig = forest_plot(rows, "label", [Forest(
+            "acc", "primary accuracy, recipe − reference (points)", refs=refs,
+            interval="each language: 95 % t interval over its seeds' pairs; POOLED: the stratified fixed-effects "
+                     "model's 95 % t interval (t on Σn − k)")],
+            "The claims across the languages: each language, then pooled (rows: comparison @ fork point · language)")
+    section.figures.append(records.figure(
+        fig, "pooled-forest",
+        shows="Forest plot across the languages: per claim (comparison @ fork point) each language's mean paired "
+              "difference of the primary probe accuracy (recipe − reference, points) at one KL with its 95 % t "
+              "interval, then the pooled estimate of the pre-registered stratified fixed-effects model (language a "
+              "stratum) with its interval; a solid line at 0, dashed lines at ± each claim's margin δ; the "
+              "adversary is reported per language only (its size is the language's)",
+        sample=f"{len(tags)} languages ({', '.join(tags)}); per language row the pairs used",
+        claim="the paper's claims hold across languages: the same effect, or none beyond ±δ, on each language and "
+              "pooled"))

@@ -65,7 +65,35 @@ def _pooled_answer(out: list[dict], not_pooled: str) -> list[str]:
         lines.append(f"- {r['test']}: {state}, {fmt(r.get('pooled'), '+.2f')} [{fmt(r.get('pooled_low'), '.2f')}, "
                      f"{fmt(r.get('pooled_high'), '.2f')}] points, δ {fmt(r.get('margin'), 'g')}; interaction p "
                      f"{fmt(r.get('interaction_p'), '.2g')}; per language: {r['agreement']}")
+    lines.append(_which_hold(claims, not_pooled))
     return lines
+
+
+def _which_hold(claims: list[dict], not_pooled: str) -> str:
+    """One sentence sorting the claims: those that hold across the languages (the pooled verdict
+    decided after Holm), those decided on some languages only (a language's own verdict, or a
+    comparison reported per language), and those undecided everywhere."""
+    from ...stats.inference import DETECTED, DETECTED_AGAINST, EQUIVALENT
+
+    def decided_on(r: dict) -> list[str]:
+        tags = [k[:-len("_verdict")] for k in r if k.endswith("_verdict") and k != "pooled_verdict"]
+        return [t for t in tags if str(r[f"{t}_verdict"]).startswith((DETECTED, DETECTED_AGAINST, EQUIVALENT))]
+
+    across = [f"{r['test']} ({r['pooled_verdict']})" for r in claims if r.get("pooled_decided")]
+    some, undecided = [], []
+    for r in claims:
+        if r.get("pooled_decided"):
+            continue
+        on = decided_on(r)
+        if on:
+            some.append(f"{r['test']} ({'per language only, ' if r['pooled_verdict'] == not_pooled else ''}"
+                        f"{r['agreement']})")
+        else:
+            undecided.append(r["test"])
+    return ("**Which claims hold:** across the languages (pooled, decided after Holm): "
+            + ("; ".join(across) or "none") + ". On some languages, not pooled or not decided pooled: "
+            + ("; ".join(some) or "none") + ". Undecided on every language and pooled: "
+            + (", ".join(undecided) or "none") + ".")
 
 
 def _replication_table(section: Section, studies: list[dict], out: list[dict]) -> None:
