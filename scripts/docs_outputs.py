@@ -483,6 +483,10 @@ def record_main(argv: list[str]) -> int:
                              "the facts a page quotes from it (only those columns, when given); repeatable")
     parser.add_argument("--no-figures", action="store_true",
                         help="keep none of its figures (a smoke run's: its numbers mean nothing)")
+    parser.add_argument("--time", default="", metavar="FILE",
+                        help="the /usr/bin/time -v report of the command that ran the study (e.g. its log): the "
+                             "record's wall time, CPU seconds and share of a core from it, not from report.md (whose "
+                             "wall time is its last call's: a report re-written from the records)")
     parser.add_argument("--figures", default="", metavar="STEM,...",
                         help="keep only these of its figures (their file stems, e.g. pooled-forest,hmm-headroom-dose; "
                              "default: every figure its report embeds)")
@@ -492,7 +496,8 @@ def record_main(argv: list[str]) -> int:
         print(f"{folder}: no report.md (a finished study's folder, OUT/EXPERIMENT-SCALE)", file=sys.stderr)
         return 2
     try:
-        about = records.About(args.load, args.commit, args.machine, args.cpu_s, tuple(args.csv))
+        timed = records.time_log(Path(args.time)) if args.time else None
+        about = records.About(args.load, args.commit, args.machine, args.cpu_s, tuple(args.csv), timed)
         path = records.write_record(folder, args.name, about, args.force, not args.no_figures,
                                     tuple(filter(None, args.figures.split(","))))
     except records.FactError as exc:

@@ -503,6 +503,31 @@ class About:
     machine: str = ""
     cpu_s: float | None = None
     csvs: tuple[str, ...] = ()
+    time: dict | None = None  # what ``/usr/bin/time -v`` measured of the command (``time_log``)
+
+
+TIME_LINES = {"wall": r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)",
+              "user": r"User time \(seconds\): ([\d.]+)", "system": r"System time \(seconds\): ([\d.]+)",
+              "percent": r"Percent of CPU this job got: (\d+)%"}
+
+
+def time_log(path: Path) -> dict:
+    """The command's wall time, CPU seconds and share of a core from ``/usr/bin/time -v``'s
+    report (the last one in the file: a log may hold the command's own output first)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise FactError(f"{path}: {exc.strerror or exc}") from None
+    found = {k: re.findall(pattern, text) for k, pattern in TIME_LINES.items()}
+    missing = [k for k, v in found.items() if not v]
+    if missing:
+        raise FactError(f"{path}: no /usr/bin/time -v report in it (no {', '.join(missing)} line)")
+    wall = found["wall"][-1]
+    parts = [float(x) for x in wall.split(":")]
+    seconds = sum(x * 60 ** i for i, x in enumerate(reversed(parts)))
+    user, system = float(found["user"][-1]), float(found["system"][-1])
+    return {"wall": wall.split(".")[0], "wall_min": round(seconds / 60, 1), "cpu_s": round(user + system),
+            "cpu_system_s": round(system), "cpu_percent": int(found["percent"][-1])}
 
 
 def study_record(folder: Path, name: str, about: About = About()) -> dict:
@@ -522,6 +547,8 @@ def study_record(folder: Path, name: str, about: About = About()) -> dict:
               "date": head["date"], "source": f"the run's folder {folder.name}, recorded "
                                              f"{datetime.date.today().isoformat()} by scripts/docs_outputs.py record",
               "wall_min": head.get("wall_min")}
+    if about.time:  # the command as /usr/bin/time measured it (a report re-written later has its own call's time)
+        record.update(about.time)
     if about.cpu_s is not None:
         record["cpu_s"] = round(about.cpu_s)
     costs = _rows(folder / "costs.csv")

@@ -179,6 +179,17 @@ def test_a_record_is_written_from_a_finished_study(tmp_path, monkeypatch):
                                   "caption": "Figure 1. Forest plot: the data."}]
     assert (records.RECORDS / "quick" / "forest.png").read_bytes() == b"\x89PNG fake"
     assert docs.main(["record", str(study), "quick"]) == 2  # an existing record is replaced only with --force
+    # --time: the wall time and CPU of the command that ran it, from /usr/bin/time -v's report
+    (tmp_path / "time.log").write_text(
+        "[28/28 done]\n\tCommand being timed: \"sameloss reproduce\"\n\tUser time (seconds): 9000.50\n"
+        "\tSystem time (seconds): 120.25\n\tPercent of CPU this job got: 190%\n"
+        "\tElapsed (wall clock) time (h:mm:ss or m:ss): 2:40:05\n", encoding="utf-8")
+    assert docs.main(["record", str(study), "quick", "--force", "--time", str(tmp_path / "time.log")]) == 0
+    record = json.loads((records.RECORDS / "quick.json").read_text(encoding="utf-8"))
+    assert {k: record[k] for k in ("wall", "wall_min", "cpu_s", "cpu_system_s", "cpu_percent")} == {
+        "wall": "2:40:05", "wall_min": 160.1, "cpu_s": 9121, "cpu_system_s": 120, "cpu_percent": 190}
+    assert docs.main(["record", str(study), "quick", "--force", "--time", str(tmp_path / "nothing.log")]) == 2
+    assert docs.main(["record", str(study), "quick", "--force", "--time", str(study / "report.md")]) == 2
     # --figures keeps only the figures named; one the report does not embed is named, and nothing written
     assert docs.main(["record", str(study), "quick2", "--figures", "curves"]) == 2
     assert not (records.RECORDS / "quick2.json").exists()
