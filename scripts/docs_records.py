@@ -474,8 +474,7 @@ def _pooled(rows: list[dict]) -> dict:
                         "t_high": _value(r.get("random_high")), "mde": _value(r.get("random_mde")),
                         "verdict": r.get("pooled_verdict"), "i2": _value(r.get("i2")),
                         "fixed": _value(r.get("pooled")), "each": {t: cell(r, t) for t in tags},
-                        "by_language": {t: {k: _value(r.get(f"{t}_{k}")) for k in ("mean", "low", "high", "used")}
-                                        | {"verdict": r.get(f"{t}_verdict")} for t in tags}} for r in rows]}
+                        "by_language": by_language(r)} for r in rows]}
 
 
 def _short(verdict) -> str:

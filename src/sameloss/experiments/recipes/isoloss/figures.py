@@ -223,7 +223,7 @@ def pooled_forest(records, section: Section, tags: list[str]) -> None:
     one KL and, below them, the pooled estimate of the stratified fixed-effects model (a
     comparison reported per language only, the adversary, has no pooled row) — the rows of
     ``replication.csv`` (``section.files``), the claims only (each language's forest has the rest)."""
-    from ...reports.plots import Forest, Ref, drawing, forest_plot
+    from ...reports.plots import Forest, Ref, forest_plot
     from ...stats.replication import NOT_POOLED
 
     out = section.files.get("replication.csv", [])
@@ -233,8 +233,8 @@ def pooled_forest(records, section: Section, tags: list[str]) -> None:
         for t in tags:
             if f"{t}_mean" in r:
                 n = r.get(f"{t}_used", 0)
-                rows.append({"label": f"{r['test']} · {t} · {n} pair{'s' if n != 1 else ''}", "acc": r[f"{t}_mean"], "acc_low": r[f"{t}_low"],
-                             "acc_high": r[f"{t}_high"], "acc_n": r.get(f"{t}_used")})
+                rows.append({"label": f"{r['test']} · {t} · {n} pair{'s' if n != 1 else ''}", "acc": r[f"{t}_mean"],
+                             "acc_low": r[f"{t}_low"], "acc_high": r[f"{t}_high"], "acc_n": n})
         if r.get("pooled_verdict") != NOT_POOLED:
             rows.append({"label": f"{r['test']} · POOLED ({r.get('pooled_languages', 0)} languages)",
                          "acc": r.get("pooled"), "acc_low": r.get("pooled_low"), "acc_high": r.get("pooled_high")})
@@ -244,12 +244,11 @@ def pooled_forest(records, section: Section, tags: list[str]) -> None:
                      reverse=True)
     refs = tuple(Ref(s * m, f"±δ = {m:g} {_points_word(m)}" if s > 0 else "", axis="x", color=str(0.35 + 0.2 * i),
                      style="--") for i, m in enumerate(margins) for s in (-1, 1))
-    with drawing():
-        fig = forest_plot(rows, "label", [Forest(
-            "acc", "primary accuracy, recipe − reference (points)", refs=refs,
-            interval="each language: 95 % t interval over its seeds' pairs; POOLED: the stratified fixed-effects "
-                     "model's 95 % t interval (t on Σn − k)")],
-            "The claims across the languages: each language, then pooled (rows: comparison @ fork point · language)")
+    fig = forest_plot(rows, "label", [Forest(
+        "acc", "primary accuracy, recipe − reference (points)", refs=refs,
+        interval="each language: 95 % t interval over its seeds' pairs; POOLED: the stratified fixed-effects "
+                 "model's 95 % t interval (t on Σn − k)")],
+        "The claims across the languages: each language, then pooled (rows: comparison @ fork point · language)")
     section.figures.append(records.figure(
         fig, "pooled-forest",
         shows="Forest plot across the languages: per claim (comparison @ fork point) each language's mean paired "

@@ -75,17 +75,16 @@ def _which_hold(claims: list[dict], not_pooled: str) -> str:
     comparison reported per language), and those undecided everywhere."""
     from ...stats.inference import DETECTED, DETECTED_AGAINST, EQUIVALENT
 
-    def decided_on(r: dict) -> list[str]:
-        tags = [k[:-len("_verdict")] for k in r if k.endswith("_verdict") and k != "pooled_verdict"]
-        return [t for t in tags if str(r[f"{t}_verdict"]).startswith((DETECTED, DETECTED_AGAINST, EQUIVALENT))]
+    def decided_somewhere(r: dict) -> bool:  # a language's own verdict (its ``<tag>_verdict`` cell) is decided
+        return any(str(v).startswith((DETECTED, DETECTED_AGAINST, EQUIVALENT)) for k, v in r.items()
+                   if k.endswith("_verdict") and k != "pooled_verdict")
 
     across = [f"{r['test']} ({r['pooled_verdict']})" for r in claims if r.get("pooled_decided")]
     some, undecided = [], []
     for r in claims:
         if r.get("pooled_decided"):
             continue
-        on = decided_on(r)
-        if on:
+        if decided_somewhere(r):
             some.append(f"{r['test']} ({'per language only, ' if r['pooled_verdict'] == not_pooled else ''}"
                         f"{r['agreement']})")
         else:
