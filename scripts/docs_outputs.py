@@ -483,10 +483,16 @@ def record_main(argv: list[str]) -> int:
                              "the facts a page quotes from it (only those columns, when given); repeatable")
     parser.add_argument("--no-figures", action="store_true",
                         help="keep none of its figures (a smoke run's: its numbers mean nothing)")
-    parser.add_argument("--time", default="", metavar="FILE",
+    parser.add_argument("--time", action="append", default=[], metavar="FILE",
                         help="the /usr/bin/time -v report of the command that ran the study (e.g. its log): the "
                              "record's wall time, CPU seconds and share of a core from it, not from report.md (whose "
-                             "wall time is its last call's: a report re-written from the records)")
+                             "wall time is its last call's: a report re-written from the records); repeatable, for a "
+                             "study run in several calls (interrupted, then resumed): their times are summed")
+    parser.add_argument("--untimed", action="append", default=[], metavar="START..END",
+                        help="a call of the study that /usr/bin/time did not report (e.g. killed with its session, "
+                             "then resumed), as the span of ISO date-times its log and files show, e.g. "
+                             "2026-11-29T13:11:23..2026-11-29T15:53:33: its wall time joins the record's, its CPU "
+                             "is not known (the record's cpu_s is the timed calls'); repeatable")
     parser.add_argument("--figures", default="", metavar="STEM,...",
                         help="keep only these of its figures (their file stems, e.g. pooled-forest,hmm-headroom-dose; "
                              "default: every figure its report embeds)")
@@ -496,7 +502,8 @@ def record_main(argv: list[str]) -> int:
         print(f"{folder}: no report.md (a finished study's folder, OUT/EXPERIMENT-SCALE)", file=sys.stderr)
         return 2
     try:
-        timed = records.time_log(Path(args.time)) if args.time else None
+        timed = records.timed_calls([records.time_log(Path(f)) for f in args.time],
+                                    [records.untimed_span(span) for span in args.untimed])
         about = records.About(args.load, args.commit, args.machine, args.cpu_s, tuple(args.csv), timed)
         path = records.write_record(folder, args.name, about, args.force, not args.no_figures,
                                     tuple(filter(None, args.figures.split(","))))

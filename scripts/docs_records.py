@@ -521,12 +521,55 @@ def time_log(path: Path) -> dict:
     missing = [k for k, v in found.items() if not v]
     if missing:
         raise FactError(f"{path}: no /usr/bin/time -v report in it (no {', '.join(missing)} line)")
-    wall = found["wall"][-1]
-    parts = [float(x) for x in wall.split(":")]
-    seconds = sum(x * 60 ** i for i, x in enumerate(reversed(parts)))
+    seconds = _clock_seconds(found["wall"][-1])
     user, system = float(found["user"][-1]), float(found["system"][-1])
-    return {"wall": wall.split(".")[0], "wall_min": round(seconds / 60, 1), "cpu_s": round(user + system),
+    return {"wall": _clock(seconds), "wall_min": round(seconds / 60, 1), "cpu_s": round(user + system),
             "cpu_system_s": round(system), "cpu_percent": int(found["percent"][-1])}
+
+
+def _clock_seconds(text: str) -> float:
+    """Seconds of an ``h:mm:ss`` or ``m:ss`` clock (``/usr/bin/time``'s)."""
+    parts = [float(x) for x in text.split(":")]
+    return sum(x * 60 ** i for i, x in enumerate(reversed(parts)))
+
+
+def _clock(seconds: float) -> str:
+    whole = int(seconds)
+    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
+
+
+def untimed_span(text: str) -> float:
+    """Seconds of a span ``START..END`` (ISO date-times, e.g. ``2026-11-29T13:11:23..2026-11-29T15:53:33``):
+    a part of a run that ``/usr/bin/time`` did not report, e.g. a call killed with its session and
+    then resumed, its span read from its log's and files' times."""
+    try:
+        start, end = (datetime.datetime.fromisoformat(x.strip()) for x in text.split(".."))
+    except ValueError:
+        raise FactError(f"{text!r}: not a span START..END of ISO date-times "
+                        f"(e.g. 2026-11-29T13:11:23..2026-11-29T15:53:33)") from None
+    if end <= start:
+        raise FactError(f"{text!r}: the span ends before it starts")
+    return (end - start).total_seconds()
+
+
+def timed_calls(reports: list[dict], untimed: list[float]) -> dict | None:
+    """The record's time of a run made of several calls (a study interrupted and resumed): the wall
+    time of every call summed — those ``/usr/bin/time`` reported (``time_log``) and the untimed
+    spans' (``untimed_span``) — and the CPU seconds of the reported calls only (``cpu_s``: an untimed
+    call's CPU is not known, and the record says how much wall time that leaves out)."""
+    if not reports and not untimed:
+        return None
+    if len(reports) == 1 and not untimed:
+        return reports[0]
+    timed_s = sum(_clock_seconds(r["wall"]) for r in reports)
+    seconds = timed_s + sum(untimed)
+    out = {"wall": _clock(seconds), "wall_min": round(seconds / 60, 1), "calls": len(reports) + len(untimed),
+           "timed_wall_min": round(timed_s / 60, 1), "untimed_wall_min": round(sum(untimed) / 60, 1)}
+    if reports:
+        cpu = sum(r["cpu_s"] for r in reports)
+        out.update(cpu_s=cpu, cpu_system_s=sum(r["cpu_system_s"] for r in reports),
+                   cpu_percent=round(100 * cpu / timed_s) if timed_s else 0)
+    return out
 
 
 def study_record(folder: Path, name: str, about: About = About()) -> dict:

@@ -188,6 +188,24 @@ def test_a_record_is_written_from_a_finished_study(tmp_path, monkeypatch):
     record = json.loads((records.RECORDS / "quick.json").read_text(encoding="utf-8"))
     assert {k: record[k] for k in ("wall", "wall_min", "cpu_s", "cpu_system_s", "cpu_percent")} == {
         "wall": "2:40:05", "wall_min": 160.1, "cpu_s": 9121, "cpu_system_s": 120, "cpu_percent": 190}
+    # a study run in two calls (the first killed with its session, untimed; then resumed): summed walls,
+    # the timed call's CPU and its share of a core
+    (tmp_path / "time2.log").write_text(
+        "\tUser time (seconds): 1000.0\n\tSystem time (seconds): 20.0\n\tPercent of CPU this job got: 170%\n"
+        "\tElapsed (wall clock) time (h:mm:ss or m:ss): 10:00.40\n", encoding="utf-8")
+    assert docs.main(["record", str(study), "quick", "--force", "--time", str(tmp_path / "time2.log"),
+                      "--untimed", "2026-11-29T13:11:23..2026-11-29T15:53:33"]) == 0
+    record = json.loads((records.RECORDS / "quick.json").read_text(encoding="utf-8"))
+    assert {k: record[k] for k in ("wall", "wall_min", "calls", "timed_wall_min", "untimed_wall_min", "cpu_s",
+                                   "cpu_percent")} == {
+        "wall": "2:52:10", "wall_min": 172.2, "calls": 2, "timed_wall_min": 10.0, "untimed_wall_min": 162.2,
+        "cpu_s": 1020, "cpu_percent": 170}
+    assert docs.main(["record", str(study), "quick", "--force", "--time", str(tmp_path / "time.log"),
+                      "--time", str(tmp_path / "time2.log")]) == 0  # two timed calls: walls and CPU summed
+    record = json.loads((records.RECORDS / "quick.json").read_text(encoding="utf-8"))
+    assert (record["wall_min"], record["cpu_s"], record["untimed_wall_min"]) == (170.1, 10141, 0.0)
+    for span in ("2026-11-29T15:00..2026-11-29T14:00", "yesterday..today"):
+        assert docs.main(["record", str(study), "quick", "--force", "--untimed", span]) == 2
     assert docs.main(["record", str(study), "quick", "--force", "--time", str(tmp_path / "nothing.log")]) == 2
     assert docs.main(["record", str(study), "quick", "--force", "--time", str(study / "report.md")]) == 2
     # --figures keeps only the figures named; one the report does not embed is named, and nothing written
