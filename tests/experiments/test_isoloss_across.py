@@ -172,6 +172,10 @@ def test_the_languages_scale_runs_end_to_end_at_smoke(tmp_path, monkeypatch, cap
     else:
         assert len(labels) == 2 and rep[0]["pooled_verdict"].startswith("uninformative")
     assert "pooled-forest.png" in report
+    # each language's figures are named by it: a page or gallery may show them apart from their sections
+    for tag in ("hmm-test-a", "hmm-test-b"):
+        assert f"![On {tag}, forest plot]({tag}-forest.png)" in report
+        assert f"![On {tag}, Fig. 1 within seeds]({tag}-scatter.png)" in report
 
 
 def test_the_planner_says_first_what_the_languages_scale_is_expected_to_decide(tmp_path, monkeypatch, capsys):

@@ -40,6 +40,15 @@ def forest_label(r: dict, p: IsolossPreset) -> str:
             f"{r['point']} · {r['n_used']} pairs")
 
 
+def _on(p: IsolossPreset, text: str) -> str:
+    """A figure's title or caption, named by its language in a study of several (``p.tag``): the
+    four languages' figures of one kind look alike, and a page or gallery may show them apart
+    from their report's sections."""
+    if not p.tag:
+        return text
+    return f"On {p.tag}, {text if text.startswith('Fig.') else text[0].lower() + text[1:]}"
+
+
 def _labels(p: IsolossPreset) -> dict[str, str]:
     """The forks' labels by name: the legends name forks as the report does."""
     return {f.name: f.label for f in p.forks}
@@ -78,14 +87,15 @@ def _forest(records, section: Section, p: IsolossPreset, diffs: list[dict], seed
     fig = forest_plot(forest, "label", [
         Forest("acc", "primary accuracy, recipe − reference (points)", interval=interval, refs=margin),
         Forest("trace", f"{TRACE_FISHER}, recipe − reference", interval=interval)],
-        "Paired differences at one KL, recipe − reference (rows: recipe vs reference · fork point · pairs used)")
+        _on(p, "Paired differences at one KL, recipe − reference "
+               "(rows: recipe vs reference · fork point · pairs used)"))
     section.figures.append(records.figure(
         fig, stem + "forest",
-        shows="Forest plot: per comparison and fork point, the mean paired difference (recipe − reference) at one "
-              "KL of (a) the primary probe accuracy (points) and (b) the trace of Hessian (Fisher estimator); a "
+        shows=_on(p, "Forest plot: per comparison and fork point, the mean paired difference (recipe − reference) "
+              "at one KL of (a) the primary probe accuracy (points) and (b) the trace of Hessian (Fisher estimator); a "
               "solid line at 0 (no difference), a light band over ± the row's minimum detectable effect (80 % "
               "power), in (a) dashed lines at ± each claim's margin δ ("
-              + "; ".join(f"{m:g} {_points_word(m)}: {', '.join(dict.fromkeys(by_margin[m]))}" for m in margins) + ")",
+              + "; ".join(f"{m:g} {_points_word(m)}: {', '.join(dict.fromkeys(by_margin[m]))}" for m in margins) + ")"),
         sample=f"{len(seeds)} seeds; per row the pairs used (n in the row's name: every pair unless a fork's "
                f"estimate lies more than {p.verdicts.extrapolation_limit:.1e} nats outside its measured KL range)",
         claim="training recipes change downstream accuracy and the trace at the same pre-training loss, with the "
@@ -119,17 +129,17 @@ def _scatter(records, section: Section, p: IsolossPreset, rows: list[dict], seed
         panels.append(XY(f"dtrace_{pt}", f"{TRACE_FISHER} − seed mean, fork point {pt}", f"dacc_{pt}",
                          "primary accuracy − seed mean (points)", fit=fit))
     labels = _labels(p)
-    fig = scatter_plot(scatter, panels, "Fig. 1 within seeds",
+    fig = scatter_plot(scatter, panels, _on(p, "Fig. 1 within seeds"),
                        encoding=Encoding(colour_by=None, marker_by=lambda r: labels.get(r["fork"], r["fork"]),
                                          colour_markers=True))
     section.figures.append(records.figure(
         fig, stem + "scatter",
-        shows="Fig. 1 within seeds: every fork's primary probe accuracy (points) against its trace of Hessian "
+        shows=_on(p, "Fig. 1 within seeds: every fork's primary probe accuracy (points) against its trace of Hessian "
               "(Fisher estimator), each the mean of the fork's measured checkpoints minus its seed's mean over the "
               "forks of one size at that fork point "
               "(without the adversarial fork and the flatness forks: the dose-response is theirs), one panel per "
               "fork point; marker = fork; line = the within-seed "
-              "slope of accuracy on trace through 0 (seed fixed effects, holding KL fixed; regression.csv)",
+              "slope of accuracy on trace through 0 (seed fixed effects, holding KL fixed; regression.csv)"),
         sample=f"{len(seeds)} seeds × {len({r['fork'] for r in scatter})} forks per fork point",
         claim="flatter models (smaller trace) transfer better at the same loss (Fig. 1, §4)"))
 
@@ -163,17 +173,18 @@ def _curves(records, section: Section, p: IsolossPreset, results: list[dict], se
         target = tuple(Ref(v, f"seed {seeds[0]}'s measured KL range (its lowest and highest)", color="0.3",
                            style=":") for v in (min(probed[pt]), max(probed[pt]))) if pt in probed else ()
         curve_panels.append(Panel(f"kl_{pt}", f"exact KL, fork point {pt} (nats)", log=True, refs=target))
-    fig = series_plot(series, "step", curve_panels, f"Seed {seeds[0]}: exact KL of the base and its forks",
+    fig = series_plot(series, "step", curve_panels, _on(p, f"Seed {seeds[0]}: exact KL of the base and its forks"),
                       styles={"base": {"color": "0.15", "marker": "", "style": "-", "width": 1.8}})
     section.figures.append(records.figure(
         fig, stem + "curves",
-        shows=f"Training curves of seed {seeds[0]}: the exact KL to the true conditionals (log axis; held-out set of "
-              f"{p.eval_sentences} sentences) against step, for the base and every fork, one panel per fork point; "
+        shows=_on(p, f"Training curves of seed {seeds[0]}: the exact KL to the true conditionals (log axis; "
+              f"held-out set of {p.eval_sentences} sentences) against step, for the base and every fork, one panel "
+              "per fork point; "
               "KL is evaluated only where it is read (the base, a solid dark line: its evaluations; each fork's "
               f"stretch at {p.schedule.final_lr_factor:g} × lr, every {p.schedule.match_every} steps on this seed: "
               "a fork's line is its stretch, a few of its points marked); "
               "dotted: the lowest and highest KL of the seed's measured checkpoints (every comparison's target "
-              "lies between them)",
+              "lies between them)"),
         sample=f"1 seed ({seeds[0]}) of {len(seeds)}: {len(first['curves'])} runs",
         claim="none directly: it shows that the matched checkpoints lie where the KL moves smoothly at one "
               "learning rate (the design of the iso-loss comparison)"))
@@ -202,16 +213,17 @@ def _dose(records, section: Section, p: IsolossPreset, seeds: list[int], stem: s
               XY("x", "exploratory: realised trace change at the target KL (%)", "y",
                  "primary accuracy, arm − AdamW (points)", refs=zero)]
     labels = _labels(p)
-    fig = scatter_plot(rows, panels, f"Flatness as the treatment, by assigned arm (fork point {pt})",
+    fig = scatter_plot(rows, panels, _on(p, f"Flatness as the treatment, by assigned arm (fork point {pt})"),
                        encoding=Encoding(colour_by=None, marker_by=lambda r: labels.get(r["fork"], r["fork"]),
                                          colour_markers=True))
     section.figures.append(records.figure(
         fig, stem + "dose",
-        shows="Flatness as the treatment (a trace penalty λ × the Fisher trace in training; λ < 0 sharpens), by "
-              "assigned arm: (a) per seed and arm the paired primary probe accuracy difference (arm − AdamW, points, "
+        shows=_on(p, "Flatness as the treatment (a trace penalty λ × the Fisher trace in training; λ < 0 "
+              "sharpens), by assigned arm: (a) per seed and arm the paired primary probe accuracy difference "
+              "(arm − AdamW, points, "
               "at the pair's target KL) against the arm's λ, with the trend through AdamW's arm (flatness_trend.csv: "
               "the test); (b) exploratory, no test: the same differences against the trace change each pair "
-              "realised (arm ÷ AdamW − 1, %), a mediator measured with error; marker = arm",
+              "realised (arm ÷ AdamW − 1, %), a mediator measured with error; marker = arm"),
         sample=f"{len({r['seed'] for r in rows})} seeds × {len({r['fork'] for r in rows})} arms at fork point {pt} "
                "(every pair with a line to read)",
         claim="the thesis as a treatment: at the same loss, a flattening arm (λ > 0) transfers better, a sharpening "
