@@ -375,12 +375,14 @@ def record_figures(name: str, page: Path, only: tuple[str, ...] = ()) -> str:
     if not figures:
         raise FactError(f"record {name!r} keeps no figure{' ' + ','.join(only) if only else ''}")
     out = []
-    for f in figures:
+    for number, f in enumerate(figures, 1):
         path = RECORDS / name / f["file"]
         if not path.exists():
             raise FactError(f"record {name!r}: its figure {shown(path)} is missing")
         rel = os.path.relpath(path, page.parent).replace(os.sep, "/")
-        out.append(f"![{f['alt']}]({rel})\n\n*{f['caption']}*\n")
+        # numbered as the page shows them: a record may keep some of its report's figures only
+        caption = re.sub(r"^Figure \d+\. ", f"Figure {number}. ", f["caption"])
+        out.append(f"![{f['alt']}]({rel})\n\n*{caption}*\n")
     return "\n".join(out)
 
 
@@ -621,8 +623,8 @@ def study_record(folder: Path, name: str, about: About = About()) -> dict:
                              ("not_tested", r"^\*\*Not tested here:\*\* (.*)$"),
                              ("gate_selection", r"The seeds each language ran, and what its gate admitted: (.*)$")):
             found = re.search(pattern, report, re.M)
-            if found:
-                record[key] = found.group(1)
+            if found:  # without the Markdown line break ("  ") that ends the report's line
+                record[key] = found.group(1).strip()
     claims = _claims(report)
     if claims:
         record["claims"] = claims

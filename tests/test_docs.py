@@ -215,6 +215,14 @@ def test_a_record_is_written_from_a_finished_study(tmp_path, monkeypatch):
     page.parent.mkdir()
     assert records.record_figures("quick", page) == ("![Forest plot](../records/quick/forest.png)\n\n"
                                                     "*Figure 1. Forest plot: the data.*\n")
+    # a record that keeps some of its report's figures: the page numbers them as it shows them
+    (records.RECORDS / "some").mkdir()
+    for stem in ("a", "b"):
+        (records.RECORDS / "some" / f"{stem}.png").write_bytes(b"\x89PNG fake")
+    _write_record(records, "some", figures=[{"file": "a.png", "alt": "A", "caption": "Figure 3. A: one."},
+                                            {"file": "b.png", "alt": "B", "caption": "Figure 8. B: Figure 8. two."}])
+    assert records.record_figures("some", page) == ("![A](../records/some/a.png)\n\n*Figure 1. A: one.*\n\n"
+                                                   "![B](../records/some/b.png)\n\n*Figure 2. B: Figure 8. two.*\n")
 
 
 def test_a_record_of_a_study_across_languages_keeps_its_stratified_pooled_rows(tmp_path, monkeypatch):
@@ -228,7 +236,7 @@ def test_a_record_of_a_study_across_languages_keeps_its_stratified_pooled_rows(t
     study.mkdir()
     (study / "report.md").write_text(
         "# Iso-loss\n\n**Which claims hold:** across the languages (pooled, decided after Holm): size @ scratch "
-        "(no effect beyond ±1). On some languages: none. Undecided on every language and pooled: none.\n"
+        "(no effect beyond ±1). On some languages: none. Undecided on every language and pooled: none.  \n"
         "**Not tested here:** none — the design planned every claim on every language.\n\n"
         "Command: `sameloss reproduce isoloss --scale languages` — written 2026-11-29 16:00 UTC on x86_64.\n\n"
         "The seeds each language ran, and what its gate admitted: hmm-a: seeds 0, 1; hmm-b: seeds 1, 2.\n",
@@ -253,6 +261,7 @@ def test_a_record_of_a_study_across_languages_keeps_its_stratified_pooled_rows(t
                                                                                                  "survives", 0.93)
     assert record["pooled"][1]["power"] is None  # NaN: no power for an undecided verdict
     assert record["which_hold"].startswith("across the languages (pooled, decided after Holm): size @ scratch")
+    assert record["which_hold"].endswith("pooled: none.")  # not the report line's Markdown break
     assert record["gate_selection"] == "hmm-a: seeds 0, 1; hmm-b: seeds 1, 2."
     table = records.record_block("langs", "pooled")
     assert ("| size @ scratch (claim) | 0.10 [−0.20, 0.40] | 1 | no effect beyond ±1 | survives | 0.93 | 0.5 | "
