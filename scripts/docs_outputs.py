@@ -474,6 +474,9 @@ def record_main(argv: list[str]) -> int:
                                                    "(default: report.md's load at the end)")
     parser.add_argument("--commit", default="", help="the commit it ran (default: this checkout's HEAD)")
     parser.add_argument("--machine", default="", help="the machine in words (default: report.md's)")
+    parser.add_argument("--date", default="", help="when the run ended, e.g. '2026-11-29 16:23 UTC' (default: "
+                                                   "report.md's, which a report re-written from the records sets to "
+                                                   "its own call's)")
     parser.add_argument("--force", action="store_true", help="replace an existing record of that name")
     parser.add_argument("--cpu-s", type=float, default=None, metavar="SECONDS",
                         help="the command's CPU seconds, user + system (e.g. from /usr/bin/time); the record "
@@ -504,7 +507,7 @@ def record_main(argv: list[str]) -> int:
     try:
         timed = records.timed_calls([records.time_log(Path(f)) for f in args.time],
                                     [records.untimed_span(span) for span in args.untimed])
-        about = records.About(args.load, args.commit, args.machine, args.cpu_s, tuple(args.csv), timed)
+        about = records.About(args.load, args.commit, args.machine, args.cpu_s, tuple(args.csv), timed, args.date)
         path = records.write_record(folder, args.name, about, args.force, not args.no_figures,
                                     tuple(filter(None, args.figures.split(","))))
     except records.FactError as exc:

@@ -496,8 +496,8 @@ def _commit() -> str:
 class About:
     """What a record says that the study's folder does not: the load while it ran, the commit
     (default: this checkout's HEAD), the machine in words (default: report.md's), the command's
-    CPU seconds (e.g. from /usr/bin/time), and the CSV files whose rows it keeps
-    (``FILE[:COLUMN,...]``)."""
+    CPU seconds (e.g. from /usr/bin/time), the CSV files whose rows it keeps
+    (``FILE[:COLUMN,...]``), the command's time and the date the run ended."""
 
     load: str = ""
     commit: str = ""
@@ -505,6 +505,7 @@ class About:
     cpu_s: float | None = None
     csvs: tuple[str, ...] = ()
     time: dict | None = None  # what ``/usr/bin/time -v`` measured of the command (``time_log``)
+    date: str = ""  # when the run ended (default: report.md's: a report re-written later has its call's)
 
 
 TIME_LINES = {"wall": r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)",
@@ -588,7 +589,7 @@ def study_record(folder: Path, name: str, about: About = About()) -> dict:
     record = {"name": name, "command": head["command"], "commit": about.commit or _commit(),
               "machine": about.machine or head["machine"],
               "load": about.load or (f"{head['load_at_end']} at the end" if "load_at_end" in head else "not recorded"),
-              "date": head["date"], "source": f"the run's folder {folder.name}, recorded "
+              "date": about.date or head["date"], "source": f"the run's folder {folder.name}, recorded "
                                              f"{datetime.date.today().isoformat()} by scripts/docs_outputs.py record",
               "wall_min": head.get("wall_min")}
     if about.time:  # the command as /usr/bin/time measured it (a report re-written later has its own call's time)

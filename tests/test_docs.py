@@ -204,6 +204,9 @@ def test_a_record_is_written_from_a_finished_study(tmp_path, monkeypatch):
                       "--time", str(tmp_path / "time2.log")]) == 0  # two timed calls: walls and CPU summed
     record = json.loads((records.RECORDS / "quick.json").read_text(encoding="utf-8"))
     assert (record["wall_min"], record["cpu_s"], record["untimed_wall_min"]) == (170.1, 10141, 0.0)
+    # --date: when the run ended, not when its report was re-written from the records
+    assert docs.main(["record", str(study), "quick", "--force", "--date", "2026-11-29 07:55 UTC"]) == 0
+    assert json.loads((records.RECORDS / "quick.json").read_text(encoding="utf-8"))["date"] == "2026-11-29 07:55 UTC"
     for span in ("2026-11-29T15:00..2026-11-29T14:00", "yesterday..today"):
         assert docs.main(["record", str(study), "quick", "--force", "--untimed", span]) == 2
     assert docs.main(["record", str(study), "quick", "--force", "--time", str(tmp_path / "nothing.log")]) == 2
