@@ -166,8 +166,9 @@ def test_the_languages_scale_runs_end_to_end_at_smoke(tmp_path, monkeypatch, cap
     assert labels[0].startswith("noreg @ late · hmm-test-a · ") and labels[1].startswith("noreg @ late · hmm-test-b")
     assert float(plotted[0]["x"]) == pytest.approx(float(rep[0]["hmm-test-a_mean"]))
     # the pooled row, drawn where the stratified model has an estimate (smoke's micro languages may lack headroom)
+    k = int(rep[0]["pooled_languages"])
     if rep[0]["pooled"] != "nan":
-        assert labels[2] == f"noreg @ late · POOLED ({rep[0]['pooled_languages']} languages)"
+        assert labels[2] == f"noreg @ late · POOLED, {k} language{'s' if k != 1 else ''}"
         assert float(plotted[2]["x"]) == pytest.approx(float(rep[0]["pooled"]))
     else:
         assert len(labels) == 2 and rep[0]["pooled_verdict"].startswith("uninformative")
@@ -197,15 +198,18 @@ def test_the_planner_says_first_what_the_languages_scale_is_expected_to_decide(t
 
 
 def test_the_pooled_forest_draws_each_language_then_the_pooled_estimate(tmp_path):
-    """Per claim each language's row then the stratified model's (none for a comparison reported
-    per language only), from replication.csv's rows; the plotted numbers are the table's."""
+    """Per pooled claim each language's row then the stratified model's (a comparison reported per
+    language only has none), from replication.csv's rows; the plotted numbers are the table's."""
     from sameloss.experiments.reports.document import Figure, Section
     from sameloss.experiments.reports.plots import save_figure
     from sameloss.experiments.recipes.isoloss.figures import pooled_forest
     from sameloss.experiments.stats.replication import NOT_POOLED
 
+    legend = []
+
     class Records:
         def figure(self, fig, stem, *, shows, sample, claim):
+            legend.extend(t.get_text() for lg in fig.legends for t in lg.get_texts())
             saved = save_figure(fig, tmp_path, stem)
             return Figure(saved.files[0], shows=shows, bars=saved.bars, sample=sample, claim=claim, data=saved.data)
 
@@ -222,8 +226,10 @@ def test_the_pooled_forest_draws_each_language_then_the_pooled_estimate(tmp_path
     pooled_forest(Records(), section, ["a", "b"])
     assert [f.file for f in section.figures] == ["pooled-forest.png"]
     points = [r for r in csv.DictReader((tmp_path / "pooled-forest.data.csv").open()) if r["kind"] == "point"]
+    # the adversary is not pooled: its rows are each language's forest's (its size would set this plot's scale)
     assert [(r["y"], float(r["x"])) for r in points] == [
-        ("size @ scratch · a · 3 pairs", 0.1), ("size @ scratch · b · 2 pairs", 0.4),
-        ("size @ scratch · POOLED (2 languages)", 0.2),
-        ("adv @ late · a · 3 pairs", -5.0), ("adv @ late · b · 2 pairs", -2.0)]
+        ("size @ scratch · a · n = 3", 0.1), ("size @ scratch · b · n = 2", 0.4),
+        ("size @ scratch · POOLED, 2 languages", 0.2)]
+    # one legend entry for ±δ, none blank for its −δ line
+    assert "±δ = 1 point" in legend and "" not in legend
     assert [float(r["x_low"]) for r in points][2] == pytest.approx(-0.3)

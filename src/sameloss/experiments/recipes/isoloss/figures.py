@@ -231,25 +231,32 @@ def _dose(records, section: Section, p: IsolossPreset, seeds: list[int], stem: s
 
 
 def pooled_forest(records, section: Section, tags: list[str]) -> None:
-    """The study across languages as one forest: per claim each language's paired difference at
-    one KL and, below them, the pooled estimate of the stratified fixed-effects model (a
-    comparison reported per language only, the adversary, has no pooled row) — the rows of
-    ``replication.csv`` (``section.files``), the claims only (each language's forest has the rest)."""
+    """The study across languages as one forest: per pooled claim each language's paired
+    difference at one KL and, below them, the pooled estimate of the stratified fixed-effects
+    model — the rows of ``replication.csv`` (``section.files``), the claims only (each
+    language's forest has the rest, and the adversary: reported per language only, its size
+    is the language's, and its −28 points would set this plot's scale)."""
     from ...reports.plots import Forest, Ref, forest_plot
     from ...stats.replication import NOT_POOLED
 
     out = section.files.get("replication.csv", [])
-    claims = [r for r in out if r.get("holm_family") == "claims"] or out
+    claims = [r for r in out if r.get("holm_family") == "claims" and r.get("pooled_verdict") != NOT_POOLED] or \
+        [r for r in out if r.get("pooled_verdict") != NOT_POOLED]
     rows = []
     for r in claims:
         for t in tags:
             if f"{t}_mean" in r:
                 n = r.get(f"{t}_used", 0)
-                rows.append({"label": f"{r['test']} · {t} · {n} pair{'s' if n != 1 else ''}", "acc": r[f"{t}_mean"],
+                rows.append({"label": f"{r['test']} · {t} · n = {n}", "acc": r[f"{t}_mean"],
                              "acc_low": r[f"{t}_low"], "acc_high": r[f"{t}_high"], "acc_n": n})
-        if r.get("pooled_verdict") != NOT_POOLED:
-            rows.append({"label": f"{r['test']} · POOLED ({r.get('pooled_languages', 0)} languages)",
-                         "acc": r.get("pooled"), "acc_low": r.get("pooled_low"), "acc_high": r.get("pooled_high")})
+        k = r.get("pooled_languages", 0)
+        try:
+            shown = math.isfinite(float(r.get("pooled")))
+        except (TypeError, ValueError):
+            shown = False
+        rows.append({"label": f"{r['test']} · POOLED, {k} language{'s' if k != 1 else ''}"
+                              + ("" if shown else ": no estimate"),
+                     "acc": r.get("pooled"), "acc_low": r.get("pooled_low"), "acc_high": r.get("pooled_high")})
     if not rows:
         return
     margins = sorted({float(r["margin"]) for r in claims if math.isfinite(float(r.get("margin", math.nan)))},
@@ -260,14 +267,15 @@ def pooled_forest(records, section: Section, tags: list[str]) -> None:
         "acc", "primary accuracy, recipe − reference (points)", refs=refs,
         interval="each language: 95 % t interval over its seeds' pairs; POOLED: the stratified fixed-effects "
                  "model's 95 % t interval (t on Σn − k)")],
-        "The claims across the languages: each language, then pooled (rows: comparison @ fork point · language)")
+        "The claims across the languages: each language, then pooled (rows: comparison @ fork point · language · "
+        "pairs used)")
     section.figures.append(records.figure(
         fig, "pooled-forest",
         shows="Forest plot across the languages: per claim (comparison @ fork point) each language's mean paired "
               "difference of the primary probe accuracy (recipe − reference, points) at one KL with its 95 % t "
               "interval, then the pooled estimate of the pre-registered stratified fixed-effects model (language a "
               "stratum) with its interval; a solid line at 0, dashed lines at ± each claim's margin δ; the "
-              "adversary is reported per language only (its size is the language's)",
-        sample=f"{len(tags)} languages ({', '.join(tags)}); per language row the pairs used",
+              "adversary is reported per language only (its size is the language's: each language's forest)",
+        sample=f"{len(tags)} languages ({', '.join(tags)}); per language row the pairs used (n)",
         claim="the paper's claims hold across languages: the same effect, or none beyond ±δ, on each language and "
               "pooled"))

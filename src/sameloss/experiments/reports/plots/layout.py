@@ -106,6 +106,8 @@ def ref_entries(panels: list[_Panel]) -> list[tuple]:
     drawn = {r.label for p in panels for r in p.refs if r.label not in p.beyond}
     for p in panels:
         for r in p.refs:
+            if not r.label:  # one of a pair (−δ of ±δ): its twin's entry names both
+                continue
             seen.setdefault(r.label, (entry_line(r.color, r.style), r.label if r.label in drawn
                                       else f"{r.label}: beyond the axes"))
             where.setdefault(r.label, []).append(p.letter)
