@@ -163,12 +163,12 @@ def test_the_languages_scale_runs_end_to_end_at_smoke(tmp_path, monkeypatch, cap
     # the pooled forest: each language's row of the claim, then the pooled row, the numbers of replication.csv
     plotted = [r for r in csv.DictReader((root / "pooled-forest.data.csv").open()) if r["kind"] == "point"]
     labels = [r["y"] for r in plotted]
-    assert labels[0].startswith("noreg @ late · hmm-test-a · ") and labels[1].startswith("noreg @ late · hmm-test-b")
+    assert labels[0].startswith("noreg @ late · hmm-test-a (") and labels[1].startswith("noreg @ late · hmm-test-b (")
     assert float(plotted[0]["x"]) == pytest.approx(float(rep[0]["hmm-test-a_mean"]))
     # the pooled row, drawn where the stratified model has an estimate (smoke's micro languages may lack headroom)
     k = int(rep[0]["pooled_languages"])
     if rep[0]["pooled"] != "nan":
-        assert labels[2] == f"noreg @ late · POOLED, {k} language{'s' if k != 1 else ''}"
+        assert labels[2] == f"noreg @ late · POOLED ({k})"
         assert float(plotted[2]["x"]) == pytest.approx(float(rep[0]["pooled"]))
     else:
         assert len(labels) == 2 and rep[0]["pooled_verdict"].startswith("uninformative")
@@ -228,8 +228,7 @@ def test_the_pooled_forest_draws_each_language_then_the_pooled_estimate(tmp_path
     points = [r for r in csv.DictReader((tmp_path / "pooled-forest.data.csv").open()) if r["kind"] == "point"]
     # the adversary is not pooled: its rows are each language's forest's (its size would set this plot's scale)
     assert [(r["y"], float(r["x"])) for r in points] == [
-        ("size @ scratch · a · n = 3", 0.1), ("size @ scratch · b · n = 2", 0.4),
-        ("size @ scratch · POOLED, 2 languages", 0.2)]
+        ("size @ scratch · a (3)", 0.1), ("size @ scratch · b (2)", 0.4), ("size @ scratch · POOLED (2)", 0.2)]
     # one legend entry for ±δ, none blank for its −δ line
     assert "±δ = 1 point" in legend and "" not in legend
     assert [float(r["x_low"]) for r in points][2] == pytest.approx(-0.3)

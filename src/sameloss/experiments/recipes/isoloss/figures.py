@@ -247,15 +247,14 @@ def pooled_forest(records, section: Section, tags: list[str]) -> None:
         for t in tags:
             if f"{t}_mean" in r:
                 n = r.get(f"{t}_used", 0)
-                rows.append({"label": f"{r['test']} · {t} · n = {n}", "acc": r[f"{t}_mean"],
+                rows.append({"label": f"{r['test']} · {t} ({n})", "acc": r[f"{t}_mean"],
                              "acc_low": r[f"{t}_low"], "acc_high": r[f"{t}_high"], "acc_n": n})
         k = r.get("pooled_languages", 0)
         try:
             shown = math.isfinite(float(r.get("pooled")))
         except (TypeError, ValueError):
             shown = False
-        rows.append({"label": f"{r['test']} · POOLED, {k} language{'s' if k != 1 else ''}"
-                              + ("" if shown else ": no estimate"),
+        rows.append({"label": f"{r['test']} · POOLED ({k})" + ("" if shown else ": none"),
                      "acc": r.get("pooled"), "acc_low": r.get("pooled_low"), "acc_high": r.get("pooled_high")})
     if not rows:
         return
@@ -267,8 +266,8 @@ def pooled_forest(records, section: Section, tags: list[str]) -> None:
         "acc", "primary accuracy, recipe − reference (points)", refs=refs,
         interval="each language: 95 % t interval over its seeds' pairs; POOLED: the stratified fixed-effects "
                  "model's 95 % t interval (t on Σn − k)")],
-        "The claims across the languages: each language, then pooled (rows: comparison @ fork point · language · "
-        "pairs used)")
+        "The claims across the languages: each language, then pooled (rows: comparison @ fork point · language "
+        "(pairs used) or POOLED (languages pooled))")
     section.figures.append(records.figure(
         fig, "pooled-forest",
         shows="Forest plot across the languages: per claim (comparison @ fork point) each language's mean paired "
@@ -276,6 +275,7 @@ def pooled_forest(records, section: Section, tags: list[str]) -> None:
               "interval, then the pooled estimate of the pre-registered stratified fixed-effects model (language a "
               "stratum) with its interval; a solid line at 0, dashed lines at ± each claim's margin δ; the "
               "adversary is reported per language only (its size is the language's: each language's forest)",
-        sample=f"{len(tags)} languages ({', '.join(tags)}); per language row the pairs used (n)",
+        sample=f"{len(tags)} languages ({', '.join(tags)}); in brackets: a language row's pairs used, a pooled "
+               "row's languages pooled",
         claim="the paper's claims hold across languages: the same effect, or none beyond ±δ, on each language and "
               "pooled"))
