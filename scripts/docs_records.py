@@ -606,9 +606,7 @@ def study_record(folder: Path, name: str, about: About = About()) -> dict:
     decided = _rows(folder / "decided.csv")
     if decided:  # the claims' (Holm's family of the paper's claims) where decided.csv names families
         claims = [r for r in decided if r.get("family") == "claims"] or decided
-        record["decided"] = sum(r["decided"] == "True" for r in claims)
-        record["planned"] = len(claims)
-        record["decided_tests"] = [r["test"] for r in claims if r["decided"] == "True"]
+        record.update(_decided([(r["test"], r["decided"] == "True") for r in claims]))
     seeds = _rows(folder / "runtime.csv")
     if seeds:
         record["seeds"] = len(seeds)
@@ -616,10 +614,7 @@ def study_record(folder: Path, name: str, about: About = About()) -> dict:
     if pooled:
         record.update(_pooled(pooled))
         if record.get("pooling") == "stratified":  # what a study across languages decided: its pooled claims
-            claims = [r for r in record["pooled"] if r["family"] == "claims"]
-            record["decided"] = sum(r["decided"] for r in claims)
-            record["planned"] = len(claims)
-            record["decided_tests"] = [r["test"] for r in claims if r["decided"]]
+            record.update(_decided([(r["test"], r["decided"]) for r in record["pooled"] if r["family"] == "claims"]))
         for key, pattern in (("which_hold", r"^\*\*Which claims hold:\*\* (.*)$"),
                              ("not_tested", r"^\*\*Not tested here:\*\* (.*)$"),
                              ("gate_selection", r"The seeds each language ran, and what its gate admitted: (.*)$")):
@@ -648,6 +643,12 @@ def study_record(folder: Path, name: str, about: About = About()) -> dict:
 
 CLAIM = re.compile(r"^- \*\*Paper:\*\* (?P<paper>.*?)  \n  \*\*This run:\*\* (?P<run>.*?) \*\*Direction:\*\* "
                    r"(?P<direction>.*?)\.$", re.M)
+
+
+def _decided(claims: list[tuple[str, bool]]) -> dict:
+    """What a study decided of its claims (``(test, decided)``): how many, of how many, which."""
+    return {"decided": sum(d for _, d in claims), "planned": len(claims),
+            "decided_tests": [t for t, d in claims if d]}
 
 
 def _claims(report: str) -> list[dict]:

@@ -146,20 +146,24 @@ def test_the_check_fails_on_a_placeholder_an_empty_block_and_a_stale_record_bloc
     assert "| noreg @ late | 5/5 | 0.01 [−0.23, 0.24] | 0.32 | 1.000 | no effect | survives |" in table
 
 
+def _study(folder, report: str):
+    """A finished study's folder as ``docs_outputs.py record`` reads it: its report.md."""
+    folder.mkdir()
+    (folder / "report.md").write_text(report, encoding="utf-8")
+    return folder
+
+
 def test_a_record_is_written_from_a_finished_study(tmp_path, monkeypatch):
     """``docs_outputs.py record FOLDER NAME``: the report's command, date, machine and wall time,
     the units' CPU seconds, the verdicts, what was decided, the figures (copied beside it)."""
     import json
 
     docs, records = _records(tmp_path, monkeypatch)
-    study = tmp_path / "isoloss-quick"
-    study.mkdir()
-    (study / "report.md").write_text(
+    study = _study(tmp_path / "isoloss-quick",
         "# Iso-loss — scale `quick`\n\n**Decided 1 of 2**.  \nRuntime: 2.0 min on 2 local worker(s) (scale quick; load "
         "average 1.5 at the end).\n\nCommand: `sameloss reproduce isoloss --scale quick` — written 2026-11-29 08:00 "
         "UTC on x86_64, 2 CPU cores, torch 2.13.0+cpu (1 threads).\n\nWall time of this call: 120 s (training 90 s).\n\n"
-        "## Verdicts\n\n![Forest plot](forest.png)  \n**Figure 1.** Forest plot: the [data](forest.data.csv).\n",
-        encoding="utf-8")
+        "## Verdicts\n\n![Forest plot](forest.png)  \n**Figure 1.** Forest plot: the [data](forest.data.csv).\n")
     (study / "forest.png").write_bytes(b"\x89PNG fake")
     (study / "verdicts.csv").write_text("test,mean,t_low,t_high,verdict,used\nadv @ late,-4.93,-6.74,-3.11,"
                                         "detected,4\nnoreg @ late,0.01,nan,nan,inconclusive,1\n", encoding="utf-8")
@@ -235,15 +239,12 @@ def test_a_record_of_a_study_across_languages_keeps_its_stratified_pooled_rows(t
     import json
 
     docs, records = _records(tmp_path, monkeypatch)
-    study = tmp_path / "isoloss-languages"
-    study.mkdir()
-    (study / "report.md").write_text(
+    study = _study(tmp_path / "isoloss-languages",
         "# Iso-loss\n\n**Which claims hold:** across the languages (pooled, decided after Holm): size @ scratch "
         "(no effect beyond ±1). On some languages: none. Undecided on every language and pooled: none.  \n"
         "**Not tested here:** none — the design planned every claim on every language.\n\n"
         "Command: `sameloss reproduce isoloss --scale languages` — written 2026-11-29 16:00 UTC on x86_64.\n\n"
-        "The seeds each language ran, and what its gate admitted: hmm-a: seeds 0, 1; hmm-b: seeds 1, 2.\n",
-        encoding="utf-8")
+        "The seeds each language ran, and what its gate admitted: hmm-a: seeds 0, 1; hmm-b: seeds 1, 2.\n")
     head = ("test,holm_family,pooled,pooled_low,pooled_high,pooled_df,margin,pooled_verdict,pooled_after_holm,"
             "pooled_decided,pooled_power,interaction_p,pooled_languages,agreement,random,random_low,random_high,"
             "tau2,hmm-a_mean,hmm-a_low,hmm-a_high,hmm-a_verdict,hmm-a_used,hmm-b_mean,hmm-b_low,hmm-b_high,"

@@ -239,9 +239,8 @@ def pooled_forest(records, section: Section, tags: list[str]) -> None:
     from ...reports.plots import Forest, Ref, forest_plot
     from ...stats.replication import NOT_POOLED
 
-    out = section.files.get("replication.csv", [])
-    claims = [r for r in out if r.get("holm_family") == "claims" and r.get("pooled_verdict") != NOT_POOLED] or \
-        [r for r in out if r.get("pooled_verdict") != NOT_POOLED]
+    pooled = [r for r in section.files.get("replication.csv", []) if r.get("pooled_verdict") != NOT_POOLED]
+    claims = [r for r in pooled if r.get("holm_family") == "claims"] or pooled
     rows = []
     for r in claims:
         for t in tags:
